@@ -1,0 +1,83 @@
+//! The `mst` command line: argument parsing, logging set-up, and turning errors into messages
+//! and exit codes. Each command group lives in its own module.
+
+mod plugin;
+mod scaffold;
+
+use crate::home::Home;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Run evaluations of agents, tools and MCP servers with sandboxed WebAssembly plugins.
+#[derive(Parser, Debug)]
+#[command(name = "mst", version, about, propagate_version = true)]
+struct Cli {
+    /// Where mst keeps installed plugins and its compile cache [default: ~/.mst].
+    #[arg(long, global = true, env = "MST_HOME", value_name = "DIR")]
+    home: Option<PathBuf>,
+
+    /// More log output (-v info, -vv debug); `MST_LOG` takes a full filter instead.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Check, install, inspect and try plugins.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+}
+
+/// An error that carries its exit code (the default for other errors is 1).
+#[derive(Debug)]
+pub(crate) struct Exit {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn,mst::plugin::imports=info",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = std::env::var("MST_LOG").unwrap_or_else(|_| default.to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Parses the command line, runs the command, and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let home = match cli.home.clone() {
+        Some(dir) => Ok(Home::at(dir)),
+        None => Home::from_env(),
+    };
+    let result = home.and_then(|home| match cli.command {
+        Command::Plugin(command) => plugin::run(&home, command),
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            let code = error.downcast_ref::<Exit>().map_or(1, |e| e.code);
+            eprintln!("error: {error:#}");
+            ExitCode::from(code)
+        }
+    }
+}

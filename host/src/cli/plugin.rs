@@ -1,0 +1,436 @@
+//! `mst plugin …`: check, install, list, info, remove, new, and trying a plugin on one input.
+
+use super::{scaffold, Exit};
+use crate::eval::trial::{CaseRecord, TrialRecord};
+use crate::home::Home;
+use crate::plugin::check::CheckReport;
+use crate::plugin::installed::{InstallStore, InstalledPlugin};
+use crate::plugin::loaded::FailedStep;
+use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost, Secret};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The largest file mst reads as a plugin or an input.
+const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum PluginCommand {
+    /// Is this component compatible with this mst? Exit 0 yes, 1 no, 2 not a component.
+    Check {
+        /// The .wasm file.
+        file: PathBuf,
+        /// Print one JSON object instead of a report.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a component and store it by name, version and digest.
+    Install {
+        /// The .wasm file.
+        file: PathBuf,
+        /// Replace an installed build of the same name and version.
+        #[arg(long)]
+        force: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List installed plugins.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show an installed plugin (NAME or NAME@VERSION) or a .wasm file.
+    Info {
+        plugin: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an installed plugin: every version of NAME, or NAME@VERSION.
+    Remove {
+        plugin: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a new plugin project that builds and passes `mst plugin check`.
+    New {
+        /// What kind of plugin.
+        kind: NewKind,
+        /// The project's name: lowercase letters, digits and dashes.
+        name: String,
+        /// Where to create the project [default: ./NAME].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The namespace in the plugin's name (`NAMESPACE/grader/NAME`).
+        #[arg(long, default_value = "local")]
+        namespace: String,
+    },
+    /// Score one trial with a grader: from a trial JSON file, or a final answer given inline.
+    Grade {
+        /// An installed plugin (NAME or NAME@VERSION) or a .wasm file.
+        plugin: String,
+        /// A trial as mst stores it: {"case": {...}, "trace": {...}}.
+        #[arg(long, conflicts_with = "answer", required_unless_present = "answer")]
+        trial: Option<PathBuf>,
+        /// A final answer to grade, instead of --trial.
+        #[arg(long)]
+        answer: Option<String>,
+        /// The case's expected value (JSON) when using --answer.
+        #[arg(long, requires = "answer")]
+        expected: Option<String>,
+        /// The grader's options, as JSON.
+        #[arg(long, default_value = "{}")]
+        options: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        sandbox: SandboxArgs,
+    },
+    /// Resolve a dataset with a dataset plugin and print its cases.
+    Resolve {
+        /// An installed plugin (NAME or NAME@VERSION) or a .wasm file.
+        plugin: String,
+        /// The dataset file, passed to the plugin as content.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// The dataset entry's options, as JSON.
+        #[arg(long, default_value = "{}")]
+        options: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        sandbox: SandboxArgs,
+    },
+}
+
+/// Kinds `mst plugin new` can scaffold.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum NewKind {
+    /// A grader (`grade-trial`).
+    Grader,
+}
+
+/// What the operator grants a plugin, and its resource caps.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct SandboxArgs {
+    /// Let the plugin run PROGRAM, if it declares it. Repeatable.
+    #[arg(long = "allow-exec", value_name = "PROGRAM")]
+    allow_exec: Vec<String>,
+    /// Let the plugin read below DIR, if it declares a directory containing it. Repeatable.
+    #[arg(long = "allow-read", value_name = "DIR")]
+    allow_read: Vec<PathBuf>,
+    /// Let the plugin call HOST over HTTP through mst, if it declares it. Repeatable.
+    #[arg(long = "allow-http", value_name = "HOST")]
+    allow_http: Vec<String>,
+    /// Let the plugin call model PROVIDER through mst, if it declares it. Repeatable.
+    #[arg(long = "allow-model", value_name = "PROVIDER")]
+    allow_model: Vec<String>,
+    /// Give the plugin secret NAME, read from the environment variable NAME. Repeatable.
+    #[arg(long = "allow-secret", value_name = "NAME")]
+    allow_secret: Vec<String>,
+    /// The most memory the plugin may use, in MiB.
+    #[arg(long = "plugin-memory", value_name = "MIB", default_value_t = 256)]
+    memory_mib: usize,
+    /// The most time one call into the plugin may take, in seconds.
+    #[arg(long = "plugin-timeout", value_name = "SECONDS", default_value_t = 10.0)]
+    timeout_secs: f64,
+}
+
+impl SandboxArgs {
+    fn grants(&self) -> Result<Grants> {
+        let mut grants = Grants {
+            exec: self.allow_exec.iter().cloned().collect(),
+            http: self.allow_http.iter().cloned().collect(),
+            models: self.allow_model.iter().cloned().collect(),
+            ..Grants::default()
+        };
+        for dir in &self.allow_read {
+            let canonical = dir
+                .canonicalize()
+                .with_context(|| format!("--allow-read {}: no such directory", dir.display()))?;
+            if !canonical.is_dir() {
+                bail!("--allow-read {}: not a directory", dir.display());
+            }
+            grants.read_dirs.push(canonical);
+        }
+        for name in &self.allow_secret {
+            let value = std::env::var(name)
+                .with_context(|| format!("--allow-secret {name}: the environment variable {name} is not set"))?;
+            grants.secrets.insert(name.clone(), Secret::new(value));
+        }
+        Ok(grants)
+    }
+
+    fn limits(&self) -> Result<Limits> {
+        if !(self.timeout_secs.is_finite() && self.timeout_secs > 0.0) {
+            bail!("--plugin-timeout must be a positive number of seconds");
+        }
+        if self.memory_mib == 0 {
+            bail!("--plugin-memory must be at least 1 MiB");
+        }
+        Ok(Limits {
+            memory_bytes: self.memory_mib.saturating_mul(1024 * 1024),
+            call_timeout: Duration::from_secs_f64(self.timeout_secs),
+        })
+    }
+}
+
+/// Reads a user-named file, refusing anything but a regular file of sane size (a FIFO or a
+/// device must not hang or flood mst).
+pub(crate) fn read_input(path: &Path) -> Result<Vec<u8>> {
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    if meta.len() > MAX_INPUT_BYTES {
+        bail!("{} is larger than {} MiB", path.display(), MAX_INPUT_BYTES / (1024 * 1024));
+    }
+    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn host(home: &Home) -> Result<PluginHost> {
+    PluginHost::new(home.cache_dir())
+}
+
+fn store(home: &Home) -> InstallStore {
+    InstallStore::new(home.plugins_dir())
+}
+
+/// A plugin named on the command line: a file, else an installed plugin.
+enum PluginSource {
+    File(PathBuf),
+    Installed(Box<InstalledPlugin>),
+}
+
+impl PluginSource {
+    fn find(home: &Home, spec: &str) -> Result<Self> {
+        let path = Path::new(spec);
+        if path.exists() || spec.ends_with(".wasm") {
+            return Ok(PluginSource::File(path.to_path_buf()));
+        }
+        store(home)
+            .find(spec)
+            .map(|p| PluginSource::Installed(Box::new(p)))
+            .with_context(|| format!("`{spec}` is neither a file nor an installed plugin"))
+    }
+
+    fn bytes_and_label(&self) -> Result<(Vec<u8>, String)> {
+        match self {
+            PluginSource::File(path) => Ok((read_input(path)?, path.display().to_string())),
+            PluginSource::Installed(plugin) => Ok((
+                plugin.read_verified()?,
+                format!("{}@{}", plugin.manifest.name, plugin.manifest.version),
+            )),
+        }
+    }
+}
+
+/// Loads a plugin; a failed load becomes an error with check's exit code (2 unreadable, 1
+/// incompatible).
+fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> {
+    let (bytes, label) = PluginSource::find(home, spec)?.bytes_and_label()?;
+    LoadedPlugin::load(&host(home)?, &bytes, &label, &sandbox.grants()?, sandbox.limits()?).map_err(|failure| {
+        let code = if failure.step == FailedStep::Read { 2 } else { 1 };
+        anyhow::Error::new(Exit { code, error: anyhow::Error::new(*failure) })
+    })
+}
+
+/// Runs a `mst plugin` command and returns its exit code.
+pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
+    match command {
+        PluginCommand::Check { file, json } => {
+            let report = check(home, &file)?;
+            if json {
+                print_json(&report)?;
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(report.exit_code())
+        }
+        PluginCommand::Install { file, force, json } => {
+            let report = check(home, &file)?;
+            if !report.compatible {
+                eprint!("{}", report.render());
+                return Err(Exit {
+                    code: report.exit_code(),
+                    error: anyhow::anyhow!("not installed: {} is not compatible with this mst", file.display()),
+                }
+                .into());
+            }
+            let bytes = read_input(&file)?;
+            let installed = store(home).install(&bytes, &report, force)?;
+            if json {
+                print_json(&installed_json(&installed))?;
+            } else {
+                println!(
+                    "installed {} {} ({}, sha256:{})",
+                    installed.manifest.name, installed.manifest.version, installed.manifest.kind, installed.manifest.digest
+                );
+            }
+            Ok(0)
+        }
+        PluginCommand::List { json } => {
+            let plugins = store(home).list()?;
+            if json {
+                print_json(&plugins.iter().map(installed_json).collect::<Vec<_>>())?;
+            } else if plugins.is_empty() {
+                println!("no plugins installed in {}", home.plugins_dir().display());
+            } else {
+                println!("{:<32} {:<10} {:<16} {:<20} CAPABILITIES", "NAME", "VERSION", "KIND", "DIGEST");
+                for p in &plugins {
+                    let m = &p.manifest;
+                    let caps: Vec<String> = m.capabilities.iter().map(|c| c.to_string()).collect();
+                    println!(
+                        "{:<32} {:<10} {:<16} sha256:{:<13} {}",
+                        m.name,
+                        m.version,
+                        m.kind.as_str(),
+                        &m.digest[..12],
+                        if caps.is_empty() { "none".into() } else { caps.join(", ") }
+                    );
+                }
+            }
+            Ok(0)
+        }
+        PluginCommand::Info { plugin, json } => match PluginSource::find(home, &plugin)? {
+            PluginSource::File(path) => {
+                let report = check(home, &path)?;
+                if json {
+                    print_json(&report)?;
+                } else {
+                    print!("{}", report.render());
+                }
+                Ok(report.exit_code())
+            }
+            PluginSource::Installed(installed) => {
+                if json {
+                    let mut value = installed_json(&installed);
+                    value["check"] = serde_json::to_value(&installed.manifest.check)?;
+                    print_json(&value)?;
+                } else {
+                    println!("installed at {}", installed.wasm_path().display());
+                    print!("{}", installed.manifest.check.render());
+                }
+                Ok(0)
+            }
+        },
+        PluginCommand::Remove { plugin, json } => {
+            let removed = store(home).remove(&plugin)?;
+            if json {
+                print_json(&removed.iter().map(installed_json).collect::<Vec<_>>())?;
+            } else {
+                for p in &removed {
+                    println!("removed {} {}", p.manifest.name, p.manifest.version);
+                }
+            }
+            Ok(0)
+        }
+        PluginCommand::New { kind: NewKind::Grader, name, dir, namespace } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            scaffold::new_grader(&dir, &namespace, &name)?;
+            println!("created grader `{namespace}/grader/{name}` in {}", dir.display());
+            println!("build it:  cd {} && cargo build --release --target wasm32-wasip2", dir.display());
+            println!(
+                "check it:  mst plugin check {}/target/wasm32-wasip2/release/{}.wasm",
+                dir.display(),
+                name.replace('-', "_")
+            );
+            Ok(0)
+        }
+        PluginCommand::Grade { plugin, trial, answer, expected, options, json, sandbox } => {
+            let trial = match (trial, answer) {
+                (Some(path), _) => {
+                    let bytes = read_input(&path)?;
+                    serde_json::from_slice::<TrialRecord>(&bytes)
+                        .with_context(|| format!("{} is not a trial record", path.display()))?
+                }
+                (None, Some(answer)) => {
+                    let expected = expected
+                        .map(|e| serde_json::from_str(&e).context("--expected is not JSON (quote strings: '\"42\"')"))
+                        .transpose()?;
+                    let case = CaseRecord { id: "inline".into(), input: json!(null), expected, tags: vec![], metadata: None };
+                    TrialRecord::answered(case, &answer)
+                }
+                (None, None) => bail!("give --trial FILE or --answer TEXT"),
+            };
+            let options = normalize_options(&options)?;
+            let loaded = load(home, &plugin, &sandbox)?;
+            let score = loaded.grade(&options, &trial.to_wit())?;
+            let pass = score.pass.unwrap_or(score.value >= 1.0);
+            if json {
+                print_json(&json!({
+                    "plugin": loaded.info().name,
+                    "version": loaded.info().version,
+                    "digest": loaded.digest(),
+                    "case": trial.case.id,
+                    "value": score.value,
+                    "pass": pass,
+                    "reason": score.reason,
+                    "details": score.details.as_deref().and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()),
+                }))?;
+            } else {
+                let verdict = if pass { "pass" } else { "fail" };
+                println!("{verdict} {:.3}  {}", score.value, crate::plugin::imports::sanitize(&score.reason, 2000));
+            }
+            Ok(if pass { 0 } else { 1 })
+        }
+        PluginCommand::Resolve { plugin, file, options, json, sandbox } => {
+            let content = file.as_deref().map(read_input).transpose()?;
+            let options = normalize_options(&options)?;
+            let loaded = load(home, &plugin, &sandbox)?;
+            let cases = loaded.resolve(&options, content.as_deref())?;
+            let cases: Vec<CaseRecord> = cases
+                .into_iter()
+                .map(CaseRecord::from_wit)
+                .collect::<Result<_>>()
+                .with_context(|| format!("plugin {} returned a malformed case", loaded.info().name))?;
+            if json {
+                print_json(&cases)?;
+            } else {
+                for case in &cases {
+                    println!("{}", serde_json::to_string(case)?);
+                }
+                eprintln!("{} cases", cases.len());
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Checks that options are JSON and passes them on compactly.
+fn normalize_options(options: &str) -> Result<String> {
+    let value: serde_json::Value = serde_json::from_str(options).context("--options is not JSON")?;
+    Ok(value.to_string())
+}
+
+/// `mst plugin check`: never fails for a bad component (that is the report's job), only for
+/// a file that cannot be read.
+fn check(home: &Home, file: &Path) -> Result<CheckReport> {
+    let bytes = read_input(file).map_err(|error| Exit { code: 2, error })?;
+    let host = host(home)?;
+    let label = file.display().to_string();
+    let loaded = LoadedPlugin::load(&host, &bytes, &label, &Grants::default(), Limits::default());
+    Ok(CheckReport::new(&label, bytes.len() as u64, &loaded))
+}
+
+fn installed_json(plugin: &InstalledPlugin) -> serde_json::Value {
+    let m = &plugin.manifest;
+    json!({
+        "name": m.name,
+        "version": m.version,
+        "kind": m.kind,
+        "description": m.description,
+        "digest": m.digest,
+        "size": m.size,
+        "capabilities": m.capabilities,
+        "installedAt": m.installed_at,
+        "path": plugin.wasm_path(),
+    })
+}
+

@@ -1,0 +1,216 @@
+//! Cases, traces and trials in their stored JSON form, and their conversion to and from the
+//! plugin ABI's types. JSON values (inputs, expected values, tool arguments) stay JSON here and
+//! travel to plugins as JSON text.
+
+use crate::plugin::bindings as wit;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One evaluation case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseRecord {
+    /// Unique within the eval.
+    pub id: String,
+    /// What the client under test receives.
+    pub input: Value,
+    /// What a good answer looks like.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+/// How a trial's collection ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrialStatus {
+    /// The client ran to completion.
+    #[default]
+    Completed,
+    /// The trial's deadline passed.
+    TimedOut,
+    /// The machine, channel or client failed.
+    Infra,
+}
+
+/// What happened in one trace event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum EventKind {
+    Message { role: String, text: String },
+    #[serde(rename_all = "camelCase")]
+    ToolCall { id: String, #[serde(default)] server: Option<String>, tool: String, arguments: Value },
+    #[serde(rename_all = "camelCase")]
+    ToolResult { id: String, output: String, #[serde(default)] is_error: bool, #[serde(default)] duration_ms: u64 },
+    Log { text: String },
+    Custom { name: String, data: Value },
+}
+
+/// One entry of an append-only trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceEvent {
+    /// Position in the trace, from 0 without gaps: a `since` cursor.
+    pub seq: u64,
+    /// Milliseconds since the trial started.
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// Everything recorded while one trial ran.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TraceRecord {
+    #[serde(default)]
+    pub status: TrialStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_text: Option<String>,
+    #[serde(default)]
+    pub events: Vec<TraceEvent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub duration_ms: u64,
+}
+
+/// One repetition of one case under one variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TrialRecord {
+    pub case: CaseRecord,
+    #[serde(default = "default_variant")]
+    pub variant: String,
+    #[serde(default)]
+    pub trial: u32,
+    pub trace: TraceRecord,
+}
+
+fn default_variant() -> String {
+    "default".to_string()
+}
+
+impl TrialRecord {
+    /// A completed trial of `case` whose final answer is `text`.
+    pub fn answered(case: CaseRecord, text: &str) -> Self {
+        TrialRecord {
+            case,
+            variant: default_variant(),
+            trial: 0,
+            trace: TraceRecord { final_text: Some(text.to_string()), ..TraceRecord::default() },
+        }
+    }
+
+    /// The ABI form, for a grader.
+    pub fn to_wit(&self) -> wit::Trial {
+        wit::Trial {
+            case: self.case.to_wit(),
+            variant: self.variant.clone(),
+            trial: self.trial,
+            trace: wit::Trace {
+                status: match self.trace.status {
+                    TrialStatus::Completed => wit::TrialStatus::Completed,
+                    TrialStatus::TimedOut => wit::TrialStatus::TimedOut,
+                    TrialStatus::Infra => wit::TrialStatus::Infra,
+                },
+                final_text: self.trace.final_text.clone(),
+                events: self.trace.events.iter().map(TraceEvent::to_wit).collect(),
+                exit_code: self.trace.exit_code,
+                duration_ms: self.trace.duration_ms,
+            },
+        }
+    }
+}
+
+impl TraceEvent {
+    fn to_wit(&self) -> wit::TraceEvent {
+        let kind = match &self.kind {
+            EventKind::Message { role, text } => wit::EventKind::Message(wit::Message { role: role.clone(), text: text.clone() }),
+            EventKind::ToolCall { id, server, tool, arguments } => wit::EventKind::ToolCall(wit::ToolCall {
+                id: id.clone(),
+                server: server.clone(),
+                tool: tool.clone(),
+                arguments: arguments.to_string(),
+            }),
+            EventKind::ToolResult { id, output, is_error, duration_ms } => wit::EventKind::ToolResult(wit::ToolResult {
+                id: id.clone(),
+                output: output.clone(),
+                is_error: *is_error,
+                duration_ms: *duration_ms,
+            }),
+            EventKind::Log { text } => wit::EventKind::Log(text.clone()),
+            EventKind::Custom { name, data } => wit::EventKind::Custom(wit::CustomEvent { name: name.clone(), data: data.to_string() }),
+        };
+        wit::TraceEvent { seq: self.seq, at_ms: self.at_ms, kind }
+    }
+}
+
+impl CaseRecord {
+    /// The ABI form.
+    pub fn to_wit(&self) -> wit::Case {
+        wit::Case {
+            id: self.id.clone(),
+            input: self.input.to_string(),
+            expected: self.expected.as_ref().map(Value::to_string),
+            tags: self.tags.clone(),
+            metadata: self.metadata.as_ref().map(Value::to_string),
+        }
+    }
+
+    /// Reads a case a plugin returned; its JSON fields must be JSON.
+    pub fn from_wit(case: wit::Case) -> Result<Self> {
+        let json = |field: &str, text: &str| -> Result<Value> {
+            serde_json::from_str(text).with_context(|| format!("case `{}`: `{field}` is not JSON", case.id))
+        };
+        Ok(CaseRecord {
+            input: json("input", &case.input)?,
+            expected: case.expected.as_deref().map(|t| json("expected", t)).transpose()?,
+            metadata: case.metadata.as_deref().map(|t| json("metadata", t)).transpose()?,
+            tags: case.tags.clone(),
+            id: case.id.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trial_json_round_trips_to_the_abi() {
+        let text = r#"{
+            "case": {"id": "c1", "input": {"q": "time?"}, "expected": "12:00"},
+            "trace": {"finalText": "It is 12:00", "events": [
+                {"seq": 0, "atMs": 1, "type": "tool-call", "id": "t1", "tool": "now", "arguments": {"tz": "UTC"}},
+                {"seq": 1, "atMs": 5, "type": "tool-result", "id": "t1", "output": "12:00"}
+            ]}
+        }"#;
+        let trial: TrialRecord = serde_json::from_str(text).unwrap();
+        let wit = trial.to_wit();
+        assert_eq!(wit.case.expected.as_deref(), Some("\"12:00\""));
+        assert_eq!(wit.trace.events.len(), 2);
+        match &wit.trace.events[0].kind {
+            wit::EventKind::ToolCall(call) => assert_eq!(call.arguments, r#"{"tz":"UTC"}"#),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let err = serde_json::from_str::<TrialRecord>(r#"{"case": {"id": "c", "input": 1}, "trace": {}, "varient": "x"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("varient"), "{err}");
+    }
+
+    #[test]
+    fn cases_from_plugins_must_hold_json() {
+        let case = wit::Case { id: "c".into(), input: "not json".into(), expected: None, tags: vec![], metadata: None };
+        let err = CaseRecord::from_wit(case).unwrap_err().to_string();
+        assert!(err.contains("`input`"), "{err}");
+    }
+}

@@ -1,0 +1,298 @@
+//! Capabilities: what a plugin declares, what the operator grants, and the intersection the
+//! plugin actually receives. Nothing outside the intersection is reachable from the sandbox.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+
+/// A capability as the host records it (the WIT `capability` variant, in serde form).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Capability {
+    /// Run `program` with arguments matching `args` (`*` wildcards; empty = any).
+    Exec { program: String, args: Vec<String> },
+    /// Read files below `path`.
+    ReadDir { path: String },
+    /// Send HTTP requests to `host`.
+    Http { host: String },
+    /// Call model `provider`.
+    Model { provider: String },
+    /// Read secret `name`.
+    Secret { name: String },
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Capability::Exec { program, args } if args.is_empty() => write!(f, "exec {program} (any arguments)"),
+            Capability::Exec { program, args } => write!(f, "exec {program} {}", args.join(" ")),
+            Capability::ReadDir { path } => write!(f, "read-dir {path}"),
+            Capability::Http { host } => write!(f, "http {host}"),
+            Capability::Model { provider } => write!(f, "model {provider}"),
+            Capability::Secret { name } => write!(f, "secret {name}"),
+        }
+    }
+}
+
+impl Capability {
+    /// The command-line flag an operator uses to grant this capability.
+    pub fn grant_flag(&self) -> String {
+        match self {
+            Capability::Exec { program, .. } => format!("--allow-exec {program}"),
+            Capability::ReadDir { path } => format!("--allow-read {path}"),
+            Capability::Http { host } => format!("--allow-http {host}"),
+            Capability::Model { provider } => format!("--allow-model {provider}"),
+            Capability::Secret { name } => format!("--allow-secret {name}"),
+        }
+    }
+}
+
+/// A secret value. Its `Debug` and `Display` never show the value, so it cannot leak through
+/// a log line or an error message by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The value, for the one place that must hand it over.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// What the operator grants, from flags or the eval config.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    /// Programs that may be run (by name or absolute path).
+    pub exec: BTreeSet<String>,
+    /// Host directories that may be read.
+    pub read_dirs: Vec<PathBuf>,
+    /// HTTP hosts that may be called.
+    pub http: BTreeSet<String>,
+    /// Model providers that may be called.
+    pub models: BTreeSet<String>,
+    /// Secrets by name, with their values.
+    pub secrets: BTreeMap<String, Secret>,
+}
+
+/// One program a plugin may run, with the argument patterns it declared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecGrant {
+    pub program: String,
+    pub args: Vec<String>,
+}
+
+/// The intersection of a plugin's declaration and the operator's grants: exactly what the
+/// sandbox lets through.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Effective {
+    pub exec: Vec<ExecGrant>,
+    pub read_dirs: Vec<PathBuf>,
+    pub http: BTreeSet<String>,
+    pub models: BTreeSet<String>,
+    /// Granted secret names; values are held apart and never serialized.
+    pub secret_names: BTreeSet<String>,
+    #[serde(skip)]
+    pub(crate) secrets: BTreeMap<String, Secret>,
+}
+
+impl Effective {
+    /// Nothing at all: used while reading a plugin's own description.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Intersects `declared` with `grants`.
+    pub fn intersect(declared: &[Capability], grants: &Grants) -> Self {
+        let mut effective = Effective::default();
+        for capability in declared {
+            match capability {
+                Capability::Exec { program, args } if grants.exec.contains(program) => {
+                    effective.exec.push(ExecGrant { program: program.clone(), args: args.clone() })
+                }
+                Capability::ReadDir { path } => {
+                    let declared = normalize(Path::new(path));
+                    for granted in &grants.read_dirs {
+                        let granted = normalize(granted);
+                        if granted.starts_with(&declared) && !effective.read_dirs.contains(&granted) {
+                            effective.read_dirs.push(granted);
+                        }
+                    }
+                }
+                Capability::Http { host } if grants.http.contains(host) => {
+                    effective.http.insert(host.clone());
+                }
+                Capability::Model { provider } if grants.models.contains(provider) => {
+                    effective.models.insert(provider.clone());
+                }
+                Capability::Secret { name } => {
+                    if let Some(value) = grants.secrets.get(name) {
+                        effective.secret_names.insert(name.clone());
+                        effective.secrets.insert(name.clone(), value.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        effective
+    }
+
+    /// Whether `program args…` may run: the program is granted and every argument matches one
+    /// of its declared patterns (an empty pattern list allows any arguments).
+    pub fn allows_exec(&self, program: &str, args: &[String]) -> Result<(), String> {
+        let Some(grant) = self.exec.iter().find(|g| g.program == program) else {
+            let allowed: Vec<&str> = self.exec.iter().map(|g| g.program.as_str()).collect();
+            return Err(format!(
+                "running `{program}` is not allowed: a plugin runs only programs it declares and \
+                 the operator grants (--allow-exec {program}); this plugin may run: {}",
+                if allowed.is_empty() { "nothing".to_string() } else { allowed.join(", ") }
+            ));
+        };
+        if grant.args.is_empty() {
+            return Ok(());
+        }
+        match args.iter().find(|a| !grant.args.iter().any(|p| glob_match(p, a))) {
+            None => Ok(()),
+            Some(bad) => Err(format!(
+                "argument {bad:?} to `{program}` matches none of the declared patterns {:?}",
+                grant.args
+            )),
+        }
+    }
+
+    /// A secret's value, if granted.
+    pub fn secret(&self, name: &str) -> Option<&Secret> {
+        self.secrets.get(name)
+    }
+}
+
+/// Declared capabilities that the grants leave out, for warnings.
+pub fn not_granted(declared: &[Capability], effective: &Effective) -> Vec<Capability> {
+    declared
+        .iter()
+        .filter(|c| match c {
+            Capability::Exec { program, .. } => !effective.exec.iter().any(|g| &g.program == program),
+            Capability::ReadDir { path } => {
+                let d = normalize(Path::new(path));
+                !effective.read_dirs.iter().any(|g| g.starts_with(&d))
+            }
+            Capability::Http { host } => !effective.http.contains(host),
+            Capability::Model { provider } => !effective.models.contains(provider),
+            Capability::Secret { name } => !effective.secret_names.contains(name),
+        })
+        .cloned()
+        .collect()
+}
+
+/// Lexically normalizes a path (no file system access): drops `.` and resolves `..` so that
+/// `starts_with` cannot be fooled by `/tmp/../etc`.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Matches `text` against `pattern`, where `*` matches any run of characters.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(at) => rest = &rest[at + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec(program: &str, args: &[&str]) -> Capability {
+        Capability::Exec { program: program.into(), args: args.iter().map(|s| s.to_string()).collect() }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("--port=*", "--port=22"));
+        assert!(!glob_match("--port=*", "-oProxyCommand=x"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "acb"));
+        assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
+    }
+
+    #[test]
+    fn exec_needs_declaration_and_grant() {
+        let declared = [exec("ssh", &["-p", "*"])];
+        let mut grants = Grants::default();
+        let none = Effective::intersect(&declared, &grants);
+        assert!(none.allows_exec("ssh", &[]).unwrap_err().contains("--allow-exec ssh"));
+
+        grants.exec.insert("ssh".into());
+        grants.exec.insert("sh".into());
+        let some = Effective::intersect(&declared, &grants);
+        assert!(some.allows_exec("ssh", &["-p".into(), "2222".into()]).is_ok());
+        assert!(some.allows_exec("ssh", &["-oProxyCommand=x".into()]).is_err());
+        assert!(some.allows_exec("sh", &[]).is_err(), "granted but not declared");
+    }
+
+    #[test]
+    fn read_dirs_must_lie_inside_a_declared_dir() {
+        let declared = [Capability::ReadDir { path: "/data".into() }];
+        let grants = Grants {
+            read_dirs: vec!["/data/evals".into(), "/etc".into(), "/data/../etc".into()],
+            ..Grants::default()
+        };
+        let effective = Effective::intersect(&declared, &grants);
+        assert_eq!(effective.read_dirs, vec![PathBuf::from("/data/evals")]);
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let secret = Secret::new("hunter2");
+        assert!(!format!("{secret:?}").contains("hunter2"));
+        let declared = [Capability::Secret { name: "TOKEN".into() }];
+        let mut grants = Grants::default();
+        grants.secrets.insert("TOKEN".into(), secret);
+        let effective = Effective::intersect(&declared, &grants);
+        assert_eq!(effective.secret("TOKEN").unwrap().expose(), "hunter2");
+        assert!(!serde_json::to_string(&effective).unwrap().contains("hunter2"));
+        assert!(!format!("{effective:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn not_granted_lists_the_rest() {
+        let declared = [exec("echo", &[]), Capability::Model { provider: "anthropic".into() }];
+        let grants = Grants { exec: ["echo".to_string()].into(), ..Grants::default() };
+        let effective = Effective::intersect(&declared, &grants);
+        assert_eq!(not_granted(&declared, &effective), vec![declared[1].clone()]);
+    }
+}

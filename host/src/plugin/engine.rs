@@ -1,0 +1,93 @@
+//! The plugin host's one wasmtime `Engine`, its epoch ticker, and the shared `Linker`.
+//!
+//! This module and [`super::sandbox`] are the only places that configure wasmtime, so that a
+//! wasmtime upgrade touches one corner of the code base.
+
+use super::cache::{ArtifactCache, CacheOutcome};
+use super::sandbox::State;
+use anyhow::Result;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine};
+
+/// How often the epoch advances; the granularity of every call's wall-time cap.
+pub const TICK: Duration = Duration::from_millis(5);
+
+/// The epoch deadline (in ticks from now) for a call allowed to take `limit`.
+pub(crate) fn ticks_for(limit: Duration) -> u64 {
+    (limit.as_millis() / TICK.as_millis()).max(1) as u64 + 1
+}
+
+/// Owns the engine, the linker with every host import, and the compiled-artifact caches.
+pub struct PluginHost {
+    engine: Engine,
+    linker: Linker<State>,
+    cache: ArtifactCache,
+    /// Components already compiled or deserialized by this process, by digest.
+    compiled: Mutex<HashMap<String, Component>>,
+}
+
+impl PluginHost {
+    /// A host whose artifact cache lives in `cache_dir`.
+    pub fn new(cache_dir: PathBuf) -> Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
+        spawn_epoch_ticker(&engine);
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
+        // The grader world imports every host interface, so its generated `add_to_linker`
+        // provides the imports of all worlds.
+        super::bindings::grader::Grader::add_to_linker::<State, HasSelf<State>>(&mut linker, |state| state)
+            .map_err(anyhow::Error::from)?;
+
+        let cache = ArtifactCache::new(cache_dir, &engine);
+        Ok(Self { engine, linker, cache, compiled: Mutex::new(HashMap::new()) })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The linker holding every host import.
+    pub(crate) fn linker(&self) -> &Linker<State> {
+        &self.linker
+    }
+
+    /// The artifact cache.
+    pub fn cache(&self) -> &ArtifactCache {
+        &self.cache
+    }
+
+    /// The compiled component for `bytes` (sha256 `digest`): from memory, the disk cache, or
+    /// compiled now.
+    pub fn compile(&self, digest: &str, bytes: &[u8]) -> Result<(Component, CacheOutcome)> {
+        if let Some(component) = self.compiled.lock().expect("cache lock").get(digest) {
+            return Ok((component.clone(), CacheOutcome::Hit));
+        }
+        let (component, outcome) = self.cache.load_or_compile(&self.engine, digest, bytes)?;
+        self.compiled.lock().expect("cache lock").insert(digest.to_string(), component.clone());
+        Ok((component, outcome))
+    }
+}
+
+/// Advances the engine's epoch every [`TICK`] until the engine is dropped.
+fn spawn_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("mst-epoch".into())
+        .spawn(move || loop {
+            std::thread::sleep(TICK);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => return,
+            }
+        })
+        .expect("spawn the epoch ticker thread");
+}

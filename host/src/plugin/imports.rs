@@ -1,0 +1,238 @@
+//! Host functions a plugin may import. Every capability-gated call checks the store's
+//! effective grants first and fails with `error-code::denied`, naming the plugin and what to
+//! grant, before anything happens on the host.
+
+use super::bindings::grader::mst::plugin::{exec, http, log, model, secrets, types};
+use super::bindings::{ErrorCode, PluginError};
+use super::sandbox::State;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Log lines one call may write; the rest are dropped with one warning.
+const MAX_LOG_LINES: u32 = 1_000;
+/// Characters kept of one log line.
+const MAX_LOG_CHARS: usize = 4_096;
+/// Bytes kept of a program's stdout or stderr.
+const MAX_EXEC_OUTPUT: usize = 16 * 1024 * 1024;
+/// Host cap on one program run, whatever the plugin asks.
+const MAX_EXEC_TIME: Duration = Duration::from_secs(300);
+
+fn denied(message: String) -> PluginError {
+    PluginError { code: ErrorCode::Denied, message }
+}
+
+fn unavailable(message: String) -> PluginError {
+    PluginError { code: ErrorCode::Unavailable, message }
+}
+
+/// Makes plugin text safe for a terminal and a log file: control characters escaped, length
+/// capped.
+pub(crate) fn sanitize(text: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max_chars));
+    for (count, c) in text.chars().enumerate() {
+        if count == max_chars {
+            out.push('…');
+            break;
+        }
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl types::Host for State {}
+
+impl log::Host for State {
+    fn log(&mut self, level: log::Level, message: String) {
+        self.log_lines += 1;
+        let plugin = self.identity.label.as_str();
+        if self.log_lines > MAX_LOG_LINES {
+            if self.log_lines == MAX_LOG_LINES + 1 {
+                tracing::warn!(plugin, "more than {MAX_LOG_LINES} log lines in one call; dropping the rest");
+            }
+            return;
+        }
+        let message = sanitize(&message, MAX_LOG_CHARS);
+        match level {
+            log::Level::Trace => tracing::trace!(plugin, "{message}"),
+            log::Level::Debug => tracing::debug!(plugin, "{message}"),
+            log::Level::Info => tracing::info!(plugin, "{message}"),
+            log::Level::Warn => tracing::warn!(plugin, "{message}"),
+            log::Level::Error => tracing::error!(plugin, "{message}"),
+        }
+    }
+}
+
+impl exec::Host for State {
+    fn run(
+        &mut self,
+        program: String,
+        args: Vec<String>,
+        stdin: Vec<u8>,
+        timeout_ms: u32,
+    ) -> Result<exec::ExecOutput, PluginError> {
+        if let Err(why) = self.grants.allows_exec(&program, &args) {
+            return Err(denied(why));
+        }
+        // Never wait past the call's own wall-time cap: epoch interruption cannot stop a host
+        // function, so the host call must stop itself.
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        let timeout = Duration::from_millis(timeout_ms.into()).min(remaining).min(MAX_EXEC_TIME);
+        run_program(&program, &args, stdin, timeout).map_err(|e| {
+            unavailable(format!("running `{program}` failed: {e}"))
+        })
+    }
+}
+
+impl secrets::Host for State {
+    fn get(&mut self, name: String) -> Result<String, PluginError> {
+        match self.grants.secret(&name) {
+            Some(value) => Ok(value.expose().to_string()),
+            None => Err(denied(
+                format!("secret `{name}` is not granted (declare it and grant it with --allow-secret {name})"),
+            )),
+        }
+    }
+}
+
+/// The host part of an `http://` or `https://` URL, or `None` for anything else.
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"))?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    // Userinfo (`user@host`) is refused outright: it makes the host ambiguous to readers.
+    (!authority.is_empty() && !authority.contains('@')).then_some(authority)
+}
+
+impl http::Host for State {
+    fn send(&mut self, request: http::Request) -> Result<http::Response, PluginError> {
+        let Some(host) = url_host(&request.url) else {
+            return Err(PluginError {
+                code: ErrorCode::InvalidInput,
+                message: format!("`{}` is not an http:// or https:// URL with a host", request.url),
+            });
+        };
+        let bare = host.split(':').next().unwrap_or(host);
+        if !self.grants.http.contains(host) && !self.grants.http.contains(bare) {
+            return Err(denied(
+                format!("HTTP to `{host}` is not granted (declare it and grant it with --allow-http {bare})"),
+            ));
+        }
+        Err(unavailable(format!(
+            "outbound HTTP through the host is part of the ABI but not implemented in mst {} yet",
+            env!("CARGO_PKG_VERSION")
+        )))
+    }
+}
+
+impl model::Host for State {
+    fn complete(&mut self, request: model::CompletionRequest) -> Result<model::Completion, PluginError> {
+        if !self.grants.models.contains(&request.provider) {
+            return Err(denied(
+                format!(
+                    "model provider `{}` is not granted (declare it and grant it with --allow-model {})",
+                    request.provider, request.provider
+                ),
+            ));
+        }
+        Err(unavailable(format!(
+            "model calls through the host are part of the ABI but not implemented in mst {} yet",
+            env!("CARGO_PKG_VERSION")
+        )))
+    }
+}
+
+/// Reads at most `cap` bytes from `reader`, then drains the rest so the writer never blocks.
+fn read_capped(mut reader: impl Read, cap: usize) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+}
+
+/// Runs `program` without a shell, with only `PATH` in its environment, killing it at `timeout`.
+fn run_program(
+    program: &str,
+    args: &[String],
+    stdin: Vec<u8>,
+    timeout: Duration,
+) -> Result<exec::ExecOutput, String> {
+    let mut command = Command::new(program);
+    command.args(args).env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(path) = std::env::var_os("PATH") {
+        command.env("PATH", path);
+    }
+    let mut child = command.spawn().map_err(|e| e.to_string())?;
+    let mut input = child.stdin.take().expect("stdin is piped");
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let out_reader = std::thread::spawn(move || read_capped(stdout, MAX_EXEC_OUTPUT));
+    let err_reader = std::thread::spawn(move || read_capped(stderr, MAX_EXEC_OUTPUT));
+
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if started.elapsed() >= timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("timed out after {} ms and was killed", timeout.as_millis()));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let _ = writer.join();
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    Ok(exec::ExecOutput { status: status.code().unwrap_or(-1), stdout, stderr })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_escapes_and_caps() {
+        assert_eq!(sanitize("a\x1b[31mb\n", 100), "a\\u{1b}[31mb\\n");
+        assert_eq!(sanitize("abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn url_hosts() {
+        assert_eq!(url_host("https://api.example.com/v1?q"), Some("api.example.com"));
+        assert_eq!(url_host("http://localhost:8080"), Some("localhost:8080"));
+        assert_eq!(url_host("https://evil@api.example.com/"), None);
+        assert_eq!(url_host("file:///etc/passwd"), None);
+    }
+
+    #[test]
+    fn programs_time_out_and_are_killed() {
+        let started = Instant::now();
+        let err = run_program("sleep", &["5".into()], Vec::new(), Duration::from_millis(100)).unwrap_err();
+        assert!(err.contains("timed out"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(4));
+    }
+
+    #[test]
+    fn programs_get_stdin_and_no_environment() {
+        let out = run_program("cat", &[], b"piped".to_vec(), Duration::from_secs(5)).unwrap();
+        assert_eq!((out.status, out.stdout.as_slice()), (0, b"piped".as_slice()));
+        std::env::set_var("MST_TEST_LEAK", "leaked");
+        let out = run_program("env", &[], Vec::new(), Duration::from_secs(5)).unwrap();
+        let env = String::from_utf8_lossy(&out.stdout);
+        assert!(!env.contains("MST_TEST_LEAK") && env.contains("PATH="), "{env}");
+    }
+}

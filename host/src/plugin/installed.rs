@@ -1,0 +1,215 @@
+//! The install store: `$MST_HOME/plugins/<namespace>/<kind>/<name>/<version>/`, holding the
+//! component (`plugin.wasm`) and `manifest.json` (identity, digest, capabilities, and the check
+//! report it passed). A plugin's digest is verified every time it is read back, so a file
+//! changed after install is refused rather than run.
+
+use super::check::CheckReport;
+use super::loaded::{digest, valid_name};
+use super::Kind;
+use crate::plugin::capabilities::Capability;
+use anyhow::{bail, Context, Result};
+use semver::Version;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+const WASM_FILE: &str = "plugin.wasm";
+const MANIFEST_FILE: &str = "manifest.json";
+
+/// What the store records about an installed plugin.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub name: String,
+    pub version: String,
+    pub kind: Kind,
+    pub description: String,
+    /// sha256 of `plugin.wasm`, lowercase hex.
+    pub digest: String,
+    pub size: u64,
+    pub capabilities: Vec<Capability>,
+    /// Seconds since the Unix epoch.
+    pub installed_at: u64,
+    /// The check report the plugin passed at install time.
+    pub check: CheckReport,
+}
+
+/// One installed plugin.
+#[derive(Debug, Clone)]
+pub struct InstalledPlugin {
+    pub manifest: Manifest,
+    dir: PathBuf,
+}
+
+impl InstalledPlugin {
+    /// The component file.
+    pub fn wasm_path(&self) -> PathBuf {
+        self.dir.join(WASM_FILE)
+    }
+
+    /// The component's bytes, after checking they still have the recorded digest.
+    pub fn read_verified(&self) -> Result<Vec<u8>> {
+        let path = self.wasm_path();
+        let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let actual = digest(&bytes);
+        if actual != self.manifest.digest {
+            bail!(
+                "installed plugin {} {} was modified after install (digest {actual}, recorded {}); \
+                 reinstall it with `mst plugin install --force FILE`",
+                self.manifest.name,
+                self.manifest.version,
+                self.manifest.digest
+            );
+        }
+        Ok(bytes)
+    }
+}
+
+/// The directory of installed plugins.
+pub struct InstallStore {
+    dir: PathBuf,
+}
+
+/// Splits `name@version` (version optional).
+fn split_spec(spec: &str) -> Result<(&str, Option<Version>)> {
+    let (name, version) = match spec.split_once('@') {
+        Some((name, v)) => (
+            name,
+            Some(Version::parse(v).with_context(|| format!("`{v}` in `{spec}` is not a version like 1.2.0"))?),
+        ),
+        None => (spec, None),
+    };
+    if !valid_name(name) {
+        bail!("`{name}` is not a plugin name: names look like `namespace/kind/name`, e.g. `mst/grader/contains`");
+    }
+    Ok((name, version))
+}
+
+impl InstallStore {
+    /// The store in `dir` (usually `$MST_HOME/plugins`).
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// Stores a checked, compatible component. Refuses to replace a different build of the
+    /// same name and version unless `force`.
+    pub fn install(&self, bytes: &[u8], report: &CheckReport, force: bool) -> Result<InstalledPlugin> {
+        let (Some(name), Some(version), Some(kind), true) =
+            (&report.name, &report.version, report.kind, report.compatible)
+        else {
+            bail!("{} is not compatible with this mst; run `mst plugin check {}` for why", report.file, report.file);
+        };
+        // The name and version come from the plugin: check them again before they become a path.
+        if !valid_name(name) {
+            bail!("refusing to install: plugin name {name:?} is not `namespace/kind/name`");
+        }
+        let version = Version::parse(version).context("refusing to install: the plugin's version is not semver")?;
+        let target = self.dir.join(name).join(version.to_string());
+        if let Ok(existing) = self.read(&target) {
+            if existing.manifest.digest == report.digest {
+                return Ok(existing);
+            }
+            if !force {
+                bail!(
+                    "{name} {version} is already installed with another digest (sha256:{}); bump \
+                     the plugin's version, or pass --force to replace it",
+                    existing.manifest.digest
+                );
+            }
+        }
+        let parent = target.parent().expect("target has a parent");
+        crate::home::create_private_dir(parent)?;
+        let staging = tempfile::tempdir_in(parent).with_context(|| format!("cannot stage in {}", parent.display()))?;
+        std::fs::write(staging.path().join(WASM_FILE), bytes)?;
+        let manifest = Manifest {
+            name: name.clone(),
+            version: version.to_string(),
+            kind,
+            description: report.description.clone().unwrap_or_default(),
+            digest: report.digest.clone(),
+            size: bytes.len() as u64,
+            capabilities: report.capabilities.clone(),
+            installed_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            check: report.clone(),
+        };
+        std::fs::write(staging.path().join(MANIFEST_FILE), serde_json::to_vec_pretty(&manifest)?)?;
+        if target.exists() {
+            std::fs::remove_dir_all(&target).with_context(|| format!("cannot replace {}", target.display()))?;
+        }
+        let staged = staging.keep();
+        std::fs::rename(&staged, &target).with_context(|| format!("cannot move plugin into {}", target.display()))?;
+        self.read(&target)
+    }
+
+    fn read(&self, dir: &Path) -> Result<InstalledPlugin> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let manifest: Manifest =
+            serde_json::from_str(&text).with_context(|| format!("{} is damaged", path.display()))?;
+        Ok(InstalledPlugin { manifest, dir: dir.to_path_buf() })
+    }
+
+    /// Every installed plugin, sorted by name then version.
+    pub fn list(&self) -> Result<Vec<InstalledPlugin>> {
+        let mut found = Vec::new();
+        // namespace / kind / name / version: four levels of real directories (links are skipped).
+        let mut level = vec![self.dir.clone()];
+        for _ in 0..4 {
+            let mut next = Vec::new();
+            for dir in level {
+                let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+                for entry in entries.flatten() {
+                    if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        next.push(entry.path());
+                    }
+                }
+            }
+            level = next;
+        }
+        for dir in level {
+            match self.read(&dir) {
+                Ok(plugin) => found.push(plugin),
+                Err(e) => tracing::warn!("skipping {}: {e:#}", dir.display()),
+            }
+        }
+        found.sort_by(|a, b| {
+            let version = |p: &InstalledPlugin| Version::parse(&p.manifest.version).ok();
+            a.manifest.name.cmp(&b.manifest.name).then(version(a).cmp(&version(b)))
+        });
+        Ok(found)
+    }
+
+    /// Installed plugins matching `name` (every version) or `name@version`, oldest first.
+    fn matching(&self, spec: &str) -> Result<Vec<InstalledPlugin>> {
+        let (name, version) = split_spec(spec)?;
+        let found: Vec<InstalledPlugin> = self
+            .list()?
+            .into_iter()
+            .filter(|p| p.manifest.name == name)
+            .filter(|p| version.as_ref().is_none_or(|v| p.manifest.version == v.to_string()))
+            .collect();
+        if found.is_empty() {
+            bail!("no installed plugin `{spec}`; `mst plugin list` shows what is installed");
+        }
+        Ok(found)
+    }
+
+    /// The plugin `name` (newest version) or `name@version`.
+    pub fn find(&self, spec: &str) -> Result<InstalledPlugin> {
+        let newest = self.matching(spec)?.pop();
+        Ok(newest.expect("matching returns at least one plugin"))
+    }
+
+    /// Removes `name` (every version) or `name@version`; returns what was removed.
+    pub fn remove(&self, spec: &str) -> Result<Vec<InstalledPlugin>> {
+        let doomed = self.matching(spec)?;
+        for plugin in &doomed {
+            std::fs::remove_dir_all(&plugin.dir).with_context(|| format!("cannot remove {}", plugin.dir.display()))?;
+        }
+        // Tidy the now-empty name directory; a failure here leaves only an empty folder.
+        let _ = std::fs::remove_dir(self.dir.join(&doomed[0].manifest.name));
+        Ok(doomed)
+    }
+}

@@ -1,0 +1,495 @@
+//! A compiled, checked plugin and its typed calls.
+//!
+//! Loading runs the whole static check first (nothing incompatible is ever instantiated), then
+//! compiles through the cache, pre-instantiates once, and reads the plugin's own description
+//! with no capabilities granted. Every later call gets a fresh `Store`, so no state, and no
+//! instance that trapped, survives from one call to the next.
+
+use super::bindings::{self, ErrorCode, PluginError};
+use super::cache::CacheOutcome;
+use super::capabilities::{Capability, Effective, Grants};
+use super::engine::PluginHost;
+use super::imports::sanitize;
+use super::inspect::{self, Kind, Problem, Severity, Surface, Unreadable};
+use super::sandbox::{self, Identity, Limits, State};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::component::InstancePre;
+use wasmtime::{Store, Trap};
+
+/// What a plugin says about itself (its `info` export), as the host records it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Info {
+    /// `namespace/kind/name`.
+    pub name: String,
+    /// Semantic version.
+    pub version: String,
+    /// One line.
+    pub description: String,
+    /// Everything it may ask for.
+    pub capabilities: Vec<Capability>,
+    /// JSON Schema of its options.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options_schema: Option<serde_json::Value>,
+}
+
+/// The sha256 of `bytes`, as lowercase hex.
+pub fn digest(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The world bindings, pre-instantiated once per plugin.
+enum WorldPre {
+    Grader(bindings::grader::GraderPre<State>),
+    Pairwise(bindings::pairwise::PairwiseGraderPre<State>),
+    Dataset(bindings::dataset::DatasetPre<State>),
+    Runner(bindings::runner::RunnerPre<State>),
+}
+
+impl WorldPre {
+    fn new(kind: Kind, pre: InstancePre<State>) -> wasmtime::Result<Self> {
+        Ok(match kind {
+            Kind::Grader => WorldPre::Grader(bindings::grader::GraderPre::new(pre)?),
+            Kind::PairwiseGrader => WorldPre::Pairwise(bindings::pairwise::PairwiseGraderPre::new(pre)?),
+            Kind::Dataset => WorldPre::Dataset(bindings::dataset::DatasetPre::new(pre)?),
+            Kind::Runner => WorldPre::Runner(bindings::runner::RunnerPre::new(pre)?),
+        })
+    }
+
+    /// Calls the `info` export every world has.
+    fn info(&self, store: &mut Store<State>) -> wasmtime::Result<bindings::PluginInfo> {
+        match self {
+            WorldPre::Grader(pre) => pre.instantiate(&mut *store)?.mst_plugin_plugin().call_info(store),
+            WorldPre::Pairwise(pre) => pre.instantiate(&mut *store)?.mst_plugin_plugin().call_info(store),
+            WorldPre::Dataset(pre) => pre.instantiate(&mut *store)?.mst_plugin_plugin().call_info(store),
+            WorldPre::Runner(pre) => pre.instantiate(&mut *store)?.mst_plugin_plugin().call_info(store),
+        }
+    }
+}
+
+/// Which step of loading failed, which decides `mst plugin check`'s exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailedStep {
+    /// Not a readable component (exit 2).
+    Read,
+    /// Readable, but this host cannot use it (exit 1).
+    Compatibility,
+}
+
+/// A plugin that could not be loaded, with everything learned before the failure.
+#[derive(Debug)]
+pub struct LoadError {
+    /// Which step failed.
+    pub step: FailedStep,
+    /// What the file was called, for messages.
+    pub label: String,
+    /// sha256 of the bytes.
+    pub digest: String,
+    /// Imports and exports, when the component could be read.
+    pub surface: Option<Surface>,
+    /// The kind its exports name.
+    pub kind: Option<Kind>,
+    /// Its own description, when it could be read.
+    pub info: Option<Info>,
+    /// Why it failed (errors) and anything else noticed (warnings).
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.step {
+            FailedStep::Read => "is not a readable plugin component",
+            FailedStep::Compatibility => "is not compatible with this mst",
+        };
+        write!(f, "{} {what}", self.label)?;
+        for problem in self.problems.iter().filter(|p| p.severity == Severity::Error) {
+            write!(f, "\n  - {}", problem.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// A failed call into a plugin. Each variant names the plugin and its version.
+#[derive(Debug)]
+pub enum CallError {
+    /// The plugin returned an error of its own.
+    Plugin { plugin: String, code: ErrorCode, message: String },
+    /// The call ran past its wall-time cap and was stopped.
+    Timeout { plugin: String, limit: Duration, stderr: String },
+    /// The plugin hit its memory cap.
+    OutOfMemory { plugin: String, limit: usize, stderr: String },
+    /// The plugin trapped (a panic in Rust plugins), or broke the ABI's rules.
+    Trap { plugin: String, trap: String, stderr: String },
+}
+
+fn code_name(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::InvalidOptions => "invalid options",
+        ErrorCode::InvalidInput => "invalid input",
+        ErrorCode::Denied => "denied",
+        ErrorCode::Unavailable => "unavailable",
+        ErrorCode::Internal => "internal error",
+    }
+}
+
+fn with_stderr(f: &mut fmt::Formatter<'_>, stderr: &str) -> fmt::Result {
+    if stderr.trim().is_empty() {
+        return Ok(());
+    }
+    write!(f, "\n  plugin stderr:")?;
+    for line in stderr.lines() {
+        write!(f, "\n    {line}")?;
+    }
+    Ok(())
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::Plugin { plugin, code, message } => {
+                write!(f, "plugin {plugin} failed ({}): {}", code_name(*code), sanitize(message, 4096))
+            }
+            CallError::Timeout { plugin, limit, stderr } => {
+                write!(
+                    f,
+                    "plugin {plugin} was stopped after its time limit of {:.1}s (raise it with \
+                     --plugin-timeout)",
+                    limit.as_secs_f64()
+                )?;
+                with_stderr(f, stderr)
+            }
+            CallError::OutOfMemory { plugin, limit, stderr } => {
+                write!(
+                    f,
+                    "plugin {plugin} ran out of memory: it may use {} MiB (raise it with --plugin-memory)",
+                    limit / (1024 * 1024)
+                )?;
+                with_stderr(f, stderr)
+            }
+            CallError::Trap { plugin, trap, stderr } => {
+                write!(f, "plugin {plugin} crashed: {trap}")?;
+                with_stderr(f, stderr)
+            }
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+impl CallError {
+    /// The error a plugin returned itself, if that is what this is.
+    pub fn plugin_code(&self) -> Option<ErrorCode> {
+        match self {
+            CallError::Plugin { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// The last lines of captured stderr, sanitized for a terminal.
+fn stderr_tail(state: &State) -> String {
+    let text = state.stderr();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(20)..];
+    sanitize(tail.join("\n").trim(), 4096).replace("\\n", "\n")
+}
+
+/// A loaded plugin: compiled, checked, described, ready to call.
+pub struct LoadedPlugin {
+    label: String,
+    digest: String,
+    size: usize,
+    surface: Surface,
+    kind: Kind,
+    info: Info,
+    warnings: Vec<Problem>,
+    cache: CacheOutcome,
+    engine: wasmtime::Engine,
+    world: WorldPre,
+    identity: Arc<Identity>,
+    grants: Arc<Effective>,
+    limits: Limits,
+}
+
+/// Converts the WIT description into the host's record, checking what the host relies on.
+fn describe(raw: bindings::PluginInfo, surface: &Surface, problems: &mut Vec<Problem>) -> Info {
+    let capabilities: Vec<Capability> = raw
+        .capabilities
+        .into_iter()
+        .map(|c| match c {
+            bindings::WitCapability::Exec(e) => Capability::Exec { program: e.program, args: e.args },
+            bindings::WitCapability::ReadDir(path) => Capability::ReadDir { path },
+            bindings::WitCapability::Http(host) => Capability::Http { host },
+            bindings::WitCapability::Model(provider) => Capability::Model { provider },
+            bindings::WitCapability::Secret(name) => Capability::Secret { name },
+        })
+        .collect();
+    if !valid_name(&raw.name) {
+        problems.push(Problem::error(format!(
+            "declares the name {:?}; a plugin name is `namespace/kind/name` in lowercase letters, \
+             digits and dashes, e.g. `acme/grader/exact`",
+            sanitize(&raw.name, 200)
+        )));
+    }
+    if semver::Version::parse(&raw.version).is_err() {
+        problems.push(Problem::error(format!(
+            "declares the version {:?}, which is not a semantic version like `1.2.0`",
+            sanitize(&raw.version, 100)
+        )));
+    }
+    let options_schema = raw.options_schema.and_then(|text| match serde_json::from_str(&text) {
+        Ok(schema) => Some(schema),
+        Err(e) => {
+            problems.push(Problem::error(format!("declares an options schema that is not JSON: {e}")));
+            None
+        }
+    });
+    for (interface, declared) in [
+        ("exec", capabilities.iter().any(|c| matches!(c, Capability::Exec { .. }))),
+        ("http", capabilities.iter().any(|c| matches!(c, Capability::Http { .. }))),
+        ("model", capabilities.iter().any(|c| matches!(c, Capability::Model { .. }))),
+        ("secrets", capabilities.iter().any(|c| matches!(c, Capability::Secret { .. }))),
+    ] {
+        if surface.imports_host_interface(interface) && !declared {
+            problems.push(Problem::warning(format!(
+                "imports mst:plugin/{interface} but declares no {interface} capability, so every \
+                 such call will be denied"
+            )));
+        }
+    }
+    Info {
+        name: sanitize(&raw.name, 200),
+        version: sanitize(&raw.version, 100),
+        description: sanitize(&raw.description, 1000),
+        capabilities,
+        options_schema,
+    }
+}
+
+/// `namespace/kind/name`: three segments of `[a-z0-9][a-z0-9-]*`, at most 128 bytes.
+pub fn valid_name(name: &str) -> bool {
+    let segments: Vec<&str> = name.split('/').collect();
+    name.len() <= 128
+        && segments.len() == 3
+        && segments.iter().all(|s| {
+            s.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+impl LoadedPlugin {
+    /// Loads `bytes` (called `label` in messages) with the operator's `grants` and `limits`.
+    pub fn load(
+        host: &PluginHost,
+        bytes: &[u8],
+        label: &str,
+        grants: &Grants,
+        limits: Limits,
+    ) -> Result<Self, Box<LoadError>> {
+        let digest = digest(bytes);
+        let mut failure = LoadError {
+            step: FailedStep::Read,
+            label: label.to_string(),
+            digest: digest.clone(),
+            surface: None,
+            kind: None,
+            info: None,
+            problems: Vec::new(),
+        };
+        let surface = match inspect::inspect(bytes) {
+            Ok(surface) => surface,
+            Err(why @ (Unreadable::NotWasm | Unreadable::CoreModule | Unreadable::Malformed(_))) => {
+                failure.problems.push(Problem::error(why.to_string()));
+                return Err(Box::new(failure));
+            }
+        };
+        let assessment = surface.assess();
+        failure.surface = Some(surface.clone());
+        failure.kind = assessment.kind;
+        failure.problems = assessment.problems.clone();
+        let kind = match assessment.kind {
+            Some(kind) if assessment.compatible() => kind,
+            _ => {
+                failure.step = FailedStep::Compatibility;
+                return Err(Box::new(failure));
+            }
+        };
+
+        let (component, cache) = match host.compile(&digest, bytes) {
+            Ok(compiled) => compiled,
+            Err(e) => {
+                failure.problems.push(Problem::error(format!("cannot compile: {e:#}")));
+                return Err(Box::new(failure));
+            }
+        };
+        failure.step = FailedStep::Compatibility;
+        let world = match host
+            .linker()
+            .instantiate_pre(&component)
+            .and_then(|pre| WorldPre::new(kind, pre))
+        {
+            Ok(world) => world,
+            Err(e) => {
+                failure.problems.push(Problem::error(format!("cannot link against this host: {e:#}")));
+                return Err(Box::new(failure));
+            }
+        };
+
+        // Read the description with nothing granted: `info` must be pure.
+        let mut plugin = LoadedPlugin {
+            label: label.to_string(),
+            digest,
+            size: bytes.len(),
+            surface,
+            kind,
+            info: Info {
+                name: String::new(),
+                version: String::new(),
+                description: String::new(),
+                capabilities: Vec::new(),
+                options_schema: None,
+            },
+            warnings: Vec::new(),
+            cache,
+            engine: host.engine().clone(),
+            world,
+            identity: Arc::new(Identity { label: label.to_string() }),
+            grants: Arc::new(Effective::none()),
+            limits,
+        };
+        let raw = match plugin.call(|world, store| world.info(store)) {
+            Ok(raw) => raw,
+            Err(e) => {
+                failure.problems.push(Problem::error(format!("its `info` export failed: {e}")));
+                return Err(Box::new(failure));
+            }
+        };
+        let mut problems = failure.problems.clone();
+        let info = describe(raw, &plugin.surface, &mut problems);
+        if problems.iter().any(|p| p.severity == Severity::Error) {
+            failure.info = Some(info);
+            failure.problems = problems;
+            return Err(Box::new(failure));
+        }
+        plugin.identity = Arc::new(Identity { label: format!("{} {}", info.name, info.version) });
+        plugin.grants = Arc::new(Effective::intersect(&info.capabilities, grants));
+        plugin.info = info;
+        plugin.warnings = problems;
+        Ok(plugin)
+    }
+
+    /// Runs `f` in a fresh store and turns traps into [`CallError`]s.
+    fn call<R>(
+        &self,
+        f: impl FnOnce(&WorldPre, &mut Store<State>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let plugin = self.identity.label.clone();
+        let mut store = sandbox::new_store(&self.engine, self.identity.clone(), self.grants.clone(), self.limits)
+            .map_err(|e| CallError::Trap { plugin: plugin.clone(), trap: format!("{e:#}"), stderr: String::new() })?;
+        let result = f(&self.world, &mut store);
+        let error = match result {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        let state = store.data();
+        let stderr = stderr_tail(state);
+        if state.memory.refused {
+            return Err(CallError::OutOfMemory { plugin, limit: self.limits.memory_bytes, stderr });
+        }
+        if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+            return Err(CallError::Timeout { plugin, limit: self.limits.call_timeout, stderr });
+        }
+        let trap = match error.downcast_ref::<Trap>() {
+            Some(trap) => trap.to_string(),
+            None => format!("{error:#}"),
+        };
+        Err(CallError::Trap { plugin, trap, stderr })
+    }
+
+    fn plugin_error(&self, error: PluginError) -> CallError {
+        CallError::Plugin { plugin: self.identity.label.clone(), code: error.code, message: error.message }
+    }
+
+    /// Scores one trial (grader plugins).
+    pub fn grade(&self, options: &str, trial: &bindings::Trial) -> Result<bindings::Score, CallError> {
+        let result = self.call(|world, store| match world {
+            WorldPre::Grader(pre) => pre.instantiate(&mut *store)?.mst_plugin_grading().call_grade_trial(store, options, trial),
+            _ => Err(wasmtime::Error::msg(format!("a {} plugin cannot grade trials", self.kind))),
+        })?;
+        let score = result.map_err(|e| self.plugin_error(e))?;
+        if !(0.0..=1.0).contains(&score.value) {
+            return Err(CallError::Plugin {
+                plugin: self.identity.label.clone(),
+                code: ErrorCode::Internal,
+                message: format!("returned the score {}, outside 0..1", score.value),
+            });
+        }
+        Ok(score)
+    }
+
+    /// Resolves a dataset into cases (dataset plugins).
+    pub fn resolve(&self, options: &str, content: Option<&[u8]>) -> Result<Vec<bindings::Case>, CallError> {
+        let result = self.call(|world, store| match world {
+            WorldPre::Dataset(pre) => pre.instantiate(&mut *store)?.mst_plugin_datasets().call_resolve(store, options, content),
+            _ => Err(wasmtime::Error::msg(format!("a {} plugin cannot resolve datasets", self.kind))),
+        })?;
+        result.map_err(|e| self.plugin_error(e))
+    }
+
+    /// The file name or path it was loaded from.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+    /// sha256 of the component, lowercase hex: what runs record.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+    /// Size of the component in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+    /// Its imports and exports.
+    pub fn surface(&self) -> &Surface {
+        &self.surface
+    }
+    /// What kind of plugin it is.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+    /// Its own description.
+    pub fn info(&self) -> &Info {
+        &self.info
+    }
+    /// Warnings found while loading.
+    pub fn warnings(&self) -> &[Problem] {
+        &self.warnings
+    }
+    /// Whether the compiled artifact came from the cache.
+    pub fn cache_outcome(&self) -> CacheOutcome {
+        self.cache
+    }
+    /// What the plugin actually receives: its declaration intersected with the grants.
+    pub fn effective_grants(&self) -> &Effective {
+        &self.grants
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_names() {
+        assert!(valid_name("mst/grader/contains"));
+        assert!(valid_name("acme/runner/k8s-2"));
+        for bad in ["contains", "mst/grader", "a/b/c/d", "Mst/grader/x", "mst/grader/../x", "mst//x", "mst/grader/-x", "mst/grader/x y"] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+}

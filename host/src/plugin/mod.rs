@@ -1,0 +1,38 @@
+//! The plugin host: loads WebAssembly components, checks they fit this host's ABI, runs them in
+//! a sandbox, and stores installed ones.
+//!
+//! The pieces, each owning its own data:
+//! - [`engine`]: the one wasmtime `Engine`, its epoch ticker, and compilation through the cache.
+//! - [`cache`]: precompiled artifacts on disk, keyed by content and engine compatibility.
+//! - [`inspect`]: the static ABI check: what a component imports and exports, decided without
+//!   running it.
+//! - [`capabilities`]: what a plugin declares, what the operator grants, and the intersection.
+//! - [`sandbox`]: per-call limits (memory, time) and the store each call runs in.
+//! - [`imports`]: the host functions a plugin may call (log, exec, secrets, http, model).
+//! - [`bindings`]: the typed world bindings generated from `wit/`.
+//! - [`loaded`]: a compiled, checked plugin and its typed calls.
+//! - [`installed`]: the install store under `$MST_HOME/plugins`.
+//! - [`check`]: the report `mst plugin check` prints.
+
+pub mod bindings;
+pub mod cache;
+pub mod capabilities;
+pub mod check;
+pub mod engine;
+pub mod imports;
+pub mod inspect;
+pub mod installed;
+pub mod loaded;
+pub mod sandbox;
+
+pub use capabilities::{Grants, Secret};
+pub use engine::PluginHost;
+pub use inspect::{Kind, Surface};
+pub use loaded::{CallError, LoadedPlugin};
+pub use sandbox::Limits;
+
+/// The version of the `mst:plugin` WIT package this host implements.
+pub const ABI_VERSION: &str = "0.1.0";
+
+/// The newest WASI 0.2 release whose interfaces this host provides to plugins.
+pub const WASI_VERSION: &str = "0.2.12";

@@ -1,0 +1,86 @@
+//! The mst plugin SDK: write graders, dataset resolvers and runners as WebAssembly components.
+//!
+//! A plugin is a Rust library crate built for `wasm32-wasip2` with `crate-type = ["cdylib"]`.
+//! It enables exactly one SDK feature (`grader`, `dataset` or `runner`), implements that world's
+//! trait, and names its type in the world's export macro:
+//!
+//! ```ignore
+//! use mst_sdk::grader::{Grader, PluginInfo, PluginError, Score, Trial};
+//!
+//! struct Exact;
+//!
+//! impl Grader for Exact {
+//!     fn info() -> PluginInfo { mst_sdk::grader::info("acme/grader/exact", env!("CARGO_PKG_VERSION"), "Exact match") }
+//!     fn grade(options: &str, trial: Trial) -> Result<Score, PluginError> { todo!() }
+//! }
+//!
+//! mst_sdk::export_grader!(Exact);
+//! ```
+//!
+//! The SDK embeds nothing the host cannot verify: the component's imports and exports come from
+//! the WIT package in `wit/`, and everything a plugin says about itself comes from its `info`
+//! export, which the host reads and checks against what the component actually imports.
+
+// Lets the bindings refer to the runtime through a path that also resolves in plugin crates,
+// where the export macros expand.
+extern crate self as mst_sdk;
+
+#[doc(hidden)]
+pub use wit_bindgen as __wit_bindgen;
+
+pub use serde_json;
+
+mod options;
+pub use options::{parse_options, OptionsError};
+
+#[cfg(feature = "dataset")]
+pub mod dataset;
+#[cfg(feature = "grader")]
+pub mod grader;
+#[cfg(feature = "runner")]
+pub mod runner;
+
+/// Code shared by every world module: the generated types are distinct per world (each world
+/// has its own bindings), so the helpers are written once as a macro over the module's types.
+macro_rules! world_helpers {
+    () => {
+        /// Builds a [`PluginInfo`] with no capabilities and no options schema.
+        pub fn info(name: &str, version: &str, description: &str) -> PluginInfo {
+            PluginInfo {
+                name: name.to_string(),
+                version: version.to_string(),
+                description: description.to_string(),
+                capabilities: Vec::new(),
+                options_schema: None,
+            }
+        }
+
+        /// A [`PluginError`] with `code` and `message`.
+        pub fn error(code: ErrorCode, message: impl Into<String>) -> PluginError {
+            PluginError { code, message: message.into() }
+        }
+
+        /// Parses the plugin's JSON options into `T`; the error names the offending field.
+        pub fn options<T: serde::de::DeserializeOwned>(options: &str) -> Result<T, PluginError> {
+            crate::parse_options(options)
+                .map_err(|e| error(ErrorCode::InvalidOptions, e.to_string()))
+        }
+
+        /// Writes a line to the host's log, tagged with the plugin's name.
+        pub fn log(level: Level, message: &str) {
+            host_log(level, message)
+        }
+
+        /// Runs a host program the operator granted (see the `exec` capability).
+        pub fn exec(
+            program: &str,
+            args: &[&str],
+            stdin: &[u8],
+            timeout_ms: u32,
+        ) -> Result<ExecOutput, PluginError> {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            host_exec(program, &args, stdin, timeout_ms)
+        }
+    };
+}
+pub(crate) use world_helpers;
