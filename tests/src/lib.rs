@@ -1,1 +1,97 @@
+//! Helpers for the end-to-end tests: where the built `mst` binary and the plugin components
+//! are, and a runner that gives each test its own `MST_HOME`.
+//!
+//! Build everything first with `cargo xtask test` (or `cargo xtask plugins` and
+//! `cargo build -p mst`); a missing artifact fails the test with that instruction.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is in the repo").to_path_buf()
+}
+
+fn must_exist(path: PathBuf) -> PathBuf {
+    assert!(path.is_file(), "{} is missing: run `cargo xtask test` (it builds the plugins and mst first)", path.display());
+    path
+}
+
+/// The built `mst` binary (`$MST_BIN`, else `target/debug/mst`).
+pub fn mst_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("MST_BIN") {
+        return must_exist(PathBuf::from(bin));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    must_exist(target.join("debug").join("mst"))
+}
+
+/// A first-party plugin from `plugins/dist`, e.g. `plugin("contains.wasm")`.
+pub fn plugin(file: &str) -> PathBuf {
+    must_exist(root().join("plugins/dist").join(file))
+}
+
+/// A hostile or broken fixture from `plugins/dist/fixtures`.
+pub fn fixture(file: &str) -> PathBuf {
+    must_exist(root().join("plugins/dist/fixtures").join(file))
+}
+
+/// An isolated mst installation: its own `MST_HOME` in a temporary directory.
+pub struct Mst {
+    pub home: tempfile::TempDir,
+}
+
+/// What one `mst` invocation did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// stdout parsed as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+    }
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Self {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl Default for Mst {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Mst {
+    /// A fresh, empty home.
+    pub fn new() -> Self {
+        Mst { home: tempfile::tempdir().expect("temp dir") }
+    }
+
+    /// A command for `mst ARGS` with this home.
+    pub fn command<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Command {
+        let mut command = Command::new(mst_bin());
+        command.env("MST_HOME", self.home.path()).env_remove("MST_LOG").args(args);
+        command
+    }
+
+    /// Runs `mst ARGS` to completion.
+    pub fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Run {
+        self.command(args).output().expect("run mst").into()
+    }
+}
+
+/// `path` as a `&str` for argument lists.
+pub fn s(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 path")
+}

@@ -40,6 +40,7 @@ pub mod grader;
 #[cfg(feature = "runner")]
 pub mod runner;
 
+#[cfg(any(feature = "grader", feature = "dataset", feature = "runner"))]
 /// Code shared by every world module: the generated types are distinct per world (each world
 /// has its own bindings), so the helpers are written once as a macro over the module's types.
 macro_rules! world_helpers {
@@ -83,4 +84,5 @@ macro_rules! world_helpers {
         }
     };
 }
+#[cfg(any(feature = "grader", feature = "dataset", feature = "runner"))]
 pub(crate) use world_helpers;
