@@ -4,6 +4,7 @@
 //! - `cargo xtask plugins`: build the guest SDK's plugins and test fixtures to `plugins/dist/`.
 //! - `cargo xtask test`: plugins, then every test (plugin unit tests natively, host, end to end).
 //! - `cargo xtask bench`: plugins, then the benchmarks, which print their figures.
+//! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
 //! - `cargo xtask quickstart`: plugins, then a tour of the plugin commands on the first-party
 //!   `contains` grader.
 
@@ -89,6 +90,20 @@ fn test() -> Result<()> {
     run(cargo().current_dir(root()).args(["test", "--workspace"]))
 }
 
+/// Formatting and clippy (warnings are errors) for both workspaces.
+fn lint() -> Result<()> {
+    ensure_wasm_target()?;
+    run(cargo().current_dir(root()).args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().current_dir(root().join("plugins")).args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().current_dir(root()).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    for (package, _) in PLUGINS {
+        run(cargo()
+            .current_dir(root().join("plugins"))
+            .args(["clippy", "--quiet", "--release", "--target", WASM_TARGET, "-p", package, "--", "-D", "warnings"]))?;
+    }
+    Ok(())
+}
+
 fn bench() -> Result<()> {
     build_plugins()?;
     run(cargo().current_dir(root()).args(["bench", "-p", "mst", "--bench", "plugin_host"]))
@@ -121,8 +136,9 @@ fn main() -> Result<()> {
         "test" => test(),
         "bench" => bench(),
         "quickstart" => quickstart(),
+        "lint" => lint(),
         _ => {
-            eprintln!("usage: cargo xtask <plugins|test|bench|quickstart>");
+            eprintln!("usage: cargo xtask <plugins|test|bench|quickstart|lint>");
             std::process::exit(2)
         }
     }
