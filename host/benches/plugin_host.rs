@@ -10,8 +10,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 fn dist(file: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist").join(file);
-    assert!(path.is_file(), "{} is missing: run `cargo xtask bench`", path.display());
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/dist")
+        .join(file);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask bench`",
+        path.display()
+    );
     path
 }
 
@@ -30,13 +36,23 @@ fn fmt(d: Duration) -> String {
 
 /// A trial whose serialized trace is about 1 KiB.
 fn trial_1kib() -> TrialRecord {
-    let case = CaseRecord { id: "bench-1".into(), input: serde_json::json!({"q": "what time is it in Tokyo?"}), expected: None, tags: vec![], metadata: None };
-    let mut trial = TrialRecord::answered(case, &"The current time in Tokyo is 09:00 JST. ".repeat(8));
+    let case = CaseRecord {
+        id: "bench-1".into(),
+        input: serde_json::json!({"q": "what time is it in Tokyo?"}),
+        expected: None,
+        tags: vec![],
+        metadata: None,
+    };
+    let mut trial =
+        TrialRecord::answered(case, &"The current time in Tokyo is 09:00 JST. ".repeat(8));
     for seq in 0..6u64 {
         trial.trace.events.push(TraceEvent {
             seq,
             at_ms: seq * 10,
-            kind: EventKind::Message { role: "assistant".into(), text: "checking the clock for the requested zone".into() },
+            kind: EventKind::Message {
+                role: "assistant".into(),
+                text: "checking the clock for the requested zone".into(),
+            },
         });
     }
     trial
@@ -57,7 +73,14 @@ fn bench_plugin(file: &str, options: &str) {
     }
 
     let cache = tempfile::tempdir().unwrap();
-    LoadedPlugin::load(&PluginHost::new(cache.path().to_path_buf()).unwrap(), &bytes, file, &grants, limits).unwrap();
+    LoadedPlugin::load(
+        &PluginHost::new(cache.path().to_path_buf()).unwrap(),
+        &bytes,
+        file,
+        &grants,
+        limits,
+    )
+    .unwrap();
     let mut warm = Vec::new();
     for _ in 0..30 {
         let host = PluginHost::new(cache.path().to_path_buf()).unwrap();

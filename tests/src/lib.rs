@@ -9,11 +9,18 @@ use std::process::{Command, Output};
 
 /// The repository root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is in the repo").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the repo")
+        .to_path_buf()
 }
 
 fn must_exist(path: PathBuf) -> PathBuf {
-    assert!(path.is_file(), "{} is missing: run `cargo xtask test` (it builds the plugins and mst first)", path.display());
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask test` (it builds the plugins and mst first)",
+        path.display()
+    );
     path
 }
 
@@ -22,7 +29,9 @@ pub fn mst_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("MST_BIN") {
         return must_exist(PathBuf::from(bin));
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
     must_exist(target.join("debug").join("mst"))
 }
 
@@ -52,7 +61,12 @@ pub struct Run {
 impl Run {
     /// stdout parsed as JSON.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
     }
 }
 
@@ -75,13 +89,18 @@ impl Default for Mst {
 impl Mst {
     /// A fresh, empty home.
     pub fn new() -> Self {
-        Mst { home: tempfile::tempdir().expect("temp dir") }
+        Mst {
+            home: tempfile::tempdir().expect("temp dir"),
+        }
     }
 
     /// A command for `mst ARGS` with this home.
     pub fn command<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Command {
         let mut command = Command::new(mst_bin());
-        command.env("MST_HOME", self.home.path()).env_remove("MST_LOG").args(args);
+        command
+            .env("MST_HOME", self.home.path())
+            .env_remove("MST_LOG")
+            .args(args);
         command
     }
 

@@ -3,23 +3,52 @@
 use mst_tests::{plugin, s, Mst};
 
 fn grade(mst: &Mst, file: &str, answer: &str, options: &str) -> mst_tests::Run {
-    mst.run(&["plugin", "grade", s(&plugin(file)), "--answer", answer, "--options", options, "--json"])
+    mst.run(&[
+        "plugin",
+        "grade",
+        s(&plugin(file)),
+        "--answer",
+        answer,
+        "--options",
+        options,
+        "--json",
+    ])
 }
 
 #[test]
 fn contains_grader() {
     let mst = Mst::new();
-    let pass = grade(&mst, "contains.wasm", "Tokyo: 09:00", r#"{"values": ["tokyo", "09:00"], "caseSensitive": false}"#);
+    let pass = grade(
+        &mst,
+        "contains.wasm",
+        "Tokyo: 09:00",
+        r#"{"values": ["tokyo", "09:00"], "caseSensitive": false}"#,
+    );
     assert_eq!(pass.code, 0, "{}", pass.stderr);
     assert_eq!(pass.json()["pass"], true);
-    let fail = grade(&mst, "contains.wasm", "Paris: 02:00", r#"{"values": ["Tokyo", "02:00"]}"#);
+    let fail = grade(
+        &mst,
+        "contains.wasm",
+        "Paris: 02:00",
+        r#"{"values": ["Tokyo", "02:00"]}"#,
+    );
     assert_eq!(fail.code, 1);
     let score = fail.json();
-    assert_eq!((score["pass"].as_bool(), score["value"].as_f64()), (Some(false), Some(0.5)));
-    assert!(score["reason"].as_str().unwrap().contains("missing \"Tokyo\""));
+    assert_eq!(
+        (score["pass"].as_bool(), score["value"].as_f64()),
+        (Some(false), Some(0.5))
+    );
+    assert!(score["reason"]
+        .as_str()
+        .unwrap()
+        .contains("missing \"Tokyo\""));
     let bad = grade(&mst, "contains.wasm", "x", r#"{"valeu": "x"}"#);
     assert_eq!(bad.code, 1);
-    assert!(bad.stderr.contains("invalid options") && bad.stderr.contains("valeu"), "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("invalid options") && bad.stderr.contains("valeu"),
+        "{}",
+        bad.stderr
+    );
 }
 
 #[test]
@@ -35,7 +64,14 @@ fn contains_grader_reads_the_expected_value_from_a_trial_file() {
             ]}}"#,
     )
     .unwrap();
-    let run = mst.run(&["plugin", "grade", s(&plugin("contains.wasm")), "--trial", s(&trial), "--json"]);
+    let run = mst.run(&[
+        "plugin",
+        "grade",
+        s(&plugin("contains.wasm")),
+        "--trial",
+        s(&trial),
+        "--json",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.json()["case"], "tz-1");
 }
@@ -43,19 +79,33 @@ fn contains_grader_reads_the_expected_value_from_a_trial_file() {
 #[test]
 fn regex_grader() {
     let mst = Mst::new();
-    let run = grade(&mst, "regex.wasm", "It is 14:05 in Tokyo", r#"{"pattern": "\\b\\d{2}:\\d{2}\\b"}"#);
+    let run = grade(
+        &mst,
+        "regex.wasm",
+        "It is 14:05 in Tokyo",
+        r#"{"pattern": "\\b\\d{2}:\\d{2}\\b"}"#,
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.json()["reason"].as_str().unwrap().contains("14:05"));
     let bad = grade(&mst, "regex.wasm", "x", r#"{"pattern": "(["}"#);
     assert_eq!(bad.code, 1);
-    assert!(bad.stderr.contains("`pattern` is not a valid regex"), "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("`pattern` is not a valid regex"),
+        "{}",
+        bad.stderr
+    );
 }
 
 #[test]
 fn json_grader() {
     let mst = Mst::new();
     let answer = r#"{"timezone": "Asia/Tokyo", "is_dst": false}"#;
-    let pass = grade(&mst, "json.wasm", answer, r#"{"path": "$.timezone", "equals": "Asia/Tokyo"}"#);
+    let pass = grade(
+        &mst,
+        "json.wasm",
+        answer,
+        r#"{"path": "$.timezone", "equals": "Asia/Tokyo"}"#,
+    );
     assert_eq!(pass.code, 0, "{}", pass.stderr);
     let schema = r#"{"schema": {"type": "object", "required": ["timezone", "datetime"]}}"#;
     let fail = grade(&mst, "json.wasm", answer, schema);
@@ -69,22 +119,48 @@ fn jsonl_dataset_resolver() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cases.jsonl");
     std::fs::write(&file, "{\"id\":\"a\",\"input\":{\"q\":1},\"tags\":[\"smoke\"]}\n\n{\"id\":\"b\",\"input\":\"hi\",\"expected\":\"hello\"}\n").unwrap();
-    let run = mst.run(&["plugin", "resolve", s(&plugin("jsonl.wasm")), "--file", s(&file), "--json"]);
+    let run = mst.run(&[
+        "plugin",
+        "resolve",
+        s(&plugin("jsonl.wasm")),
+        "--file",
+        s(&file),
+        "--json",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let cases = run.json();
     assert_eq!(cases.as_array().unwrap().len(), 2);
     assert_eq!(cases[0]["input"]["q"], 1);
     assert_eq!(cases[1]["expected"], "hello");
 
-    std::fs::write(&file, "{\"id\":\"a\",\"input\":1}\n{\"id\":\"a\",\"input\":2}\n").unwrap();
-    let dup = mst.run(&["plugin", "resolve", s(&plugin("jsonl.wasm")), "--file", s(&file)]);
+    std::fs::write(
+        &file,
+        "{\"id\":\"a\",\"input\":1}\n{\"id\":\"a\",\"input\":2}\n",
+    )
+    .unwrap();
+    let dup = mst.run(&[
+        "plugin",
+        "resolve",
+        s(&plugin("jsonl.wasm")),
+        "--file",
+        s(&file),
+    ]);
     assert_eq!(dup.code, 1);
-    assert!(dup.stderr.contains("line 2") && dup.stderr.contains("appears twice"), "{}", dup.stderr);
+    assert!(
+        dup.stderr.contains("line 2") && dup.stderr.contains("appears twice"),
+        "{}",
+        dup.stderr
+    );
 }
 
 #[test]
 fn a_grader_cannot_resolve_datasets() {
     let run = Mst::new().run(&["plugin", "resolve", s(&plugin("contains.wasm"))]);
     assert_eq!(run.code, 1);
-    assert!(run.stderr.contains("a grader plugin cannot resolve datasets"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("a grader plugin cannot resolve datasets"),
+        "{}",
+        run.stderr
+    );
 }

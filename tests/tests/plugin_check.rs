@@ -22,14 +22,38 @@ fn first_party_plugins_are_compatible_and_fully_described() {
         assert_eq!(report["version"], "0.1.0", "{file}");
         let digest = hex::encode(Sha256::digest(std::fs::read(&path).unwrap()));
         assert_eq!(report["digest"], digest, "{file}");
-        let exports: Vec<&str> = report["exports"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
-        assert!(exports.contains(&format!("mst:plugin/{world}@0.1.0").as_str()), "{file}: {exports:?}");
-        assert!(exports.contains(&"mst:plugin/plugin@0.1.0"), "{file}: {exports:?}");
+        let exports: Vec<&str> = report["exports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            exports.contains(&format!("mst:plugin/{world}@0.1.0").as_str()),
+            "{file}: {exports:?}"
+        );
+        assert!(
+            exports.contains(&"mst:plugin/plugin@0.1.0"),
+            "{file}: {exports:?}"
+        );
         let imports = report["imports"].as_array().unwrap();
-        assert!(imports.iter().all(|i| i["version"].is_string()), "{file}: every import is versioned");
-        assert!(report["capabilities"].as_array().unwrap().is_empty(), "{file} asks for nothing");
-        assert!(report["options_schema"].is_object(), "{file} declares its options");
-        assert!(report["problems"].as_array().unwrap().is_empty(), "{file}: {}", report["problems"]);
+        assert!(
+            imports.iter().all(|i| i["version"].is_string()),
+            "{file}: every import is versioned"
+        );
+        assert!(
+            report["capabilities"].as_array().unwrap().is_empty(),
+            "{file} asks for nothing"
+        );
+        assert!(
+            report["options_schema"].is_object(),
+            "{file} declares its options"
+        );
+        assert!(
+            report["problems"].as_array().unwrap().is_empty(),
+            "{file}: {}",
+            report["problems"]
+        );
         assert_eq!(report["host"]["mst_plugin"], "0.1.0");
     }
 }
@@ -43,33 +67,62 @@ fn a_file_that_is_not_wasm_is_unreadable() {
     let run = mst.run(&["plugin", "check", s(&path), "--json"]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     let report = run.json();
-    assert_eq!((report["readable"].as_bool(), report["compatible"].as_bool()), (Some(false), Some(false)));
-    assert!(report["problems"][0]["message"].as_str().unwrap().contains("not a WebAssembly file"));
+    assert_eq!(
+        (report["readable"].as_bool(), report["compatible"].as_bool()),
+        (Some(false), Some(false))
+    );
+    assert!(report["problems"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not a WebAssembly file"));
 
     let missing = mst.run(&["plugin", "check", "/nonexistent/plugin.wasm"]);
     assert_eq!(missing.code, 2);
-    assert!(missing.stderr.contains("/nonexistent/plugin.wasm"), "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("/nonexistent/plugin.wasm"),
+        "{}",
+        missing.stderr
+    );
 }
 
 #[test]
 fn a_core_module_is_unreadable_with_advice() {
     let run = Mst::new().run(&["plugin", "check", s(&fixture("core-module.wasm"))]);
     assert_eq!(run.code, 2, "{}", run.stdout);
-    assert!(run.stdout.contains("core WebAssembly module, not a component"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("core WebAssembly module, not a component"),
+        "{}",
+        run.stdout
+    );
     assert!(run.stdout.contains("wasm32-wasip2"), "{}", run.stdout);
 }
 
 #[test]
 fn a_future_major_version_is_incompatible_and_says_which() {
-    let run = Mst::new().run(&["plugin", "check", s(&fixture("future-major.wasm")), "--json"]);
+    let run = Mst::new().run(&[
+        "plugin",
+        "check",
+        s(&fixture("future-major.wasm")),
+        "--json",
+    ]);
     assert_eq!(run.code, 1, "{}", run.stdout);
     let report = run.json();
     assert_eq!(report["compatible"], false);
     assert_eq!(report["readable"], true);
     assert_eq!(report["kind"], "grader", "the kind is still recognised");
-    let messages: Vec<&str> = report["problems"].as_array().unwrap().iter().map(|p| p["message"].as_str().unwrap()).collect();
+    let messages: Vec<&str> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["message"].as_str().unwrap())
+        .collect();
     assert!(
-        messages.iter().any(|m| m.contains("mst:plugin/grading@2.0.0") && m.contains("0.1.x") && m.contains("upgrade mst")),
+        messages
+            .iter()
+            .any(|m| m.contains("mst:plugin/grading@2.0.0")
+                && m.contains("0.1.x")
+                && m.contains("upgrade mst")),
         "{messages:?}"
     );
 }
@@ -78,8 +131,16 @@ fn a_future_major_version_is_incompatible_and_says_which() {
 fn an_unknown_world_is_incompatible() {
     let run = Mst::new().run(&["plugin", "check", s(&fixture("unknown-world.wasm"))]);
     assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(run.stdout.contains("exports none of the plugin worlds"), "{}", run.stdout);
-    assert!(run.stdout.contains("acme:widgets/frob@1.0.0"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("exports none of the plugin worlds"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("acme:widgets/frob@1.0.0"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
@@ -93,12 +154,35 @@ fn compiled_artifacts_are_cached_privately_and_survive_corruption() {
 
     let cache = mst.home.path().join("cache");
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777, 0o700);
-    let artifacts: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(
+        std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let artifacts: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert_eq!(artifacts.len(), 1, "{artifacts:?}");
-    let name = artifacts[0].file_name().unwrap().to_str().unwrap().to_string();
-    assert!(name.starts_with(first["digest"].as_str().unwrap()) && name.ends_with(".cwasm"), "{name}");
-    assert_eq!(std::fs::metadata(&artifacts[0]).unwrap().permissions().mode() & 0o077, 0, "owner-only artifact");
+    let name = artifacts[0]
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        name.starts_with(first["digest"].as_str().unwrap()) && name.ends_with(".cwasm"),
+        "{name}"
+    );
+    assert_eq!(
+        std::fs::metadata(&artifacts[0])
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o077,
+        0,
+        "owner-only artifact"
+    );
 
     // A damaged artifact is discarded and recompiled, never run.
     std::fs::write(&artifacts[0], b"garbage").unwrap();

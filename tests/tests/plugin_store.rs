@@ -13,15 +13,28 @@ fn install_list_info_remove() {
     assert_eq!(installed["name"], "mst/grader/contains");
     let stored = mst.home.path().join("plugins/mst/grader/contains/0.1.0");
     assert!(stored.join("plugin.wasm").is_file() && stored.join("manifest.json").is_file());
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(stored.join("manifest.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(stored.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["digest"], installed["digest"]);
-    assert_eq!(manifest["check"]["compatible"], true, "the check result is stored");
+    assert_eq!(
+        manifest["check"]["compatible"], true,
+        "the check result is stored"
+    );
 
     // Installing the same build again is a no-op; jsonl makes the list longer.
     assert_eq!(mst.run(&["plugin", "install", s(&contains)]).code, 0);
-    assert_eq!(mst.run(&["plugin", "install", s(&plugin("jsonl.wasm"))]).code, 0);
+    assert_eq!(
+        mst.run(&["plugin", "install", s(&plugin("jsonl.wasm"))])
+            .code,
+        0
+    );
     let list = mst.run(&["plugin", "list", "--json"]).json();
-    let names: Vec<&str> = list.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["mst/dataset/jsonl", "mst/grader/contains"]);
     for entry in list.as_array().unwrap() {
         for key in ["version", "kind", "digest", "capabilities"] {
@@ -29,16 +42,30 @@ fn install_list_info_remove() {
         }
     }
     let table = mst.run(&["plugin", "list"]);
-    assert!(table.stdout.contains("mst/grader/contains") && table.stdout.contains("grader"), "{}", table.stdout);
+    assert!(
+        table.stdout.contains("mst/grader/contains") && table.stdout.contains("grader"),
+        "{}",
+        table.stdout
+    );
 
-    let info = mst.run(&["plugin", "info", "mst/grader/contains", "--json"]).json();
+    let info = mst
+        .run(&["plugin", "info", "mst/grader/contains", "--json"])
+        .json();
     assert_eq!(info["digest"], installed["digest"]);
     assert_eq!(info["check"]["kind"], "grader");
     let info_file = mst.run(&["plugin", "info", s(&contains), "--json"]).json();
     assert_eq!(info_file["digest"], installed["digest"]);
 
     // Installed plugins run by name.
-    let graded = mst.run(&["plugin", "grade", "mst/grader/contains@0.1.0", "--answer", "yes", "--options", r#"{"value":"yes"}"#]);
+    let graded = mst.run(&[
+        "plugin",
+        "grade",
+        "mst/grader/contains@0.1.0",
+        "--answer",
+        "yes",
+        "--options",
+        r#"{"value":"yes"}"#,
+    ]);
     assert_eq!(graded.code, 0, "{}", graded.stderr);
 
     let removed = mst.run(&["plugin", "remove", "mst/grader/contains"]);
@@ -46,9 +73,18 @@ fn install_list_info_remove() {
     assert!(!stored.exists());
     let gone = mst.run(&["plugin", "info", "mst/grader/contains"]);
     assert_eq!(gone.code, 1);
-    assert!(gone.stderr.contains("neither a file nor an installed plugin"), "{}", gone.stderr);
+    assert!(
+        gone.stderr
+            .contains("neither a file nor an installed plugin"),
+        "{}",
+        gone.stderr
+    );
     let again = mst.run(&["plugin", "remove", "mst/grader/contains"]);
-    assert!(again.code != 0 && again.stderr.contains("mst plugin list"), "{}", again.stderr);
+    assert!(
+        again.code != 0 && again.stderr.contains("mst plugin list"),
+        "{}",
+        again.stderr
+    );
 }
 
 #[test]
@@ -56,22 +92,48 @@ fn install_refuses_incompatible_components_and_keeps_nothing() {
     let mst = Mst::new();
     let run = mst.run(&["plugin", "install", s(&fixture("future-major.wasm"))]);
     assert_eq!(run.code, 1);
-    assert!(run.stderr.contains("not installed") && run.stderr.contains("2.0.0"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("not installed") && run.stderr.contains("2.0.0"),
+        "{}",
+        run.stderr
+    );
     let run = mst.run(&["plugin", "install", s(&fixture("core-module.wasm"))]);
     assert_eq!(run.code, 2);
-    assert!(!mst.home.path().join("plugins").exists() || mst.run(&["plugin", "list", "--json"]).json() == serde_json::json!([]));
+    assert!(
+        !mst.home.path().join("plugins").exists()
+            || mst.run(&["plugin", "list", "--json"]).json() == serde_json::json!([])
+    );
 }
 
 #[test]
 fn a_tampered_install_is_refused() {
     let mst = Mst::new();
-    assert_eq!(mst.run(&["plugin", "install", s(&plugin("contains.wasm"))]).code, 0);
-    let wasm = mst.home.path().join("plugins/mst/grader/contains/0.1.0/plugin.wasm");
+    assert_eq!(
+        mst.run(&["plugin", "install", s(&plugin("contains.wasm"))])
+            .code,
+        0
+    );
+    let wasm = mst
+        .home
+        .path()
+        .join("plugins/mst/grader/contains/0.1.0/plugin.wasm");
     // Swap in another valid component: same name on disk, different digest.
     std::fs::copy(plugin("regex.wasm"), &wasm).unwrap();
-    let run = mst.run(&["plugin", "grade", "mst/grader/contains", "--answer", "x", "--options", r#"{"value":"x"}"#]);
+    let run = mst.run(&[
+        "plugin",
+        "grade",
+        "mst/grader/contains",
+        "--answer",
+        "x",
+        "--options",
+        r#"{"value":"x"}"#,
+    ]);
     assert_eq!(run.code, 1);
-    assert!(run.stderr.contains("modified after install"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("modified after install"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -83,7 +145,11 @@ fn a_different_build_with_the_same_version_needs_force() {
     bytes.extend_from_slice(&[0, 7, 5, b'x', b'-', b'm', b's', b't', 0]);
     let rebuilt = dir.path().join("contains-rebuilt.wasm");
     std::fs::write(&rebuilt, &bytes).unwrap();
-    assert_eq!(mst.run(&["plugin", "install", s(&plugin("contains.wasm"))]).code, 0);
+    assert_eq!(
+        mst.run(&["plugin", "install", s(&plugin("contains.wasm"))])
+            .code,
+        0
+    );
     let refused = mst.run(&["plugin", "install", s(&rebuilt)]);
     assert_eq!(refused.code, 1, "{}", refused.stderr);
     assert!(refused.stderr.contains("--force"), "{}", refused.stderr);
@@ -97,7 +163,16 @@ fn a_scaffolded_grader_builds_and_passes_check() {
     let mst = Mst::new();
     let dir = tempfile::tempdir().unwrap();
     let project = dir.path().join("exact-answer");
-    let run = mst.run(&["plugin", "new", "grader", "exact-answer", "--namespace", "acme", "--dir", s(&project)]);
+    let run = mst.run(&[
+        "plugin",
+        "new",
+        "grader",
+        "exact-answer",
+        "--namespace",
+        "acme",
+        "--dir",
+        s(&project),
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -109,7 +184,11 @@ fn a_scaffolded_grader_builds_and_passes_check() {
         .args(["build", "--quiet", "--release", "--target", "wasm32-wasip2"])
         .output()
         .unwrap();
-    assert!(build.status.success(), "{}", String::from_utf8_lossy(&build.stderr));
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
     let wasm = target.join("wasm32-wasip2/release/exact_answer.wasm");
 
     let check = mst.run(&["plugin", "check", s(&wasm), "--json"]);
@@ -118,9 +197,25 @@ fn a_scaffolded_grader_builds_and_passes_check() {
     assert_eq!(report["name"], "acme/grader/exact-answer");
     assert_eq!(report["kind"], "grader");
 
-    let pass = mst.run(&["plugin", "grade", s(&wasm), "--answer", "42", "--expected", "\"42\""]);
+    let pass = mst.run(&[
+        "plugin",
+        "grade",
+        s(&wasm),
+        "--answer",
+        "42",
+        "--expected",
+        "\"42\"",
+    ]);
     assert_eq!(pass.code, 0, "{}{}", pass.stdout, pass.stderr);
-    let fail = mst.run(&["plugin", "grade", s(&wasm), "--answer", "41", "--expected", "\"42\""]);
+    let fail = mst.run(&[
+        "plugin",
+        "grade",
+        s(&wasm),
+        "--answer",
+        "41",
+        "--expected",
+        "\"42\"",
+    ]);
     assert_eq!(fail.code, 1, "{}", fail.stdout);
 
     // Its own unit tests pass natively too.
@@ -130,5 +225,9 @@ fn a_scaffolded_grader_builds_and_passes_check() {
         .args(["test", "--quiet"])
         .output()
         .unwrap();
-    assert!(test.status.success(), "{}", String::from_utf8_lossy(&test.stderr));
+    assert!(
+        test.status.success(),
+        "{}",
+        String::from_utf8_lossy(&test.stderr)
+    );
 }

@@ -29,7 +29,10 @@ const PLUGINS: &[(&str, &str)] = &[
 ];
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is in the workspace")
+        .to_path_buf()
 }
 
 fn cargo() -> Command {
@@ -38,7 +41,9 @@ fn cargo() -> Command {
 
 fn run(command: &mut Command) -> Result<()> {
     eprintln!("xtask: {command:?}");
-    let status = command.status().with_context(|| format!("cannot start {command:?}"))?;
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start {command:?}"))?;
     if !status.success() {
         bail!("{command:?} failed with {status}");
     }
@@ -47,9 +52,17 @@ fn run(command: &mut Command) -> Result<()> {
 
 /// Installs the wasm32-wasip2 target when rustup does not list it yet.
 fn ensure_wasm_target() -> Result<()> {
-    let output = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    let output = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
     match output {
-        Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == WASM_TARGET) => Ok(()),
+        Ok(out)
+            if String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.trim() == WASM_TARGET) =>
+        {
+            Ok(())
+        }
         Ok(_) => run(Command::new("rustup").args(["target", "add", WASM_TARGET])),
         Err(_) => {
             eprintln!("xtask: rustup not found; assuming the {WASM_TARGET} target is installed");
@@ -64,15 +77,22 @@ fn build_plugins() -> Result<()> {
     let dist = plugins.join("dist");
     std::fs::create_dir_all(dist.join("fixtures"))?;
     for (package, out) in PLUGINS {
-        run(cargo()
-            .current_dir(&plugins)
-            .args(["build", "--quiet", "--release", "--target", WASM_TARGET, "-p", package]))?;
+        run(cargo().current_dir(&plugins).args([
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            WASM_TARGET,
+            "-p",
+            package,
+        ]))?;
         let built = plugins
             .join("target")
             .join(WASM_TARGET)
             .join("release")
             .join(format!("{}.wasm", package.replace('-', "_")));
-        std::fs::copy(&built, dist.join(out)).with_context(|| format!("cannot copy {}", built.display()))?;
+        std::fs::copy(&built, dist.join(out))
+            .with_context(|| format!("cannot copy {}", built.display()))?;
     }
     eprintln!("xtask: plugins are in {}", dist.display());
     Ok(())
@@ -82,8 +102,15 @@ fn test() -> Result<()> {
     build_plugins()?;
     // The SDK and plugins' unit tests run natively, one package at a time for the same reason
     // they are built one at a time: each world feature of the SDK must stand alone.
-    for package in std::iter::once("mst-sdk").chain(PLUGINS.iter().map(|(p, _)| *p).filter(|p| !p.starts_with("fixture-"))) {
-        run(cargo().current_dir(root().join("plugins")).args(["test", "--quiet", "-p", package]))?;
+    for package in std::iter::once("mst-sdk").chain(
+        PLUGINS
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|p| !p.starts_with("fixture-")),
+    ) {
+        run(cargo()
+            .current_dir(root().join("plugins"))
+            .args(["test", "--quiet", "-p", package]))?;
     }
     // The end-to-end tests drive the built binary.
     run(cargo().current_dir(root()).args(["build", "-p", "mst"]))?;
@@ -93,20 +120,42 @@ fn test() -> Result<()> {
 /// Formatting and clippy (warnings are errors) for both workspaces.
 fn lint() -> Result<()> {
     ensure_wasm_target()?;
-    run(cargo().current_dir(root()).args(["fmt", "--all", "--", "--check"]))?;
-    run(cargo().current_dir(root().join("plugins")).args(["fmt", "--all", "--", "--check"]))?;
-    run(cargo().current_dir(root()).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo()
+        .current_dir(root())
+        .args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo()
+        .current_dir(root().join("plugins"))
+        .args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().current_dir(root()).args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     for (package, _) in PLUGINS {
-        run(cargo()
-            .current_dir(root().join("plugins"))
-            .args(["clippy", "--quiet", "--release", "--target", WASM_TARGET, "-p", package, "--", "-D", "warnings"]))?;
+        run(cargo().current_dir(root().join("plugins")).args([
+            "clippy",
+            "--quiet",
+            "--release",
+            "--target",
+            WASM_TARGET,
+            "-p",
+            package,
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
     }
     Ok(())
 }
 
 fn bench() -> Result<()> {
     build_plugins()?;
-    run(cargo().current_dir(root()).args(["bench", "-p", "mst", "--bench", "plugin_host"]))
+    run(cargo()
+        .current_dir(root())
+        .args(["bench", "-p", "mst", "--bench", "plugin_host"]))
 }
 
 fn quickstart() -> Result<()> {
@@ -124,7 +173,15 @@ fn quickstart() -> Result<()> {
     run(&mut mst(&["plugin", "check", contains]))?;
     run(&mut mst(&["plugin", "install", contains]))?;
     run(&mut mst(&["plugin", "list"]))?;
-    run(&mut mst(&["plugin", "grade", "mst/grader/contains", "--answer", "The time in Tokyo is 09:00", "--options", r#"{"values": ["Tokyo", "09:00"]}"#]))?;
+    run(&mut mst(&[
+        "plugin",
+        "grade",
+        "mst/grader/contains",
+        "--answer",
+        "The time in Tokyo is 09:00",
+        "--options",
+        r#"{"values": ["Tokyo", "09:00"]}"#,
+    ]))?;
     eprintln!("xtask: quick start done; MST_HOME was {}", home.display());
     Ok(())
 }

@@ -133,7 +133,11 @@ pub(crate) struct SandboxArgs {
     #[arg(long = "plugin-memory", value_name = "MIB", default_value_t = 256)]
     memory_mib: usize,
     /// The most time one call into the plugin may take, in seconds.
-    #[arg(long = "plugin-timeout", value_name = "SECONDS", default_value_t = 10.0)]
+    #[arg(
+        long = "plugin-timeout",
+        value_name = "SECONDS",
+        default_value_t = 10.0
+    )]
     timeout_secs: f64,
 }
 
@@ -155,8 +159,9 @@ impl SandboxArgs {
             grants.read_dirs.push(canonical);
         }
         for name in &self.allow_secret {
-            let value = std::env::var(name)
-                .with_context(|| format!("--allow-secret {name}: the environment variable {name} is not set"))?;
+            let value = std::env::var(name).with_context(|| {
+                format!("--allow-secret {name}: the environment variable {name} is not set")
+            })?;
             grants.secrets.insert(name.clone(), Secret::new(value));
         }
         Ok(grants)
@@ -179,12 +184,17 @@ impl SandboxArgs {
 /// Reads a user-named file, refusing anything but a regular file of sane size (a FIFO or a
 /// device must not hang or flood mst).
 pub(crate) fn read_input(path: &Path) -> Result<Vec<u8>> {
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
     if !meta.is_file() {
         bail!("{} is not a regular file", path.display());
     }
     if meta.len() > MAX_INPUT_BYTES {
-        bail!("{} is larger than {} MiB", path.display(), MAX_INPUT_BYTES / (1024 * 1024));
+        bail!(
+            "{} is larger than {} MiB",
+            path.display(),
+            MAX_INPUT_BYTES / (1024 * 1024)
+        );
     }
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
@@ -235,9 +245,23 @@ impl PluginSource {
 /// incompatible).
 fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> {
     let (bytes, label) = PluginSource::find(home, spec)?.bytes_and_label()?;
-    LoadedPlugin::load(&host(home)?, &bytes, &label, &sandbox.grants()?, sandbox.limits()?).map_err(|failure| {
-        let code = if failure.step == FailedStep::Read { 2 } else { 1 };
-        anyhow::Error::new(Exit { code, error: anyhow::Error::new(*failure) })
+    LoadedPlugin::load(
+        &host(home)?,
+        &bytes,
+        &label,
+        &sandbox.grants()?,
+        sandbox.limits()?,
+    )
+    .map_err(|failure| {
+        let code = if failure.step == FailedStep::Read {
+            2
+        } else {
+            1
+        };
+        anyhow::Error::new(Exit {
+            code,
+            error: anyhow::Error::new(*failure),
+        })
     })
 }
 
@@ -259,7 +283,10 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                 eprint!("{}", report.render());
                 return Err(Exit {
                     code: report.exit_code(),
-                    error: anyhow::anyhow!("not installed: {} is not compatible with this mst", file.display()),
+                    error: anyhow::anyhow!(
+                        "not installed: {} is not compatible with this mst",
+                        file.display()
+                    ),
                 }
                 .into());
             }
@@ -270,7 +297,10 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
             } else {
                 println!(
                     "installed {} {} ({}, sha256:{})",
-                    installed.manifest.name, installed.manifest.version, installed.manifest.kind, installed.manifest.digest
+                    installed.manifest.name,
+                    installed.manifest.version,
+                    installed.manifest.kind,
+                    installed.manifest.digest
                 );
             }
             Ok(0)
@@ -282,7 +312,10 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
             } else if plugins.is_empty() {
                 println!("no plugins installed in {}", home.plugins_dir().display());
             } else {
-                println!("{:<32} {:<10} {:<16} {:<20} CAPABILITIES", "NAME", "VERSION", "KIND", "DIGEST");
+                println!(
+                    "{:<32} {:<10} {:<16} {:<20} CAPABILITIES",
+                    "NAME", "VERSION", "KIND", "DIGEST"
+                );
                 for p in &plugins {
                     let m = &p.manifest;
                     let caps: Vec<String> = m.capabilities.iter().map(|c| c.to_string()).collect();
@@ -292,7 +325,11 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                         m.version,
                         m.kind.as_str(),
                         &m.digest[..12],
-                        if caps.is_empty() { "none".into() } else { caps.join(", ") }
+                        if caps.is_empty() {
+                            "none".into()
+                        } else {
+                            caps.join(", ")
+                        }
                     );
                 }
             }
@@ -331,11 +368,22 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
             }
             Ok(0)
         }
-        PluginCommand::New { kind: NewKind::Grader, name, dir, namespace } => {
+        PluginCommand::New {
+            kind: NewKind::Grader,
+            name,
+            dir,
+            namespace,
+        } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
             scaffold::new_grader(&dir, &namespace, &name)?;
-            println!("created grader `{namespace}/grader/{name}` in {}", dir.display());
-            println!("build it:  cd {} && cargo build --release --target wasm32-wasip2", dir.display());
+            println!(
+                "created grader `{namespace}/grader/{name}` in {}",
+                dir.display()
+            );
+            println!(
+                "build it:  cd {} && cargo build --release --target wasm32-wasip2",
+                dir.display()
+            );
             println!(
                 "check it:  mst plugin check {}/target/wasm32-wasip2/release/{}.wasm",
                 dir.display(),
@@ -343,7 +391,15 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
             );
             Ok(0)
         }
-        PluginCommand::Grade { plugin, trial, answer, expected, options, json, sandbox } => {
+        PluginCommand::Grade {
+            plugin,
+            trial,
+            answer,
+            expected,
+            options,
+            json,
+            sandbox,
+        } => {
             let trial = match (trial, answer) {
                 (Some(path), _) => {
                     let bytes = read_input(&path)?;
@@ -352,9 +408,18 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                 }
                 (None, Some(answer)) => {
                     let expected = expected
-                        .map(|e| serde_json::from_str(&e).context("--expected is not JSON (quote strings: '\"42\"')"))
+                        .map(|e| {
+                            serde_json::from_str(&e)
+                                .context("--expected is not JSON (quote strings: '\"42\"')")
+                        })
                         .transpose()?;
-                    let case = CaseRecord { id: "inline".into(), input: json!(null), expected, tags: vec![], metadata: None };
+                    let case = CaseRecord {
+                        id: "inline".into(),
+                        input: json!(null),
+                        expected,
+                        tags: vec![],
+                        metadata: None,
+                    };
                     TrialRecord::answered(case, &answer)
                 }
                 (None, None) => bail!("give --trial FILE or --answer TEXT"),
@@ -376,11 +441,21 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                 }))?;
             } else {
                 let verdict = if pass { "pass" } else { "fail" };
-                println!("{verdict} {:.3}  {}", score.value, crate::plugin::imports::sanitize(&score.reason, 2000));
+                println!(
+                    "{verdict} {:.3}  {}",
+                    score.value,
+                    crate::plugin::imports::sanitize(&score.reason, 2000)
+                );
             }
             Ok(if pass { 0 } else { 1 })
         }
-        PluginCommand::Resolve { plugin, file, options, json, sandbox } => {
+        PluginCommand::Resolve {
+            plugin,
+            file,
+            options,
+            json,
+            sandbox,
+        } => {
             let content = file.as_deref().map(read_input).transpose()?;
             let options = normalize_options(&options)?;
             let loaded = load(home, &plugin, &sandbox)?;
@@ -389,7 +464,9 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                 .into_iter()
                 .map(CaseRecord::from_wit)
                 .collect::<Result<_>>()
-                .with_context(|| format!("plugin {} returned a malformed case", loaded.info().name))?;
+                .with_context(|| {
+                    format!("plugin {} returned a malformed case", loaded.info().name)
+                })?;
             if json {
                 print_json(&cases)?;
             } else {
@@ -405,7 +482,8 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
 
 /// Checks that options are JSON and passes them on compactly.
 fn normalize_options(options: &str) -> Result<String> {
-    let value: serde_json::Value = serde_json::from_str(options).context("--options is not JSON")?;
+    let value: serde_json::Value =
+        serde_json::from_str(options).context("--options is not JSON")?;
     Ok(value.to_string())
 }
 
@@ -433,4 +511,3 @@ fn installed_json(plugin: &InstalledPlugin) -> serde_json::Value {
         "path": plugin.wasm_path(),
     })
 }
-

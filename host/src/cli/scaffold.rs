@@ -7,11 +7,26 @@ use std::path::Path;
 
 /// The SDK sources and WIT package, as compiled into this mst.
 const SDK_FILES: &[(&str, &str)] = &[
-    ("src/lib.rs", include_str!("../../../plugins/sdk/src/lib.rs")),
-    ("src/options.rs", include_str!("../../../plugins/sdk/src/options.rs")),
-    ("src/grader.rs", include_str!("../../../plugins/sdk/src/grader.rs")),
-    ("src/dataset.rs", include_str!("../../../plugins/sdk/src/dataset.rs")),
-    ("src/runner.rs", include_str!("../../../plugins/sdk/src/runner.rs")),
+    (
+        "src/lib.rs",
+        include_str!("../../../plugins/sdk/src/lib.rs"),
+    ),
+    (
+        "src/options.rs",
+        include_str!("../../../plugins/sdk/src/options.rs"),
+    ),
+    (
+        "src/grader.rs",
+        include_str!("../../../plugins/sdk/src/grader.rs"),
+    ),
+    (
+        "src/dataset.rs",
+        include_str!("../../../plugins/sdk/src/dataset.rs"),
+    ),
+    (
+        "src/runner.rs",
+        include_str!("../../../plugins/sdk/src/runner.rs"),
+    ),
     ("wit/types.wit", include_str!("../../../wit/types.wit")),
     ("wit/host.wit", include_str!("../../../wit/host.wit")),
     ("wit/grader.wit", include_str!("../../../wit/grader.wit")),
@@ -142,7 +157,9 @@ release that created this project.
 
 fn valid_project_name(name: &str) -> bool {
     name.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.ends_with('-')
         && name.len() <= 64
 }
@@ -156,11 +173,17 @@ pub(crate) fn new_grader(dir: &Path, namespace: &str, name: &str) -> Result<()> 
         bail!("--namespace `{namespace}`: use lowercase letters, digits and dashes, starting with a letter");
     }
     if dir.exists() {
-        bail!("{} already exists; choose another --dir or remove it", dir.display());
+        bail!(
+            "{} already exists; choose another --dir or remove it",
+            dir.display()
+        );
     }
     let plugin = format!("{namespace}/grader/{name}");
     let fill = |template: &str| {
-        template.replace("{name}", name).replace("{plugin}", &plugin).replace("{crate}", &name.replace('-', "_"))
+        template
+            .replace("{name}", name)
+            .replace("{plugin}", &plugin)
+            .replace("{crate}", &name.replace('-', "_"))
     };
     let mut files: Vec<(String, String)> = vec![
         ("Cargo.toml".into(), fill(GRADER_MANIFEST)),
@@ -169,7 +192,11 @@ pub(crate) fn new_grader(dir: &Path, namespace: &str, name: &str) -> Result<()> 
         (".gitignore".into(), "/target\n".into()),
         ("mst-sdk/Cargo.toml".into(), SDK_MANIFEST.into()),
     ];
-    files.extend(SDK_FILES.iter().map(|(path, text)| (format!("mst-sdk/{path}"), text.to_string())));
+    files.extend(
+        SDK_FILES
+            .iter()
+            .map(|(path, text)| (format!("mst-sdk/{path}"), text.to_string())),
+    );
     for (path, text) in files {
         let path = dir.join(path);
         std::fs::create_dir_all(path.parent().expect("files have a parent"))
@@ -187,7 +214,10 @@ mod tests {
     fn refuses_bad_names_and_existing_dirs() {
         let tmp = tempfile::tempdir().unwrap();
         assert!(new_grader(&tmp.path().join("x"), "local", "Bad_Name").is_err());
-        assert!(new_grader(tmp.path(), "local", "ok").unwrap_err().to_string().contains("already exists"));
+        assert!(new_grader(tmp.path(), "local", "ok")
+            .unwrap_err()
+            .to_string()
+            .contains("already exists"));
     }
 
     #[test]
@@ -197,7 +227,12 @@ mod tests {
         new_grader(&dir, "acme", "exact").unwrap();
         let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap();
         assert!(lib.contains("\"acme/grader/exact\""));
-        for file in ["Cargo.toml", "mst-sdk/Cargo.toml", "mst-sdk/src/grader.rs", "mst-sdk/wit/types.wit"] {
+        for file in [
+            "Cargo.toml",
+            "mst-sdk/Cargo.toml",
+            "mst-sdk/src/grader.rs",
+            "mst-sdk/wit/types.wit",
+        ] {
             assert!(dir.join(file).is_file(), "{file}");
         }
     }

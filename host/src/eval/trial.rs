@@ -41,13 +41,34 @@ pub enum TrialStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum EventKind {
-    Message { role: String, text: String },
+    Message {
+        role: String,
+        text: String,
+    },
     #[serde(rename_all = "camelCase")]
-    ToolCall { id: String, #[serde(default)] server: Option<String>, tool: String, arguments: Value },
+    ToolCall {
+        id: String,
+        #[serde(default)]
+        server: Option<String>,
+        tool: String,
+        arguments: Value,
+    },
     #[serde(rename_all = "camelCase")]
-    ToolResult { id: String, output: String, #[serde(default)] is_error: bool, #[serde(default)] duration_ms: u64 },
-    Log { text: String },
-    Custom { name: String, data: Value },
+    ToolResult {
+        id: String,
+        output: String,
+        #[serde(default)]
+        is_error: bool,
+        #[serde(default)]
+        duration_ms: u64,
+    },
+    Log {
+        text: String,
+    },
+    Custom {
+        name: String,
+        data: Value,
+    },
 }
 
 /// One entry of an append-only trace.
@@ -101,7 +122,10 @@ impl TrialRecord {
             case,
             variant: default_variant(),
             trial: 0,
-            trace: TraceRecord { final_text: Some(text.to_string()), ..TraceRecord::default() },
+            trace: TraceRecord {
+                final_text: Some(text.to_string()),
+                ..TraceRecord::default()
+            },
         }
     }
 
@@ -129,23 +153,43 @@ impl TrialRecord {
 impl TraceEvent {
     fn to_wit(&self) -> wit::TraceEvent {
         let kind = match &self.kind {
-            EventKind::Message { role, text } => wit::EventKind::Message(wit::Message { role: role.clone(), text: text.clone() }),
-            EventKind::ToolCall { id, server, tool, arguments } => wit::EventKind::ToolCall(wit::ToolCall {
+            EventKind::Message { role, text } => wit::EventKind::Message(wit::Message {
+                role: role.clone(),
+                text: text.clone(),
+            }),
+            EventKind::ToolCall {
+                id,
+                server,
+                tool,
+                arguments,
+            } => wit::EventKind::ToolCall(wit::ToolCall {
                 id: id.clone(),
                 server: server.clone(),
                 tool: tool.clone(),
                 arguments: arguments.to_string(),
             }),
-            EventKind::ToolResult { id, output, is_error, duration_ms } => wit::EventKind::ToolResult(wit::ToolResult {
+            EventKind::ToolResult {
+                id,
+                output,
+                is_error,
+                duration_ms,
+            } => wit::EventKind::ToolResult(wit::ToolResult {
                 id: id.clone(),
                 output: output.clone(),
                 is_error: *is_error,
                 duration_ms: *duration_ms,
             }),
             EventKind::Log { text } => wit::EventKind::Log(text.clone()),
-            EventKind::Custom { name, data } => wit::EventKind::Custom(wit::CustomEvent { name: name.clone(), data: data.to_string() }),
+            EventKind::Custom { name, data } => wit::EventKind::Custom(wit::CustomEvent {
+                name: name.clone(),
+                data: data.to_string(),
+            }),
         };
-        wit::TraceEvent { seq: self.seq, at_ms: self.at_ms, kind }
+        wit::TraceEvent {
+            seq: self.seq,
+            at_ms: self.at_ms,
+            kind,
+        }
     }
 }
 
@@ -164,12 +208,21 @@ impl CaseRecord {
     /// Reads a case a plugin returned; its JSON fields must be JSON.
     pub fn from_wit(case: wit::Case) -> Result<Self> {
         let json = |field: &str, text: &str| -> Result<Value> {
-            serde_json::from_str(text).with_context(|| format!("case `{}`: `{field}` is not JSON", case.id))
+            serde_json::from_str(text)
+                .with_context(|| format!("case `{}`: `{field}` is not JSON", case.id))
         };
         Ok(CaseRecord {
             input: json("input", &case.input)?,
-            expected: case.expected.as_deref().map(|t| json("expected", t)).transpose()?,
-            metadata: case.metadata.as_deref().map(|t| json("metadata", t)).transpose()?,
+            expected: case
+                .expected
+                .as_deref()
+                .map(|t| json("expected", t))
+                .transpose()?,
+            metadata: case
+                .metadata
+                .as_deref()
+                .map(|t| json("metadata", t))
+                .transpose()?,
             tags: case.tags.clone(),
             id: case.id.clone(),
         })
@@ -201,15 +254,23 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named() {
-        let err = serde_json::from_str::<TrialRecord>(r#"{"case": {"id": "c", "input": 1}, "trace": {}, "varient": "x"}"#)
-            .unwrap_err()
-            .to_string();
+        let err = serde_json::from_str::<TrialRecord>(
+            r#"{"case": {"id": "c", "input": 1}, "trace": {}, "varient": "x"}"#,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("varient"), "{err}");
     }
 
     #[test]
     fn cases_from_plugins_must_hold_json() {
-        let case = wit::Case { id: "c".into(), input: "not json".into(), expected: None, tags: vec![], metadata: None };
+        let case = wit::Case {
+            id: "c".into(),
+            input: "not json".into(),
+            expected: None,
+            tags: vec![],
+            metadata: None,
+        };
         let err = CaseRecord::from_wit(case).unwrap_err().to_string();
         assert!(err.contains("`input`"), "{err}");
     }

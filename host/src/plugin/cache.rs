@@ -64,7 +64,12 @@ impl ArtifactCache {
     }
 
     /// The component for `bytes` (whose sha256 is `digest`), from the cache or compiled now.
-    pub fn load_or_compile(&self, engine: &Engine, digest: &str, bytes: &[u8]) -> Result<(Component, CacheOutcome)> {
+    pub fn load_or_compile(
+        &self,
+        engine: &Engine,
+        digest: &str,
+        bytes: &[u8],
+    ) -> Result<(Component, CacheOutcome)> {
         let path = self.artifact_path(digest);
         if path.is_file() {
             // SAFETY: `path` lies in the owner-only cache directory, was written by
@@ -73,14 +78,20 @@ impl ArtifactCache {
             match unsafe { Component::deserialize_file(engine, &path) } {
                 Ok(component) => return Ok((component, CacheOutcome::Hit)),
                 Err(e) => {
-                    tracing::warn!("discarding unreadable cached artifact {}: {e}", path.display());
+                    tracing::warn!(
+                        "discarding unreadable cached artifact {}: {e}",
+                        path.display()
+                    );
                     let _ = std::fs::remove_file(&path);
                 }
             }
         }
-        let artifact = engine.precompile_component(bytes).map_err(anyhow::Error::from)?;
+        let artifact = engine
+            .precompile_component(bytes)
+            .map_err(anyhow::Error::from)?;
         // SAFETY: the artifact was produced just now, in memory, by this engine.
-        let component = unsafe { Component::deserialize(engine, &artifact) }.map_err(anyhow::Error::from)?;
+        let component =
+            unsafe { Component::deserialize(engine, &artifact) }.map_err(anyhow::Error::from)?;
         if let Err(e) = self.store(&path, &artifact) {
             tracing::warn!("cannot cache compiled plugin (it still runs): {e:#}");
         }
@@ -93,7 +104,8 @@ impl ArtifactCache {
             .with_context(|| format!("cannot create a file in {}", self.dir.display()))?;
         file.write_all(artifact)?;
         file.as_file().sync_all()?;
-        file.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
+        file.persist(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(())
     }
 }

@@ -25,7 +25,9 @@ pub enum Capability {
 impl fmt::Display for Capability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Capability::Exec { program, args } if args.is_empty() => write!(f, "exec {program} (any arguments)"),
+            Capability::Exec { program, args } if args.is_empty() => {
+                write!(f, "exec {program} (any arguments)")
+            }
             Capability::Exec { program, args } => write!(f, "exec {program} {}", args.join(" ")),
             Capability::ReadDir { path } => write!(f, "read-dir {path}"),
             Capability::Http { host } => write!(f, "http {host}"),
@@ -119,13 +121,17 @@ impl Effective {
         for capability in declared {
             match capability {
                 Capability::Exec { program, args } if grants.exec.contains(program) => {
-                    effective.exec.push(ExecGrant { program: program.clone(), args: args.clone() })
+                    effective.exec.push(ExecGrant {
+                        program: program.clone(),
+                        args: args.clone(),
+                    })
                 }
                 Capability::ReadDir { path } => {
                     let declared = normalize(Path::new(path));
                     for granted in &grants.read_dirs {
                         let granted = normalize(granted);
-                        if granted.starts_with(&declared) && !effective.read_dirs.contains(&granted) {
+                        if granted.starts_with(&declared) && !effective.read_dirs.contains(&granted)
+                        {
                             effective.read_dirs.push(granted);
                         }
                     }
@@ -156,13 +162,20 @@ impl Effective {
             return Err(format!(
                 "running `{program}` is not allowed: a plugin runs only programs it declares and \
                  the operator grants (--allow-exec {program}); this plugin may run: {}",
-                if allowed.is_empty() { "nothing".to_string() } else { allowed.join(", ") }
+                if allowed.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    allowed.join(", ")
+                }
             ));
         };
         if grant.args.is_empty() {
             return Ok(());
         }
-        match args.iter().find(|a| !grant.args.iter().any(|p| glob_match(p, a))) {
+        match args
+            .iter()
+            .find(|a| !grant.args.iter().any(|p| glob_match(p, a)))
+        {
             None => Ok(()),
             Some(bad) => Err(format!(
                 "argument {bad:?} to `{program}` matches none of the declared patterns {:?}",
@@ -182,7 +195,9 @@ pub fn not_granted(declared: &[Capability], effective: &Effective) -> Vec<Capabi
     declared
         .iter()
         .filter(|c| match c {
-            Capability::Exec { program, .. } => !effective.exec.iter().any(|g| &g.program == program),
+            Capability::Exec { program, .. } => {
+                !effective.exec.iter().any(|g| &g.program == program)
+            }
             Capability::ReadDir { path } => {
                 let d = normalize(Path::new(path));
                 !effective.read_dirs.iter().any(|g| g.starts_with(&d))
@@ -236,7 +251,10 @@ mod tests {
     use super::*;
 
     fn exec(program: &str, args: &[&str]) -> Capability {
-        Capability::Exec { program: program.into(), args: args.iter().map(|s| s.to_string()).collect() }
+        Capability::Exec {
+            program: program.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+        }
     }
 
     #[test]
@@ -254,19 +272,31 @@ mod tests {
         let declared = [exec("ssh", &["-p", "*"])];
         let mut grants = Grants::default();
         let none = Effective::intersect(&declared, &grants);
-        assert!(none.allows_exec("ssh", &[]).unwrap_err().contains("--allow-exec ssh"));
+        assert!(none
+            .allows_exec("ssh", &[])
+            .unwrap_err()
+            .contains("--allow-exec ssh"));
 
         grants.exec.insert("ssh".into());
         grants.exec.insert("sh".into());
         let some = Effective::intersect(&declared, &grants);
-        assert!(some.allows_exec("ssh", &["-p".into(), "2222".into()]).is_ok());
-        assert!(some.allows_exec("ssh", &["-oProxyCommand=x".into()]).is_err());
-        assert!(some.allows_exec("sh", &[]).is_err(), "granted but not declared");
+        assert!(some
+            .allows_exec("ssh", &["-p".into(), "2222".into()])
+            .is_ok());
+        assert!(some
+            .allows_exec("ssh", &["-oProxyCommand=x".into()])
+            .is_err());
+        assert!(
+            some.allows_exec("sh", &[]).is_err(),
+            "granted but not declared"
+        );
     }
 
     #[test]
     fn read_dirs_must_lie_inside_a_declared_dir() {
-        let declared = [Capability::ReadDir { path: "/data".into() }];
+        let declared = [Capability::ReadDir {
+            path: "/data".into(),
+        }];
         let grants = Grants {
             read_dirs: vec!["/data/evals".into(), "/etc".into(), "/data/../etc".into()],
             ..Grants::default()
@@ -279,20 +309,35 @@ mod tests {
     fn secrets_never_print() {
         let secret = Secret::new("hunter2");
         assert!(!format!("{secret:?}").contains("hunter2"));
-        let declared = [Capability::Secret { name: "TOKEN".into() }];
+        let declared = [Capability::Secret {
+            name: "TOKEN".into(),
+        }];
         let mut grants = Grants::default();
         grants.secrets.insert("TOKEN".into(), secret);
         let effective = Effective::intersect(&declared, &grants);
         assert_eq!(effective.secret("TOKEN").unwrap().expose(), "hunter2");
-        assert!(!serde_json::to_string(&effective).unwrap().contains("hunter2"));
+        assert!(!serde_json::to_string(&effective)
+            .unwrap()
+            .contains("hunter2"));
         assert!(!format!("{effective:?}").contains("hunter2"));
     }
 
     #[test]
     fn not_granted_lists_the_rest() {
-        let declared = [exec("echo", &[]), Capability::Model { provider: "anthropic".into() }];
-        let grants = Grants { exec: ["echo".to_string()].into(), ..Grants::default() };
+        let declared = [
+            exec("echo", &[]),
+            Capability::Model {
+                provider: "anthropic".into(),
+            },
+        ];
+        let grants = Grants {
+            exec: ["echo".to_string()].into(),
+            ..Grants::default()
+        };
         let effective = Effective::intersect(&declared, &grants);
-        assert_eq!(not_granted(&declared, &effective), vec![declared[1].clone()]);
+        assert_eq!(
+            not_granted(&declared, &effective),
+            vec![declared[1].clone()]
+        );
     }
 }

@@ -91,9 +91,21 @@ impl CheckReport {
                 description: failure.info.as_ref().map(|i| i.description.clone()),
                 digest: failure.digest.clone(),
                 size,
-                imports: failure.surface.as_ref().map(|s| s.imports.clone()).unwrap_or_default(),
-                exports: failure.surface.as_ref().map(|s| s.exports.clone()).unwrap_or_default(),
-                capabilities: failure.info.as_ref().map(|i| i.capabilities.clone()).unwrap_or_default(),
+                imports: failure
+                    .surface
+                    .as_ref()
+                    .map(|s| s.imports.clone())
+                    .unwrap_or_default(),
+                exports: failure
+                    .surface
+                    .as_ref()
+                    .map(|s| s.exports.clone())
+                    .unwrap_or_default(),
+                capabilities: failure
+                    .info
+                    .as_ref()
+                    .map(|i| i.capabilities.clone())
+                    .unwrap_or_default(),
                 options_schema: None,
                 problems: failure.problems.clone(),
                 host: HostAbi::current(),
@@ -114,7 +126,10 @@ impl CheckReport {
     /// The report for a person.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let host = format!("mst:plugin@{}, WASI {}", self.host.mst_plugin, self.host.wasi);
+        let host = format!(
+            "mst:plugin@{}, WASI {}",
+            self.host.mst_plugin, self.host.wasi
+        );
         let verdict = match self.exit_code() {
             0 => format!("compatible: {} fits this mst ({host})", self.file),
             1 => format!("incompatible: {} does not fit this mst ({host})", self.file),
@@ -140,8 +155,21 @@ impl CheckReport {
         field("size", &format!("{} bytes", self.size));
         if self.readable {
             let caps: Vec<String> = self.capabilities.iter().map(|c| c.to_string()).collect();
-            field("capabilities", &if caps.is_empty() { "none".to_string() } else { caps.join(", ") });
-            let names = |items: &[Item]| items.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", ");
+            field(
+                "capabilities",
+                &if caps.is_empty() {
+                    "none".to_string()
+                } else {
+                    caps.join(", ")
+                },
+            );
+            let names = |items: &[Item]| {
+                items
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             field("imports", &names(&self.imports));
             field("exports", &names(&self.exports));
         }

@@ -43,11 +43,19 @@ impl PluginHost {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
         // The grader world imports every host interface, so its generated `add_to_linker`
         // provides the imports of all worlds.
-        super::bindings::grader::Grader::add_to_linker::<State, HasSelf<State>>(&mut linker, |state| state)
-            .map_err(anyhow::Error::from)?;
+        super::bindings::grader::Grader::add_to_linker::<State, HasSelf<State>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(anyhow::Error::from)?;
 
         let cache = ArtifactCache::new(cache_dir, &engine);
-        Ok(Self { engine, linker, cache, compiled: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            engine,
+            linker,
+            cache,
+            compiled: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The engine.
@@ -72,7 +80,10 @@ impl PluginHost {
             return Ok((component.clone(), CacheOutcome::Hit));
         }
         let (component, outcome) = self.cache.load_or_compile(&self.engine, digest, bytes)?;
-        self.compiled.lock().expect("cache lock").insert(digest.to_string(), component.clone());
+        self.compiled
+            .lock()
+            .expect("cache lock")
+            .insert(digest.to_string(), component.clone());
         Ok((component, outcome))
     }
 }

@@ -19,11 +19,17 @@ const MAX_EXEC_OUTPUT: usize = 16 * 1024 * 1024;
 const MAX_EXEC_TIME: Duration = Duration::from_secs(300);
 
 fn denied(message: String) -> PluginError {
-    PluginError { code: ErrorCode::Denied, message }
+    PluginError {
+        code: ErrorCode::Denied,
+        message,
+    }
 }
 
 fn unavailable(message: String) -> PluginError {
-    PluginError { code: ErrorCode::Unavailable, message }
+    PluginError {
+        code: ErrorCode::Unavailable,
+        message,
+    }
 }
 
 /// Makes plugin text safe for a terminal and a log file: control characters escaped, length
@@ -52,7 +58,10 @@ impl log::Host for State {
         let plugin = self.identity.label.as_str();
         if self.log_lines > MAX_LOG_LINES {
             if self.log_lines == MAX_LOG_LINES + 1 {
-                tracing::warn!(plugin, "more than {MAX_LOG_LINES} log lines in one call; dropping the rest");
+                tracing::warn!(
+                    plugin,
+                    "more than {MAX_LOG_LINES} log lines in one call; dropping the rest"
+                );
             }
             return;
         }
@@ -81,10 +90,11 @@ impl exec::Host for State {
         // Never wait past the call's own wall-time cap: epoch interruption cannot stop a host
         // function, so the host call must stop itself.
         let remaining = self.deadline.saturating_duration_since(Instant::now());
-        let timeout = Duration::from_millis(timeout_ms.into()).min(remaining).min(MAX_EXEC_TIME);
-        run_program(&program, &args, stdin, timeout).map_err(|e| {
-            unavailable(format!("running `{program}` failed: {e}"))
-        })
+        let timeout = Duration::from_millis(timeout_ms.into())
+            .min(remaining)
+            .min(MAX_EXEC_TIME);
+        run_program(&program, &args, stdin, timeout)
+            .map_err(|e| unavailable(format!("running `{program}` failed: {e}")))
     }
 }
 
@@ -101,7 +111,9 @@ impl secrets::Host for State {
 
 /// The host part of an `http://` or `https://` URL, or `None` for anything else.
 fn url_host(url: &str) -> Option<&str> {
-    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"))?;
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
     let authority = rest.split(['/', '?', '#']).next()?;
     // Userinfo (`user@host`) is refused outright: it makes the host ambiguous to readers.
     (!authority.is_empty() && !authority.contains('@')).then_some(authority)
@@ -112,7 +124,10 @@ impl http::Host for State {
         let Some(host) = url_host(&request.url) else {
             return Err(PluginError {
                 code: ErrorCode::InvalidInput,
-                message: format!("`{}` is not an http:// or https:// URL with a host", request.url),
+                message: format!(
+                    "`{}` is not an http:// or https:// URL with a host",
+                    request.url
+                ),
             });
         };
         let bare = host.split(':').next().unwrap_or(host);
@@ -129,7 +144,10 @@ impl http::Host for State {
 }
 
 impl model::Host for State {
-    fn complete(&mut self, request: model::CompletionRequest) -> Result<model::Completion, PluginError> {
+    fn complete(
+        &mut self,
+        request: model::CompletionRequest,
+    ) -> Result<model::Completion, PluginError> {
         if !self.grants.models.contains(&request.provider) {
             return Err(denied(
                 format!(
@@ -168,7 +186,12 @@ fn run_program(
     timeout: Duration,
 ) -> Result<exec::ExecOutput, String> {
     let mut command = Command::new(program);
-    command.args(args).env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+        .args(args)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if let Some(path) = std::env::var_os("PATH") {
         command.env("PATH", path);
     }
@@ -190,14 +213,21 @@ fn run_program(
         if started.elapsed() >= timeout {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("timed out after {} ms and was killed", timeout.as_millis()));
+            return Err(format!(
+                "timed out after {} ms and was killed",
+                timeout.as_millis()
+            ));
         }
         std::thread::sleep(Duration::from_millis(2));
     };
     let _ = writer.join();
     let stdout = out_reader.join().unwrap_or_default();
     let stderr = err_reader.join().unwrap_or_default();
-    Ok(exec::ExecOutput { status: status.code().unwrap_or(-1), stdout, stderr })
+    Ok(exec::ExecOutput {
+        status: status.code().unwrap_or(-1),
+        stdout,
+        stderr,
+    })
 }
 
 #[cfg(test)]
@@ -212,7 +242,10 @@ mod tests {
 
     #[test]
     fn url_hosts() {
-        assert_eq!(url_host("https://api.example.com/v1?q"), Some("api.example.com"));
+        assert_eq!(
+            url_host("https://api.example.com/v1?q"),
+            Some("api.example.com")
+        );
         assert_eq!(url_host("http://localhost:8080"), Some("localhost:8080"));
         assert_eq!(url_host("https://evil@api.example.com/"), None);
         assert_eq!(url_host("file:///etc/passwd"), None);
@@ -221,7 +254,13 @@ mod tests {
     #[test]
     fn programs_time_out_and_are_killed() {
         let started = Instant::now();
-        let err = run_program("sleep", &["5".into()], Vec::new(), Duration::from_millis(100)).unwrap_err();
+        let err = run_program(
+            "sleep",
+            &["5".into()],
+            Vec::new(),
+            Duration::from_millis(100),
+        )
+        .unwrap_err();
         assert!(err.contains("timed out"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(4));
     }
@@ -229,10 +268,16 @@ mod tests {
     #[test]
     fn programs_get_stdin_and_no_environment() {
         let out = run_program("cat", &[], b"piped".to_vec(), Duration::from_secs(5)).unwrap();
-        assert_eq!((out.status, out.stdout.as_slice()), (0, b"piped".as_slice()));
+        assert_eq!(
+            (out.status, out.stdout.as_slice()),
+            (0, b"piped".as_slice())
+        );
         std::env::set_var("MST_TEST_LEAK", "leaked");
         let out = run_program("env", &[], Vec::new(), Duration::from_secs(5)).unwrap();
         let env = String::from_utf8_lossy(&out.stdout);
-        assert!(!env.contains("MST_TEST_LEAK") && env.contains("PATH="), "{env}");
+        assert!(
+            !env.contains("MST_TEST_LEAK") && env.contains("PATH="),
+            "{env}"
+        );
     }
 }

@@ -38,9 +38,14 @@ impl Kind {
     }
 
     fn from_interface(interface: &str) -> Option<Self> {
-        [Kind::Grader, Kind::PairwiseGrader, Kind::Dataset, Kind::Runner]
-            .into_iter()
-            .find(|k| k.interface() == interface)
+        [
+            Kind::Grader,
+            Kind::PairwiseGrader,
+            Kind::Dataset,
+            Kind::Runner,
+        ]
+        .into_iter()
+        .find(|k| k.interface() == interface)
     }
 
     /// The kind's name as the CLI and JSON output spell it.
@@ -110,10 +115,17 @@ impl Item {
             None => (name, None),
         };
         let (package, interface) = match path.split_once('/') {
-            Some((pkg, iface)) if pkg.contains(':') => (Some(pkg.to_string()), Some(iface.to_string())),
+            Some((pkg, iface)) if pkg.contains(':') => {
+                (Some(pkg.to_string()), Some(iface.to_string()))
+            }
             _ => (None, None),
         };
-        Item { name: name.to_string(), package, interface, version }
+        Item {
+            name: name.to_string(),
+            package,
+            interface,
+            version,
+        }
     }
 }
 
@@ -145,10 +157,16 @@ pub struct Problem {
 
 impl Problem {
     pub(crate) fn error(message: impl Into<String>) -> Self {
-        Problem { severity: Severity::Error, message: message.into() }
+        Problem {
+            severity: Severity::Error,
+            message: message.into(),
+        }
     }
     pub(crate) fn warning(message: impl Into<String>) -> Self {
-        Problem { severity: Severity::Warning, message: message.into() }
+        Problem {
+            severity: Severity::Warning,
+            message: message.into(),
+        }
     }
 }
 
@@ -170,9 +188,18 @@ impl Assessment {
 /// Interfaces of `mst:plugin` that the host provides to plugins.
 const HOST_INTERFACES: &[&str] = &["types", "log", "exec", "secrets", "http", "model"];
 /// Interfaces of `mst:plugin` that the host knows how to call.
-const PLUGIN_INTERFACES: &[&str] = &["types", "plugin", "grading", "pairwise", "datasets", "machines"];
+const PLUGIN_INTERFACES: &[&str] = &[
+    "types", "plugin", "grading", "pairwise", "datasets", "machines",
+];
 /// WASI packages the host provides (through wasmtime-wasi, deny-by-default).
-const WASI_PACKAGES: &[&str] = &["wasi:cli", "wasi:clocks", "wasi:filesystem", "wasi:io", "wasi:random", "wasi:sockets"];
+const WASI_PACKAGES: &[&str] = &[
+    "wasi:cli",
+    "wasi:clocks",
+    "wasi:filesystem",
+    "wasi:io",
+    "wasi:random",
+    "wasi:sockets",
+];
 
 /// Reads the top-level imports and exports of `bytes` without compiling it.
 pub fn inspect(bytes: &[u8]) -> Result<Surface, Unreadable> {
@@ -348,7 +375,10 @@ mod tests {
         assert_eq!(item.interface.as_deref(), Some("grading"));
         assert_eq!(item.version, Some(Version::new(0, 1, 0)));
         let plain = Item::parse("run");
-        assert_eq!((plain.package, plain.interface, plain.version), (None, None, None));
+        assert_eq!(
+            (plain.package, plain.interface, plain.version),
+            (None, None, None)
+        );
     }
 
     #[test]
@@ -356,8 +386,14 @@ mod tests {
         let host = Version::new(0, 1, 3);
         assert!(version_fits(&Version::new(0, 1, 0), &host));
         assert!(version_fits(&Version::new(0, 1, 3), &host));
-        assert!(!version_fits(&Version::new(0, 1, 4), &host), "newer patch than host");
-        assert!(!version_fits(&Version::new(0, 2, 0), &host), "0.x minor is a major");
+        assert!(
+            !version_fits(&Version::new(0, 1, 4), &host),
+            "newer patch than host"
+        );
+        assert!(
+            !version_fits(&Version::new(0, 2, 0), &host),
+            "0.x minor is a major"
+        );
         let host = Version::new(1, 4, 0);
         assert!(version_fits(&Version::new(1, 0, 0), &host));
         assert!(!version_fits(&Version::new(1, 5, 0), &host));
@@ -367,7 +403,11 @@ mod tests {
     #[test]
     fn a_grader_is_compatible() {
         let a = surface(
-            &["wasi:cli/environment@0.2.3", "mst:plugin/types@0.1.0", "mst:plugin/log@0.1.0"],
+            &[
+                "wasi:cli/environment@0.2.3",
+                "mst:plugin/types@0.1.0",
+                "mst:plugin/log@0.1.0",
+            ],
             &["mst:plugin/plugin@0.1.0", "mst:plugin/grading@0.1.0"],
         );
         let verdict = a.assess();
@@ -377,19 +417,32 @@ mod tests {
 
     #[test]
     fn future_major_is_refused_with_versions() {
-        let verdict = surface(&[], &["mst:plugin/plugin@2.0.0", "mst:plugin/grading@2.0.0"]).assess();
+        let verdict = surface(
+            &[],
+            &["mst:plugin/plugin@2.0.0", "mst:plugin/grading@2.0.0"],
+        )
+        .assess();
         assert_eq!(verdict.kind, Some(Kind::Grader));
         assert!(!verdict.compatible());
         let msg = &verdict.problems[0].message;
-        assert!(msg.contains("mst:plugin/grading@2.0.0") && msg.contains("0.1.x"), "{msg}");
+        assert!(
+            msg.contains("mst:plugin/grading@2.0.0") && msg.contains("0.1.x"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn unknown_imports_and_worlds_are_refused() {
         let verdict = surface(&["acme:net/raw@1.0.0"], &["acme:widgets/frob@1.0.0"]).assess();
         assert_eq!(verdict.kind, None);
-        let text: Vec<&str> = verdict.problems.iter().map(|p| p.message.as_str()).collect();
-        assert!(text.iter().any(|m| m.contains("acme:net/raw") && m.contains("does not provide")));
+        let text: Vec<&str> = verdict
+            .problems
+            .iter()
+            .map(|p| p.message.as_str())
+            .collect();
+        assert!(text
+            .iter()
+            .any(|m| m.contains("acme:net/raw") && m.contains("does not provide")));
         assert!(text.iter().any(|m| m.contains("none of the plugin worlds")));
     }
 
@@ -407,7 +460,11 @@ mod tests {
     fn two_worlds_are_refused() {
         let verdict = surface(
             &[],
-            &["mst:plugin/plugin@0.1.0", "mst:plugin/grading@0.1.0", "mst:plugin/datasets@0.1.0"],
+            &[
+                "mst:plugin/plugin@0.1.0",
+                "mst:plugin/grading@0.1.0",
+                "mst:plugin/datasets@0.1.0",
+            ],
         )
         .assess();
         assert_eq!(verdict.kind, None);
@@ -418,7 +475,13 @@ mod tests {
     fn not_wasm_and_core_modules_are_unreadable() {
         assert_eq!(inspect(b"hello, world").unwrap_err(), Unreadable::NotWasm);
         // The smallest valid core module: magic and version 1.
-        assert_eq!(inspect(b"\0asm\x01\0\0\0").unwrap_err(), Unreadable::CoreModule);
-        assert!(matches!(inspect(b"\0asm\x0d\0\x01\0\xff").unwrap_err(), Unreadable::Malformed(_)));
+        assert_eq!(
+            inspect(b"\0asm\x01\0\0\0").unwrap_err(),
+            Unreadable::CoreModule
+        );
+        assert!(matches!(
+            inspect(b"\0asm\x0d\0\x01\0\xff").unwrap_err(),
+            Unreadable::Malformed(_)
+        ));
     }
 }

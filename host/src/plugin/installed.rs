@@ -49,7 +49,8 @@ impl InstalledPlugin {
     /// The component's bytes, after checking they still have the recorded digest.
     pub fn read_verified(&self) -> Result<Vec<u8>> {
         let path = self.wasm_path();
-        let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let actual = digest(&bytes);
         if actual != self.manifest.digest {
             bail!(
@@ -74,7 +75,10 @@ fn split_spec(spec: &str) -> Result<(&str, Option<Version>)> {
     let (name, version) = match spec.split_once('@') {
         Some((name, v)) => (
             name,
-            Some(Version::parse(v).with_context(|| format!("`{v}` in `{spec}` is not a version like 1.2.0"))?),
+            Some(
+                Version::parse(v)
+                    .with_context(|| format!("`{v}` in `{spec}` is not a version like 1.2.0"))?,
+            ),
         ),
         None => (spec, None),
     };
@@ -92,17 +96,30 @@ impl InstallStore {
 
     /// Stores a checked, compatible component. Refuses to replace a different build of the
     /// same name and version unless `force`.
-    pub fn install(&self, bytes: &[u8], report: &CheckReport, force: bool) -> Result<InstalledPlugin> {
-        let (Some(name), Some(version), Some(kind), true) =
-            (&report.name, &report.version, report.kind, report.compatible)
-        else {
-            bail!("{} is not compatible with this mst; run `mst plugin check {}` for why", report.file, report.file);
+    pub fn install(
+        &self,
+        bytes: &[u8],
+        report: &CheckReport,
+        force: bool,
+    ) -> Result<InstalledPlugin> {
+        let (Some(name), Some(version), Some(kind), true) = (
+            &report.name,
+            &report.version,
+            report.kind,
+            report.compatible,
+        ) else {
+            bail!(
+                "{} is not compatible with this mst; run `mst plugin check {}` for why",
+                report.file,
+                report.file
+            );
         };
         // The name and version come from the plugin: check them again before they become a path.
         if !valid_name(name) {
             bail!("refusing to install: plugin name {name:?} is not `namespace/kind/name`");
         }
-        let version = Version::parse(version).context("refusing to install: the plugin's version is not semver")?;
+        let version = Version::parse(version)
+            .context("refusing to install: the plugin's version is not semver")?;
         let target = self.dir.join(name).join(version.to_string());
         if let Ok(existing) = self.read(&target) {
             if existing.manifest.digest == report.digest {
@@ -118,7 +135,8 @@ impl InstallStore {
         }
         let parent = target.parent().expect("target has a parent");
         crate::home::create_private_dir(parent)?;
-        let staging = tempfile::tempdir_in(parent).with_context(|| format!("cannot stage in {}", parent.display()))?;
+        let staging = tempfile::tempdir_in(parent)
+            .with_context(|| format!("cannot stage in {}", parent.display()))?;
         std::fs::write(staging.path().join(WASM_FILE), bytes)?;
         let manifest = Manifest {
             name: name.clone(),
@@ -134,21 +152,30 @@ impl InstallStore {
                 .unwrap_or(0),
             check: report.clone(),
         };
-        std::fs::write(staging.path().join(MANIFEST_FILE), serde_json::to_vec_pretty(&manifest)?)?;
+        std::fs::write(
+            staging.path().join(MANIFEST_FILE),
+            serde_json::to_vec_pretty(&manifest)?,
+        )?;
         if target.exists() {
-            std::fs::remove_dir_all(&target).with_context(|| format!("cannot replace {}", target.display()))?;
+            std::fs::remove_dir_all(&target)
+                .with_context(|| format!("cannot replace {}", target.display()))?;
         }
         let staged = staging.keep();
-        std::fs::rename(&staged, &target).with_context(|| format!("cannot move plugin into {}", target.display()))?;
+        std::fs::rename(&staged, &target)
+            .with_context(|| format!("cannot move plugin into {}", target.display()))?;
         self.read(&target)
     }
 
     fn read(&self, dir: &Path) -> Result<InstalledPlugin> {
         let path = dir.join(MANIFEST_FILE);
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        let manifest: Manifest =
-            serde_json::from_str(&text).with_context(|| format!("{} is damaged", path.display()))?;
-        Ok(InstalledPlugin { manifest, dir: dir.to_path_buf() })
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let manifest: Manifest = serde_json::from_str(&text)
+            .with_context(|| format!("{} is damaged", path.display()))?;
+        Ok(InstalledPlugin {
+            manifest,
+            dir: dir.to_path_buf(),
+        })
     }
 
     /// Every installed plugin, sorted by name then version.
@@ -159,7 +186,9 @@ impl InstallStore {
         for _ in 0..4 {
             let mut next = Vec::new();
             for dir in level {
-                let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+                let Ok(entries) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
                 for entry in entries.flatten() {
                     if entry.file_type().is_ok_and(|t| t.is_dir()) {
                         next.push(entry.path());
@@ -176,7 +205,10 @@ impl InstallStore {
         }
         found.sort_by(|a, b| {
             let version = |p: &InstalledPlugin| Version::parse(&p.manifest.version).ok();
-            a.manifest.name.cmp(&b.manifest.name).then(version(a).cmp(&version(b)))
+            a.manifest
+                .name
+                .cmp(&b.manifest.name)
+                .then(version(a).cmp(&version(b)))
         });
         Ok(found)
     }
@@ -188,7 +220,11 @@ impl InstallStore {
             .list()?
             .into_iter()
             .filter(|p| p.manifest.name == name)
-            .filter(|p| version.as_ref().is_none_or(|v| p.manifest.version == v.to_string()))
+            .filter(|p| {
+                version
+                    .as_ref()
+                    .is_none_or(|v| p.manifest.version == v.to_string())
+            })
             .collect();
         if found.is_empty() {
             bail!("no installed plugin `{spec}`; `mst plugin list` shows what is installed");
@@ -206,7 +242,8 @@ impl InstallStore {
     pub fn remove(&self, spec: &str) -> Result<Vec<InstalledPlugin>> {
         let doomed = self.matching(spec)?;
         for plugin in &doomed {
-            std::fs::remove_dir_all(&plugin.dir).with_context(|| format!("cannot remove {}", plugin.dir.display()))?;
+            std::fs::remove_dir_all(&plugin.dir)
+                .with_context(|| format!("cannot remove {}", plugin.dir.display()))?;
         }
         // Tidy the now-empty name directory; a failure here leaves only an empty folder.
         let _ = std::fs::remove_dir(self.dir.join(&doomed[0].manifest.name));

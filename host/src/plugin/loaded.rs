@@ -54,7 +54,9 @@ impl WorldPre {
     fn new(kind: Kind, pre: InstancePre<State>) -> wasmtime::Result<Self> {
         Ok(match kind {
             Kind::Grader => WorldPre::Grader(bindings::grader::GraderPre::new(pre)?),
-            Kind::PairwiseGrader => WorldPre::Pairwise(bindings::pairwise::PairwiseGraderPre::new(pre)?),
+            Kind::PairwiseGrader => {
+                WorldPre::Pairwise(bindings::pairwise::PairwiseGraderPre::new(pre)?)
+            }
             Kind::Dataset => WorldPre::Dataset(bindings::dataset::DatasetPre::new(pre)?),
             Kind::Runner => WorldPre::Runner(bindings::runner::RunnerPre::new(pre)?),
         })
@@ -63,10 +65,22 @@ impl WorldPre {
     /// Calls the `info` export every world has.
     fn info(&self, store: &mut Store<State>) -> wasmtime::Result<bindings::PluginInfo> {
         match self {
-            WorldPre::Grader(pre) => pre.instantiate(&mut *store)?.mst_plugin_plugin().call_info(store),
-            WorldPre::Pairwise(pre) => pre.instantiate(&mut *store)?.mst_plugin_plugin().call_info(store),
-            WorldPre::Dataset(pre) => pre.instantiate(&mut *store)?.mst_plugin_plugin().call_info(store),
-            WorldPre::Runner(pre) => pre.instantiate(&mut *store)?.mst_plugin_plugin().call_info(store),
+            WorldPre::Grader(pre) => pre
+                .instantiate(&mut *store)?
+                .mst_plugin_plugin()
+                .call_info(store),
+            WorldPre::Pairwise(pre) => pre
+                .instantiate(&mut *store)?
+                .mst_plugin_plugin()
+                .call_info(store),
+            WorldPre::Dataset(pre) => pre
+                .instantiate(&mut *store)?
+                .mst_plugin_plugin()
+                .call_info(store),
+            WorldPre::Runner(pre) => pre
+                .instantiate(&mut *store)?
+                .mst_plugin_plugin()
+                .call_info(store),
         }
     }
 }
@@ -106,7 +120,11 @@ impl fmt::Display for LoadError {
             FailedStep::Compatibility => "is not compatible with this mst",
         };
         write!(f, "{} {what}", self.label)?;
-        for problem in self.problems.iter().filter(|p| p.severity == Severity::Error) {
+        for problem in self
+            .problems
+            .iter()
+            .filter(|p| p.severity == Severity::Error)
+        {
             write!(f, "\n  - {}", problem.message)?;
         }
         Ok(())
@@ -119,13 +137,29 @@ impl std::error::Error for LoadError {}
 #[derive(Debug)]
 pub enum CallError {
     /// The plugin returned an error of its own.
-    Plugin { plugin: String, code: ErrorCode, message: String },
+    Plugin {
+        plugin: String,
+        code: ErrorCode,
+        message: String,
+    },
     /// The call ran past its wall-time cap and was stopped.
-    Timeout { plugin: String, limit: Duration, stderr: String },
+    Timeout {
+        plugin: String,
+        limit: Duration,
+        stderr: String,
+    },
     /// The plugin hit its memory cap.
-    OutOfMemory { plugin: String, limit: usize, stderr: String },
+    OutOfMemory {
+        plugin: String,
+        limit: usize,
+        stderr: String,
+    },
     /// The plugin trapped (a panic in Rust plugins), or broke the ABI's rules.
-    Trap { plugin: String, trap: String, stderr: String },
+    Trap {
+        plugin: String,
+        trap: String,
+        stderr: String,
+    },
 }
 
 fn code_name(code: ErrorCode) -> &'static str {
@@ -152,10 +186,23 @@ fn with_stderr(f: &mut fmt::Formatter<'_>, stderr: &str) -> fmt::Result {
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CallError::Plugin { plugin, code, message } => {
-                write!(f, "plugin {plugin} failed ({}): {}", code_name(*code), sanitize(message, 4096))
+            CallError::Plugin {
+                plugin,
+                code,
+                message,
+            } => {
+                write!(
+                    f,
+                    "plugin {plugin} failed ({}): {}",
+                    code_name(*code),
+                    sanitize(message, 4096)
+                )
             }
-            CallError::Timeout { plugin, limit, stderr } => {
+            CallError::Timeout {
+                plugin,
+                limit,
+                stderr,
+            } => {
                 write!(
                     f,
                     "plugin {plugin} was stopped after its time limit of {:.1}s (raise it with \
@@ -164,7 +211,11 @@ impl fmt::Display for CallError {
                 )?;
                 with_stderr(f, stderr)
             }
-            CallError::OutOfMemory { plugin, limit, stderr } => {
+            CallError::OutOfMemory {
+                plugin,
+                limit,
+                stderr,
+            } => {
                 write!(
                     f,
                     "plugin {plugin} ran out of memory: it may use {} MiB (raise it with --plugin-memory)",
@@ -172,7 +223,11 @@ impl fmt::Display for CallError {
                 )?;
                 with_stderr(f, stderr)
             }
-            CallError::Trap { plugin, trap, stderr } => {
+            CallError::Trap {
+                plugin,
+                trap,
+                stderr,
+            } => {
                 write!(f, "plugin {plugin} crashed: {trap}")?;
                 with_stderr(f, stderr)
             }
@@ -223,7 +278,10 @@ fn describe(raw: bindings::PluginInfo, surface: &Surface, problems: &mut Vec<Pro
         .capabilities
         .into_iter()
         .map(|c| match c {
-            bindings::WitCapability::Exec(e) => Capability::Exec { program: e.program, args: e.args },
+            bindings::WitCapability::Exec(e) => Capability::Exec {
+                program: e.program,
+                args: e.args,
+            },
             bindings::WitCapability::ReadDir(path) => Capability::ReadDir { path },
             bindings::WitCapability::Http(host) => Capability::Http { host },
             bindings::WitCapability::Model(provider) => Capability::Model { provider },
@@ -243,18 +301,42 @@ fn describe(raw: bindings::PluginInfo, surface: &Surface, problems: &mut Vec<Pro
             sanitize(&raw.version, 100)
         )));
     }
-    let options_schema = raw.options_schema.and_then(|text| match serde_json::from_str(&text) {
-        Ok(schema) => Some(schema),
-        Err(e) => {
-            problems.push(Problem::error(format!("declares an options schema that is not JSON: {e}")));
-            None
-        }
-    });
+    let options_schema = raw
+        .options_schema
+        .and_then(|text| match serde_json::from_str(&text) {
+            Ok(schema) => Some(schema),
+            Err(e) => {
+                problems.push(Problem::error(format!(
+                    "declares an options schema that is not JSON: {e}"
+                )));
+                None
+            }
+        });
     for (interface, declared) in [
-        ("exec", capabilities.iter().any(|c| matches!(c, Capability::Exec { .. }))),
-        ("http", capabilities.iter().any(|c| matches!(c, Capability::Http { .. }))),
-        ("model", capabilities.iter().any(|c| matches!(c, Capability::Model { .. }))),
-        ("secrets", capabilities.iter().any(|c| matches!(c, Capability::Secret { .. }))),
+        (
+            "exec",
+            capabilities
+                .iter()
+                .any(|c| matches!(c, Capability::Exec { .. })),
+        ),
+        (
+            "http",
+            capabilities
+                .iter()
+                .any(|c| matches!(c, Capability::Http { .. })),
+        ),
+        (
+            "model",
+            capabilities
+                .iter()
+                .any(|c| matches!(c, Capability::Model { .. })),
+        ),
+        (
+            "secrets",
+            capabilities
+                .iter()
+                .any(|c| matches!(c, Capability::Secret { .. })),
+        ),
     ] {
         if surface.imports_host_interface(interface) && !declared {
             problems.push(Problem::warning(format!(
@@ -278,8 +360,11 @@ pub fn valid_name(name: &str) -> bool {
     name.len() <= 128
         && segments.len() == 3
         && segments.iter().all(|s| {
-            s.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-                && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            s.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         })
 }
 
@@ -304,7 +389,9 @@ impl LoadedPlugin {
         };
         let surface = match inspect::inspect(bytes) {
             Ok(surface) => surface,
-            Err(why @ (Unreadable::NotWasm | Unreadable::CoreModule | Unreadable::Malformed(_))) => {
+            Err(
+                why @ (Unreadable::NotWasm | Unreadable::CoreModule | Unreadable::Malformed(_)),
+            ) => {
                 failure.problems.push(Problem::error(why.to_string()));
                 return Err(Box::new(failure));
             }
@@ -324,7 +411,9 @@ impl LoadedPlugin {
         let (component, cache) = match host.compile(&digest, bytes) {
             Ok(compiled) => compiled,
             Err(e) => {
-                failure.problems.push(Problem::error(format!("cannot compile: {e:#}")));
+                failure
+                    .problems
+                    .push(Problem::error(format!("cannot compile: {e:#}")));
                 return Err(Box::new(failure));
             }
         };
@@ -336,7 +425,9 @@ impl LoadedPlugin {
         {
             Ok(world) => world,
             Err(e) => {
-                failure.problems.push(Problem::error(format!("cannot link against this host: {e:#}")));
+                failure.problems.push(Problem::error(format!(
+                    "cannot link against this host: {e:#}"
+                )));
                 return Err(Box::new(failure));
             }
         };
@@ -359,14 +450,18 @@ impl LoadedPlugin {
             cache,
             engine: host.engine().clone(),
             world,
-            identity: Arc::new(Identity { label: label.to_string() }),
+            identity: Arc::new(Identity {
+                label: label.to_string(),
+            }),
             grants: Arc::new(Effective::none()),
             limits,
         };
         let raw = match plugin.call(|world, store| world.info(store)) {
             Ok(raw) => raw,
             Err(e) => {
-                failure.problems.push(Problem::error(format!("its `info` export failed: {e}")));
+                failure
+                    .problems
+                    .push(Problem::error(format!("its `info` export failed: {e}")));
                 return Err(Box::new(failure));
             }
         };
@@ -377,7 +472,9 @@ impl LoadedPlugin {
             failure.problems = problems;
             return Err(Box::new(failure));
         }
-        plugin.identity = Arc::new(Identity { label: format!("{} {}", info.name, info.version) });
+        plugin.identity = Arc::new(Identity {
+            label: format!("{} {}", info.name, info.version),
+        });
         plugin.grants = Arc::new(Effective::intersect(&info.capabilities, grants));
         plugin.info = info;
         plugin.warnings = problems;
@@ -390,8 +487,17 @@ impl LoadedPlugin {
         f: impl FnOnce(&WorldPre, &mut Store<State>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         let plugin = self.identity.label.clone();
-        let mut store = sandbox::new_store(&self.engine, self.identity.clone(), self.grants.clone(), self.limits)
-            .map_err(|e| CallError::Trap { plugin: plugin.clone(), trap: format!("{e:#}"), stderr: String::new() })?;
+        let mut store = sandbox::new_store(
+            &self.engine,
+            self.identity.clone(),
+            self.grants.clone(),
+            self.limits,
+        )
+        .map_err(|e| CallError::Trap {
+            plugin: plugin.clone(),
+            trap: format!("{e:#}"),
+            stderr: String::new(),
+        })?;
         let result = f(&self.world, &mut store);
         let error = match result {
             Ok(value) => return Ok(value),
@@ -400,27 +506,53 @@ impl LoadedPlugin {
         let state = store.data();
         let stderr = stderr_tail(state);
         if state.memory.refused {
-            return Err(CallError::OutOfMemory { plugin, limit: self.limits.memory_bytes, stderr });
+            return Err(CallError::OutOfMemory {
+                plugin,
+                limit: self.limits.memory_bytes,
+                stderr,
+            });
         }
         if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
-            return Err(CallError::Timeout { plugin, limit: self.limits.call_timeout, stderr });
+            return Err(CallError::Timeout {
+                plugin,
+                limit: self.limits.call_timeout,
+                stderr,
+            });
         }
         let trap = match error.downcast_ref::<Trap>() {
             Some(trap) => trap.to_string(),
             None => format!("{error:#}"),
         };
-        Err(CallError::Trap { plugin, trap, stderr })
+        Err(CallError::Trap {
+            plugin,
+            trap,
+            stderr,
+        })
     }
 
     fn plugin_error(&self, error: PluginError) -> CallError {
-        CallError::Plugin { plugin: self.identity.label.clone(), code: error.code, message: error.message }
+        CallError::Plugin {
+            plugin: self.identity.label.clone(),
+            code: error.code,
+            message: error.message,
+        }
     }
 
     /// Scores one trial (grader plugins).
-    pub fn grade(&self, options: &str, trial: &bindings::Trial) -> Result<bindings::Score, CallError> {
+    pub fn grade(
+        &self,
+        options: &str,
+        trial: &bindings::Trial,
+    ) -> Result<bindings::Score, CallError> {
         let result = self.call(|world, store| match world {
-            WorldPre::Grader(pre) => pre.instantiate(&mut *store)?.mst_plugin_grading().call_grade_trial(store, options, trial),
-            _ => Err(wasmtime::Error::msg(format!("a {} plugin cannot grade trials", self.kind))),
+            WorldPre::Grader(pre) => pre
+                .instantiate(&mut *store)?
+                .mst_plugin_grading()
+                .call_grade_trial(store, options, trial),
+            _ => Err(wasmtime::Error::msg(format!(
+                "a {} plugin cannot grade trials",
+                self.kind
+            ))),
         })?;
         let score = result.map_err(|e| self.plugin_error(e))?;
         if !(0.0..=1.0).contains(&score.value) {
@@ -434,10 +566,20 @@ impl LoadedPlugin {
     }
 
     /// Resolves a dataset into cases (dataset plugins).
-    pub fn resolve(&self, options: &str, content: Option<&[u8]>) -> Result<Vec<bindings::Case>, CallError> {
+    pub fn resolve(
+        &self,
+        options: &str,
+        content: Option<&[u8]>,
+    ) -> Result<Vec<bindings::Case>, CallError> {
         let result = self.call(|world, store| match world {
-            WorldPre::Dataset(pre) => pre.instantiate(&mut *store)?.mst_plugin_datasets().call_resolve(store, options, content),
-            _ => Err(wasmtime::Error::msg(format!("a {} plugin cannot resolve datasets", self.kind))),
+            WorldPre::Dataset(pre) => pre
+                .instantiate(&mut *store)?
+                .mst_plugin_datasets()
+                .call_resolve(store, options, content),
+            _ => Err(wasmtime::Error::msg(format!(
+                "a {} plugin cannot resolve datasets",
+                self.kind
+            ))),
         })?;
         result.map_err(|e| self.plugin_error(e))
     }
@@ -488,7 +630,16 @@ mod tests {
     fn plugin_names() {
         assert!(valid_name("mst/grader/contains"));
         assert!(valid_name("acme/runner/k8s-2"));
-        for bad in ["contains", "mst/grader", "a/b/c/d", "Mst/grader/x", "mst/grader/../x", "mst//x", "mst/grader/-x", "mst/grader/x y"] {
+        for bad in [
+            "contains",
+            "mst/grader",
+            "a/b/c/d",
+            "Mst/grader/x",
+            "mst/grader/../x",
+            "mst//x",
+            "mst/grader/-x",
+            "mst/grader/x y",
+        ] {
             assert!(!valid_name(bad), "{bad}");
         }
     }

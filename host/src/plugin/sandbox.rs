@@ -101,7 +101,10 @@ pub struct State {
 
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -131,7 +134,11 @@ pub(crate) fn new_store(
     let state = State {
         wasi: wasi.build(),
         table: ResourceTable::new(),
-        memory: MemoryCap { limit: limits.memory_bytes, used: 0, refused: false },
+        memory: MemoryCap {
+            limit: limits.memory_bytes,
+            used: 0,
+            refused: false,
+        },
         stderr,
         identity,
         grants,

@@ -22,6 +22,7 @@ pub use bindings::mst::plugin::types::{
 
 use bindings::mst::plugin::exec::run as host_exec;
 use bindings::mst::plugin::log::log as host_log;
+use bindings::mst::plugin::secrets::get as host_secret;
 
 /// A dataset resolver: implement this and name the type in
 /// [`export_dataset!`](crate::export_dataset).

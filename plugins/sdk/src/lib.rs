@@ -58,7 +58,10 @@ macro_rules! world_helpers {
 
         /// A [`PluginError`] with `code` and `message`.
         pub fn error(code: ErrorCode, message: impl Into<String>) -> PluginError {
-            PluginError { code, message: message.into() }
+            PluginError {
+                code,
+                message: message.into(),
+            }
         }
 
         /// Parses the plugin's JSON options into `T`; the error names the offending field.
@@ -70,6 +73,11 @@ macro_rules! world_helpers {
         /// Writes a line to the host's log, tagged with the plugin's name.
         pub fn log(level: Level, message: &str) {
             host_log(level, message)
+        }
+
+        /// The value of a secret the operator granted (see the `secret` capability).
+        pub fn secret(name: &str) -> Result<String, PluginError> {
+            host_secret(name)
         }
 
         /// Runs a host program the operator granted (see the `exec` capability).

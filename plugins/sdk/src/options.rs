@@ -19,7 +19,11 @@ impl std::error::Error for OptionsError {}
 /// `#[serde(deny_unknown_fields)]` on `T` so that a misspelt option is an error, not a silent
 /// default.
 pub fn parse_options<T: DeserializeOwned>(options: &str) -> Result<T, OptionsError> {
-    let text = if options.trim().is_empty() { "{}" } else { options };
+    let text = if options.trim().is_empty() {
+        "{}"
+    } else {
+        options
+    };
     serde_json::from_str(text).map_err(|e| OptionsError(e.to_string()))
 }
 
@@ -42,7 +46,9 @@ mod tests {
 
     #[test]
     fn unknown_field_is_named() {
-        let err = parse_options::<Opts>(r#"{"valeu": "x"}"#).unwrap_err().to_string();
+        let err = parse_options::<Opts>(r#"{"valeu": "x"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("valeu"), "{err}");
     }
 }

@@ -57,8 +57,8 @@ pub fn parse(text: &str) -> Result<Vec<Case>, PluginError> {
         if raw.trim().is_empty() {
             continue;
         }
-        let line: Line = serde_json::from_str(raw)
-            .map_err(|e| invalid(format!("line {number}: {e}")))?;
+        let line: Line =
+            serde_json::from_str(raw).map_err(|e| invalid(format!("line {number}: {e}")))?;
         if line.id.is_empty() {
             return Err(invalid(format!("line {number}: `id` is empty")));
         }
@@ -134,19 +134,35 @@ mod tests {
 
     #[test]
     fn duplicate_ids_name_the_line() {
-        let err = resolve("{}", "{\"id\":\"a\",\"input\":1}\n{\"id\":\"a\",\"input\":2}").unwrap_err();
-        assert!(err.message.contains("line 2") && err.message.contains("`a`"), "{}", err.message);
+        let err = resolve(
+            "{}",
+            "{\"id\":\"a\",\"input\":1}\n{\"id\":\"a\",\"input\":2}",
+        )
+        .unwrap_err();
+        assert!(
+            err.message.contains("line 2") && err.message.contains("`a`"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
     fn unknown_keys_are_errors() {
         let err = resolve("{}", "{\"id\":\"a\",\"input\":1,\"expectd\":2}").unwrap_err();
-        assert!(err.message.contains("line 1") && err.message.contains("expectd"), "{}", err.message);
+        assert!(
+            err.message.contains("line 1") && err.message.contains("expectd"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
     fn limit_keeps_the_first_cases() {
-        let cases = resolve(r#"{"limit": 1}"#, "{\"id\":\"a\",\"input\":1}\n{\"id\":\"b\",\"input\":2}").unwrap();
+        let cases = resolve(
+            r#"{"limit": 1}"#,
+            "{\"id\":\"a\",\"input\":1}\n{\"id\":\"b\",\"input\":2}",
+        )
+        .unwrap();
         assert_eq!(cases.len(), 1);
     }
 

@@ -165,7 +165,10 @@ mod tests {
 
     #[test]
     fn negate_fails_when_text_appears() {
-        let s = grade(r#"{"value": "secret", "negate": true}"#, "the secret is out");
+        let s = grade(
+            r#"{"value": "secret", "negate": true}"#,
+            "the secret is out",
+        );
         assert_eq!((s.value, s.pass), (0.0, Some(false)));
         let s = grade(r#"{"value": "secret", "negate": true}"#, "nothing here");
         assert_eq!((s.value, s.pass), (1.0, Some(true)));

@@ -54,12 +54,13 @@ fn parse_answer(text: &str) -> Result<Value, String> {
 fn checks(options: &Options, answer: &str) -> Result<Vec<Check>, PluginError> {
     // Compile everything from the options first: a bad option is the eval's fault, not the
     // answer's, and must not turn into a failed trial.
-    let path = match &options.path {
-        Some(p) => Some(serde_json_path::JsonPath::parse(p).map_err(|e| {
-            invalid_options(format!("option `path` is not a valid JSONPath: {e}"))
-        })?),
-        None => None,
-    };
+    let path =
+        match &options.path {
+            Some(p) => Some(serde_json_path::JsonPath::parse(p).map_err(|e| {
+                invalid_options(format!("option `path` is not a valid JSONPath: {e}"))
+            })?),
+            None => None,
+        };
     let validator = match &options.schema {
         Some(schema) => Some(jsonschema::validator_for(schema).map_err(|e| {
             invalid_options(format!("option `schema` is not a valid JSON Schema: {e}"))
@@ -105,7 +106,8 @@ fn checks(options: &Options, answer: &str) -> Result<Vec<Check>, PluginError> {
     if let Some(expected) = &options.equals {
         checks.push(Check {
             name: "equals",
-            failure: (&selected != expected).then(|| format!("got {selected}, expected {expected}")),
+            failure: (&selected != expected)
+                .then(|| format!("got {selected}, expected {expected}")),
         });
     }
     if let Some(validator) = &validator {
@@ -172,9 +174,15 @@ mod tests {
 
     #[test]
     fn path_equals() {
-        let s = grade(r#"{"path": "$.user.age", "equals": 42}"#, r#"{"user": {"age": 42}}"#);
+        let s = grade(
+            r#"{"path": "$.user.age", "equals": 42}"#,
+            r#"{"user": {"age": 42}}"#,
+        );
         assert_eq!((s.pass, s.value), (Some(true), 1.0));
-        let s = grade(r#"{"path": "$.user.age", "equals": 41}"#, r#"{"user": {"age": 42}}"#);
+        let s = grade(
+            r#"{"path": "$.user.age", "equals": 41}"#,
+            r#"{"user": {"age": 42}}"#,
+        );
         assert_eq!(s.pass, Some(false));
         assert!(s.reason.contains("got 42, expected 41"), "{}", s.reason);
     }

@@ -83,8 +83,11 @@ mod tests {
 
     #[test]
     fn matches_and_reports_where() {
-        let s = RegexGrader::grade(r#"{"pattern": "\\d{2}:\\d{2}"}"#, trial("c", "it is 10:42 now"))
-            .unwrap();
+        let s = RegexGrader::grade(
+            r#"{"pattern": "\\d{2}:\\d{2}"}"#,
+            trial("c", "it is 10:42 now"),
+        )
+        .unwrap();
         assert_eq!(s.pass, Some(true));
         assert!(s.reason.contains("10:42"), "{}", s.reason);
     }
