@@ -266,7 +266,11 @@ fn plugin_logs_are_tagged_sanitized_and_capped() {
     let options = r#"{"behaviour": "log", "count": 1500, "message": "line\u001b[2Jcleared"}"#;
     let run = hostile(&Mst::new(), options, &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let lines: Vec<&str> = run.stderr.lines().filter(|l| l.contains("cleared")).collect();
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("cleared"))
+        .collect();
     assert_eq!(lines.len(), 1000, "capped at 1,000 lines a call");
     assert!(
         lines[0].contains("mst/fixture/hostile 0.1.0"),

@@ -161,28 +161,50 @@ fn bench() -> Result<()> {
 fn quickstart() -> Result<()> {
     build_plugins()?;
     run(cargo().current_dir(root()).args(["build", "-p", "mst"]))?;
-    let mst = root().join("target/debug/mst");
-    let contains = root().join("plugins/dist/contains.wasm");
-    let home = root().join("target/quickstart-home");
+    let root = root();
+    let home = root.join("target/quickstart-home");
     let mst = |args: &[&str]| {
-        let mut command = Command::new(&mst);
-        command.env("MST_HOME", &home).args(args);
+        let mut command = Command::new(root.join("target/debug/mst"));
+        command.current_dir(&root).env("MST_HOME", &home).args(args);
         command
     };
-    let contains = contains.to_str().context("non-UTF-8 path")?;
-    run(&mut mst(&["plugin", "check", contains]))?;
-    run(&mut mst(&["plugin", "install", contains]))?;
+    run(&mut mst(&["plugin", "check", "plugins/dist/contains.wasm"]))?;
+    for plugin in ["contains", "json", "jsonl"] {
+        run(&mut mst(&[
+            "plugin",
+            "install",
+            &format!("plugins/dist/{plugin}.wasm"),
+        ]))?;
+    }
     run(&mut mst(&["plugin", "list"]))?;
+    run(&mut mst(&[
+        "plugin",
+        "resolve",
+        "mst/dataset/jsonl",
+        "--file",
+        "examples/quickstart/cases.jsonl",
+    ]))?;
+    let trial = "examples/quickstart/trial.json";
     run(&mut mst(&[
         "plugin",
         "grade",
         "mst/grader/contains",
-        "--answer",
-        "The time in Tokyo is 09:00",
-        "--options",
-        r#"{"values": ["Tokyo", "09:00"]}"#,
+        "--trial",
+        trial,
     ]))?;
-    eprintln!("xtask: quick start done; MST_HOME was {}", home.display());
+    run(&mut mst(&[
+        "plugin",
+        "grade",
+        "mst/grader/json",
+        "--trial",
+        trial,
+        "--options",
+        r#"{"path": "$.timezone", "equals": "Asia/Tokyo"}"#,
+    ]))?;
+    eprintln!(
+        "xtask: quick start done; its MST_HOME is {}",
+        home.display()
+    );
     Ok(())
 }
 
