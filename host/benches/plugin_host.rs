@@ -36,13 +36,10 @@ fn fmt(d: Duration) -> String {
 
 /// A trial whose serialized trace is about 1 KiB.
 fn trial_1kib() -> TrialRecord {
-    let case = CaseRecord {
-        id: "bench-1".into(),
-        input: serde_json::json!({"q": "what time is it in Tokyo?"}),
-        expected: None,
-        tags: vec![],
-        metadata: None,
-    };
+    let case = CaseRecord::new(
+        "bench-1",
+        serde_json::json!({"q": "what time is it in Tokyo?"}),
+    );
     let mut trial =
         TrialRecord::answered(case, &"The current time in Tokyo is 09:00 JST. ".repeat(8));
     for seq in 0..6u64 {

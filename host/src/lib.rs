@@ -7,8 +7,10 @@
 //! - [`cli`]: the `mst` command line.
 //! - [`eval`]: cases, trials and traces.
 //! - [`home`]: where mst keeps its state (`$MST_HOME`).
+//! - [`shard`]: the `mst.shard/v1` protocol between coordinator and workers.
 
 pub mod cli;
 pub mod eval;
 pub mod home;
 pub mod plugin;
+pub mod shard;

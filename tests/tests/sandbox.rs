@@ -167,13 +167,7 @@ fn a_trapped_instance_is_never_reused() {
     let plugin =
         LoadedPlugin::load(&host, &bytes, "hostile.wasm", &Grants::default(), limits).unwrap();
     let trial = mst::eval::trial::TrialRecord::answered(
-        mst::eval::trial::CaseRecord {
-            id: "c".into(),
-            input: serde_json::json!(null),
-            expected: None,
-            tags: vec![],
-            metadata: None,
-        },
+        mst::eval::trial::CaseRecord::new("c", serde_json::json!(null)),
         "x",
     )
     .to_wit();

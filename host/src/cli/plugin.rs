@@ -414,11 +414,8 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                         })
                         .transpose()?;
                     let case = CaseRecord {
-                        id: "inline".into(),
-                        input: json!(null),
                         expected,
-                        tags: vec![],
-                        metadata: None,
+                        ..CaseRecord::new("inline", json!(null))
                     };
                     TrialRecord::answered(case, &answer)
                 }

@@ -3,4 +3,5 @@
 //! The runner, the shard protocol and the eval config build on these types; today they are
 //! used by `mst plugin grade` and `mst plugin resolve` to feed plugins and print their output.
 
+pub mod config;
 pub mod trial;

@@ -22,6 +22,19 @@ pub struct CaseRecord {
     pub tags: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+    /// Repetitions of this case, overriding the eval's `trials`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trials: Option<u32>,
+    /// Pass threshold for this case, overriding the eval's `passThreshold`.
+    #[serde(
+        default,
+        rename = "passThreshold",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pass_threshold: Option<f64>,
+    /// Judges for this case, replacing the eval's `judges`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judges: Option<Vec<crate::eval::config::JudgeConfig>>,
 }
 
 /// How a trial's collection ended.
@@ -194,6 +207,20 @@ impl TraceEvent {
 }
 
 impl CaseRecord {
+    /// A case with only an id and an input.
+    pub fn new(id: impl Into<String>, input: Value) -> Self {
+        CaseRecord {
+            id: id.into(),
+            input,
+            expected: None,
+            tags: Vec::new(),
+            metadata: None,
+            trials: None,
+            pass_threshold: None,
+            judges: None,
+        }
+    }
+
     /// The ABI form.
     pub fn to_wit(&self) -> wit::Case {
         wit::Case {
@@ -225,6 +252,9 @@ impl CaseRecord {
                 .transpose()?,
             tags: case.tags.clone(),
             id: case.id.clone(),
+            trials: None,
+            pass_threshold: None,
+            judges: None,
         })
     }
 }

@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn exec_needs_declaration_and_grant() {
-        let declared = [exec("ssh", &["-p", "*"])];
+        let declared = [exec("ssh", &["-p", "2222", "ci-*"])];
         let mut grants = Grants::default();
         let none = Effective::intersect(&declared, &grants);
         assert!(none
@@ -281,7 +281,7 @@ mod tests {
         grants.exec.insert("sh".into());
         let some = Effective::intersect(&declared, &grants);
         assert!(some
-            .allows_exec("ssh", &["-p".into(), "2222".into()])
+            .allows_exec("ssh", &["-p".into(), "2222".into(), "ci-1".into()])
             .is_ok());
         assert!(some
             .allows_exec("ssh", &["-oProxyCommand=x".into()])

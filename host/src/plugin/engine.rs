@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// How often the epoch advances; the granularity of every call's wall-time cap.
 pub const TICK: Duration = Duration::from_millis(5);
@@ -33,10 +33,7 @@ pub struct PluginHost {
 impl PluginHost {
     /// A host whose artifact cache lives in `cache_dir`.
     pub fn new(cache_dir: PathBuf) -> Result<Self> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
+        let engine = new_engine()?;
         spawn_epoch_ticker(&engine);
 
         let mut linker = Linker::new(&engine);
@@ -85,6 +82,44 @@ impl PluginHost {
             .expect("cache lock")
             .insert(digest.to_string(), component.clone());
         Ok((component, outcome))
+    }
+}
+
+/// Instances the pool holds at once: far more than one process runs in parallel.
+const POOLED_INSTANCES: u32 = 256;
+
+/// The engine: component model, epoch interruption, and a pooling allocator, because every
+/// call instantiates afresh and the pool turns that from mmap/munmap per call into reusing
+/// a slot. Falls back to on-demand allocation where the pool's address space cannot be reserved.
+fn new_engine() -> Result<Engine> {
+    let base = || {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        config
+    };
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(POOLED_INSTANCES)
+        .total_core_instances(4 * POOLED_INSTANCES)
+        .total_memories(2 * POOLED_INSTANCES)
+        .total_tables(4 * POOLED_INSTANCES)
+        .max_memories_per_component(16)
+        .max_tables_per_component(64)
+        // The per-plugin cap is the store's limiter; this is only the pool's slot size.
+        .max_memory_size(4 << 30)
+        // Reset the first pages of a memory (where a Rust guest's data and hot heap live) with
+        // memset instead of madvise, and return slots in batches: fewer syscalls and page faults.
+        .linear_memory_keep_resident(64 << 10)
+        .table_keep_resident(16 << 10)
+        .decommit_batch_size(16);
+    let mut pooled = base();
+    pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    match Engine::new(&pooled) {
+        Ok(engine) => Ok(engine),
+        Err(e) => {
+            tracing::debug!("pooling allocator unavailable ({e}); allocating instances on demand");
+            Engine::new(&base()).map_err(anyhow::Error::from)
+        }
     }
 }
 

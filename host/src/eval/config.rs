@@ -1,0 +1,429 @@
+//! The eval config (`eval.json`), parsed strictly: an unknown key is an error that names the
+//! key, the file and position, and the closest known key.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A dataset entry: a path (JSON or JSONL file, or a directory), or `{type, …}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DatasetRef {
+    /// A file (`.json` array or `.jsonl`) or a directory of `.json` case files.
+    Path(String),
+    /// `{"type": "file"|"dir"|<plugin name>, "path"?: …, …}`; other keys go to the plugin.
+    Typed(BTreeMap<String, Value>),
+}
+
+/// An MCP server, by label.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ServerConfig {
+    /// A server started as a subprocess speaking MCP over stdio.
+    Stdio(StdioServer),
+    /// A streamable-HTTP server.
+    Http(HttpServer),
+}
+
+/// `{"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StdioServer {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment for the server (values are config, not secrets).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// `{"url": "http://127.0.0.1:3001/mcp"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpServer {
+    pub url: String,
+}
+
+/// A judge: a plugin grader or a built-in assertion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeConfig {
+    /// A name for reports; defaults to the plugin or assertion name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// An installed grader name, or a key of `plugins`.
+    #[serde(default)]
+    pub plugin: Option<String>,
+    /// A built-in assertion: `contains`, `not-contains`, `equals`, `regex`, `exit-code`.
+    #[serde(default)]
+    pub assert: Option<String>,
+    /// The assertion's value, or the plugin's options.
+    #[serde(default)]
+    pub value: Option<Value>,
+    #[serde(default)]
+    pub options: Option<Value>,
+    /// Weight in the trial's score (default 1).
+    #[serde(default)]
+    pub weight: Option<f64>,
+}
+
+/// Per-variant overrides of the client fields, servers and judges.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VariantConfig {
+    #[serde(default)]
+    pub client: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub client_options: Option<Value>,
+    /// Labels of `servers` this variant uses (default: all).
+    #[serde(default)]
+    pub servers: Option<Vec<String>>,
+    #[serde(default)]
+    pub judges: Option<Vec<JudgeConfig>>,
+}
+
+/// Most trials at once, per model provider and per MCP server, across all shards.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(default)]
+    pub providers: BTreeMap<String, u32>,
+    #[serde(default)]
+    pub servers: BTreeMap<String, u32>,
+}
+
+/// A plugin the eval loads: a path or installed name, with capability grants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PluginRef {
+    Name(String),
+    Detailed(PluginConfig),
+}
+
+/// `{"path": "./judge.wasm", "allowExec": ["git"], …}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginConfig {
+    /// A `.wasm` path (relative to the config) or an installed name.
+    pub path: String,
+    #[serde(default)]
+    pub allow_exec: Vec<String>,
+    #[serde(default)]
+    pub allow_read: Vec<String>,
+    #[serde(default)]
+    pub allow_http: Vec<String>,
+    #[serde(default)]
+    pub allow_model: Vec<String>,
+    #[serde(default)]
+    pub allow_secret: Vec<String>,
+}
+
+/// A whole eval config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EvalConfig {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub datasets: Vec<DatasetRef>,
+    #[serde(default)]
+    pub servers: BTreeMap<String, ServerConfig>,
+    /// The client that runs a trial: `command` or `mcp`.
+    pub client: String,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub client_options: Option<Value>,
+    /// Variants by name; one variant `default` when absent.
+    #[serde(default)]
+    pub variants: BTreeMap<String, VariantConfig>,
+    #[serde(default)]
+    pub judges: Vec<JudgeConfig>,
+    /// Repetitions of each case per variant (default 1).
+    #[serde(default = "one")]
+    pub trials: u32,
+    /// Score at or above which a trial passes (default 1.0).
+    #[serde(default = "full")]
+    pub pass_threshold: f64,
+    /// Most trials at once within a shard (default 4).
+    #[serde(default = "four")]
+    pub concurrency: u32,
+    /// Per-trial deadline in seconds (default 60).
+    #[serde(default = "sixty")]
+    pub timeout: f64,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub plugins: Vec<PluginRef>,
+}
+
+fn one() -> u32 {
+    1
+}
+fn four() -> u32 {
+    4
+}
+fn full() -> f64 {
+    1.0
+}
+fn sixty() -> f64 {
+    60.0
+}
+
+/// Keys the config accepts at each level, for suggestions.
+const KNOWN_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "datasets",
+    "servers",
+    "client",
+    "model",
+    "clientOptions",
+    "variants",
+    "judges",
+    "trials",
+    "passThreshold",
+    "concurrency",
+    "timeout",
+    "limits",
+    "plugins",
+    "command",
+    "args",
+    "env",
+    "url",
+    "plugin",
+    "assert",
+    "value",
+    "options",
+    "weight",
+    "providers",
+    "path",
+    "allowExec",
+    "allowRead",
+    "allowHttp",
+    "allowModel",
+    "allowSecret",
+];
+
+/// Levenshtein distance, for "did you mean".
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = (previous + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            previous = current;
+        }
+    }
+    row[b.len()]
+}
+
+/// The known key closest to `unknown`, if it is close enough to be a typo.
+pub fn suggest(unknown: &str) -> Option<&'static str> {
+    KNOWN_KEYS
+        .iter()
+        .map(|k| (distance(&unknown.to_lowercase(), &k.to_lowercase()), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Turns serde's message into ours: position, key, suggestion.
+fn explain(file: &Path, error: &serde_json::Error) -> String {
+    let text = error.to_string();
+    let message = text.split(" at line").next().unwrap_or(&text);
+    let mut out = format!(
+        "{}:{}:{}: {message}",
+        file.display(),
+        error.line(),
+        error.column()
+    );
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let key = rest.split('`').next().unwrap_or_default();
+        if let Some(known) = suggest(key) {
+            out.push_str(&format!(" (did you mean `{known}`?)"));
+        }
+    }
+    out
+}
+
+impl EvalConfig {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<(Self, Vec<u8>)> {
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read eval config {}", path.display()))?;
+        let config: EvalConfig =
+            serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!(explain(path, &e)))?;
+        config
+            .validate()
+            .with_context(|| format!("{} is not a valid eval config", path.display()))?;
+        Ok((config, bytes))
+    }
+
+    /// Parses config text (for tests and embedded defaults).
+    pub fn parse(text: &str, label: &Path) -> Result<Self> {
+        let config: EvalConfig =
+            serde_json::from_str(text).map_err(|e| anyhow::anyhow!(explain(label, &e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: ranges, names, references between sections.
+    pub fn validate(&self) -> Result<()> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            bail!("`name` must be letters, digits, `-`, `_` or `.` (it names the results directory), not {:?}", self.name);
+        }
+        if self.datasets.is_empty() {
+            bail!("`datasets` is empty: name at least one dataset file, directory or plugin");
+        }
+        if !["command", "mcp"].contains(&self.client.as_str()) {
+            bail!(
+                "`client` is {:?}; the clients are `command` and `mcp`",
+                self.client
+            );
+        }
+        if self.trials == 0 {
+            bail!("`trials` must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.pass_threshold) {
+            bail!(
+                "`passThreshold` must be between 0 and 1, not {}",
+                self.pass_threshold
+            );
+        }
+        if self.concurrency == 0 {
+            bail!("`concurrency` must be at least 1");
+        }
+        if !(self.timeout.is_finite() && self.timeout > 0.0) {
+            bail!("`timeout` must be a positive number of seconds");
+        }
+        for (name, variant) in &self.variants {
+            if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
+                bail!("variant name {name:?} cannot be used as a directory name");
+            }
+            if let Some(client) = &variant.client {
+                if !["command", "mcp"].contains(&client.as_str()) {
+                    bail!(
+                        "variants.{name}.client is {client:?}; the clients are `command` and `mcp`"
+                    );
+                }
+            }
+            for server in variant.servers.iter().flatten() {
+                if !self.servers.contains_key(server) {
+                    bail!("variants.{name}.servers names `{server}`, which is not in `servers`");
+                }
+            }
+        }
+        for server in self.limits.servers.keys() {
+            if !self.servers.contains_key(server) {
+                bail!("limits.servers names `{server}`, which is not in `servers`");
+            }
+        }
+        for judge in self.judges.iter().chain(
+            self.variants
+                .values()
+                .flat_map(|v| v.judges.iter().flatten()),
+        ) {
+            match (&judge.plugin, &judge.assert) {
+                (Some(_), None) | (None, Some(_)) => {}
+                _ => bail!("each judge needs exactly one of `plugin` and `assert`"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The variants to run: the configured ones, or `default`.
+    pub fn variant_names(&self) -> Vec<String> {
+        if self.variants.is_empty() {
+            vec!["default".to_string()]
+        } else {
+            self.variants.keys().cloned().collect()
+        }
+    }
+
+    /// Resolves a path from the config relative to the config's directory.
+    pub fn resolve_path(config_path: &Path, relative: &str) -> PathBuf {
+        let base = config_path.parent().unwrap_or(Path::new("."));
+        base.join(relative)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"{"name": "t", "datasets": ["cases.jsonl"], "client": "command"}"#;
+
+    #[test]
+    fn defaults() {
+        let config = EvalConfig::parse(MINIMAL, Path::new("eval.json")).unwrap();
+        assert_eq!(
+            (config.trials, config.pass_threshold, config.concurrency),
+            (1, 1.0, 4)
+        );
+        assert_eq!(config.variant_names(), ["default"]);
+    }
+
+    #[test]
+    fn unknown_keys_name_the_file_position_and_suggestion() {
+        let text = r#"{"name": "t", "datasets": ["c.jsonl"], "client": "command", "trails": 3}"#;
+        let err = EvalConfig::parse(text, Path::new("evals/eval.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("evals/eval.json:1:"), "{err}");
+        assert!(
+            err.contains("unknown field `trails`") && err.contains("did you mean `trials`?"),
+            "{err}"
+        );
+        let nested = r#"{"name": "t", "datasets": ["c"], "client": "mcp", "variants": {"a": {"clientOption": {}}}}"#;
+        let err = EvalConfig::parse(nested, Path::new("e.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("clientOption") && err.contains("`clientOptions`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn cross_references_are_checked() {
+        let text = r#"{"name": "t", "datasets": ["c"], "client": "mcp", "variants": {"a": {"servers": ["nope"]}}}"#;
+        let err = format!(
+            "{:#}",
+            EvalConfig::parse(text, Path::new("e.json")).unwrap_err()
+        );
+        assert!(err.contains("variants.a.servers names `nope`"), "{err}");
+        let text = r#"{"name": "t", "datasets": ["c"], "client": "llm"}"#;
+        assert!(EvalConfig::parse(text, Path::new("e.json")).is_err());
+    }
+
+    #[test]
+    fn servers_are_stdio_or_http() {
+        let text = r#"{"name": "t", "datasets": ["c"], "client": "mcp", "servers": {
+            "time": {"command": "uvx", "args": ["mcp-server-time"]},
+            "web": {"url": "http://127.0.0.1:3001/mcp"}}}"#;
+        let config = EvalConfig::parse(text, Path::new("e.json")).unwrap();
+        assert!(matches!(config.servers["time"], ServerConfig::Stdio(_)));
+        assert!(matches!(config.servers["web"], ServerConfig::Http(_)));
+    }
+
+    #[test]
+    fn suggestions_are_for_typos_only() {
+        assert_eq!(suggest("concurency"), Some("concurrency"));
+        assert_eq!(suggest("zzzzzz"), None);
+    }
+}

@@ -1,0 +1,329 @@
+//! `mst.shard/v1`: one JSON object per line. The worker writes [`WorkerMessage`]s to its stdout;
+//! the coordinator writes [`CoordinatorMessage`]s to the worker's stdin. Every object has a
+//! `type` field naming the message; unknown types and unknown fields are protocol errors, so
+//! that a worker of another version fails loudly instead of being half understood.
+
+use crate::plugin::Secret;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The protocol this build speaks; `hello` carries it and the coordinator refuses any other.
+pub const PROTOCOL: &str = "mst.shard/v1";
+
+/// The longest line either side accepts; a longer one is a protocol error (a trace never
+/// travels in a message, only its path).
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Identifies one trial: a case under a variant, and the repetition number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialKey {
+    pub variant: String,
+    pub case: String,
+    /// 0-based repetition.
+    pub trial: u32,
+}
+
+impl fmt::Display for TrialKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.variant, self.case, self.trial)
+    }
+}
+
+/// The client a worker drives, as reported in `hello`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientIdentity {
+    pub name: String,
+    pub version: String,
+}
+
+/// Why a worker asks for tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TokenReason {
+    /// Before the first trial that needs them.
+    Start,
+    /// The tokens it holds expire soon.
+    Expiring,
+}
+
+/// How a trial's collection ended, as the worker reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Collected {
+    /// A trace was written (whatever the client answered, including a timeout).
+    Collected,
+    /// The trial could not run for reasons outside the client's answer.
+    Infra,
+}
+
+/// Whether the worker's clean-up (tokens, temporary files, child processes) succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cleanup {
+    Ok,
+    Failed,
+}
+
+/// Counts a worker reports when it finishes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DoneCounts {
+    pub collected: u32,
+    pub infra: u32,
+    /// Trials not started because of `cancel`.
+    pub skipped: u32,
+}
+
+/// Worker → coordinator, on the worker's stdout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum WorkerMessage {
+    /// First message. The coordinator checks `protocol` and `mst` and fails the shard on any
+    /// mismatch, before any trial runs.
+    Hello {
+        protocol: String,
+        /// The worker's mst version; must equal the coordinator's.
+        mst: String,
+        /// The machine image's digest, when the machine has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image: Option<String>,
+        client: ClientIdentity,
+        /// The shard this worker runs (0-based).
+        shard: u32,
+    },
+    /// Asks for access tokens for these MCP servers.
+    NeedTokens {
+        servers: Vec<String>,
+        reason: TokenReason,
+    },
+    /// Asks for room to run a trial under the eval's limits; the worker waits for `granted`.
+    Acquire {
+        key: TrialKey,
+        /// Model providers the trial will call.
+        #[serde(default)]
+        providers: Vec<String>,
+        /// MCP servers the trial will call.
+        #[serde(default)]
+        servers: Vec<String>,
+    },
+    /// A trial finished and its trace is at `path` (relative to the results directory). Also
+    /// returns the room taken by `acquire`.
+    Trial {
+        key: TrialKey,
+        status: Collected,
+        path: String,
+        /// Why an `infra` trial failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// The worker is alive; sent at least every heartbeat interval.
+    Heartbeat {
+        /// Milliseconds since the Unix epoch, by the worker's clock.
+        at: u64,
+    },
+    /// Last message of a worker that ran to the end (or stopped after `cancel`).
+    Done {
+        counts: DoneCounts,
+        cleanup: Cleanup,
+    },
+    /// The worker cannot go on (e.g. an unreadable bundle); the shard fails as infrastructure.
+    Fatal { message: String },
+}
+
+/// One access token for an MCP server, sent only over the worker's stdin.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Token {
+    #[serde(with = "secret_string")]
+    pub value: Secret,
+    /// Milliseconds since the Unix epoch after which the token is invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Token")
+            .field("value", &self.value)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
+/// Coordinator → worker, on the worker's stdin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum CoordinatorMessage {
+    /// Tokens by server name; answers `need-tokens`, and may be sent unasked to renew them.
+    Tokens { tokens: BTreeMap<String, Token> },
+    /// The trial may start.
+    Granted { key: TrialKey },
+    /// Stop: finish or abandon the trial in flight, start no other, clean up, send `done`.
+    Cancel { reason: String },
+}
+
+/// (De)serializes a [`Secret`] as a plain string: only the protocol line ever holds its value.
+mod secret_string {
+    use crate::plugin::Secret;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(secret: &Secret, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(secret.expose())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Secret, D::Error> {
+        String::deserialize(deserializer).map(Secret::new)
+    }
+}
+
+/// A line that is not a valid message of this protocol.
+#[derive(Debug)]
+pub struct ProtocolError(pub String);
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{PROTOCOL} protocol error: {}", self.0)
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// Encodes a message as one line (with its newline).
+pub fn encode<T: Serialize>(message: &T) -> String {
+    let mut line = serde_json::to_string(message).expect("protocol messages serialize");
+    line.push('\n');
+    line
+}
+
+/// Decodes one line. Never echoes the line into the error: a coordinator line may hold tokens.
+pub fn decode<T: for<'de> Deserialize<'de>>(line: &str) -> Result<T, ProtocolError> {
+    if line.len() > MAX_LINE_BYTES {
+        return Err(ProtocolError(format!(
+            "a line of {} bytes exceeds the {MAX_LINE_BYTES}-byte limit",
+            line.len()
+        )));
+    }
+    serde_json::from_str(line.trim_end()).map_err(|e| {
+        // serde's message names the field or variant but never quotes values back.
+        ProtocolError(format!(
+            "bad message at column {}: {}",
+            e.column(),
+            classify(&e)
+        ))
+    })
+}
+
+fn classify(error: &serde_json::Error) -> String {
+    let text = error.to_string();
+    // Keep serde's explanation up to its " at line" suffix.
+    text.split(" at line").next().unwrap_or(&text).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> TrialKey {
+        TrialKey {
+            variant: "baseline".into(),
+            case: "tz-1".into(),
+            trial: 2,
+        }
+    }
+
+    #[test]
+    fn worker_messages_round_trip_as_one_line() {
+        let messages = vec![
+            WorkerMessage::Hello {
+                protocol: PROTOCOL.into(),
+                mst: "0.1.0".into(),
+                image: None,
+                client: ClientIdentity {
+                    name: "command".into(),
+                    version: "0.1.0".into(),
+                },
+                shard: 0,
+            },
+            WorkerMessage::NeedTokens {
+                servers: vec!["time".into()],
+                reason: TokenReason::Start,
+            },
+            WorkerMessage::Acquire {
+                key: key(),
+                providers: vec![],
+                servers: vec!["time".into()],
+            },
+            WorkerMessage::Trial {
+                key: key(),
+                status: Collected::Collected,
+                path: "baseline/tz-1/2.json".into(),
+                error: None,
+            },
+            WorkerMessage::Heartbeat { at: 1 },
+            WorkerMessage::Done {
+                counts: DoneCounts {
+                    collected: 1,
+                    infra: 0,
+                    skipped: 0,
+                },
+                cleanup: Cleanup::Ok,
+            },
+        ];
+        for message in messages {
+            let line = encode(&message);
+            assert_eq!(line.matches('\n').count(), 1, "{line}");
+            assert_eq!(decode::<WorkerMessage>(&line).unwrap(), message);
+        }
+    }
+
+    #[test]
+    fn the_wire_format_is_the_documented_one() {
+        let line = encode(&WorkerMessage::Trial {
+            key: key(),
+            status: Collected::Infra,
+            path: "p".into(),
+            error: Some("x".into()),
+        });
+        assert_eq!(
+            line,
+            "{\"type\":\"trial\",\"key\":{\"variant\":\"baseline\",\"case\":\"tz-1\",\"trial\":2},\"status\":\"infra\",\"path\":\"p\",\"error\":\"x\"}\n"
+        );
+        let granted = encode(&CoordinatorMessage::Granted { key: key() });
+        assert!(granted.starts_with("{\"type\":\"granted\""), "{granted}");
+    }
+
+    #[test]
+    fn unknown_types_and_fields_are_errors() {
+        assert!(decode::<WorkerMessage>(r#"{"type":"hello2"}"#).is_err());
+        let err = decode::<WorkerMessage>(r#"{"type":"heartbeat","at":1,"extra":true}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("extra"), "{err}");
+        assert!(decode::<WorkerMessage>(&"x".repeat(MAX_LINE_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn tokens_never_print_or_echo() {
+        let mut tokens = BTreeMap::new();
+        tokens.insert(
+            "time".to_string(),
+            Token {
+                value: Secret::new("tok-SECRET"),
+                expires_at: Some(5),
+            },
+        );
+        let message = CoordinatorMessage::Tokens { tokens };
+        assert!(!format!("{message:?}").contains("tok-SECRET"));
+        let line = encode(&message);
+        assert!(line.contains("tok-SECRET"), "the wire carries it");
+        assert_eq!(decode::<CoordinatorMessage>(&line).unwrap(), message);
+        let bad = line.replace("\"expires_at\"", "\"expiry\"");
+        assert!(!decode::<CoordinatorMessage>(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("tok-SECRET"));
+    }
+}
