@@ -6,11 +6,19 @@
 //!   and the install store.
 //! - [`cli`]: the `mst` command line.
 //! - [`eval`]: cases, trials and traces.
+//! - [`files`]: careful reads of untrusted files and atomic writes.
+//! - [`grade`]: judges, trial grades and case outcomes.
 //! - [`home`]: where mst keeps its state (`$MST_HOME`).
+//! - [`results`]: the run directory, summaries and reports.
+//! - [`runner`]: runners, machines and their channels (`local`).
 //! - [`shard`]: the `mst.shard/v1` protocol between coordinator and workers.
 
 pub mod cli;
 pub mod eval;
+pub mod files;
+pub mod grade;
 pub mod home;
 pub mod plugin;
+pub mod results;
+pub mod runner;
 pub mod shard;

@@ -2,6 +2,7 @@
 //! and exit codes. Each command group lives in its own module.
 
 mod plugin;
+mod run;
 mod scaffold;
 
 use crate::home::Home;
@@ -27,9 +28,22 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run an eval: collect trials on a runner's machines, grade them, report.
+    Run(Box<run::RunArgs>),
+    /// List and show stored runs.
+    #[command(subcommand)]
+    Runs(run::RunsCommand),
     /// Check, install, inspect and try plugins.
     #[command(subcommand)]
-    Plugin(plugin::PluginCommand),
+    Plugin(Box<plugin::PluginCommand>),
+    /// The worker: collect one shard's trials (started by a runner, speaks mst.shard/v1).
+    #[command(hide = true)]
+    Collect {
+        #[arg(long)]
+        bundle: PathBuf,
+        #[arg(long)]
+        results: PathBuf,
+    },
 }
 
 /// An error that carries its exit code (the default for other errors is 1).
@@ -71,7 +85,12 @@ pub fn main() -> ExitCode {
         None => Home::from_env(),
     };
     let result = home.and_then(|home| match cli.command {
-        Command::Plugin(command) => plugin::run(&home, command),
+        Command::Run(args) => run::run(&home, *args),
+        Command::Runs(command) => run::runs(command),
+        Command::Plugin(command) => plugin::run(&home, *command),
+        Command::Collect { bundle, results } => {
+            Ok(crate::shard::worker::collect(&bundle, &results))
+        }
     });
     match result {
         Ok(code) => ExitCode::from(code),

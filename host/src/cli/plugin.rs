@@ -2,6 +2,7 @@
 
 use super::{scaffold, Exit};
 use crate::eval::trial::{CaseRecord, TrialRecord};
+use crate::files::read_input;
 use crate::home::Home;
 use crate::plugin::check::CheckReport;
 use crate::plugin::installed::{InstallStore, InstalledPlugin};
@@ -12,9 +13,6 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The largest file mst reads as a plugin or an input.
-const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum PluginCommand {
@@ -142,7 +140,7 @@ pub(crate) struct SandboxArgs {
 }
 
 impl SandboxArgs {
-    fn grants(&self) -> Result<Grants> {
+    pub(crate) fn grants(&self) -> Result<Grants> {
         let mut grants = Grants {
             exec: self.allow_exec.iter().cloned().collect(),
             http: self.allow_http.iter().cloned().collect(),
@@ -167,7 +165,7 @@ impl SandboxArgs {
         Ok(grants)
     }
 
-    fn limits(&self) -> Result<Limits> {
+    pub(crate) fn limits(&self) -> Result<Limits> {
         if !(self.timeout_secs.is_finite() && self.timeout_secs > 0.0) {
             bail!("--plugin-timeout must be a positive number of seconds");
         }
@@ -179,24 +177,6 @@ impl SandboxArgs {
             call_timeout: Duration::from_secs_f64(self.timeout_secs),
         })
     }
-}
-
-/// Reads a user-named file, refusing anything but a regular file of sane size (a FIFO or a
-/// device must not hang or flood mst).
-pub(crate) fn read_input(path: &Path) -> Result<Vec<u8>> {
-    let meta =
-        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if !meta.is_file() {
-        bail!("{} is not a regular file", path.display());
-    }
-    if meta.len() > MAX_INPUT_BYTES {
-        bail!(
-            "{} is larger than {} MiB",
-            path.display(),
-            MAX_INPUT_BYTES / (1024 * 1024)
-        );
-    }
-    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<()> {

@@ -1,0 +1,288 @@
+//! `mst run`, `mst runs …` and the hidden `mst collect` (the worker).
+
+use super::plugin::SandboxArgs;
+use crate::eval::run::{self, RunRequest};
+use crate::home::Home;
+use crate::results::{self, report, Filters, RunDir};
+use crate::shard::coordinator::{Progress, ShardSettings};
+use crate::shard::protocol::TrialKey;
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Set by Ctrl-C: shards send `cancel`, wait a grace period, then kill.
+static CANCEL: AtomicBool = AtomicBool::new(false);
+
+/// `mst run`.
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    /// The eval config.
+    #[arg(long, short = 'c', default_value = "eval.json")]
+    config: PathBuf,
+    /// Load a plugin (.wasm file or installed name) for this run. Repeatable.
+    #[arg(long = "plugin", value_name = "PLUGIN")]
+    plugins: Vec<String>,
+    /// Run only this variant. Repeatable.
+    #[arg(long = "variant")]
+    variants: Vec<String>,
+    /// Run only this case id. Repeatable.
+    #[arg(long = "case")]
+    cases: Vec<String>,
+    /// Repetitions of each case, overriding the config.
+    #[arg(long)]
+    trials: Option<u32>,
+    /// Collect only the trials RUN_ID is missing, into the same run.
+    #[arg(long, value_name = "RUN_ID")]
+    resume: Option<String>,
+    /// Where machines come from.
+    #[arg(long, default_value = "local")]
+    runner: String,
+    /// A runner option, key=value (`shards`, `keep`, and the runner's own). Repeatable.
+    #[arg(long = "runner-option", value_name = "KEY=VALUE")]
+    runner_options: Vec<String>,
+    /// Where runs are stored.
+    #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+    results_dir: PathBuf,
+    /// Also write a JUnit XML report here.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// A shard whose worker sends nothing (not even a heartbeat) for this long is lost.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    silence_limit: f64,
+    /// After Ctrl-C, how long workers have to stop before they are killed.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    cancel_grace: f64,
+    /// No progress output.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Grants and caps for plugins loaded with --plugin.
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+}
+
+/// `mst runs …`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum RunsCommand {
+    /// List stored runs, newest last.
+    List {
+        #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+        results_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run's summary.
+    Show {
+        run_id: String,
+        #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+        results_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Progress for people: a bar on a terminal, a line per trial otherwise, nothing with --quiet.
+struct Reporter {
+    bar: Option<indicatif::ProgressBar>,
+    plain: bool,
+    done: AtomicU64,
+    total: AtomicU64,
+    failures: AtomicU64,
+    lock: Mutex<()>,
+}
+
+impl Progress for Reporter {
+    fn start(&self, total: u64) {
+        self.total.store(total, Ordering::Relaxed);
+        if let Some(bar) = &self.bar {
+            bar.set_length(total);
+        }
+    }
+
+    fn trial(&self, key: &TrialKey, collected: bool) {
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        if !collected {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
+            bar.set_message(format!("{} infra", self.failures.load(Ordering::Relaxed)));
+        } else if self.plain {
+            let _guard = self.lock.lock();
+            eprintln!(
+                "[{done}/{}] {key} {}",
+                self.total.load(Ordering::Relaxed),
+                if collected { "collected" } else { "infra" }
+            );
+        }
+    }
+
+    fn note(&self, message: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(format!("note: {message}")),
+            None => eprintln!("note: {message}"),
+        }
+    }
+}
+
+fn seconds(flag: &str, value: f64) -> Result<std::time::Duration> {
+    if !(value.is_finite() && value > 0.0) {
+        anyhow::bail!("{flag} must be a positive number of seconds");
+    }
+    Ok(std::time::Duration::from_secs_f64(value))
+}
+
+pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
+    let _ = ctrlc::set_handler(|| {
+        if CANCEL.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupted: stopping the shards (Ctrl-C again to quit at once)");
+    });
+    let request = RunRequest {
+        config_path: args.config.clone(),
+        results_base: args.results_dir.clone(),
+        plugins: args.plugins.clone(),
+        plugin_grants: args.sandbox.grants()?,
+        plugin_limits: args.sandbox.limits()?,
+        filters: Filters {
+            variants: args.variants.clone(),
+            cases: args.cases.clone(),
+            trials: args.trials,
+        },
+        runner: args.runner.clone(),
+        runner_options: args.runner_options.clone(),
+        resume: args.resume.clone(),
+        shard_settings: Some(ShardSettings {
+            silence: seconds("--silence-limit", args.silence_limit)?,
+            cancel_grace: seconds("--cancel-grace", args.cancel_grace)?,
+            ..ShardSettings::default()
+        }),
+    };
+    let tty = std::io::stderr().is_terminal();
+    let reporter = Reporter {
+        bar: None,
+        plain: !args.quiet && !tty,
+        done: AtomicU64::new(0),
+        total: AtomicU64::new(0),
+        failures: AtomicU64::new(0),
+        lock: Mutex::new(()),
+    };
+    let reporter = if tty && !args.quiet {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {pos}/{len} trials [{elapsed_precise}<{eta_precise}] {msg}",
+            )
+            .expect("a valid template"),
+        );
+        Reporter {
+            bar: Some(bar),
+            ..reporter
+        }
+    } else {
+        reporter
+    };
+    let outcome = run::run(home, &request, &reporter, &CANCEL)
+        .map_err(|error| super::Exit { code: 2, error })?;
+    if let Some(bar) = &reporter.bar {
+        bar.finish_and_clear();
+    }
+    if let Some(path) = &args.junit {
+        crate::files::write_atomic(path, report::junit(&outcome.summary).as_bytes())
+            .with_context(|| format!("cannot write --junit {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&outcome.summary)?);
+    } else {
+        print!("{}", report::table(&outcome.summary));
+        println!("results: {}", outcome.dir.root.display());
+        if !outcome.summary.missing.is_empty() {
+            println!(
+                "resume:  mst run --config {} --resume {}",
+                args.config.display(),
+                outcome.record.run_id
+            );
+        }
+    }
+    Ok(outcome.summary.exit_code())
+}
+
+pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
+    match command {
+        RunsCommand::List { results_dir, json } => {
+            let mut runs = Vec::new();
+            for eval in std::fs::read_dir(&results_dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                for run in std::fs::read_dir(eval.path().join("runs"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    if let Ok(record) = (RunDir { root: run.path() }).read_record() {
+                        runs.push(record);
+                    }
+                }
+            }
+            runs.sort_by_key(|r| (r.created_at, r.run_id.clone()));
+            if json {
+                let list: Vec<serde_json::Value> = runs
+                    .iter()
+                    .map(|r| serde_json::json!({"runId": r.run_id, "eval": r.eval, "createdAt": r.created_at, "trials": r.trials.len(), "collect": r.collect, "grade": r.grade}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                println!(
+                    "{:<24} {:<24} {:>7} {:<9} GRADE",
+                    "RUN", "EVAL", "TRIALS", "COLLECT"
+                );
+                for r in &runs {
+                    println!(
+                        "{:<24} {:<24} {:>7} {:<9} {:?}",
+                        r.run_id,
+                        r.eval,
+                        r.trials.len(),
+                        format!("{:?}", r.collect).to_lowercase(),
+                        r.grade
+                    );
+                }
+            }
+            Ok(0)
+        }
+        RunsCommand::Show {
+            run_id,
+            results_dir,
+            json,
+        } => {
+            let dir = std::fs::read_dir(&results_dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|eval| RunDir::new(&eval.path().join("runs"), &run_id))
+                .find(|dir| dir.root.join("run.json").is_file())
+                .with_context(|| {
+                    format!(
+                        "no run `{run_id}` under {}; `mst runs list` shows the runs",
+                        results_dir.display()
+                    )
+                })?;
+            let bytes = crate::files::read_input(&dir.root.join("summary.json"))?;
+            let summary: results::Summary = serde_json::from_slice(&bytes)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", report::table(&summary));
+                println!("results: {}", dir.root.display());
+            }
+            Ok(0)
+        }
+    }
+}

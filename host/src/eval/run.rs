@@ -1,0 +1,516 @@
+//! One run, start to end: config → plugins → datasets → plan → shards on the runner's
+//! machines → gather → grade → results. `--resume` re-enters the same flow for the trials a
+//! run is missing.
+
+use super::config::{EvalConfig, JudgeConfig, PluginRef};
+use super::dataset::{self, DatasetPlugins};
+use super::plan::{self, shard_of};
+use crate::grade::{self, GraderPlugins, Judge, TrialGrade};
+use crate::home::Home;
+use crate::plugin::installed::InstallStore;
+use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost, Secret};
+use crate::results::{self, Filters, Phase, PluginRecord, RunDir, RunRecord, Summary};
+use crate::runner::{self, RunnerOptions};
+use crate::shard::bundle::{trace_path, Bundle, VariantSpec, BUNDLE_FILE};
+use crate::shard::coordinator::{self, Progress, ShardSettings};
+use crate::shard::limits::Limiter;
+use crate::shard::protocol::{TrialKey, PROTOCOL};
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// What the user asked for.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    pub config_path: PathBuf,
+    /// `.mst/results` unless told otherwise.
+    pub results_base: PathBuf,
+    /// `--plugin` files or installed names, granted `plugin_grants`.
+    pub plugins: Vec<String>,
+    pub plugin_grants: Grants,
+    pub plugin_limits: Limits,
+    pub filters: Filters,
+    pub runner: String,
+    pub runner_options: Vec<String>,
+    pub resume: Option<String>,
+    pub shard_settings: Option<ShardSettings>,
+}
+
+/// What a run produced.
+pub struct RunOutcome {
+    pub dir: RunDir,
+    pub record: RunRecord,
+    pub summary: Summary,
+}
+
+/// Every plugin the run loaded, by the name it declares and by how the config refers to it.
+struct Plugins {
+    host: PluginHost,
+    store: InstallStore,
+    by_ref: BTreeMap<String, Arc<LoadedPlugin>>,
+    grants: BTreeMap<String, serde_json::Value>,
+}
+
+impl Plugins {
+    fn load(
+        &mut self,
+        reference: &str,
+        base: &Path,
+        grants: &Grants,
+        limits: Limits,
+        granted: serde_json::Value,
+    ) -> Result<()> {
+        let path = base.join(reference);
+        let (bytes, label) = if reference.ends_with(".wasm") || path.is_file() {
+            (crate::files::read_input(&path)?, path.display().to_string())
+        } else {
+            let installed = self.store.find(reference)?;
+            (installed.read_verified()?, reference.to_string())
+        };
+        let plugin = LoadedPlugin::load(&self.host, &bytes, &label, grants, limits)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let plugin = Arc::new(plugin);
+        self.grants.insert(plugin.info().name.clone(), granted);
+        self.by_ref.insert(reference.to_string(), plugin.clone());
+        self.by_ref.insert(plugin.info().name.clone(), plugin);
+        Ok(())
+    }
+
+    fn find(&self, name: &str) -> Result<Arc<LoadedPlugin>> {
+        if let Some(plugin) = self.by_ref.get(name) {
+            return Ok(plugin.clone());
+        }
+        bail!("plugin `{name}` is not loaded: list it in the config's `plugins`, pass --plugin, or install it")
+    }
+
+    fn records(&self) -> Vec<PluginRecord> {
+        let mut seen = BTreeSet::new();
+        self.by_ref
+            .values()
+            .filter(|p| seen.insert(p.digest().to_string()))
+            .map(|p| PluginRecord {
+                name: p.info().name.clone(),
+                version: p.info().version.clone(),
+                kind: p.kind().to_string(),
+                digest: p.digest().to_string(),
+                granted: self.grants.get(&p.info().name).cloned().unwrap_or_default(),
+            })
+            .collect()
+    }
+}
+
+impl DatasetPlugins for Plugins {
+    fn dataset_plugin(&self, kind: &str) -> Result<Option<&LoadedPlugin>> {
+        Ok(self.by_ref.get(kind).map(|p| p.as_ref()))
+    }
+}
+
+impl GraderPlugins for Plugins {
+    fn grader(&self, name: &str) -> Result<Arc<LoadedPlugin>> {
+        self.find(name)
+    }
+}
+
+fn grants_from(config: &super::config::PluginConfig, base: &Path) -> Result<Grants> {
+    let mut grants = Grants {
+        exec: config.allow_exec.iter().cloned().collect(),
+        http: config.allow_http.iter().cloned().collect(),
+        models: config.allow_model.iter().cloned().collect(),
+        ..Grants::default()
+    };
+    for dir in &config.allow_read {
+        grants.read_dirs.push(
+            base.join(dir)
+                .canonicalize()
+                .with_context(|| format!("allowRead {dir}: no such directory"))?,
+        );
+    }
+    for name in &config.allow_secret {
+        let value = std::env::var(name).with_context(|| {
+            format!("allowSecret {name}: the environment variable {name} is not set")
+        })?;
+        grants.secrets.insert(name.clone(), Secret::new(value));
+    }
+    Ok(grants)
+}
+
+/// The git commit and dirty flag of the repository holding `dir`, when it is one.
+fn git_state(dir: &Path) -> Option<results::GitState> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    let commit = String::from_utf8(git(&["rev-parse", "HEAD"])?.stdout)
+        .ok()?
+        .trim()
+        .to_string();
+    let dirty = !git(&["status", "--porcelain"])?.stdout.is_empty();
+    Some(results::GitState { commit, dirty })
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Builds the variant specs the workers need.
+fn variant_specs(config: &EvalConfig) -> BTreeMap<String, VariantSpec> {
+    config
+        .variant_names()
+        .into_iter()
+        .map(|name| {
+            let overrides = config.variants.get(&name).cloned().unwrap_or_default();
+            let servers = match &overrides.servers {
+                Some(labels) => labels
+                    .iter()
+                    .filter_map(|l| config.servers.get(l).map(|s| (l.clone(), s.clone())))
+                    .collect(),
+                None => config.servers.clone(),
+            };
+            let spec = VariantSpec {
+                client: overrides.client.unwrap_or_else(|| config.client.clone()),
+                model: overrides.model.or_else(|| config.model.clone()),
+                client_options: overrides
+                    .client_options
+                    .or_else(|| config.client_options.clone()),
+                servers,
+            };
+            (name, spec)
+        })
+        .collect()
+}
+
+/// Runs (or resumes) an eval.
+pub fn run(
+    home: &Home,
+    request: &RunRequest,
+    progress: &dyn Progress,
+    cancel: &AtomicBool,
+) -> Result<RunOutcome> {
+    let (config, config_bytes) = EvalConfig::load(&request.config_path)?;
+    let base = request
+        .config_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let config_hash = hex::encode(Sha256::digest(&config_bytes));
+
+    let mut plugins = Plugins {
+        host: PluginHost::new(home.cache_dir())?,
+        store: InstallStore::new(home.plugins_dir()),
+        by_ref: BTreeMap::new(),
+        grants: BTreeMap::new(),
+    };
+    for reference in &config.plugins {
+        let (path, grants) = match reference {
+            PluginRef::Name(name) => (name.clone(), Grants::default()),
+            PluginRef::Detailed(detail) => (detail.path.clone(), grants_from(detail, &base)?),
+        };
+        let granted = serde_json::to_value(reference)?;
+        plugins
+            .load(&path, &base, &grants, request.plugin_limits, granted)
+            .with_context(|| format!("plugin `{path}`"))?;
+    }
+    let cwd = std::env::current_dir()?;
+    for reference in &request.plugins {
+        plugins
+            .load(
+                reference,
+                &cwd,
+                &request.plugin_grants,
+                request.plugin_limits,
+                serde_json::json!({"flags": true}),
+            )
+            .with_context(|| format!("--plugin {reference}"))?;
+    }
+    // Judges referring to installed graders load them on first use.
+    let judge_configs: Vec<&JudgeConfig> = config
+        .judges
+        .iter()
+        .chain(
+            config
+                .variants
+                .values()
+                .flat_map(|v| v.judges.iter().flatten()),
+        )
+        .collect();
+    for judge in &judge_configs {
+        if let Some(name) = &judge.plugin {
+            if plugins.find(name).is_err() {
+                plugins.load(
+                    name,
+                    &base,
+                    &Grants::default(),
+                    request.plugin_limits,
+                    serde_json::json!({}),
+                )?;
+            }
+        }
+    }
+
+    let cases = dataset::resolve(&config.datasets, &base, &plugins)?;
+    let runs_dir = results::eval_runs_dir(&request.results_base, &config.name);
+    let runner_options = RunnerOptions::parse(&request.runner_options)?;
+    let runner = runner::runner(&request.runner, &runner_options)?;
+
+    let (dir, mut record) = match &request.resume {
+        Some(run_id) => {
+            let dir = RunDir::new(&runs_dir, run_id);
+            let record = dir
+                .read_record()
+                .with_context(|| format!("--resume {run_id}"))?;
+            if record.eval != config.name {
+                bail!(
+                    "--resume {run_id}: that run is of eval `{}`, not `{}`",
+                    record.eval,
+                    config.name
+                );
+            }
+            if record.config_hash != config_hash {
+                progress
+                    .note("the config changed since this run started; resuming with the new one");
+            }
+            (dir, record)
+        }
+        None => {
+            let filters = plan::Filters {
+                variants: request.filters.variants.clone(),
+                cases: request.filters.cases.clone(),
+                trials: request.filters.trials,
+            };
+            let trials = plan::plan(&config, &cases.cases, &filters)?;
+            let run_id = results::new_run_id();
+            let record = RunRecord {
+                run_id: run_id.clone(),
+                eval: config.name.clone(),
+                mst: env!("CARGO_PKG_VERSION").to_string(),
+                created_at: now_secs(),
+                config_path: request.config_path.display().to_string(),
+                config_hash: config_hash.clone(),
+                git: git_state(&base),
+                dataset_hash: cases.content_hash.clone(),
+                runner: request.runner.clone(),
+                runner_options: runner_options.rest.clone(),
+                shards: runner_options.shards,
+                machines: Vec::new(),
+                plugins: plugins.records(),
+                filters: request.filters.clone(),
+                trials,
+                collect: Phase::Partial,
+                grade: Phase::Partial,
+            };
+            (RunDir::new(&runs_dir, &run_id), record)
+        }
+    };
+    crate::home::create_private_dir(&dir.root)?;
+    dir.write_record(&record)?;
+
+    let to_collect: Vec<TrialKey> = record
+        .trials
+        .iter()
+        .filter(|k| !dir.root.join(trace_path(k)).is_file())
+        .cloned()
+        .collect();
+    let cases_by_id: BTreeMap<&str, &super::trial::CaseRecord> =
+        cases.cases.iter().map(|c| (c.id.as_str(), c)).collect();
+    for key in &to_collect {
+        if !cases_by_id.contains_key(key.case.as_str()) {
+            bail!(
+                "trial {key} refers to case `{}`, which the datasets no longer hold",
+                key.case
+            );
+        }
+    }
+
+    progress.start(to_collect.len() as u64);
+
+    // Collect: one machine per non-empty shard.
+    let shards = runner_options.shards;
+    let limiter = Limiter::new(config.limits.clone());
+    let specs = variant_specs(&config);
+    let settings = request.shard_settings.unwrap_or_default();
+    let staging = tempfile::tempdir()?;
+    let mut bundles = Vec::new();
+    for shard in 0..shards {
+        let trials: Vec<TrialKey> = to_collect
+            .iter()
+            .filter(|k| shard_of(&k.case, shards) == shard)
+            .cloned()
+            .collect();
+        if trials.is_empty() {
+            continue;
+        }
+        let case_ids: BTreeSet<&str> = trials.iter().map(|k| k.case.as_str()).collect();
+        let variants: BTreeSet<&str> = trials.iter().map(|k| k.variant.as_str()).collect();
+        let bundle = Bundle {
+            protocol: PROTOCOL.to_string(),
+            mst: env!("CARGO_PKG_VERSION").to_string(),
+            run_id: record.run_id.clone(),
+            eval: config.name.clone(),
+            shard,
+            shards,
+            concurrency: config.concurrency,
+            timeout_ms: (config.timeout * 1000.0) as u64,
+            heartbeat_ms: (settings.silence.as_millis() as u64 / 4).clamp(50, 5_000),
+            variants: specs
+                .iter()
+                .filter(|(n, _)| variants.contains(n.as_str()))
+                .map(|(n, s)| (n.clone(), s.clone()))
+                .collect(),
+            cases: case_ids
+                .iter()
+                .map(|id| (*cases_by_id[id]).clone())
+                .collect(),
+            trials,
+        };
+        let bundle_dir = staging.path().join(format!("shard-{shard}"));
+        crate::files::write_atomic(&bundle_dir.join(BUNDLE_FILE), &serde_json::to_vec(&bundle)?)?;
+        bundles.push((bundle, bundle_dir));
+    }
+    let reports: Vec<coordinator::ShardReport> = std::thread::scope(|scope| {
+        let handles: Vec<_> = bundles
+            .iter()
+            .map(|(bundle, bundle_dir)| {
+                let (runner, limiter, dir) = (&runner, &limiter, &dir);
+                scope.spawn(move || {
+                    let mut machine = match runner.create_machine(bundle.shard, bundle.shards) {
+                        Ok(machine) => machine,
+                        Err(e) => {
+                            return coordinator::ShardReport {
+                                shard: bundle.shard,
+                                machine: runner.name().to_string(),
+                                ended: coordinator::ShardEnd::Lost(format!(
+                                    "cannot create a machine: {e:#}"
+                                )),
+                                worker: None,
+                                collected: Vec::new(),
+                                infra: Vec::new(),
+                                kept: None,
+                            }
+                        }
+                    };
+                    let mut report = coordinator::run_shard(
+                        machine.as_mut(),
+                        bundle,
+                        bundle_dir,
+                        &dir.root,
+                        limiter,
+                        progress,
+                        cancel,
+                        settings,
+                    );
+                    let failed = report.ended != coordinator::ShardEnd::Done;
+                    let keep = match runner_options.keep {
+                        runner::Keep::Always => true,
+                        runner::Keep::Failed => failed,
+                        runner::Keep::Never => false,
+                    };
+                    match machine.dispose(keep) {
+                        Ok(kept) => report.kept = kept,
+                        Err(e) => progress.note(&format!(
+                            "shard {}: cannot dispose of its machine: {e:#}",
+                            bundle.shard
+                        )),
+                    }
+                    report
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("shard threads do not panic"))
+            .collect()
+    });
+    for report in &reports {
+        if report.ended != coordinator::ShardEnd::Done {
+            progress.note(&format!(
+                "shard {} ({}): {:?}",
+                report.shard, report.machine, report.ended
+            ));
+        }
+        record.machines.push(serde_json::to_value(report)?);
+    }
+
+    // Gather and grade everything collected so far (a resume regrades the whole run).
+    let missing = record
+        .trials
+        .iter()
+        .filter(|k| !dir.root.join(trace_path(k)).is_file())
+        .count();
+    record.collect = if missing == 0 {
+        Phase::Complete
+    } else {
+        Phase::Partial
+    };
+    let default_judges: BTreeMap<String, Vec<Judge>> = config
+        .variant_names()
+        .into_iter()
+        .map(|name| {
+            let configs = config
+                .variants
+                .get(&name)
+                .and_then(|v| v.judges.clone())
+                .unwrap_or_else(|| config.judges.clone());
+            let judges = configs
+                .iter()
+                .map(|j| Judge::from_config(j, &plugins))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((name, judges))
+        })
+        .collect::<Result<_>>()?;
+    let mut grades: BTreeMap<TrialKey, TrialGrade> = BTreeMap::new();
+    let mut case_judges: BTreeMap<String, Vec<Judge>> = BTreeMap::new();
+    for key in &record.trials {
+        let Some(trace) = dir.read_trace(key) else {
+            continue;
+        };
+        let case = cases_by_id.get(key.case.as_str());
+        let threshold = case
+            .and_then(|c| c.pass_threshold)
+            .unwrap_or(config.pass_threshold);
+        let judges = match case.and_then(|c| c.judges.as_ref()) {
+            Some(configs) => {
+                if !case_judges.contains_key(&key.case) {
+                    let built = configs
+                        .iter()
+                        .map(|j| Judge::from_config(j, &plugins))
+                        .collect::<Result<Vec<_>>>()?;
+                    case_judges.insert(key.case.clone(), built);
+                }
+                &case_judges[&key.case]
+            }
+            None => default_judges
+                .get(&key.variant)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+        };
+        grades.insert(key.clone(), grade::grade_trial(judges, &trace, threshold));
+    }
+    let not_graded = grades
+        .values()
+        .any(|g| matches!(g, TrialGrade::NotGraded { .. }));
+    record.grade = if not_graded {
+        Phase::Partial
+    } else {
+        Phase::Complete
+    };
+    dir.write_record(&record)?;
+    let summary = Summary::new(&record, &grades);
+    dir.write_grades(&grades, &summary)?;
+    Ok(RunOutcome {
+        dir,
+        record,
+        summary,
+    })
+}

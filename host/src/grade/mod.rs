@@ -1,0 +1,388 @@
+//! Grading in the coordinator: plugin graders and built-in assertions score each collected
+//! trace; a trial passes by threshold, a case by majority over its repetitions.
+//!
+//! Four outcomes stay apart everywhere: a trial that failed its judges (`failed`), one whose
+//! judge broke (`not-graded`), one whose machine or client broke (`infra`), and one that never
+//! came back (`missing`).
+
+use crate::eval::config::JudgeConfig;
+use crate::eval::trial::{TrialRecord, TrialStatus};
+use crate::plugin::LoadedPlugin;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// A built-in assertion.
+#[derive(Debug, Clone)]
+pub enum Assertion {
+    /// The final answer contains the text.
+    Contains(String),
+    /// The final answer does not contain the text.
+    NotContains(String),
+    /// The final answer, trimmed, equals the text.
+    Equals(String),
+    /// The final answer matches the regex.
+    Regex(regex::Regex),
+    /// The program exited with this code.
+    ExitCode(i32),
+}
+
+/// How a judge scores.
+#[derive(Clone)]
+pub enum JudgeKind {
+    Plugin {
+        plugin: Arc<LoadedPlugin>,
+        options: String,
+    },
+    Assert(Assertion),
+}
+
+/// One configured judge.
+#[derive(Clone)]
+pub struct Judge {
+    pub name: String,
+    pub weight: f64,
+    pub kind: JudgeKind,
+}
+
+/// One judge's verdict on one trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeScore {
+    pub judge: String,
+    pub value: f64,
+    pub pass: bool,
+    pub reason: String,
+}
+
+/// A trial's grade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum TrialGrade {
+    /// Every judge scored it.
+    Graded {
+        score: f64,
+        pass: bool,
+        judges: Vec<JudgeScore>,
+    },
+    /// A judge could not score it; neither a pass nor a fail.
+    NotGraded { judge: String, error: String },
+    /// The client or machine failed; nothing to grade.
+    Infra { reason: String },
+}
+
+/// Finds grader plugins by the name a judge gives.
+pub trait GraderPlugins {
+    fn grader(&self, name: &str) -> Result<Arc<LoadedPlugin>>;
+}
+
+fn text_value(judge: &JudgeConfig, what: &str) -> Result<String> {
+    match &judge.value {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(other) => Ok(other.to_string()),
+        None => bail!("the `{what}` assertion needs a `value`"),
+    }
+}
+
+impl Judge {
+    /// Builds a judge from its config.
+    pub fn from_config(config: &JudgeConfig, plugins: &dyn GraderPlugins) -> Result<Self> {
+        let weight = config.weight.unwrap_or(1.0);
+        if !(weight.is_finite() && weight >= 0.0) {
+            bail!("a judge's `weight` must be a number ≥ 0");
+        }
+        if let Some(name) = &config.plugin {
+            let plugin = plugins.grader(name)?;
+            let options = config
+                .options
+                .clone()
+                .unwrap_or(serde_json::json!({}))
+                .to_string();
+            return Ok(Judge {
+                name: config.name.clone().unwrap_or_else(|| name.clone()),
+                weight,
+                kind: JudgeKind::Plugin { plugin, options },
+            });
+        }
+        let assert = config
+            .assert
+            .as_deref()
+            .context("a judge needs `plugin` or `assert`")?;
+        let assertion = match assert {
+            "contains" => Assertion::Contains(text_value(config, assert)?),
+            "not-contains" => Assertion::NotContains(text_value(config, assert)?),
+            "equals" => Assertion::Equals(text_value(config, assert)?),
+            "regex" => Assertion::Regex(
+                regex::Regex::new(&text_value(config, assert)?).context("the `regex` assertion's `value` is not a valid regex")?,
+            ),
+            "exit-code" => Assertion::ExitCode(
+                config.value.as_ref().and_then(|v| v.as_i64()).context("the `exit-code` assertion needs an integer `value`")? as i32,
+            ),
+            other => bail!("unknown assertion `{other}`; the assertions are contains, not-contains, equals, regex, exit-code"),
+        };
+        Ok(Judge {
+            name: config.name.clone().unwrap_or_else(|| assert.to_string()),
+            weight,
+            kind: JudgeKind::Assert(assertion),
+        })
+    }
+
+    fn score(&self, record: &TrialRecord, threshold: f64) -> Result<JudgeScore, String> {
+        let answer = record.trace.final_text.as_deref().unwrap_or("");
+        let (value, pass, reason) = match &self.kind {
+            JudgeKind::Plugin { plugin, options } => {
+                let score = plugin
+                    .grade(options, &record.to_wit())
+                    .map_err(|e| e.to_string())?;
+                let pass = score.pass.unwrap_or(score.value >= threshold);
+                (score.value, pass, score.reason)
+            }
+            JudgeKind::Assert(assertion) => {
+                let (ok, reason) = match assertion {
+                    Assertion::Contains(text) => {
+                        (answer.contains(text.as_str()), format!("contains {text:?}"))
+                    }
+                    Assertion::NotContains(text) => (
+                        !answer.contains(text.as_str()),
+                        format!("does not contain {text:?}"),
+                    ),
+                    Assertion::Equals(text) => {
+                        (answer.trim() == text.trim(), format!("equals {text:?}"))
+                    }
+                    Assertion::Regex(re) => (re.is_match(answer), format!("matches /{re}/")),
+                    Assertion::ExitCode(code) => (
+                        record.trace.exit_code == Some(*code),
+                        format!("exit code {code}"),
+                    ),
+                };
+                let reason = if ok {
+                    reason
+                } else {
+                    format!("expected: {reason}")
+                };
+                (if ok { 1.0 } else { 0.0 }, ok, reason)
+            }
+        };
+        Ok(JudgeScore {
+            judge: self.name.clone(),
+            value,
+            pass,
+            reason,
+        })
+    }
+}
+
+/// Grades one trial with `judges` (none: a completed trial with exit code 0, if any, passes).
+pub fn grade_trial(judges: &[Judge], record: &TrialRecord, threshold: f64) -> TrialGrade {
+    if record.trace.status == TrialStatus::Infra {
+        let reason = record
+            .trace
+            .events
+            .iter()
+            .rev()
+            .find_map(|e| match &e.kind {
+                crate::eval::trial::EventKind::Log { text } => Some(text.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| "the client could not run".into());
+        return TrialGrade::Infra { reason };
+    }
+    if judges.is_empty() {
+        let ok = record.trace.status == TrialStatus::Completed
+            && record.trace.exit_code.unwrap_or(0) == 0;
+        let reason = if ok {
+            "completed".to_string()
+        } else {
+            format!(
+                "{:?}, exit code {:?}",
+                record.trace.status, record.trace.exit_code
+            )
+        };
+        return TrialGrade::Graded {
+            score: if ok { 1.0 } else { 0.0 },
+            pass: ok,
+            judges: vec![JudgeScore {
+                judge: "completed".into(),
+                value: if ok { 1.0 } else { 0.0 },
+                pass: ok,
+                reason,
+            }],
+        };
+    }
+    let mut scores = Vec::with_capacity(judges.len());
+    for judge in judges {
+        match judge.score(record, threshold) {
+            Ok(score) => scores.push(score),
+            Err(error) => {
+                return TrialGrade::NotGraded {
+                    judge: judge.name.clone(),
+                    error,
+                }
+            }
+        }
+    }
+    let total_weight: f64 = judges.iter().map(|j| j.weight).sum();
+    let score = if total_weight > 0.0 {
+        judges
+            .iter()
+            .zip(&scores)
+            .map(|(j, s)| j.weight * s.value)
+            .sum::<f64>()
+            / total_weight
+    } else {
+        1.0
+    };
+    let pass = scores.iter().all(|s| s.pass) && score >= threshold - 1e-9;
+    TrialGrade::Graded {
+        score,
+        pass,
+        judges: scores,
+    }
+}
+
+/// A case's outcome under one variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CaseOutcome {
+    Passed,
+    Failed,
+    /// Some trial is missing: left out of pass rates.
+    Incomplete,
+    /// Some trial's judge broke.
+    NotGraded,
+    /// Some trial failed for infrastructure reasons.
+    Infra,
+}
+
+/// Combines a case's trial grades (`None` = missing): majority over repetitions.
+pub fn case_outcome(trials: &[Option<&TrialGrade>]) -> CaseOutcome {
+    if trials.iter().any(|t| t.is_none()) {
+        return CaseOutcome::Incomplete;
+    }
+    let grades: Vec<&TrialGrade> = trials.iter().flatten().copied().collect();
+    if grades.iter().any(|g| matches!(g, TrialGrade::Infra { .. })) {
+        return CaseOutcome::Infra;
+    }
+    if grades
+        .iter()
+        .any(|g| matches!(g, TrialGrade::NotGraded { .. }))
+    {
+        return CaseOutcome::NotGraded;
+    }
+    let passed = grades
+        .iter()
+        .filter(|g| matches!(g, TrialGrade::Graded { pass: true, .. }))
+        .count();
+    if passed * 2 > grades.len() {
+        CaseOutcome::Passed
+    } else {
+        CaseOutcome::Failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::trial::CaseRecord;
+
+    struct NoPlugins;
+    impl GraderPlugins for NoPlugins {
+        fn grader(&self, name: &str) -> Result<Arc<LoadedPlugin>> {
+            bail!("no plugin {name}")
+        }
+    }
+
+    fn judge(json: &str) -> Judge {
+        Judge::from_config(&serde_json::from_str(json).unwrap(), &NoPlugins).unwrap()
+    }
+
+    fn record(answer: &str, status: TrialStatus) -> TrialRecord {
+        let mut record = TrialRecord::answered(CaseRecord::new("c", serde_json::json!(1)), answer);
+        record.trace.status = status;
+        record.trace.exit_code = Some(0);
+        record
+    }
+
+    #[test]
+    fn assertions_and_weights() {
+        let judges = vec![
+            judge(r#"{"assert": "contains", "value": "Tokyo"}"#),
+            judge(r#"{"assert": "regex", "value": "\\d+:\\d+", "weight": 3}"#),
+        ];
+        match grade_trial(&judges, &record("Tokyo 09:00", TrialStatus::Completed), 1.0) {
+            TrialGrade::Graded { score, pass, .. } => assert_eq!((score, pass), (1.0, true)),
+            other => panic!("{other:?}"),
+        }
+        match grade_trial(&judges, &record("Tokyo", TrialStatus::Completed), 0.2) {
+            TrialGrade::Graded { score, pass, .. } => assert_eq!(
+                (score, pass),
+                (0.25, false),
+                "a failing judge fails the trial"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn infra_and_no_judges() {
+        assert!(matches!(
+            grade_trial(&[], &record("", TrialStatus::Infra), 1.0),
+            TrialGrade::Infra { .. }
+        ));
+        assert!(matches!(
+            grade_trial(&[], &record("x", TrialStatus::Completed), 1.0),
+            TrialGrade::Graded { pass: true, .. }
+        ));
+        assert!(matches!(
+            grade_trial(&[], &record("x", TrialStatus::TimedOut), 1.0),
+            TrialGrade::Graded { pass: false, .. }
+        ));
+    }
+
+    #[test]
+    fn bad_judges_are_config_errors() {
+        let bad = |json: &str| {
+            Judge::from_config(&serde_json::from_str(json).unwrap(), &NoPlugins).is_err()
+        };
+        assert!(bad(r#"{"assert": "contains"}"#));
+        assert!(bad(r#"{"assert": "regex", "value": "("}"#));
+        assert!(bad(r#"{"assert": "sounds-right", "value": 1}"#));
+        assert!(bad(r#"{"plugin": "acme/grader/none"}"#));
+    }
+
+    #[test]
+    fn case_outcomes_keep_the_four_kinds_apart() {
+        let pass = TrialGrade::Graded {
+            score: 1.0,
+            pass: true,
+            judges: vec![],
+        };
+        let fail = TrialGrade::Graded {
+            score: 0.0,
+            pass: false,
+            judges: vec![],
+        };
+        let broken = TrialGrade::NotGraded {
+            judge: "j".into(),
+            error: "e".into(),
+        };
+        let infra = TrialGrade::Infra { reason: "r".into() };
+        assert_eq!(
+            case_outcome(&[Some(&pass), Some(&pass), Some(&fail)]),
+            CaseOutcome::Passed
+        );
+        assert_eq!(
+            case_outcome(&[Some(&pass), Some(&fail)]),
+            CaseOutcome::Failed,
+            "a tie is not a majority"
+        );
+        assert_eq!(case_outcome(&[Some(&pass), None]), CaseOutcome::Incomplete);
+        assert_eq!(
+            case_outcome(&[Some(&pass), Some(&broken)]),
+            CaseOutcome::NotGraded
+        );
+        assert_eq!(
+            case_outcome(&[Some(&infra), Some(&broken)]),
+            CaseOutcome::Infra
+        );
+    }
+}

@@ -1,0 +1,38 @@
+//! The channel to a machine: run a command with stdin and stdout attached, copy a directory to
+//! the machine, copy one file back. Every runner provides these, so the coordinator's code is
+//! the same whatever the machine is.
+
+use anyhow::Result;
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// A command running on a machine.
+pub struct Process {
+    pub stdin: Box<dyn Write + Send>,
+    pub stdout: Box<dyn Read + Send>,
+    pub stderr: Box<dyn Read + Send>,
+    pub handle: Box<dyn ProcessHandle>,
+}
+
+/// Controls a running command.
+pub trait ProcessHandle: Send {
+    /// Stops it at once.
+    fn kill(&mut self);
+    /// Waits for it to end; its exit code, if it had one.
+    fn wait(&mut self) -> Option<i32>;
+}
+
+/// A machine's channel. Paths on the machine are relative to its work directory.
+pub trait Channel: Send {
+    /// One line for progress output, e.g. `local (/tmp/mst-…)`.
+    fn describe(&self) -> String;
+    /// Copies the local directory `src` to `dest` on the machine.
+    fn put(&mut self, src: &Path, dest: &str) -> Result<()>;
+    /// Starts `argv` on the machine; `{workdir}` in an argument expands to the work directory.
+    fn exec(&mut self, argv: &[String]) -> Result<Process>;
+    /// Copies the file `src` (relative, no `..`) from the machine to the local path `dest`,
+    /// refusing links, devices, FIFOs and files over `cap` bytes.
+    fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()>;
+    /// Releases the machine; with `keep`, leaves it for inspection and says where.
+    fn dispose(&mut self, keep: bool) -> Result<Option<String>>;
+}

@@ -1,0 +1,230 @@
+//! The `local` runner: one shard, on this host, in a private work directory, with the worker
+//! as a subprocess. It goes through the same channel and protocol code as remote runners, so a
+//! local trace and a remote one cannot differ.
+//!
+//! Options: `worker=PATH` runs another program as the worker (default: this mst). Tests use it
+//! to stand in workers that misbehave.
+
+use super::channel::{Channel, Process, ProcessHandle};
+use super::Runner;
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// The built-in local runner.
+pub struct LocalRunner {
+    worker: PathBuf,
+}
+
+impl LocalRunner {
+    /// Validates the runner's own options.
+    pub fn new(options: &BTreeMap<String, String>) -> Result<Self> {
+        let mut worker = std::env::current_exe().context("cannot find the running mst binary")?;
+        for (key, value) in options {
+            match key.as_str() {
+                "worker" => worker = PathBuf::from(value),
+                other => bail!("--runner-option {other}: the `local` runner takes `shards`, `keep` and `worker`"),
+            }
+        }
+        Ok(Self { worker })
+    }
+}
+
+impl Runner for LocalRunner {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    fn max_shards(&self) -> u32 {
+        1
+    }
+
+    fn create_machine(&self, _shard: u32, _shards: u32) -> Result<Box<dyn Channel>> {
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("mst-local-");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            builder.permissions(std::fs::Permissions::from_mode(0o700));
+        }
+        let dir = builder
+            .tempdir()
+            .context("cannot create the local machine's directory")?;
+        Ok(Box::new(LocalMachine {
+            dir: Some(dir),
+            worker: self.worker.clone(),
+        }))
+    }
+}
+
+/// A private directory standing in for a machine.
+pub struct LocalMachine {
+    dir: Option<tempfile::TempDir>,
+    worker: PathBuf,
+}
+
+impl LocalMachine {
+    fn root(&self) -> &Path {
+        self.dir.as_ref().expect("not disposed").path()
+    }
+
+    /// `relative` inside the machine, refusing absolute paths, `..`, and symlinked ancestors.
+    fn inside(&self, relative: &str) -> Result<PathBuf> {
+        if !crate::files::is_plain_relative(relative) {
+            bail!("refusing machine path {relative:?}: only plain relative paths are allowed");
+        }
+        let mut path = self.root().to_path_buf();
+        for part in Path::new(relative).components() {
+            if let Component::Normal(name) = part {
+                path.push(name);
+            }
+            if path
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink())
+            {
+                bail!(
+                    "refusing machine path {relative:?}: {} is a symbolic link",
+                    path.display()
+                );
+            }
+        }
+        Ok(path)
+    }
+}
+
+fn copy_dir(src: &Path, dest: &Path) -> Result<()> {
+    std::fs::create_dir_all(dest)?;
+    for entry in std::fs::read_dir(src)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = dest.join(entry.file_name());
+        if kind.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+struct LocalProcess(Child);
+
+impl ProcessHandle for LocalProcess {
+    fn kill(&mut self) {
+        // The worker leads its own process group: kill it and everything it started, so no
+        // orphan keeps the channel's pipes open.
+        // SAFETY: kill(2) on the group this runner created for the worker.
+        unsafe {
+            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.0.kill();
+    }
+    fn wait(&mut self) -> Option<i32> {
+        self.0.wait().ok().and_then(|s| s.code())
+    }
+}
+
+impl Channel for LocalMachine {
+    fn describe(&self) -> String {
+        format!("local ({})", self.root().display())
+    }
+
+    fn put(&mut self, src: &Path, dest: &str) -> Result<()> {
+        let target = self.inside(dest)?;
+        copy_dir(src, &target)
+            .with_context(|| format!("cannot copy {} to the machine", src.display()))
+    }
+
+    fn exec(&mut self, argv: &[String]) -> Result<Process> {
+        let root = self.root().to_string_lossy().into_owned();
+        let argv: Vec<String> = argv.iter().map(|a| a.replace("{workdir}", &root)).collect();
+        let (program, args) = match argv.split_first() {
+            Some((first, rest)) if first == "mst" => (self.worker.clone(), rest),
+            Some((first, rest)) => (PathBuf::from(first), rest),
+            None => bail!("nothing to run"),
+        };
+        let mut command = Command::new(&program);
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command
+            .args(args)
+            .current_dir(self.root())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start the worker {}", program.display()))?;
+        Ok(Process {
+            stdin: Box::new(child.stdin.take().expect("piped")),
+            stdout: Box::new(child.stdout.take().expect("piped")),
+            stderr: Box::new(child.stderr.take().expect("piped")),
+            handle: Box::new(LocalProcess(child)),
+        })
+    }
+
+    fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()> {
+        let path = self.inside(src)?;
+        let bytes = crate::files::read_regular(&path, cap, true)?;
+        crate::files::write_atomic(dest, &bytes)
+    }
+
+    fn dispose(&mut self, keep: bool) -> Result<Option<String>> {
+        let dir = self.dir.take().expect("disposed once");
+        if keep {
+            let kept = dir.keep();
+            return Ok(Some(kept.display().to_string()));
+        }
+        dir.close()
+            .context("cannot remove the local machine's directory")?;
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn get_refuses_hostile_paths_and_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let mut machine = LocalMachine {
+            dir: Some(dir),
+            worker: PathBuf::from("mst"),
+        };
+        let out = tempfile::tempdir().unwrap();
+        let dest = out.path().join("x");
+        assert!(machine.get("../etc/passwd", &dest, 100).is_err());
+        assert!(machine.get("/etc/passwd", &dest, 100).is_err());
+
+        let staging = tempfile::tempdir().unwrap();
+        std::fs::write(staging.path().join("ok.json"), "{}").unwrap();
+        std::fs::write(staging.path().join("big.json"), "x".repeat(1000)).unwrap();
+        machine.put(staging.path(), "results").unwrap();
+        machine.get("results/ok.json", &dest, 100).unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"{}");
+        assert!(
+            machine.get("results/big.json", &dest, 100).is_err(),
+            "size cap"
+        );
+
+        std::os::unix::fs::symlink("/etc", root.join("results/etc")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", root.join("results/host.json")).unwrap();
+        assert!(
+            machine.get("results/etc/hostname", &dest, 1 << 20).is_err(),
+            "symlinked directory"
+        );
+        assert!(
+            machine.get("results/host.json", &dest, 1 << 20).is_err(),
+            "symlinked file"
+        );
+        assert_eq!(
+            std::fs::read(&dest).unwrap(),
+            b"{}",
+            "nothing was overwritten"
+        );
+        assert!(machine.dispose(false).unwrap().is_none());
+        assert!(!root.exists());
+    }
+}

@@ -1,0 +1,122 @@
+//! Runners create machines and open a channel to each; the coordinator does everything else.
+//!
+//! - [`channel`]: the three operations every machine provides (run a command with stdin and
+//!   stdout attached, copy a directory in, copy a file back).
+//! - [`local`]: the built-in runner that uses a private directory on this host and a
+//!   subprocess, through the same channel code as every remote runner.
+
+pub mod channel;
+pub mod local;
+
+use anyhow::{bail, Result};
+use channel::Channel;
+use std::collections::BTreeMap;
+
+/// Options given with `--runner-option key=value`, with the host's own ones (`shards`, `keep`)
+/// taken out.
+#[derive(Debug, Clone, Default)]
+pub struct RunnerOptions {
+    pub shards: u32,
+    pub keep: Keep,
+    /// Everything else, for the runner to validate.
+    pub rest: BTreeMap<String, String>,
+}
+
+/// Whether to keep a machine after its shard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Keep {
+    #[default]
+    Never,
+    Failed,
+    Always,
+}
+
+impl RunnerOptions {
+    /// Parses `key=value` options.
+    pub fn parse(options: &[String]) -> Result<Self> {
+        let mut parsed = RunnerOptions {
+            shards: 1,
+            ..RunnerOptions::default()
+        };
+        for option in options {
+            let Some((key, value)) = option.split_once('=') else {
+                bail!("--runner-option {option:?}: expected key=value");
+            };
+            match key {
+                "shards" => {
+                    parsed.shards = value.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "--runner-option shards={value}: expected a whole number ≥ 1"
+                        )
+                    })?
+                }
+                "keep" => {
+                    parsed.keep = match value {
+                        "never" => Keep::Never,
+                        "failed" => Keep::Failed,
+                        "always" => Keep::Always,
+                        _ => {
+                            bail!("--runner-option keep={value}: expected never, failed or always")
+                        }
+                    }
+                }
+                _ => {
+                    parsed.rest.insert(key.to_string(), value.to_string());
+                }
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// A runner: makes one machine per shard.
+pub trait Runner: Sync {
+    /// The runner's name as `--runner` spells it.
+    fn name(&self) -> &str;
+    /// The most shards it supports.
+    fn max_shards(&self) -> u32;
+    /// Creates the machine for `shard` of `shards`.
+    fn create_machine(&self, shard: u32, shards: u32) -> Result<Box<dyn Channel>>;
+}
+
+/// The runner called `name`, validated against its options.
+pub fn runner(name: &str, options: &RunnerOptions) -> Result<Box<dyn Runner>> {
+    let runner: Box<dyn Runner> = match name {
+        "local" => Box::new(local::LocalRunner::new(&options.rest)?),
+        other => bail!("unknown runner `{other}`; this build has the `local` runner"),
+    };
+    if options.shards > runner.max_shards() {
+        bail!(
+            "--runner-option shards={}: the `{name}` runner runs at most {} shard(s)",
+            options.shards,
+            runner.max_shards()
+        );
+    }
+    Ok(runner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_options_are_parsed_and_checked() {
+        let options = RunnerOptions::parse(&[
+            "shards=1".into(),
+            "keep=failed".into(),
+            "worker=/bin/x".into(),
+        ])
+        .unwrap();
+        assert_eq!((options.shards, options.keep), (1, Keep::Failed));
+        assert_eq!(options.rest["worker"], "/bin/x");
+        assert!(RunnerOptions::parse(&["shards=0".into()]).is_err());
+        assert!(RunnerOptions::parse(&["keep".into()]).is_err());
+        let two = RunnerOptions::parse(&["shards=2".into()]).unwrap();
+        let err = runner("local", &two)
+            .err()
+            .expect("two local shards are refused");
+        assert!(err.to_string().contains("at most 1"), "{err}");
+        assert!(runner("nope", &two).is_err());
+    }
+}

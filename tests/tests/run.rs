@@ -1,0 +1,419 @@
+//! `mst run` end to end on the local runner: the real binary, real subprocess workers speaking
+//! mst.shard/v1, the command client, and the wasm `contains` grader.
+
+use mst_tests::{plugin, root, s, Mst, Run};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A scratch directory with an eval config and its cases.
+struct Eval {
+    dir: tempfile::TempDir,
+}
+
+impl Eval {
+    fn new(config: Value, cases: &[Value]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let lines: Vec<String> = cases.iter().map(|c| c.to_string()).collect();
+        std::fs::write(dir.path().join("cases.jsonl"), lines.join("\n")).unwrap();
+        std::fs::write(
+            dir.path().join("eval.json"),
+            serde_json::to_vec_pretty(&config).unwrap(),
+        )
+        .unwrap();
+        Eval { dir }
+    }
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("eval.json")
+    }
+    fn results(&self) -> PathBuf {
+        self.dir.path().join("results")
+    }
+    fn run(&self, mst: &Mst, extra: &[&str]) -> Run {
+        let config = self.config();
+        let results = self.results();
+        let mut args = vec!["run", "--config", s(&config), "--results-dir", s(&results)];
+        args.extend_from_slice(extra);
+        mst.run(&args)
+    }
+    /// The only run directory of eval `name`.
+    fn run_dir(&self, name: &str) -> PathBuf {
+        let runs: Vec<PathBuf> = std::fs::read_dir(self.results().join(name).join("runs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        runs[0].clone()
+    }
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(
+        &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+}
+
+fn cases(n: usize) -> Vec<Value> {
+    (1..=n).map(|i| json!({"id": format!("c{i}"), "input": format!("question {i}"), "expected": format!("question {i}")})).collect()
+}
+
+fn config(command: Value) -> Value {
+    json!({
+        "name": "e2e",
+        "datasets": ["cases.jsonl"],
+        "client": "command",
+        "clientOptions": {"command": command},
+        "judges": [{"plugin": s(&plugin("contains.wasm"))}],
+        "plugins": [s(&plugin("contains.wasm"))],
+        "concurrency": 1,
+        "timeout": 20
+    })
+}
+
+#[test]
+fn the_quickstart_runs_and_records_everything() {
+    let mst = Mst::new();
+    let results = tempfile::tempdir().unwrap();
+    let junit = results.path().join("junit.xml");
+    let config = root().join("examples/quickstart/eval.json");
+    let run = mst.run(&[
+        "run",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(results.path()),
+        "--junit",
+        s(&junit),
+    ]);
+    // The echo-only variant fails two cases on purpose: exit 1 means "ran, some failed".
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("echo-only") && run.stdout.contains("33.3%"),
+        "{}",
+        run.stdout
+    );
+
+    let runs: Vec<PathBuf> = std::fs::read_dir(results.path().join("quickstart/runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let dir = &runs[0];
+    let record = read_json(&dir.join("run.json"));
+    assert_eq!(record["mst"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(record["runner"], "local");
+    assert_eq!(record["shards"], 1);
+    assert_eq!(record["collect"], "complete");
+    assert_eq!(record["grade"], "complete");
+    assert_eq!(record["trials"].as_array().unwrap().len(), 12);
+    assert_eq!(record["configHash"].as_str().unwrap().len(), 64);
+    assert_eq!(record["datasetHash"].as_str().unwrap().len(), 64);
+    assert!(
+        record["git"]["commit"].is_string(),
+        "the repo's commit is recorded: {}",
+        record["git"]
+    );
+    let plugins = record["plugins"].as_array().unwrap();
+    assert_eq!(plugins[0]["name"], "mst/grader/contains");
+    assert_eq!(plugins[0]["digest"].as_str().unwrap().len(), 64);
+    let machine = &record["machines"][0];
+    assert_eq!(machine["ended"]["status"], "done");
+    assert_eq!(machine["worker"]["mst"], env!("CARGO_PKG_VERSION"));
+
+    let trace = read_json(&dir.join("baseline/tokyo-time/0.json"));
+    assert_eq!(trace["case"]["id"], "tokyo-time");
+    assert_eq!(trace["trace"]["finalText"], "It is 09:00 in Asia/Tokyo");
+    assert_eq!(trace["trace"]["exitCode"], 0);
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["variants"]["baseline"]["passed"], 3);
+    assert_eq!(summary["variants"]["echo-only"]["failed"], 2);
+    assert_eq!(summary["cases"]["echo-only"]["tokyo-time"], "failed");
+    assert_eq!(
+        read_json(&dir.join("scores/mentions-expected.json"))
+            .as_array()
+            .unwrap()
+            .len(),
+        12
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("<testsuite name=\"echo-only\" tests=\"3\" failures=\"2\""),
+        "{xml}"
+    );
+
+    let only = mst.run(&[
+        "run",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(results.path()),
+        "--variant",
+        "baseline",
+        "--json",
+        "-q",
+    ]);
+    assert_eq!(only.code, 0, "{}", only.stderr);
+    assert_eq!(only.json()["variants"]["baseline"]["passRate"], 1.0);
+    let list = mst
+        .run(&["runs", "list", "--results-dir", s(results.path()), "--json"])
+        .json();
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    let id = list[1]["runId"].as_str().unwrap();
+    let show = mst.run(&["runs", "show", id, "--results-dir", s(results.path())]);
+    assert!(
+        show.code == 0 && show.stdout.contains("baseline"),
+        "{}",
+        show.stderr
+    );
+}
+
+#[test]
+fn a_worker_killed_mid_run_leaves_missing_trials_that_resume_collects() {
+    let mst = Mst::new();
+    let marker = tempfile::tempdir().unwrap();
+    let mark = marker.path().join("killed");
+    // The third case's first attempt kills the worker (its parent) with SIGKILL.
+    let script = format!(
+        "read q; case \"$q\" in *3*) [ -e {m} ] || {{ touch {m}; kill -9 $PPID; sleep 5; }};; esac; echo \"$q\"",
+        m = mark.display()
+    );
+    let eval = Eval::new(config(json!(["sh", "-c", script])), &cases(5));
+    let first = eval.run(&mst, &[]);
+    assert_eq!(
+        first.code, 2,
+        "a partial collection exits 2\n{}\n{}",
+        first.stdout, first.stderr
+    );
+    assert!(
+        first.stdout.contains("partial") && first.stdout.contains("--resume"),
+        "{}",
+        first.stdout
+    );
+    let dir = eval.run_dir("e2e");
+    let summary = read_json(&dir.join("summary.json"));
+    let missing = summary["missing"].as_array().unwrap().len();
+    assert!(missing >= 1, "{summary}");
+    assert_eq!(summary["collect"], "partial");
+    assert!(
+        summary["variants"]["default"]["incomplete"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
+    let record = read_json(&dir.join("run.json"));
+    assert_eq!(
+        record["machines"][0]["ended"]["status"], "lost",
+        "{}",
+        record["machines"]
+    );
+
+    let run_id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let resumed = eval.run(&mst, &["--resume", &run_id]);
+    assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
+    assert!(
+        resumed.stderr.contains(&format!("[{missing}/{missing}]")),
+        "only the missing trials ran: {}",
+        resumed.stderr
+    );
+    assert_eq!(eval.run_dir("e2e"), dir, "the same run");
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["collect"], "complete");
+    assert_eq!(summary["variants"]["default"]["passed"], 5);
+    assert_eq!(
+        read_json(&dir.join("run.json"))["machines"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+fn fake_worker(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("worker.sh");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn a_worker_of_another_version_is_refused_at_hello() {
+    let mst = Mst::new();
+    let eval = Eval::new(config(json!(["cat"])), &cases(2));
+    let hello = r#"{"type":"hello","protocol":"mst.shard/v1","mst":"9.9.9","client":{"name":"command","version":"9.9.9"},"shard":0}"#;
+    let worker = fake_worker(eval.dir.path(), &format!("echo '{hello}'\nsleep 30"));
+    let started = Instant::now();
+    let run = eval.run(
+        &mst,
+        &["--runner-option", &format!("worker={}", worker.display())],
+    );
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let ended = &record["machines"][0]["ended"];
+    assert_eq!(ended["status"], "version-mismatch", "{ended}");
+    assert!(
+        ended["reason"].as_str().unwrap().contains("mst 9.9.9"),
+        "{ended}"
+    );
+    assert!(run.stderr.contains("exact version"), "{}", run.stderr);
+}
+
+#[test]
+fn a_silent_worker_is_declared_lost() {
+    let mst = Mst::new();
+    let eval = Eval::new(config(json!(["cat"])), &cases(2));
+    let worker = fake_worker(eval.dir.path(), "sleep 60");
+    let started = Instant::now();
+    let run = eval.run(
+        &mst,
+        &[
+            "--runner-option",
+            &format!("worker={}", worker.display()),
+            "--silence-limit",
+            "1",
+        ],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    assert!(record["machines"][0]["ended"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("sent nothing for 1s"));
+}
+
+#[test]
+fn ctrl_c_cancels_the_shard_and_leaves_the_rest_missing() {
+    let mst = Mst::new();
+    let eval = Eval::new(config(json!(["sh", "-c", "sleep 31.25"])), &cases(3));
+    let config = eval.config();
+    let results = eval.results();
+    let child = mst
+        .command(&[
+            "run",
+            "--config",
+            s(&config),
+            "--results-dir",
+            s(&results),
+            "--cancel-grace",
+            "3",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the first trial is running.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !process_running("sleep 31.25") {
+        assert!(Instant::now() < deadline, "the trial never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let started = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let run = Run::from(output);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(run.stderr.contains("interrupted"), "{}", run.stderr);
+    let summary = read_json(&eval.run_dir("e2e").join("summary.json"));
+    assert_eq!(
+        summary["missing"].as_array().unwrap().len(),
+        3,
+        "a cancelled trial is missing, not failed"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !process_running("sleep 31.25"),
+        "the trial's processes were stopped"
+    );
+}
+
+fn process_running(pattern: &str) -> bool {
+    std::process::Command::new("pgrep")
+        .args(["-f", pattern])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// The most trials that overlapped, from `start`/`end` lines with nanosecond timestamps.
+fn max_overlap(log: &Path) -> usize {
+    let text = std::fs::read_to_string(log).unwrap();
+    let mut events: Vec<(u128, i32)> = text
+        .lines()
+        .map(|line| {
+            let (kind, at) = line.split_once(' ').unwrap();
+            (
+                at.trim().parse::<u128>().unwrap(),
+                if kind == "start" { 1 } else { -1 },
+            )
+        })
+        .collect();
+    events.sort();
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, delta) in events {
+        now += delta;
+        peak = peak.max(now);
+    }
+    peak as usize
+}
+
+#[test]
+fn limits_hold_across_concurrent_trials() {
+    let mst = Mst::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let limited_log = scratch.path().join("limited.log");
+    let free_log = scratch.path().join("free.log");
+    let with_log = |log: &Path, limited: bool| {
+        let script = format!(
+            "echo start $(date +%s%N) >> {l}; sleep 0.3; echo end $(date +%s%N) >> {l}; cat",
+            l = log.display()
+        );
+        let mut config = config(json!(["sh", "-c", script]));
+        config["concurrency"] = json!(4);
+        config["servers"] = json!({"slot": {"command": "true"}});
+        if limited {
+            config["limits"] = json!({"servers": {"slot": 1}});
+        }
+        Eval::new(config, &cases(6))
+    };
+    let limited = with_log(&limited_log, true);
+    assert_eq!(limited.run(&mst, &["-q"]).code, 0);
+    assert_eq!(max_overlap(&limited_log), 1, "the server limit of 1 held");
+    // The same eval without the limit overlaps, so the check above can fail.
+    let free = with_log(&free_log, false);
+    assert_eq!(free.run(&mst, &["-q"]).code, 0);
+    assert!(max_overlap(&free_log) > 1);
+}
+
+#[test]
+fn a_bad_config_exits_2_and_names_the_key() {
+    let mst = Mst::new();
+    let mut bad = config(json!(["cat"]));
+    bad["trails"] = json!(2);
+    let eval = Eval::new(bad, &cases(1));
+    let run = eval.run(&mst, &[]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("eval.json")
+            && run.stderr.contains("`trails`")
+            && run.stderr.contains("`trials`"),
+        "{}",
+        run.stderr
+    );
+    assert!(!eval.results().exists(), "nothing was written");
+}
