@@ -3,10 +3,10 @@
 //!
 //! - `cargo xtask plugins`: build the guest SDK's plugins and test fixtures to `plugins/dist/`.
 //! - `cargo xtask test`: plugins, then every test (plugin unit tests natively, host, end to end).
-//! - `cargo xtask bench`: plugins, then the benchmarks, which print their figures.
+//! - `cargo xtask bench`: plugins, then the plugin host benchmarks, which print their figures.
+//! - `cargo xtask bench run`: end-to-end eval throughput, overhead and peak RSS (release build).
 //! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
-//! - `cargo xtask quickstart`: plugins, then a tour of the plugin commands on the first-party
-//!   `contains` grader.
+//! - `cargo xtask quickstart`: plugins, then the quick-start eval on the local runner.
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -162,50 +162,107 @@ fn quickstart() -> Result<()> {
     build_plugins()?;
     run(cargo().current_dir(root()).args(["build", "-p", "mst"]))?;
     let root = root();
-    let home = root.join("target/quickstart-home");
     let mst = |args: &[&str]| {
         let mut command = Command::new(root.join("target/debug/mst"));
-        command.current_dir(&root).env("MST_HOME", &home).args(args);
+        command
+            .current_dir(&root)
+            .env("MST_HOME", root.join("target/quickstart-home"))
+            .args(args);
         command
     };
-    run(&mut mst(&["plugin", "check", "plugins/dist/contains.wasm"]))?;
-    for plugin in ["contains", "json", "jsonl"] {
-        run(&mut mst(&[
-            "plugin",
-            "install",
-            &format!("plugins/dist/{plugin}.wasm"),
-        ]))?;
+    // Exit 1 is the expected verdict: the `echo-only` variant fails two cases on purpose.
+    let status = mst(&["run", "--config", "examples/quickstart/eval.json"]).status()?;
+    match status.code() {
+        Some(0) | Some(1) => {}
+        _ => bail!("the quick-start eval did not complete ({status})"),
     }
-    run(&mut mst(&["plugin", "list"]))?;
-    run(&mut mst(&[
-        "plugin",
-        "resolve",
-        "mst/dataset/jsonl",
-        "--file",
-        "examples/quickstart/cases.jsonl",
-    ]))?;
-    let trial = "examples/quickstart/trial.json";
-    run(&mut mst(&[
-        "plugin",
-        "grade",
-        "mst/grader/contains",
-        "--trial",
-        trial,
-    ]))?;
-    run(&mut mst(&[
-        "plugin",
-        "grade",
-        "mst/grader/json",
-        "--trial",
-        trial,
-        "--options",
-        r#"{"path": "$.timezone", "equals": "Asia/Tokyo"}"#,
-    ]))?;
-    eprintln!(
-        "xtask: quick start done; its MST_HOME is {}",
-        home.display()
-    );
+    run(&mut mst(&["runs", "list"]))?;
+    eprintln!("xtask: quick start done: the baseline passes every case, echo-only fails two (exit 1 is its verdict)");
     Ok(())
+}
+
+/// Peak resident set of the largest child process waited for so far, in KiB.
+fn children_peak_rss_kib() -> i64 {
+    // SAFETY: getrusage fills the struct it is given.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage.ru_maxrss
+    }
+}
+
+/// `cargo xtask bench run`: end-to-end eval throughput with the `command` client running `cat`.
+fn bench_run() -> Result<()> {
+    build_plugins()?;
+    run(cargo()
+        .current_dir(root())
+        .args(["build", "--release", "-p", "mst"]))?;
+    let mst = root().join("target/release/mst");
+    let contains = root().join("plugins/dist/contains.wasm");
+
+    // What the client's own process costs: spawning `cat` and feeding it a line.
+    let spawns = 500;
+    let started = std::time::Instant::now();
+    for _ in 0..spawns {
+        let mut child = Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        std::io::Write::write_all(child.stdin.as_mut().expect("piped"), b"question\n")?;
+        drop(child.stdin.take());
+        child.wait_with_output()?;
+    }
+    let per_spawn = started.elapsed().as_secs_f64() / f64::from(spawns);
+    println!(
+        "client baseline: spawning `cat` with one line of input takes {:.3} ms",
+        per_spawn * 1e3
+    );
+
+    for n in [1_000usize, 10_000] {
+        let dir = tempfile_dir()?;
+        let cases: String = (0..n)
+            .map(|i| {
+                format!(
+                    "{{\"id\":\"c{i}\",\"input\":\"answer {i}\",\"expected\":\"answer {i}\"}}\n"
+                )
+            })
+            .collect();
+        std::fs::write(dir.join("cases.jsonl"), cases)?;
+        let config = format!(
+            r#"{{"name":"bench","datasets":["cases.jsonl"],"client":"command","clientOptions":{{"command":["cat"]}},
+                "judges":[{{"plugin":"mst/grader/contains"}}],"plugins":["{}"],"concurrency":1,"timeout":30}}"#,
+            contains.display()
+        );
+        std::fs::write(dir.join("eval.json"), config)?;
+        let started = std::time::Instant::now();
+        let status = Command::new(&mst)
+            .current_dir(&dir)
+            .env("MST_HOME", dir.join("home"))
+            .args(["run", "--config", "eval.json", "--quiet"])
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        let elapsed = started.elapsed().as_secs_f64();
+        if !status.success() {
+            bail!("the {n}-trial bench run failed ({status})");
+        }
+        let overhead = elapsed / n as f64 - per_spawn;
+        println!(
+            "{n:>6} trials: {elapsed:>7.2} s, {:>7.1} trials/s, orchestration overhead {:.3} ms/trial beyond the client, \
+             peak RSS of the largest process so far {:.1} MiB",
+            n as f64 / elapsed,
+            overhead * 1e3,
+            children_peak_rss_kib() as f64 / 1024.0
+        );
+        std::fs::remove_dir_all(&dir)?;
+    }
+    Ok(())
+}
+
+fn tempfile_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("mst-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 fn main() -> Result<()> {
@@ -213,11 +270,12 @@ fn main() -> Result<()> {
     match task.as_str() {
         "plugins" => build_plugins(),
         "test" => test(),
+        "bench" if std::env::args().nth(2).as_deref() == Some("run") => bench_run(),
         "bench" => bench(),
         "quickstart" => quickstart(),
         "lint" => lint(),
         _ => {
-            eprintln!("usage: cargo xtask <plugins|test|bench|quickstart|lint>");
+            eprintln!("usage: cargo xtask <plugins|test|bench [run]|quickstart|lint>");
             std::process::exit(2)
         }
     }

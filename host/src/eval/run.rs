@@ -340,6 +340,11 @@ pub fn run(
     let limiter = Limiter::new(config.limits.clone());
     let specs = variant_specs(&config);
     let settings = request.shard_settings.unwrap_or_default();
+    // A client that cannot be configured is a config error, found before any machine exists.
+    for (name, spec) in &specs {
+        super::client::client(&spec.client, spec.client_options.as_ref(), &spec.servers)
+            .with_context(|| format!("variant `{name}`"))?;
+    }
     let staging = tempfile::tempdir()?;
     let mut bundles = Vec::new();
     for shard in 0..shards {

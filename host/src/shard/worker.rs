@@ -100,7 +100,7 @@ fn collect_inner(bundle_dir: &Path, results: &Path, wire: &Wire) -> Result<u8> {
         .variants
         .iter()
         .map(|(name, spec)| {
-            let client = client::client(&spec.client, spec.client_options.as_ref())
+            let client = client::client(&spec.client, spec.client_options.as_ref(), &spec.servers)
                 .with_context(|| format!("variant `{name}`"))?;
             Ok((name.clone(), Arc::from(client)))
         })

@@ -2,9 +2,12 @@
 //! config), so that later clients (an `api` LLM loop, plugin clients) fit the same slot.
 
 pub mod command;
+pub mod mcp;
 
+use super::config::ServerConfig;
 use super::trial::{CaseRecord, TraceRecord};
 use anyhow::{bail, Result};
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -28,13 +31,16 @@ pub trait Client: Send + Sync {
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord;
 }
 
-/// The client `name` configured with `options` (the variant's `clientOptions`).
-pub fn client(name: &str, options: Option<&serde_json::Value>) -> Result<Box<dyn Client>> {
+/// The client `name` configured with `options` (the variant's `clientOptions`) and the
+/// variant's MCP servers.
+pub fn client(
+    name: &str,
+    options: Option<&serde_json::Value>,
+    servers: &BTreeMap<String, ServerConfig>,
+) -> Result<Box<dyn Client>> {
     match name {
         "command" => Ok(Box::new(command::CommandClient::new(options)?)),
-        "mcp" => {
-            bail!("the `mcp` client is not available in this build yet; use the `command` client")
-        }
+        "mcp" => Ok(Box::new(mcp::McpClient::new(servers, options)?)),
         other => bail!("unknown client `{other}`; the clients are `command` and `mcp`"),
     }
 }

@@ -1,0 +1,202 @@
+//! The `mcp` client against real MCP servers published by others, installed by `.ci/run`:
+//! `mcp-server-time` (PyPI) over stdio, and `@modelcontextprotocol/server-everything` (npm) over
+//! stdio and streamable HTTP.
+
+use mst_tests::{plugin, root, s, Mst};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn require(program: &str, args: &[&str]) {
+    let ok = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(ok, "`{program}` is not installed: `.ci/run` installs it (npm @modelcontextprotocol/server-everything, PyPI mcp-server-time)");
+}
+
+fn only_run(results: &Path, eval: &str) -> PathBuf {
+    let runs: Vec<PathBuf> = std::fs::read_dir(results.join(eval).join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(runs.len(), 1);
+    runs[0].clone()
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(
+        &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_time_server_example_passes_with_wasm_graders() {
+    require("python3", &["-c", "import mcp_server_time"]);
+    let _ = plugin("contains.wasm");
+    let _ = plugin("json.wasm");
+    let mst = Mst::new();
+    let results = tempfile::tempdir().unwrap();
+    let config = root().join("examples/mcp-time/eval.json");
+    let run = mst.run(&[
+        "run",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(results.path()),
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let dir = only_run(results.path(), "mcp-time");
+    let trace = read_json(&dir.join("default/tokyo-now/0.json"));
+    let events = trace["trace"]["events"].as_array().unwrap();
+    assert_eq!(events[0]["type"], "tool-call");
+    assert_eq!(events[0]["server"], "time");
+    assert_eq!(events[0]["arguments"]["timezone"], "Asia/Tokyo");
+    assert_eq!(events[1]["type"], "tool-result");
+    let answer: Value =
+        serde_json::from_str(trace["trace"]["finalText"].as_str().unwrap()).unwrap();
+    assert_eq!(answer["timezone"], "Asia/Tokyo", "the real server answered");
+    let bad = read_json(&dir.join("default/bad-zone/0.json"));
+    assert_eq!(
+        bad["trace"]["status"], "completed",
+        "a tool error is an answer, not infra"
+    );
+    assert_eq!(bad["trace"]["events"][1]["isError"], true);
+    let json_scores = read_json(&dir.join("scores/mst%2Fgrader%2Fjson.json"));
+    assert_eq!(json_scores[0]["pass"], true, "{json_scores}");
+}
+
+#[test]
+fn the_everything_server_over_stdio() {
+    require("sh", &["-c", "command -v mcp-server-everything"]);
+    let mst = Mst::new();
+    let results = tempfile::tempdir().unwrap();
+    let config = root().join("examples/mcp-everything/eval.json");
+    let run = mst.run(&[
+        "run",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(results.path()),
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.json()["variants"]["default"]["passed"], 3);
+    let dir = only_run(results.path(), "mcp-everything");
+    let two = read_json(&dir.join("default/two-calls/0.json"));
+    assert_eq!(
+        two["trace"]["events"].as_array().unwrap().len(),
+        4,
+        "two calls, two results"
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn the_everything_server_over_streamable_http_and_a_dead_server_is_infra() {
+    require("sh", &["-c", "command -v mcp-server-everything"]);
+    let port = free_port();
+    let mut server = std::process::Command::new("mcp-server-everything")
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the HTTP server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cases.jsonl"),
+        "{\"id\":\"sum\",\"input\":{\"tool\":\"get-sum\",\"arguments\":{\"a\":20,\"b\":22}},\"expected\":\"42\"}\n",
+    )
+    .unwrap();
+    let config = |url: String| {
+        json!({
+            "name": "http",
+            "datasets": ["cases.jsonl"],
+            "servers": {"everything": {"url": url}},
+            "client": "mcp",
+            "judges": [{"plugin": s(&plugin("contains.wasm"))}],
+            "plugins": [s(&plugin("contains.wasm"))],
+            "timeout": 20
+        })
+    };
+    let mst = Mst::new();
+    let path = dir.path().join("eval.json");
+    std::fs::write(
+        &path,
+        config(format!("http://127.0.0.1:{port}/mcp")).to_string(),
+    )
+    .unwrap();
+    let run = mst.run(&[
+        "run",
+        "--config",
+        s(&path),
+        "--results-dir",
+        s(&dir.path().join("ok")),
+        "--json",
+    ]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.json()["variants"]["default"]["passed"], 1);
+
+    // Nothing listens there now: the trial is an infrastructure failure, not a failed answer.
+    let run = mst.run(&[
+        "run",
+        "--config",
+        s(&path),
+        "--results-dir",
+        s(&dir.path().join("dead")),
+        "--json",
+    ]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let summary = run.json();
+    assert_eq!(summary["variants"]["default"]["infra"], 1, "{summary}");
+    assert_eq!(summary["variants"]["default"]["failed"], 0);
+}
+
+#[test]
+fn mcp_cases_must_name_their_calls() {
+    require("python3", &["-c", "import mcp_server_time"]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cases.jsonl"),
+        "{\"id\":\"prose\",\"input\":\"what time is it?\"}\n",
+    )
+    .unwrap();
+    let config = json!({
+        "name": "bad-input",
+        "datasets": ["cases.jsonl"],
+        "servers": {"time": {"command": "python3", "args": ["-m", "mcp_server_time"]}},
+        "client": "mcp"
+    });
+    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
+    let run = Mst::new().run(&[
+        "run",
+        "--config",
+        s(&dir.path().join("eval.json")),
+        "--results-dir",
+        s(&dir.path().join("r")),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let trace =
+        read_json(&only_run(&dir.path().join("r"), "bad-input").join("default/prose/0.json"));
+    assert_eq!(trace["trace"]["status"], "infra");
+    let log = trace["trace"]["events"][0]["text"].as_str().unwrap();
+    assert!(log.contains("needs `{\"tool\", \"arguments\"}`"), "{log}");
+}
