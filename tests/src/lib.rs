@@ -110,6 +110,23 @@ impl Mst {
     }
 }
 
+/// A JSON file's contents; panics with the path when it is missing or not JSON.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+/// The one run directory of `eval` below a results directory.
+pub fn only_run(results: &Path, eval: &str) -> PathBuf {
+    let runs: Vec<PathBuf> = std::fs::read_dir(results.join(eval).join("runs"))
+        .unwrap_or_else(|e| panic!("no runs of {eval} in {}: {e}", results.display()))
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    runs[0].clone()
+}
+
 /// `path` as a `&str` for argument lists.
 pub fn s(path: &Path) -> &str {
     path.to_str().expect("UTF-8 path")

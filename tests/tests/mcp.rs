@@ -2,9 +2,8 @@
 //! `mcp-server-time` (PyPI) over stdio, and `@modelcontextprotocol/server-everything` (npm) over
 //! stdio and streamable HTTP.
 
-use mst_tests::{plugin, root, s, Mst};
+use mst_tests::{only_run, plugin, read_json, root, s, Mst};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 fn require(program: &str, args: &[&str]) {
@@ -14,23 +13,6 @@ fn require(program: &str, args: &[&str]) {
         .map(|o| o.status.success())
         .unwrap_or(false);
     assert!(ok, "`{program}` is not installed: `.ci/run` installs it (npm @modelcontextprotocol/server-everything, PyPI mcp-server-time)");
-}
-
-fn only_run(results: &Path, eval: &str) -> PathBuf {
-    let runs: Vec<PathBuf> = std::fs::read_dir(results.join(eval).join("runs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert_eq!(runs.len(), 1);
-    runs[0].clone()
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_slice(
-        &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .unwrap()
 }
 
 #[test]

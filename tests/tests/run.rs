@@ -1,7 +1,7 @@
 //! `mst run` end to end on the local runner: the real binary, real subprocess workers speaking
 //! mst.shard/v1, the command client, and the wasm `contains` grader.
 
-use mst_tests::{plugin, root, s, Mst, Run};
+use mst_tests::{only_run, plugin, read_json, root, s, Mst, Run};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -38,21 +38,8 @@ impl Eval {
     }
     /// The only run directory of eval `name`.
     fn run_dir(&self, name: &str) -> PathBuf {
-        let runs: Vec<PathBuf> = std::fs::read_dir(self.results().join(name).join("runs"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        assert_eq!(runs.len(), 1, "{runs:?}");
-        runs[0].clone()
+        only_run(&self.results(), name)
     }
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_slice(
-        &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .unwrap()
 }
 
 fn cases(n: usize) -> Vec<Value> {
@@ -95,12 +82,7 @@ fn the_quickstart_runs_and_records_everything() {
         run.stdout
     );
 
-    let runs: Vec<PathBuf> = std::fs::read_dir(results.path().join("quickstart/runs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    let dir = &runs[0];
+    let dir = &only_run(results.path(), "quickstart");
     let record = read_json(&dir.join("run.json"));
     assert_eq!(record["mst"], env!("CARGO_PKG_VERSION"));
     assert_eq!(record["runner"], "local");
@@ -416,4 +398,53 @@ fn a_bad_config_exits_2_and_names_the_key() {
         run.stderr
     );
     assert!(!eval.results().exists(), "nothing was written");
+}
+
+#[test]
+fn grade_regrades_stored_traces_into_a_new_run() {
+    let mst = Mst::new();
+    let eval = Eval::new(config(json!(["cat"])), &cases(3));
+    assert_eq!(eval.run(&mst, &["-q"]).code, 0);
+    let dir = eval.run_dir("e2e");
+    let run_id = dir.file_name().unwrap().to_str().unwrap().to_string();
+
+    // Stricter judges, same traces: nothing is collected again.
+    let mut stricter = config(json!(["cat"]));
+    stricter["judges"] = json!([{"assert": "contains", "value": "no such text"}]);
+    std::fs::write(eval.config(), stricter.to_string()).unwrap();
+    let results = eval.results();
+    let regraded = mst.run(&[
+        "grade",
+        &run_id,
+        "--config",
+        s(&eval.config()),
+        "--results-dir",
+        s(&results),
+        "--json",
+    ]);
+    assert_eq!(regraded.code, 1, "{}\n{}", regraded.stdout, regraded.stderr);
+    assert_eq!(regraded.json()["variants"]["default"]["failed"], 3);
+    let g1 = dir.with_file_name(format!("{run_id}.g1"));
+    assert_eq!(
+        read_json(&g1.join("summary.json"))["variants"]["default"]["failed"],
+        3
+    );
+    assert_eq!(
+        read_json(&dir.join("summary.json"))["variants"]["default"]["passed"],
+        3,
+        "the original run is untouched"
+    );
+    let again = mst.run(&[
+        "grade",
+        &run_id,
+        "--config",
+        s(&eval.config()),
+        "--results-dir",
+        s(&results),
+    ]);
+    assert!(
+        again.stdout.contains(&format!("{run_id}.g2")),
+        "{}",
+        again.stdout
+    );
 }

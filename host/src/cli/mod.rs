@@ -30,6 +30,8 @@ struct Cli {
 enum Command {
     /// Run an eval: collect trials on a runner's machines, grade them, report.
     Run(Box<run::RunArgs>),
+    /// Regrade a stored run's traces into RUN_ID.g1 (then .g2, …).
+    Grade(Box<run::GradeArgs>),
     /// List and show stored runs.
     #[command(subcommand)]
     Runs(run::RunsCommand),
@@ -86,6 +88,7 @@ pub fn main() -> ExitCode {
     };
     let result = home.and_then(|home| match cli.command {
         Command::Run(args) => run::run(&home, *args),
+        Command::Grade(args) => run::grade(&home, *args),
         Command::Runs(command) => run::runs(command),
         Command::Plugin(command) => plugin::run(&home, *command),
         Command::Collect { bundle, results } => {

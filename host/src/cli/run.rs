@@ -213,6 +213,65 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     Ok(outcome.summary.exit_code())
 }
 
+/// The directory of `run_id` under any eval in `results_dir`.
+fn find_run(results_dir: &std::path::Path, run_id: &str) -> Result<RunDir> {
+    std::fs::read_dir(results_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|eval| RunDir::new(&eval.path().join("runs"), run_id))
+        .find(|dir| dir.root.join("run.json").is_file())
+        .with_context(|| {
+            format!(
+                "no run `{run_id}` under {}; `mst runs list` shows the runs",
+                results_dir.display()
+            )
+        })
+}
+
+/// `mst grade`.
+#[derive(Args, Debug)]
+pub(crate) struct GradeArgs {
+    /// The run whose traces to regrade.
+    run_id: String,
+    /// The eval config whose judges to use [default: the one the run recorded].
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// Load a plugin (.wasm file or installed name). Repeatable.
+    #[arg(long = "plugin", value_name = "PLUGIN")]
+    plugins: Vec<String>,
+    #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+    results_dir: PathBuf,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+}
+
+pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
+    let dir = find_run(&args.results_dir, &args.run_id)?;
+    let outcome = run::regrade(
+        home,
+        &dir,
+        args.config.as_deref(),
+        &args.plugins,
+        &args.sandbox.grants()?,
+        args.sandbox.limits()?,
+    )
+    .map_err(|error| super::Exit { code: 2, error })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&outcome.summary)?);
+    } else {
+        print!("{}", report::table(&outcome.summary));
+        println!(
+            "regraded into {} ({})",
+            outcome.record.run_id,
+            outcome.dir.root.display()
+        );
+    }
+    Ok(outcome.summary.exit_code())
+}
+
 pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
     match command {
         RunsCommand::List { results_dir, json } => {
@@ -262,18 +321,7 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
             results_dir,
             json,
         } => {
-            let dir = std::fs::read_dir(&results_dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|eval| RunDir::new(&eval.path().join("runs"), &run_id))
-                .find(|dir| dir.root.join("run.json").is_file())
-                .with_context(|| {
-                    format!(
-                        "no run `{run_id}` under {}; `mst runs list` shows the runs",
-                        results_dir.display()
-                    )
-                })?;
+            let dir = find_run(&results_dir, &run_id)?;
             let bytes = crate::files::read_input(&dir.root.join("summary.json"))?;
             let summary: results::Summary = serde_json::from_slice(&bytes)?;
             if json {

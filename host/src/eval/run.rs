@@ -190,16 +190,26 @@ fn variant_specs(config: &EvalConfig) -> BTreeMap<String, VariantSpec> {
         .collect()
 }
 
-/// Runs (or resumes) an eval.
-pub fn run(
+/// The config, its plugins and its cases, loaded and checked.
+struct Prepared {
+    config: EvalConfig,
+    config_hash: String,
+    base: PathBuf,
+    plugins: Plugins,
+    cases: dataset::Cases,
+}
+
+/// Loads the config at `config_path` with its plugins (and `--plugin` ones) and resolves its
+/// datasets.
+fn prepare(
     home: &Home,
-    request: &RunRequest,
-    progress: &dyn Progress,
-    cancel: &AtomicBool,
-) -> Result<RunOutcome> {
-    let (config, config_bytes) = EvalConfig::load(&request.config_path)?;
-    let base = request
-        .config_path
+    config_path: &Path,
+    extra_plugins: &[String],
+    grants: &Grants,
+    limits: Limits,
+) -> Result<Prepared> {
+    let (config, config_bytes) = EvalConfig::load(config_path)?;
+    let base = config_path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
@@ -219,17 +229,17 @@ pub fn run(
         };
         let granted = serde_json::to_value(reference)?;
         plugins
-            .load(&path, &base, &grants, request.plugin_limits, granted)
+            .load(&path, &base, &grants, limits, granted)
             .with_context(|| format!("plugin `{path}`"))?;
     }
     let cwd = std::env::current_dir()?;
-    for reference in &request.plugins {
+    for reference in extra_plugins {
         plugins
             .load(
                 reference,
                 &cwd,
-                &request.plugin_grants,
-                request.plugin_limits,
+                grants,
+                limits,
                 serde_json::json!({"flags": true}),
             )
             .with_context(|| format!("--plugin {reference}"))?;
@@ -252,7 +262,7 @@ pub fn run(
                     name,
                     &base,
                     &Grants::default(),
-                    request.plugin_limits,
+                    limits,
                     serde_json::json!({}),
                 )?;
             }
@@ -260,6 +270,35 @@ pub fn run(
     }
 
     let cases = dataset::resolve(&config.datasets, &base, &plugins)?;
+    Ok(Prepared {
+        config,
+        config_hash,
+        base,
+        plugins,
+        cases,
+    })
+}
+
+/// Runs (or resumes) an eval.
+pub fn run(
+    home: &Home,
+    request: &RunRequest,
+    progress: &dyn Progress,
+    cancel: &AtomicBool,
+) -> Result<RunOutcome> {
+    let Prepared {
+        config,
+        config_hash,
+        base,
+        plugins,
+        cases,
+    } = prepare(
+        home,
+        &request.config_path,
+        &request.plugins,
+        &request.plugin_grants,
+        request.plugin_limits,
+    )?;
     let runs_dir = results::eval_runs_dir(&request.results_base, &config.name);
     let runner_options = RunnerOptions::parse(&request.runner_options)?;
     let runner = runner::runner(&request.runner, &runner_options)?;
@@ -458,50 +497,7 @@ pub fn run(
     } else {
         Phase::Partial
     };
-    let default_judges: BTreeMap<String, Vec<Judge>> = config
-        .variant_names()
-        .into_iter()
-        .map(|name| {
-            let configs = config
-                .variants
-                .get(&name)
-                .and_then(|v| v.judges.clone())
-                .unwrap_or_else(|| config.judges.clone());
-            let judges = configs
-                .iter()
-                .map(|j| Judge::from_config(j, &plugins))
-                .collect::<Result<Vec<_>>>()?;
-            Ok((name, judges))
-        })
-        .collect::<Result<_>>()?;
-    let mut grades: BTreeMap<TrialKey, TrialGrade> = BTreeMap::new();
-    let mut case_judges: BTreeMap<String, Vec<Judge>> = BTreeMap::new();
-    for key in &record.trials {
-        let Some(trace) = dir.read_trace(key) else {
-            continue;
-        };
-        let case = cases_by_id.get(key.case.as_str());
-        let threshold = case
-            .and_then(|c| c.pass_threshold)
-            .unwrap_or(config.pass_threshold);
-        let judges = match case.and_then(|c| c.judges.as_ref()) {
-            Some(configs) => {
-                if !case_judges.contains_key(&key.case) {
-                    let built = configs
-                        .iter()
-                        .map(|j| Judge::from_config(j, &plugins))
-                        .collect::<Result<Vec<_>>>()?;
-                    case_judges.insert(key.case.clone(), built);
-                }
-                &case_judges[&key.case]
-            }
-            None => default_judges
-                .get(&key.variant)
-                .map(Vec::as_slice)
-                .unwrap_or(&[]),
-        };
-        grades.insert(key.clone(), grade::grade_trial(judges, &trace, threshold));
-    }
+    let grades = grade_all(&config, &plugins, &cases_by_id, &dir, &record.trials)?;
     let not_graded = grades
         .values()
         .any(|g| matches!(g, TrialGrade::NotGraded { .. }));
@@ -516,6 +512,122 @@ pub fn run(
     Ok(RunOutcome {
         dir,
         record,
+        summary,
+    })
+}
+
+/// Grades every collected trace of `trials` in `dir` (missing ones are left out).
+fn grade_all(
+    config: &EvalConfig,
+    plugins: &Plugins,
+    cases_by_id: &BTreeMap<&str, &super::trial::CaseRecord>,
+    dir: &RunDir,
+    trials: &[TrialKey],
+) -> Result<BTreeMap<TrialKey, TrialGrade>> {
+    let default_judges: BTreeMap<String, Vec<Judge>> = config
+        .variant_names()
+        .into_iter()
+        .map(|name| {
+            let configs = config
+                .variants
+                .get(&name)
+                .and_then(|v| v.judges.clone())
+                .unwrap_or_else(|| config.judges.clone());
+            let judges = configs
+                .iter()
+                .map(|j| Judge::from_config(j, plugins))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((name, judges))
+        })
+        .collect::<Result<_>>()?;
+    let mut grades: BTreeMap<TrialKey, TrialGrade> = BTreeMap::new();
+    let mut case_judges: BTreeMap<String, Vec<Judge>> = BTreeMap::new();
+    for key in trials {
+        let Some(trace) = dir.read_trace(key) else {
+            continue;
+        };
+        let case = cases_by_id.get(key.case.as_str());
+        let threshold = case
+            .and_then(|c| c.pass_threshold)
+            .unwrap_or(config.pass_threshold);
+        let judges = match case.and_then(|c| c.judges.as_ref()) {
+            Some(configs) => {
+                if !case_judges.contains_key(&key.case) {
+                    let built = configs
+                        .iter()
+                        .map(|j| Judge::from_config(j, plugins))
+                        .collect::<Result<Vec<_>>>()?;
+                    case_judges.insert(key.case.clone(), built);
+                }
+                &case_judges[&key.case]
+            }
+            None => default_judges
+                .get(&key.variant)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]),
+        };
+        grades.insert(key.clone(), grade::grade_trial(judges, &trace, threshold));
+    }
+    Ok(grades)
+}
+
+/// Regrades a stored run's traces with the config's judges as they are now, into a new run
+/// directory `<run-id>.g<N>` beside it (the traces stay where they are).
+pub fn regrade(
+    home: &Home,
+    dir: &RunDir,
+    config_path: Option<&Path>,
+    extra_plugins: &[String],
+    grants: &Grants,
+    limits: Limits,
+) -> Result<RunOutcome> {
+    let record = dir.read_record()?;
+    let config_path = config_path
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(&record.config_path));
+    let Prepared {
+        config,
+        plugins,
+        cases,
+        ..
+    } = prepare(home, &config_path, extra_plugins, grants, limits)?;
+    if config.name != record.eval {
+        bail!(
+            "run {} is of eval `{}`, but {} is `{}`",
+            record.run_id,
+            record.eval,
+            config_path.display(),
+            config.name
+        );
+    }
+    let cases_by_id: BTreeMap<&str, &super::trial::CaseRecord> =
+        cases.cases.iter().map(|c| (c.id.as_str(), c)).collect();
+    let grades = grade_all(&config, &plugins, &cases_by_id, dir, &record.trials)?;
+    let runs_dir = dir.root.parent().context("a run directory has a parent")?;
+    let run_id = (1..)
+        .map(|n| format!("{}.g{n}", record.run_id))
+        .find(|id| !RunDir::new(runs_dir, id).root.exists())
+        .expect("some suffix is free");
+    let out = RunDir::new(runs_dir, &run_id);
+    let mut regraded = record.clone();
+    regraded.run_id = run_id;
+    regraded.created_at = now_secs();
+    regraded.plugins = plugins.records();
+    regraded.grade = if grades
+        .values()
+        .any(|g| matches!(g, TrialGrade::NotGraded { .. }))
+    {
+        Phase::Partial
+    } else {
+        Phase::Complete
+    };
+    crate::home::create_private_dir(&out.root)?;
+    out.write_record(&regraded)?;
+    let summary = Summary::new(&regraded, &grades);
+    out.write_grades(&grades, &summary)?;
+    Ok(RunOutcome {
+        dir: out,
+        record: regraded,
         summary,
     })
 }
