@@ -11,6 +11,7 @@
 //! - [`home`]: where mst keeps its state (`$MST_HOME`).
 //! - [`results`]: the run directory, summaries and reports.
 //! - [`runner`]: runners, machines and their channels (`local`).
+//! - [`secrets`]: secrets files and worker token directories.
 //! - [`shard`]: the `mst.shard/v1` protocol between coordinator and workers.
 
 pub mod cli;
@@ -21,4 +22,5 @@ pub mod home;
 pub mod plugin;
 pub mod results;
 pub mod runner;
+pub mod secrets;
 pub mod shard;

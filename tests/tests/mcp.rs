@@ -182,3 +182,121 @@ fn mcp_cases_must_name_their_calls() {
     let log = trace["trace"]["events"][0]["text"].as_str().unwrap();
     assert!(log.contains("needs `{\"tool\", \"arguments\"}`"), "{log}");
 }
+
+/// Files below `dir` whose contents include `needle`.
+fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else if String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains(needle) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_token_from_the_secrets_file_reaches_the_server_and_nothing_else() {
+    const CANARY: &str = "mst-canary-token-8d2f61";
+    // A server that records the first request's head and refuses it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+        let _ = stream.write_all(
+            b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
+        String::from_utf8_lossy(&head).to_lowercase()
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("cases.jsonl"),
+        "{\"id\":\"c\",\"input\":{\"tool\":\"echo\",\"arguments\":{}}}\n",
+    )
+    .unwrap();
+    let config = json!({
+        "name": "tokens",
+        "datasets": ["cases.jsonl"],
+        "servers": {"api": {"url": format!("http://127.0.0.1:{port}/mcp"), "token": "API_TOKEN"}},
+        "client": "mcp",
+        "timeout": 20
+    });
+    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
+    let secrets = dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("API_TOKEN={CANARY}\n")).unwrap();
+    let results = dir.path().join("results");
+    let mst = Mst::new();
+    let run = mst
+        .command(&[
+            "run",
+            "--config",
+            s(&dir.path().join("eval.json")),
+            "--results-dir",
+            s(&results),
+            "--secrets-file",
+            s(&secrets),
+        ])
+        .env("MST_LOG", "trace")
+        .output()
+        .unwrap();
+    let run = mst_tests::Run::from(run);
+    let head = server.join().unwrap();
+    assert!(
+        head.contains(&format!("authorization: bearer {}", CANARY.to_lowercase())),
+        "the server got the token: {head}"
+    );
+    assert_eq!(
+        run.code, 1,
+        "the refused trial is an infrastructure failure\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(
+        !run.stdout.contains(CANARY) && !run.stderr.contains(CANARY),
+        "the token leaked into mst's output"
+    );
+    assert_eq!(
+        files_containing(&results, CANARY),
+        Vec::<std::path::PathBuf>::new(),
+        "no result file, trace or worker log holds it"
+    );
+    assert_eq!(
+        files_containing(mst.home.path(), CANARY),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert!(results.join("tokens").is_dir(), "the run wrote its results");
+
+    // A token the secrets file lacks is a config error before anything runs.
+    std::fs::write(&secrets, "OTHER=1\n").unwrap();
+    let missing = mst.run(&[
+        "run",
+        "--config",
+        s(&dir.path().join("eval.json")),
+        "--results-dir",
+        s(&results),
+        "--secrets-file",
+        s(&secrets),
+    ]);
+    assert_eq!(missing.code, 2);
+    assert!(
+        missing
+            .stderr
+            .contains("servers.api.token names secret `API_TOKEN`"),
+        "{}",
+        missing.stderr
+    );
+}

@@ -52,6 +52,9 @@ pub(crate) struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Secrets (JSON object or dotenv) that servers' `token` fields name.
+    #[arg(long, value_name = "FILE")]
+    secrets_file: Option<PathBuf>,
     /// A shard whose worker sends nothing (not even a heartbeat) for this long is lost.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     silence_limit: f64,
@@ -158,6 +161,10 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         runner: args.runner.clone(),
         runner_options: args.runner_options.clone(),
         resume: args.resume.clone(),
+        secrets: match &args.secrets_file {
+            Some(path) => crate::secrets::Secrets::load(path)?,
+            None => crate::secrets::Secrets::default(),
+        },
         shard_settings: Some(ShardSettings {
             silence: seconds("--silence-limit", args.silence_limit)?,
             cancel_grace: seconds("--cancel-grace", args.cancel_grace)?,

@@ -39,11 +39,15 @@ pub struct StdioServer {
     pub env: BTreeMap<String, String>,
 }
 
-/// `{"url": "http://127.0.0.1:3001/mcp"}`.
+/// `{"url": "http://127.0.0.1:3001/mcp", "token": "TIME_TOKEN"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpServer {
     pub url: String,
+    /// The name of a secret (from `--secrets-file`) sent as the bearer token. Only the name is
+    /// in the config and the bundle; the value travels to workers on stdin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 /// A judge: a plugin grader or a built-in assertion.

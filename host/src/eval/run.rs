@@ -37,6 +37,8 @@ pub struct RunRequest {
     pub runner_options: Vec<String>,
     pub resume: Option<String>,
     pub shard_settings: Option<ShardSettings>,
+    /// From `--secrets-file`.
+    pub secrets: crate::secrets::Secrets,
 }
 
 /// What a run produced.
@@ -372,6 +374,20 @@ pub fn run(
         }
     }
 
+    // Tokens for servers that name one, by server label; a missing secret is a config error.
+    let mut tokens: BTreeMap<String, Secret> = BTreeMap::new();
+    for (label, server) in &config.servers {
+        if let super::config::ServerConfig::Http(super::config::HttpServer {
+            token: Some(name),
+            ..
+        }) = server
+        {
+            let value = request.secrets.get(name).with_context(|| {
+                format!("servers.{label}.token names secret `{name}`, which --secrets-file does not hold")
+            })?;
+            tokens.insert(label.clone(), value.clone());
+        }
+    }
     progress.start(to_collect.len() as u64);
 
     // Collect: one machine per non-empty shard.
@@ -381,8 +397,13 @@ pub fn run(
     let settings = request.shard_settings.unwrap_or_default();
     // A client that cannot be configured is a config error, found before any machine exists.
     for (name, spec) in &specs {
-        super::client::client(&spec.client, spec.client_options.as_ref(), &spec.servers)
-            .with_context(|| format!("variant `{name}`"))?;
+        super::client::client(
+            &spec.client,
+            spec.client_options.as_ref(),
+            &spec.servers,
+            &BTreeMap::new(),
+        )
+        .with_context(|| format!("variant `{name}`"))?;
     }
     let staging = tempfile::tempdir()?;
     let mut bundles = Vec::new();
@@ -426,7 +447,7 @@ pub fn run(
         let handles: Vec<_> = bundles
             .iter()
             .map(|(bundle, bundle_dir)| {
-                let (runner, limiter, dir) = (&runner, &limiter, &dir);
+                let (runner, limiter, dir, tokens) = (&runner, &limiter, &dir, &tokens);
                 scope.spawn(move || {
                     let mut machine = match runner.create_machine(bundle.shard, bundle.shards) {
                         Ok(machine) => machine,
@@ -450,6 +471,7 @@ pub fn run(
                         bundle_dir,
                         &dir.root,
                         limiter,
+                        tokens,
                         progress,
                         cancel,
                         settings,

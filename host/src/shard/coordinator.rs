@@ -7,9 +7,11 @@
 use super::bundle::{trace_path, Bundle, BUNDLE_FILE};
 use super::limits::Limiter;
 use super::protocol::{
-    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, TrialKey, WorkerMessage, PROTOCOL,
+    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, TrialKey, WorkerMessage,
+    PROTOCOL,
 };
 use crate::eval::trial::TrialRecord;
+use crate::plugin::Secret;
 use crate::runner::channel::Channel;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -103,7 +105,8 @@ enum Input {
     Eof,
 }
 
-/// Runs one shard on `channel`. `bundle_dir` holds the bundle locally; traces land in `run_dir`.
+/// Runs one shard on `channel`. `bundle_dir` holds the bundle locally; traces land in `run_dir`;
+/// `tokens` are the MCP access tokens by server label, sent only when the worker asks.
 #[allow(clippy::too_many_arguments)]
 pub fn run_shard(
     channel: &mut dyn Channel,
@@ -111,6 +114,7 @@ pub fn run_shard(
     bundle_dir: &Path,
     run_dir: &Path,
     limiter: &Limiter,
+    tokens: &BTreeMap<String, Secret>,
     progress: &dyn Progress,
     cancel: &AtomicBool,
     settings: ShardSettings,
@@ -298,11 +302,29 @@ pub fn run_shard(
                 ))
             }
             WorkerMessage::Heartbeat { .. } => {}
-            WorkerMessage::NeedTokens { .. } => {
-                // No client of this build uses tokens; an empty answer lets the worker go on.
-                send(&CoordinatorMessage::Tokens {
-                    tokens: BTreeMap::new(),
-                });
+            WorkerMessage::NeedTokens { servers, .. } => {
+                // Only tokens for servers of this bundle, and only over stdin.
+                let granted: BTreeMap<String, Token> = servers
+                    .iter()
+                    .filter_map(|server| {
+                        tokens.get(server).map(|t| {
+                            (
+                                server.clone(),
+                                Token {
+                                    value: t.clone(),
+                                    expires_at: None,
+                                },
+                            )
+                        })
+                    })
+                    .collect();
+                if let Some(missing) = servers.iter().find(|s| !granted.contains_key(*s)) {
+                    progress.note(&format!(
+                        "shard {}: no token for server `{missing}`",
+                        bundle.shard
+                    ));
+                }
+                send(&CoordinatorMessage::Tokens { tokens: granted });
             }
             WorkerMessage::Acquire {
                 key,

@@ -4,11 +4,14 @@
 
 use super::bundle::{trace_path, Bundle, BUNDLE_FILE, MAX_BUNDLE_BYTES};
 use super::protocol::{
-    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, DoneCounts, TrialKey,
-    WorkerMessage, PROTOCOL,
+    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, DoneCounts, TokenReason,
+    TrialKey, WorkerMessage, PROTOCOL,
 };
 use crate::eval::client::{self, Client, TrialInput};
+use crate::eval::config::ServerConfig;
 use crate::eval::trial::{CaseRecord, TrialRecord, TrialStatus};
+use crate::plugin::Secret;
+use crate::secrets::TokenDir;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, Write};
@@ -96,15 +99,35 @@ fn collect_inner(bundle_dir: &Path, results: &Path, wire: &Wire) -> Result<u8> {
     let bytes = crate::files::read_regular(&path, MAX_BUNDLE_BYTES, true)?;
     let bundle: Bundle = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a bundle", path.display()))?;
-    let clients: BTreeMap<String, Arc<dyn Client>> = bundle
+    let build_clients =
+        |tokens: &BTreeMap<String, Secret>| -> Result<BTreeMap<String, Arc<dyn Client>>> {
+            bundle
+                .variants
+                .iter()
+                .map(|(name, spec)| {
+                    let client = client::client(
+                        &spec.client,
+                        spec.client_options.as_ref(),
+                        &spec.servers,
+                        tokens,
+                    )
+                    .with_context(|| format!("variant `{name}`"))?;
+                    Ok((name.clone(), Arc::from(client)))
+                })
+                .collect()
+        };
+    let mut clients = build_clients(&BTreeMap::new())?;
+    // Servers whose config names a token: the worker asks for them before any trial.
+    let token_servers: Vec<String> = bundle
         .variants
-        .iter()
-        .map(|(name, spec)| {
-            let client = client::client(&spec.client, spec.client_options.as_ref(), &spec.servers)
-                .with_context(|| format!("variant `{name}`"))?;
-            Ok((name.clone(), Arc::from(client)))
-        })
-        .collect::<Result<_>>()?;
+        .values()
+        .flat_map(|v| v.servers.iter())
+        .filter(|(_, config)| matches!(config, ServerConfig::Http(http) if http.token.is_some()))
+        .map(|(label, _)| label.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut token_dir: Option<TokenDir> = None;
     let cases: BTreeMap<String, CaseRecord> = bundle
         .cases
         .iter()
@@ -129,6 +152,14 @@ fn collect_inner(bundle_dir: &Path, results: &Path, wire: &Wire) -> Result<u8> {
         },
         shard: bundle.shard,
     });
+
+    let mut tokens_ready = token_servers.is_empty();
+    if !tokens_ready {
+        wire.send(&WorkerMessage::NeedTokens {
+            servers: token_servers.clone(),
+            reason: TokenReason::Start,
+        });
+    }
 
     let (tx, rx) = mpsc::channel::<Event>();
     let stdin_tx = tx.clone();
@@ -178,7 +209,7 @@ fn collect_inner(bundle_dir: &Path, results: &Path, wire: &Wire) -> Result<u8> {
     };
 
     loop {
-        while !cancelled && running + awaiting.len() < concurrency {
+        while tokens_ready && !cancelled && running + awaiting.len() < concurrency {
             let Some(key) = queue.pop_front() else { break };
             wire.send(&WorkerMessage::Acquire {
                 key: key.clone(),
@@ -187,7 +218,11 @@ fn collect_inner(bundle_dir: &Path, results: &Path, wire: &Wire) -> Result<u8> {
             });
             awaiting.push(key);
         }
-        if running == 0 && (awaiting.is_empty() || cancelled) && (queue.is_empty() || cancelled) {
+        if running == 0
+            && (awaiting.is_empty() || cancelled)
+            && (queue.is_empty() || cancelled)
+            && (tokens_ready || cancelled)
+        {
             break;
         }
         match rx.recv().expect("the worker holds a sender") {
@@ -226,8 +261,20 @@ fn collect_inner(bundle_dir: &Path, results: &Path, wire: &Wire) -> Result<u8> {
                 cancelled = true;
                 cancel_trials.store(true, Ordering::Relaxed);
             }
-            Event::FromCoordinator(CoordinatorMessage::Tokens { .. }) => {
-                // No client of this build uses tokens yet; they are never written anywhere.
+            Event::FromCoordinator(CoordinatorMessage::Tokens { tokens }) => {
+                // Tokens live in memory and in the private token directory, nowhere else.
+                let dir = match token_dir.take() {
+                    Some(dir) => dir,
+                    None => TokenDir::create()?,
+                };
+                let mut values = BTreeMap::new();
+                for (server, token) in tokens {
+                    dir.write(&server, &token.value)?;
+                    values.insert(server, token.value);
+                }
+                token_dir = Some(dir);
+                clients = build_clients(&values)?;
+                tokens_ready = true;
             }
             Event::CoordinatorGone => {
                 cancelled = true;

@@ -11,9 +11,11 @@
 use super::{Client, TrialInput};
 use crate::eval::config::ServerConfig;
 use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus};
+use crate::plugin::Secret;
 use anyhow::{bail, Context, Result};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -40,6 +42,7 @@ enum CaseInput {
 /// Calls tools on MCP servers.
 pub struct McpClient {
     servers: BTreeMap<String, ServerConfig>,
+    tokens: BTreeMap<String, Secret>,
 }
 
 impl McpClient {
@@ -47,6 +50,7 @@ impl McpClient {
     pub fn new(
         servers: &BTreeMap<String, ServerConfig>,
         options: Option<&serde_json::Value>,
+        tokens: &BTreeMap<String, Secret>,
     ) -> Result<Self> {
         if let Some(options) = options.filter(|o| !o.as_object().is_some_and(|m| m.is_empty())) {
             bail!("the `mcp` client takes no clientOptions (got {options}); the case input names the calls");
@@ -56,13 +60,14 @@ impl McpClient {
         }
         Ok(Self {
             servers: servers.clone(),
+            tokens: tokens.clone(),
         })
     }
 }
 
 type Session = RunningService<RoleClient, ()>;
 
-async fn connect(config: &ServerConfig) -> Result<Session> {
+async fn connect(config: &ServerConfig, token: Option<&Secret>) -> Result<Session> {
     match config {
         ServerConfig::Stdio(server) => {
             let mut command = tokio::process::Command::new(&server.command);
@@ -79,8 +84,15 @@ async fn connect(config: &ServerConfig) -> Result<Session> {
             )
         }
         ServerConfig::Http(server) => {
+            let mut transport_config =
+                StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
+            if let Some(token) = token {
+                transport_config = transport_config.auth_header(token.expose());
+            } else if let Some(name) = &server.token {
+                bail!("no token for secret `{name}` reached this worker");
+            }
             let transport =
-                rmcp::transport::StreamableHttpClientTransport::from_uri(server.url.as_str());
+                rmcp::transport::StreamableHttpClientTransport::from_config(transport_config);
             Ok(()
                 .serve(transport)
                 .await
@@ -109,6 +121,7 @@ fn text_of(result: &rmcp::model::CallToolResult) -> String {
 /// Runs the calls; returns the events and the last output, or why the trial is infra.
 async fn run_calls(
     servers: &BTreeMap<String, ServerConfig>,
+    tokens: &BTreeMap<String, Secret>,
     calls: &[Call],
     started: Instant,
     events: &mut Vec<TraceEvent>,
@@ -132,7 +145,7 @@ async fn run_calls(
             )
         })?;
         if !sessions.contains_key(&label) {
-            let session = connect(config)
+            let session = connect(config, tokens.get(&label))
                 .await
                 .with_context(|| format!("MCP server `{label}`"))?;
             sessions.insert(label.clone(), session);
@@ -220,7 +233,7 @@ impl Client for McpClient {
         };
         let cancel = input.cancel;
         let outcome = runtime.block_on(async {
-            let calls_future = run_calls(&self.servers, &calls, started, &mut events);
+            let calls_future = run_calls(&self.servers, &self.tokens, &calls, started, &mut events);
             let cancelled = async {
                 while !cancel.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_millis(50)).await;

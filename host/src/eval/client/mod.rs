@@ -6,6 +6,7 @@ pub mod mcp;
 
 use super::config::ServerConfig;
 use super::trial::{CaseRecord, TraceRecord};
+use crate::plugin::Secret;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
@@ -33,14 +34,16 @@ pub trait Client: Send + Sync {
 
 /// The client `name` configured with `options` (the variant's `clientOptions`) and the
 /// variant's MCP servers.
+/// `tokens` holds the access tokens the worker received, by server label.
 pub fn client(
     name: &str,
     options: Option<&serde_json::Value>,
     servers: &BTreeMap<String, ServerConfig>,
+    tokens: &BTreeMap<String, Secret>,
 ) -> Result<Box<dyn Client>> {
     match name {
         "command" => Ok(Box::new(command::CommandClient::new(options)?)),
-        "mcp" => Ok(Box::new(mcp::McpClient::new(servers, options)?)),
+        "mcp" => Ok(Box::new(mcp::McpClient::new(servers, options, tokens)?)),
         other => bail!("unknown client `{other}`; the clients are `command` and `mcp`"),
     }
 }
