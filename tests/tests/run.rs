@@ -448,3 +448,57 @@ fn grade_regrades_stored_traces_into_a_new_run() {
         again.stdout
     );
 }
+
+#[test]
+fn a_dataset_plugin_resolves_the_cases() {
+    let mst = Mst::new();
+    let mut with_plugin = config(json!(["cat"]));
+    with_plugin["datasets"] =
+        json!([{"type": "mst/dataset/jsonl", "path": "cases.jsonl", "limit": 2}]);
+    with_plugin["plugins"] = json!([s(&plugin("contains.wasm")), s(&plugin("jsonl.wasm"))]);
+    let eval = Eval::new(with_plugin, &cases(3));
+    let run = eval.run(&mst, &["--json", "-q"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.json()["variants"]["default"]["passed"],
+        2,
+        "the plugin's `limit` option applied"
+    );
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let names: Vec<&str> = record["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"mst/dataset/jsonl"), "{names:?}");
+}
+
+#[test]
+fn a_broken_judge_makes_trials_not_graded_and_the_run_exit_2() {
+    let mst = Mst::new();
+    // `contains` with no `value` and cases without `expected`: the grader returns an error.
+    let cases: Vec<Value> = (1..=2)
+        .map(|i| json!({"id": format!("c{i}"), "input": "x"}))
+        .collect();
+    let eval = Eval::new(config(json!(["cat"])), &cases);
+    let run = eval.run(&mst, &["--json", "-q"]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    let summary = run.json();
+    assert_eq!(summary["grade"], "partial");
+    assert_eq!(summary["variants"]["default"]["notGraded"], 2);
+    assert_eq!(
+        summary["variants"]["default"]["failed"], 0,
+        "not graded is not failed"
+    );
+    assert!(summary["variants"]["default"]["passRate"].is_null());
+    let grades = read_json(&eval.run_dir("e2e").join("grades.json"));
+    assert_eq!(grades[0]["grade"]["outcome"], "not-graded");
+    assert!(
+        grades[0]["grade"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid options"),
+        "{grades}"
+    );
+}
