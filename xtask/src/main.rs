@@ -234,27 +234,58 @@ fn bench_run() -> Result<()> {
             contains.display()
         );
         std::fs::write(dir.join("eval.json"), config)?;
-        let started = std::time::Instant::now();
-        let status = Command::new(&mst)
-            .current_dir(&dir)
-            .env("MST_HOME", dir.join("home"))
-            .args(["run", "--config", "eval.json", "--quiet"])
-            .stdout(std::process::Stdio::null())
-            .status()?;
-        let elapsed = started.elapsed().as_secs_f64();
-        if !status.success() {
-            bail!("the {n}-trial bench run failed ({status})");
+        // Measured in a fresh xtask process, so that the peak RSS covers mst's processes only
+        // (not the cargo and rustc processes this one ran).
+        let output = Command::new(std::env::current_exe()?)
+            .args([
+                "__measure",
+                mst.to_str().context("non-UTF-8 path")?,
+                dir.to_str().context("non-UTF-8 path")?,
+            ])
+            .output()?;
+        if !output.status.success() {
+            bail!(
+                "the {n}-trial bench run failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
+        let measured = String::from_utf8_lossy(&output.stdout);
+        let mut fields = measured.split_whitespace();
+        let elapsed: f64 = fields
+            .next()
+            .and_then(|f| f.parse().ok())
+            .context("no elapsed time")?;
+        let peak_kib: f64 = fields
+            .next()
+            .and_then(|f| f.parse().ok())
+            .context("no peak RSS")?;
         let overhead = elapsed / n as f64 - per_spawn;
         println!(
             "{n:>6} trials: {elapsed:>7.2} s, {:>7.1} trials/s, orchestration overhead {:.3} ms/trial beyond the client, \
-             peak RSS of the largest process so far {:.1} MiB",
+             peak RSS of the largest mst process {:.1} MiB",
             n as f64 / elapsed,
             overhead * 1e3,
-            children_peak_rss_kib() as f64 / 1024.0
+            peak_kib / 1024.0
         );
         std::fs::remove_dir_all(&dir)?;
     }
+    Ok(())
+}
+
+/// `xtask __measure MST DIR`: runs the eval in DIR, prints "seconds peak-RSS-KiB".
+fn measure(mst: &str, dir: &str) -> Result<()> {
+    let started = std::time::Instant::now();
+    let status = Command::new(mst)
+        .current_dir(dir)
+        .env("MST_HOME", Path::new(dir).join("home"))
+        .args(["run", "--config", "eval.json", "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .status()?;
+    let elapsed = started.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("mst run failed ({status})");
+    }
+    println!("{elapsed} {}", children_peak_rss_kib());
     Ok(())
 }
 
@@ -274,6 +305,13 @@ fn main() -> Result<()> {
         "bench" => bench(),
         "quickstart" => quickstart(),
         "lint" => lint(),
+        "__measure" => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            match args.as_slice() {
+                [mst, dir] => measure(mst, dir),
+                _ => bail!("usage: xtask __measure MST DIR"),
+            }
+        }
         _ => {
             eprintln!("usage: cargo xtask <plugins|test|bench [run]|quickstart|lint>");
             std::process::exit(2)
