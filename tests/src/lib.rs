@@ -127,6 +127,25 @@ pub fn only_run(results: &Path, eval: &str) -> PathBuf {
     runs[0].clone()
 }
 
+/// Files below `dir` whose contents include `needle`: for canary searches.
+pub fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            } else if String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default())
+                .contains(needle)
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
 /// `path` as a `&str` for argument lists.
 pub fn s(path: &Path) -> &str {
     path.to_str().expect("UTF-8 path")

@@ -2,7 +2,7 @@
 //! `mcp-server-time` (PyPI) over stdio, and `@modelcontextprotocol/server-everything` (npm) over
 //! stdio and streamable HTTP.
 
-use mst_tests::{only_run, plugin, read_json, root, s, Mst};
+use mst_tests::{files_containing, only_run, plugin, read_json, root, s, Mst};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -181,23 +181,6 @@ fn mcp_cases_must_name_their_calls() {
     assert_eq!(trace["trace"]["status"], "infra");
     let log = trace["trace"]["events"][0]["text"].as_str().unwrap();
     assert!(log.contains("needs `{\"tool\", \"arguments\"}`"), "{log}");
-}
-
-/// Files below `dir` whose contents include `needle`.
-fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if entry.file_type().unwrap().is_dir() {
-                stack.push(path);
-            } else if String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains(needle) {
-                found.push(path);
-            }
-        }
-    }
-    found
 }
 
 #[test]

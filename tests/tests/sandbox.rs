@@ -185,23 +185,6 @@ fn a_trapped_instance_is_never_reused() {
     }
 }
 
-/// Every file below `dir`, read as text (lossily), for canary searches.
-fn all_files_text(dir: &std::path::Path) -> String {
-    let mut text = String::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if entry.file_type().unwrap().is_dir() {
-                stack.push(path);
-            } else {
-                text.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
-            }
-        }
-    }
-    text
-}
-
 #[test]
 fn a_granted_secret_reaches_the_plugin_and_nothing_else() {
     const CANARY: &str = "mst-canary-5b1e0c9d";
@@ -252,7 +235,7 @@ fn a_granted_secret_reaches_the_plugin_and_nothing_else() {
     // The value travels only into the sandbox: not to stdout, the debug log, or any file mst wrote.
     assert!(!granted.stdout.contains(CANARY) && !granted.stderr.contains(CANARY));
     assert!(!denied.stdout.contains(CANARY) && !denied.stderr.contains(CANARY));
-    assert!(!all_files_text(mst.home.path()).contains(CANARY));
+    assert!(mst_tests::files_containing(mst.home.path(), CANARY).is_empty());
 }
 
 #[test]
