@@ -2,7 +2,8 @@
 //! cargo and rustup.
 //!
 //! - `cargo xtask plugins`: build the guest SDK's plugins and test fixtures to `plugins/dist/`.
-//! - `cargo xtask test`: plugins, then every test (plugin unit tests natively, host, end to end).
+//! - `cargo xtask test`: plugins (and the real MCP servers the tests use, when missing), then
+//!   every test (plugin unit tests natively, host, end to end).
 //! - `cargo xtask bench`: plugins, then the plugin host benchmarks, which print their figures.
 //! - `cargo xtask bench run`: end-to-end eval throughput, overhead and peak RSS (release build).
 //! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
@@ -98,7 +99,35 @@ fn build_plugins() -> Result<()> {
     Ok(())
 }
 
+/// The real MCP servers the end-to-end tests use, installed from their registries when missing.
+const NPM_SERVER: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+const PYPI_SERVER: &str = "mcp-server-time==2026.10.19";
+
+fn ensure_test_servers() -> Result<()> {
+    let ok = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    if !ok("python3", &["-c", "import mcp_server_time"]) {
+        run(Command::new("python3").args(["-m", "pip", "install", "--quiet", PYPI_SERVER]))?;
+    }
+    if !ok("sh", &["-c", "command -v mcp-server-everything"]) {
+        run(Command::new("npm").args([
+            "install",
+            "--global",
+            "--no-fund",
+            "--no-audit",
+            NPM_SERVER,
+        ]))?;
+    }
+    Ok(())
+}
+
 fn test() -> Result<()> {
+    ensure_test_servers()?;
     build_plugins()?;
     // The SDK and plugins' unit tests run natively, one package at a time for the same reason
     // they are built one at a time: each world feature of the SDK must stand alone.
