@@ -65,8 +65,20 @@ pub fn read_regular(path: &Path, cap: u64, no_follow: bool) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// Writes `bytes` to `path` atomically (temporary file in the same directory, then rename).
+/// Writes `bytes` to `path` atomically (temporary file in the same directory, then rename):
+/// readers see the old file or the whole new one, never a part. Used for per-trial traces,
+/// where a trace lost to a power cut is merely missing (and `--resume` collects it again).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write(path, bytes, false)
+}
+
+/// Like [`write_atomic`], and flushed to disk before the rename: for records a run cannot
+/// rebuild (`run.json`, grades, summaries).
+pub fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
+    write(path, bytes, true)
+}
+
+fn write(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
     let dir = path
         .parent()
         .context("a file to write has a parent directory")?;
@@ -74,7 +86,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = tempfile::NamedTempFile::new_in(dir)
         .with_context(|| format!("cannot write in {}", dir.display()))?;
     file.write_all(bytes)?;
-    file.as_file().sync_data()?;
+    if durable {
+        file.as_file().sync_data()?;
+    }
     file.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())

@@ -201,7 +201,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         bar.finish_and_clear();
     }
     if let Some(path) = &args.junit {
-        crate::files::write_atomic(path, report::junit(&outcome.summary).as_bytes())
+        crate::files::write_durable(path, report::junit(&outcome.summary).as_bytes())
             .with_context(|| format!("cannot write --junit {}", path.display()))?;
     }
     if args.json {

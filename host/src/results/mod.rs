@@ -216,7 +216,7 @@ impl RunDir {
     }
 
     fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
-        crate::files::write_atomic(&self.root.join(name), &serde_json::to_vec_pretty(value)?)
+        crate::files::write_durable(&self.root.join(name), &serde_json::to_vec_pretty(value)?)
     }
 
     /// Writes `run.json`.
