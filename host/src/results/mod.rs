@@ -239,30 +239,49 @@ impl RunDir {
         serde_json::from_slice(&bytes).ok()
     }
 
-    /// Writes grades, per-judge scores and the summary.
+    /// Writes grades, per-judge scores and the summary. Entries borrow from `grades` rather
+    /// than building JSON trees, so memory stays flat however many trials a run has.
     pub fn write_grades(
         &self,
         grades: &BTreeMap<TrialKey, TrialGrade>,
         summary: &Summary,
     ) -> Result<()> {
-        let listed: Vec<serde_json::Value> = grades
+        #[derive(Serialize)]
+        struct GradeEntry<'a> {
+            key: &'a TrialKey,
+            grade: &'a TrialGrade,
+        }
+        #[derive(Serialize)]
+        struct ScoreEntry<'a> {
+            key: &'a TrialKey,
+            value: f64,
+            pass: bool,
+            reason: &'a str,
+        }
+        let listed: Vec<GradeEntry<'_>> = grades
             .iter()
-            .map(|(key, grade)| serde_json::json!({"key": key, "grade": grade}))
+            .map(|(key, grade)| GradeEntry { key, grade })
             .collect();
         self.write_json("grades.json", &listed)?;
-        let mut per_judge: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+        let mut per_judge: BTreeMap<&str, Vec<ScoreEntry<'_>>> = BTreeMap::new();
         for (key, grade) in grades {
             if let TrialGrade::Graded { judges, .. } = grade {
                 for score in judges {
-                    per_judge.entry(score.judge.clone()).or_default().push(serde_json::json!({
-                        "key": key, "value": score.value, "pass": score.pass, "reason": score.reason,
-                    }));
+                    per_judge
+                        .entry(score.judge.as_str())
+                        .or_default()
+                        .push(ScoreEntry {
+                            key,
+                            value: score.value,
+                            pass: score.pass,
+                            reason: &score.reason,
+                        });
                 }
             }
         }
         for (judge, scores) in per_judge {
             self.write_json(
-                &format!("scores/{}.json", crate::files::path_component(&judge)),
+                &format!("scores/{}.json", crate::files::path_component(judge)),
                 &scores,
             )?;
         }
