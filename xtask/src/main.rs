@@ -7,7 +7,11 @@
 //! - `cargo xtask bench`: plugins, then the plugin host benchmarks, which print their figures.
 //! - `cargo xtask bench run`: end-to-end eval throughput, overhead and peak RSS (release build).
 //! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
+//! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
+//! - `cargo xtask seccomp`: regenerate `docker/seccomp.json` from the kernel's syscall table.
 //! - `cargo xtask quickstart`: plugins, then the quick-start eval on the local runner.
+
+mod seccomp;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -124,6 +128,39 @@ fn ensure_test_servers() -> Result<()> {
         ]))?;
     }
     Ok(())
+}
+
+/// The target of the static worker that runners place into machines without mst.
+const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
+
+/// Builds mst for musl (statically linked, so it runs in any Linux image) and puts it, without
+/// debug info, at `target/debug/mst-static`, where a dynamically linked mst looks for it.
+fn build_static_worker() -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(STATIC_TARGET))
+        .unwrap_or(false);
+    if !installed {
+        run(Command::new("rustup").args(["target", "add", STATIC_TARGET]))?;
+    }
+    run(cargo().current_dir(root()).args([
+        "build",
+        "-p",
+        "mst",
+        "--bin",
+        "mst",
+        "--target",
+        STATIC_TARGET,
+    ]))?;
+    let built = root().join("target").join(STATIC_TARGET).join("debug/mst");
+    let dest = root().join("target/debug/mst-static");
+    std::fs::create_dir_all(dest.parent().expect("parent"))?;
+    run(Command::new("strip")
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(&dest)
+        .arg(&built))
 }
 
 fn test() -> Result<()> {
@@ -333,7 +370,12 @@ fn main() -> Result<()> {
         "bench" if std::env::args().nth(2).as_deref() == Some("run") => bench_run(),
         "bench" => bench(),
         "quickstart" => quickstart(),
+        "worker" => build_static_worker(),
         "lint" => lint(),
+        "seccomp" => seccomp::generate(
+            Path::new("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+            &root().join("docker/seccomp.json"),
+        ),
         "__measure" => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             match args.as_slice() {

@@ -3,6 +3,7 @@
 
 mod plugin;
 mod run;
+mod runner;
 mod scaffold;
 
 use crate::home::Home;
@@ -38,6 +39,9 @@ enum Command {
     /// Check, install, inspect and try plugins.
     #[command(subcommand)]
     Plugin(Box<plugin::PluginCommand>),
+    /// Prepare the hosts a runner uses (`mst runner setup docker`).
+    #[command(subcommand)]
+    Runner(runner::RunnerCommand),
     /// The worker: collect one shard's trials (started by a runner, speaks mst.shard/v1).
     #[command(hide = true)]
     Collect {
@@ -46,6 +50,9 @@ enum Command {
         #[arg(long)]
         results: PathBuf,
     },
+    /// A container's first process: waits, doing nothing, until it is stopped.
+    #[command(hide = true)]
+    Idle,
 }
 
 /// An error that carries its exit code (the default for other errors is 1).
@@ -91,6 +98,10 @@ pub fn main() -> ExitCode {
         Command::Grade(args) => run::grade(&home, *args),
         Command::Runs(command) => run::runs(command),
         Command::Plugin(command) => plugin::run(&home, *command),
+        Command::Runner(command) => runner::run(command),
+        Command::Idle => loop {
+            std::thread::park();
+        },
         Command::Collect { bundle, results } => {
             Ok(crate::shard::worker::collect(&bundle, &results))
         }

@@ -443,13 +443,23 @@ pub fn run(
         crate::files::write_atomic(&bundle_dir.join(BUNDLE_FILE), &serde_json::to_vec(&bundle)?)?;
         bundles.push((bundle, bundle_dir));
     }
+    for line in runner.plan() {
+        progress.note(&line);
+    }
     let reports: Vec<coordinator::ShardReport> = std::thread::scope(|scope| {
         let handles: Vec<_> = bundles
             .iter()
             .map(|(bundle, bundle_dir)| {
                 let (runner, limiter, dir, tokens) = (&runner, &limiter, &dir, &tokens);
                 scope.spawn(move || {
-                    let mut machine = match runner.create_machine(bundle.shard, bundle.shards) {
+                    let note = |message: &str| progress.note(message);
+                    let request = runner::MachineRequest {
+                        run_id: &bundle.run_id,
+                        shard: bundle.shard,
+                        shards: bundle.shards,
+                        note: &note,
+                    };
+                    let mut machine = match runner.create_machine(&request) {
                         Ok(machine) => machine,
                         Err(e) => {
                             return coordinator::ShardReport {
@@ -462,6 +472,7 @@ pub fn run(
                                 collected: Vec::new(),
                                 infra: Vec::new(),
                                 kept: None,
+                                placement: serde_json::Value::Null,
                             }
                         }
                     };
@@ -476,6 +487,14 @@ pub fn run(
                         cancel,
                         settings,
                     );
+                    // The machine's own account (out of memory, vanished) says more than a
+                    // broken channel does.
+                    if let coordinator::ShardEnd::Lost(why) = &report.ended {
+                        if let Some(diagnosis) = machine.diagnose() {
+                            report.ended =
+                                coordinator::ShardEnd::Lost(format!("{diagnosis} ({why})"));
+                        }
+                    }
                     let failed = report.ended != coordinator::ShardEnd::Done;
                     let keep = match runner_options.keep {
                         runner::Keep::Always => true,

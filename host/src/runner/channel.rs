@@ -35,4 +35,13 @@ pub trait Channel: Send {
     fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()>;
     /// Releases the machine; with `keep`, leaves it for inspection and says where.
     fn dispose(&mut self, keep: bool) -> Result<Option<String>>;
+    /// After a shard failed: what the machine itself says went wrong (it ran out of memory, it
+    /// vanished), if anything.
+    fn diagnose(&mut self) -> Option<String> {
+        None
+    }
+    /// What `run.json` records about the machine (host, image, …).
+    fn provenance(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
 }

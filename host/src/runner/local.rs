@@ -6,7 +6,7 @@
 //! to stand in workers that misbehave.
 
 use super::channel::{Channel, Process, ProcessHandle};
-use super::Runner;
+use super::{MachineRequest, Runner};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -40,7 +40,7 @@ impl Runner for LocalRunner {
         1
     }
 
-    fn create_machine(&self, _shard: u32, _shards: u32) -> Result<Box<dyn Channel>> {
+    fn create_machine(&self, _request: &MachineRequest<'_>) -> Result<Box<dyn Channel>> {
         let mut builder = tempfile::Builder::new();
         builder.prefix("mst-local-");
         #[cfg(unix)]

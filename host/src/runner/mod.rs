@@ -4,9 +4,14 @@
 //!   stdout attached, copy a directory in, copy a file back).
 //! - [`local`]: the built-in runner that uses a private directory on this host and a
 //!   subprocess, through the same channel code as every remote runner.
+//! - [`docker`]: the built-in runner that runs each shard in a hardened container on one or
+//!   more Docker hosts.
+//! - [`worker_binary`]: the static mst a runner places on machines that have none.
 
 pub mod channel;
+pub mod docker;
 pub mod local;
+pub mod worker_binary;
 
 use anyhow::{bail, Result};
 use channel::Channel;
@@ -70,21 +75,37 @@ impl RunnerOptions {
     }
 }
 
+/// What a runner is asked for when a shard needs a machine.
+pub struct MachineRequest<'a> {
+    /// The run the machine is for (runners label machines with it).
+    pub run_id: &'a str,
+    /// This shard, of `shards`.
+    pub shard: u32,
+    pub shards: u32,
+    /// Tells the user something worth knowing while the machine is made.
+    pub note: &'a (dyn Fn(&str) + Sync),
+}
+
 /// A runner: makes one machine per shard.
 pub trait Runner: Sync {
     /// The runner's name as `--runner` spells it.
     fn name(&self) -> &str;
     /// The most shards it supports.
     fn max_shards(&self) -> u32;
-    /// Creates the machine for `shard` of `shards`.
-    fn create_machine(&self, shard: u32, shards: u32) -> Result<Box<dyn Channel>>;
+    /// What the runner decided before any machine exists (hosts, capacity), one line each.
+    fn plan(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Creates the machine for one shard; may wait for room on the runner's hosts.
+    fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>>;
 }
 
 /// The runner called `name`, validated against its options.
 pub fn runner(name: &str, options: &RunnerOptions) -> Result<Box<dyn Runner>> {
     let runner: Box<dyn Runner> = match name {
         "local" => Box::new(local::LocalRunner::new(&options.rest)?),
-        other => bail!("unknown runner `{other}`; this build has the `local` runner"),
+        "docker" => Box::new(docker::DockerRunner::new(&options.rest)?),
+        other => bail!("unknown runner `{other}`; this build has the `local` and `docker` runners"),
     };
     if options.shards > runner.max_shards() {
         bail!(

@@ -87,6 +87,9 @@ pub struct ShardReport {
     /// Where a kept machine is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
+    /// What the runner says about the machine (host, image, …).
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub placement: serde_json::Value,
 }
 
 /// Hears about every finished trial, for progress output.
@@ -127,6 +130,7 @@ pub fn run_shard(
         collected: Vec::new(),
         infra: Vec::new(),
         kept: None,
+        placement: channel.provenance(),
     };
     debug_assert!(bundle_dir.join(BUNDLE_FILE).is_file());
     if let Err(e) = channel.put(bundle_dir, "bundle") {

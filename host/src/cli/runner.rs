@@ -1,0 +1,77 @@
+//! `mst runner …`: preparing the hosts a runner uses.
+
+use crate::runner::docker::{context, image, options::DockerOptions};
+use crate::runner::worker_binary;
+use anyhow::{bail, Result};
+use clap::Subcommand;
+use std::collections::BTreeMap;
+
+/// `mst runner …`
+#[derive(Subcommand, Debug)]
+pub enum RunnerCommand {
+    /// Prepare a runner's hosts. For `docker`: build mst-worker:<version> on each context, from
+    /// `--runner-option base=IMAGE` with docker/Dockerfile, or offline from the static mst alone.
+    Setup {
+        /// The runner (`docker`).
+        runner: String,
+        /// `contexts=…`, `base=IMAGE`, `worker=PATH` (a static mst). Repeatable.
+        #[arg(long = "runner-option", value_name = "KEY=VALUE")]
+        runner_options: Vec<String>,
+        /// Print what was built as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a `mst runner` command.
+pub fn run(command: RunnerCommand) -> Result<u8> {
+    let RunnerCommand::Setup {
+        runner,
+        runner_options,
+        json,
+    } = command;
+    if runner != "docker" {
+        bail!("`mst runner setup {runner}`: only the `docker` runner needs setting up");
+    }
+    let mut pairs = BTreeMap::new();
+    for option in &runner_options {
+        let Some((key, value)) = option.split_once('=') else {
+            bail!("--runner-option {option:?}: expected key=value");
+        };
+        pairs.insert(key.to_string(), value.to_string());
+    }
+    let options = DockerOptions::parse(&pairs, true)?;
+    let worker = worker_binary::find(options.worker.as_deref())?;
+    let runtime = crate::runner::docker::runtime()?;
+    let names = if options.contexts.is_empty() {
+        vec![context::current_context()]
+    } else {
+        options.contexts.clone()
+    };
+    let mut built = Vec::new();
+    for name in names {
+        let endpoint = context::resolve_endpoint(&name)?;
+        let id = runtime.block_on(async {
+            let docker = context::connect(&name, &endpoint).await?;
+            image::setup(&docker, options.base.as_deref(), &worker).await
+        })?;
+        let reference = image::default_reference();
+        if !json {
+            println!(
+                "docker context `{name}`: built {reference} ({id}) {}",
+                match &options.base {
+                    Some(base) => format!("from {base} with docker/Dockerfile"),
+                    None => "offline from the static mst alone".to_string(),
+                }
+            );
+        }
+        built.push(serde_json::json!({
+            "context": name, "endpoint": endpoint, "image": reference, "id": id,
+            "base": options.base, "worker": worker.display().to_string(),
+        }));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&built)?);
+    }
+    Ok(0)
+}

@@ -1,0 +1,155 @@
+//! Files in and out of containers through Docker's archive API. What comes back is hostile:
+//! only one regular file is accepted, never a link, device or FIFO, and never more than the cap
+//! is read.
+
+use anyhow::{bail, Context, Result};
+use std::io::Read;
+use std::path::Path;
+
+/// A tar of the local directory `src`, placed at `dest` (a relative path) inside the archive,
+/// with every parent directory of `dest` included so the upload creates them.
+pub fn tar_directory(src: &Path, dest: &str) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    let mut prefix = std::path::PathBuf::new();
+    for part in Path::new(dest).components() {
+        prefix.push(part);
+        append_dir(&mut builder, &prefix)?;
+    }
+    builder
+        .append_dir_all(dest, src)
+        .with_context(|| format!("cannot pack {}", src.display()))?;
+    Ok(builder.into_inner()?)
+}
+
+/// A tar holding one empty directory `path` with `mode`.
+pub fn tar_dir(path: &str, mode: u32) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Directory);
+    header.set_mode(mode);
+    header.set_size(0);
+    header.set_mtime(0);
+    builder.append_data(&mut header, path, std::io::empty())?;
+    Ok(builder.into_inner()?)
+}
+
+/// A tar holding one file at `path` with `mode`, and its parent directories.
+pub fn tar_file(path: &str, contents: &[u8], mode: u32) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut prefix = std::path::PathBuf::new();
+    let parent = Path::new(path).parent().unwrap_or(Path::new(""));
+    for part in parent.components() {
+        prefix.push(part);
+        append_dir(&mut builder, &prefix)?;
+    }
+    let mut header = tar::Header::new_gnu();
+    header.set_size(contents.len() as u64);
+    header.set_mode(mode);
+    header.set_mtime(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    builder.append_data(&mut header, path, contents)?;
+    Ok(builder.into_inner()?)
+}
+
+fn append_dir(builder: &mut tar::Builder<Vec<u8>>, path: &Path) -> Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Directory);
+    header.set_mode(0o755);
+    header.set_size(0);
+    header.set_mtime(0);
+    builder.append_data(&mut header, path, std::io::empty())?;
+    Ok(())
+}
+
+/// The one regular file named `name` in the tar stream `archive`, at most `cap` bytes.
+pub fn single_file(archive: impl Read, name: &str, cap: u64) -> Result<Vec<u8>> {
+    let mut archive = tar::Archive::new(archive);
+    let mut entries = archive.entries().context("not a tar stream")?;
+    let mut entry = match entries.next() {
+        Some(entry) => entry.context("unreadable tar entry")?,
+        None => bail!("the machine sent an empty archive"),
+    };
+    let kind = entry.header().entry_type();
+    let path = entry.path().context("unreadable path")?.into_owned();
+    if path != Path::new(name) {
+        bail!("the machine sent {} instead of {name}", path.display());
+    }
+    match kind {
+        tar::EntryType::Regular | tar::EntryType::Continuous => {}
+        tar::EntryType::Symlink | tar::EntryType::Link => {
+            bail!("{name} is a link on the machine; links are never followed")
+        }
+        tar::EntryType::Fifo => bail!("{name} is a FIFO on the machine, not a file"),
+        tar::EntryType::Char | tar::EntryType::Block => {
+            bail!("{name} is a device on the machine, not a file")
+        }
+        other => bail!("{name} is not a regular file on the machine ({other:?})"),
+    }
+    let size = entry.header().size().context("unreadable size")?;
+    if size > cap {
+        bail!("{name} is {size} bytes, over the {cap}-byte cap");
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    (&mut entry).take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 != size {
+        bail!("{name}: the archive's size and contents disagree");
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn archive_with(kind: tar::EntryType, name: &str, body: &[u8]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_size(body.len() as u64);
+        header.set_mode(0o644);
+        if kind == tar::EntryType::Symlink {
+            header.set_link_name("/etc/shadow").unwrap();
+        }
+        builder.append_data(&mut header, name, body).unwrap();
+        builder.into_inner().unwrap()
+    }
+
+    #[test]
+    fn only_one_capped_regular_file_comes_back() {
+        let ok = archive_with(tar::EntryType::Regular, "t.json", b"{}");
+        assert_eq!(single_file(&ok[..], "t.json", 10).unwrap(), b"{}");
+        let err = single_file(&ok[..], "t.json", 1).unwrap_err();
+        assert!(err.to_string().contains("cap"), "{err}");
+        let err = single_file(&ok[..], "other.json", 10).unwrap_err();
+        assert!(err.to_string().contains("instead of"), "{err}");
+        for (kind, says) in [
+            (tar::EntryType::Symlink, "link"),
+            (tar::EntryType::Fifo, "FIFO"),
+            (tar::EntryType::Char, "device"),
+            (tar::EntryType::Directory, "not a regular file"),
+        ] {
+            let archive = archive_with(kind, "t.json", b"");
+            let err = single_file(&archive[..], "t.json", 10).unwrap_err();
+            assert!(err.to_string().contains(says), "{kind:?}: {err}");
+        }
+        assert!(single_file(&b"garbage"[..], "t.json", 10).is_err());
+    }
+
+    #[test]
+    fn uploads_carry_their_parent_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("bundle.json"), "{}").unwrap();
+        let tar = tar_directory(dir.path(), "mst-work/bundle").unwrap();
+        let names: Vec<String> = tar::Archive::new(&tar[..])
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names[0], "mst-work");
+        assert!(
+            names.contains(&"mst-work/bundle/bundle.json".to_string()),
+            "{names:?}"
+        );
+    }
+}

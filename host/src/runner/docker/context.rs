@@ -1,0 +1,278 @@
+//! Docker hosts: resolving a context name or endpoint the way the docker CLI does, connecting
+//! with bollard, and sizing each host from `docker info`.
+
+use super::options::{gib, DockerOptions, Mode};
+use anyhow::{bail, Context as _, Result};
+use bollard::Docker;
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+
+/// Seconds bollard waits for one API call.
+const API_TIMEOUT_SECS: u64 = 600;
+
+/// One Docker host a run may use.
+pub struct DockerContext {
+    /// As the user named it (`default`, `hostB`, `unix:///…`).
+    pub name: String,
+    /// The endpoint it resolved to.
+    pub endpoint: String,
+    /// The connected client.
+    pub docker: Docker,
+    /// Total memory and CPUs, from `docker info`.
+    pub memory_total: u64,
+    pub cpus_total: f64,
+    /// How many containers run on it at a time, and each one's limits.
+    pub slots: usize,
+    pub memory_each: u64,
+    pub cpus_each: Option<f64>,
+}
+
+impl DockerContext {
+    /// One line saying what was decided for this host.
+    pub fn describe(&self, mode: Mode) -> String {
+        format!(
+            "docker context `{}` ({}) has {} and {} CPUs: {} container{} at a time, {} each{}{}",
+            self.name,
+            self.endpoint,
+            gib(self.memory_total),
+            self.cpus_total,
+            self.slots,
+            if self.slots == 1 { "" } else { "s" },
+            gib(self.memory_each),
+            self.cpus_each
+                .map(|c| format!(" and {c} CPUs"))
+                .unwrap_or_default(),
+            if mode == Mode::Exclusive {
+                " (exclusive)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// The docker CLI's configuration directory.
+fn docker_config_dir() -> Option<PathBuf> {
+    std::env::var_os("DOCKER_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")))
+}
+
+/// The endpoint of a context name or endpoint, as the docker CLI would resolve it.
+pub fn resolve_endpoint(name: &str) -> Result<String> {
+    if name.contains("://") {
+        if !(name.starts_with("unix://")
+            || name.starts_with("tcp://")
+            || name.starts_with("http://"))
+        {
+            bail!("Docker endpoint {name:?}: mst connects over unix://, tcp:// or http://");
+        }
+        return Ok(name.to_string());
+    }
+    if name == "default" {
+        return Ok(std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".into()));
+    }
+    let dir = docker_config_dir().context("cannot find the docker configuration directory")?;
+    let meta = dir
+        .join("contexts/meta")
+        .join(hex::encode(Sha256::digest(name.as_bytes())))
+        .join("meta.json");
+    let text = std::fs::read_to_string(&meta).map_err(|_| {
+        anyhow::anyhow!(
+            "no Docker context `{name}` (looked for {}); `docker context ls` lists them, or give \
+             an endpoint such as unix:///var/run/docker.sock",
+            meta.display()
+        )
+    })?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", meta.display()))?;
+    value["Endpoints"]["docker"]["Host"]
+        .as_str()
+        .map(String::from)
+        .with_context(|| format!("{}: Endpoints.docker.Host is missing", meta.display()))
+}
+
+/// The context the docker CLI would use now: `DOCKER_HOST`, `DOCKER_CONTEXT`, the config's
+/// `currentContext`, else `default`.
+pub fn current_context() -> String {
+    if let Ok(context) = std::env::var("DOCKER_CONTEXT") {
+        if !context.is_empty() {
+            return context;
+        }
+    }
+    if std::env::var("DOCKER_HOST").is_ok_and(|h| !h.is_empty()) {
+        return "default".into();
+    }
+    docker_config_dir()
+        .and_then(|d| std::fs::read_to_string(d.join("config.json")).ok())
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["currentContext"].as_str().map(String::from))
+        .unwrap_or_else(|| "default".into())
+}
+
+/// Connects to `endpoint` and agrees on an API version with the engine.
+pub async fn connect(name: &str, endpoint: &str) -> Result<Docker> {
+    let docker = if let Some(path) = endpoint.strip_prefix("unix://") {
+        Docker::connect_with_unix(path, API_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+    } else {
+        Docker::connect_with_http(endpoint, API_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+    }
+    .with_context(|| format!("docker context `{name}` ({endpoint})"))?;
+    docker
+        .negotiate_version()
+        .await
+        .with_context(|| format!("docker context `{name}` ({endpoint}) does not answer"))
+}
+
+/// Connects to each named context (or the current one) and sizes it for `options`.
+pub async fn open_all(options: &DockerOptions) -> Result<Vec<DockerContext>> {
+    let names = if options.contexts.is_empty() {
+        vec![current_context()]
+    } else {
+        options.contexts.clone()
+    };
+    let mut contexts = Vec::new();
+    for name in names {
+        let endpoint = resolve_endpoint(&name)?;
+        let docker = connect(&name, &endpoint).await?;
+        let info = docker
+            .info()
+            .await
+            .with_context(|| format!("docker info on context `{name}`"))?;
+        let memory_total = info.mem_total.unwrap_or(0).max(0) as u64;
+        let cpus_total = info.ncpu.unwrap_or(1).max(1) as f64;
+        let (slots, memory_each) = capacity(memory_total, cpus_total, options)
+            .with_context(|| format!("docker context `{name}`"))?;
+        contexts.push(DockerContext {
+            name,
+            endpoint,
+            docker,
+            memory_total,
+            cpus_total,
+            slots,
+            memory_each,
+            cpus_each: options.cpus,
+        });
+    }
+    Ok(contexts)
+}
+
+/// What a host can spare for containers: its memory less 1 GiB for Docker itself, or half of it
+/// on a host under 2 GiB.
+fn spare(memory_total: u64) -> u64 {
+    if memory_total < 2 << 30 {
+        memory_total / 2
+    } else {
+        memory_total - (1 << 30)
+    }
+}
+
+/// How many containers fit on a host, and each one's memory.
+fn capacity(memory_total: u64, cpus_total: f64, options: &DockerOptions) -> Result<(usize, u64)> {
+    if let Some(cpus) = options.cpus {
+        if cpus > cpus_total {
+            bail!("--runner-option cpus={cpus}: the host has {cpus_total} CPUs");
+        }
+    }
+    let spare = spare(memory_total);
+    if let Some(memory) = options.memory {
+        if memory > spare {
+            bail!(
+                "--runner-option memory: {} is more than the host can spare ({} of {})",
+                gib(memory),
+                gib(spare),
+                gib(memory_total)
+            );
+        }
+    }
+    Ok(match options.mode {
+        Mode::Exclusive => (1, options.memory.unwrap_or(spare)),
+        Mode::Shared => {
+            let each = options.memory.unwrap_or((2u64 << 30).min(spare));
+            let by_memory = (spare / each.max(1)) as usize;
+            let by_cpus = options
+                .cpus
+                .map_or(usize::MAX, |c| (cpus_total / c).floor() as usize);
+            (by_memory.min(by_cpus).max(1), each)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn options(pairs: &[(&str, &str)]) -> DockerOptions {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        DockerOptions::parse(&map, false).unwrap()
+    }
+
+    #[test]
+    fn hosts_are_sized_from_their_memory_and_cpus() {
+        let gib = 1u64 << 30;
+        // Shared: 2 GiB each by default, within what the host can spare.
+        assert_eq!(
+            capacity(16 * gib, 8.0, &options(&[])).unwrap(),
+            (7, 2 * gib)
+        );
+        assert_eq!(
+            capacity(
+                16 * gib,
+                8.0,
+                &options(&[("memory", "512m"), ("cpus", "2")])
+            )
+            .unwrap(),
+            (4, gib / 2),
+            "CPUs bound it"
+        );
+        // Exclusive: one container with all the host can spare.
+        assert_eq!(
+            capacity(12 * gib, 6.0, &options(&[("mode", "exclusive")])).unwrap(),
+            (1, 11 * gib)
+        );
+        assert_eq!(
+            capacity(gib, 1.0, &options(&[("mode", "exclusive")])).unwrap(),
+            (1, gib / 2),
+            "half of a small host"
+        );
+        let err = capacity(4 * gib, 2.0, &options(&[("cpus", "3")])).unwrap_err();
+        assert!(err.to_string().contains("2 CPUs"), "{err}");
+        let err = capacity(4 * gib, 2.0, &options(&[("memory", "8g")])).unwrap_err();
+        assert!(err.to_string().contains("can spare"), "{err}");
+    }
+
+    #[test]
+    fn endpoints_and_named_contexts_resolve() {
+        assert_eq!(
+            resolve_endpoint("unix:///x.sock").unwrap(),
+            "unix:///x.sock"
+        );
+        assert!(resolve_endpoint("ssh://host").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let meta = dir
+            .path()
+            .join("contexts/meta")
+            .join(hex::encode(Sha256::digest(b"hostB")));
+        std::fs::create_dir_all(&meta).unwrap();
+        std::fs::write(
+            meta.join("meta.json"),
+            r#"{"Name":"hostB","Endpoints":{"docker":{"Host":"tcp://10.0.0.2:2375"}}}"#,
+        )
+        .unwrap();
+        // SAFETY: this is the only test that sets DOCKER_CONFIG.
+        unsafe { std::env::set_var("DOCKER_CONFIG", dir.path()) };
+        assert_eq!(resolve_endpoint("hostB").unwrap(), "tcp://10.0.0.2:2375");
+        let err = resolve_endpoint("hostC").unwrap_err();
+        assert!(
+            err.to_string().contains("no Docker context `hostC`"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! The image a shard runs, and the mst worker inside it.
+//!
+//! - An image labelled `org.mst.version=<this version>` (what `mst runner setup docker` builds)
+//!   runs the mst it names in `org.mst.worker`.
+//! - Any other image gets this mst's static worker placed into it once per Docker host: a
+//!   derived image `mst-derived:<version>-<image id>` with the worker at `/opt/mst/bin/mst`, made
+//!   by committing a never-started container, and reused by later runs.
+
+use super::archive;
+use anyhow::{bail, Context, Result};
+use bollard::query_parameters::{
+    BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateContainerOptionsBuilder,
+    CreateImageOptionsBuilder, RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Label: the mst version of the worker in an image.
+pub const VERSION_LABEL: &str = "org.mst.version";
+/// Label: where that worker is.
+pub const WORKER_LABEL: &str = "org.mst.worker";
+/// Label: the image a derived image was made from.
+pub const DERIVED_FROM_LABEL: &str = "org.mst.derived-from";
+
+/// The Dockerfile `mst runner setup docker --runner-option base=IMAGE` builds.
+pub const DOCKERFILE: &str = include_str!("../../../../docker/Dockerfile");
+
+/// The worker's path in images `setup` builds.
+const SETUP_WORKER: &str = "/usr/local/bin/mst";
+/// The worker's path in derived images.
+const PLACED_WORKER: &str = "/opt/mst/bin/mst";
+
+/// The image a shard runs, resolved on one Docker host.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WorkerImage {
+    /// As the user named it.
+    pub reference: String,
+    /// The image id that actually runs (a derived image's, when the worker was placed).
+    pub id: String,
+    /// The worker inside it.
+    pub worker: String,
+    /// Whether mst placed its static worker into the image.
+    pub placed: bool,
+}
+
+/// The image `--runner docker` runs when no `image` option is given.
+pub fn default_reference() -> String {
+    format!("mst-worker:{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn is_not_found(error: &bollard::errors::Error) -> bool {
+    matches!(
+        error,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// Resolves `reference` on `docker` (host `context`) to an image with this mst's worker,
+/// deriving one when needed from the static worker `static_worker` finds.
+pub async fn resolve(
+    docker: &Docker,
+    context: &str,
+    reference: &str,
+    static_worker: impl FnOnce() -> Result<std::path::PathBuf>,
+    note: &(dyn Fn(&str) + Sync),
+) -> Result<WorkerImage> {
+    let ours = env!("CARGO_PKG_VERSION");
+    let image = match docker.inspect_image(reference).await {
+        Ok(image) => image,
+        Err(e) if is_not_found(&e) => {
+            if reference == default_reference() {
+                bail!(
+                    "image {reference} is not on docker context `{context}`: build it with \
+                     `mst runner setup docker --runner-option contexts={context}`"
+                );
+            }
+            bail!(
+                "image {reference} is not on docker context `{context}`; mst does not pull \
+                 images: `docker pull {reference}` there first"
+            );
+        }
+        Err(e) => return Err(e).with_context(|| format!("inspecting image {reference}")),
+    };
+    let id = image.id.clone().unwrap_or_default();
+    let labels = image
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.clone())
+        .unwrap_or_default();
+    if labels.get(VERSION_LABEL).map(String::as_str) == Some(ours) {
+        return Ok(WorkerImage {
+            reference: reference.to_string(),
+            id,
+            worker: labels
+                .get(WORKER_LABEL)
+                .cloned()
+                .unwrap_or_else(|| SETUP_WORKER.into()),
+            placed: false,
+        });
+    }
+    if let Some(theirs) = labels.get(VERSION_LABEL) {
+        note(&format!(
+            "image {reference} has mst {theirs}, not {ours}: placing this mst's worker into it"
+        ));
+    }
+    let short = id
+        .trim_start_matches("sha256:")
+        .get(..12)
+        .unwrap_or("unknown");
+    let derived = format!("mst-derived:{ours}-{short}");
+    if let Ok(existing) = docker.inspect_image(&derived).await {
+        let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
+        if labels.get(DERIVED_FROM_LABEL) == Some(&id) {
+            return Ok(WorkerImage {
+                reference: reference.to_string(),
+                id: existing.id.unwrap_or_default(),
+                worker: PLACED_WORKER.into(),
+                placed: true,
+            });
+        }
+    }
+    let worker = static_worker()?;
+    note(&format!(
+        "docker context `{context}`: placing mst's static worker ({}) into {reference} as {derived}",
+        worker.display()
+    ));
+    let new_id = derive(docker, &id, &derived, &worker).await?;
+    Ok(WorkerImage {
+        reference: reference.to_string(),
+        id: new_id,
+        worker: PLACED_WORKER.into(),
+        placed: true,
+    })
+}
+
+/// Commits `image` plus the worker at [`PLACED_WORKER`] as `tag`; the new image's id.
+async fn derive(docker: &Docker, image: &str, tag: &str, worker: &Path) -> Result<String> {
+    let bytes = std::fs::read(worker).with_context(|| worker.display().to_string())?;
+    let tar = archive::tar_file(PLACED_WORKER.trim_start_matches('/'), &bytes, 0o755)?;
+    let name = format!("mst-derive-{}-{}", std::process::id(), rand_suffix());
+    let created = docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+            bollard::models::ContainerCreateBody {
+                image: Some(image.to_string()),
+                cmd: Some(vec![PLACED_WORKER.into(), "idle".into()]),
+                entrypoint: Some(Vec::new()),
+                ..Default::default()
+            },
+        )
+        .await
+        .context("creating the container to place the worker in")?;
+    let result = async {
+        docker
+            .upload_to_container(
+                &created.id,
+                Some(UploadToContainerOptionsBuilder::new().path("/").build()),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .context("copying the worker into the image")?;
+        let (repo, tag) = tag.split_once(':').expect("derived tags have a colon");
+        let change = format!(
+            "LABEL {VERSION_LABEL}={} {WORKER_LABEL}={PLACED_WORKER} {DERIVED_FROM_LABEL}={image}",
+            env!("CARGO_PKG_VERSION")
+        );
+        let committed = docker
+            .commit_container(
+                CommitContainerOptionsBuilder::new()
+                    .container(&created.id)
+                    .repo(repo)
+                    .tag(tag)
+                    .changes(&change)
+                    .pause(false)
+                    .build(),
+                bollard::models::ContainerConfig::default(),
+            )
+            .await
+            .context("committing the derived image")?;
+        Ok::<_, anyhow::Error>(committed.id)
+    }
+    .await;
+    let _ = docker
+        .remove_container(
+            &created.id,
+            Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+        )
+        .await;
+    result
+}
+
+/// A short random suffix for temporary names.
+pub fn rand_suffix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{:08x}", nanos ^ std::process::id().rotate_left(16))
+}
+
+/// `mst runner setup docker` on one host: builds `mst-worker:<version>` with `worker` at
+/// [`SETUP_WORKER`], from `base` with docker/Dockerfile, or with no base by importing a
+/// filesystem that holds only the worker (no registry needed). Returns the image id.
+pub async fn setup(docker: &Docker, base: Option<&str>, worker: &Path) -> Result<String> {
+    let ours = env!("CARGO_PKG_VERSION");
+    let reference = default_reference();
+    let bytes = std::fs::read(worker).with_context(|| worker.display().to_string())?;
+    match base {
+        Some(base) => {
+            let mut context = tar::Builder::new(Vec::new());
+            for (name, data, mode) in [
+                ("Dockerfile", DOCKERFILE.as_bytes(), 0o644),
+                ("mst", bytes.as_slice(), 0o755),
+            ] {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(data.len() as u64);
+                header.set_mode(mode);
+                header.set_mtime(0);
+                context.append_data(&mut header, name, data)?;
+            }
+            let body = context.into_inner()?;
+            let args = HashMap::from([("BASE", base), ("MST_VERSION", ours)]);
+            let options = BuildImageOptionsBuilder::new()
+                .t(&reference)
+                .buildargs(&args)
+                .rm(true)
+                .forcerm(true)
+                .build();
+            let mut stream =
+                docker.build_image(options, None, Some(bollard::body_full(body.into())));
+            let mut log = String::new();
+            while let Some(item) = stream.next().await {
+                let info = item.with_context(|| format!("building {reference} from {base}"))?;
+                if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                    bail!("building {reference} from {base}: {detail}\n{log}");
+                }
+                if let Some(line) = info.stream {
+                    log.push_str(&line);
+                }
+            }
+        }
+        None => {
+            let mut rootfs = tar::Builder::new(Vec::new());
+            for dir in ["tmp", "usr", "usr/local", "usr/local/bin"] {
+                let mut header = tar::Header::new_gnu();
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_mode(if dir == "tmp" { 0o1777 } else { 0o755 });
+                header.set_size(0);
+                header.set_mtime(0);
+                rootfs.append_data(&mut header, dir, std::io::empty())?;
+            }
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o755);
+            header.set_mtime(0);
+            rootfs.append_data(
+                &mut header,
+                SETUP_WORKER.trim_start_matches('/'),
+                &bytes[..],
+            )?;
+            let body = rootfs.into_inner()?;
+            let (repo, tag) = reference.split_once(':').expect("tag");
+            let options = CreateImageOptionsBuilder::new()
+                .from_src("-")
+                .repo(repo)
+                .tag(tag)
+                .changes(vec![
+                    format!("LABEL {VERSION_LABEL}={ours} {WORKER_LABEL}={SETUP_WORKER}"),
+                    format!("CMD [\"{SETUP_WORKER}\", \"idle\"]"),
+                ])
+                .build();
+            let mut stream =
+                docker.create_image(Some(options), Some(bollard::body_full(body.into())), None);
+            while let Some(item) = stream.next().await {
+                let info = item.with_context(|| format!("importing {reference}"))?;
+                if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                    bail!("importing {reference}: {detail}");
+                }
+            }
+        }
+    }
+    let image = docker
+        .inspect_image(&reference)
+        .await
+        .with_context(|| format!("{reference} was not built"))?;
+    Ok(image.id.unwrap_or_default())
+}

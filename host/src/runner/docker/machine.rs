@@ -1,0 +1,306 @@
+//! One shard's container: the channel (put, exec, get) over Docker's API, and what the
+//! container says about itself when the shard fails (out of memory, gone, stopped).
+
+use super::archive;
+use super::image::WorkerImage;
+use super::pipes;
+use crate::runner::channel::{Channel, Process, ProcessHandle};
+use anyhow::{bail, Context, Result};
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::query_parameters::{
+    DownloadFromContainerOptionsBuilder, KillContainerOptionsBuilder,
+    RemoveContainerOptionsBuilder, RenameContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
+
+/// The machine's work directory inside the container.
+pub const WORKDIR: &str = "/mst-work";
+
+/// A running shard container.
+pub struct DockerMachine {
+    pub(super) runtime: Handle,
+    pub(super) docker: Docker,
+    /// The context it runs on, as the user named it.
+    pub(super) context: String,
+    pub(super) name: String,
+    pub(super) id: String,
+    pub(super) image: WorkerImage,
+    pub(super) memory: u64,
+    /// Released when the machine is disposed of or dropped.
+    pub(super) slot: Option<super::Slot>,
+    pub(super) disposed: bool,
+}
+
+impl DockerMachine {
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// Removes the container; errors only when Docker refuses.
+    fn remove(&self) -> Result<()> {
+        match self.block_on(
+            self.docker.remove_container(
+                &self.id,
+                Some(
+                    RemoveContainerOptionsBuilder::new()
+                        .force(true)
+                        .v(true)
+                        .build(),
+                ),
+            ),
+        ) {
+            Ok(()) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("removing container {}", self.name)),
+        }
+    }
+}
+
+/// An exec in a shard container.
+struct DockerExec {
+    runtime: Handle,
+    docker: Docker,
+    container: String,
+    exec: String,
+}
+
+impl ProcessHandle for DockerExec {
+    fn kill(&mut self) {
+        // An exec cannot be signalled on its own; the container is the shard's, so stop it.
+        let _ = self.runtime.block_on(self.docker.kill_container(
+            &self.container,
+            Some(KillContainerOptionsBuilder::new().signal("KILL").build()),
+        ));
+    }
+
+    fn wait(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            match self.runtime.block_on(self.docker.inspect_exec(&self.exec)) {
+                Ok(state) if state.running == Some(false) => {
+                    return state.exit_code.map(|c| c as i32)
+                }
+                Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+}
+
+impl Channel for DockerMachine {
+    fn describe(&self) -> String {
+        format!("docker container {} on `{}`", self.name, self.context)
+    }
+
+    fn put(&mut self, src: &Path, dest: &str) -> Result<()> {
+        if !crate::files::is_plain_relative(dest) {
+            bail!("refusing machine path {dest:?}: only plain relative paths are allowed");
+        }
+        let tar = archive::tar_directory(src, dest)?;
+        let options = UploadToContainerOptionsBuilder::new()
+            .path(WORKDIR)
+            // Owned by the container's user, whoever the image runs as.
+            .copy_uidgid("1")
+            .build();
+        self.block_on(self.docker.upload_to_container(
+            &self.id,
+            Some(options),
+            bollard::body_full(tar.into()),
+        ))
+        .with_context(|| format!("copying {} into {}", src.display(), self.name))
+    }
+
+    fn exec(&mut self, argv: &[String]) -> Result<Process> {
+        let mut argv: Vec<String> = argv
+            .iter()
+            .map(|a| a.replace("{workdir}", WORKDIR))
+            .collect();
+        if argv.first().map(String::as_str) == Some("mst") {
+            argv[0] = self.image.worker.clone();
+        }
+        let created = self
+            .block_on(self.docker.create_exec(
+                &self.id,
+                CreateExecOptions {
+                    attach_stdin: Some(true),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    tty: Some(false),
+                    cmd: Some(argv),
+                    working_dir: Some(WORKDIR.to_string()),
+                    ..Default::default()
+                },
+            ))
+            .with_context(|| format!("starting the worker in {}", self.name))?;
+        let started = self
+            .block_on(self.docker.start_exec(
+                &created.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: None,
+                }),
+            ))
+            .with_context(|| format!("attaching to the worker in {}", self.name))?;
+        let StartExecResults::Attached { output, input } = started else {
+            bail!("Docker started the worker detached");
+        };
+        let (stdin, stdout, stderr) = pipes::attach(&self.runtime, output, input);
+        Ok(Process {
+            stdin: Box::new(stdin),
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            handle: Box::new(DockerExec {
+                runtime: self.runtime.clone(),
+                docker: self.docker.clone(),
+                container: self.id.clone(),
+                exec: created.id,
+            }),
+        })
+    }
+
+    fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()> {
+        if !crate::files::is_plain_relative(src) {
+            bail!("refusing machine path {src:?}: only plain relative paths are allowed");
+        }
+        let name = Path::new(src)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("no file name")?
+            .to_string();
+        let path = format!("{WORKDIR}/{src}");
+        let stream = self.docker.download_from_container(
+            &self.id,
+            Some(
+                DownloadFromContainerOptionsBuilder::new()
+                    .path(&path)
+                    .build(),
+            ),
+        );
+        // Never more than the cap plus room for tar headers is read from the machine.
+        let reader = StreamReader {
+            runtime: self.runtime.clone(),
+            stream: Box::pin(stream),
+            pending: bytes::Bytes::new(),
+            left: cap + 64 * 1024,
+        };
+        let bytes = archive::single_file(reader, &name, cap)
+            .with_context(|| format!("copying {src} back from {}", self.name))?;
+        crate::files::write_atomic(dest, &bytes)
+    }
+
+    fn dispose(&mut self, keep: bool) -> Result<Option<String>> {
+        self.disposed = true;
+        self.slot.take();
+        if keep {
+            let kept = format!("{}-kept", self.name);
+            self.block_on(self.docker.rename_container(
+                &self.id,
+                RenameContainerOptionsBuilder::new().name(&kept).build(),
+            ))
+            .with_context(|| format!("renaming {} to {kept}", self.name))?;
+            return Ok(Some(format!(
+                "container {kept} on `{}` (remove it with: docker rm -f {kept})",
+                self.context
+            )));
+        }
+        self.remove()?;
+        Ok(None)
+    }
+
+    fn diagnose(&mut self) -> Option<String> {
+        let state = match self.block_on(self.docker.inspect_container(&self.id, None)) {
+            Ok(container) => container.state.unwrap_or_default(),
+            Err(_) => {
+                return Some(format!(
+                    "container {} on `{}` vanished mid-run",
+                    self.name, self.context
+                ))
+            }
+        };
+        if state.oom_killed == Some(true) {
+            return Some(format!(
+                "container {} on `{}` ran out of memory (limit {})",
+                self.name,
+                self.context,
+                super::options::mib(self.memory)
+            ));
+        }
+        if state.running != Some(true) {
+            return Some(format!(
+                "container {} on `{}` stopped (exit code {})",
+                self.name,
+                self.context,
+                state.exit_code.unwrap_or(-1)
+            ));
+        }
+        None
+    }
+
+    fn provenance(&self) -> serde_json::Value {
+        serde_json::json!({
+            "context": self.context,
+            "container": self.name,
+            "image": self.image.reference,
+            "imageId": self.image.id,
+            "workerPlaced": self.image.placed,
+        })
+    }
+}
+
+impl Drop for DockerMachine {
+    fn drop(&mut self) {
+        if !self.disposed {
+            let _ = self.remove();
+        }
+    }
+}
+
+/// A blocking reader over the archive stream, refusing to read past `left` bytes.
+struct StreamReader {
+    runtime: Handle,
+    stream: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<bytes::Bytes, bollard::errors::Error>> + Send>,
+    >,
+    pending: bytes::Bytes,
+    left: u64,
+}
+
+impl Read for StreamReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pending.is_empty() {
+            match self.runtime.block_on(self.stream.next()) {
+                None => return Ok(0),
+                Some(Ok(chunk)) => self.pending = chunk,
+                Some(Err(e)) => {
+                    let message = match e {
+                        bollard::errors::Error::DockerResponseServerError {
+                            status_code: 404,
+                            ..
+                        } => "no such file on the machine".to_string(),
+                        other => other.to_string(),
+                    };
+                    return Err(std::io::Error::other(message));
+                }
+            }
+        }
+        let n = buf.len().min(self.pending.len());
+        if n as u64 > self.left {
+            return Err(std::io::Error::other(
+                "the machine sent more than the size cap",
+            ));
+        }
+        self.left -= n as u64;
+        buf[..n].copy_from_slice(&self.pending[..n]);
+        self.pending = self.pending.slice(n..);
+        Ok(n)
+    }
+}

@@ -1,0 +1,314 @@
+//! The `docker` runner: each shard in a hardened container on one of several Docker hosts,
+//! driven through the Docker API (bollard), never the docker CLI.
+//!
+//! - [`options`]: the runner's options, validated before anything starts.
+//! - [`context`]: Docker hosts by context name or endpoint, and how many containers each holds.
+//! - [`image`]: the image a shard runs and the mst worker inside it (`mst runner setup docker`).
+//! - [`hardening`]: the container configuration no option can weaken.
+//! - [`machine`]: one shard's container as a [`Channel`](super::channel::Channel).
+//! - [`archive`], [`pipes`]: bytes in and out (archive API, attached exec).
+//! - [`owner`]: labels naming the mst process that owns a container, for orphan clean-up.
+
+pub mod archive;
+pub mod context;
+pub mod hardening;
+pub mod image;
+pub mod machine;
+pub mod options;
+pub mod owner;
+pub mod pipes;
+
+use super::channel::Channel;
+use super::{MachineRequest, Runner};
+use anyhow::{Context as _, Result};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    StartContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use context::DockerContext;
+use image::WorkerImage;
+use options::DockerOptions;
+use owner::Owner;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+/// Free container slots per Docker host; a shard waits here for room.
+struct Slots {
+    free: Mutex<Vec<usize>>,
+    freed: Condvar,
+}
+
+/// A held slot on host `index`, given back when dropped.
+pub struct Slot {
+    slots: Arc<Slots>,
+    index: usize,
+}
+
+impl Slots {
+    /// Takes a slot on the host with the most room, waiting for one when all are full.
+    fn acquire(self: &Arc<Self>) -> Slot {
+        let mut free = self.free.lock().expect("slots");
+        loop {
+            let best = (0..free.len()).filter(|&i| free[i] > 0).max_by_key(|&i| {
+                // Most room first; among equals, the earlier host.
+                (free[i], std::cmp::Reverse(i))
+            });
+            if let Some(index) = best {
+                free[index] -= 1;
+                return Slot {
+                    slots: self.clone(),
+                    index,
+                };
+            }
+            free = self.freed.wait(free).expect("slots");
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut free = self.slots.free.lock().expect("slots");
+        free[self.index] += 1;
+        self.slots.freed.notify_all();
+    }
+}
+
+/// The built-in Docker runner.
+pub struct DockerRunner {
+    runtime: tokio::runtime::Runtime,
+    options: DockerOptions,
+    contexts: Vec<DockerContext>,
+    slots: Arc<Slots>,
+    /// The resolved image per host, resolved once (a derived image is built at most once).
+    images: Vec<Mutex<Option<WorkerImage>>>,
+    owner: Owner,
+    plan: Vec<String>,
+}
+
+/// A runtime for Docker API calls, driven from the shard threads.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("mst-docker")
+        .enable_all()
+        .build()
+        .context("cannot start the Docker client's runtime")
+}
+
+impl DockerRunner {
+    /// Validates the options, connects to every host, sizes it, and removes containers left by
+    /// mst processes on this machine that are gone.
+    pub fn new(options: &BTreeMap<String, String>) -> Result<Self> {
+        let options = DockerOptions::parse(options, false)?;
+        let runtime = runtime()?;
+        let contexts = runtime.block_on(context::open_all(&options))?;
+        let owner = Owner::current();
+        let mut plan: Vec<String> = contexts.iter().map(|c| c.describe(options.mode)).collect();
+        for context in &contexts {
+            let removed = runtime.block_on(remove_orphans(&context.docker, &owner))?;
+            if removed > 0 {
+                plan.push(format!(
+                    "docker context `{}`: removed {removed} container(s) left by an mst that is gone",
+                    context.name
+                ));
+            }
+        }
+        Ok(DockerRunner {
+            slots: Arc::new(Slots {
+                free: Mutex::new(contexts.iter().map(|c| c.slots).collect()),
+                freed: Condvar::new(),
+            }),
+            images: contexts.iter().map(|_| Mutex::new(None)).collect(),
+            runtime,
+            options,
+            contexts,
+            owner,
+            plan,
+        })
+    }
+
+    /// The image shards on host `index` run, resolved on first use.
+    fn image_on(&self, index: usize, note: &(dyn Fn(&str) + Sync)) -> Result<WorkerImage> {
+        let mut cached = self.images[index].lock().expect("image cache");
+        if let Some(image) = cached.as_ref() {
+            return Ok(image.clone());
+        }
+        let context = &self.contexts[index];
+        let reference = self
+            .options
+            .image
+            .clone()
+            .unwrap_or_else(image::default_reference);
+        let resolved = self.runtime.block_on(image::resolve(
+            &context.docker,
+            &context.name,
+            &reference,
+            || super::worker_binary::find(self.options.worker.as_deref()),
+            note,
+        ))?;
+        *cached = Some(resolved.clone());
+        Ok(resolved)
+    }
+}
+
+/// Removes containers on `docker` whose owning mst process on this host is gone (kept ones and
+/// other machines' are left alone); how many were removed.
+async fn remove_orphans(docker: &bollard::Docker, owner: &Owner) -> Result<usize> {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{}={}", owner::HOST, owner.host)],
+    )]);
+    let containers = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .context("listing containers")?;
+    let mut removed = 0;
+    for container in containers {
+        let kept = container
+            .names
+            .iter()
+            .flatten()
+            .any(|n| n.ends_with("-kept"));
+        let labels = container.labels.unwrap_or_default();
+        if kept || !owner.is_orphan(&labels) {
+            continue;
+        }
+        if let Some(id) = container.id {
+            docker
+                .remove_container(
+                    &id,
+                    Some(
+                        RemoveContainerOptionsBuilder::new()
+                            .force(true)
+                            .v(true)
+                            .build(),
+                    ),
+                )
+                .await
+                .with_context(|| format!("removing leftover container {id}"))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+impl Runner for DockerRunner {
+    fn name(&self) -> &str {
+        "docker"
+    }
+
+    fn max_shards(&self) -> u32 {
+        // Shards beyond the hosts' room wait for a free slot.
+        u32::MAX
+    }
+
+    fn plan(&self) -> Vec<String> {
+        self.plan.clone()
+    }
+
+    fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>> {
+        let slot = self.slots.acquire();
+        let context = &self.contexts[slot.index];
+        let image = self.image_on(slot.index, request.note)?;
+        let run = request.run_id.get(..24).unwrap_or(request.run_id);
+        let name = format!(
+            "mst-{}-s{}-{}",
+            run.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "-"),
+            request.shard,
+            image::rand_suffix()
+        );
+        let mut labels = self.owner.labels();
+        labels.insert(owner::RUN.into(), request.run_id.to_string());
+        labels.insert(owner::SHARD.into(), request.shard.to_string());
+        let body = hardening::container_body(
+            &image.id,
+            vec![image.worker.clone(), "idle".into()],
+            labels,
+            context.memory_each,
+            &self.options,
+        );
+        let docker = context.docker.clone();
+        let timeout = self.options.ready_timeout;
+        let deadline = Instant::now() + timeout;
+        let too_slow = || {
+            anyhow::anyhow!(
+                "container {name} on `{}` was not running within readyTimeout ({}s)",
+                context.name,
+                timeout.as_secs_f64()
+            )
+        };
+        let created = self
+            .runtime
+            .block_on(async {
+                // The timer must be made inside the runtime.
+                tokio::time::timeout(
+                    timeout,
+                    docker.create_container(
+                        Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+                        body,
+                    ),
+                )
+                .await
+            })
+            .map_err(|_| too_slow())?
+            .with_context(|| format!("creating container {name} on `{}`", context.name))?;
+        // From here on the machine owns the container: dropping it removes the container.
+        let mut machine = machine::DockerMachine {
+            runtime: self.runtime.handle().clone(),
+            docker: docker.clone(),
+            context: context.name.clone(),
+            name: name.clone(),
+            id: created.id.clone(),
+            image,
+            memory: context.memory_each,
+            slot: Some(slot),
+            disposed: false,
+        };
+        let workdir = archive::tar_dir(machine::WORKDIR.trim_start_matches('/'), 0o700)?;
+        let start = async {
+            docker
+                .upload_to_container(
+                    &created.id,
+                    Some(
+                        UploadToContainerOptionsBuilder::new()
+                            .path("/")
+                            .copy_uidgid("1")
+                            .build(),
+                    ),
+                    bollard::body_full(workdir.into()),
+                )
+                .await
+                .context("creating its work directory")?;
+            docker
+                .start_container(
+                    &created.id,
+                    Some(StartContainerOptionsBuilder::new().build()),
+                )
+                .await
+                .context("starting it")?;
+            Ok::<_, anyhow::Error>(())
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout(left, start).await })
+        {
+            Err(_) => return Err(too_slow()),
+            Ok(Err(e)) => {
+                let why = machine
+                    .diagnose()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default();
+                return Err(e.context(format!("container {name} on `{}`{why}", context.name)));
+            }
+            Ok(Ok(())) => {}
+        }
+        Ok(Box::new(machine))
+    }
+}

@@ -1,0 +1,235 @@
+//! The Docker runner's own options (`--runner-option key=value`), validated before anything
+//! starts. `shards` and `keep` are the host's and never reach this module.
+
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How containers share a Docker host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// As many containers as fit at the configured memory and CPUs.
+    Shared,
+    /// One container per host, for clients that need the whole host.
+    Exclusive,
+}
+
+/// Everything `--runner docker` accepts besides `shards` and `keep`.
+#[derive(Debug, Clone)]
+pub struct DockerOptions {
+    /// Docker hosts by context name or endpoint; empty means the current context.
+    pub contexts: Vec<String>,
+    /// The image each shard runs; `None` means `mst-worker:<version>`.
+    pub image: Option<String>,
+    /// Each container's memory limit in bytes.
+    pub memory: Option<u64>,
+    /// Each container's CPUs.
+    pub cpus: Option<f64>,
+    /// How long a new container has to be running and reachable.
+    pub ready_timeout: Duration,
+    /// The container network: `bridge` (default), `none`, or a user-defined network.
+    pub network: String,
+    /// Shared or exclusive hosts.
+    pub mode: Mode,
+    /// A static mst binary to place into images that have none.
+    pub worker: Option<PathBuf>,
+    /// The image `mst runner setup docker` builds on (`setup` only).
+    pub base: Option<String>,
+}
+
+/// The option names, for error messages.
+const KNOWN: &str =
+    "shards, keep, contexts, image, memory, cpus, readyTimeout, network, mode, worker";
+
+impl DockerOptions {
+    /// Parses and validates the options; `setup` also accepts `base`.
+    pub fn parse(options: &BTreeMap<String, String>, setup: bool) -> Result<Self> {
+        let mut parsed = DockerOptions {
+            contexts: Vec::new(),
+            image: None,
+            memory: None,
+            cpus: None,
+            ready_timeout: Duration::from_secs(60),
+            network: "bridge".into(),
+            mode: Mode::Shared,
+            worker: None,
+            base: None,
+        };
+        for (key, value) in options {
+            let bad = |what: &str| anyhow::anyhow!("--runner-option {key}={value}: {what}");
+            match key.as_str() {
+                "contexts" => {
+                    parsed.contexts = value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|c| !c.is_empty())
+                        .map(String::from)
+                        .collect();
+                    if parsed.contexts.is_empty() {
+                        return Err(bad(
+                            "expected Docker context names or endpoints, comma-separated",
+                        ));
+                    }
+                }
+                "image" if !value.trim().is_empty() => parsed.image = Some(value.clone()),
+                "memory" => {
+                    parsed.memory = Some(parse_bytes(value).ok_or_else(|| {
+                        bad("expected a size in Docker's syntax, e.g. 512m or 2g (at least 6m)")
+                    })?)
+                }
+                "cpus" => {
+                    parsed.cpus = Some(
+                        value
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|c| c.is_finite() && *c >= 0.01)
+                            .ok_or_else(|| bad("expected a number of CPUs, e.g. 1.5"))?,
+                    )
+                }
+                "readyTimeout" => {
+                    let secs = value
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|s| s.is_finite() && *s > 0.0)
+                        .ok_or_else(|| bad("expected seconds, e.g. 60"))?;
+                    parsed.ready_timeout = Duration::from_secs_f64(secs);
+                }
+                "network" => {
+                    if value == "host" || value.starts_with("container:") {
+                        return Err(bad(
+                            "sharing the host's or another container's network is not allowed; \
+                             use bridge, none or a user-defined network",
+                        ));
+                    }
+                    if value.is_empty() {
+                        return Err(bad("expected bridge, none or a network name"));
+                    }
+                    parsed.network = value.clone();
+                }
+                "mode" => {
+                    parsed.mode = match value.as_str() {
+                        "shared" => Mode::Shared,
+                        "exclusive" => Mode::Exclusive,
+                        _ => return Err(bad("expected shared or exclusive")),
+                    }
+                }
+                "worker" => {
+                    let path = PathBuf::from(value);
+                    if !path.is_file() {
+                        return Err(bad("no such file"));
+                    }
+                    parsed.worker = Some(path);
+                }
+                "base" if setup => parsed.base = Some(value.clone()),
+                _ => {
+                    let known = if setup {
+                        format!("{KNOWN}, base")
+                    } else {
+                        KNOWN.to_string()
+                    };
+                    bail!(
+                        "--runner-option {key}: the `docker` runner takes {known}{}",
+                        if key == "base" {
+                            " (`base` is for `mst runner setup docker`)"
+                        } else {
+                            ""
+                        }
+                    )
+                }
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// A size in Docker's syntax (`512m`, `2g`, `1.5g`, `1048576`), in bytes; at least 6 MiB,
+/// Docker's own minimum.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim().to_ascii_lowercase();
+    let text = text.strip_suffix('b').unwrap_or(&text);
+    let (number, unit) = match text.char_indices().last()? {
+        (i, c @ ('k' | 'm' | 'g' | 't')) => (&text[..i], c),
+        _ => (text, ' '),
+    };
+    let scale: u64 = match unit {
+        'k' => 1 << 10,
+        'm' => 1 << 20,
+        'g' => 1 << 30,
+        't' => 1 << 40,
+        _ => 1,
+    };
+    let value: f64 = number
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)?;
+    let bytes = (value * scale as f64) as u64;
+    (bytes >= 6 << 20).then_some(bytes)
+}
+
+/// Bytes as GiB with one decimal, for messages.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Bytes as MiB, for messages about small limits.
+pub fn mib(bytes: u64) -> String {
+    format!("{} MiB", bytes >> 20)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn sizes_follow_dockers_syntax() {
+        assert_eq!(parse_bytes("512m"), Some(512 << 20));
+        assert_eq!(parse_bytes("2g"), Some(2 << 30));
+        assert_eq!(parse_bytes("1.5G"), Some(3 << 29));
+        assert_eq!(parse_bytes("8388608"), Some(8 << 20));
+        assert_eq!(parse_bytes("1m"), None, "below Docker's minimum");
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes("-2g"), None);
+    }
+
+    #[test]
+    fn options_are_checked_before_anything_starts() {
+        let parsed = DockerOptions::parse(
+            &opts(&[
+                ("contexts", "a, unix:///tmp/x.sock"),
+                ("memory", "1g"),
+                ("cpus", "1.5"),
+                ("mode", "exclusive"),
+                ("readyTimeout", "5"),
+            ]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(parsed.contexts, ["a", "unix:///tmp/x.sock"]);
+        assert_eq!(parsed.memory, Some(1 << 30));
+        assert_eq!(parsed.mode, Mode::Exclusive);
+        assert_eq!(parsed.ready_timeout, Duration::from_secs(5));
+        for (key, value, says) in [
+            ("memory", "huge", "Docker's syntax"),
+            ("cpus", "0", "number of CPUs"),
+            ("network", "host", "not allowed"),
+            ("mode", "solo", "shared or exclusive"),
+            ("contexts", ",", "comma-separated"),
+            ("worker", "/no/such/mst", "no such file"),
+            ("colour", "red", "takes shards, keep"),
+            ("base", "debian", "for `mst runner setup docker`"),
+        ] {
+            let err = DockerOptions::parse(&opts(&[(key, value)]), false).unwrap_err();
+            assert!(err.to_string().contains(says), "{key}={value}: {err}");
+            assert!(err.to_string().contains(key), "{err}");
+        }
+        assert!(DockerOptions::parse(&opts(&[("base", "debian")]), true).is_ok());
+    }
+}
