@@ -150,3 +150,48 @@ pub fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
 pub fn s(path: &Path) -> &str {
     path.to_str().expect("UTF-8 path")
 }
+
+/// A scratch directory with an eval config and its cases.
+pub struct Eval {
+    pub dir: tempfile::TempDir,
+}
+
+impl Eval {
+    /// Writes `config` as eval.json and `cases` as cases.jsonl.
+    pub fn new(config: serde_json::Value, cases: &[serde_json::Value]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let lines: Vec<String> = cases.iter().map(|c| c.to_string()).collect();
+        std::fs::write(dir.path().join("cases.jsonl"), lines.join("\n")).unwrap();
+        std::fs::write(
+            dir.path().join("eval.json"),
+            serde_json::to_vec_pretty(&config).unwrap(),
+        )
+        .unwrap();
+        Eval { dir }
+    }
+    /// The eval.json path.
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("eval.json")
+    }
+    /// Where its runs go.
+    pub fn results(&self) -> PathBuf {
+        self.dir.path().join("results")
+    }
+    /// Runs `mst run` on it with `extra` arguments.
+    pub fn run(&self, mst: &Mst, extra: &[&str]) -> Run {
+        let config = self.config();
+        let results = self.results();
+        let mut args = vec!["run", "--config", s(&config), "--results-dir", s(&results)];
+        args.extend_from_slice(extra);
+        mst.run(&args)
+    }
+    /// The only run directory of eval `name`.
+    pub fn run_dir(&self, name: &str) -> PathBuf {
+        only_run(&self.results(), name)
+    }
+}
+
+/// `n` cases whose expected answer is their input.
+pub fn cases(n: usize) -> Vec<serde_json::Value> {
+    (1..=n).map(|i| serde_json::json!({"id": format!("c{i}"), "input": format!("question {i}"), "expected": format!("question {i}")})).collect()
+}

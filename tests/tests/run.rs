@@ -1,50 +1,10 @@
 //! `mst run` end to end on the local runner: the real binary, real subprocess workers speaking
 //! mst.shard/v1, the command client, and the wasm `contains` grader.
 
-use mst_tests::{only_run, plugin, read_json, root, s, Mst, Run};
+use mst_tests::{cases, only_run, plugin, read_json, root, s, Eval, Mst, Run};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// A scratch directory with an eval config and its cases.
-struct Eval {
-    dir: tempfile::TempDir,
-}
-
-impl Eval {
-    fn new(config: Value, cases: &[Value]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let lines: Vec<String> = cases.iter().map(|c| c.to_string()).collect();
-        std::fs::write(dir.path().join("cases.jsonl"), lines.join("\n")).unwrap();
-        std::fs::write(
-            dir.path().join("eval.json"),
-            serde_json::to_vec_pretty(&config).unwrap(),
-        )
-        .unwrap();
-        Eval { dir }
-    }
-    fn config(&self) -> PathBuf {
-        self.dir.path().join("eval.json")
-    }
-    fn results(&self) -> PathBuf {
-        self.dir.path().join("results")
-    }
-    fn run(&self, mst: &Mst, extra: &[&str]) -> Run {
-        let config = self.config();
-        let results = self.results();
-        let mut args = vec!["run", "--config", s(&config), "--results-dir", s(&results)];
-        args.extend_from_slice(extra);
-        mst.run(&args)
-    }
-    /// The only run directory of eval `name`.
-    fn run_dir(&self, name: &str) -> PathBuf {
-        only_run(&self.results(), name)
-    }
-}
-
-fn cases(n: usize) -> Vec<Value> {
-    (1..=n).map(|i| json!({"id": format!("c{i}"), "input": format!("question {i}"), "expected": format!("question {i}")})).collect()
-}
 
 fn config(command: Value) -> Value {
     json!({

@@ -2,15 +2,18 @@
 //! cargo and rustup.
 //!
 //! - `cargo xtask plugins`: build the guest SDK's plugins and test fixtures to `plugins/dist/`.
-//! - `cargo xtask test`: plugins (and the real MCP servers the tests use, when missing), then
-//!   every test (plugin unit tests natively, host, end to end).
+//! - `cargo xtask test`: plugins, the static worker, the real MCP servers and two real Docker
+//!   engines the tests use (installed when missing), then every test (plugin unit tests
+//!   natively, host, end to end).
 //! - `cargo xtask bench`: plugins, then the plugin host benchmarks, which print their figures.
 //! - `cargo xtask bench run`: end-to-end eval throughput, overhead and peak RSS (release build).
 //! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
+//! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
 //! - `cargo xtask seccomp`: regenerate `docker/seccomp.json` from the kernel's syscall table.
 //! - `cargo xtask quickstart`: plugins, then the quick-start eval on the local runner.
 
+mod engines;
 mod seccomp;
 
 use anyhow::{bail, Context, Result};
@@ -178,9 +181,19 @@ fn test() -> Result<()> {
             .current_dir(root().join("plugins"))
             .args(["test", "--quiet", "-p", package]))?;
     }
-    // The end-to-end tests drive the built binary.
+    // The end-to-end tests drive the built binary, and the Docker tests place the static one.
     run(cargo().current_dir(root()).args(["build", "-p", "mst"]))?;
-    run(cargo().current_dir(root()).args(["test", "--workspace"]))
+    build_static_worker()?;
+    let engines = engines::start(&root())?;
+    let result = run(cargo()
+        .current_dir(root())
+        .args(["test", "--workspace"])
+        .env("MST_TEST_DOCKER_A", &engines.endpoints[0])
+        .env("MST_TEST_DOCKER_B", &engines.endpoints[1])
+        .env("MST_TEST_IMAGE", engines::TEST_IMAGE)
+        .env("MST_REQUIRE_DOCKER", "1"));
+    drop(engines);
+    result
 }
 
 /// Formatting and clippy (warnings are errors) for both workspaces.
@@ -285,7 +298,7 @@ fn bench_run() -> Result<()> {
     );
 
     for n in [1_000usize, 10_000] {
-        let dir = tempfile_dir()?;
+        let dir = tempfile_dir("mst-bench")?;
         let cases: String = (0..n)
             .map(|i| {
                 format!(
@@ -355,8 +368,9 @@ fn measure(mst: &str, dir: &str) -> Result<()> {
     Ok(())
 }
 
-fn tempfile_dir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("mst-bench-{}", std::process::id()));
+/// A fresh scratch directory named after `prefix` and this process.
+fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
@@ -371,6 +385,16 @@ fn main() -> Result<()> {
         "bench" => bench(),
         "quickstart" => quickstart(),
         "worker" => build_static_worker(),
+        "engines" => {
+            // For working on the Docker tests by hand: the engines `cargo xtask test` uses,
+            // until Enter is pressed.
+            let engines = engines::start(&root())?;
+            println!("export MST_TEST_DOCKER_A={}", engines.endpoints[0]);
+            println!("export MST_TEST_DOCKER_B={}", engines.endpoints[1]);
+            println!("export MST_TEST_IMAGE={}", engines::TEST_IMAGE);
+            let _ = std::io::stdin().read_line(&mut String::new());
+            Ok(())
+        }
         "lint" => lint(),
         "seccomp" => seccomp::generate(
             Path::new("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),

@@ -488,12 +488,24 @@ pub fn run(
                         settings,
                     );
                     // The machine's own account (out of memory, vanished) says more than a
-                    // broken channel does.
-                    if let coordinator::ShardEnd::Lost(why) = &report.ended {
-                        if let Some(diagnosis) = machine.diagnose() {
-                            report.ended =
-                                coordinator::ShardEnd::Lost(format!("{diagnosis} ({why})"));
-                        }
+                    // broken channel does; after a finished shard it taints its failed trials.
+                    if let Some(diagnosis) = machine.diagnose() {
+                        report.ended = match &report.ended {
+                            coordinator::ShardEnd::Lost(why) => {
+                                coordinator::ShardEnd::Lost(format!("{diagnosis} ({why})"))
+                            }
+                            _ => {
+                                let moved = failed_trials_to_infra(
+                                    &dir.root,
+                                    &report.collected,
+                                    &diagnosis,
+                                );
+                                coordinator::ShardEnd::Lost(format!(
+                                    "the worker finished, but {diagnosis}; {moved} trial(s) \
+                                     whose client failed count as infrastructure failures"
+                                ))
+                            }
+                        };
                     }
                     let failed = report.ended != coordinator::ShardEnd::Done;
                     let keep = match runner_options.keep {
@@ -555,6 +567,40 @@ pub fn run(
         record,
         summary,
     })
+}
+
+/// Marks the collected trials whose client did not exit 0 as infrastructure failures caused by
+/// `why` (their machine failed under them, e.g. ran out of memory); how many were marked.
+fn failed_trials_to_infra(run_dir: &Path, collected: &[TrialKey], why: &str) -> usize {
+    let mut moved = 0;
+    for key in collected {
+        let path = run_dir.join(trace_path(key));
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let Ok(mut record) = serde_json::from_slice::<super::trial::TrialRecord>(&bytes) else {
+            continue;
+        };
+        if record.trace.status == super::trial::TrialStatus::Completed
+            && record.trace.exit_code != Some(0)
+        {
+            record.trace.status = super::trial::TrialStatus::Infra;
+            // The last log event is an infra trial's reason.
+            record.trace.events.push(super::trial::TraceEvent {
+                seq: record.trace.events.len() as u64,
+                at_ms: record.trace.duration_ms,
+                kind: super::trial::EventKind::Log {
+                    text: why.to_string(),
+                },
+            });
+            if let Ok(bytes) = serde_json::to_vec(&record) {
+                if crate::files::write_atomic(&path, &bytes).is_ok() {
+                    moved += 1;
+                }
+            }
+        }
+    }
+    moved
 }
 
 /// Grades every collected trace of `trials` in `dir` (missing ones are left out).

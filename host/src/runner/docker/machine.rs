@@ -15,6 +15,8 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use std::io::Read;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 
@@ -34,6 +36,39 @@ pub struct DockerMachine {
     /// Released when the machine is disposed of or dropped.
     pub(super) slot: Option<super::Slot>,
     pub(super) disposed: bool,
+    /// Set when Docker reports an out-of-memory kill in the container. Docker's
+    /// `State.OOMKilled` only covers the container's first process; the event covers any.
+    pub(super) oom: Arc<AtomicBool>,
+    pub(super) oom_watch: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Watches `docker`'s events for out-of-memory kills in container `id`, setting `flag`.
+pub(super) fn watch_oom(
+    runtime: &Handle,
+    docker: &Docker,
+    id: &str,
+    flag: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs().saturating_sub(1))
+        .unwrap_or(0)
+        .to_string();
+    let filters = std::collections::HashMap::from([
+        ("container", vec![id.to_string()]),
+        ("event", vec!["oom".to_string()]),
+    ]);
+    let mut events = docker.events(Some(
+        bollard::query_parameters::EventsOptionsBuilder::new()
+            .since(&since)
+            .filters(&filters)
+            .build(),
+    ));
+    runtime.spawn(async move {
+        while let Some(Ok(_)) = events.next().await {
+            flag.store(true, Ordering::Relaxed);
+        }
+    })
 }
 
 impl DockerMachine {
@@ -217,16 +252,24 @@ impl Channel for DockerMachine {
     }
 
     fn diagnose(&mut self) -> Option<String> {
+        use bollard::models::ContainerStateStatusEnum as Status;
         let state = match self.block_on(self.docker.inspect_container(&self.id, None)) {
-            Ok(container) => container.state.unwrap_or_default(),
-            Err(_) => {
+            Ok(container)
+                if !matches!(
+                    container.state.as_ref().and_then(|s| s.status),
+                    Some(Status::REMOVING | Status::DEAD)
+                ) =>
+            {
+                container.state.unwrap_or_default()
+            }
+            _ => {
                 return Some(format!(
                     "container {} on `{}` vanished mid-run",
                     self.name, self.context
                 ))
             }
         };
-        if state.oom_killed == Some(true) {
+        if state.oom_killed == Some(true) || self.oom.load(Ordering::Relaxed) {
             return Some(format!(
                 "container {} on `{}` ran out of memory (limit {})",
                 self.name,
@@ -258,6 +301,9 @@ impl Channel for DockerMachine {
 
 impl Drop for DockerMachine {
     fn drop(&mut self) {
+        if let Some(watch) = self.oom_watch.take() {
+            watch.abort();
+        }
         if !self.disposed {
             let _ = self.remove();
         }

@@ -269,7 +269,15 @@ impl Runner for DockerRunner {
             memory: context.memory_each,
             slot: Some(slot),
             disposed: false,
+            oom: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            oom_watch: None,
         };
+        machine.oom_watch = Some(machine::watch_oom(
+            self.runtime.handle(),
+            &docker,
+            &created.id,
+            machine.oom.clone(),
+        ));
         let workdir = archive::tar_dir(machine::WORKDIR.trim_start_matches('/'), 0o700)?;
         let start = async {
             docker

@@ -1,0 +1,488 @@
+//! The `docker` runner end to end against two real Docker engines (`cargo xtask test` starts
+//! them and imports the busybox test image offline): shards over two hosts, a container that
+//! vanishes mid-run then `--resume`, out of memory with `keep=failed`, orphan clean-up after a
+//! SIGKILL, and a hostile worker image.
+
+use mst_tests::{cases, read_json, s, Eval, Mst, Run};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The two engines' endpoints, or `None` (test skipped) when none were given and not required.
+fn engines() -> Option<(String, String)> {
+    match (
+        std::env::var("MST_TEST_DOCKER_A"),
+        std::env::var("MST_TEST_DOCKER_B"),
+    ) {
+        (Ok(a), Ok(b)) => Some((a, b)),
+        _ if std::env::var_os("MST_REQUIRE_DOCKER").is_some() => {
+            panic!("MST_TEST_DOCKER_A and _B are unset: run `cargo xtask test`")
+        }
+        _ => {
+            eprintln!("skipped: no Docker engines (run `cargo xtask test`)");
+            None
+        }
+    }
+}
+
+/// `mst runner setup docker` on both engines, once per test binary.
+fn engines_with_worker_image() -> Option<(String, String)> {
+    let (a, b) = engines()?;
+    static SETUP: OnceLock<()> = OnceLock::new();
+    SETUP.get_or_init(|| {
+        let base = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());
+        let run = Mst::new().run(&[
+            "runner",
+            "setup",
+            "docker",
+            "--runner-option",
+            &format!("contexts={a},{b}"),
+            "--runner-option",
+            &format!("base={base}"),
+        ]);
+        assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.stdout.matches("built mst-worker:").count(),
+            2,
+            "{}",
+            run.stdout
+        );
+    });
+    Some((a, b))
+}
+
+fn docker(endpoint: &str, args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(["--host", endpoint])
+        .args(args)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .expect("docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Names of the containers of `run_id` on `endpoint`, kept ones included.
+fn containers_of(endpoint: &str, run_id: &str) -> Vec<String> {
+    docker(
+        endpoint,
+        &[
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=mst.run={run_id}"),
+            "--format",
+            "{{.Names}}",
+        ],
+    )
+    .lines()
+    .map(String::from)
+    .collect()
+}
+
+fn command_eval(command: Value, n: usize, timeout: u32) -> Eval {
+    Eval::new(
+        json!({
+            "name": "docker-e2e",
+            "datasets": ["cases.jsonl"],
+            "client": "command",
+            "clientOptions": {"command": command},
+            "judges": [{"assert": "exit-code", "value": 0}],
+            "concurrency": 2,
+            "timeout": timeout
+        }),
+        &cases(n),
+    )
+}
+
+fn docker_run(eval: &Eval, mst: &Mst, options: &[String]) -> Run {
+    let mut args = vec!["--runner", "docker"];
+    for option in options {
+        args.extend(["--runner-option", option.as_str()]);
+    }
+    eval.run(mst, &args)
+}
+
+fn run_id(eval: &Eval) -> String {
+    let dir = eval.run_dir("docker-e2e");
+    dir.file_name().unwrap().to_str().unwrap().to_string()
+}
+
+#[test]
+fn four_shards_over_two_hosts_collect_every_trial() {
+    let Some((a, b)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 16, 30);
+    let run = docker_run(
+        &eval,
+        &mst,
+        &[
+            format!("contexts={a},{b}"),
+            "shards=4".into(),
+            "memory=256m".into(),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stderr.matches("has ").count(),
+        2,
+        "one capacity line per host: {}",
+        run.stderr
+    );
+    let dir = eval.run_dir("docker-e2e");
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["collect"], "complete", "{summary}");
+    assert_eq!(summary["variants"]["default"]["passed"], 16, "{summary}");
+    let record = read_json(&dir.join("run.json"));
+    let machines = record["machines"].as_array().unwrap();
+    assert!(machines.len() >= 3, "{machines:?}");
+    let mut contexts: Vec<&str> = machines
+        .iter()
+        .map(|m| {
+            assert_eq!(m["ended"]["status"], "done", "{m}");
+            assert_eq!(m["worker"]["mst"], env!("CARGO_PKG_VERSION"));
+            assert_eq!(
+                m["placement"]["image"],
+                format!("mst-worker:{}", env!("CARGO_PKG_VERSION"))
+            );
+            assert!(m["placement"]["imageId"]
+                .as_str()
+                .unwrap()
+                .starts_with("sha256:"));
+            m["placement"]["context"].as_str().unwrap()
+        })
+        .collect();
+    contexts.sort();
+    contexts.dedup();
+    assert_eq!(contexts.len(), 2, "both hosts ran shards: {machines:?}");
+    let id = run_id(&eval);
+    assert!(containers_of(&a, &id).is_empty() && containers_of(&b, &id).is_empty());
+}
+
+/// Waits until `path` holds at least `n` trace files.
+fn wait_for_traces(dir: &Path, n: usize, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        let count = walk(dir)
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "json") && p.components().count() > 2)
+            .count();
+        if count >= n {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no {n} traces in {}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
+            } else {
+                found.push(entry.path());
+            }
+        }
+    }
+    found
+}
+
+/// The run directory of the only run below `results`, once it exists.
+fn wait_for_run(results: &Path) -> std::path::PathBuf {
+    let started = Instant::now();
+    loop {
+        if let Some(dir) = std::fs::read_dir(results.join("docker-e2e/runs"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+        {
+            return dir.path();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no run started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_container_that_vanishes_mid_run_leaves_missing_trials_that_resume_collects() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    let eval = command_eval(
+        json!(["sh", "-c", "read q; sleep 0.4; echo \"$q\""]),
+        10,
+        30,
+    );
+    let options = [format!("contexts={a}"), "memory=256m".into()];
+    let config = eval.config();
+    let results = eval.results();
+    let mut args = vec![
+        "run".to_string(),
+        "--config".into(),
+        s(&config).into(),
+        "--results-dir".into(),
+        s(&results).into(),
+        "--runner".into(),
+        "docker".into(),
+    ];
+    for option in &options {
+        args.extend(["--runner-option".to_string(), option.clone()]);
+    }
+    let child = mst
+        .command(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = wait_for_run(&results);
+    wait_for_traces(&dir, 2, Duration::from_secs(60));
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let names = containers_of(&a, &id);
+    assert_eq!(names.len(), 1, "{names:?}");
+    docker(&a, &["rm", "-f", &names[0]]);
+    let first: Run = child.wait_with_output().unwrap().into();
+    assert_eq!(
+        first.code, 2,
+        "a partial collection exits 2\n{}\n{}",
+        first.stdout, first.stderr
+    );
+    let record = read_json(&dir.join("run.json"));
+    let reason = record["machines"][0]["ended"]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        reason.contains("vanished mid-run"),
+        "{}",
+        record["machines"]
+    );
+    let missing = read_json(&dir.join("summary.json"))["missing"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(missing >= 1 && missing < 10, "{missing}");
+
+    let config = eval.config();
+    let mut args = vec![
+        "run",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(&results),
+        "--resume",
+        &id,
+        "--runner",
+        "docker",
+    ];
+    for option in &options {
+        args.extend(["--runner-option", option.as_str()]);
+    }
+    let resumed = mst.run(&args);
+    assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
+    assert!(
+        resumed.stderr.contains(&format!("[{missing}/{missing}]")),
+        "{}",
+        resumed.stderr
+    );
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["collect"], "complete");
+    assert_eq!(summary["variants"]["default"]["passed"], 10);
+}
+
+#[test]
+fn out_of_memory_is_an_infrastructure_failure_and_keep_failed_keeps_the_container() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    // The shell grows to hundreds of MiB holding the pipe's output; the limit is 48 MiB.
+    let eval = command_eval(
+        json!([
+            "sh",
+            "-c",
+            "read q; x=$(head -c 400000000 /dev/zero | tr '\\0' a); echo done"
+        ]),
+        1,
+        60,
+    );
+    let run = docker_run(
+        &eval,
+        &mst,
+        &[
+            format!("contexts={a}"),
+            "memory=48m".into(),
+            "keep=failed".into(),
+        ],
+    );
+    assert_ne!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("docker-e2e");
+    let record = read_json(&dir.join("run.json"));
+    let machine = &record["machines"][0];
+    assert!(
+        machine["ended"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ran out of memory (limit 48 MiB)"),
+        "{machine}"
+    );
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["variants"]["default"]["infra"], 1, "{summary}");
+    let kept = machine["kept"].as_str().unwrap();
+    let names = containers_of(&a, &run_id(&eval));
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(
+        names[0].ends_with("-kept") && kept.contains(&names[0]),
+        "{names:?} {kept}"
+    );
+    docker(&a, &["rm", "-f", &names[0]]);
+}
+
+#[test]
+fn containers_of_a_killed_mst_are_removed_by_the_next_run() {
+    let Some((_, b)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "sleep 60"]), 1, 120);
+    let config = eval.config();
+    let results = eval.results();
+    let mut child = mst
+        .command(&[
+            "run",
+            "--config",
+            s(&config),
+            "--results-dir",
+            s(&results),
+            "--runner",
+            "docker",
+            "--runner-option",
+            &format!("contexts={b}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = wait_for_run(&results);
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let started = Instant::now();
+    while containers_of(&b, &id).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no container");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap(); // SIGKILL: no clean-up runs
+    child.wait().unwrap();
+    assert_eq!(containers_of(&b, &id).len(), 1, "the orphan is still there");
+
+    let other = command_eval(json!(["cat"]), 1, 30);
+    let next = docker_run(&other, &mst, &[format!("contexts={b}")]);
+    assert_eq!(next.code, 0, "{}\n{}", next.stdout, next.stderr);
+    assert!(containers_of(&b, &id).is_empty(), "the orphan was removed");
+}
+
+#[test]
+fn a_hostile_worker_image_cannot_plant_links_fifos_or_flood_the_host() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    // A "worker" that speaks the protocol but plants a symlink and a FIFO where traces belong,
+    // then writes a 1 GiB line.
+    let key = |case: &str| format!(r#"{{"variant":"default","case":"{case}","trial":0}}"#);
+    let script = format!(
+        r#"#!/bin/sh
+R=/mst-work/results
+echo '{{"type":"hello","protocol":"mst.shard/v1","mst":"{version}","client":{{"name":"command","version":"{version}"}},"shard":0}}'
+mkdir -p $R/default/c1 $R/default/c2
+ln -s /etc/passwd $R/default/c1/0.json
+mkfifo $R/default/c2/0.json
+for c in c1 c2; do
+  echo '{{"type":"acquire","key":'"$(test $c = c1 && echo '{k1}' || echo '{k2}')"'}}'
+  read granted
+  echo '{{"type":"trial","key":'"$(test $c = c1 && echo '{k1}' || echo '{k2}')"',"status":"collected","path":"default/'$c'/0.json"}}'
+done
+head -c 1073741824 /dev/zero | tr '\0' a
+"#,
+        k1 = key("c1"),
+        k2 = key("c2")
+    );
+    let build = tempfile::tempdir().unwrap();
+    std::fs::write(build.path().join("mst"), script).unwrap();
+    let base = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());
+    std::fs::write(
+        build.path().join("Dockerfile"),
+        format!("FROM {base}\nCOPY mst /usr/local/bin/mst\nRUN [\"/bin/sh\", \"-c\", \"chmod 755 /usr/local/bin/mst\"]\nLABEL org.mst.version={version} org.mst.worker=/usr/local/bin/mst\n"),
+    )
+    .unwrap();
+    docker(
+        &a,
+        &["build", "-q", "-t", "mst-test-hostile:1", s(build.path())],
+    );
+
+    let mst = Mst::new();
+    let eval = command_eval(json!(["cat"]), 2, 30);
+    let started = Instant::now();
+    let run = docker_run(
+        &eval,
+        &mst,
+        &[format!("contexts={a}"), "image=mst-test-hostile:1".into()],
+    );
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        run.stderr
+            .contains("c1/0: its trace could not be copied back")
+            && run.stderr.contains("is a link"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("is a FIFO"), "{}", run.stderr);
+    let dir = eval.run_dir("docker-e2e");
+    let record = read_json(&dir.join("run.json"));
+    assert!(
+        record["machines"][0]["ended"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("a line longer than"),
+        "{}",
+        record["machines"]
+    );
+    for path in walk(&dir) {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "{} is not a regular file",
+            path.display()
+        );
+        assert!(
+            meta.len() < 64 << 20,
+            "{} is {} bytes",
+            path.display(),
+            meta.len()
+        );
+    }
+    assert!(mst_tests::files_containing(&dir, "root:x:0:0").is_empty());
+    assert!(containers_of(&a, &run_id(&eval)).is_empty());
+}
