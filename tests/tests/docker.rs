@@ -486,3 +486,75 @@ head -c 1073741824 /dev/zero | tr '\0' a
     assert!(mst_tests::files_containing(&dir, "root:x:0:0").is_empty());
     assert!(containers_of(&a, &run_id(&eval)).is_empty());
 }
+
+#[test]
+fn an_image_without_mst_gets_this_msts_static_worker_placed_in_it() {
+    let Some((_, b)) = engines_with_worker_image() else {
+        return;
+    };
+    let base = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 2, 30);
+    let run = docker_run(
+        &eval,
+        &mst,
+        &[format!("contexts={b}"), format!("image={base}")],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("docker-e2e").join("run.json"));
+    let placement = &record["machines"][0]["placement"];
+    assert_eq!(placement["image"], base.as_str(), "{placement}");
+    assert_eq!(placement["workerPlaced"], true, "{placement}");
+    let derived = docker(
+        &b,
+        &[
+            "images",
+            "--format",
+            "{{.Repository}}:{{.Tag}}",
+            "mst-derived",
+        ],
+    );
+    assert!(
+        derived.contains(&format!("mst-derived:{}-", env!("CARGO_PKG_VERSION"))),
+        "{derived}"
+    );
+}
+
+#[test]
+fn sigterm_stops_the_shards_and_removes_the_containers() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "sleep 60"]), 1, 120);
+    let config = eval.config();
+    let results = eval.results();
+    let child = mst
+        .command(&[
+            "run",
+            "--config",
+            s(&config),
+            "--results-dir",
+            s(&results),
+            "--runner",
+            "docker",
+            "--runner-option",
+            &format!("contexts={a}"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = wait_for_run(&results);
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let started = Instant::now();
+    while containers_of(&a, &id).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no container");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: kill(2) on the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out: Run = child.wait_with_output().unwrap().into();
+    assert_ne!(out.code, 0, "{}", out.stderr);
+    assert!(containers_of(&a, &id).is_empty(), "{}", out.stderr);
+}

@@ -60,32 +60,39 @@ fn have(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Installs what the engines need from Debian's packages when missing.
-fn ensure_packages() -> Result<()> {
-    let mut missing = Vec::new();
-    if !have("dockerd") || !have("docker") {
-        missing.push("docker.io");
-    }
-    if !Path::new("/bin/busybox").is_file() {
-        missing.push("busybox-static");
-    }
-    if !have("ip") {
-        missing.push("iproute2");
-    }
+/// Installs the Debian packages of `needs` (program or file, package) that are missing.
+pub fn ensure_packages(needs: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = needs
+        .iter()
+        .filter(|(what, _)| {
+            if what.starts_with('/') {
+                !Path::new(what).exists()
+            } else {
+                !have(what)
+            }
+        })
+        .map(|(_, package)| *package)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
     eprintln!("xtask: installing {}", missing.join(" "));
-    let status = Command::new("apt-get")
-        .args(["install", "-y", "-q", "--no-install-recommends"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()
-        .context("apt-get")?;
-    if !status.success() {
+    let install = |update: bool| {
+        if update {
+            let _ = Command::new("apt-get").args(["update", "-q"]).status();
+        }
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    // Package lists may be stale on a fresh machine: update once and retry.
+    if !install(false) && !install(true) {
         bail!(
-            "cannot install {} (the Docker tests need a real engine; run as root, or set \
-             MST_TEST_DOCKER_A and MST_TEST_DOCKER_B to engines of your own)",
+            "cannot install {} from Debian's packages (run as root); the Docker tests need a real \
+             engine, or set MST_TEST_DOCKER_A and MST_TEST_DOCKER_B to engines of your own",
             missing.join(" ")
         );
     }
@@ -105,7 +112,11 @@ pub fn start(root: &Path) -> Result<Engines> {
         import_test_image(&engines)?;
         return Ok(engines);
     }
-    ensure_packages()?;
+    ensure_packages(&[
+        ("dockerd", "docker.io"),
+        ("/bin/busybox", "busybox-static"),
+        ("ip", "iproute2"),
+    ])?;
     // Sockets live under /run: a socket path must stay under 108 bytes wherever the clone is.
     let run = Path::new("/run/mst-test-docker");
     let data = root.join("target/docker");

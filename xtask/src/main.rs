@@ -147,6 +147,8 @@ fn build_static_worker() -> Result<()> {
     if !installed {
         run(Command::new("rustup").args(["target", "add", STATIC_TARGET]))?;
     }
+    // C dependencies (aws-lc) are compiled for musl with Debian's musl-gcc.
+    engines::ensure_packages(&[("musl-gcc", "musl-tools")])?;
     run(cargo().current_dir(root()).args([
         "build",
         "-p",

@@ -320,3 +320,39 @@ impl Runner for DockerRunner {
         Ok(Box::new(machine))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn shards_spread_over_hosts_and_wait_for_a_free_slot() {
+        let slots = Arc::new(Slots {
+            free: Mutex::new(vec![1, 1]),
+            freed: Condvar::new(),
+        });
+        let first = slots.acquire();
+        let second = slots.acquire();
+        assert_eq!((first.index, second.index), (0, 1), "one per host");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiting = slots.clone();
+        let handle = std::thread::spawn(move || {
+            let third = waiting.acquire();
+            tx.send(third.index).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "a third shard waits while both hosts are full"
+        );
+        drop(second);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 1);
+        handle.join().unwrap();
+        drop(first);
+        assert_eq!(
+            *slots.free.lock().unwrap(),
+            vec![1, 1],
+            "all slots given back"
+        );
+    }
+}
