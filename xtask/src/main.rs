@@ -7,12 +7,14 @@
 //!   natively, host, end to end).
 //! - `cargo xtask bench`: plugins, then the plugin host benchmarks, which print their figures.
 //! - `cargo xtask bench run`: end-to-end eval throughput, overhead and peak RSS (release build).
+//! - `cargo xtask bench docker`: Docker shard start-up and a 1,000-trial eval, docker vs local.
 //! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
 //! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
 //! - `cargo xtask seccomp`: regenerate `docker/seccomp.json` from the kernel's syscall table.
 //! - `cargo xtask quickstart`: plugins, then the quick-start eval on the local runner.
 
+mod bench_docker;
 mod engines;
 mod seccomp;
 
@@ -384,6 +386,7 @@ fn main() -> Result<()> {
         "plugins" => build_plugins(),
         "test" => test(),
         "bench" if std::env::args().nth(2).as_deref() == Some("run") => bench_run(),
+        "bench" if std::env::args().nth(2).as_deref() == Some("docker") => bench_docker::bench(),
         "bench" => bench(),
         "quickstart" => quickstart(),
         "worker" => build_static_worker(),

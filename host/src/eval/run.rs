@@ -459,6 +459,7 @@ pub fn run(
                         shards: bundle.shards,
                         note: &note,
                     };
+                    let asked = std::time::Instant::now();
                     let mut machine = match runner.create_machine(&request) {
                         Ok(machine) => machine,
                         Err(e) => {
@@ -473,6 +474,8 @@ pub fn run(
                                 infra: Vec::new(),
                                 kept: None,
                                 placement: serde_json::Value::Null,
+                                hello_at: None,
+                                ready_ms: None,
                             }
                         }
                     };
@@ -487,6 +490,10 @@ pub fn run(
                         cancel,
                         settings,
                     );
+                    let since = machine.started_at().unwrap_or(asked);
+                    report.ready_ms = report
+                        .hello_at
+                        .map(|at| at.duration_since(since).as_millis() as u64);
                     // The machine's own account (out of memory, vanished) says more than a
                     // broken channel does; after a finished shard it taints its failed trials.
                     if let Some(diagnosis) = machine.diagnose() {

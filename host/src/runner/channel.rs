@@ -33,11 +33,27 @@ pub trait Channel: Send {
     /// Copies the file `src` (relative, no `..`) from the machine to the local path `dest`,
     /// refusing links, devices, FIFOs and files over `cap` bytes.
     fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()>;
+    /// Copies several files back, as [`get`](Channel::get) does each; one result per file.
+    fn get_many(&mut self, files: &[(String, std::path::PathBuf)], cap: u64) -> Vec<Result<()>> {
+        files
+            .iter()
+            .map(|(src, dest)| self.get(src, dest, cap))
+            .collect()
+    }
+    /// Whether copies cost enough that the coordinator should batch them (a few per second)
+    /// rather than copy each trace the moment it is reported.
+    fn batch_copies(&self) -> bool {
+        false
+    }
     /// Releases the machine; with `keep`, leaves it for inspection and says where.
     fn dispose(&mut self, keep: bool) -> Result<Option<String>>;
     /// After a shard failed: what the machine itself says went wrong (it ran out of memory, it
     /// vanished), if anything.
     fn diagnose(&mut self) -> Option<String> {
+        None
+    }
+    /// When the runner started making this machine, after any wait for room on its hosts.
+    fn started_at(&self) -> Option<std::time::Instant> {
         None
     }
     /// What `run.json` records about the machine (host, image, …).

@@ -90,6 +90,12 @@ pub struct ShardReport {
     /// What the runner says about the machine (host, image, …).
     #[serde(skip_serializing_if = "serde_json::Value::is_null")]
     pub placement: serde_json::Value,
+    /// When the worker's `hello` arrived.
+    #[serde(skip)]
+    pub hello_at: Option<Instant>,
+    /// Milliseconds from asking the runner for the machine to the worker's `hello`.
+    #[serde(rename = "readyMs", skip_serializing_if = "Option::is_none")]
+    pub ready_ms: Option<u64>,
 }
 
 /// Hears about every finished trial, for progress output.
@@ -131,6 +137,8 @@ pub fn run_shard(
         infra: Vec::new(),
         kept: None,
         placement: channel.provenance(),
+        hello_at: None,
+        ready_ms: None,
     };
     debug_assert!(bundle_dir.join(BUNDLE_FILE).is_file());
     if let Err(e) = channel.put(bundle_dir, "bundle") {
@@ -226,6 +234,9 @@ pub fn run_shard(
     let mut last_heard = Instant::now();
     let mut cancel_sent: Option<Instant> = None;
     let mut done: Option<Cleanup> = None;
+    // Traces waiting to be copied back; runners whose copies are costly take them in batches.
+    let batched = channel.batch_copies();
+    let mut copies: Vec<PendingCopy> = Vec::new();
 
     let ended = loop {
         if cancel.load(Ordering::Relaxed) && cancel_sent.is_none() {
@@ -245,6 +256,20 @@ pub fn run_shard(
                 report.machine,
                 settings.silence.as_secs()
             ));
+        }
+        if copies
+            .first()
+            .is_some_and(|c| c.since.elapsed() > COPY_DELAY)
+        {
+            copy_back(
+                channel,
+                &mut copies,
+                run_dir,
+                settings,
+                &mut report,
+                progress,
+                false,
+            );
         }
         // Retry acquisitions that were waiting for room.
         pending.retain(|(key, providers, servers)| {
@@ -298,6 +323,7 @@ pub fn run_shard(
                     ));
                 }
                 hello_seen = true;
+                report.hello_at = Some(Instant::now());
                 report.worker = Some(WorkerIdentity { mst, client, image });
             }
             _ if !hello_seen => {
@@ -356,36 +382,22 @@ pub fn run_shard(
                         "the worker reported trial {key} twice or out of plan"
                     ));
                 }
-                // The path is ours to decide, never the worker's.
-                let path = trace_path(&key);
-                let dest = run_dir.join(&path);
-                let fetched = channel
-                    .get(&format!("results/{path}"), &dest, settings.max_trace_bytes)
-                    .map_err(|e| format!("{e:#}"))
-                    .and_then(|()| validate_trace(&dest, &key));
-                match (status, fetched) {
-                    (Collected::Collected, Ok(())) => {
-                        report.collected.push(key.clone());
-                        progress.trial(&key, true);
-                    }
-                    (Collected::Infra, fetched) => {
-                        let reason = error.unwrap_or_else(|| "the client could not run".into());
-                        if fetched.is_err() {
-                            let _ = std::fs::remove_file(&dest);
-                        }
-                        report.infra.push((key.clone(), reason));
-                        progress.trial(&key, false);
-                    }
-                    (Collected::Collected, Err(why)) => {
-                        let _ = std::fs::remove_file(&dest);
-                        progress.note(&format!(
-                            "trial {key}: its trace could not be copied back: {why}"
-                        ));
-                        report
-                            .infra
-                            .push((key.clone(), format!("trace not copied back: {why}")));
-                        progress.trial(&key, false);
-                    }
+                copies.push(PendingCopy {
+                    key,
+                    status,
+                    error,
+                    since: Instant::now(),
+                });
+                if !batched || copies.len() >= COPY_BATCH {
+                    copy_back(
+                        channel,
+                        &mut copies,
+                        run_dir,
+                        settings,
+                        &mut report,
+                        progress,
+                        false,
+                    );
                 }
             }
             WorkerMessage::Done { cleanup, .. } => {
@@ -396,7 +408,20 @@ pub fn run_shard(
             }
         }
     };
-    if ended != ShardEnd::Done && ended != ShardEnd::DoneCleanupFailed {
+    // What is still waiting is copied now; if the machine is gone, those trials stay missing
+    // (a resume runs them again) rather than counting as failures.
+    let finished = matches!(ended, ShardEnd::Done | ShardEnd::DoneCleanupFailed);
+    let machine_lost = !finished && !copies.is_empty() && channel.diagnose().is_some();
+    copy_back(
+        channel,
+        &mut copies,
+        run_dir,
+        settings,
+        &mut report,
+        progress,
+        machine_lost,
+    );
+    if !finished {
         process.handle.kill();
     }
     process.handle.wait();
@@ -404,6 +429,79 @@ pub fn run_shard(
     limiter.release_shard(bundle.shard);
     report.ended = ended;
     report
+}
+
+/// At most this many traces wait to be copied back in one batch.
+const COPY_BATCH: usize = 64;
+/// And none waits longer than this.
+const COPY_DELAY: Duration = Duration::from_millis(500);
+
+/// A trial whose trace is still on the machine.
+struct PendingCopy {
+    key: TrialKey,
+    status: Collected,
+    error: Option<String>,
+    since: Instant,
+}
+
+/// Copies the traces of `copies` back (the path is ours to decide, never the worker's),
+/// validates them and records each trial's outcome. With `machine_lost`, a trace that cannot be
+/// copied leaves its trial missing instead of failed.
+fn copy_back(
+    channel: &mut dyn Channel,
+    copies: &mut Vec<PendingCopy>,
+    run_dir: &Path,
+    settings: ShardSettings,
+    report: &mut ShardReport,
+    progress: &dyn Progress,
+    machine_lost: bool,
+) {
+    if copies.is_empty() {
+        return;
+    }
+    let files: Vec<(String, std::path::PathBuf)> = copies
+        .iter()
+        .map(|c| {
+            let path = trace_path(&c.key);
+            (format!("results/{path}"), run_dir.join(&path))
+        })
+        .collect();
+    let fetched = channel.get_many(&files, settings.max_trace_bytes);
+    for ((copy, (_, dest)), fetched) in copies.drain(..).zip(&files).zip(fetched) {
+        let PendingCopy {
+            key, status, error, ..
+        } = copy;
+        let fetched = fetched
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|()| validate_trace(dest, &key));
+        match (status, fetched) {
+            (Collected::Collected, Ok(())) => {
+                report.collected.push(key.clone());
+                progress.trial(&key, true);
+            }
+            (_, Err(_)) if machine_lost => {
+                let _ = std::fs::remove_file(dest);
+            }
+            (Collected::Infra, fetched) => {
+                let reason = error.unwrap_or_else(|| "the client could not run".into());
+                if fetched.is_err() {
+                    let _ = std::fs::remove_file(dest);
+                }
+                report.infra.push((key.clone(), reason));
+                progress.trial(&key, false);
+            }
+            (Collected::Collected, Err(why)) => {
+                let _ = std::fs::remove_file(dest);
+                progress.note(&format!(
+                    "trial {key}: its trace could not be copied back: {why}"
+                ));
+                report
+                    .infra
+                    .push((key.clone(), format!("trace not copied back: {why}")));
+                progress.trial(&key, false);
+            }
+        }
+    }
 }
 
 /// A copied-back trace must parse as a trial record for the trial it claims to be.

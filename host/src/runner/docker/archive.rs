@@ -66,16 +66,48 @@ fn append_dir(builder: &mut tar::Builder<Vec<u8>>, path: &Path) -> Result<()> {
 pub fn single_file(archive: impl Read, name: &str, cap: u64) -> Result<Vec<u8>> {
     let mut archive = tar::Archive::new(archive);
     let mut entries = archive.entries().context("not a tar stream")?;
-    let mut entry = match entries.next() {
+    let entry = match entries.next() {
         Some(entry) => entry.context("unreadable tar entry")?,
         None => bail!("the machine sent an empty archive"),
     };
-    let kind = entry.header().entry_type();
     let path = entry.path().context("unreadable path")?.into_owned();
     if path != Path::new(name) {
         bail!("the machine sent {} instead of {name}", path.display());
     }
-    match kind {
+    read_regular(entry, name, cap)
+}
+
+/// Reads the files of `wanted` (relative paths as the archive names them) out of the tar
+/// stream `archive`, calling `found(index, contents)` for each as it streams past; entries not
+/// wanted are skipped. Returns the indexes never found.
+pub fn wanted_files(
+    archive: impl Read,
+    wanted: &[&str],
+    cap: u64,
+    mut found: impl FnMut(usize, Result<Vec<u8>>),
+) -> Result<Vec<usize>> {
+    let mut left: std::collections::BTreeMap<&Path, usize> = wanted
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (Path::new(*w), i))
+        .collect();
+    let mut archive = tar::Archive::new(archive);
+    for entry in archive.entries().context("not a tar stream")? {
+        let entry = entry.context("unreadable tar entry")?;
+        let path = entry.path().context("unreadable path")?.into_owned();
+        if let Some(index) = left.remove(path.as_path()) {
+            found(index, read_regular(entry, wanted[index], cap));
+        }
+        if left.is_empty() {
+            break;
+        }
+    }
+    Ok(left.into_values().collect())
+}
+
+/// The contents of `entry` (called `name` in messages) if it is a regular file within `cap`.
+fn read_regular(mut entry: tar::Entry<'_, impl Read>, name: &str, cap: u64) -> Result<Vec<u8>> {
+    match entry.header().entry_type() {
         tar::EntryType::Regular | tar::EntryType::Continuous => {}
         tar::EntryType::Symlink | tar::EntryType::Link => {
             bail!("{name} is a link on the machine; links are never followed")
@@ -134,6 +166,33 @@ mod tests {
             assert!(err.to_string().contains(says), "{kind:?}: {err}");
         }
         assert!(single_file(&b"garbage"[..], "t.json", 10).is_err());
+    }
+
+    #[test]
+    fn wanted_files_are_picked_out_of_a_directory_archive() {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, kind, body) in [
+            ("results/a.json", tar::EntryType::Regular, &b"{}"[..]),
+            ("results/other.json", tar::EntryType::Regular, &b"[]"[..]),
+            ("results/link.json", tar::EntryType::Symlink, &b""[..]),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(kind);
+            header.set_size(body.len() as u64);
+            if kind == tar::EntryType::Symlink {
+                header.set_link_name("/etc/passwd").unwrap();
+            }
+            builder.append_data(&mut header, name, body).unwrap();
+        }
+        let archive = builder.into_inner().unwrap();
+        let wanted = ["results/link.json", "results/a.json", "results/gone.json"];
+        let mut got = Vec::new();
+        let missing = wanted_files(&archive[..], &wanted, 10, |i, r| got.push((i, r))).unwrap();
+        assert_eq!(missing, [2]);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].0, 1);
+        assert_eq!(got[0].1.as_ref().unwrap(), b"{}");
+        assert!(got[1].1.as_ref().unwrap_err().to_string().contains("link"));
     }
 
     #[test]

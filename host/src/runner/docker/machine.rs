@@ -40,6 +40,8 @@ pub struct DockerMachine {
     /// `State.OOMKilled` only covers the container's first process; the event covers any.
     pub(super) oom: Arc<AtomicBool>,
     pub(super) oom_watch: Option<tokio::task::JoinHandle<()>>,
+    /// When its creation began (after the slot was free).
+    pub(super) started_at: Instant,
 }
 
 /// Watches `docker`'s events for out-of-memory kills in container `id`, setting `flag`.
@@ -232,6 +234,63 @@ impl Channel for DockerMachine {
         crate::files::write_atomic(dest, &bytes)
     }
 
+    fn get_many(&mut self, files: &[(String, std::path::PathBuf)], cap: u64) -> Vec<Result<()>> {
+        // Each archive request costs the engine tens of milliseconds (Docker 20.10 re-executes
+        // itself to read a container's files), so one request fetches the whole batch: the
+        // archive of `results/`, from which only the wanted files are kept.
+        let mut results: Vec<Option<Result<()>>> = files.iter().map(|_| None).collect();
+        let wanted: Vec<&str> = files.iter().map(|(src, _)| src.as_str()).collect();
+        if let Some(bad) = wanted.iter().find(|w| !crate::files::is_plain_relative(w)) {
+            return files
+                .iter()
+                .map(|_| Err(anyhow::anyhow!("refusing machine path {bad:?}")))
+                .collect();
+        }
+        let stream = self.docker.download_from_container(
+            &self.id,
+            Some(
+                DownloadFromContainerOptionsBuilder::new()
+                    .path(&format!("{WORKDIR}/results"))
+                    .build(),
+            ),
+        );
+        // The batch may stream past other files: bound the whole archive, not just each file.
+        let reader = StreamReader {
+            runtime: self.runtime.clone(),
+            stream: Box::pin(stream),
+            pending: bytes::Bytes::new(),
+            left: cap.saturating_mul(files.len() as u64 + 4) + (64 << 20),
+        };
+        let outcome = archive::wanted_files(reader, &wanted, cap, |index, contents| {
+            results[index] = Some(
+                contents.and_then(|bytes| crate::files::write_atomic(&files[index].1, &bytes)),
+            );
+        });
+        let (missing_why, missing) = match outcome {
+            Ok(missing) => ("no such file on the machine".to_string(), missing),
+            Err(e) => (format!("{e:#}"), Vec::new()),
+        };
+        for index in missing {
+            results[index] = Some(Err(anyhow::anyhow!("{}: {missing_why}", wanted[index])));
+        }
+        results
+            .into_iter()
+            .zip(&wanted)
+            .map(|(result, name)| {
+                result.unwrap_or_else(|| {
+                    Err(anyhow::anyhow!(
+                        "copying {name} back from {}: {missing_why}",
+                        self.name
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    fn batch_copies(&self) -> bool {
+        true
+    }
+
     fn dispose(&mut self, keep: bool) -> Result<Option<String>> {
         self.disposed = true;
         self.slot.take();
@@ -286,6 +345,10 @@ impl Channel for DockerMachine {
             ));
         }
         None
+    }
+
+    fn started_at(&self) -> Option<Instant> {
+        Some(self.started_at)
     }
 
     fn provenance(&self) -> serde_json::Value {

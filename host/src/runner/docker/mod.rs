@@ -214,6 +214,7 @@ impl Runner for DockerRunner {
 
     fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>> {
         let slot = self.slots.acquire();
+        let started_at = Instant::now();
         let context = &self.contexts[slot.index];
         let image = self.image_on(slot.index, request.note)?;
         let run = request.run_id.get(..24).unwrap_or(request.run_id);
@@ -271,6 +272,7 @@ impl Runner for DockerRunner {
             disposed: false,
             oom: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             oom_watch: None,
+            started_at,
         };
         machine.oom_watch = Some(machine::watch_oom(
             self.runtime.handle(),
