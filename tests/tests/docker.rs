@@ -279,7 +279,7 @@ fn a_container_that_vanishes_mid_run_leaves_missing_trials_that_resume_collects(
         .as_array()
         .unwrap()
         .len();
-    assert!(missing >= 1 && missing < 10, "{missing}");
+    assert!((1..10).contains(&missing), "{missing}");
 
     let config = eval.config();
     let mut args = vec![
