@@ -257,10 +257,10 @@ pub fn run_shard(
                 settings.silence.as_secs()
             ));
         }
-        if copies
-            .first()
-            .is_some_and(|c| c.since.elapsed() > COPY_DELAY)
-        {
+        // Copy back what is due: everything at once, or a batch when full or old enough.
+        if copies.first().is_some_and(|c| {
+            !batched || copies.len() >= COPY_BATCH || c.since.elapsed() > COPY_DELAY
+        }) {
             copy_back(
                 channel,
                 &mut copies,
@@ -388,17 +388,6 @@ pub fn run_shard(
                     error,
                     since: Instant::now(),
                 });
-                if !batched || copies.len() >= COPY_BATCH {
-                    copy_back(
-                        channel,
-                        &mut copies,
-                        run_dir,
-                        settings,
-                        &mut report,
-                        progress,
-                        false,
-                    );
-                }
             }
             WorkerMessage::Done { cleanup, .. } => {
                 done = Some(cleanup);
