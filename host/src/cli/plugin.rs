@@ -4,10 +4,11 @@ use super::{scaffold, Exit};
 use crate::eval::trial::{CaseRecord, TrialRecord};
 use crate::files::read_input;
 use crate::home::Home;
+use crate::plugin::capabilities::GrantLists;
 use crate::plugin::check::CheckReport;
-use crate::plugin::installed::{InstallStore, InstalledPlugin};
+use crate::plugin::installed::{InstallStore, InstalledPlugin, PluginSource};
 use crate::plugin::loaded::FailedStep;
-use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost, Secret};
+use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
@@ -141,28 +142,16 @@ pub(crate) struct SandboxArgs {
 
 impl SandboxArgs {
     pub(crate) fn grants(&self) -> Result<Grants> {
-        let mut grants = Grants {
-            exec: self.allow_exec.iter().cloned().collect(),
-            http: self.allow_http.iter().cloned().collect(),
-            models: self.allow_model.iter().cloned().collect(),
-            ..Grants::default()
-        };
-        for dir in &self.allow_read {
-            let canonical = dir
-                .canonicalize()
-                .with_context(|| format!("--allow-read {}: no such directory", dir.display()))?;
-            if !canonical.is_dir() {
-                bail!("--allow-read {}: not a directory", dir.display());
-            }
-            grants.read_dirs.push(canonical);
-        }
-        for name in &self.allow_secret {
-            let value = std::env::var(name).with_context(|| {
-                format!("--allow-secret {name}: the environment variable {name} is not set")
-            })?;
-            grants.secrets.insert(name.clone(), Secret::new(value));
-        }
-        Ok(grants)
+        Grants::from_lists(
+            GrantLists {
+                exec: &self.allow_exec,
+                http: &self.allow_http,
+                models: &self.allow_model,
+                read_dirs: &self.allow_read,
+                secrets: &self.allow_secret,
+            },
+            |list| format!("--allow-{list}"),
+        )
     }
 
     pub(crate) fn limits(&self) -> Result<Limits> {
@@ -193,38 +182,14 @@ fn store(home: &Home) -> InstallStore {
 }
 
 /// A plugin named on the command line: a file, else an installed plugin.
-enum PluginSource {
-    File(PathBuf),
-    Installed(Box<InstalledPlugin>),
-}
-
-impl PluginSource {
-    fn find(home: &Home, spec: &str) -> Result<Self> {
-        let path = Path::new(spec);
-        if path.exists() || spec.ends_with(".wasm") {
-            return Ok(PluginSource::File(path.to_path_buf()));
-        }
-        store(home)
-            .find(spec)
-            .map(|p| PluginSource::Installed(Box::new(p)))
-            .with_context(|| format!("`{spec}` is neither a file nor an installed plugin"))
-    }
-
-    fn bytes_and_label(&self) -> Result<(Vec<u8>, String)> {
-        match self {
-            PluginSource::File(path) => Ok((read_input(path)?, path.display().to_string())),
-            PluginSource::Installed(plugin) => Ok((
-                plugin.read_verified()?,
-                format!("{}@{}", plugin.manifest.name, plugin.manifest.version),
-            )),
-        }
-    }
+fn source(home: &Home, spec: &str) -> Result<PluginSource> {
+    PluginSource::find(&store(home), Path::new(""), spec)
 }
 
 /// Loads a plugin; a failed load becomes an error with check's exit code (2 unreadable, 1
 /// incompatible).
 fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> {
-    let (bytes, label) = PluginSource::find(home, spec)?.bytes_and_label()?;
+    let (bytes, label) = source(home, spec)?.read()?;
     LoadedPlugin::load(
         &host(home)?,
         &bytes,
@@ -315,7 +280,7 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
             }
             Ok(0)
         }
-        PluginCommand::Info { plugin, json } => match PluginSource::find(home, &plugin)? {
+        PluginCommand::Info { plugin, json } => match source(home, &plugin)? {
             PluginSource::File(path) => {
                 let report = check(home, &path)?;
                 if json {

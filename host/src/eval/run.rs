@@ -7,7 +7,7 @@ use super::dataset::{self, DatasetPlugins};
 use super::plan::{self, shard_of};
 use crate::grade::{self, GraderPlugins, Judge, TrialGrade};
 use crate::home::Home;
-use crate::plugin::installed::InstallStore;
+use crate::plugin::installed::{InstallStore, PluginSource};
 use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost, Secret};
 use crate::results::{self, Filters, Phase, PluginRecord, RunDir, RunRecord, Summary};
 use crate::runner::{self, RunnerOptions};
@@ -65,13 +65,7 @@ impl Plugins {
         limits: Limits,
         granted: serde_json::Value,
     ) -> Result<()> {
-        let path = base.join(reference);
-        let (bytes, label) = if reference.ends_with(".wasm") || path.is_file() {
-            (crate::files::read_input(&path)?, path.display().to_string())
-        } else {
-            let installed = self.store.find(reference)?;
-            (installed.read_verified()?, reference.to_string())
-        };
+        let (bytes, label) = PluginSource::find(&self.store, base, reference)?.read()?;
         let plugin = LoadedPlugin::load(&self.host, &bytes, &label, grants, limits)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let plugin = Arc::new(plugin);
@@ -117,26 +111,17 @@ impl GraderPlugins for Plugins {
 }
 
 fn grants_from(config: &super::config::PluginConfig, base: &Path) -> Result<Grants> {
-    let mut grants = Grants {
-        exec: config.allow_exec.iter().cloned().collect(),
-        http: config.allow_http.iter().cloned().collect(),
-        models: config.allow_model.iter().cloned().collect(),
-        ..Grants::default()
-    };
-    for dir in &config.allow_read {
-        grants.read_dirs.push(
-            base.join(dir)
-                .canonicalize()
-                .with_context(|| format!("allowRead {dir}: no such directory"))?,
-        );
-    }
-    for name in &config.allow_secret {
-        let value = std::env::var(name).with_context(|| {
-            format!("allowSecret {name}: the environment variable {name} is not set")
-        })?;
-        grants.secrets.insert(name.clone(), Secret::new(value));
-    }
-    Ok(grants)
+    let read_dirs: Vec<PathBuf> = config.allow_read.iter().map(|d| base.join(d)).collect();
+    Grants::from_lists(
+        crate::plugin::capabilities::GrantLists {
+            exec: &config.allow_exec,
+            http: &config.allow_http,
+            models: &config.allow_model,
+            read_dirs: &read_dirs,
+            secrets: &config.allow_secret,
+        },
+        |list| format!("allow{}{}", list[..1].to_uppercase(), &list[1..]),
+    )
 }
 
 /// The git commit and dirty flag of the repository holding `dir`, when it is one.

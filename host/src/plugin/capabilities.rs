@@ -88,6 +88,55 @@ pub struct Grants {
     pub secrets: BTreeMap<String, Secret>,
 }
 
+/// The operator's grant lists as given, before they are checked.
+#[derive(Debug, Clone, Copy)]
+pub struct GrantLists<'a> {
+    pub exec: &'a [String],
+    pub http: &'a [String],
+    pub models: &'a [String],
+    /// Directories, already resolved against where they were written.
+    pub read_dirs: &'a [PathBuf],
+    /// Names of environment variables whose values are granted as secrets.
+    pub secrets: &'a [String],
+}
+
+impl Grants {
+    /// Checks the lists and builds the grants: every directory must exist, every secret must be
+    /// set. `spell(list)` names a list in errors as the operator wrote it (`--allow-read` on
+    /// the command line, `allowRead` in a config) for the lists `read` and `secret`.
+    pub fn from_lists(
+        lists: GrantLists<'_>,
+        spell: impl Fn(&str) -> String,
+    ) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let mut grants = Grants {
+            exec: lists.exec.iter().cloned().collect(),
+            http: lists.http.iter().cloned().collect(),
+            models: lists.models.iter().cloned().collect(),
+            ..Grants::default()
+        };
+        for dir in lists.read_dirs {
+            let canonical = dir.canonicalize().with_context(|| {
+                format!("{} {}: no such directory", spell("read"), dir.display())
+            })?;
+            if !canonical.is_dir() {
+                anyhow::bail!("{} {}: not a directory", spell("read"), dir.display());
+            }
+            grants.read_dirs.push(canonical);
+        }
+        for name in lists.secrets {
+            let value = std::env::var(name).with_context(|| {
+                format!(
+                    "{} {name}: the environment variable {name} is not set",
+                    spell("secret")
+                )
+            })?;
+            grants.secrets.insert(name.clone(), Secret::new(value));
+        }
+        Ok(grants)
+    }
+}
+
 /// One program a plugin may run, with the argument patterns it declared.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExecGrant {

@@ -250,3 +250,40 @@ impl InstallStore {
         Ok(doomed)
     }
 }
+
+/// Where a plugin named on the command line or in a config comes from.
+pub enum PluginSource {
+    /// A `.wasm` file.
+    File(PathBuf),
+    /// An installed plugin.
+    Installed(Box<InstalledPlugin>),
+}
+
+impl PluginSource {
+    /// Resolves `reference`: an existing path (relative to `base`) or a name ending in `.wasm`
+    /// is a file; anything else is an installed plugin's name.
+    pub fn find(store: &InstallStore, base: &Path, reference: &str) -> Result<Self> {
+        let path = base.join(reference);
+        if path.exists() || reference.ends_with(".wasm") {
+            return Ok(PluginSource::File(path));
+        }
+        store
+            .find(reference)
+            .map(|p| PluginSource::Installed(Box::new(p)))
+            .with_context(|| format!("`{reference}` is neither a file nor an installed plugin"))
+    }
+
+    /// The plugin's bytes (an installed plugin's verified against its digest) and a label for
+    /// messages: the file's path, or `name@version`.
+    pub fn read(&self) -> Result<(Vec<u8>, String)> {
+        match self {
+            PluginSource::File(path) => {
+                Ok((crate::files::read_input(path)?, path.display().to_string()))
+            }
+            PluginSource::Installed(plugin) => Ok((
+                plugin.read_verified()?,
+                format!("{}@{}", plugin.manifest.name, plugin.manifest.version),
+            )),
+        }
+    }
+}
