@@ -517,3 +517,81 @@ fn sigterm_stops_the_shards_and_removes_the_containers() {
     assert_ne!(out.code, 0, "{}", out.stderr);
     assert!(containers_of(&a, &id).is_empty(), "{}", out.stderr);
 }
+
+#[test]
+fn an_image_runner_plugin_gets_containers_the_host_hardens() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let plugin = mst_tests::plugin("image-runner.wasm");
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 4, 30);
+    let image = format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION"));
+    let context = format!("context={a}");
+    let run = eval.run(
+        &mst,
+        &[
+            "--plugin",
+            s(&plugin),
+            "--runner",
+            "mst/runner/image",
+            "--runner-option",
+            &image,
+            "--runner-option",
+            &context,
+            "--runner-option",
+            "memoryMb=128",
+            "--runner-option",
+            "keep=always",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("docker-e2e").join("run.json"));
+    let machine = &record["machines"][0];
+    assert_eq!(
+        machine["placement"]["plugin"]["name"], "mst/runner/image",
+        "{machine}"
+    );
+    let names = containers_of(&a, &run_id(&eval));
+    assert_eq!(names.len(), 1, "{names:?}");
+    let inspect: Value = serde_json::from_str(&docker(&a, &["inspect", &names[0]])).unwrap();
+    let host = &inspect[0]["HostConfig"];
+    assert_eq!(host["Privileged"], false);
+    assert_eq!(host["CapDrop"], json!(["ALL"]));
+    assert_eq!(host["Memory"], 128 << 20);
+    let security = host["SecurityOpt"].to_string();
+    assert!(security.contains("no-new-privileges"), "{security}");
+    assert!(security.contains("seccomp"), "{security}");
+    let labels = &inspect[0]["Config"]["Labels"];
+    assert_eq!(labels["org.example.team"], "evals", "the plugin's label");
+    assert!(labels["mst.owner.pid"].is_string(), "mst's own labels");
+    docker(&a, &["rm", "-f", &names[0]]);
+
+    // What the plugin's schema or the host's hardening refuses stops the run before any container.
+    for (option, says) in [
+        ("privileged=true", "privileged"),
+        ("network=host", "not allowed"),
+    ] {
+        let refused = eval.run(
+            &mst,
+            &[
+                "--plugin",
+                s(&plugin),
+                "--runner",
+                "mst/runner/image",
+                "--runner-option",
+                &image,
+                "--runner-option",
+                &context,
+                "--runner-option",
+                option,
+            ],
+        );
+        assert_ne!(refused.code, 0, "{option}");
+        assert!(
+            refused.stderr.contains(says),
+            "{option}: {}",
+            refused.stderr
+        );
+    }
+}

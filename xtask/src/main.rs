@@ -32,6 +32,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("grader-regex", "regex.wasm"),
     ("grader-json", "json.wasm"),
     ("dataset-jsonl", "jsonl.wasm"),
+    ("runner-image", "image-runner.wasm"),
     ("fixture-hostile", "fixtures/hostile.wasm"),
     ("fixture-core-module", "fixtures/core-module.wasm"),
     ("fixture-future-major", "fixtures/future-major.wasm"),

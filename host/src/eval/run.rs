@@ -288,7 +288,9 @@ pub fn run(
     )?;
     let runs_dir = results::eval_runs_dir(&request.results_base, &config.name);
     let runner_options = RunnerOptions::parse(&request.runner_options)?;
-    let runner = runner::runner(&request.runner, &runner_options)?;
+    let runner = runner::runner(&request.runner, &runner_options, &|name| {
+        plugins.find(name).ok()
+    })?;
 
     let (dir, mut record) = match &request.resume {
         Some(run_id) => {

@@ -62,3 +62,7 @@ pub use grader::mst::plugin::types::{
     Capability as WitCapability, Case, CustomEvent, ErrorCode, EventKind, ExecRequest, Message,
     PluginError, PluginInfo, Score, ToolCall, ToolResult, Trace, TraceEvent, Trial, TrialStatus,
 };
+
+pub use runner::exports::mst::plugin::machines::{
+    CommandChannel, ContainerSpec, Machine, MachineSpec, RunnerInfo, Shard,
+};

@@ -584,6 +584,60 @@ impl LoadedPlugin {
         result.map_err(|e| self.plugin_error(e))
     }
 
+    /// Runs `f` on a runner plugin's `machines` interface in a fresh instance.
+    fn machines<R>(
+        &self,
+        what: &str,
+        f: impl FnOnce(
+            &bindings::runner::exports::mst::plugin::machines::Guest,
+            &mut Store<State>,
+        ) -> wasmtime::Result<Result<R, PluginError>>,
+    ) -> Result<R, CallError> {
+        let result = self.call(|world, store| match world {
+            WorldPre::Runner(pre) => {
+                let instance = pre.instantiate(&mut *store)?;
+                f(instance.mst_plugin_machines(), store)
+            }
+            _ => Err(wasmtime::Error::msg(format!(
+                "a {} plugin cannot {what}",
+                self.kind
+            ))),
+        })?;
+        result.map_err(|e| self.plugin_error(e))
+    }
+
+    /// A runner plugin's static facts.
+    pub fn runner_info(&self) -> Result<bindings::RunnerInfo, CallError> {
+        self.machines("describe a runner", |machines, store| {
+            machines.call_info(store).map(Ok)
+        })
+    }
+
+    /// Lets a runner plugin validate its options (JSON text) before any machine exists.
+    pub fn check_runner_options(&self, options: &str) -> Result<(), CallError> {
+        self.machines("check runner options", |machines, store| {
+            machines.call_check_options(store, options)
+        })
+    }
+
+    /// Asks a runner plugin for the machine of one shard.
+    pub fn create_machine(
+        &self,
+        shard: &bindings::Shard,
+        options: &str,
+    ) -> Result<bindings::Machine, CallError> {
+        self.machines("create machines", |machines, store| {
+            machines.call_create_machine(store, shard, options)
+        })
+    }
+
+    /// Tells a runner plugin to release a machine (or keep it, with `keep`).
+    pub fn dispose_machine(&self, id: &str, keep: bool) -> Result<(), CallError> {
+        self.machines("dispose of machines", |machines, store| {
+            machines.call_dispose_machine(store, id, keep)
+        })
+    }
+
     /// The file name or path it was loaded from.
     pub fn label(&self) -> &str {
         &self.label

@@ -6,11 +6,13 @@
 //!   subprocess, through the same channel code as every remote runner.
 //! - [`docker`]: the built-in runner that runs each shard in a hardened container on one or
 //!   more Docker hosts.
+//! - [`plugin`]: runners provided by WebAssembly components (the `runner` world).
 //! - [`worker_binary`]: the static mst a runner places on machines that have none.
 
 pub mod channel;
 pub mod docker;
 pub mod local;
+pub mod plugin;
 pub mod worker_binary;
 
 use anyhow::{bail, Result};
@@ -100,12 +102,29 @@ pub trait Runner: Sync {
     fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>>;
 }
 
-/// The runner called `name`, validated against its options.
-pub fn runner(name: &str, options: &RunnerOptions) -> Result<Box<dyn Runner>> {
+/// The runner called `name`, validated against its options: `local`, `docker`, or a runner
+/// plugin that `plugins` finds by name (loaded with `--plugin`, or installed).
+pub fn runner(
+    name: &str,
+    options: &RunnerOptions,
+    plugins: &dyn Fn(&str) -> Option<std::sync::Arc<crate::plugin::LoadedPlugin>>,
+) -> Result<Box<dyn Runner>> {
     let runner: Box<dyn Runner> = match name {
         "local" => Box::new(local::LocalRunner::new(&options.rest)?),
         "docker" => Box::new(docker::DockerRunner::new(&options.rest)?),
-        other => bail!("unknown runner `{other}`; this build has the `local` and `docker` runners"),
+        other => match plugins(other) {
+            Some(found) if found.kind() == crate::plugin::Kind::Runner => {
+                Box::new(plugin::PluginRunner::new(found, &options.rest)?)
+            }
+            Some(found) => bail!(
+                "--runner {other}: that is a {} plugin, not a runner",
+                found.kind()
+            ),
+            None => bail!(
+                "unknown runner `{other}`: the built-in runners are `local` and `docker`; a runner \
+                 plugin must be loaded with --plugin FILE or installed with `mst plugin install`"
+            ),
+        },
     };
     if options.shards > runner.max_shards() {
         bail!(
@@ -134,10 +153,11 @@ mod tests {
         assert!(RunnerOptions::parse(&["shards=0".into()]).is_err());
         assert!(RunnerOptions::parse(&["keep".into()]).is_err());
         let two = RunnerOptions::parse(&["shards=2".into()]).unwrap();
-        let err = runner("local", &two)
+        let err = runner("local", &two, &|_| None)
             .err()
             .expect("two local shards are refused");
         assert!(err.to_string().contains("at most 1"), "{err}");
-        assert!(runner("nope", &two).is_err());
+        let err = runner("nope", &two, &|_| None).err().expect("unknown");
+        assert!(err.to_string().contains("--plugin FILE"), "{err}");
     }
 }

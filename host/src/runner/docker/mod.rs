@@ -84,6 +84,8 @@ pub struct DockerRunner {
     images: Vec<Mutex<Option<WorkerImage>>>,
     owner: Owner,
     plan: Vec<String>,
+    /// Labels a runner plugin asked for; mst's own labels always win.
+    extra_labels: Vec<(String, String)>,
 }
 
 /// A runtime for Docker API calls, driven from the shard threads.
@@ -125,7 +127,15 @@ impl DockerRunner {
             contexts,
             owner,
             plan,
+            extra_labels: Vec::new(),
         })
+    }
+
+    /// Adds labels to every container (a runner plugin's); mst's own labels cannot be
+    /// overridden.
+    pub fn with_labels(mut self, labels: Vec<(String, String)>) -> Self {
+        self.extra_labels = labels;
+        self
     }
 
     /// The image shards on host `index` run, resolved on first use.
@@ -224,7 +234,13 @@ impl Runner for DockerRunner {
             request.shard,
             image::rand_suffix()
         );
-        let mut labels = self.owner.labels();
+        let mut labels: HashMap<String, String> = self
+            .extra_labels
+            .iter()
+            .filter(|(k, _)| !k.starts_with("mst.") && !k.starts_with("org.mst."))
+            .cloned()
+            .collect();
+        labels.extend(self.owner.labels());
         labels.insert(owner::RUN.into(), request.run_id.to_string());
         labels.insert(owner::SHARD.into(), request.shard.to_string());
         let body = hardening::container_body(

@@ -1,0 +1,256 @@
+//! Runner plugins: a WebAssembly component describes each shard's machine and the host makes
+//! it. A container spec is created and hardened by the Docker runner's own code (the spec has
+//! nowhere to ask for privileges, host mounts or capabilities, and its network and limits go
+//! through the same checks as `--runner docker` options). The host keeps the protocol, tokens,
+//! limits, copy-back and clean-up.
+
+use super::channel::{Channel, Process};
+use super::docker::DockerRunner;
+use super::{MachineRequest, Runner};
+use crate::plugin::bindings::{Machine, MachineSpec, Shard};
+use crate::plugin::LoadedPlugin;
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// A runner provided by a plugin.
+pub struct PluginRunner {
+    plugin: Arc<LoadedPlugin>,
+    /// The runner options as the JSON object the plugin receives.
+    options: String,
+    max_shards: u32,
+    /// Docker runners by the container settings they serve, made on first use.
+    docker: Mutex<BTreeMap<String, Arc<DockerRunner>>>,
+}
+
+/// `key=value` options as a JSON object: values that parse as JSON numbers or booleans become
+/// those, everything else stays a string.
+pub fn options_json(options: &BTreeMap<String, String>) -> serde_json::Value {
+    options
+        .iter()
+        .map(|(key, value)| {
+            let parsed = match serde_json::from_str::<serde_json::Value>(value) {
+                Ok(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => v,
+                _ => serde_json::Value::String(value.clone()),
+            };
+            (key.clone(), parsed)
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+impl PluginRunner {
+    /// Checks the options against the plugin's schema, then with the plugin itself.
+    pub fn new(plugin: Arc<LoadedPlugin>, options: &BTreeMap<String, String>) -> Result<Self> {
+        let name = plugin.info().name.clone();
+        let json = options_json(options);
+        if let Some(schema) = &plugin.info().options_schema {
+            let validator = jsonschema::validator_for(schema).map_err(|e| {
+                anyhow::anyhow!("runner plugin `{name}` has a bad options schema: {e}")
+            })?;
+            let errors: Vec<String> = validator
+                .iter_errors(&json)
+                .map(|e| format!("{e} at `{}`", e.instance_path()))
+                .collect();
+            if !errors.is_empty() {
+                bail!(
+                    "--runner-option for `{name}`: {} (the plugin's options schema: `mst plugin info {name}`)",
+                    errors.join("; ")
+                );
+            }
+        }
+        let text = json.to_string();
+        plugin
+            .check_runner_options(&text)
+            .with_context(|| format!("--runner-option for `{name}`"))?;
+        let max_shards = plugin
+            .runner_info()
+            .with_context(|| format!("runner plugin `{name}`"))?
+            .max_shards
+            .unwrap_or(u32::MAX);
+        Ok(PluginRunner {
+            plugin,
+            options: text,
+            max_shards,
+            docker: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// The Docker runner for a container spec's settings, validated like `--runner docker`
+    /// options.
+    fn docker_for(
+        &self,
+        spec: &crate::plugin::bindings::ContainerSpec,
+    ) -> Result<Arc<DockerRunner>> {
+        if !spec.env_names.is_empty() {
+            bail!(
+                "its container spec asks for environment variables ({}); the host passes none \
+                 yet: secrets travel over the worker's stdin, never in the environment",
+                spec.env_names.join(", ")
+            );
+        }
+        let mut options = BTreeMap::from([("image".to_string(), spec.image.clone())]);
+        if let Some(context) = &spec.context {
+            options.insert("contexts".into(), context.clone());
+        }
+        if let Some(bytes) = spec.memory_bytes {
+            options.insert("memory".into(), bytes.to_string());
+        }
+        if let Some(cpus) = spec.cpus {
+            options.insert("cpus".into(), cpus.to_string());
+        }
+        if let Some(network) = &spec.network {
+            options.insert("network".into(), network.clone());
+        }
+        let key = format!("{options:?}{:?}", spec.labels);
+        let mut docker = self.docker.lock().expect("docker runners");
+        if let Some(runner) = docker.get(&key) {
+            return Ok(runner.clone());
+        }
+        let runner = Arc::new(DockerRunner::new(&options)?.with_labels(spec.labels.clone()));
+        docker.insert(key, runner.clone());
+        Ok(runner)
+    }
+}
+
+impl Runner for PluginRunner {
+    fn name(&self) -> &str {
+        &self.plugin.info().name
+    }
+
+    fn max_shards(&self) -> u32 {
+        self.max_shards
+    }
+
+    fn plan(&self) -> Vec<String> {
+        let info = self.plugin.info();
+        vec![format!(
+            "runner plugin {} {} (sha256 {})",
+            info.name,
+            info.version,
+            &self.plugin.digest()[..12]
+        )]
+    }
+
+    fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>> {
+        let name = self.name().to_string();
+        let shard = Shard {
+            index: request.shard,
+            count: request.shards,
+            run_id: request.run_id.to_string(),
+        };
+        let Machine {
+            id,
+            spec,
+            description,
+        } = self
+            .plugin
+            .create_machine(&shard, &self.options)
+            .with_context(|| format!("runner plugin `{name}`: create-machine"))?;
+        let inner = match &spec {
+            MachineSpec::Container(spec) => self
+                .docker_for(spec)
+                .and_then(|docker| docker.create_machine(request))
+                .with_context(|| format!("runner plugin `{name}` ({description})")),
+            MachineSpec::Command(_) => Err(anyhow::anyhow!(
+                "runner plugin `{name}` returned a command channel, which this mst does not run yet"
+            )),
+        };
+        let inner = match inner {
+            Ok(inner) => inner,
+            Err(e) => {
+                // The plugin may have reserved something: give it back.
+                let _ = self.plugin.dispose_machine(&id, false);
+                return Err(e);
+            }
+        };
+        Ok(Box::new(PluginMachine {
+            inner,
+            plugin: self.plugin.clone(),
+            id,
+            description,
+        }))
+    }
+}
+
+/// A machine a plugin described: the host's channel, plus the plugin's handle to release.
+struct PluginMachine {
+    inner: Box<dyn Channel>,
+    plugin: Arc<LoadedPlugin>,
+    id: String,
+    description: String,
+}
+
+impl Channel for PluginMachine {
+    fn describe(&self) -> String {
+        format!("{} via {}", self.inner.describe(), self.description)
+    }
+    fn put(&mut self, src: &Path, dest: &str) -> Result<()> {
+        self.inner.put(src, dest)
+    }
+    fn exec(&mut self, argv: &[String]) -> Result<Process> {
+        self.inner.exec(argv)
+    }
+    fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()> {
+        self.inner.get(src, dest, cap)
+    }
+    fn get_many(&mut self, files: &[(String, std::path::PathBuf)], cap: u64) -> Vec<Result<()>> {
+        self.inner.get_many(files, cap)
+    }
+    fn batch_copies(&self) -> bool {
+        self.inner.batch_copies()
+    }
+    fn dispose(&mut self, keep: bool) -> Result<Option<String>> {
+        let kept = self.inner.dispose(keep);
+        self.plugin
+            .dispose_machine(&self.id, keep)
+            .with_context(|| {
+                format!(
+                    "runner plugin `{}`: dispose-machine",
+                    self.plugin.info().name
+                )
+            })?;
+        kept
+    }
+    fn diagnose(&mut self) -> Option<String> {
+        self.inner.diagnose()
+    }
+    fn started_at(&self) -> Option<std::time::Instant> {
+        self.inner.started_at()
+    }
+    fn provenance(&self) -> serde_json::Value {
+        let mut value = self.inner.provenance();
+        if let Some(map) = value.as_object_mut() {
+            map.insert(
+                "plugin".into(),
+                serde_json::json!({
+                    "name": self.plugin.info().name,
+                    "version": self.plugin.info().version,
+                    "digest": self.plugin.digest(),
+                    "machine": self.id,
+                }),
+            );
+        }
+        value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn option_values_keep_their_json_types() {
+        let options = BTreeMap::from([
+            ("image".to_string(), "acme/agents:7".to_string()),
+            ("memoryMb".to_string(), "512".to_string()),
+            ("spot".to_string(), "true".to_string()),
+            ("tag".to_string(), "[1]".to_string()),
+        ]);
+        assert_eq!(
+            options_json(&options),
+            serde_json::json!({"image": "acme/agents:7", "memoryMb": 512, "spot": true, "tag": "[1]"})
+        );
+    }
+}
