@@ -571,6 +571,7 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     for (option, says) in [
         ("privileged=true", "privileged"),
         ("network=host", "not allowed"),
+        ("context=tcp://127.0.0.1:2375", "not a network"),
     ] {
         let refused = eval.run(
             &mst,

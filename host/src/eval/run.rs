@@ -488,7 +488,8 @@ pub fn run(
                             coordinator::ShardEnd::Lost(why) => {
                                 coordinator::ShardEnd::Lost(format!("{diagnosis} ({why})"))
                             }
-                            _ => {
+                            coordinator::ShardEnd::Done
+                            | coordinator::ShardEnd::DoneCleanupFailed => {
                                 let moved = failed_trials_to_infra(
                                     &dir.root,
                                     &report.collected,
@@ -499,6 +500,8 @@ pub fn run(
                                      whose client failed count as infrastructure failures"
                                 ))
                             }
+                            // Cancelled or refused at hello: that is the cause.
+                            other => other.clone(),
                         };
                     }
                     let failed = report.ended != coordinator::ShardEnd::Done;

@@ -92,6 +92,15 @@ impl PluginRunner {
         }
         let mut options = BTreeMap::from([("image".to_string(), spec.image.clone())]);
         if let Some(context) = &spec.context {
+            // The bundle and tokens go wherever the context points: a plugin may name a context
+            // the operator configured, or a local socket, never a network address of its own.
+            if context.contains("://") && !context.starts_with("unix://") {
+                bail!(
+                    "its container spec names the Docker endpoint {context:?}; a runner plugin may \
+                     name a docker context (configured by you) or a unix:// socket, not a network \
+                     address"
+                );
+            }
             options.insert("contexts".into(), context.clone());
         }
         if let Some(bytes) = spec.memory_bytes {
@@ -202,16 +211,19 @@ impl Channel for PluginMachine {
         self.inner.batch_copies()
     }
     fn dispose(&mut self, keep: bool) -> Result<Option<String>> {
-        let kept = self.inner.dispose(keep);
-        self.plugin
-            .dispose_machine(&self.id, keep)
-            .with_context(|| {
-                format!(
-                    "runner plugin `{}`: dispose-machine",
-                    self.plugin.info().name
-                )
-            })?;
-        kept
+        // The plugin releases its side even when the host's side failed.
+        let inner = self.inner.dispose(keep);
+        let released = self.plugin.dispose_machine(&self.id, keep);
+        let kept = inner?;
+        if let Err(e) = released {
+            // Still say where a kept machine is.
+            let kept = kept.map(|k| format!(" (kept: {k})")).unwrap_or_default();
+            return Err(anyhow::Error::new(e).context(format!(
+                "runner plugin `{}`: dispose-machine{kept}",
+                self.plugin.info().name
+            )));
+        }
+        Ok(kept)
     }
     fn diagnose(&mut self) -> Option<String> {
         self.inner.diagnose()

@@ -268,7 +268,6 @@ pub fn run_shard(
                 settings,
                 &mut report,
                 progress,
-                false,
             );
         }
         // Retry acquisitions that were waiting for room.
@@ -397,10 +396,8 @@ pub fn run_shard(
             }
         }
     };
-    // What is still waiting is copied now; if the machine is gone, those trials stay missing
-    // (a resume runs them again) rather than counting as failures.
+    // What is still waiting is copied now.
     let finished = matches!(ended, ShardEnd::Done | ShardEnd::DoneCleanupFailed);
-    let machine_lost = !finished && !copies.is_empty() && channel.diagnose().is_some();
     copy_back(
         channel,
         &mut copies,
@@ -408,7 +405,6 @@ pub fn run_shard(
         settings,
         &mut report,
         progress,
-        machine_lost,
     );
     if !finished {
         process.handle.kill();
@@ -434,8 +430,8 @@ struct PendingCopy {
 }
 
 /// Copies the traces of `copies` back (the path is ours to decide, never the worker's),
-/// validates them and records each trial's outcome. With `machine_lost`, a trace that cannot be
-/// copied leaves its trial missing instead of failed.
+/// validates them and records each trial's outcome. When copies fail because the machine itself
+/// is gone (its runner says so), those trials stay missing, for a resume, instead of failed.
 fn copy_back(
     channel: &mut dyn Channel,
     copies: &mut Vec<PendingCopy>,
@@ -443,7 +439,6 @@ fn copy_back(
     settings: ShardSettings,
     report: &mut ShardReport,
     progress: &dyn Progress,
-    machine_lost: bool,
 ) {
     if copies.is_empty() {
         return;
@@ -456,6 +451,7 @@ fn copy_back(
         })
         .collect();
     let fetched = channel.get_many(&files, settings.max_trace_bytes);
+    let machine_lost = fetched.iter().any(|f| f.is_err()) && channel.diagnose().is_some();
     for ((copy, (_, dest)), fetched) in copies.drain(..).zip(&files).zip(fetched) {
         let PendingCopy {
             key, status, error, ..

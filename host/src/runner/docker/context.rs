@@ -98,13 +98,14 @@ pub fn resolve_endpoint(name: &str) -> Result<String> {
 /// The context the docker CLI would use now: `DOCKER_HOST`, `DOCKER_CONTEXT`, the config's
 /// `currentContext`, else `default`.
 pub fn current_context() -> String {
+    // As the docker CLI: DOCKER_HOST wins over any context.
+    if std::env::var("DOCKER_HOST").is_ok_and(|h| !h.is_empty()) {
+        return "default".into();
+    }
     if let Ok(context) = std::env::var("DOCKER_CONTEXT") {
         if !context.is_empty() {
             return context;
         }
-    }
-    if std::env::var("DOCKER_HOST").is_ok_and(|h| !h.is_empty()) {
-        return "default".into();
     }
     docker_config_dir()
         .and_then(|d| std::fs::read_to_string(d.join("config.json")).ok())

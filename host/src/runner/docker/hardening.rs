@@ -10,6 +10,8 @@ use std::collections::HashMap;
 pub const SECCOMP_PROFILE: &str = include_str!("../../../../docker/seccomp.json");
 
 /// Where the worker's token directory lives: a tmpfs, so tokens never touch a disk or a layer.
+/// Writable by any user (sticky), so images with a non-root `USER` can use it; the worker's own
+/// token directory inside is 0700.
 pub const TOKEN_TMPFS: &str = "/run/mst";
 
 /// The most processes one container may run.
@@ -42,7 +44,7 @@ pub fn container_body(
             ]),
             tmpfs: Some(HashMap::from([(
                 TOKEN_TMPFS.to_string(),
-                "rw,noexec,nosuid,nodev,size=1m,mode=0700".to_string(),
+                "rw,noexec,nosuid,nodev,size=1m,mode=1777".to_string(),
             )])),
             binds: Some(Vec::new()),
             mounts: Some(Vec::new()),

@@ -188,7 +188,12 @@ async fn derive(docker: &Docker, image: &str, tag: &str, worker: &Path) -> Resul
     let _ = docker
         .remove_container(
             &created.id,
-            Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+            Some(
+                RemoveContainerOptionsBuilder::new()
+                    .force(true)
+                    .v(true)
+                    .build(),
+            ),
         )
         .await;
     result

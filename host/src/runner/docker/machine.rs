@@ -42,6 +42,9 @@ pub struct DockerMachine {
     pub(super) oom_watch: Option<tokio::task::JoinHandle<()>>,
     /// When its creation began (after the slot was free).
     pub(super) started_at: Instant,
+    /// Set when mst itself stopped the container (to end a failed shard), so that stop is not
+    /// reported as the failure's cause.
+    pub(super) stopped_by_us: Arc<AtomicBool>,
 }
 
 /// Watches `docker`'s events for out-of-memory kills in container `id`, setting `flag`.
@@ -106,11 +109,13 @@ struct DockerExec {
     docker: Docker,
     container: String,
     exec: String,
+    stopped_by_us: Arc<AtomicBool>,
 }
 
 impl ProcessHandle for DockerExec {
     fn kill(&mut self) {
         // An exec cannot be signalled on its own; the container is the shard's, so stop it.
+        self.stopped_by_us.store(true, Ordering::Relaxed);
         let _ = self.runtime.block_on(self.docker.kill_container(
             &self.container,
             Some(KillContainerOptionsBuilder::new().signal("KILL").build()),
@@ -200,6 +205,7 @@ impl Channel for DockerMachine {
                 docker: self.docker.clone(),
                 container: self.id.clone(),
                 exec: created.id,
+                stopped_by_us: self.stopped_by_us.clone(),
             }),
         })
     }
@@ -336,7 +342,7 @@ impl Channel for DockerMachine {
                 super::options::mib(self.memory)
             ));
         }
-        if state.running != Some(true) {
+        if state.running != Some(true) && !self.stopped_by_us.load(Ordering::Relaxed) {
             return Some(format!(
                 "container {} on `{}` stopped (exit code {})",
                 self.name,

@@ -189,20 +189,15 @@ async fn remove_orphans(docker: &bollard::Docker, owner: &Owner) -> Result<usize
         if kept || !owner.is_orphan(&labels) {
             continue;
         }
+        // Another run may be removing the same orphan (404, 409): not this run's failure.
         if let Some(id) = container.id {
-            docker
-                .remove_container(
-                    &id,
-                    Some(
-                        RemoveContainerOptionsBuilder::new()
-                            .force(true)
-                            .v(true)
-                            .build(),
-                    ),
-                )
-                .await
-                .with_context(|| format!("removing leftover container {id}"))?;
-            removed += 1;
+            let options = RemoveContainerOptionsBuilder::new()
+                .force(true)
+                .v(true)
+                .build();
+            if docker.remove_container(&id, Some(options)).await.is_ok() {
+                removed += 1;
+            }
         }
     }
     Ok(removed)
@@ -224,9 +219,9 @@ impl Runner for DockerRunner {
 
     fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>> {
         let slot = self.slots.acquire();
-        let started_at = Instant::now();
         let context = &self.contexts[slot.index];
         let image = self.image_on(slot.index, request.note)?;
+        let started_at = Instant::now();
         let run = request.run_id.get(..24).unwrap_or(request.run_id);
         let name = format!(
             "mst-{}-s{}-{}",
@@ -273,7 +268,17 @@ impl Runner for DockerRunner {
                 )
                 .await
             })
-            .map_err(|_| too_slow())?
+            .map_err(|_| {
+                // Docker may have created it after all: remove it by name.
+                let options = RemoveContainerOptionsBuilder::new()
+                    .force(true)
+                    .v(true)
+                    .build();
+                let _ = self
+                    .runtime
+                    .block_on(docker.remove_container(&name, Some(options)));
+                too_slow()
+            })?
             .with_context(|| format!("creating container {name} on `{}`", context.name))?;
         // From here on the machine owns the container: dropping it removes the container.
         let mut machine = machine::DockerMachine {
@@ -289,6 +294,7 @@ impl Runner for DockerRunner {
             oom: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             oom_watch: None,
             started_at,
+            stopped_by_us: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         };
         machine.oom_watch = Some(machine::watch_oom(
             self.runtime.handle(),

@@ -10,6 +10,11 @@ pub const PID: &str = "mst.owner.pid";
 /// Label: that process's start time in clock ticks since boot, so a reused pid is not taken
 /// for the owner.
 pub const STARTED: &str = "mst.owner.started";
+/// Label: the boot of the machine (its kernel's boot id), so two machines that share a host
+/// name, or a machine before and after a reboot, are told apart.
+pub const BOOT: &str = "mst.owner.boot";
+/// Label: the owner's pid namespace, so processes this mst cannot see are not taken for gone.
+pub const PID_NAMESPACE: &str = "mst.owner.pidns";
 /// Label: the run the container belongs to.
 pub const RUN: &str = "mst.run";
 /// Label: the shard it runs.
@@ -19,6 +24,8 @@ pub const SHARD: &str = "mst.shard";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
     pub host: String,
+    pub boot: String,
+    pub pid_namespace: String,
     pub pid: u32,
     pub started: u64,
 }
@@ -29,6 +36,12 @@ impl Owner {
         let pid = std::process::id();
         Owner {
             host: host_name(),
+            boot: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .map(|b| b.trim().to_string())
+                .unwrap_or_default(),
+            pid_namespace: std::fs::read_link("/proc/self/ns/pid")
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             pid,
             started: start_time(pid).unwrap_or(0),
         }
@@ -38,14 +51,24 @@ impl Owner {
     pub fn labels(&self) -> HashMap<String, String> {
         HashMap::from([
             (HOST.to_string(), self.host.clone()),
+            (BOOT.to_string(), self.boot.clone()),
+            (PID_NAMESPACE.to_string(), self.pid_namespace.clone()),
             (PID.to_string(), self.pid.to_string()),
             (STARTED.to_string(), self.started.to_string()),
         ])
     }
 
-    /// Whether a container with `labels` was started by an mst on this host that is gone.
+    /// Whether a container with `labels` was started by an mst that is gone: one on this
+    /// machine, in this boot and this pid namespace, whose process no longer exists. Anything
+    /// this process cannot prove to be an orphan is left alone.
     pub fn is_orphan(&self, labels: &HashMap<String, String>) -> bool {
-        if labels.get(HOST) != Some(&self.host) {
+        let same = |key: &str, ours: &str| {
+            !ours.is_empty() && labels.get(key).map(String::as_str) == Some(ours)
+        };
+        if !same(HOST, &self.host)
+            || !same(BOOT, &self.boot)
+            || !same(PID_NAMESPACE, &self.pid_namespace)
+        {
             return false;
         }
         let Some(pid) = labels.get(PID).and_then(|p| p.parse::<u32>().ok()) else {
@@ -91,9 +114,18 @@ mod tests {
         let mut reused = me.labels();
         reused.insert(STARTED.into(), "1".into());
         assert!(me.is_orphan(&reused), "the pid now names another process");
-        let mut elsewhere = gone.clone();
-        elsewhere.insert(HOST.into(), "another-machine".into());
-        assert!(!me.is_orphan(&elsewhere), "another machine's container");
+        for (key, other) in [
+            (HOST, "another-machine"),
+            (BOOT, "another-boot"),
+            (PID_NAMESPACE, "pid:[1]"),
+        ] {
+            let mut elsewhere = gone.clone();
+            elsewhere.insert(key.into(), other.into());
+            assert!(
+                !me.is_orphan(&elsewhere),
+                "{key}: cannot tell, so left alone"
+            );
+        }
         assert!(!me.is_orphan(&HashMap::new()));
     }
 }
