@@ -528,23 +528,16 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 4, 30);
     let image = format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION"));
     let context = format!("context={a}");
-    let run = eval.run(
-        &mst,
-        &[
-            "--plugin",
-            s(&plugin),
-            "--runner",
-            "mst/runner/image",
-            "--runner-option",
-            &image,
-            "--runner-option",
-            &context,
-            "--runner-option",
-            "memoryMb=128",
-            "--runner-option",
-            "keep=always",
-        ],
-    );
+    // `mst run` with the image runner plugin, its image and context, and `extra` options.
+    let run_with = |extra: &[&str]| {
+        let mut args = vec!["--plugin", s(&plugin), "--runner", "mst/runner/image"];
+        for option in [image.as_str(), context.as_str()].iter().chain(extra) {
+            args.extend(["--runner-option", option]);
+        }
+        eval.run(&mst, &args)
+    };
+    // keep=always, so the container can be inspected below.
+    let run = run_with(&["memoryMb=128", "keep=always"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let record = read_json(&eval.run_dir("docker-e2e").join("run.json"));
     let machine = &record["machines"][0];
@@ -573,21 +566,7 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         ("network=host", "not allowed"),
         ("context=tcp://127.0.0.1:2375", "not a network"),
     ] {
-        let refused = eval.run(
-            &mst,
-            &[
-                "--plugin",
-                s(&plugin),
-                "--runner",
-                "mst/runner/image",
-                "--runner-option",
-                &image,
-                "--runner-option",
-                &context,
-                "--runner-option",
-                option,
-            ],
-        );
+        let refused = run_with(&[option]);
         assert_ne!(refused.code, 0, "{option}");
         assert!(
             refused.stderr.contains(says),

@@ -37,7 +37,8 @@ pub(crate) struct RunArgs {
     /// Collect only the trials RUN_ID is missing, into the same run.
     #[arg(long, value_name = "RUN_ID")]
     resume: Option<String>,
-    /// Where machines come from.
+    /// Where machines come from: `local`, `docker`, or a runner plugin's name (loaded with
+    /// --plugin or installed).
     #[arg(long, default_value = "local")]
     runner: String,
     /// A runner option, key=value (`shards`, `keep`, and the runner's own). Repeatable.
