@@ -4,8 +4,11 @@
 //! Build everything first with `cargo xtask test` (or `cargo xtask plugins` and
 //! `cargo build -p mst`); a missing artifact fails the test with that instruction.
 
+pub mod sshd;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -194,4 +197,76 @@ impl Eval {
 /// `n` cases whose expected answer is their input.
 pub fn cases(n: usize) -> Vec<serde_json::Value> {
     (1..=n).map(|i| serde_json::json!({"id": format!("c{i}"), "input": format!("question {i}"), "expected": format!("question {i}")})).collect()
+}
+
+/// An eval named `e2e` whose client runs `command` on `n` cases, two at a time, each
+/// trial capped at `timeout` seconds; it passes when the command exits 0.
+pub fn command_eval(command: serde_json::Value, n: usize, timeout: u32) -> Eval {
+    Eval::new(
+        serde_json::json!({
+            "name": "e2e",
+            "datasets": ["cases.jsonl"],
+            "client": "command",
+            "clientOptions": {"command": command},
+            "judges": [{"assert": "exit-code", "value": 0}],
+            "concurrency": 2,
+            "timeout": timeout
+        }),
+        &cases(n),
+    )
+}
+
+/// Every file below `dir`.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
+            } else {
+                found.push(entry.path());
+            }
+        }
+    }
+    found
+}
+
+/// Waits until the run directory `dir` holds `n` traces, failing the test after `limit`.
+pub fn wait_for_traces(dir: &Path, n: usize, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        let count = walk(dir)
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "json") && p.components().count() > 2)
+            .count();
+        if count >= n {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no {n} traces in {}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The run directory of the only run of eval `name` below `results`, once it exists.
+pub fn wait_for_run(results: &Path, name: &str) -> PathBuf {
+    let started = Instant::now();
+    loop {
+        if let Some(dir) = std::fs::read_dir(results.join(name).join("runs"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+        {
+            return dir.path();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no run started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -3,9 +3,8 @@
 //! vanishes mid-run then `--resume`, out of memory with `keep=failed`, orphan clean-up after a
 //! SIGKILL, and a hostile worker image.
 
-use mst_tests::{cases, read_json, s, Eval, Mst, Run};
+use mst_tests::{command_eval, read_json, s, wait_for_run, wait_for_traces, walk, Eval, Mst, Run};
 use serde_json::{json, Value};
-use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -86,21 +85,6 @@ fn containers_of(endpoint: &str, run_id: &str) -> Vec<String> {
     .collect()
 }
 
-fn command_eval(command: Value, n: usize, timeout: u32) -> Eval {
-    Eval::new(
-        json!({
-            "name": "docker-e2e",
-            "datasets": ["cases.jsonl"],
-            "client": "command",
-            "clientOptions": {"command": command},
-            "judges": [{"assert": "exit-code", "value": 0}],
-            "concurrency": 2,
-            "timeout": timeout
-        }),
-        &cases(n),
-    )
-}
-
 fn docker_run(eval: &Eval, mst: &Mst, options: &[String]) -> Run {
     let mut args = vec!["--runner", "docker"];
     for option in options {
@@ -110,7 +94,7 @@ fn docker_run(eval: &Eval, mst: &Mst, options: &[String]) -> Run {
 }
 
 fn run_id(eval: &Eval) -> String {
-    let dir = eval.run_dir("docker-e2e");
+    let dir = eval.run_dir("e2e");
     dir.file_name().unwrap().to_str().unwrap().to_string()
 }
 
@@ -137,7 +121,7 @@ fn four_shards_over_two_hosts_collect_every_trial() {
         "one capacity line per host: {}",
         run.stderr
     );
-    let dir = eval.run_dir("docker-e2e");
+    let dir = eval.run_dir("e2e");
     let summary = read_json(&dir.join("summary.json"));
     assert_eq!(summary["collect"], "complete", "{summary}");
     assert_eq!(summary["variants"]["default"]["passed"], 16, "{summary}");
@@ -168,59 +152,6 @@ fn four_shards_over_two_hosts_collect_every_trial() {
 }
 
 /// Waits until `path` holds at least `n` trace files.
-fn wait_for_traces(dir: &Path, n: usize, limit: Duration) {
-    let started = Instant::now();
-    loop {
-        let count = walk(dir)
-            .iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "json") && p.components().count() > 2)
-            .count();
-        if count >= n {
-            return;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "no {n} traces in {}",
-            dir.display()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(entry.path());
-            } else {
-                found.push(entry.path());
-            }
-        }
-    }
-    found
-}
-
-/// The run directory of the only run below `results`, once it exists.
-fn wait_for_run(results: &Path) -> std::path::PathBuf {
-    let started = Instant::now();
-    loop {
-        if let Some(dir) = std::fs::read_dir(results.join("docker-e2e/runs"))
-            .ok()
-            .and_then(|mut d| d.next())
-            .and_then(|e| e.ok())
-        {
-            return dir.path();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no run started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Starts `mst run` on `eval` with the docker runner and `options`, in the background; once its
 /// container exists on `endpoint`, returns the process, the run directory and the run id.
 fn start_run(
@@ -249,7 +180,7 @@ fn start_run(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let dir = wait_for_run(&results);
+    let dir = wait_for_run(&results, "e2e");
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();
     let started = Instant::now();
     while containers_of(endpoint, &id).is_empty() {
@@ -341,7 +272,7 @@ fn out_of_memory_is_an_infrastructure_failure_and_keep_failed_keeps_the_containe
         ],
     );
     assert_ne!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let dir = eval.run_dir("docker-e2e");
+    let dir = eval.run_dir("e2e");
     let record = read_json(&dir.join("run.json"));
     let machine = &record["machines"][0];
     assert!(
@@ -442,7 +373,7 @@ head -c 1073741824 /dev/zero | tr '\0' a
         run.stderr
     );
     assert!(run.stderr.contains("is a FIFO"), "{}", run.stderr);
-    let dir = eval.run_dir("docker-e2e");
+    let dir = eval.run_dir("e2e");
     let record = read_json(&dir.join("run.json"));
     assert!(
         record["machines"][0]["ended"]["reason"]
@@ -484,7 +415,7 @@ fn an_image_without_mst_gets_this_msts_static_worker_placed_in_it() {
         &[format!("contexts={b}"), format!("image={base}")],
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let record = read_json(&eval.run_dir("docker-e2e").join("run.json"));
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
     let placement = &record["machines"][0]["placement"];
     assert_eq!(placement["image"], base.as_str(), "{placement}");
     assert_eq!(placement["workerPlaced"], true, "{placement}");
@@ -539,7 +470,7 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     // keep=always, so the container can be inspected below.
     let run = run_with(&["memoryMb=128", "keep=always"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let record = read_json(&eval.run_dir("docker-e2e").join("run.json"));
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
     let machine = &record["machines"][0];
     assert_eq!(
         machine["placement"]["plugin"]["name"], "mst/runner/image",

@@ -53,7 +53,8 @@ struct Plugins {
     host: PluginHost,
     store: InstallStore,
     by_ref: BTreeMap<String, Arc<LoadedPlugin>>,
-    grants: BTreeMap<String, serde_json::Value>,
+    /// Where each plugin (by name) came from, for `run.json`.
+    sources: BTreeMap<String, serde_json::Value>,
 }
 
 impl Plugins {
@@ -63,13 +64,13 @@ impl Plugins {
         base: &Path,
         grants: &Grants,
         limits: Limits,
-        granted: serde_json::Value,
+        source: serde_json::Value,
     ) -> Result<()> {
         let (bytes, label) = PluginSource::find(&self.store, base, reference)?.read()?;
         let plugin = LoadedPlugin::load(&self.host, &bytes, &label, grants, limits)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let plugin = Arc::new(plugin);
-        self.grants.insert(plugin.info().name.clone(), granted);
+        self.sources.insert(plugin.info().name.clone(), source);
         self.by_ref.insert(reference.to_string(), plugin.clone());
         self.by_ref.insert(plugin.info().name.clone(), plugin);
         Ok(())
@@ -92,7 +93,13 @@ impl Plugins {
                 version: p.info().version.clone(),
                 kind: p.kind().to_string(),
                 digest: p.digest().to_string(),
-                granted: self.grants.get(&p.info().name).cloned().unwrap_or_default(),
+                source: self
+                    .sources
+                    .get(&p.info().name)
+                    .cloned()
+                    .unwrap_or_default(),
+                declared: p.info().capabilities.clone(),
+                granted: p.effective_grants().clone(),
             })
             .collect()
     }
@@ -207,16 +214,16 @@ fn prepare(
         host: PluginHost::new(home.cache_dir())?,
         store: InstallStore::new(home.plugins_dir()),
         by_ref: BTreeMap::new(),
-        grants: BTreeMap::new(),
+        sources: BTreeMap::new(),
     };
     for reference in &config.plugins {
         let (path, grants) = match reference {
             PluginRef::Name(name) => (name.clone(), Grants::default()),
             PluginRef::Detailed(detail) => (detail.path.clone(), grants_from(detail, &base)?),
         };
-        let granted = serde_json::to_value(reference)?;
+        let source = serde_json::to_value(reference)?;
         plugins
-            .load(&path, &base, &grants, limits, granted)
+            .load(&path, &base, &grants, limits, source)
             .with_context(|| format!("plugin `{path}`"))?;
     }
     let cwd = std::env::current_dir()?;
@@ -227,7 +234,7 @@ fn prepare(
                 &cwd,
                 grants,
                 limits,
-                serde_json::json!({"flags": true}),
+                serde_json::json!("--plugin"),
             )
             .with_context(|| format!("--plugin {reference}"))?;
     }
@@ -529,7 +536,7 @@ pub fn run(
     for report in &reports {
         if report.ended != coordinator::ShardEnd::Done {
             progress.note(&format!(
-                "shard {} ({}): {:?}",
+                "shard {} ({}): {}",
                 report.shard, report.machine, report.ended
             ));
         }

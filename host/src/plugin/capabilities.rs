@@ -138,7 +138,7 @@ impl Grants {
 }
 
 /// One program a plugin may run, with the argument patterns it declared.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecGrant {
     pub program: String,
     pub args: Vec<String>,
@@ -146,7 +146,8 @@ pub struct ExecGrant {
 
 /// The intersection of a plugin's declaration and the operator's grants: exactly what the
 /// sandbox lets through.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Effective {
     pub exec: Vec<ExecGrant>,
     pub read_dirs: Vec<PathBuf>,
@@ -276,7 +277,14 @@ fn normalize(path: &Path) -> PathBuf {
 }
 
 /// Matches `text` against `pattern`, where `*` matches any run of characters.
+/// Whether argument `text` matches `pattern` (`*` matches any run of characters). An option
+/// (an argument starting with `-`) matches only a pattern that starts with `-` too: a wildcard
+/// for host names or paths must never admit `-oProxyCommand=…` and its kind, which would make
+/// a granted program run another.
 fn glob_match(pattern: &str, text: &str) -> bool {
+    if text.starts_with('-') && !pattern.starts_with('-') {
+        return false;
+    }
     let parts: Vec<&str> = pattern.split('*').collect();
     if parts.len() == 1 {
         return pattern == text;
@@ -314,6 +322,12 @@ mod tests {
         assert!(glob_match("a*b*c", "aXXbYYc"));
         assert!(!glob_match("a*b*c", "acb"));
         assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
+        assert!(
+            !glob_match("*", "-oProxyCommand=x"),
+            "options need option patterns"
+        );
+        assert!(!glob_match("*@*", "-oProxyCommand=a@b"));
+        assert!(glob_match("-oPort=*", "-oPort=2201"));
     }
 
     #[test]

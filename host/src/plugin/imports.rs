@@ -4,17 +4,14 @@
 
 use super::bindings::grader::mst::plugin::{exec, http, log, model, secrets, types};
 use super::bindings::{ErrorCode, PluginError};
+use super::programs;
 use super::sandbox::State;
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Log lines one call may write; the rest are dropped with one warning.
 const MAX_LOG_LINES: u32 = 1_000;
 /// Characters kept of one log line.
 const MAX_LOG_CHARS: usize = 4_096;
-/// Bytes kept of a program's stdout or stderr.
-const MAX_EXEC_OUTPUT: usize = 16 * 1024 * 1024;
 /// Host cap on one program run, whatever the plugin asks.
 const MAX_EXEC_TIME: Duration = Duration::from_secs(300);
 
@@ -93,8 +90,13 @@ impl exec::Host for State {
         let timeout = Duration::from_millis(timeout_ms.into())
             .min(remaining)
             .min(MAX_EXEC_TIME);
-        run_program(&program, &args, stdin, timeout)
-            .map_err(|e| unavailable(format!("running `{program}` failed: {e}")))
+        let output = programs::run(&program, &args, stdin, timeout)
+            .map_err(|e| unavailable(format!("running `{program}` failed: {e}")))?;
+        Ok(exec::ExecOutput {
+            status: output.status,
+            stdout: output.stdout,
+            stderr: output.stderr,
+        })
     }
 }
 
@@ -163,73 +165,6 @@ impl model::Host for State {
     }
 }
 
-/// Reads at most `cap` bytes from `reader`, then drains the rest so the writer never blocks.
-fn read_capped(mut reader: impl Read, cap: usize) -> Vec<u8> {
-    let mut kept = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) | Err(_) => return kept,
-            Ok(n) => {
-                let room = cap.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-    }
-}
-
-/// Runs `program` without a shell, with only `PATH` in its environment, killing it at `timeout`.
-fn run_program(
-    program: &str,
-    args: &[String],
-    stdin: Vec<u8>,
-    timeout: Duration,
-) -> Result<exec::ExecOutput, String> {
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(path) = std::env::var_os("PATH") {
-        command.env("PATH", path);
-    }
-    let mut child = command.spawn().map_err(|e| e.to_string())?;
-    let mut input = child.stdin.take().expect("stdin is piped");
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&stdin);
-    });
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let out_reader = std::thread::spawn(move || read_capped(stdout, MAX_EXEC_OUTPUT));
-    let err_reader = std::thread::spawn(move || read_capped(stderr, MAX_EXEC_OUTPUT));
-
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if started.elapsed() >= timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "timed out after {} ms and was killed",
-                timeout.as_millis()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let _ = writer.join();
-    let stdout = out_reader.join().unwrap_or_default();
-    let stderr = err_reader.join().unwrap_or_default();
-    Ok(exec::ExecOutput {
-        status: status.code().unwrap_or(-1),
-        stdout,
-        stderr,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,35 +184,5 @@ mod tests {
         assert_eq!(url_host("http://localhost:8080"), Some("localhost:8080"));
         assert_eq!(url_host("https://evil@api.example.com/"), None);
         assert_eq!(url_host("file:///etc/passwd"), None);
-    }
-
-    #[test]
-    fn programs_time_out_and_are_killed() {
-        let started = Instant::now();
-        let err = run_program(
-            "sleep",
-            &["5".into()],
-            Vec::new(),
-            Duration::from_millis(100),
-        )
-        .unwrap_err();
-        assert!(err.contains("timed out"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(4));
-    }
-
-    #[test]
-    fn programs_get_stdin_and_no_environment() {
-        let out = run_program("cat", &[], b"piped".to_vec(), Duration::from_secs(5)).unwrap();
-        assert_eq!(
-            (out.status, out.stdout.as_slice()),
-            (0, b"piped".as_slice())
-        );
-        std::env::set_var("MST_TEST_LEAK", "leaked");
-        let out = run_program("env", &[], Vec::new(), Duration::from_secs(5)).unwrap();
-        let env = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            !env.contains("MST_TEST_LEAK") && env.contains("PATH="),
-            "{env}"
-        );
     }
 }

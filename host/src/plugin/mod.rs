@@ -9,6 +9,7 @@
 //! - [`capabilities`]: what a plugin declares, what the operator grants, and the intersection.
 //! - [`sandbox`]: per-call limits (memory, time) and the store each call runs in.
 //! - [`imports`]: the host functions a plugin may call (log, exec, secrets, http, model).
+//! - [`programs`]: host programs run for a plugin (exec import, command channels).
 //! - [`bindings`]: the typed world bindings generated from `wit/`.
 //! - [`loaded`]: a compiled, checked plugin and its typed calls.
 //! - [`installed`]: the install store under `$MST_HOME/plugins`.
@@ -23,6 +24,7 @@ pub mod imports;
 pub mod inspect;
 pub mod installed;
 pub mod loaded;
+pub mod programs;
 pub mod sandbox;
 
 pub use capabilities::{Grants, Secret};

@@ -28,8 +28,13 @@ pub struct PluginRecord {
     pub version: String,
     pub kind: String,
     pub digest: String,
-    /// What it was granted (names only; never secret values).
-    pub granted: serde_json::Value,
+    /// Where the run got it: its entry in the config's `plugins`, or `"--plugin"`.
+    pub source: serde_json::Value,
+    /// Everything it declared it may ask for.
+    pub declared: Vec<crate::plugin::capabilities::Capability>,
+    /// What it received: the declaration intersected with the operator's grants (secret names
+    /// only, never values).
+    pub granted: crate::plugin::capabilities::Effective,
 }
 
 /// The git state of the config's repository.

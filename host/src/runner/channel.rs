@@ -2,9 +2,10 @@
 //! the machine, copy one file back. Every runner provides these, so the coordinator's code is
 //! the same whatever the machine is.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::io::{Read, Write};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 
 /// A command running on a machine.
 pub struct Process {
@@ -20,6 +21,45 @@ pub trait ProcessHandle: Send {
     fn kill(&mut self);
     /// Waits for it to end; its exit code, if it had one.
     fn wait(&mut self) -> Option<i32>;
+}
+
+/// A host process with its stdio piped, leading its own process group.
+pub struct ChildProcess(Child);
+
+impl ChildProcess {
+    /// Starts `command` as the leader of a new process group with stdin, stdout and stderr
+    /// piped; `what` names it in the error.
+    pub fn spawn(mut command: Command, what: &str) -> Result<Process> {
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {what}"))?;
+        Ok(Process {
+            stdin: Box::new(child.stdin.take().expect("piped")),
+            stdout: Box::new(child.stdout.take().expect("piped")),
+            stderr: Box::new(child.stderr.take().expect("piped")),
+            handle: Box::new(ChildProcess(child)),
+        })
+    }
+}
+
+impl ProcessHandle for ChildProcess {
+    fn kill(&mut self) {
+        // Kill the group: everything the process started goes too, so no orphan keeps the
+        // channel's pipes open.
+        // SAFETY: kill(2) on the group `spawn` created for this process.
+        unsafe {
+            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.0.kill();
+    }
+    fn wait(&mut self) -> Option<i32> {
+        self.0.wait().ok().and_then(|s| s.code())
+    }
 }
 
 /// A machine's channel. Paths on the machine are relative to its work directory.

@@ -5,12 +5,12 @@
 //! Options: `worker=PATH` runs another program as the worker (default: this mst). Tests use it
 //! to stand in workers that misbehave.
 
-use super::channel::{Channel, Process, ProcessHandle};
+use super::channel::{Channel, ChildProcess, Process};
 use super::{MachineRequest, Runner};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 /// The built-in local runner.
 pub struct LocalRunner {
@@ -108,23 +108,6 @@ fn copy_dir(src: &Path, dest: &Path) -> Result<()> {
     Ok(())
 }
 
-struct LocalProcess(Child);
-
-impl ProcessHandle for LocalProcess {
-    fn kill(&mut self) {
-        // The worker leads its own process group: kill it and everything it started, so no
-        // orphan keeps the channel's pipes open.
-        // SAFETY: kill(2) on the group this runner created for the worker.
-        unsafe {
-            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
-        }
-        let _ = self.0.kill();
-    }
-    fn wait(&mut self) -> Option<i32> {
-        self.0.wait().ok().and_then(|s| s.code())
-    }
-}
-
 impl Channel for LocalMachine {
     fn describe(&self) -> String {
         format!("local ({})", self.root().display())
@@ -145,22 +128,8 @@ impl Channel for LocalMachine {
             None => bail!("nothing to run"),
         };
         let mut command = Command::new(&program);
-        #[cfg(unix)]
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut child = command
-            .args(args)
-            .current_dir(self.root())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start the worker {}", program.display()))?;
-        Ok(Process {
-            stdin: Box::new(child.stdin.take().expect("piped")),
-            stdout: Box::new(child.stdout.take().expect("piped")),
-            stderr: Box::new(child.stderr.take().expect("piped")),
-            handle: Box::new(LocalProcess(child)),
-        })
+        command.args(args).current_dir(self.root());
+        ChildProcess::spawn(command, &format!("the worker {}", program.display()))
     }
 
     fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()> {

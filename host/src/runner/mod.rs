@@ -9,7 +9,9 @@
 //! - [`plugin`]: runners provided by WebAssembly components (the `runner` world).
 //! - [`worker_binary`]: the static mst a runner places on machines that have none.
 
+pub mod archive;
 pub mod channel;
+pub mod command;
 pub mod docker;
 pub mod local;
 pub mod plugin;

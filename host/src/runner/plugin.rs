@@ -1,10 +1,12 @@
 //! Runner plugins: a WebAssembly component describes each shard's machine and the host makes
 //! it. A container spec is created and hardened by the Docker runner's own code (the spec has
 //! nowhere to ask for privileges, host mounts or capabilities, and its network and limits go
-//! through the same checks as `--runner docker` options). The host keeps the protocol, tokens,
-//! limits, copy-back and clean-up.
+//! through the same checks as `--runner docker` options). A command channel is run by
+//! [`CommandMachine`] with the programs the plugin declared and the operator granted. Either
+//! way the host keeps the protocol, tokens, limits, copy-back and clean-up.
 
 use super::channel::{Channel, Process};
+use super::command::CommandMachine;
 use super::docker::DockerRunner;
 use super::{MachineRequest, Runner};
 use crate::plugin::bindings::{Machine, MachineSpec, Shard};
@@ -162,9 +164,11 @@ impl Runner for PluginRunner {
                 .docker_for(spec)
                 .and_then(|docker| docker.create_machine(request))
                 .with_context(|| format!("runner plugin `{name}` ({description})")),
-            MachineSpec::Command(_) => Err(anyhow::anyhow!(
-                "runner plugin `{name}` returned a command channel, which this mst does not run yet"
-            )),
+            MachineSpec::Command(channel) => {
+                CommandMachine::new(channel, self.plugin.effective_grants(), None)
+                    .map(|machine| Box::new(machine) as Box<dyn Channel>)
+                    .with_context(|| format!("runner plugin `{name}` ({description})"))
+            }
         };
         let inner = match inner {
             Ok(inner) => inner,

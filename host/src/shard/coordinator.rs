@@ -61,6 +61,18 @@ pub enum ShardEnd {
     Cancelled,
 }
 
+impl std::fmt::Display for ShardEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShardEnd::Done => f.write_str("done"),
+            ShardEnd::DoneCleanupFailed => f.write_str("done, but its clean-up failed"),
+            ShardEnd::VersionMismatch(why) => write!(f, "refused at hello: {why}"),
+            ShardEnd::Lost(why) => write!(f, "lost: {why}"),
+            ShardEnd::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
 /// What the worker said about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WorkerIdentity {

@@ -6,7 +6,7 @@
 //!   derived image `mst-derived:<version>-<image id>` with the worker at `/opt/mst/bin/mst`, made
 //!   by committing a never-started container, and reused by later runs.
 
-use super::archive;
+use crate::runner::archive;
 use anyhow::{bail, Context, Result};
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CommitContainerOptionsBuilder, CreateContainerOptionsBuilder,

@@ -1,9 +1,9 @@
 //! One shard's container: the channel (put, exec, get) over Docker's API, and what the
 //! container says about itself when the shard fails (out of memory, gone, stopped).
 
-use super::archive;
 use super::image::WorkerImage;
 use super::pipes;
+use crate::runner::archive;
 use crate::runner::channel::{Channel, Process, ProcessHandle};
 use anyhow::{bail, Context, Result};
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
@@ -244,14 +244,7 @@ impl Channel for DockerMachine {
         // Each archive request costs the engine tens of milliseconds (Docker 20.10 re-executes
         // itself to read a container's files), so one request fetches the whole batch: the
         // archive of `results/`, from which only the wanted files are kept.
-        let mut results: Vec<Option<Result<()>>> = files.iter().map(|_| None).collect();
-        let wanted: Vec<&str> = files.iter().map(|(src, _)| src.as_str()).collect();
-        if let Some(bad) = wanted.iter().find(|w| !crate::files::is_plain_relative(w)) {
-            return files
-                .iter()
-                .map(|_| Err(anyhow::anyhow!("refusing machine path {bad:?}")))
-                .collect();
-        }
+        // (The stream is lazy: `copy_wanted` refuses bad paths before any request is made.)
         let stream = self.docker.download_from_container(
             &self.id,
             Some(
@@ -260,37 +253,13 @@ impl Channel for DockerMachine {
                     .build(),
             ),
         );
-        // The batch may stream past other files: bound the whole archive, not just each file.
         let reader = StreamReader {
             runtime: self.runtime.clone(),
             stream: Box::pin(stream),
             pending: bytes::Bytes::new(),
-            left: cap.saturating_mul(files.len() as u64 + 4) + (64 << 20),
+            left: archive::batch_limit(files.len(), cap),
         };
-        let outcome = archive::wanted_files(reader, &wanted, cap, |index, contents| {
-            results[index] = Some(
-                contents.and_then(|bytes| crate::files::write_atomic(&files[index].1, &bytes)),
-            );
-        });
-        let (missing_why, missing) = match outcome {
-            Ok(missing) => ("no such file on the machine".to_string(), missing),
-            Err(e) => (format!("{e:#}"), Vec::new()),
-        };
-        for index in missing {
-            results[index] = Some(Err(anyhow::anyhow!("{}: {missing_why}", wanted[index])));
-        }
-        results
-            .into_iter()
-            .zip(&wanted)
-            .map(|(result, name)| {
-                result.unwrap_or_else(|| {
-                    Err(anyhow::anyhow!(
-                        "copying {name} back from {}: {missing_why}",
-                        self.name
-                    ))
-                })
-            })
-            .collect()
+        archive::copy_wanted(reader, files, cap, &self.name)
     }
 
     fn batch_copies(&self) -> bool {

@@ -9,7 +9,6 @@
 //! - [`archive`], [`pipes`]: bytes in and out (archive API, attached exec).
 //! - [`owner`]: labels naming the mst process that owns a container, for orphan clean-up.
 
-pub mod archive;
 pub mod context;
 pub mod hardening;
 pub mod image;
@@ -302,7 +301,8 @@ impl Runner for DockerRunner {
             &created.id,
             machine.oom.clone(),
         ));
-        let workdir = archive::tar_dir(machine::WORKDIR.trim_start_matches('/'), 0o700)?;
+        let workdir =
+            crate::runner::archive::tar_dir(machine::WORKDIR.trim_start_matches('/'), 0o700)?;
         let start = async {
             docker
                 .upload_to_container(

@@ -1,6 +1,6 @@
-//! Files in and out of containers through Docker's archive API. What comes back is hostile:
-//! only one regular file is accepted, never a link, device or FIFO, and never more than the cap
-//! is read.
+//! Files in and out of machines as tar streams (Docker's archive API, a command channel's put
+//! and get programs). What comes back is hostile: only the wanted regular files are accepted,
+//! never a link, device or FIFO, and never more than the cap is read.
 
 use anyhow::{bail, Context, Result};
 use std::io::Read;
@@ -103,6 +103,51 @@ pub fn wanted_files(
         }
     }
     Ok(left.into_values().collect())
+}
+
+/// How many bytes of archive a batch of `files` copies may stream: the batch may pass other
+/// files, so the whole stream is bounded, not just each file.
+pub fn batch_limit(files: usize, cap: u64) -> u64 {
+    cap.saturating_mul(files as u64 + 4) + (64 << 20)
+}
+
+/// Copies `files` (pairs of a path relative to the machine's work directory, as the archive
+/// names it, and a local destination) out of the tar stream `archive`, each written atomically;
+/// one result per file. `machine` names the machine in errors.
+pub fn copy_wanted(
+    archive: impl Read,
+    files: &[(String, std::path::PathBuf)],
+    cap: u64,
+    machine: &str,
+) -> Vec<Result<()>> {
+    let wanted: Vec<&str> = files.iter().map(|(src, _)| src.as_str()).collect();
+    if let Some(bad) = wanted.iter().find(|w| !crate::files::is_plain_relative(w)) {
+        return files
+            .iter()
+            .map(|_| Err(anyhow::anyhow!("refusing machine path {bad:?}")))
+            .collect();
+    }
+    let mut results: Vec<Option<Result<()>>> = files.iter().map(|_| None).collect();
+    let outcome = wanted_files(archive, &wanted, cap, |index, contents| {
+        results[index] =
+            Some(contents.and_then(|bytes| crate::files::write_atomic(&files[index].1, &bytes)));
+    });
+    let (why, missing) = match outcome {
+        Ok(missing) => ("no such file on the machine".to_string(), missing),
+        Err(e) => (format!("{e:#}"), Vec::new()),
+    };
+    for index in missing {
+        results[index] = Some(Err(anyhow::anyhow!("{}: {why}", wanted[index])));
+    }
+    results
+        .into_iter()
+        .zip(&wanted)
+        .map(|(result, name)| {
+            result.unwrap_or_else(|| {
+                Err(anyhow::anyhow!("copying {name} back from {machine}: {why}"))
+            })
+        })
+        .collect()
 }
 
 /// The contents of `entry` (called `name` in messages) if it is a regular file within `cap`.

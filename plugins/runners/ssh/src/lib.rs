@@ -1,0 +1,300 @@
+//! `mst/runner/ssh`: shards on a list of hosts over OpenSSH. The plugin returns a command
+//! channel (ssh templates); the host runs them with the `ssh` the operator granted, places its
+//! worker on a host that has no mst of the same version, and talks the shard protocol over the
+//! exec channel. Files move as tar streams (`tar` on the host's side of the ssh connection).
+//!
+//! Options: `hosts` (required: `[user@]host[:port]`, comma-separated; shard `i` goes to host
+//! `i mod n`), `identity` (a private key file), `knownHosts` (a known_hosts file; host keys
+//! are then checked strictly), `workdir` (the directory under which each shard gets its own,
+//! default `/tmp`), `connectTimeout` (seconds, default 10).
+//!
+//! Capabilities: `ssh`, with only the options below. An option the patterns do not name (say
+//! `-oProxyCommand=…`) is refused by the host even though `ssh` itself is granted.
+
+use mst_sdk::runner::{
+    self, Capability, CommandChannel, ErrorCode, ExecRequest, Machine, MachineSpec, PluginError,
+    PluginInfo, Runner, Shard,
+};
+use serde::{Deserialize, Serialize};
+
+/// The `ssh` runner.
+pub struct Ssh;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Options {
+    hosts: String,
+    identity: Option<String>,
+    known_hosts: Option<String>,
+    #[serde(default = "default_workdir")]
+    workdir: String,
+    #[serde(default = "default_connect_timeout")]
+    connect_timeout: u32,
+}
+
+fn default_workdir() -> String {
+    "/tmp".into()
+}
+
+fn default_connect_timeout() -> u32 {
+    10
+}
+
+const SCHEMA: &str = r#"{
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["hosts"],
+  "properties": {
+    "hosts": {"type": "string", "minLength": 1},
+    "identity": {"type": "string", "pattern": "^/"},
+    "knownHosts": {"type": "string", "pattern": "^/"},
+    "workdir": {"type": "string", "pattern": "^/[A-Za-z0-9/._-]*$"},
+    "connectTimeout": {"type": "integer", "minimum": 1, "maximum": 600}
+  }
+}"#;
+
+/// The `ssh` arguments this plugin may use. Options are spelled `-oName=value` so that each is
+/// one word a pattern can pin down; `*` covers the destination and the remote command line,
+/// which the host never lets match an option.
+const SSH_PATTERNS: &[&str] = &[
+    "-T",
+    "-oBatchMode=yes",
+    "-oConnectTimeout=*",
+    "-oServerAliveInterval=*",
+    "-oServerAliveCountMax=*",
+    "-oLogLevel=ERROR",
+    "-oIdentitiesOnly=yes",
+    "-oIdentityFile=/*",
+    "-oUserKnownHostsFile=/*",
+    "-oStrictHostKeyChecking=yes",
+    "-oPort=*",
+    "--",
+    "*",
+];
+
+/// One host and how to reach it; also the machine id `dispose-machine` gets back, since
+/// disposal receives no options.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+struct Target {
+    destination: String,
+    port: Option<u16>,
+    identity: Option<String>,
+    known_hosts: Option<String>,
+    connect_timeout: u32,
+    /// This shard's work directory on the host.
+    dir: String,
+}
+
+impl Target {
+    /// `ssh` arguments up to and including the destination.
+    fn ssh_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "-T".to_string(),
+            "-oBatchMode=yes".into(),
+            format!("-oConnectTimeout={}", self.connect_timeout),
+            "-oServerAliveInterval=5".into(),
+            "-oServerAliveCountMax=3".into(),
+            "-oLogLevel=ERROR".into(),
+        ];
+        if let Some(identity) = &self.identity {
+            args.push("-oIdentitiesOnly=yes".into());
+            args.push(format!("-oIdentityFile={identity}"));
+        }
+        if let Some(known) = &self.known_hosts {
+            args.push(format!("-oUserKnownHostsFile={known}"));
+            args.push("-oStrictHostKeyChecking=yes".into());
+        }
+        if let Some(port) = self.port {
+            args.push(format!("-oPort={port}"));
+        }
+        args.push("--".into());
+        args.push(self.destination.clone());
+        args
+    }
+
+    /// An argv template: `ssh`, its arguments, then the remote command line's words.
+    fn template(&self, remote: &[&str]) -> Vec<String> {
+        let mut argv = vec!["ssh".to_string()];
+        argv.extend(self.ssh_args());
+        argv.extend(remote.iter().map(|w| w.to_string()));
+        argv
+    }
+
+    /// Runs `remote` (one shell command line) on the host.
+    fn run(&self, remote: &str) -> Result<(), PluginError> {
+        let mut args = self.ssh_args();
+        args.push(remote.to_string());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let timeout_ms = (self.connect_timeout + 20) * 1000;
+        let out = runner::exec("ssh", &args, &[], timeout_ms)?;
+        if out.status != 0 {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(runner::error(
+                ErrorCode::Unavailable,
+                format!(
+                    "ssh {} `{remote}` exited with {}: {}",
+                    self.destination,
+                    out.status,
+                    stderr.trim()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn parse(options: &str) -> Result<(Options, Vec<(String, Option<u16>)>), PluginError> {
+    let options: Options = runner::options(options)?;
+    let hosts = options
+        .hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(parse_host)
+        .collect::<Result<Vec<_>, _>>()?;
+    if hosts.is_empty() {
+        return Err(invalid("`hosts` names no host"));
+    }
+    Ok((options, hosts))
+}
+
+fn invalid(message: impl Into<String>) -> PluginError {
+    runner::error(ErrorCode::InvalidOptions, message)
+}
+
+/// `[user@]host[:port]`. A destination never starts with `-` (ssh would read an option).
+fn parse_host(text: &str) -> Result<(String, Option<u16>), PluginError> {
+    let (destination, port) = match text.rsplit_once(':') {
+        Some((d, p)) if !d.contains(':') => {
+            let port = p
+                .parse::<u16>()
+                .map_err(|_| invalid(format!("`hosts`: {text:?} has a bad port {p:?}")))?;
+            (d, Some(port))
+        }
+        _ => (text, None),
+    };
+    let plain = destination
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "@._-[]:".contains(c));
+    if destination.is_empty() || destination.starts_with('-') || !plain {
+        return Err(invalid(format!(
+            "`hosts`: {text:?} is not `[user@]host[:port]`"
+        )));
+    }
+    Ok((destination.to_string(), port))
+}
+
+/// Run ids go into directory names: keep what is plainly safe.
+fn plain(text: &str) -> String {
+    text.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c))
+        .collect()
+}
+
+impl Runner for Ssh {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "mst/runner/ssh".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            description: "Shards on hosts reached over OpenSSH".into(),
+            capabilities: vec![Capability::Exec(ExecRequest {
+                program: "ssh".into(),
+                args: SSH_PATTERNS.iter().map(|p| p.to_string()).collect(),
+            })],
+            options_schema: Some(SCHEMA.into()),
+        }
+    }
+
+    fn check_options(options: &str) -> Result<(), PluginError> {
+        parse(options).map(|_| ())
+    }
+
+    fn create_machine(shard: Shard, options: &str) -> Result<Machine, PluginError> {
+        let (options, hosts) = parse(options)?;
+        let (destination, port) = hosts[shard.index as usize % hosts.len()].clone();
+        let target = Target {
+            destination,
+            port,
+            identity: options.identity,
+            known_hosts: options.known_hosts,
+            connect_timeout: options.connect_timeout,
+            dir: format!(
+                "{}/mst-{}-{}",
+                options.workdir.trim_end_matches('/'),
+                plain(&shard.run_id),
+                shard.index
+            ),
+        };
+        // Reach the host now: a wrong key or a dead host fails this shard with ssh's own words.
+        target.run(&format!("mkdir -p {}", target.dir))?;
+        let description = match port {
+            Some(port) => format!("{}:{port} (ssh)", target.destination),
+            None => format!("{} (ssh)", target.destination),
+        };
+        Ok(Machine {
+            id: serde_json::to_string(&target).expect("serializable"),
+            description,
+            spec: MachineSpec::Command(CommandChannel {
+                exec: target.template(&["cd", "{workdir}", "&&", "exec", "{command}"]),
+                put: target.template(&["tar -x -f - -C {workdir}"]),
+                get: target.template(&["tar -c -f - -C {workdir} {src}"]),
+                workdir: target.dir.clone(),
+            }),
+        })
+    }
+
+    fn dispose_machine(id: &str, keep: bool) -> Result<(), PluginError> {
+        let target: Target = serde_json::from_str(id)
+            .map_err(|e| invalid(format!("not a machine of this plugin: {e}")))?;
+        if keep {
+            return Ok(());
+        }
+        target.run(&format!("rm -rf {}", target.dir))
+    }
+}
+
+mst_sdk::export_runner!(Ssh);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_parse_and_refuse_options() {
+        assert_eq!(parse_host("ci-1").unwrap(), ("ci-1".into(), None));
+        assert_eq!(
+            parse_host("root@127.0.0.1:2201").unwrap(),
+            ("root@127.0.0.1".into(), Some(2201))
+        );
+        assert!(parse_host("-oProxyCommand=x").is_err());
+        assert!(parse_host("a b").is_err());
+        assert!(parse_host("h:99999").is_err());
+        assert!(parse(r#"{"hosts":" , "}"#).is_err());
+        assert!(parse(r#"{"hosts":"a","privileged":true}"#).is_err());
+    }
+
+    #[test]
+    fn templates_use_only_declared_option_spellings() {
+        let target = Target {
+            destination: "root@h".into(),
+            port: Some(2201),
+            identity: Some("/k/id".into()),
+            known_hosts: Some("/k/known".into()),
+            connect_timeout: 5,
+            dir: "/tmp/mst-r-0".into(),
+        };
+        let argv = target.template(&["{command}"]);
+        for arg in &argv[1..] {
+            let declared = SSH_PATTERNS.iter().any(|p| match p.split_once('*') {
+                Some((head, tail)) => {
+                    arg.starts_with(head) && arg.ends_with(tail) && (!arg.starts_with('-') || p.starts_with('-'))
+                }
+                None => p == arg,
+            });
+            assert!(declared, "{arg} is not declared");
+        }
+        assert_eq!(&argv[argv.len() - 3..], ["--", "root@h", "{command}"]);
+        let id = serde_json::to_string(&target).unwrap();
+        assert_eq!(serde_json::from_str::<Target>(&id).unwrap(), target);
+    }
+}

@@ -1,0 +1,273 @@
+//! Runner plugins with command channels, end to end: the `ssh` runner against real OpenSSH
+//! servers on loopback (a host killed mid-run, then `--resume`), and a hostile runner plugin
+//! that asks for programs it was not granted or never returns from `create-machine`.
+
+use mst_tests::sshd::{self, Sshd};
+use mst_tests::{command_eval, read_json, s, wait_for_run, wait_for_traces, Eval, Mst, Run};
+use serde_json::json;
+use std::time::Duration;
+
+const HOSTILE: &str = "mst/fixture/hostile-runner";
+
+/// Runs `eval` with the hostile runner plugin, `behaviour`, machines under `dir`, and `extra`.
+fn hostile_run(mst: &Mst, eval: &Eval, behaviour: &str, extra: &[&str]) -> Run {
+    let plugin = mst_tests::fixture("hostile-runner.wasm");
+    let dir = eval.dir.path().join("machines");
+    let behaviour = format!("behaviour={behaviour}");
+    let dir = format!("dir={}", s(&dir));
+    let mut args = vec![
+        "--plugin",
+        s(&plugin),
+        "--runner",
+        HOSTILE,
+        "--runner-option",
+        &behaviour,
+        "--runner-option",
+        &dir,
+    ];
+    args.extend_from_slice(extra);
+    eval.run(mst, &args)
+}
+
+fn run_id(dir: &std::path::Path) -> String {
+    dir.file_name().unwrap().to_str().unwrap().to_string()
+}
+
+#[test]
+fn command_channels_run_only_granted_programs_and_record_the_grants() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 6, 30);
+    let run = hostile_run(
+        &mst,
+        &eval,
+        "shell",
+        &["--runner-option", "shards=2", "--allow-exec", "sh"],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let machines = record["machines"].as_array().unwrap();
+    assert_eq!(machines.len(), 2, "{machines:?}");
+    for machine in machines {
+        assert_eq!(machine["ended"]["status"], "done", "{machine}");
+        assert_eq!(machine["placement"]["channel"], "command", "{machine}");
+        assert_eq!(machine["placement"]["plugin"]["name"], HOSTILE);
+    }
+    let plugin = &record["plugins"][0];
+    assert_eq!(plugin["name"], HOSTILE, "{record}");
+    assert_eq!(plugin["source"], "--plugin");
+    assert_eq!(plugin["declared"][0]["program"], "sh", "{plugin}");
+    assert_eq!(plugin["granted"]["exec"][0]["program"], "sh", "{plugin}");
+    assert_eq!(plugin["granted"]["exec"][0]["args"], json!(["-c", "*"]));
+    assert!(plugin["digest"].as_str().unwrap().len() == 64);
+
+    // Not granted, not declared, or an argument outside the declared patterns: the machine is
+    // refused before anything runs, naming the plugin, the template and the program.
+    for (behaviour, grant, says) in [
+        ("shell", None, "--allow-exec sh"),
+        ("ungranted", Some("sh"), "running `bash` is not allowed"),
+        ("option", Some("sh"), "argument \"-x\" to `sh` matches none"),
+    ] {
+        let eval = command_eval(json!(["true"]), 2, 30);
+        let mut extra = vec![];
+        if let Some(program) = grant {
+            extra.extend(["--allow-exec", program]);
+        }
+        let refused = hostile_run(&mst, &eval, behaviour, &extra);
+        assert_eq!(refused.code, 2, "{behaviour}: {}", refused.stderr);
+        assert!(
+            refused.stderr.contains(says)
+                && refused.stderr.contains(HOSTILE)
+                && refused.stderr.contains("`exec` template"),
+            "{behaviour}: {}",
+            refused.stderr
+        );
+        assert!(
+            !eval.dir.path().join("machines").exists(),
+            "{behaviour}: nothing ran"
+        );
+    }
+}
+
+#[test]
+fn a_create_machine_that_never_returns_fails_only_its_shard() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 9, 30);
+    let run = hostile_run(
+        &mst,
+        &eval,
+        "hang",
+        &[
+            "--runner-option",
+            "shards=3",
+            "--allow-exec",
+            "sh",
+            "--plugin-timeout",
+            "2",
+        ],
+    );
+    assert_eq!(run.code, 2, "partial\n{}", run.stderr);
+    assert!(run.stderr.contains("time limit of 2.0s"), "{}", run.stderr);
+    let dir = eval.run_dir("e2e");
+    let record = read_json(&dir.join("run.json"));
+    let ended: Vec<&str> = record["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["ended"]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ended.iter().filter(|e| **e == "done").count(),
+        2,
+        "{ended:?}"
+    );
+    assert_eq!(
+        ended.iter().filter(|e| **e == "lost").count(),
+        1,
+        "{ended:?}"
+    );
+    let missing = read_json(&dir.join("summary.json"))["missing"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(missing, 3, "shard 1's trials");
+
+    let id = run_id(&dir);
+    let resumed = hostile_run(
+        &mst,
+        &eval,
+        "shell",
+        &["--resume", &id, "--allow-exec", "sh"],
+    );
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert!(resumed.stderr.contains("[3/3]"), "{}", resumed.stderr);
+}
+
+/// The ssh runner's arguments for `hosts` with the test's keys.
+fn ssh_args(plugin: &std::path::Path, keys: &sshd::SshKeys, hosts: &[&Sshd]) -> Vec<String> {
+    let hosts: Vec<String> = hosts.iter().map(|h| format!("root@{}", h.host())).collect();
+    let mut args: Vec<String> = ["--plugin", s(plugin), "--runner", "mst/runner/ssh"]
+        .map(String::from)
+        .to_vec();
+    for option in [
+        format!("hosts={}", hosts.join(",")),
+        format!("identity={}", s(&keys.identity())),
+        format!("knownHosts={}", s(&keys.known_hosts())),
+    ] {
+        args.extend(["--runner-option".to_string(), option]);
+    }
+    args.extend(["--allow-exec".to_string(), "ssh".to_string()]);
+    args
+}
+
+#[test]
+fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
+    if !sshd::available() {
+        eprintln!("skipped: no OpenSSH server here");
+        return;
+    }
+    let keys = sshd::keys();
+    let (a, mut b) = (Sshd::start(&keys, "a"), Sshd::start(&keys, "b"));
+    let plugin = mst_tests::plugin("ssh-runner.wasm");
+    let mst = Mst::new();
+
+    // 4 shards over 2 hosts: every trial collected, the worker placed on each host (its PATH
+    // has no mst), the work directories removed afterwards.
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 12, 30);
+    let mut args = ssh_args(&plugin, &keys, &[&a, &b]);
+    args.extend(["--runner-option".into(), "shards=4".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = eval.run(&mst, &args);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let machines = record["machines"].as_array().unwrap();
+    assert_eq!(machines.len(), 4);
+    let mut ports: Vec<String> = machines
+        .iter()
+        .map(|m| {
+            assert_eq!(m["ended"]["status"], "done", "{m}");
+            assert_eq!(m["placement"]["workerPlaced"], true, "{m}");
+            assert_eq!(m["placement"]["plugin"]["name"], "mst/runner/ssh");
+            m["machine"].as_str().unwrap().to_string()
+        })
+        .collect();
+    ports.sort();
+    ports.dedup();
+    assert_eq!(ports.len(), 4, "four machines: {ports:?}");
+    assert!(
+        machines
+            .iter()
+            .filter(|m| m["machine"].as_str().unwrap().contains(&a.host()))
+            .count()
+            == 2,
+        "two shards per host: {machines:?}"
+    );
+    let id = run_id(&eval.run_dir("e2e"));
+    let leftovers: Vec<_> = std::fs::read_dir("/tmp")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(&id))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "work directories removed: {leftovers:?}"
+    );
+
+    // Host b dies mid-run: its shards are lost, their trials stay missing, and `--resume` on
+    // host a alone collects them.
+    let eval = command_eval(
+        json!(["sh", "-c", "read q; sleep 0.5; echo \"$q\""]),
+        16,
+        30,
+    );
+    let mut args = ssh_args(&plugin, &keys, &[&a, &b]);
+    args.extend(["--runner-option".into(), "shards=2".into()]);
+    let child = mst
+        .command(
+            &[
+                "run",
+                "--config",
+                s(&eval.config()),
+                "--results-dir",
+                s(&eval.results()),
+            ]
+            .into_iter()
+            .map(String::from)
+            .chain(args)
+            .collect::<Vec<_>>(),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = wait_for_run(&eval.results(), "e2e");
+    wait_for_traces(&dir, 2, Duration::from_secs(60));
+    b.kill();
+    let first: Run = child.wait_with_output().unwrap().into();
+    assert_eq!(first.code, 2, "partial\n{}", first.stderr);
+    let record = read_json(&dir.join("run.json"));
+    let lost: Vec<&serde_json::Value> = record["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["ended"]["status"] == "lost")
+        .collect();
+    assert_eq!(lost.len(), 1, "{}", record["machines"]);
+    assert!(lost[0]["machine"].as_str().unwrap().contains(&b.host()));
+    let missing = read_json(&dir.join("summary.json"))["missing"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!((1..16).contains(&missing), "{missing}");
+
+    let id = run_id(&dir);
+    let mut args = ssh_args(&plugin, &keys, &[&a]);
+    args.extend(["--resume".into(), id]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let resumed = eval.run(&mst, &args);
+    assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
+    assert!(
+        resumed.stderr.contains(&format!("[{missing}/{missing}]")),
+        "{}",
+        resumed.stderr
+    );
+}
