@@ -212,6 +212,18 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
         "work directories removed: {leftovers:?}"
     );
 
+    // The dry run of the same plugin and options: one machine, one trial, dispose.
+    let mut args = vec![
+        "plugin".to_string(),
+        "check".into(),
+        s(&plugin).into(),
+        "--dry-run".into(),
+    ];
+    args.extend(ssh_args(&plugin, &keys, &[&a]).into_iter().skip(4));
+    let dry = mst.run(&args);
+    assert_eq!(dry.code, 0, "{}\n{}", dry.stdout, dry.stderr);
+    assert!(dry.stdout.contains("one trial        ok"), "{}", dry.stdout);
+
     // Host b dies mid-run: its shards are lost, their trials stay missing, and `--resume` on
     // host a alone collects them.
     let eval = command_eval(
@@ -269,5 +281,90 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
         resumed.stderr.contains(&format!("[{missing}/{missing}]")),
         "{}",
         resumed.stderr
+    );
+}
+
+#[test]
+fn plugin_check_dry_run_times_each_step_and_fails_on_any() {
+    let mst = Mst::new();
+    let plugin = mst_tests::fixture("hostile-runner.wasm");
+    let dir = tempfile::tempdir().unwrap();
+    let dir_option = format!("dir={}", s(dir.path()));
+    let dry_run = |behaviour: &str| {
+        let behaviour = format!("behaviour={behaviour}");
+        mst.run(&[
+            "plugin",
+            "check",
+            s(&plugin),
+            "--dry-run",
+            "--runner-option",
+            &behaviour,
+            "--runner-option",
+            &dir_option,
+            "--allow-exec",
+            "sh",
+            "--json",
+        ])
+    };
+    let ok = dry_run("shell");
+    assert_eq!(ok.code, 0, "{}\n{}", ok.stdout, ok.stderr);
+    let steps = ok.json()["dryRun"]["steps"].clone();
+    let names: Vec<&str> = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            assert_eq!(s["status"], "ok", "{s}");
+            assert!(s["ms"].is_u64(), "{s}");
+            s["name"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "options",
+            "create machine",
+            "worker ready",
+            "one trial",
+            "dispose"
+        ]
+    );
+
+    let refused = dry_run("ungranted");
+    assert_eq!(refused.code, 1, "{}", refused.stdout);
+    let steps = refused.json()["dryRun"]["steps"].clone();
+    assert_eq!(steps[1]["status"], "failed");
+    assert!(
+        steps[1]["detail"].as_str().unwrap().contains("`bash`"),
+        "{steps}"
+    );
+    assert_eq!(steps[2]["status"], "skipped");
+
+    let bad_option = mst.run(&[
+        "plugin",
+        "check",
+        s(&plugin),
+        "--dry-run",
+        "--runner-option",
+        "behaviour=shell",
+    ]);
+    assert_eq!(bad_option.code, 1, "{}", bad_option.stdout);
+    assert!(
+        bad_option.stdout.contains("options          FAILED") && bad_option.stdout.contains("dir"),
+        "{}",
+        bad_option.stdout
+    );
+
+    let grader = mst.run(&[
+        "plugin",
+        "check",
+        s(&mst_tests::plugin("contains.wasm")),
+        "--dry-run",
+    ]);
+    assert_eq!(grader.code, 2);
+    assert!(
+        grader.stderr.contains("runner plugins"),
+        "{}",
+        grader.stderr
     );
 }

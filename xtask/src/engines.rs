@@ -91,8 +91,8 @@ pub fn ensure_packages(needs: &[(&str, &str)]) -> Result<()> {
     // Package lists may be stale on a fresh machine: update once and retry.
     if !install(false) && !install(true) {
         bail!(
-            "cannot install {} from Debian's packages (run as root); the Docker tests need a real \
-             engine, or set MST_TEST_DOCKER_A and MST_TEST_DOCKER_B to engines of your own",
+            "cannot install {} from Debian's packages: run as root, or install them yourself \
+             (the Docker tests also take engines of your own in MST_TEST_DOCKER_A and _B)",
             missing.join(" ")
         );
     }

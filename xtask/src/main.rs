@@ -191,6 +191,11 @@ fn test() -> Result<()> {
     // The end-to-end tests drive the built binary, and the Docker tests place the static one.
     run(cargo().current_dir(root()).args(["build", "-p", "mst"]))?;
     build_static_worker()?;
+    // The ssh runner's tests start their own sshd servers on loopback.
+    engines::ensure_packages(&[
+        ("/usr/sbin/sshd", "openssh-server"),
+        ("ssh", "openssh-client"),
+    ])?;
     let engines = engines::start(&root())?;
     let result = run(cargo()
         .current_dir(root())
@@ -198,7 +203,8 @@ fn test() -> Result<()> {
         .env("MST_TEST_DOCKER_A", &engines.endpoints[0])
         .env("MST_TEST_DOCKER_B", &engines.endpoints[1])
         .env("MST_TEST_IMAGE", engines::TEST_IMAGE)
-        .env("MST_REQUIRE_DOCKER", "1"));
+        .env("MST_REQUIRE_DOCKER", "1")
+        .env("MST_REQUIRE_SSHD", "1"));
     drop(engines);
     result
 }

@@ -1,6 +1,7 @@
 //! `mst plugin …`: check, install, list, info, remove, new, and trying a plugin on one input.
 
 use super::{scaffold, Exit};
+use crate::eval::dry_run::{self, DryRunRequest};
 use crate::eval::trial::{CaseRecord, TrialRecord};
 use crate::files::read_input;
 use crate::home::Home;
@@ -8,7 +9,7 @@ use crate::plugin::capabilities::GrantLists;
 use crate::plugin::check::CheckReport;
 use crate::plugin::installed::{InstallStore, InstalledPlugin, PluginSource};
 use crate::plugin::loaded::FailedStep;
-use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost};
+use crate::plugin::{Grants, Kind, Limits, LoadedPlugin, PluginHost};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
@@ -24,6 +25,15 @@ pub(crate) enum PluginCommand {
         /// Print one JSON object instead of a report.
         #[arg(long)]
         json: bool,
+        /// For a runner plugin, then: one machine, one trial (`sh -c cat` on the machine),
+        /// dispose, each step timed. Exit 1 if any step fails.
+        #[arg(long)]
+        dry_run: bool,
+        /// An option for the runner in the dry run (`key=value`). Repeatable.
+        #[arg(long = "runner-option", value_name = "KEY=VALUE", requires = "dry_run")]
+        runner_options: Vec<String>,
+        #[command(flatten)]
+        sandbox: SandboxArgs,
     },
     /// Check a component and store it by name, version and digest.
     Install {
@@ -213,14 +223,53 @@ fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> 
 /// Runs a `mst plugin` command and returns its exit code.
 pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
     match command {
-        PluginCommand::Check { file, json } => {
+        PluginCommand::Check {
+            file,
+            json,
+            dry_run,
+            runner_options,
+            sandbox,
+        } => {
             let report = check(home, &file)?;
+            let dry = match dry_run && report.compatible {
+                false => None,
+                true if report.kind != Some(Kind::Runner) => {
+                    return Err(Exit {
+                        code: 2,
+                        error: anyhow::anyhow!(
+                            "--dry-run runs runner plugins; {} is a {} plugin",
+                            file.display(),
+                            report.kind.map(|k| k.to_string()).unwrap_or_default()
+                        ),
+                    }
+                    .into())
+                }
+                true => Some(dry_run::dry_run(
+                    home,
+                    DryRunRequest {
+                        file: &file,
+                        runner_options: &runner_options,
+                        grants: sandbox.grants()?,
+                        limits: sandbox.limits()?,
+                    },
+                )),
+            };
             if json {
-                print_json(&report)?;
+                let mut value = serde_json::to_value(&report)?;
+                if let Some(dry) = &dry {
+                    value["dryRun"] = serde_json::to_value(dry)?;
+                }
+                print_json(&value)?;
             } else {
                 print!("{}", report.render());
+                if let Some(dry) = &dry {
+                    print!("{}", dry.render());
+                }
             }
-            Ok(report.exit_code())
+            Ok(match &dry {
+                Some(dry) if !dry.ok() => 1,
+                _ => report.exit_code(),
+            })
         }
         PluginCommand::Install { file, force, json } => {
             let report = check(home, &file)?;

@@ -6,6 +6,7 @@
 pub mod client;
 pub mod config;
 pub mod dataset;
+pub mod dry_run;
 pub mod plan;
 pub mod run;
 pub mod trial;

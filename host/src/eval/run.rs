@@ -458,21 +458,17 @@ pub fn run(
                         Ok(machine) => machine,
                         Err(e) => {
                             return coordinator::ShardReport {
-                                shard: bundle.shard,
-                                machine: runner.name().to_string(),
                                 ended: coordinator::ShardEnd::Lost(format!(
                                     "cannot create a machine: {e:#}"
                                 )),
-                                worker: None,
-                                collected: Vec::new(),
-                                infra: Vec::new(),
-                                kept: None,
-                                placement: serde_json::Value::Null,
-                                hello_at: None,
-                                ready_ms: None,
+                                ..coordinator::ShardReport::new(
+                                    bundle.shard,
+                                    runner.name().to_string(),
+                                )
                             }
                         }
                     };
+                    let created = std::time::Instant::now();
                     let mut report = coordinator::run_shard(
                         machine.as_mut(),
                         bundle,
@@ -485,6 +481,7 @@ pub fn run(
                         settings,
                     );
                     let since = machine.started_at().unwrap_or(asked);
+                    report.create_ms = Some(created.duration_since(since).as_millis() as u64);
                     report.ready_ms = report
                         .hello_at
                         .map(|at| at.duration_since(since).as_millis() as u64);
@@ -517,13 +514,19 @@ pub fn run(
                         runner::Keep::Failed => failed,
                         runner::Keep::Never => false,
                     };
+                    let disposing = std::time::Instant::now();
                     match machine.dispose(keep) {
                         Ok(kept) => report.kept = kept,
-                        Err(e) => progress.note(&format!(
-                            "shard {}: cannot dispose of its machine: {e:#}",
-                            bundle.shard
-                        )),
+                        Err(e) => {
+                            let why = format!("{e:#}");
+                            progress.note(&format!(
+                                "shard {}: cannot dispose of its machine: {why}",
+                                bundle.shard
+                            ));
+                            report.dispose_error = Some(why);
+                        }
                     }
+                    report.dispose_ms = Some(disposing.elapsed().as_millis() as u64);
                     report
                 })
             })

@@ -108,6 +108,36 @@ pub struct ShardReport {
     /// Milliseconds from asking the runner for the machine to the worker's `hello`.
     #[serde(rename = "readyMs", skip_serializing_if = "Option::is_none")]
     pub ready_ms: Option<u64>,
+    /// Milliseconds the runner took to make the machine (after any wait for room).
+    #[serde(rename = "createMs", skip_serializing_if = "Option::is_none")]
+    pub create_ms: Option<u64>,
+    /// Milliseconds disposing of the machine took.
+    #[serde(rename = "disposeMs", skip_serializing_if = "Option::is_none")]
+    pub dispose_ms: Option<u64>,
+    /// Why disposing of the machine failed, if it did.
+    #[serde(rename = "disposeError", skip_serializing_if = "Option::is_none")]
+    pub dispose_error: Option<String>,
+}
+
+impl ShardReport {
+    /// A report for shard `shard` on `machine` that has not run anything yet.
+    pub fn new(shard: u32, machine: String) -> Self {
+        ShardReport {
+            shard,
+            machine,
+            ended: ShardEnd::Done,
+            worker: None,
+            collected: Vec::new(),
+            infra: Vec::new(),
+            kept: None,
+            placement: serde_json::Value::Null,
+            hello_at: None,
+            ready_ms: None,
+            create_ms: None,
+            dispose_ms: None,
+            dispose_error: None,
+        }
+    }
 }
 
 /// Hears about every finished trial, for progress output.
@@ -141,16 +171,8 @@ pub fn run_shard(
     settings: ShardSettings,
 ) -> ShardReport {
     let mut report = ShardReport {
-        shard: bundle.shard,
-        machine: channel.describe(),
-        ended: ShardEnd::Done,
-        worker: None,
-        collected: Vec::new(),
-        infra: Vec::new(),
-        kept: None,
         placement: channel.provenance(),
-        hello_at: None,
-        ready_ms: None,
+        ..ShardReport::new(bundle.shard, channel.describe())
     };
     debug_assert!(bundle_dir.join(BUNDLE_FILE).is_file());
     if let Err(e) = channel.put(bundle_dir, "bundle") {

@@ -287,7 +287,9 @@ mod tests {
         for arg in &argv[1..] {
             let declared = SSH_PATTERNS.iter().any(|p| match p.split_once('*') {
                 Some((head, tail)) => {
-                    arg.starts_with(head) && arg.ends_with(tail) && (!arg.starts_with('-') || p.starts_with('-'))
+                    arg.starts_with(head)
+                        && arg.ends_with(tail)
+                        && (!arg.starts_with('-') || p.starts_with('-'))
                 }
                 None => p == arg,
             });
