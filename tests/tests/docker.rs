@@ -506,3 +506,121 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         );
     }
 }
+
+#[test]
+fn a_kubernetes_runner_plugin_runs_pods_through_a_kubectl_stand_in() {
+    // No control plane can run here: tests/standins/kubectl.py maps the plugin's kubectl calls
+    // onto the real engine `a`; everything from the plugin to the worker is real.
+    let Some((a, _)) = engines() else {
+        return;
+    };
+    let image = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());
+    let bin = tempfile::tempdir().unwrap();
+    let log = bin.path().join("kubectl.log");
+    let config = bin.path().join("kubectl.json");
+    std::fs::write(
+        &config,
+        json!({"dockerHost": a, "log": s(&log)}).to_string(),
+    )
+    .unwrap();
+    let standin = mst_tests::root().join("tests/standins/kubectl.py");
+    let kubectl = bin.path().join("kubectl");
+    std::fs::write(
+        &kubectl,
+        format!(
+            "#!/bin/sh\nexec python3 {} {} \"$@\"\n",
+            s(&standin),
+            s(&config)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &kubectl,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        s(bin.path()),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 6, 30);
+    let plugin = mst_tests::plugin("kubernetes-runner.wasm");
+    let image = format!("image={image}");
+    let (config, results) = (eval.config(), eval.results());
+    let mut args = vec![
+        "run",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(&results),
+        "--plugin",
+        s(&plugin),
+        "--runner",
+        "mst/runner/kubernetes",
+        "--allow-exec",
+        "kubectl",
+    ];
+    for option in [
+        image.as_str(),
+        "namespace=evals",
+        "memory=256Mi",
+        "cpu=500m",
+        "nodeSelector=pool=evals",
+        "shards=2",
+    ] {
+        args.extend(["--runner-option", option]);
+    }
+    let run: Run = mst
+        .command(&args)
+        .env("PATH", &path)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    for machine in record["machines"].as_array().unwrap() {
+        assert_eq!(machine["ended"]["status"], "done", "{machine}");
+        assert_eq!(machine["placement"]["workerPlaced"], true, "{machine}");
+        assert!(machine["machine"]
+            .as_str()
+            .unwrap()
+            .contains("pod evals/mst-"));
+    }
+
+    // What the plugin asked kubectl for: a pod per shard with the limits, the selector and no
+    // service-account token; exec, then delete.
+    let calls: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let manifests: Vec<&Value> = calls
+        .iter()
+        .filter_map(|c| c["manifest"].as_object().map(|_| &c["manifest"]))
+        .collect();
+    assert_eq!(manifests.len(), 2, "{calls:?}");
+    let pod = manifests[0];
+    assert_eq!(pod["metadata"]["namespace"], "evals");
+    assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+    assert_eq!(pod["spec"]["nodeSelector"]["pool"], "evals");
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["limits"]["memory"],
+        "256Mi"
+    );
+    let verbs: Vec<String> = calls
+        .iter()
+        .map(|c| c["argv"][1].as_str().unwrap_or_default().to_string())
+        .collect();
+    for verb in ["apply", "wait", "exec", "delete"] {
+        assert!(verbs.iter().any(|v| v == verb), "{verb}: {verbs:?}");
+    }
+    assert!(
+        calls.iter().all(|c| c["argv"][0] == "--namespace=evals"),
+        "{calls:?}"
+    );
+    let id = run_id(&eval);
+    assert!(containers_of(&a, &id).is_empty(), "pods deleted");
+}

@@ -89,6 +89,25 @@ fn command_channels_run_only_granted_programs_and_record_the_grants() {
 }
 
 #[test]
+fn container_specs_cannot_reach_for_the_host() {
+    let mst = Mst::new();
+    for (behaviour, says) in [
+        ("host-network", "network=host"),
+        ("endpoint", "not a network address"),
+        ("env", "environment variables"),
+    ] {
+        let eval = command_eval(json!(["true"]), 1, 30);
+        let refused = hostile_run(&mst, &eval, behaviour, &[]);
+        assert_eq!(refused.code, 2, "{behaviour}: {}", refused.stderr);
+        assert!(
+            refused.stderr.contains(says) && refused.stderr.contains(HOSTILE),
+            "{behaviour}: {}",
+            refused.stderr
+        );
+    }
+}
+
+#[test]
 fn a_create_machine_that_never_returns_fails_only_its_shard() {
     let mst = Mst::new();
     let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 9, 30);

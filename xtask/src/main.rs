@@ -34,6 +34,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("dataset-jsonl", "jsonl.wasm"),
     ("runner-image", "image-runner.wasm"),
     ("runner-ssh", "ssh-runner.wasm"),
+    ("runner-kubernetes", "kubernetes-runner.wasm"),
     ("fixture-hostile", "fixtures/hostile.wasm"),
     ("fixture-hostile-runner", "fixtures/hostile-runner.wasm"),
     ("fixture-core-module", "fixtures/core-module.wasm"),
