@@ -440,13 +440,43 @@ fn sigterm_stops_the_shards_and_removes_the_containers() {
         return;
     };
     let mst = Mst::new();
-    let eval = command_eval(json!(["sh", "-c", "sleep 60"]), 1, 120);
-    let (child, _, id) = start_run(&mst, &eval, &a, &[format!("contexts={a}")]);
+    // Three shards, one container at a time: two shards wait for a slot and must see the
+    // signal too.
+    let eval = command_eval(json!(["sh", "-c", "sleep 60"]), 6, 120);
+    let options = [
+        format!("contexts={a}"),
+        "mode=exclusive".into(),
+        "shards=3".into(),
+    ];
+    let (child, dir, id) = start_run(&mst, &eval, &a, &options);
+    let signalled = Instant::now();
     // SAFETY: kill(2) on the child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out: Run = child.wait_with_output().unwrap().into();
     assert_ne!(out.code, 0, "{}", out.stderr);
+    assert!(
+        signalled.elapsed() < Duration::from_secs(30),
+        "stopped promptly"
+    );
     assert!(containers_of(&a, &id).is_empty(), "{}", out.stderr);
+    let record = read_json(&dir.join("run.json"));
+    let ended: Vec<&Value> = record["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["ended"]["status"])
+        .collect();
+    assert_eq!(ended, [&json!("cancelled"); 3], "{}", record["machines"]);
+    let placed = record["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| !m["placement"].is_null())
+        .count();
+    assert_eq!(
+        placed, 1,
+        "the waiting shards never got a container: {record}"
+    );
 }
 
 #[test]

@@ -452,20 +452,26 @@ pub fn run(
                         shard: bundle.shard,
                         shards: bundle.shards,
                         note: &note,
+                        cancel,
                     };
                     let asked = std::time::Instant::now();
                     let mut machine = match runner.create_machine(&request) {
                         Ok(machine) => machine,
                         Err(e) => {
-                            return coordinator::ShardReport {
-                                ended: coordinator::ShardEnd::Lost(format!(
+                            // A shard cancelled while its runner waited was never started.
+                            let ended = match cancel.load(std::sync::atomic::Ordering::SeqCst) {
+                                true => coordinator::ShardEnd::Cancelled,
+                                false => coordinator::ShardEnd::Lost(format!(
                                     "cannot create a machine: {e:#}"
                                 )),
+                            };
+                            return coordinator::ShardReport {
+                                ended,
                                 ..coordinator::ShardReport::new(
                                     bundle.shard,
                                     runner.name().to_string(),
                                 )
-                            }
+                            };
                         }
                     };
                     let created = std::time::Instant::now();

@@ -221,6 +221,9 @@ impl Channel for CommandMachine {
     }
 
     fn get_many(&mut self, files: &[(String, PathBuf)], cap: u64) -> Vec<Result<()>> {
+        if files.is_empty() {
+            return Vec::new();
+        }
         // One stream of the directory the files share (the coordinator asks for `results/…`),
         // else of the whole work directory; only the wanted files are kept.
         let first = |f: &(String, PathBuf)| f.0.split('/').next().map(str::to_string);

@@ -88,6 +88,8 @@ pub struct MachineRequest<'a> {
     pub shards: u32,
     /// Tells the user something worth knowing while the machine is made.
     pub note: &'a (dyn Fn(&str) + Sync),
+    /// Set when the user cancels the run: a runner waiting for room gives up.
+    pub cancel: &'a std::sync::atomic::AtomicBool,
 }
 
 /// A runner: makes one machine per shard.

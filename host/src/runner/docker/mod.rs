@@ -19,7 +19,7 @@ pub mod pipes;
 
 use super::channel::Channel;
 use super::{MachineRequest, Runner};
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
     StartContainerOptionsBuilder, UploadToContainerOptionsBuilder,
@@ -29,6 +29,7 @@ use image::WorkerImage;
 use options::DockerOptions;
 use owner::Owner;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -45,22 +46,31 @@ pub struct Slot {
 }
 
 impl Slots {
-    /// Takes a slot on the host with the most room, waiting for one when all are full.
-    fn acquire(self: &Arc<Self>) -> Slot {
+    /// Takes a slot on the host with the most room, waiting for one when all are full; `None`
+    /// once `cancel` is set (the user pressed Ctrl-C while this shard waited).
+    fn acquire(self: &Arc<Self>, cancel: &AtomicBool) -> Option<Slot> {
         let mut free = self.free.lock().expect("slots");
         loop {
+            if cancel.load(Ordering::SeqCst) {
+                return None;
+            }
             let best = (0..free.len()).filter(|&i| free[i] > 0).max_by_key(|&i| {
                 // Most room first; among equals, the earlier host.
                 (free[i], std::cmp::Reverse(i))
             });
             if let Some(index) = best {
                 free[index] -= 1;
-                return Slot {
+                return Some(Slot {
                     slots: self.clone(),
                     index,
-                };
+                });
             }
-            free = self.freed.wait(free).expect("slots");
+            // Woken by a freed slot, or soon enough to notice a cancel.
+            free = self
+                .freed
+                .wait_timeout(free, std::time::Duration::from_millis(200))
+                .expect("slots")
+                .0;
         }
     }
 }
@@ -217,7 +227,9 @@ impl Runner for DockerRunner {
     }
 
     fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>> {
-        let slot = self.slots.acquire();
+        let Some(slot) = self.slots.acquire(request.cancel) else {
+            bail!("cancelled while waiting for room on the Docker hosts");
+        };
         let context = &self.contexts[slot.index];
         let image = self.image_on(slot.index, request.note)?;
         let started_at = Instant::now();
@@ -290,10 +302,10 @@ impl Runner for DockerRunner {
             memory: context.memory_each,
             slot: Some(slot),
             disposed: false,
-            oom: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            oom: Arc::new(AtomicBool::new(false)),
             oom_watch: None,
             started_at,
-            stopped_by_us: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            stopped_by_us: Arc::new(AtomicBool::new(false)),
         };
         machine.oom_watch = Some(machine::watch_oom(
             self.runtime.handle(),
@@ -356,13 +368,14 @@ mod tests {
             free: Mutex::new(vec![1, 1]),
             freed: Condvar::new(),
         });
-        let first = slots.acquire();
-        let second = slots.acquire();
+        let never = AtomicBool::new(false);
+        let first = slots.acquire(&never).unwrap();
+        let second = slots.acquire(&never).unwrap();
         assert_eq!((first.index, second.index), (0, 1), "one per host");
         let (tx, rx) = std::sync::mpsc::channel();
         let waiting = slots.clone();
         let handle = std::thread::spawn(move || {
-            let third = waiting.acquire();
+            let third = waiting.acquire(&AtomicBool::new(false)).unwrap();
             tx.send(third.index).unwrap();
         });
         assert!(
@@ -372,6 +385,8 @@ mod tests {
         drop(second);
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 1);
         handle.join().unwrap();
+        let cancelled = AtomicBool::new(true);
+        assert!(slots.acquire(&cancelled).is_none(), "a cancelled wait ends");
         drop(first);
         assert_eq!(
             *slots.free.lock().unwrap(),
