@@ -143,7 +143,10 @@ impl Target {
     }
 }
 
-fn parse(options: &str) -> Result<(Options, Vec<(String, Option<u16>)>), PluginError> {
+/// A destination (`[user@]host`) and its port, if given.
+type Host = (String, Option<u16>);
+
+fn parse(options: &str) -> Result<(Options, Vec<Host>), PluginError> {
     let options: Options = runner::options(options)?;
     let hosts = options
         .hosts
@@ -163,7 +166,7 @@ fn invalid(message: impl Into<String>) -> PluginError {
 }
 
 /// `[user@]host[:port]`. A destination never starts with `-` (ssh would read an option).
-fn parse_host(text: &str) -> Result<(String, Option<u16>), PluginError> {
+fn parse_host(text: &str) -> Result<Host, PluginError> {
     let (destination, port) = match text.rsplit_once(':') {
         Some((d, p)) if !d.contains(':') => {
             let port = p
