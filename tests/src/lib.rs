@@ -1,5 +1,6 @@
 //! Helpers for the end-to-end tests: where the built `mst` binary and the plugin components
-//! are, and a runner that gives each test its own `MST_HOME`.
+//! are, a runner that gives each test its own `MST_HOME`, evals and waits shared by the runner
+//! tests, and ([`sshd`]) real OpenSSH servers on loopback.
 //!
 //! Build everything first with `cargo xtask test` (or `cargo xtask plugins` and
 //! `cargo build -p mst`); a missing artifact fails the test with that instruction.
@@ -236,9 +237,11 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
 pub fn wait_for_traces(dir: &Path, n: usize, limit: Duration) {
     let started = Instant::now();
     loop {
+        // Traces are `<variant>/<case>/<trial>.json`; run.json and the rest sit at the top.
         let count = walk(dir)
             .iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "json") && p.components().count() > 2)
+            .filter_map(|p| p.strip_prefix(dir).ok())
+            .filter(|p| p.extension().is_some_and(|e| e == "json") && p.components().count() == 3)
             .count();
         if count >= n {
             return;

@@ -26,6 +26,8 @@ impl SshKeys {
 /// One running `sshd`.
 pub struct Sshd {
     pub port: u16,
+    /// The account it lets the client key in as (the one running the tests).
+    pub user: String,
     child: Option<Child>,
     config: PathBuf,
 }
@@ -111,6 +113,7 @@ impl Sshd {
         std::fs::write(keys.known_hosts(), known).unwrap();
         let mut sshd = Sshd {
             port,
+            user: user.clone(),
             child: None,
             config,
         };
@@ -138,9 +141,14 @@ impl Sshd {
         }
     }
 
-    /// `[user@]host:port` for the runner's `hosts` option.
+    /// `host:port`, as run.json's machine descriptions name it.
     pub fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `user@host:port` for the runner's `hosts` option.
+    pub fn destination(&self) -> String {
+        format!("{}@{}", self.user, self.host())
     }
 
     /// Kills the server and every session it started: the host is gone.

@@ -41,9 +41,35 @@ fn command_channels_run_only_granted_programs_and_record_the_grants() {
         &mst,
         &eval,
         "shell",
-        &["--runner-option", "shards=2", "--allow-exec", "sh"],
+        &[
+            "--runner-option",
+            "shards=2",
+            "--allow-exec",
+            "sh",
+            "--allow-exec",
+            "ssh",
+        ],
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    // Before any machine: what it may run, and a warning for the declaration that lets it
+    // pass any option.
+    assert!(run.stderr.contains("it may run: sh -c *"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("warning: it declared `ssh` with any arguments"),
+        "{}",
+        run.stderr
+    );
+    let check = mst.run(&[
+        "plugin",
+        "check",
+        s(&mst_tests::fixture("hostile-runner.wasm")),
+    ]);
+    assert!(
+        check.stdout.contains("declares `ssh` with any arguments"),
+        "{}",
+        check.stdout
+    );
     let record = read_json(&eval.run_dir("e2e").join("run.json"));
     let machines = record["machines"].as_array().unwrap();
     assert_eq!(machines.len(), 2, "{machines:?}");
@@ -58,6 +84,7 @@ fn command_channels_run_only_granted_programs_and_record_the_grants() {
     assert_eq!(plugin["declared"][0]["program"], "sh", "{plugin}");
     assert_eq!(plugin["granted"]["exec"][0]["program"], "sh", "{plugin}");
     assert_eq!(plugin["granted"]["exec"][0]["args"], json!(["-c", "*"]));
+    assert_eq!(plugin["declared"].as_array().unwrap().len(), 2, "{plugin}");
     assert!(plugin["digest"].as_str().unwrap().len() == 64);
 
     // Not granted, not declared, or an argument outside the declared patterns: the machine is
@@ -163,7 +190,7 @@ fn a_create_machine_that_never_returns_fails_only_its_shard() {
 
 /// The ssh runner's arguments for `hosts` with the test's keys.
 fn ssh_args(plugin: &std::path::Path, keys: &sshd::SshKeys, hosts: &[&Sshd]) -> Vec<String> {
-    let hosts: Vec<String> = hosts.iter().map(|h| format!("root@{}", h.host())).collect();
+    let hosts: Vec<String> = hosts.iter().map(|h| h.destination()).collect();
     let mut args: Vec<String> = ["--plugin", s(plugin), "--runner", "mst/runner/ssh"]
         .map(String::from)
         .to_vec();

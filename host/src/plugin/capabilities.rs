@@ -240,6 +240,23 @@ impl Effective {
     }
 }
 
+/// Why an `exec` declaration lets the plugin pass options the operator cannot see in advance
+/// (no patterns at all, or a pattern like `-*` or `-o*`), if it does. Options are where
+/// programs hide ways to run other programs (`ssh -oProxyCommand=…`) or read files
+/// (`kubectl --kubeconfig=…`), so granting such a program is granting everything it can do.
+pub fn broad_exec(program: &str, args: &[String]) -> Option<String> {
+    if args.is_empty() {
+        return Some(format!("`{program}` with any arguments"));
+    }
+    args.iter()
+        .find(|p| {
+            // `-oPort=*` pins the option and leaves the value open; `-o*` leaves the option open.
+            let before_wildcard = p.split('*').next().unwrap_or_default();
+            p.starts_with('-') && p.contains('*') && !before_wildcard.contains('=')
+        })
+        .map(|p| format!("`{program}` with any option matching `{p}`"))
+}
+
 /// Declared capabilities that the grants leave out, for warnings.
 pub fn not_granted(declared: &[Capability], effective: &Effective) -> Vec<Capability> {
     declared
@@ -276,7 +293,6 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// Matches `text` against `pattern`, where `*` matches any run of characters.
 /// Whether argument `text` matches `pattern` (`*` matches any run of characters). An option
 /// (an argument starting with `-`) matches only a pattern that starts with `-` too: a wildcard
 /// for host names or paths must never admit `-oProxyCommand=…` and its kind, which would make
@@ -328,6 +344,16 @@ mod tests {
         );
         assert!(!glob_match("*@*", "-oProxyCommand=a@b"));
         assert!(glob_match("-oPort=*", "-oPort=2201"));
+    }
+
+    #[test]
+    fn broad_option_patterns_are_named() {
+        assert!(broad_exec("ssh", &[]).is_some());
+        for broad in ["-*", "--*", "-o*"] {
+            assert!(broad_exec("ssh", &[broad.to_string()]).is_some(), "{broad}");
+        }
+        let narrow = ["-oPort=*", "--namespace=*", "*", "-T"].map(String::from);
+        assert_eq!(broad_exec("ssh", &narrow), None);
     }
 
     #[test]

@@ -345,6 +345,16 @@ fn describe(raw: bindings::PluginInfo, surface: &Surface, problems: &mut Vec<Pro
             )));
         }
     }
+    for capability in &capabilities {
+        if let Capability::Exec { program, args } = capability {
+            if let Some(broad) = super::capabilities::broad_exec(program, args) {
+                problems.push(Problem::warning(format!(
+                    "declares {broad}: granting `{program}` lets it pass options you cannot \
+                     review in advance (some run other programs or read files)"
+                )));
+            }
+        }
+    }
     Info {
         name: sanitize(&raw.name, 200),
         version: sanitize(&raw.version, 100),

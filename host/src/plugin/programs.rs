@@ -1,6 +1,7 @@
 //! Host programs run on a plugin's behalf, through the `exec` import or a runner plugin's
 //! command channel. Both go through here so the rules are the same: no shell, an environment
-//! of `PATH` and `HOME` only (never the operator's secrets), output and time capped.
+//! of `PATH`, `HOME` and `KUBECONFIG` only (never the operator's secrets), output and time
+//! capped, and nothing the program started outlives it.
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -18,13 +19,20 @@ pub struct Output {
     pub stderr: Vec<u8>,
 }
 
-/// `program` with `args`, no shell, and only `PATH` and `HOME` in its environment: tools such
-/// as `ssh` and `kubectl` find their own configuration from `HOME`, and nothing else of the
-/// host's environment (where secrets live) reaches them.
+/// The environment variables a host program gets: where to find programs and their own
+/// configuration (`ssh` reads `~/.ssh`, `kubectl` `~/.kube/config` or `$KUBECONFIG`). Nothing
+/// else of the host's environment, where secrets live, reaches them; `SSH_AUTH_SOCK` is left
+/// out on purpose: it would lend the operator's whole agent (use the ssh runner's `identity`).
+pub const PASSED_ENV: [&str; 3] = ["PATH", "HOME", "KUBECONFIG"];
+
+/// `program` with `args`, no shell, only [`PASSED_ENV`] in its environment, leading its own
+/// process group (so a timeout can stop everything it started).
 pub fn command(program: &str, args: &[String]) -> Command {
     let mut command = Command::new(program);
     command.args(args).env_clear();
-    for name in ["PATH", "HOME"] {
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    for name in PASSED_ENV {
         if let Some(value) = std::env::var_os(name) {
             command.env(name, value);
         }
@@ -64,17 +72,17 @@ pub fn run(
     let writer = std::thread::spawn(move || {
         let _ = input.write_all(&stdin);
     });
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let out_reader = std::thread::spawn(move || read_capped(stdout, MAX_OUTPUT));
-    let err_reader = std::thread::spawn(move || read_capped(stderr, MAX_OUTPUT));
+    let stdout = reader(child.stdout.take().expect("stdout is piped"));
+    let stderr = reader(child.stderr.take().expect("stderr is piped"));
 
     let started = Instant::now();
+    let group = child.id() as i32;
     let status = loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             break status;
         }
         if started.elapsed() >= timeout {
+            kill_group(group);
             let _ = child.kill();
             let _ = child.wait();
             return Err(format!(
@@ -84,12 +92,37 @@ pub fn run(
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    let _ = writer.join();
+    // Whatever it left behind in its group goes too: a background process holding the pipes
+    // would otherwise keep the readers (and this call) waiting.
+    kill_group(group);
+    drop(writer);
     Ok(Output {
         status: status.code().unwrap_or(-1),
-        stdout: out_reader.join().unwrap_or_default(),
-        stderr: err_reader.join().unwrap_or_default(),
+        stdout: stdout.recv_timeout(LEFTOVER_WAIT).unwrap_or_default(),
+        stderr: stderr.recv_timeout(LEFTOVER_WAIT).unwrap_or_default(),
     })
+}
+
+/// How long output may keep arriving after the program ended (from a process that left its
+/// group); after that the call returns what it has.
+const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// Reads `pipe` (capped) on a thread of its own; the contents arrive on the receiver.
+fn reader(pipe: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(read_capped(pipe, MAX_OUTPUT));
+    });
+    rx
+}
+
+/// SIGKILL to process group `group`.
+fn kill_group(group: i32) {
+    // SAFETY: kill(2) on a process group `command` created for a program we started.
+    #[cfg(unix)]
+    unsafe {
+        libc::kill(-group, libc::SIGKILL);
+    }
 }
 
 #[cfg(test)]
@@ -108,6 +141,24 @@ mod tests {
         .unwrap_err();
         assert!(err.contains("timed out"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(4));
+    }
+
+    #[test]
+    fn what_a_program_leaves_behind_is_stopped_with_it() {
+        let started = Instant::now();
+        let out = run(
+            "sh",
+            &["-c".into(), "sleep 30 & echo started".into()],
+            Vec::new(),
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "started");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the background sleep held the pipe: {:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

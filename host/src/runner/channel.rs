@@ -21,6 +21,11 @@ pub trait ProcessHandle: Send {
     fn kill(&mut self);
     /// Waits for it to end; its exit code, if it had one.
     fn wait(&mut self) -> Option<i32>;
+    /// Waits at most `limit` for it to end: `Some(exit code)` if it did. Runners whose
+    /// processes always end with their machine's side may keep the blocking default.
+    fn wait_timeout(&mut self, _limit: std::time::Duration) -> Option<Option<i32>> {
+        Some(self.wait())
+    }
 }
 
 /// A host process with its stdio piped, leading its own process group.
@@ -59,6 +64,17 @@ impl ProcessHandle for ChildProcess {
     }
     fn wait(&mut self) -> Option<i32> {
         self.0.wait().ok().and_then(|s| s.code())
+    }
+    fn wait_timeout(&mut self, limit: std::time::Duration) -> Option<Option<i32>> {
+        let started = std::time::Instant::now();
+        loop {
+            match self.0.try_wait() {
+                Ok(Some(status)) => return Some(status.code()),
+                Err(_) => return Some(None),
+                Ok(None) if started.elapsed() >= limit => return None,
+                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        }
     }
 }
 

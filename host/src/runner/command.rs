@@ -103,6 +103,7 @@ fn tail(stderr: &[u8]) -> String {
 /// characters no shell treats specially are allowed.
 fn check_workdir(workdir: &str) -> Result<()> {
     let plain = workdir.starts_with('/')
+        && workdir.trim_end_matches('/').len() > 1
         && workdir.len() <= 200
         && workdir
             .chars()
@@ -137,8 +138,9 @@ impl CommandMachine {
         channel: &CommandChannel,
         grants: &Effective,
         worker: Option<&Path>,
+        started: Instant,
     ) -> Result<Self> {
-        let mut machine = Self::checked(channel, grants)?;
+        let mut machine = Self::checked(channel, grants, started)?;
         if !machine.has_matching_mst() {
             let binary = super::worker_binary::find(worker)?;
             let bytes = std::fs::read(&binary)
@@ -153,8 +155,9 @@ impl CommandMachine {
         Ok(machine)
     }
 
-    /// The machine with its templates checked, before anything runs.
-    fn checked(channel: &CommandChannel, grants: &Effective) -> Result<Self> {
+    /// The machine with its templates checked, before anything runs. `started` is when the
+    /// runner began making it (before the plugin's `create-machine`), for `run.json`'s times.
+    fn checked(channel: &CommandChannel, grants: &Effective, started: Instant) -> Result<Self> {
         check_workdir(&channel.workdir)?;
         Ok(CommandMachine {
             exec: Template::new("exec", &channel.exec, grants)?,
@@ -163,7 +166,7 @@ impl CommandMachine {
             workdir: channel.workdir.trim_end_matches('/').to_string(),
             worker: "mst".into(),
             worker_placed: false,
-            started: Instant::now(),
+            started,
         })
     }
 
@@ -178,63 +181,9 @@ impl CommandMachine {
         )
     }
 
-    fn put_tar(&self, tar: Vec<u8>, dest: &str) -> Result<()> {
-        let args = self.put.expand(&self.workdir, dest, &[]);
-        self.put.run(&args, tar, CONTROL_TIMEOUT).map(|_| ())
-    }
-}
-
-impl Channel for CommandMachine {
-    fn describe(&self) -> String {
-        format!("{} {}", self.exec.program, self.workdir)
-    }
-
-    fn put(&mut self, src: &Path, dest: &str) -> Result<()> {
-        if !crate::files::is_plain_relative(dest) {
-            bail!("refusing machine path {dest:?}");
-        }
-        let tar = archive::tar_directory(src, dest)?;
-        self.put_tar(tar, dest)
-            .with_context(|| format!("cannot copy {} to the machine", src.display()))
-    }
-
-    fn exec(&mut self, argv: &[String]) -> Result<Process> {
-        let command: Vec<String> = argv
-            .iter()
-            .enumerate()
-            .map(|(i, a)| match (i, a.as_str()) {
-                (0, "mst") => self.worker.clone(),
-                _ => a.replace("{workdir}", &self.workdir),
-            })
-            .collect();
-        let args = self.exec.expand(&self.workdir, "", &command);
-        ChildProcess::spawn(
-            programs::command(&self.exec.program, &args),
-            &format!("`{}` (exec template)", self.exec.program),
-        )
-    }
-
-    fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()> {
-        self.get_many(&[(src.to_string(), dest.to_path_buf())], cap)
-            .pop()
-            .expect("one result per file")
-    }
-
-    fn get_many(&mut self, files: &[(String, PathBuf)], cap: u64) -> Vec<Result<()>> {
-        if files.is_empty() {
-            return Vec::new();
-        }
-        // One stream of the directory the files share (the coordinator asks for `results/…`),
-        // else of the whole work directory; only the wanted files are kept.
-        let first = |f: &(String, PathBuf)| f.0.split('/').next().map(str::to_string);
-        let shared = files.first().and_then(first).filter(|top| {
-            files
-                .iter()
-                .all(|f| first(f).as_deref() == Some(top.as_str()))
-                && crate::files::is_plain_relative(top)
-        });
-        let src = shared.unwrap_or_else(|| ".".to_string());
-        let args = self.get.expand(&self.workdir, &src, &[]);
+    /// Reads `files`, all below the top-level directory `src`, from one `get` stream.
+    fn get_from(&self, src: &str, files: &[(String, PathBuf)], cap: u64) -> Vec<Result<()>> {
+        let args = self.get.expand(&self.workdir, src, &[]);
         let spawned = ChildProcess::spawn(
             programs::command(&self.get.program, &args),
             &format!("`{}` (get template)", self.get.program),
@@ -285,6 +234,77 @@ impl Channel for CommandMachine {
             }
         }
         results
+    }
+
+    fn put_tar(&self, tar: Vec<u8>, dest: &str) -> Result<()> {
+        let args = self.put.expand(&self.workdir, dest, &[]);
+        self.put.run(&args, tar, CONTROL_TIMEOUT).map(|_| ())
+    }
+}
+
+impl Channel for CommandMachine {
+    fn describe(&self) -> String {
+        format!("{} {}", self.exec.program, self.workdir)
+    }
+
+    fn put(&mut self, src: &Path, dest: &str) -> Result<()> {
+        if !crate::files::is_plain_relative(dest) {
+            bail!("refusing machine path {dest:?}");
+        }
+        let tar = archive::tar_directory(src, dest)?;
+        self.put_tar(tar, dest)
+            .with_context(|| format!("cannot copy {} to the machine", src.display()))
+    }
+
+    fn exec(&mut self, argv: &[String]) -> Result<Process> {
+        let command: Vec<String> = argv
+            .iter()
+            .enumerate()
+            .map(|(i, a)| match (i, a.as_str()) {
+                (0, "mst") => self.worker.clone(),
+                _ => a.replace("{workdir}", &self.workdir),
+            })
+            .collect();
+        let args = self.exec.expand(&self.workdir, "", &command);
+        ChildProcess::spawn(
+            programs::command(&self.exec.program, &args),
+            &format!("`{}` (exec template)", self.exec.program),
+        )
+    }
+
+    fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()> {
+        self.get_many(&[(src.to_string(), dest.to_path_buf())], cap)
+            .pop()
+            .expect("one result per file")
+    }
+
+    fn get_many(&mut self, files: &[(String, PathBuf)], cap: u64) -> Vec<Result<()>> {
+        // One stream per top-level directory the files are in (the coordinator asks for
+        // `results/…` only: one stream per batch); only the wanted files are kept.
+        let mut results: Vec<Option<Result<()>>> = files.iter().map(|_| None).collect();
+        let mut groups: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        for (index, (src, _)) in files.iter().enumerate() {
+            let top = src.split('/').next().unwrap_or_default();
+            groups.entry(top).or_default().push(index);
+        }
+        for (top, indexes) in groups {
+            let group: Vec<(String, PathBuf)> = indexes.iter().map(|&i| files[i].clone()).collect();
+            let copied = if crate::files::is_plain_relative(top) {
+                self.get_from(top, &group, cap)
+            } else {
+                group
+                    .iter()
+                    .map(|(src, _)| Err(anyhow::anyhow!("refusing machine path {src:?}")))
+                    .collect()
+            };
+            for (index, result) in indexes.into_iter().zip(copied) {
+                results[index] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every file is in a group"))
+            .collect()
     }
 
     fn batch_copies(&self) -> bool {
@@ -344,7 +364,7 @@ mod tests {
     #[test]
     fn templates_need_granted_programs_and_matching_arguments() {
         let channel = local_channel("/tmp/x");
-        let err = CommandMachine::new(&channel, &Effective::none(), None)
+        let err = CommandMachine::new(&channel, &Effective::none(), None, Instant::now())
             .err()
             .unwrap()
             .to_string();
@@ -353,7 +373,7 @@ mod tests {
             "{err}"
         );
         let narrow = sh_grants(&["-c", "cd {workdir} && exec \"$@\"", "sh", "{command}"]);
-        let err = CommandMachine::new(&channel, &narrow, None)
+        let err = CommandMachine::new(&channel, &narrow, None, Instant::now())
             .err()
             .unwrap()
             .to_string();
@@ -365,7 +385,15 @@ mod tests {
 
     #[test]
     fn work_directories_must_be_plain() {
-        for bad in ["tmp/x", "/tmp/$(reboot)", "/tmp/a b", "/tmp/../etc", ""] {
+        for bad in [
+            "tmp/x",
+            "/tmp/$(reboot)",
+            "/tmp/a b",
+            "/tmp/../etc",
+            "",
+            "/",
+            "//",
+        ] {
             assert!(check_workdir(bad).is_err(), "{bad:?}");
         }
         check_workdir("/tmp/mst-run_1.2-0").unwrap();
@@ -392,7 +420,8 @@ mod tests {
         let workdir = root.path().join("machine");
         let workdir = workdir.to_str().unwrap();
         let channel = local_channel(workdir);
-        let mut machine = CommandMachine::checked(&channel, &sh_grants(&[])).unwrap();
+        let mut machine =
+            CommandMachine::checked(&channel, &sh_grants(&[]), Instant::now()).unwrap();
 
         let staging = tempfile::tempdir().unwrap();
         std::fs::write(staging.path().join("ok.json"), "{}").unwrap();

@@ -10,6 +10,7 @@ use super::command::CommandMachine;
 use super::docker::DockerRunner;
 use super::{MachineRequest, Runner};
 use crate::plugin::bindings::{Machine, MachineSpec, Shard};
+use crate::plugin::capabilities::broad_exec;
 use crate::plugin::LoadedPlugin;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -136,12 +137,27 @@ impl Runner for PluginRunner {
 
     fn plan(&self) -> Vec<String> {
         let info = self.plugin.info();
-        vec![format!(
+        let mut plan = vec![format!(
             "runner plugin {} {} (sha256 {})",
             info.name,
             info.version,
             &self.plugin.digest()[..12]
-        )]
+        )];
+        // What the operator's grants let it run, spelled out, and loudly when that is anything.
+        for grant in &self.plugin.effective_grants().exec {
+            let args = match grant.args.is_empty() {
+                true => "(any arguments)".to_string(),
+                false => grant.args.join(" "),
+            };
+            plan.push(format!("  it may run: {} {args}", grant.program));
+            if let Some(broad) = broad_exec(&grant.program, &grant.args) {
+                plan.push(format!(
+                    "  warning: it declared {broad}, which you granted: options can run other \
+                     programs or read files"
+                ));
+            }
+        }
+        plan
     }
 
     fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>> {
@@ -151,6 +167,9 @@ impl Runner for PluginRunner {
             count: request.shards,
             run_id: request.run_id.to_string(),
         };
+        // A command channel's times count from here: the plugin's own work (ssh, kubectl) is
+        // part of making the machine.
+        let started = std::time::Instant::now();
         let Machine {
             id,
             spec,
@@ -165,7 +184,7 @@ impl Runner for PluginRunner {
                 .and_then(|docker| docker.create_machine(request))
                 .with_context(|| format!("runner plugin `{name}` ({description})")),
             MachineSpec::Command(channel) => {
-                CommandMachine::new(channel, self.plugin.effective_grants(), None)
+                CommandMachine::new(channel, self.plugin.effective_grants(), None, started)
                     .map(|machine| Box::new(machine) as Box<dyn Channel>)
                     .with_context(|| format!("runner plugin `{name}` ({description})"))
             }

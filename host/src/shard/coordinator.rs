@@ -440,7 +440,9 @@ pub fn run_shard(
         &mut report,
         progress,
     );
-    if !finished {
+    // A finished worker's process ends by itself; one that lingers (a command channel's
+    // program that does not exit with it) is stopped after the grace period.
+    if !finished || process.handle.wait_timeout(settings.cancel_grace).is_none() {
         process.handle.kill();
     }
     process.handle.wait();

@@ -6,8 +6,10 @@
 //!
 //! Options: `image` (required), `namespace` (default `default`), `context` (a kubeconfig
 //! context), `cpu` (`500m`, `2`), `memory` (`512Mi`, `2Gi`), `nodeSelector`
-//! (`key=value,key=value`), `readyTimeout` (seconds, default 120), `workdir` (default
-//! `/tmp/mst`).
+//! (`key=value,key=value`), `readyTimeout` (seconds, default 120; a plugin call is also bounded
+//! by the host's `--plugin-timeout`, so raise both), `workdir` (default `/tmp/mst`),
+//! `maxSeconds` (the pod's `activeDeadlineSeconds`, default a day: a pod never disposed of
+//! still ends).
 //!
 //! The pod gets no service-account token, no privilege escalation and no capabilities. The
 //! cluster enforces what a pod may be; run shards in a namespace with the `restricted` Pod
@@ -37,6 +39,8 @@ struct Options {
     ready_timeout: u32,
     #[serde(default = "default_workdir")]
     workdir: String,
+    #[serde(default = "default_max_seconds")]
+    max_seconds: u64,
 }
 
 fn default_namespace() -> String {
@@ -47,6 +51,9 @@ fn default_ready_timeout() -> u32 {
 }
 fn default_workdir() -> String {
     "/tmp/mst".into()
+}
+fn default_max_seconds() -> u64 {
+    86_400
 }
 
 const SCHEMA: &str = r#"{
@@ -61,7 +68,8 @@ const SCHEMA: &str = r#"{
     "memory": {"type": "string", "pattern": "^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$"},
     "nodeSelector": {"type": "string"},
     "readyTimeout": {"type": "integer", "minimum": 1, "maximum": 3600},
-    "workdir": {"type": "string", "pattern": "^/[A-Za-z0-9/._-]*$"}
+    "workdir": {"type": "string", "pattern": "^/[A-Za-z0-9/._-]*$"},
+    "maxSeconds": {"type": "integer", "minimum": 60}
   }
 }"#;
 
@@ -71,7 +79,8 @@ const GET: &str = "tar -cf - -C {workdir} {src}";
 
 /// `kubectl` arguments this plugin may use. No `*` on its own: the verbs, the pod names (all
 /// `mst-…`) and the remote command lines are spelled out, so a granted kubectl cannot be
-/// turned to `config view` or another namespace's pods.
+/// turned to `config view`, `proxy` or `--kubeconfig=…`. What `apply` creates is the
+/// manifest this plugin writes (one pod); the cluster's own policies decide what it may be.
 const KUBECTL_PATTERNS: &[&str] = &[
     "--namespace=*",
     "--context=*",
@@ -161,15 +170,16 @@ fn parse(
     Ok((options, selector))
 }
 
-/// A DNS-1123 label from the run id and shard: lowercase letters, digits and `-`, ≤ 63.
-fn pod_name(shard: &Shard) -> String {
+/// A DNS-1123 label from the run id, the shard and `suffix`: lowercase letters, digits and
+/// `-`, ≤ 63.
+fn pod_name(shard: &Shard, suffix: &str) -> String {
     let run: String = shard
         .run_id
         .to_ascii_lowercase()
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
-    let suffix = format!("-{}", shard.index);
+    let suffix = format!("-{}-{suffix}", shard.index);
     let room = 63 - "mst-".len() - suffix.len();
     let run = run.trim_matches('-');
     format!("mst-{}{suffix}", &run[..run.len().min(room)])
@@ -211,6 +221,9 @@ fn manifest(
         },
         "spec": {
             "restartPolicy": "Never",
+            // A pod whose disposal never happens (the host killed, a plugin call cut off by
+            // its time limit) still ends.
+            "activeDeadlineSeconds": options.max_seconds,
             "automountServiceAccountToken": false,
             "enableServiceLinks": false,
             "nodeSelector": selector,
@@ -253,8 +266,13 @@ impl Runner for Kubernetes {
 
     fn create_machine(shard: Shard, options: &str) -> Result<Machine, PluginError> {
         let (options, selector) = parse(options)?;
+        // A fresh name each time: a resumed shard never adopts (then deletes) a kept pod.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
         let pod = Pod {
-            name: pod_name(&shard),
+            name: pod_name(&shard, &format!("{:06x}", nanos & 0xff_ffff)),
             namespace: options.namespace.clone(),
             context: options.context.clone(),
         };
@@ -324,11 +342,11 @@ mod tests {
     #[test]
     fn pod_names_are_dns_labels() {
         assert_eq!(
-            pod_name(&shard("20261130T0750Z-ab12", 3)),
-            "mst-20261130t0750z-ab12-3"
+            pod_name(&shard("20261130T0750Z-ab12", 3), "0f0f0f"),
+            "mst-20261130t0750z-ab12-3-0f0f0f"
         );
-        let long = pod_name(&shard(&"X".repeat(100), 12));
-        assert!(long.len() <= 63 && long.ends_with("-12"), "{long}");
+        let long = pod_name(&shard(&"X".repeat(100), 12), "0f0f0f");
+        assert!(long.len() <= 63 && long.ends_with("-12-0f0f0f"), "{long}");
     }
 
     #[test]

@@ -120,8 +120,8 @@ impl Target {
         argv
     }
 
-    /// Runs `remote` (one shell command line) on the host.
-    fn run(&self, remote: &str) -> Result<(), PluginError> {
+    /// Runs `remote` (one shell command line) on the host; its stdout.
+    fn run(&self, remote: &str) -> Result<String, PluginError> {
         let mut args = self.ssh_args();
         args.push(remote.to_string());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -139,7 +139,7 @@ impl Target {
                 ),
             ));
         }
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 }
 
@@ -215,21 +215,36 @@ impl Runner for Ssh {
     fn create_machine(shard: Shard, options: &str) -> Result<Machine, PluginError> {
         let (options, hosts) = parse(options)?;
         let (destination, port) = hosts[shard.index as usize % hosts.len()].clone();
-        let target = Target {
+        let mut target = Target {
             destination,
             port,
             identity: options.identity,
             known_hosts: options.known_hosts,
             connect_timeout: options.connect_timeout,
-            dir: format!(
-                "{}/mst-{}-{}",
-                options.workdir.trim_end_matches('/'),
-                plain(&shard.run_id),
-                shard.index
-            ),
+            dir: String::new(),
         };
-        // Reach the host now: a wrong key or a dead host fails this shard with ssh's own words.
-        target.run(&format!("mkdir -p {}", target.dir))?;
+        // Reach the host now (a wrong key or a dead host fails this shard in ssh's own words)
+        // and make a fresh private directory: `mktemp -d` creates it 0700 under a name nobody
+        // could have prepared on a shared host, and a resumed shard never reuses a kept one.
+        let made = target.run(&format!(
+            "mktemp -d {}/mst-{}-{}-XXXXXXXX",
+            options.workdir.trim_end_matches('/'),
+            plain(&shard.run_id),
+            shard.index
+        ))?;
+        if !made.starts_with('/')
+            || made.len() > 200
+            || plain(&made.replace('/', "")) != made.replace('/', "")
+        {
+            return Err(runner::error(
+                ErrorCode::Unavailable,
+                format!(
+                    "mktemp on {} printed {made:?}, not a plain path",
+                    target.destination
+                ),
+            ));
+        }
+        target.dir = made;
         let description = match port {
             Some(port) => format!("{}:{port} (ssh)", target.destination),
             None => format!("{} (ssh)", target.destination),
@@ -252,7 +267,7 @@ impl Runner for Ssh {
         if keep {
             return Ok(());
         }
-        target.run(&format!("rm -rf {}", target.dir))
+        target.run(&format!("rm -rf {}", target.dir)).map(|_| ())
     }
 }
 
