@@ -486,25 +486,49 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     };
     let plugin = mst_tests::plugin("image-runner.wasm");
     let mst = Mst::new();
-    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 4, 30);
+    let eval = command_eval(
+        json!(["sh", "-c", "read q; echo \"$q $MST_TEST_GREETING\""]),
+        4,
+        30,
+    );
     let image = format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION"));
     let context = format!("context={a}");
     // `mst run` with the image runner plugin, its image and context, and `extra` options.
+    // The operator passes one variable by name (configuration, never a secret).
+    std::env::set_var("MST_TEST_GREETING", "hello from the host");
     let run_with = |extra: &[&str]| {
-        let mut args = vec!["--plugin", s(&plugin), "--runner", "mst/runner/image"];
+        let mut args = vec![
+            "--plugin",
+            s(&plugin),
+            "--runner",
+            "mst/runner/image",
+            "--allow-env",
+            "MST_TEST_GREETING",
+        ];
         for option in [image.as_str(), context.as_str()].iter().chain(extra) {
             args.extend(["--runner-option", option]);
         }
         eval.run(&mst, &args)
     };
-    // keep=always, so the container can be inspected below.
-    let run = run_with(&["memoryMb=128", "keep=always"]);
+    // keep=always, so the container can be inspected below; `env` asks for a variable the
+    // operator passes.
+    let run = run_with(&["memoryMb=128", "keep=always", "env=MST_TEST_GREETING"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let record = read_json(&eval.run_dir("e2e").join("run.json"));
     let machine = &record["machines"][0];
     assert_eq!(
         machine["placement"]["plugin"]["name"], "mst/runner/image",
         "{machine}"
+    );
+    let granted = &record["plugins"][0]["granted"];
+    assert_eq!(
+        granted["envNames"],
+        json!(["MST_TEST_GREETING"]),
+        "{granted}"
+    );
+    assert!(
+        !record.to_string().contains("hello from the host"),
+        "names are recorded, never values"
     );
     let names = containers_of(&a, &run_id(&eval));
     assert_eq!(names.len(), 1, "{names:?}");
@@ -518,6 +542,21 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     assert!(security.contains("seccomp"), "{security}");
     let labels = &inspect[0]["Config"]["Labels"];
     assert_eq!(labels["org.example.team"], "evals", "the plugin's label");
+    // Docker adds the image's own `ENV` (PATH); from mst, only what the spec asked for and the
+    // operator passed.
+    let env: Vec<&str> = inspect[0]["Config"]["Env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .filter(|v| !v.starts_with("PATH="))
+        .collect();
+    assert_eq!(env, ["MST_TEST_GREETING=hello from the host"]);
+    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    assert_eq!(
+        trace["trace"]["finalText"], "question 1 hello from the host",
+        "{trace}"
+    );
     assert!(labels["mst.owner.pid"].is_string(), "mst's own labels");
     docker(&a, &["rm", "-f", &names[0]]);
 

@@ -121,7 +121,7 @@ fn container_specs_cannot_reach_for_the_host() {
     for (behaviour, says) in [
         ("host-network", "network=host"),
         ("endpoint", "not a network address"),
-        ("env", "environment variables"),
+        ("env", "--allow-env AWS_SECRET_ACCESS_KEY"),
     ] {
         let eval = command_eval(json!(["true"]), 1, 30);
         let refused = hostile_run(&mst, &eval, behaviour, &[]);

@@ -138,6 +138,11 @@ pub(crate) struct SandboxArgs {
     /// Give the plugin secret NAME, read from the environment variable NAME. Repeatable.
     #[arg(long = "allow-secret", value_name = "NAME")]
     allow_secret: Vec<String>,
+    /// Pass the environment variable NAME into a runner plugin's containers when its container
+    /// spec asks for it. Docker shows the value to anyone who can inspect the container: never
+    /// a secret. Repeatable.
+    #[arg(long = "allow-env", value_name = "NAME")]
+    allow_env: Vec<String>,
     /// The most memory the plugin may use, in MiB.
     #[arg(long = "plugin-memory", value_name = "MIB", default_value_t = 256)]
     memory_mib: usize,
@@ -159,6 +164,7 @@ impl SandboxArgs {
                 models: &self.allow_model,
                 read_dirs: &self.allow_read,
                 secrets: &self.allow_secret,
+                env: &self.allow_env,
             },
             |list| format!("--allow-{list}"),
         )

@@ -124,6 +124,8 @@ pub struct PluginConfig {
     pub allow_model: Vec<String>,
     #[serde(default)]
     pub allow_secret: Vec<String>,
+    #[serde(default)]
+    pub allow_env: Vec<String>,
 }
 
 /// A whole eval config.

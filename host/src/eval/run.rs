@@ -126,6 +126,7 @@ fn grants_from(config: &super::config::PluginConfig, base: &Path) -> Result<Gran
             models: &config.allow_model,
             read_dirs: &read_dirs,
             secrets: &config.allow_secret,
+            env: &config.allow_env,
         },
         |list| format!("allow{}{}", list[..1].to_uppercase(), &list[1..]),
     )

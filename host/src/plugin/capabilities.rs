@@ -86,6 +86,9 @@ pub struct Grants {
     pub models: BTreeSet<String>,
     /// Secrets by name, with their values.
     pub secrets: BTreeMap<String, Secret>,
+    /// Environment variables a runner plugin's containers may receive, by name, with their
+    /// values: configuration, never secrets (Docker shows them to anyone who can inspect).
+    pub env: BTreeMap<String, String>,
 }
 
 /// The operator's grant lists as given, before they are checked.
@@ -98,6 +101,8 @@ pub struct GrantLists<'a> {
     pub read_dirs: &'a [PathBuf],
     /// Names of environment variables whose values are granted as secrets.
     pub secrets: &'a [String],
+    /// Names of environment variables a runner plugin's containers may receive.
+    pub env: &'a [String],
 }
 
 impl Grants {
@@ -133,6 +138,15 @@ impl Grants {
             })?;
             grants.secrets.insert(name.clone(), Secret::new(value));
         }
+        for name in lists.env {
+            let value = std::env::var(name).with_context(|| {
+                format!(
+                    "{} {name}: the environment variable {name} is not set",
+                    spell("env")
+                )
+            })?;
+            grants.env.insert(name.clone(), value);
+        }
         Ok(grants)
     }
 }
@@ -157,6 +171,12 @@ pub struct Effective {
     pub secret_names: BTreeSet<String>,
     #[serde(skip)]
     pub(crate) secrets: BTreeMap<String, Secret>,
+    /// Environment variables passed to a runner plugin's containers when its spec names them
+    /// (there is nothing to declare: the spec's `env-names` is the request). Names are
+    /// recorded; values are held apart.
+    pub env_names: BTreeSet<String>,
+    #[serde(skip)]
+    pub(crate) env: BTreeMap<String, String>,
 }
 
 impl Effective {
@@ -167,7 +187,11 @@ impl Effective {
 
     /// Intersects `declared` with `grants`.
     pub fn intersect(declared: &[Capability], grants: &Grants) -> Self {
-        let mut effective = Effective::default();
+        let mut effective = Effective {
+            env_names: grants.env.keys().cloned().collect(),
+            env: grants.env.clone(),
+            ..Effective::default()
+        };
         for capability in declared {
             match capability {
                 Capability::Exec { program, args } if grants.exec.contains(program) => {
@@ -237,6 +261,11 @@ impl Effective {
     /// A secret's value, if granted.
     pub fn secret(&self, name: &str) -> Option<&Secret> {
         self.secrets.get(name)
+    }
+
+    /// An environment variable's value for a runner plugin's containers, if passed.
+    pub fn env(&self, name: &str) -> Option<&str> {
+        self.env.get(name).map(String::as_str)
     }
 }
 

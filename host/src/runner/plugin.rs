@@ -86,12 +86,18 @@ impl PluginRunner {
         &self,
         spec: &crate::plugin::bindings::ContainerSpec,
     ) -> Result<Arc<DockerRunner>> {
-        if !spec.env_names.is_empty() {
-            bail!(
-                "its container spec asks for environment variables ({}); the host passes none \
-                 yet: secrets travel over the worker's stdin, never in the environment",
-                spec.env_names.join(", ")
-            );
+        let grants = self.plugin.effective_grants();
+        let mut env = Vec::new();
+        for name in &spec.env_names {
+            let Some(value) = grants.env(name) else {
+                bail!(
+                    "its container spec asks for the environment variable {name}, which you did \
+                     not pass (--allow-env {name}, or `allowEnv` in the config; Docker shows the \
+                     value to anyone who can inspect the container, so never a secret: secrets \
+                     travel over the worker's stdin)"
+                );
+            };
+            env.push(format!("{name}={value}"));
         }
         let mut options = BTreeMap::from([("image".to_string(), spec.image.clone())]);
         if let Some(context) = &spec.context {
@@ -115,12 +121,16 @@ impl PluginRunner {
         if let Some(network) = &spec.network {
             options.insert("network".into(), network.clone());
         }
-        let key = format!("{options:?}{:?}", spec.labels);
+        let key = format!("{options:?}{:?}{:?}", spec.labels, spec.env_names);
         let mut docker = self.docker.lock().expect("docker runners");
         if let Some(runner) = docker.get(&key) {
             return Ok(runner.clone());
         }
-        let runner = Arc::new(DockerRunner::new(&options)?.with_labels(spec.labels.clone()));
+        let runner = Arc::new(
+            DockerRunner::new(&options)?
+                .with_labels(spec.labels.clone())
+                .with_env(env),
+        );
         docker.insert(key, runner.clone());
         Ok(runner)
     }

@@ -17,11 +17,13 @@ pub const TOKEN_TMPFS: &str = "/run/mst";
 /// The most processes one container may run.
 const PIDS_LIMIT: i64 = 4096;
 
-/// The container for one shard: `image` running `command`, labelled with `labels`.
+/// The container for one shard: `image` running `command`, labelled with `labels`, with only
+/// `env` (`NAME=value`: what the operator passed with `--allow-env`, usually nothing).
 pub fn container_body(
     image: &str,
     command: Vec<String>,
     labels: HashMap<String, String>,
+    env: Vec<String>,
     memory: u64,
     options: &DockerOptions,
 ) -> ContainerCreateBody {
@@ -33,7 +35,7 @@ pub fn container_body(
         entrypoint: Some(Vec::new()),
         labels: Some(labels),
         // Secrets never travel in the environment: tokens arrive over the worker's stdin.
-        env: Some(Vec::new()),
+        env: Some(env),
         host_config: Some(HostConfig {
             privileged: Some(false),
             cap_drop: Some(vec!["ALL".into()]),
@@ -74,6 +76,7 @@ mod tests {
             "img",
             vec!["mst".into()],
             HashMap::new(),
+            Vec::new(),
             64 << 20,
             &options,
         );

@@ -95,6 +95,8 @@ pub struct DockerRunner {
     plan: Vec<String>,
     /// Labels a runner plugin asked for; mst's own labels always win.
     extra_labels: Vec<(String, String)>,
+    /// `NAME=value` a runner plugin asked for and the operator passed (`--allow-env`).
+    env: Vec<String>,
 }
 
 /// A runtime for Docker API calls, driven from the shard threads.
@@ -137,7 +139,15 @@ impl DockerRunner {
             owner,
             plan,
             extra_labels: Vec::new(),
+            env: Vec::new(),
         })
+    }
+
+    /// Sets every container's environment (`NAME=value`; a runner plugin's, as the operator
+    /// passed it).
+    pub fn with_env(mut self, env: Vec<String>) -> Self {
+        self.env = env;
+        self
     }
 
     /// Adds labels to every container (a runner plugin's); mst's own labels cannot be
@@ -253,6 +263,7 @@ impl Runner for DockerRunner {
             &image.id,
             vec![image.worker.clone(), "idle".into()],
             labels,
+            self.env.clone(),
             context.memory_each,
             &self.options,
         );

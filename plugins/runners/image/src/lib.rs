@@ -4,7 +4,8 @@
 //! capabilities at all.
 //!
 //! Options: `image` (required), `context` (a Docker context or endpoint), `memoryMb`, `cpus`,
-//! `network` (`bridge`, `none` or a named network).
+//! `network` (`bridge`, `none` or a named network), `env` (comma-separated names of environment
+//! variables the containers get, from those the operator passes with `--allow-env`).
 
 use mst_sdk::runner::{
     ContainerSpec, ErrorCode, Machine, MachineSpec, PluginError, PluginInfo, Runner, Shard,
@@ -22,6 +23,7 @@ struct Options {
     memory_mb: Option<u64>,
     cpus: Option<f64>,
     network: Option<String>,
+    env: Option<String>,
 }
 
 const SCHEMA: &str = r#"{
@@ -33,7 +35,8 @@ const SCHEMA: &str = r#"{
     "context": {"type": "string"},
     "memoryMb": {"type": "integer", "minimum": 6},
     "cpus": {"type": "number", "exclusiveMinimum": 0},
-    "network": {"type": "string"}
+    "network": {"type": "string"},
+    "env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*$"}
   }
 }"#;
 
@@ -70,7 +73,12 @@ impl Runner for Image {
                 context: options.context,
                 memory_bytes: options.memory_mb.map(|mb| mb << 20),
                 cpus: options.cpus,
-                env_names: Vec::new(),
+                env_names: options
+                    .env
+                    .iter()
+                    .flat_map(|names| names.split(','))
+                    .map(String::from)
+                    .collect(),
                 network: options.network,
                 labels: vec![("org.example.team".into(), "evals".into())],
             }),
@@ -96,13 +104,17 @@ mod tests {
             count: 4,
             run_id: "r1".into(),
         };
-        let machine =
-            Image::create_machine(shard, r#"{"image":"acme/agents:7","memoryMb":512}"#).unwrap();
+        let machine = Image::create_machine(
+            shard,
+            r#"{"image":"acme/agents:7","memoryMb":512,"env":"TZ,LANG"}"#,
+        )
+        .unwrap();
         let MachineSpec::Container(spec) = machine.spec else {
             panic!("a container");
         };
         assert_eq!(spec.image, "acme/agents:7");
         assert_eq!(spec.memory_bytes, Some(512 << 20));
+        assert_eq!(spec.env_names, ["TZ", "LANG"]);
         assert!(Image::check_options(r#"{"image":"x","privileged":true}"#).is_err());
         assert!(Image::check_options("{}").is_err(), "image is required");
     }
