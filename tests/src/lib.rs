@@ -108,6 +108,16 @@ impl Mst {
         command
     }
 
+    /// Starts `mst ARGS` in the background with stdout and stderr piped, for tests that act
+    /// while it runs.
+    pub fn spawn<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> std::process::Child {
+        self.command(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start mst")
+    }
+
     /// Runs `mst ARGS` to completion.
     pub fn run<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Run {
         self.command(args).output().expect("run mst").into()
@@ -272,4 +282,23 @@ pub fn wait_for_run(results: &Path, name: &str) -> PathBuf {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A loopback TCP port free at the time of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Asserts that a `--resume` run succeeded and collected exactly the `missing` trials.
+pub fn assert_resumed(resumed: &Run, missing: usize) {
+    assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
+    assert!(
+        resumed.stderr.contains(&format!("[{missing}/{missing}]")),
+        "{}",
+        resumed.stderr
+    );
 }

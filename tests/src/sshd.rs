@@ -66,14 +66,6 @@ pub fn keys() -> SshKeys {
     SshKeys { dir }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Sshd {
     /// Starts an sshd on a free loopback port that accepts `keys`' client key, and adds its
     /// host key to `keys`' known_hosts.
@@ -86,7 +78,7 @@ impl Sshd {
         );
         // Privilege separation needs this directory (Debian's service would make it).
         std::fs::create_dir_all("/run/sshd").unwrap();
-        let port = free_port();
+        let port = crate::free_port();
         let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
             .unwrap()
             .trim()

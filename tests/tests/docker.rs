@@ -3,7 +3,9 @@
 //! vanishes mid-run then `--resume`, out of memory with `keep=failed`, orphan clean-up after a
 //! SIGKILL, and a hostile worker image.
 
-use mst_tests::{command_eval, read_json, s, wait_for_run, wait_for_traces, walk, Eval, Mst, Run};
+use mst_tests::{
+    assert_resumed, command_eval, read_json, s, wait_for_run, wait_for_traces, walk, Eval, Mst, Run,
+};
 use serde_json::{json, Value};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -174,12 +176,7 @@ fn start_run(
     for option in options {
         args.extend(["--runner-option".to_string(), option.clone()]);
     }
-    let child = mst
-        .command(&args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = mst.spawn(&args);
     let dir = wait_for_run(&results, "e2e");
     let id = dir.file_name().unwrap().to_str().unwrap().to_string();
     let started = Instant::now();
@@ -234,13 +231,7 @@ fn a_container_that_vanishes_mid_run_leaves_missing_trials_that_resume_collects(
     for option in &options {
         args.extend(["--runner-option", option.as_str()]);
     }
-    let resumed = eval.run(&mst, &args);
-    assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
-    assert!(
-        resumed.stderr.contains(&format!("[{missing}/{missing}]")),
-        "{}",
-        resumed.stderr
-    );
+    assert_resumed(&eval.run(&mst, &args), missing);
     let summary = read_json(&dir.join("summary.json"));
     assert_eq!(summary["collect"], "complete");
     assert_eq!(summary["variants"]["default"]["passed"], 10);

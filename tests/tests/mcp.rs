@@ -2,7 +2,7 @@
 //! `mcp-server-time` (PyPI) over stdio, and `@modelcontextprotocol/server-everything` (npm) over
 //! stdio and streamable HTTP.
 
-use mst_tests::{files_containing, only_run, plugin, read_json, root, s, Mst};
+use mst_tests::{files_containing, free_port, only_run, plugin, read_json, root, s, Mst};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -74,14 +74,6 @@ fn the_everything_server_over_stdio() {
         4,
         "two calls, two results"
     );
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

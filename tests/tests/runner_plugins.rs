@@ -3,7 +3,9 @@
 //! that asks for programs it was not granted or never returns from `create-machine`.
 
 use mst_tests::sshd::{self, Sshd};
-use mst_tests::{command_eval, read_json, s, wait_for_run, wait_for_traces, Eval, Mst, Run};
+use mst_tests::{
+    assert_resumed, command_eval, read_json, s, wait_for_run, wait_for_traces, Eval, Mst, Run,
+};
 use serde_json::json;
 use std::time::Duration;
 
@@ -184,8 +186,7 @@ fn a_create_machine_that_never_returns_fails_only_its_shard() {
         "shell",
         &["--resume", &id, "--allow-exec", "sh"],
     );
-    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
-    assert!(resumed.stderr.contains("[3/3]"), "{}", resumed.stderr);
+    assert_resumed(&resumed, 3);
 }
 
 /// The ssh runner's arguments for `hosts` with the test's keys.
@@ -279,24 +280,19 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     );
     let mut args = ssh_args(&plugin, &keys, &[&a, &b]);
     args.extend(["--runner-option".into(), "shards=2".into()]);
-    let child = mst
-        .command(
-            &[
-                "run",
-                "--config",
-                s(&eval.config()),
-                "--results-dir",
-                s(&eval.results()),
-            ]
-            .into_iter()
-            .map(String::from)
-            .chain(args)
-            .collect::<Vec<_>>(),
-        )
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = mst.spawn(
+        &[
+            "run",
+            "--config",
+            s(&eval.config()),
+            "--results-dir",
+            s(&eval.results()),
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain(args)
+        .collect::<Vec<_>>(),
+    );
     let dir = wait_for_run(&eval.results(), "e2e");
     wait_for_traces(&dir, 2, Duration::from_secs(60));
     b.kill();
@@ -321,13 +317,7 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     let mut args = ssh_args(&plugin, &keys, &[&a]);
     args.extend(["--resume".into(), id]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let resumed = eval.run(&mst, &args);
-    assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
-    assert!(
-        resumed.stderr.contains(&format!("[{missing}/{missing}]")),
-        "{}",
-        resumed.stderr
-    );
+    assert_resumed(&eval.run(&mst, &args), missing);
 }
 
 #[test]
