@@ -5,7 +5,11 @@
 //! - [`plugin`]: the plugin host: engine, artifact cache, ABI check, sandbox, per-world calls,
 //!   and the install store.
 //! - [`cli`]: the `mst` command line.
-//! - [`eval`]: cases, trials and traces.
+//! - [`run`]: orchestration: one run end to end, resume, regrade, the runner dry run.
+//! - [`client`]: what runs one trial on a machine (`command`, `mcp`).
+//! - [`clock`]: wall-clock time as mst records it.
+//! - [`eval`]: the data model: config, cases, trial keys, traces, the plan.
+//! - [`process`]: host processes: process groups, deadlines, capped reads.
 //! - [`files`]: careful reads of untrusted files and atomic writes.
 //! - [`grade`]: judges, trial grades and case outcomes.
 //! - [`home`]: where mst keeps its state (`$MST_HOME`).
@@ -15,12 +19,16 @@
 //! - [`shard`]: the `mst.shard/v1` protocol between coordinator and workers.
 
 pub mod cli;
+pub mod client;
+pub mod clock;
 pub mod eval;
 pub mod files;
 pub mod grade;
 pub mod home;
 pub mod plugin;
+pub mod process;
 pub mod results;
+pub mod run;
 pub mod runner;
 pub mod secrets;
 pub mod shard;

@@ -1,6 +1,20 @@
 //! The `mst` command line: argument parsing, logging set-up, and turning errors into messages
 //! and exit codes. Each command group lives in its own module.
 
+/// `println!` to stdout that exits quietly when the reader has gone away (see [`write_stdout`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` to stdout that exits quietly when the reader has gone away (see [`write_stdout`]).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
+
 mod plugin;
 mod run;
 mod runner;
@@ -53,6 +67,21 @@ enum Command {
     /// A container's first process: waits, doing nothing, until it is stopped.
     #[command(hide = true)]
     Idle,
+}
+
+/// Writes to stdout. When the reader has gone away (`mst runs list | head`) the command is
+/// over: mst exits at once, quietly, with the status a pipeline expects of a program its
+/// reader stopped (128 + SIGPIPE), instead of panicking on the broken pipe.
+pub(crate) fn write_stdout(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// An error that carries its exit code (the default for other errors is 1).

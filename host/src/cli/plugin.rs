@@ -1,15 +1,16 @@
 //! `mst plugin …`: check, install, list, info, remove, new, and trying a plugin on one input.
 
 use super::{scaffold, Exit};
-use crate::eval::dry_run::{self, DryRunRequest};
 use crate::eval::trial::{CaseRecord, TrialRecord};
 use crate::files::read_input;
 use crate::home::Home;
 use crate::plugin::capabilities::GrantLists;
 use crate::plugin::check::CheckReport;
 use crate::plugin::installed::{InstallStore, InstalledPlugin, PluginSource};
-use crate::plugin::loaded::FailedStep;
+use crate::plugin::loaded::{FailedStep, LoadError};
+use crate::plugin::set::PluginLoader;
 use crate::plugin::{Grants, Kind, Limits, LoadedPlugin, PluginHost};
+use crate::run::dry_run::{self, DryRunRequest};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
@@ -20,18 +21,24 @@ use std::time::Duration;
 pub(crate) enum PluginCommand {
     /// Is this component compatible with this mst? Exit 0 yes, 1 no, 2 not a component.
     Check {
-        /// The .wasm file.
-        file: PathBuf,
+        /// The .wasm file, or an installed plugin's name.
+        plugin: String,
         /// Print one JSON object instead of a report.
         #[arg(long)]
         json: bool,
-        /// For a runner plugin, then: one machine, one trial (`sh -c cat` on the machine),
-        /// dispose, each step timed. Exit 1 if any step fails.
+        /// For a runner plugin, then: one machine, one trial (`sh -c cat` on the machine, or
+        /// --case of --config), dispose, each step timed. Exit 1 if any step fails.
         #[arg(long)]
         dry_run: bool,
         /// An option for the runner in the dry run (`key=value`). Repeatable.
         #[arg(long = "runner-option", value_name = "KEY=VALUE", requires = "dry_run")]
         runner_options: Vec<String>,
+        /// Dry-run one case of this eval config (with --case) instead of the built-in one.
+        #[arg(long, short = 'c', requires_all = ["dry_run", "case"])]
+        config: Option<PathBuf>,
+        /// The case of --config to dry-run (its first variant, one trial).
+        #[arg(long, requires = "config")]
+        case: Option<String>,
         #[command(flatten)]
         sandbox: SandboxArgs,
     },
@@ -185,7 +192,7 @@ impl SandboxArgs {
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
@@ -205,46 +212,38 @@ fn source(home: &Home, spec: &str) -> Result<PluginSource> {
 /// Loads a plugin; a failed load becomes an error with check's exit code (2 unreadable, 1
 /// incompatible).
 fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> {
-    let (bytes, label) = source(home, spec)?.read()?;
-    LoadedPlugin::load(
-        &host(home)?,
-        &bytes,
-        &label,
-        &sandbox.grants()?,
-        sandbox.limits()?,
-    )
-    .map_err(|failure| {
-        let code = if failure.step == FailedStep::Read {
-            2
-        } else {
-            1
-        };
-        anyhow::Error::new(Exit {
-            code,
-            error: anyhow::Error::new(*failure),
+    let (grants, limits) = (sandbox.grants()?, sandbox.limits()?);
+    PluginLoader::new(home)?
+        .load(Path::new(""), spec, &grants, limits)
+        .map_err(|error| {
+            let incompatible = error
+                .downcast_ref::<LoadError>()
+                .is_some_and(|failure| failure.step != FailedStep::Read);
+            let code = if incompatible { 1 } else { 2 };
+            anyhow::Error::new(Exit { code, error })
         })
-    })
 }
 
 /// Runs a `mst plugin` command and returns its exit code.
 pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
     match command {
         PluginCommand::Check {
-            file,
+            plugin,
             json,
             dry_run,
             runner_options,
+            config,
+            case,
             sandbox,
         } => {
-            let report = check(home, &file)?;
+            let report = check(home, &plugin)?;
             let dry = match dry_run && report.compatible {
                 false => None,
                 true if report.kind != Some(Kind::Runner) => {
                     return Err(Exit {
                         code: 2,
                         error: anyhow::anyhow!(
-                            "--dry-run runs runner plugins; {} is a {} plugin",
-                            file.display(),
+                            "--dry-run runs runner plugins; {plugin} is a {} plugin",
                             report.kind.map(|k| k.to_string()).unwrap_or_default()
                         ),
                     }
@@ -253,10 +252,14 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                 true => Some(dry_run::dry_run(
                     home,
                     DryRunRequest {
-                        file: &file,
+                        plugin: &plugin,
                         runner_options: &runner_options,
                         grants: sandbox.grants()?,
                         limits: sandbox.limits()?,
+                        case: config
+                            .as_deref()
+                            .zip(case.as_deref())
+                            .map(|(config, case)| dry_run::EvalCase { config, case }),
                     },
                 )),
             };
@@ -267,9 +270,9 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                 }
                 print_json(&value)?;
             } else {
-                print!("{}", report.render());
+                out!("{}", report.render());
                 if let Some(dry) = &dry {
-                    print!("{}", dry.render());
+                    out!("{}", dry.render());
                 }
             }
             Ok(match &dry {
@@ -278,7 +281,7 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
             })
         }
         PluginCommand::Install { file, force, json } => {
-            let report = check(home, &file)?;
+            let report = check(home, &file.to_string_lossy())?;
             if !report.compatible {
                 eprint!("{}", report.render());
                 return Err(Exit {
@@ -295,7 +298,7 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
             if json {
                 print_json(&installed_json(&installed))?;
             } else {
-                println!(
+                outln!(
                     "installed {} {} ({}, sha256:{})",
                     installed.manifest.name,
                     installed.manifest.version,
@@ -310,16 +313,19 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
             if json {
                 print_json(&plugins.iter().map(installed_json).collect::<Vec<_>>())?;
             } else if plugins.is_empty() {
-                println!("no plugins installed in {}", home.plugins_dir().display());
+                outln!("no plugins installed in {}", home.plugins_dir().display());
             } else {
-                println!(
+                outln!(
                     "{:<32} {:<10} {:<16} {:<20} CAPABILITIES",
-                    "NAME", "VERSION", "KIND", "DIGEST"
+                    "NAME",
+                    "VERSION",
+                    "KIND",
+                    "DIGEST"
                 );
                 for p in &plugins {
                     let m = &p.manifest;
                     let caps: Vec<String> = m.capabilities.iter().map(|c| c.to_string()).collect();
-                    println!(
+                    outln!(
                         "{:<32} {:<10} {:<16} sha256:{:<13} {}",
                         m.name,
                         m.version,
@@ -337,11 +343,11 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
         }
         PluginCommand::Info { plugin, json } => match source(home, &plugin)? {
             PluginSource::File(path) => {
-                let report = check(home, &path)?;
+                let report = check(home, &path.to_string_lossy())?;
                 if json {
                     print_json(&report)?;
                 } else {
-                    print!("{}", report.render());
+                    out!("{}", report.render());
                 }
                 Ok(report.exit_code())
             }
@@ -351,8 +357,8 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                     value["check"] = serde_json::to_value(&installed.manifest.check)?;
                     print_json(&value)?;
                 } else {
-                    println!("installed at {}", installed.wasm_path().display());
-                    print!("{}", installed.manifest.check.render());
+                    outln!("installed at {}", installed.wasm_path().display());
+                    out!("{}", installed.manifest.check.render());
                 }
                 Ok(0)
             }
@@ -363,7 +369,7 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                 print_json(&removed.iter().map(installed_json).collect::<Vec<_>>())?;
             } else {
                 for p in &removed {
-                    println!("removed {} {}", p.manifest.name, p.manifest.version);
+                    outln!("removed {} {}", p.manifest.name, p.manifest.version);
                 }
             }
             Ok(0)
@@ -376,15 +382,15 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
         } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
             scaffold::new_grader(&dir, &namespace, &name)?;
-            println!(
+            outln!(
                 "created grader `{namespace}/grader/{name}` in {}",
                 dir.display()
             );
-            println!(
+            outln!(
                 "build it:  cd {} && cargo build --release --target wasm32-wasip2",
                 dir.display()
             );
-            println!(
+            outln!(
                 "check it:  mst plugin check {}/target/wasm32-wasip2/release/{}.wasm",
                 dir.display(),
                 name.replace('-', "_")
@@ -438,7 +444,7 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                 }))?;
             } else {
                 let verdict = if pass { "pass" } else { "fail" };
-                println!(
+                outln!(
                     "{verdict} {:.3}  {}",
                     score.value,
                     crate::plugin::imports::sanitize(&score.reason, 2000)
@@ -468,7 +474,7 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
                 print_json(&cases)?;
             } else {
                 for case in &cases {
-                    println!("{}", serde_json::to_string(case)?);
+                    outln!("{}", serde_json::to_string(case)?);
                 }
                 eprintln!("{} cases", cases.len());
             }
@@ -485,11 +491,12 @@ fn normalize_options(options: &str) -> Result<String> {
 }
 
 /// `mst plugin check`: never fails for a bad component (that is the report's job), only for
-/// a file that cannot be read.
-fn check(home: &Home, file: &Path) -> Result<CheckReport> {
-    let bytes = read_input(file).map_err(|error| Exit { code: 2, error })?;
+/// a plugin that cannot be found or read.
+fn check(home: &Home, spec: &str) -> Result<CheckReport> {
+    let (bytes, label) = source(home, spec)
+        .and_then(|source| source.read())
+        .map_err(|error| Exit { code: 2, error })?;
     let host = host(home)?;
-    let label = file.display().to_string();
     let loaded = LoadedPlugin::load(&host, &bytes, &label, &Grants::default(), Limits::default());
     Ok(CheckReport::new(&label, bytes.len() as u64, &loaded))
 }

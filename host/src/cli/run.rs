@@ -1,11 +1,12 @@
 //! `mst run`, `mst runs …` and the hidden `mst collect` (the worker).
 
 use super::plugin::SandboxArgs;
-use crate::eval::run::{self, RunRequest};
+use crate::eval::trial::TrialKey;
 use crate::home::Home;
-use crate::results::{self, report, Filters, RunDir};
-use crate::shard::coordinator::{Progress, ShardSettings};
-use crate::shard::protocol::TrialKey;
+use crate::results::{self, report, ResultsRoot};
+use crate::run::events::{self, RunEvent};
+use crate::run::{self, RunRequest};
+use crate::shard::coordinator::{ShardEvent, ShardSettings};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use std::io::IsTerminal;
@@ -90,7 +91,9 @@ pub(crate) enum RunsCommand {
     },
 }
 
-/// Progress for people: a bar on a terminal, a line per trial otherwise, nothing with --quiet.
+/// Progress for people: a bar on a terminal, a line per trial otherwise, nothing with --quiet;
+/// then the summary (table or JSON) and the JUnit file. Everything it shows comes from the
+/// run's typed events.
 struct Reporter {
     bar: Option<indicatif::ProgressBar>,
     plain: bool,
@@ -100,11 +103,26 @@ struct Reporter {
     lock: Mutex<()>,
 }
 
-impl Progress for Reporter {
-    fn start(&self, total: u64) {
-        self.total.store(total, Ordering::Relaxed);
-        if let Some(bar) = &self.bar {
-            bar.set_length(total);
+impl Reporter {
+    fn new(quiet: bool) -> Self {
+        let tty = std::io::stderr().is_terminal();
+        let bar = (tty && !quiet).then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} {pos}/{len} trials [{elapsed_precise}<{eta_precise}] {msg}",
+                )
+                .expect("a valid template"),
+            );
+            bar
+        });
+        Reporter {
+            bar,
+            plain: !quiet && !tty,
+            done: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            lock: Mutex::new(()),
         }
     }
 
@@ -134,6 +152,31 @@ impl Progress for Reporter {
     }
 }
 
+impl events::Reporter for Reporter {
+    fn event(&self, event: &RunEvent<'_>) {
+        match event {
+            RunEvent::Started { total, .. } => {
+                self.total.store(*total, Ordering::Relaxed);
+                if let Some(bar) = &self.bar {
+                    bar.set_length(*total);
+                }
+            }
+            RunEvent::Shard(ShardEvent::TrialCollected { key, .. }) => self.trial(key, true),
+            RunEvent::Shard(ShardEvent::TrialInfra { key, .. }) => self.trial(key, false),
+            RunEvent::Finished(_) => {
+                if let Some(bar) = &self.bar {
+                    bar.finish_and_clear();
+                }
+            }
+            other => {
+                if let Some(note) = other.note() {
+                    self.note(&note);
+                }
+            }
+        }
+    }
+}
+
 fn seconds(flag: &str, value: f64) -> Result<std::time::Duration> {
     if !(value.is_finite() && value > 0.0) {
         anyhow::bail!("{flag} must be a positive number of seconds");
@@ -154,7 +197,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         plugins: args.plugins.clone(),
         plugin_grants: args.sandbox.grants()?,
         plugin_limits: args.sandbox.limits()?,
-        filters: Filters {
+        filters: crate::eval::plan::Filters {
             variants: args.variants.clone(),
             cases: args.cases.clone(),
             trials: args.trials,
@@ -172,46 +215,20 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
             ..ShardSettings::default()
         }),
     };
-    let tty = std::io::stderr().is_terminal();
-    let reporter = Reporter {
-        bar: None,
-        plain: !args.quiet && !tty,
-        done: AtomicU64::new(0),
-        total: AtomicU64::new(0),
-        failures: AtomicU64::new(0),
-        lock: Mutex::new(()),
-    };
-    let reporter = if tty && !args.quiet {
-        let bar = indicatif::ProgressBar::new(0);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {pos}/{len} trials [{elapsed_precise}<{eta_precise}] {msg}",
-            )
-            .expect("a valid template"),
-        );
-        Reporter {
-            bar: Some(bar),
-            ..reporter
-        }
-    } else {
-        reporter
-    };
+    let reporter = Reporter::new(args.quiet);
     let outcome = run::run(home, &request, &reporter, &CANCEL)
         .map_err(|error| super::Exit { code: 2, error })?;
-    if let Some(bar) = &reporter.bar {
-        bar.finish_and_clear();
-    }
     if let Some(path) = &args.junit {
         crate::files::write_durable(path, report::junit(&outcome.summary).as_bytes())
             .with_context(|| format!("cannot write --junit {}", path.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&outcome.summary)?);
+        outln!("{}", serde_json::to_string_pretty(&outcome.summary)?);
     } else {
-        print!("{}", report::table(&outcome.summary));
-        println!("results: {}", outcome.dir.root.display());
+        out!("{}", report::table(&outcome.summary));
+        outln!("results: {}", outcome.dir.root.display());
         if !outcome.summary.missing.is_empty() {
-            println!(
+            outln!(
                 "resume:  mst run --config {} --resume {}",
                 args.config.display(),
                 outcome.record.run_id
@@ -219,22 +236,6 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         }
     }
     Ok(outcome.summary.exit_code())
-}
-
-/// The directory of `run_id` under any eval in `results_dir`.
-fn find_run(results_dir: &std::path::Path, run_id: &str) -> Result<RunDir> {
-    std::fs::read_dir(results_dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|eval| RunDir::new(&eval.path().join("runs"), run_id))
-        .find(|dir| dir.root.join("run.json").is_file())
-        .with_context(|| {
-            format!(
-                "no run `{run_id}` under {}; `mst runs list` shows the runs",
-                results_dir.display()
-            )
-        })
 }
 
 /// `mst grade`.
@@ -257,8 +258,8 @@ pub(crate) struct GradeArgs {
 }
 
 pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
-    let dir = find_run(&args.results_dir, &args.run_id)?;
-    let outcome = run::regrade(
+    let dir = ResultsRoot::new(&args.results_dir).find(&args.run_id)?;
+    let outcome = run::resume::regrade(
         home,
         &dir,
         args.config.as_deref(),
@@ -268,10 +269,10 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
     )
     .map_err(|error| super::Exit { code: 2, error })?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&outcome.summary)?);
+        outln!("{}", serde_json::to_string_pretty(&outcome.summary)?);
     } else {
-        print!("{}", report::table(&outcome.summary));
-        println!(
+        out!("{}", report::table(&outcome.summary));
+        outln!(
             "regraded into {} ({})",
             outcome.record.run_id,
             outcome.dir.root.display()
@@ -283,41 +284,28 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
 pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
     match command {
         RunsCommand::List { results_dir, json } => {
-            let mut runs = Vec::new();
-            for eval in std::fs::read_dir(&results_dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                for run in std::fs::read_dir(eval.path().join("runs"))
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                {
-                    if let Ok(record) = (RunDir { root: run.path() }).read_record() {
-                        runs.push(record);
-                    }
-                }
-            }
-            runs.sort_by_key(|r| (r.created_at, r.run_id.clone()));
+            let runs = ResultsRoot::new(&results_dir).list();
             if json {
                 let list: Vec<serde_json::Value> = runs
                     .iter()
                     .map(|r| serde_json::json!({"runId": r.run_id, "eval": r.eval, "createdAt": r.created_at, "trials": r.trials.len(), "collect": r.collect, "grade": r.grade}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                outln!("{}", serde_json::to_string_pretty(&list)?);
             } else {
-                println!(
+                outln!(
                     "{:<24} {:<24} {:>7} {:<9} GRADE",
-                    "RUN", "EVAL", "TRIALS", "COLLECT"
+                    "RUN",
+                    "EVAL",
+                    "TRIALS",
+                    "COLLECT"
                 );
                 for r in &runs {
-                    println!(
-                        "{:<24} {:<24} {:>7} {:<9} {:?}",
+                    outln!(
+                        "{:<24} {:<24} {:>7} {:<9} {}",
                         r.run_id,
                         r.eval,
                         r.trials.len(),
-                        format!("{:?}", r.collect).to_lowercase(),
+                        r.collect,
                         r.grade
                     );
                 }
@@ -329,14 +317,14 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
             results_dir,
             json,
         } => {
-            let dir = find_run(&results_dir, &run_id)?;
+            let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
             let bytes = crate::files::read_input(&dir.root.join("summary.json"))?;
             let summary: results::Summary = serde_json::from_slice(&bytes)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&summary)?);
+                outln!("{}", serde_json::to_string_pretty(&summary)?);
             } else {
-                print!("{}", report::table(&summary));
-                println!("results: {}", dir.root.display());
+                out!("{}", report::table(&summary));
+                outln!("results: {}", dir.root.display());
             }
             Ok(0)
         }

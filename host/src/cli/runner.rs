@@ -57,7 +57,7 @@ pub fn run(command: RunnerCommand) -> Result<u8> {
         })?;
         let reference = image::default_reference();
         if !json {
-            println!(
+            outln!(
                 "docker context `{name}`: built {reference} ({id}) {}",
                 match &options.base {
                     Some(base) => format!("from {base} with docker/Dockerfile"),
@@ -71,7 +71,7 @@ pub fn run(command: RunnerCommand) -> Result<u8> {
         }));
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&built)?);
+        outln!("{}", serde_json::to_string_pretty(&built)?);
     }
     Ok(0)
 }

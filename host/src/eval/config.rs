@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// A dataset entry: a path (JSON or JSONL file, or a directory), or `{type, …}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,11 +93,26 @@ pub struct VariantConfig {
 /// Most trials at once, per model provider and per MCP server, across all shards.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Limits {
+pub struct RateLimits {
     #[serde(default)]
     pub providers: BTreeMap<String, u32>,
     #[serde(default)]
     pub servers: BTreeMap<String, u32>,
+}
+
+/// How one variant's trials are run: what [`EvalConfig::variant`] resolves and a worker's
+/// bundle carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VariantSpec {
+    pub client: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_options: Option<serde_json::Value>,
+    /// The MCP servers this variant uses, by label.
+    #[serde(default)]
+    pub servers: BTreeMap<String, ServerConfig>,
 }
 
 /// A plugin the eval loads: a path or installed name, with capability grants.
@@ -162,7 +177,7 @@ pub struct EvalConfig {
     #[serde(default = "sixty")]
     pub timeout: f64,
     #[serde(default)]
-    pub limits: Limits,
+    pub limits: RateLimits,
     #[serde(default)]
     pub plugins: Vec<PluginRef>,
 }
@@ -352,6 +367,44 @@ impl EvalConfig {
         Ok(())
     }
 
+    /// Variant `name` as its trials run: the config's defaults with the variant's overrides
+    /// (`client`, `model`, `clientOptions`, and the subset of `servers` it names).
+    pub fn variant(&self, name: &str) -> VariantSpec {
+        let overrides = self.variants.get(name).cloned().unwrap_or_default();
+        let servers = match &overrides.servers {
+            Some(labels) => labels
+                .iter()
+                .filter_map(|l| self.servers.get(l).map(|s| (l.clone(), s.clone())))
+                .collect(),
+            None => self.servers.clone(),
+        };
+        VariantSpec {
+            client: overrides.client.unwrap_or_else(|| self.client.clone()),
+            model: overrides.model.or_else(|| self.model.clone()),
+            client_options: overrides
+                .client_options
+                .or_else(|| self.client_options.clone()),
+            servers,
+        }
+    }
+
+    /// The judges of variant `name`: its own list, or the config's.
+    pub fn variant_judges(&self, name: &str) -> &[JudgeConfig] {
+        self.variants
+            .get(name)
+            .and_then(|v| v.judges.as_deref())
+            .unwrap_or(&self.judges)
+    }
+
+    /// Every judge the config names: the config's, then each variant's own.
+    pub fn all_judges(&self) -> impl Iterator<Item = &JudgeConfig> {
+        self.judges.iter().chain(
+            self.variants
+                .values()
+                .flat_map(|v| v.judges.iter().flatten()),
+        )
+    }
+
     /// The variants to run: the configured ones, or `default`.
     pub fn variant_names(&self) -> Vec<String> {
         if self.variants.is_empty() {
@@ -359,12 +412,6 @@ impl EvalConfig {
         } else {
             self.variants.keys().cloned().collect()
         }
-    }
-
-    /// Resolves a path from the config relative to the config's directory.
-    pub fn resolve_path(config_path: &Path, relative: &str) -> PathBuf {
-        let base = config_path.parent().unwrap_or(Path::new("."));
-        base.join(relative)
     }
 }
 

@@ -7,7 +7,8 @@
 
 use super::config::DatasetRef;
 use super::trial::CaseRecord;
-use crate::plugin::LoadedPlugin;
+use crate::plugin::set::PluginSet;
+use crate::plugin::Kind;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -19,12 +20,6 @@ pub struct Cases {
     pub cases: Vec<CaseRecord>,
     /// sha256 over the canonical JSON of every case, in order.
     pub content_hash: String,
-}
-
-/// Finds dataset plugins by the `type` an entry names.
-pub trait DatasetPlugins {
-    /// The loaded plugin for `type`, or `None` if no such plugin is configured or installed.
-    fn dataset_plugin(&self, kind: &str) -> Result<Option<&LoadedPlugin>>;
 }
 
 fn parse_cases(text: &str, file: &Path) -> Result<Vec<CaseRecord>> {
@@ -108,7 +103,7 @@ fn inside(base: &Path, relative: &str) -> Result<PathBuf> {
 }
 
 /// Resolves every entry (paths relative to `base`, the config's directory) into cases.
-pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &dyn DatasetPlugins) -> Result<Cases> {
+pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Result<Cases> {
     let mut cases = Vec::new();
     let mut origin: BTreeMap<String, String> = BTreeMap::new();
     for (index, entry) in entries.iter().enumerate() {
@@ -139,12 +134,15 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &dyn DatasetPlugins
                         (path.clone(), load_path(&inside(base, &path)?)?)
                     }
                     plugin_name => {
-                        let plugin = plugins.dataset_plugin(plugin_name)?.with_context(|| {
-                            format!(
+                        if plugins.find(plugin_name).is_none() {
+                            bail!(
                                 "datasets[{index}] has type `{plugin_name}`, which is neither `file`, `dir`, nor a \
                                  configured or installed dataset plugin"
-                            )
-                        })?;
+                            );
+                        }
+                        let plugin = plugins
+                            .get(plugin_name, Kind::Dataset)
+                            .with_context(|| format!("datasets[{index}]"))?;
                         let content = match &path {
                             Some(p) => Some(crate::files::read_input(&inside(base, p)?)?),
                             None => None,
@@ -194,13 +192,6 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &dyn DatasetPlugins
 mod tests {
     use super::*;
 
-    struct NoPlugins;
-    impl DatasetPlugins for NoPlugins {
-        fn dataset_plugin(&self, _: &str) -> Result<Option<&LoadedPlugin>> {
-            Ok(None)
-        }
-    }
-
     #[test]
     fn files_dirs_and_unique_ids() {
         let dir = tempfile::tempdir().unwrap();
@@ -225,7 +216,7 @@ mod tests {
                 .into(),
             ),
         ];
-        let cases = resolve(&entries, dir.path(), &NoPlugins).unwrap();
+        let cases = resolve(&entries, dir.path(), &PluginSet::default()).unwrap();
         let ids: Vec<&str> = cases.cases.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c"]);
         assert_eq!(cases.cases[2].trials, Some(2));
@@ -235,7 +226,7 @@ mod tests {
             DatasetRef::Path("a.jsonl".into()),
             DatasetRef::Path("a.jsonl".into()),
         ];
-        let err = resolve(&twice, dir.path(), &NoPlugins)
+        let err = resolve(&twice, dir.path(), &PluginSet::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("`a` appears twice"), "{err}");
@@ -254,7 +245,7 @@ mod tests {
             resolve(
                 &[DatasetRef::Path("bad.jsonl".into())],
                 dir.path(),
-                &NoPlugins
+                &PluginSet::default()
             )
             .unwrap_err()
         );
@@ -265,7 +256,7 @@ mod tests {
         let err = resolve(
             &[DatasetRef::Path("../outside.jsonl".into())],
             dir.path(),
-            &NoPlugins,
+            &PluginSet::default(),
         )
         .unwrap_err();
         assert!(
@@ -273,7 +264,7 @@ mod tests {
             "{err}"
         );
         let typed = DatasetRef::Typed([("type".to_string(), "acme/dataset/x".into())].into());
-        let err = resolve(&[typed], dir.path(), &NoPlugins)
+        let err = resolve(&[typed], dir.path(), &PluginSet::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("acme/dataset/x"), "{err}");

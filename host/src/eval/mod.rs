@@ -1,12 +1,8 @@
-//! Evaluations: the data model of cases, trials and traces as mst stores them.
-//!
-//! The runner, the shard protocol and the eval config build on these types; today they are
-//! used by `mst plugin grade` and `mst plugin resolve` to feed plugins and print their output.
+//! The eval data model: the config, cases and datasets, trial keys and traces, and the plan.
+//! Pure data and its rules: nothing here starts a process, a machine or a plugin call (dataset
+//! plugins are called through [`crate::plugin`] when a config names one).
 
-pub mod client;
 pub mod config;
 pub mod dataset;
-pub mod dry_run;
 pub mod plan;
-pub mod run;
 pub mod trial;

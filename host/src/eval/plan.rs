@@ -2,7 +2,8 @@
 
 use super::config::EvalConfig;
 use super::trial::CaseRecord;
-use crate::shard::protocol::TrialKey;
+use crate::eval::trial::TrialKey;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// The shard a case belongs to: the first four bytes of sha256(case id), big-endian, mod `shards`.
@@ -12,8 +13,9 @@ pub fn shard_of(case_id: &str, shards: u32) -> u32 {
     u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % shards.max(1)
 }
 
-/// What to run, after filters from the command line.
-#[derive(Debug, Clone, Default)]
+/// What to run, after filters from the command line; `run.json` keeps them so that `--resume`
+/// plans the same trials.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Filters {
     /// Only these variants (all when empty).
     pub variants: Vec<String>,

@@ -6,6 +6,23 @@ use crate::plugin::bindings as wit;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::fmt;
+
+/// Identifies one trial: a case under a variant, and the repetition number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialKey {
+    pub variant: String,
+    pub case: String,
+    /// 0-based repetition.
+    pub trial: u32,
+}
+
+impl fmt::Display for TrialKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.variant, self.case, self.trial)
+    }
+}
 
 /// One evaluation case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -129,6 +146,32 @@ fn default_variant() -> String {
 }
 
 impl TrialRecord {
+    /// The trace the coordinator writes for a trial that produced no usable trace of its own
+    /// (its trace was refused, or its machine failed): status `infra`, `reason` as its log.
+    pub fn infra(case: CaseRecord, key: &TrialKey, reason: &str) -> Self {
+        let mut record = TrialRecord {
+            case,
+            variant: key.variant.clone(),
+            trial: key.trial,
+            trace: TraceRecord::default(),
+        };
+        record.mark_infra(reason);
+        record
+    }
+
+    /// Marks the trial as an infrastructure failure caused by `reason`, which becomes its last
+    /// log event (an infra trial's reason, as grading reads it).
+    pub fn mark_infra(&mut self, reason: &str) {
+        self.trace.status = TrialStatus::Infra;
+        self.trace.events.push(TraceEvent {
+            seq: self.trace.events.len() as u64,
+            at_ms: self.trace.duration_ms,
+            kind: EventKind::Log {
+                text: reason.to_string(),
+            },
+        });
+    }
+
     /// A completed trial of `case` whose final answer is `text`.
     pub fn answered(case: CaseRecord, text: &str) -> Self {
         TrialRecord {

@@ -5,11 +5,15 @@
 //! judge broke (`not-graded`), one whose machine or client broke (`infra`), and one that never
 //! came back (`missing`).
 
+use crate::eval::config::EvalConfig;
 use crate::eval::config::JudgeConfig;
+use crate::eval::trial::{CaseRecord, TrialKey};
 use crate::eval::trial::{TrialRecord, TrialStatus};
-use crate::plugin::LoadedPlugin;
+use crate::plugin::set::PluginSet;
+use crate::plugin::{Kind, LoadedPlugin};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A built-in assertion.
@@ -70,11 +74,6 @@ pub enum TrialGrade {
     Infra { reason: String },
 }
 
-/// Finds grader plugins by the name a judge gives.
-pub trait GraderPlugins {
-    fn grader(&self, name: &str) -> Result<Arc<LoadedPlugin>>;
-}
-
 fn text_value(judge: &JudgeConfig, what: &str) -> Result<String> {
     match &judge.value {
         Some(serde_json::Value::String(s)) => Ok(s.clone()),
@@ -85,13 +84,13 @@ fn text_value(judge: &JudgeConfig, what: &str) -> Result<String> {
 
 impl Judge {
     /// Builds a judge from its config.
-    pub fn from_config(config: &JudgeConfig, plugins: &dyn GraderPlugins) -> Result<Self> {
+    pub fn from_config(config: &JudgeConfig, plugins: &PluginSet) -> Result<Self> {
         let weight = config.weight.unwrap_or(1.0);
         if !(weight.is_finite() && weight >= 0.0) {
             bail!("a judge's `weight` must be a number ≥ 0");
         }
         if let Some(name) = &config.plugin {
-            let plugin = plugins.grader(name)?;
+            let plugin = plugins.get(name, Kind::Grader)?;
             let options = config
                 .options
                 .clone()
@@ -168,6 +167,88 @@ impl Judge {
             pass,
             reason,
         })
+    }
+}
+
+/// Which judges apply to which trial, and at what pass threshold: a case's own `judges` and
+/// `passThreshold` win over its variant's judges and the config's threshold. Built while the
+/// config is checked, so a judge that names a missing plugin, or one of another kind, stops the
+/// run before any machine starts.
+pub struct JudgeSet {
+    by_variant: BTreeMap<String, Vec<Judge>>,
+    by_case: BTreeMap<String, Vec<Judge>>,
+    thresholds: BTreeMap<String, f64>,
+    threshold: f64,
+}
+
+impl JudgeSet {
+    /// The judges of `config` and of `cases`, built against `plugins`. Errors name the judge
+    /// and where it is configured.
+    pub fn build(config: &EvalConfig, cases: &[CaseRecord], plugins: &PluginSet) -> Result<Self> {
+        let build = |configs: &[JudgeConfig], place: &str| -> Result<Vec<Judge>> {
+            configs
+                .iter()
+                .enumerate()
+                .map(|(index, judge)| {
+                    Judge::from_config(judge, plugins).with_context(|| {
+                        let name = judge
+                            .name
+                            .as_deref()
+                            .or(judge.plugin.as_deref())
+                            .or(judge.assert.as_deref())
+                            .unwrap_or("?");
+                        format!("{place}.judges[{index}] (`{name}`)")
+                    })
+                })
+                .collect()
+        };
+        let mut by_variant = BTreeMap::new();
+        for name in config.variant_names() {
+            let place = match config.variants.get(&name).and_then(|v| v.judges.as_ref()) {
+                Some(_) => format!("variants.{name}"),
+                None => "the config".to_string(),
+            };
+            let judges = build(config.variant_judges(&name), &place)?;
+            by_variant.insert(name, judges);
+        }
+        let mut by_case = BTreeMap::new();
+        let mut thresholds = BTreeMap::new();
+        for case in cases {
+            if let Some(configs) = &case.judges {
+                by_case.insert(
+                    case.id.clone(),
+                    build(configs, &format!("case `{}`", case.id))?,
+                );
+            }
+            if let Some(threshold) = case.pass_threshold {
+                thresholds.insert(case.id.clone(), threshold);
+            }
+        }
+        Ok(JudgeSet {
+            by_variant,
+            by_case,
+            thresholds,
+            threshold: config.pass_threshold,
+        })
+    }
+
+    /// The judges that grade trial `key`.
+    pub fn judges_for(&self, key: &TrialKey) -> &[Judge] {
+        self.by_case
+            .get(&key.case)
+            .or_else(|| self.by_variant.get(&key.variant))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// Grades trial `key` from its stored trace.
+    pub fn grade(&self, key: &TrialKey, record: &TrialRecord) -> TrialGrade {
+        let threshold = self
+            .thresholds
+            .get(&key.case)
+            .copied()
+            .unwrap_or(self.threshold);
+        grade_trial(self.judges_for(key), record, threshold)
     }
 }
 
@@ -284,15 +365,8 @@ mod tests {
     use super::*;
     use crate::eval::trial::CaseRecord;
 
-    struct NoPlugins;
-    impl GraderPlugins for NoPlugins {
-        fn grader(&self, name: &str) -> Result<Arc<LoadedPlugin>> {
-            bail!("no plugin {name}")
-        }
-    }
-
     fn judge(json: &str) -> Judge {
-        Judge::from_config(&serde_json::from_str(json).unwrap(), &NoPlugins).unwrap()
+        Judge::from_config(&serde_json::from_str(json).unwrap(), &PluginSet::default()).unwrap()
     }
 
     fn record(answer: &str, status: TrialStatus) -> TrialRecord {
@@ -341,7 +415,7 @@ mod tests {
     #[test]
     fn bad_judges_are_config_errors() {
         let bad = |json: &str| {
-            Judge::from_config(&serde_json::from_str(json).unwrap(), &NoPlugins).is_err()
+            Judge::from_config(&serde_json::from_str(json).unwrap(), &PluginSet::default()).is_err()
         };
         assert!(bad(r#"{"assert": "contains"}"#));
         assert!(bad(r#"{"assert": "regex", "value": "("}"#));

@@ -1,6 +1,7 @@
 //! Capabilities: what a plugin declares, what the operator grants, and the intersection the
 //! plugin actually receives. Nothing outside the intersection is reachable from the sandbox.
 
+use crate::secrets::Secret;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -47,29 +48,6 @@ impl Capability {
             Capability::Model { provider } => format!("--allow-model {provider}"),
             Capability::Secret { name } => format!("--allow-secret {name}"),
         }
-    }
-}
-
-/// A secret value. Its `Debug` and `Display` never show the value, so it cannot leak through
-/// a log line or an error message by accident.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The value, for the one place that must hand it over.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret([redacted])")
     }
 }
 

@@ -146,10 +146,7 @@ impl InstallStore {
             digest: report.digest.clone(),
             size: bytes.len() as u64,
             capabilities: report.capabilities.clone(),
-            installed_at: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            installed_at: crate::clock::unix_secs(),
             check: report.clone(),
         };
         std::fs::write(

@@ -13,6 +13,7 @@
 //! - [`bindings`]: the typed world bindings generated from `wit/`.
 //! - [`loaded`]: a compiled, checked plugin and its typed calls.
 //! - [`installed`]: the install store under `$MST_HOME/plugins`.
+//! - [`set`]: loading plugins by reference, and the typed set of plugins one run uses.
 //! - [`check`]: the report `mst plugin check` prints.
 
 pub mod bindings;
@@ -26,8 +27,9 @@ pub mod installed;
 pub mod loaded;
 pub mod programs;
 pub mod sandbox;
+pub mod set;
 
-pub use capabilities::{Grants, Secret};
+pub use capabilities::Grants;
 pub use engine::PluginHost;
 pub use inspect::{Kind, Surface};
 pub use loaded::{CallError, LoadedPlugin};

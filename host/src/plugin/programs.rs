@@ -1,14 +1,15 @@
 //! Host programs run on a plugin's behalf, through the `exec` import or a runner plugin's
 //! command channel. Both go through here so the rules are the same: no shell, an environment
-//! of `PATH`, `HOME` and `KUBECONFIG` only (never the operator's secrets), output and time
-//! capped, and nothing the program started outlives it.
+//! of `PATH`, `HOME` and `KUBECONFIG` only (never the operator's secrets); the process rules
+//! (own group, deadline, capped output) are [`crate::process`]'s.
 
-use std::io::{Read, Write};
+use crate::process::{CappedReader, GroupChild};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Bytes kept of a program's stdout or stderr.
-pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+pub const MAX_OUTPUT: u64 = 16 * 1024 * 1024;
 
 /// What a finished program left.
 #[derive(Debug)]
@@ -25,13 +26,12 @@ pub struct Output {
 /// out on purpose: it would lend the operator's whole agent (use the ssh runner's `identity`).
 pub const PASSED_ENV: [&str; 3] = ["PATH", "HOME", "KUBECONFIG"];
 
-/// `program` with `args`, no shell, only [`PASSED_ENV`] in its environment, leading its own
-/// process group (so a timeout can stop everything it started).
+/// `program` with `args`, no shell, only [`PASSED_ENV`] in its environment. Start it with
+/// [`GroupChild::spawn`] (or [`ChildProcess::spawn`](crate::runner::channel::ChildProcess)), so
+/// that a timeout stops everything it started.
 pub fn command(program: &str, args: &[String]) -> Command {
     let mut command = Command::new(program);
     command.args(args).env_clear();
-    #[cfg(unix)]
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
     for name in PASSED_ENV {
         if let Some(value) = std::env::var_os(name) {
             command.env(name, value);
@@ -40,90 +40,49 @@ pub fn command(program: &str, args: &[String]) -> Command {
     command
 }
 
-/// Reads at most `cap` bytes from `reader`, then drains the rest so the writer never blocks.
-pub fn read_capped(mut reader: impl Read, cap: usize) -> Vec<u8> {
-    let mut kept = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) | Err(_) => return kept,
-            Ok(n) => {
-                let room = cap.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-    }
-}
-
-/// Runs `program` (see [`command`]) with `stdin`, killing it at `timeout`.
+/// Runs `program` (see [`command`]) with `stdin`, killing its group at `timeout`.
 pub fn run(
     program: &str,
     args: &[String],
     stdin: Vec<u8>,
     timeout: Duration,
 ) -> Result<Output, String> {
-    let mut child = command(program, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    let mut input = child.stdin.take().expect("stdin is piped");
+    let mut child = GroupChild::spawn(
+        command(program, args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .map_err(|e| e.to_string())?;
+    let (input, stdout, stderr) = child.take_pipes();
+    let mut input = input.expect("stdin is piped");
     let writer = std::thread::spawn(move || {
         let _ = input.write_all(&stdin);
     });
-    let stdout = reader(child.stdout.take().expect("stdout is piped"));
-    let stderr = reader(child.stderr.take().expect("stderr is piped"));
-
-    let started = Instant::now();
-    let group = child.id() as i32;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if started.elapsed() >= timeout {
-            kill_group(group);
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "timed out after {} ms and was killed",
-                timeout.as_millis()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(2));
+    let stdout = CappedReader::spawn(stdout.expect("stdout is piped"), MAX_OUTPUT);
+    let stderr = CappedReader::spawn(stderr.expect("stderr is piped"), MAX_OUTPUT);
+    let Some(status) = child.wait_until(Instant::now() + timeout) else {
+        child.kill_group();
+        child.wait();
+        return Err(format!(
+            "timed out after {} ms and was killed",
+            timeout.as_millis()
+        ));
     };
     // Whatever it left behind in its group goes too: a background process holding the pipes
     // would otherwise keep the readers (and this call) waiting.
-    kill_group(group);
+    child.kill_group();
     drop(writer);
     Ok(Output {
-        status: status.code().unwrap_or(-1),
-        stdout: stdout.recv_timeout(LEFTOVER_WAIT).unwrap_or_default(),
-        stderr: stderr.recv_timeout(LEFTOVER_WAIT).unwrap_or_default(),
+        status: crate::process::exit_code(status),
+        stdout: stdout.finish_within(LEFTOVER_WAIT),
+        stderr: stderr.finish_within(LEFTOVER_WAIT),
     })
 }
 
 /// How long output may keep arriving after the program ended (from a process that left its
 /// group); after that the call returns what it has.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
-
-/// Reads `pipe` (capped) on a thread of its own; the contents arrive on the receiver.
-fn reader(pipe: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8>> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(read_capped(pipe, MAX_OUTPUT));
-    });
-    rx
-}
-
-/// SIGKILL to process group `group`.
-fn kill_group(group: i32) {
-    // SAFETY: kill(2) on a process group `command` created for a program we started.
-    #[cfg(unix)]
-    unsafe {
-        libc::kill(-group, libc::SIGKILL);
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -2,10 +2,11 @@
 //! the machine, copy one file back. Every runner provides these, so the coordinator's code is
 //! the same whatever the machine is.
 
+use crate::process::GroupChild;
 use anyhow::{Context, Result};
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// A command running on a machine.
 pub struct Process {
@@ -29,24 +30,24 @@ pub trait ProcessHandle: Send {
 }
 
 /// A host process with its stdio piped, leading its own process group.
-pub struct ChildProcess(Child);
+pub struct ChildProcess(GroupChild);
 
 impl ChildProcess {
     /// Starts `command` as the leader of a new process group with stdin, stdout and stderr
     /// piped; `what` names it in the error.
     pub fn spawn(mut command: Command, what: &str) -> Result<Process> {
-        #[cfg(unix)]
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start {what}"))?;
+        let mut child = GroupChild::spawn(
+            command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .with_context(|| format!("cannot start {what}"))?;
+        let (stdin, stdout, stderr) = child.take_pipes();
         Ok(Process {
-            stdin: Box::new(child.stdin.take().expect("piped")),
-            stdout: Box::new(child.stdout.take().expect("piped")),
-            stderr: Box::new(child.stderr.take().expect("piped")),
+            stdin: Box::new(stdin.expect("piped")),
+            stdout: Box::new(stdout.expect("piped")),
+            stderr: Box::new(stderr.expect("piped")),
             handle: Box::new(ChildProcess(child)),
         })
     }
@@ -54,27 +55,17 @@ impl ChildProcess {
 
 impl ProcessHandle for ChildProcess {
     fn kill(&mut self) {
-        // Kill the group: everything the process started goes too, so no orphan keeps the
+        // The whole group: everything the process started goes too, so no orphan keeps the
         // channel's pipes open.
-        // SAFETY: kill(2) on the group `spawn` created for this process.
-        unsafe {
-            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
-        }
-        let _ = self.0.kill();
+        self.0.kill_group();
     }
     fn wait(&mut self) -> Option<i32> {
-        self.0.wait().ok().and_then(|s| s.code())
+        self.0.wait().and_then(|s| s.code())
     }
     fn wait_timeout(&mut self, limit: std::time::Duration) -> Option<Option<i32>> {
-        let started = std::time::Instant::now();
-        loop {
-            match self.0.try_wait() {
-                Ok(Some(status)) => return Some(status.code()),
-                Err(_) => return Some(None),
-                Ok(None) if started.elapsed() >= limit => return None,
-                Ok(None) => std::thread::sleep(std::time::Duration::from_millis(10)),
-            }
-        }
+        self.0
+            .wait_until(std::time::Instant::now() + limit)
+            .map(|status| status.and_then(|s| s.code()))
     }
 }
 

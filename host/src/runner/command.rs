@@ -199,7 +199,7 @@ impl CommandMachine {
             }
         };
         drop(process.stdin);
-        let stderr = std::thread::spawn(move || programs::read_capped(process.stderr, 64 << 10));
+        let stderr = crate::process::CappedReader::spawn(process.stderr, 64 << 10);
         // A get that never ends is stopped: the watchdog kills the group, which ends the stream.
         let handle = std::sync::Arc::new(std::sync::Mutex::new(process.handle));
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
@@ -221,7 +221,7 @@ impl CommandMachine {
         // The rest of the stream is not wanted: stop the program rather than drain it.
         handle.kill();
         let status = handle.wait();
-        let stderr = stderr.join().unwrap_or_default();
+        let stderr = stderr.finish();
         if results.iter().any(Result::is_err) && status.is_some_and(|s| s != 0) {
             let why = format!(
                 "`{}` (get template) exited with {}: {}",

@@ -17,7 +17,9 @@ pub mod local;
 pub mod plugin;
 pub mod worker_binary;
 
-use anyhow::{bail, Result};
+use crate::plugin::set::PluginSet;
+use crate::plugin::Kind;
+use anyhow::{bail, Context, Result};
 use channel::Channel;
 use std::collections::BTreeMap;
 
@@ -106,29 +108,25 @@ pub trait Runner: Sync {
     fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>>;
 }
 
+/// The built-in runners, by the name `--runner` gives them.
+pub const BUILT_IN: [&str; 2] = ["local", "docker"];
+
 /// The runner called `name`, validated against its options: `local`, `docker`, or a runner
-/// plugin that `plugins` finds by name (loaded with `--plugin`, or installed).
-pub fn runner(
-    name: &str,
-    options: &RunnerOptions,
-    plugins: &dyn Fn(&str) -> Option<std::sync::Arc<crate::plugin::LoadedPlugin>>,
-) -> Result<Box<dyn Runner>> {
+/// plugin of `plugins` (loaded with `--plugin`, or installed).
+pub fn runner(name: &str, options: &RunnerOptions, plugins: &PluginSet) -> Result<Box<dyn Runner>> {
     let runner: Box<dyn Runner> = match name {
         "local" => Box::new(local::LocalRunner::new(&options.rest)?),
         "docker" => Box::new(docker::DockerRunner::new(&options.rest)?),
-        other => match plugins(other) {
-            Some(found) if found.kind() == crate::plugin::Kind::Runner => {
-                Box::new(plugin::PluginRunner::new(found, &options.rest)?)
-            }
-            Some(found) => bail!(
-                "--runner {other}: that is a {} plugin, not a runner",
-                found.kind()
-            ),
-            None => bail!(
-                "unknown runner `{other}`: the built-in runners are `local` and `docker`; a runner \
-                 plugin must be loaded with --plugin FILE or installed with `mst plugin install`"
-            ),
-        },
+        other if plugins.find(other).is_none() => bail!(
+            "unknown runner `{other}`: the built-in runners are `local` and `docker`; a runner \
+             plugin must be loaded with --plugin FILE or installed with `mst plugin install`"
+        ),
+        other => {
+            let found = plugins
+                .get(other, Kind::Runner)
+                .with_context(|| format!("--runner {other}"))?;
+            Box::new(plugin::PluginRunner::new(found, &options.rest)?)
+        }
     };
     if options.shards > runner.max_shards() {
         bail!(
@@ -157,11 +155,13 @@ mod tests {
         assert!(RunnerOptions::parse(&["shards=0".into()]).is_err());
         assert!(RunnerOptions::parse(&["keep".into()]).is_err());
         let two = RunnerOptions::parse(&["shards=2".into()]).unwrap();
-        let err = runner("local", &two, &|_| None)
+        let err = runner("local", &two, &PluginSet::default())
             .err()
             .expect("two local shards are refused");
         assert!(err.to_string().contains("at most 1"), "{err}");
-        let err = runner("nope", &two, &|_| None).err().expect("unknown");
+        let err = runner("nope", &two, &PluginSet::default())
+            .err()
+            .expect("unknown");
         assert!(err.to_string().contains("--plugin FILE"), "{err}");
     }
 }

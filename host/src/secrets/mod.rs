@@ -3,10 +3,33 @@
 //! only over the worker's stdin; the worker keeps them in memory and in a private token
 //! directory ([`TokenDir`]) that it removes when it ends.
 
-use crate::plugin::Secret;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
+
+/// A secret value. Its `Debug` and `Display` never show the value, so it cannot leak through
+/// a log line or an error message by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The value, for the one place that must hand it over.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
 
 /// Secrets by name.
 #[derive(Debug, Clone, Default)]

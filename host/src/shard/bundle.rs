@@ -1,9 +1,9 @@
 //! The bundle: everything a worker needs to collect its shard's trials, copied to the machine
 //! before the worker starts. It never holds a secret: tokens travel only on the worker's stdin.
 
-use super::protocol::TrialKey;
-use crate::eval::config::ServerConfig;
+use crate::eval::config::VariantSpec;
 use crate::eval::trial::CaseRecord;
+use crate::eval::trial::TrialKey;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -12,20 +12,6 @@ pub const BUNDLE_FILE: &str = "bundle.json";
 
 /// The largest bundle a worker reads.
 pub const MAX_BUNDLE_BYTES: u64 = 512 * 1024 * 1024;
-
-/// How one variant's trials are run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct VariantSpec {
-    pub client: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_options: Option<serde_json::Value>,
-    /// The MCP servers this variant uses, by label.
-    #[serde(default)]
-    pub servers: BTreeMap<String, ServerConfig>,
-}
 
 /// One shard's work.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,15 +37,4 @@ pub struct Bundle {
     pub cases: Vec<CaseRecord>,
     /// The trials to collect, in order.
     pub trials: Vec<TrialKey>,
-}
-
-/// Where a trial's trace lives, relative to a results directory: `<variant>/<case>/<trial>.json`,
-/// each name made safe as a single path component.
-pub fn trace_path(key: &TrialKey) -> String {
-    format!(
-        "{}/{}/{}.json",
-        crate::files::path_component(&key.variant),
-        crate::files::path_component(&key.case),
-        key.trial
-    )
 }

@@ -1,22 +1,26 @@
-//! The coordinator's side of one shard: stage the bundle on the machine, start the worker,
-//! check its version at `hello`, grant trials within the limits, copy each trace back as soon
-//! as its `trial` message arrives, and decide how the shard ended. Everything the worker says
-//! is treated as hostile: paths are recomputed here, traces are copied with the safe reader and
-//! validated before they count.
+//! The coordinator's side of one shard, as a state machine ([`ShardSession`]): stage the
+//! bundle on the machine, start the worker, check its version at `hello`, grant trials within
+//! the limits, copy each trace back as soon as its `trial` message arrives, and decide how the
+//! shard ended. One typed stream of inputs (worker messages, bad lines, end of output) drives
+//! small methods, one per protocol event; what happens is told as [`ShardEvent`]s.
+//!
+//! Everything the worker says is treated as hostile: paths are recomputed here, traces are
+//! copied with the safe reader and validated before they count, and a trace that fails the
+//! checks is replaced by the coordinator's own infra record.
 
-use super::bundle::{trace_path, Bundle, BUNDLE_FILE};
+use super::bundle::{Bundle, BUNDLE_FILE};
 use super::limits::Limiter;
 use super::protocol::{
-    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, TrialKey, WorkerMessage,
-    PROTOCOL,
+    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, WorkerMessage, PROTOCOL,
 };
-use crate::eval::trial::TrialRecord;
-use crate::plugin::Secret;
+use crate::eval::trial::{TrialKey, TrialRecord};
+use crate::results::{trace_path, RunDir};
 use crate::runner::channel::Channel;
+use crate::secrets::Secret;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -105,7 +109,12 @@ pub struct ShardReport {
     /// When the worker's `hello` arrived.
     #[serde(skip)]
     pub hello_at: Option<Instant>,
-    /// Milliseconds from asking the runner for the machine to the worker's `hello`.
+    /// Milliseconds the shard waited for room on the runner's hosts before its machine was
+    /// started (0 for runners that never wait).
+    #[serde(rename = "waitMs", skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Milliseconds from the runner starting the machine (after any wait for room) to the
+    /// worker's `hello`.
     #[serde(rename = "readyMs", skip_serializing_if = "Option::is_none")]
     pub ready_ms: Option<u64>,
     /// Milliseconds the runner took to make the machine (after any wait for room).
@@ -132,6 +141,7 @@ impl ShardReport {
             kept: None,
             placement: serde_json::Value::Null,
             hello_at: None,
+            wait_ms: None,
             ready_ms: None,
             create_ms: None,
             dispose_ms: None,
@@ -140,322 +150,53 @@ impl ShardReport {
     }
 }
 
-/// Hears about every finished trial, for progress output.
-pub trait Progress: Sync {
-    /// The run will collect `total` trials.
-    fn start(&self, total: u64);
-    /// A trial's trace is in (collected or infra).
-    fn trial(&self, key: &TrialKey, collected: bool);
-    /// Something worth telling the user.
-    fn note(&self, message: &str);
+/// What happens in a shard, for progress output and the run's reporters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardEvent {
+    /// A trial's trace was copied back and validated.
+    TrialCollected { shard: u32, key: TrialKey },
+    /// A trial ended as an infrastructure failure (the worker said so, or its trace was
+    /// refused), with the reason.
+    TrialInfra {
+        shard: u32,
+        key: TrialKey,
+        reason: String,
+    },
+    /// A trial's trace failed the coordinator's checks; it counts as infra.
+    TraceRefused {
+        shard: u32,
+        key: TrialKey,
+        why: String,
+    },
+    /// The worker asked for a token no secret provides.
+    NoToken { shard: u32, server: String },
 }
 
+/// What every shard of a run shares: limits, tokens, timing rules, where events go, and the
+/// run's cancel flag.
+pub struct ShardContext<'a> {
+    pub limiter: &'a Limiter,
+    /// MCP access tokens by server label, sent only when a worker asks.
+    pub tokens: &'a BTreeMap<String, Secret>,
+    pub settings: ShardSettings,
+    pub events: &'a (dyn Fn(ShardEvent) + Sync),
+    pub cancel: &'a AtomicBool,
+}
+
+/// One input to the session: the worker's output, framed and decoded by
+/// [`protocol::read_messages`] on a reader thread.
 enum Input {
     Message(WorkerMessage),
     Bad(String),
     Eof,
 }
 
-/// Runs one shard on `channel`. `bundle_dir` holds the bundle locally; traces land in `run_dir`;
-/// `tokens` are the MCP access tokens by server label, sent only when the worker asks.
-#[allow(clippy::too_many_arguments)]
-pub fn run_shard(
-    channel: &mut dyn Channel,
-    bundle: &Bundle,
-    bundle_dir: &Path,
-    run_dir: &Path,
-    limiter: &Limiter,
-    tokens: &BTreeMap<String, Secret>,
-    progress: &dyn Progress,
-    cancel: &AtomicBool,
-    settings: ShardSettings,
-) -> ShardReport {
-    let mut report = ShardReport {
-        placement: channel.provenance(),
-        ..ShardReport::new(bundle.shard, channel.describe())
-    };
-    debug_assert!(bundle_dir.join(BUNDLE_FILE).is_file());
-    if let Err(e) = channel.put(bundle_dir, "bundle") {
-        report.ended = ShardEnd::Lost(format!(
-            "cannot copy the bundle to {}: {e:#}",
-            report.machine
-        ));
-        return report;
-    }
-    let argv: Vec<String> = [
-        "mst",
-        "collect",
-        "--bundle",
-        "{workdir}/bundle",
-        "--results",
-        "{workdir}/results",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut process = match channel.exec(&argv) {
-        Ok(process) => process,
-        Err(e) => {
-            report.ended = ShardEnd::Lost(format!(
-                "cannot start the worker on {}: {e:#}",
-                report.machine
-            ));
-            return report;
-        }
-    };
-
-    // The worker's stderr goes to a capped log next to the run's results.
-    let log_path = run_dir
-        .join("shards")
-        .join(format!("{}.worker.log", bundle.shard));
-    let max_log = settings.max_log_bytes;
-    let stderr = std::mem::replace(&mut process.stderr, Box::new(std::io::empty()));
-    let log_thread = std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let _ = stderr.take(max_log).read_to_end(&mut kept);
-        let _ = crate::files::write_atomic(&log_path, &kept);
-    });
-    let (tx, rx) = mpsc::channel();
-    let stdout = std::mem::replace(&mut process.stdout, Box::new(std::io::empty()));
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            // Bound what one line may cost: a worker writing a 1 GiB line is cut off.
-            match (&mut reader)
-                .take(protocol::MAX_LINE_BYTES as u64 + 1)
-                .read_line(&mut line)
-            {
-                Ok(0) => break,
-                Ok(_) if !line.ends_with('\n') && line.len() > protocol::MAX_LINE_BYTES => {
-                    let _ = tx.send(Input::Bad(format!(
-                        "a line longer than {} bytes",
-                        protocol::MAX_LINE_BYTES
-                    )));
-                    return;
-                }
-                Ok(_) if line.trim().is_empty() => continue,
-                Ok(_) => {
-                    let input = match protocol::decode::<WorkerMessage>(&line) {
-                        Ok(message) => Input::Message(message),
-                        Err(e) => Input::Bad(e.to_string()),
-                    };
-                    if tx.send(input).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Input::Bad(format!("unreadable output: {e}")));
-                    return;
-                }
-            }
-        }
-        let _ = tx.send(Input::Eof);
-    });
-
-    let mut stdin = process.stdin;
-    let mut send = |message: &CoordinatorMessage| -> bool {
-        stdin
-            .write_all(protocol::encode(message).as_bytes())
-            .and_then(|_| stdin.flush())
-            .is_ok()
-    };
-    let planned: BTreeSet<&TrialKey> = bundle.trials.iter().collect();
-    let mut reported: BTreeSet<TrialKey> = BTreeSet::new();
-    let mut pending: Vec<(TrialKey, Vec<String>, Vec<String>)> = Vec::new();
-    let mut hello_seen = false;
-    let mut last_heard = Instant::now();
-    let mut cancel_sent: Option<Instant> = None;
-    let mut done: Option<Cleanup> = None;
-    // Traces waiting to be copied back; runners whose copies are costly take them in batches.
-    let batched = channel.batch_copies();
-    let mut copies: Vec<PendingCopy> = Vec::new();
-
-    let ended = loop {
-        if cancel.load(Ordering::Relaxed) && cancel_sent.is_none() {
-            send(&CoordinatorMessage::Cancel {
-                reason: "interrupted by the user".into(),
-            });
-            cancel_sent = Some(Instant::now());
-        }
-        if let Some(at) = cancel_sent {
-            if at.elapsed() > settings.cancel_grace {
-                break ShardEnd::Cancelled;
-            }
-        }
-        if last_heard.elapsed() > settings.silence {
-            break ShardEnd::Lost(format!(
-                "the worker on {} sent nothing for {}s; the channel is gone",
-                report.machine,
-                settings.silence.as_secs()
-            ));
-        }
-        // Copy back what is due: everything at once, or a batch when full or old enough.
-        if copies.first().is_some_and(|c| {
-            !batched || copies.len() >= COPY_BATCH || c.since.elapsed() > COPY_DELAY
-        }) {
-            copy_back(
-                channel,
-                &mut copies,
-                run_dir,
-                settings,
-                &mut report,
-                progress,
-            );
-        }
-        // Retry acquisitions that were waiting for room.
-        pending.retain(|(key, providers, servers)| {
-            if limiter.try_acquire(bundle.shard, key, providers, servers) {
-                send(&CoordinatorMessage::Granted { key: key.clone() });
-                false
-            } else {
-                true
-            }
-        });
-        let input = match rx.recv_timeout(Duration::from_millis(25)) {
-            Ok(input) => input,
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => Input::Eof,
-        };
-        last_heard = Instant::now();
-        let message = match input {
-            Input::Message(message) => message,
-            Input::Bad(why) => break ShardEnd::Lost(format!("the worker broke {PROTOCOL}: {why}")),
-            Input::Eof => {
-                break match (done, cancel_sent) {
-                    (Some(Cleanup::Ok), None) => ShardEnd::Done,
-                    (Some(Cleanup::Failed), None) => ShardEnd::DoneCleanupFailed,
-                    (_, Some(_)) => ShardEnd::Cancelled,
-                    (None, None) => ShardEnd::Lost(format!(
-                        "the worker on {} exited without `done`",
-                        report.machine
-                    )),
-                };
-            }
-        };
-        match message {
-            WorkerMessage::Hello {
-                protocol,
-                mst,
-                image,
-                client,
-                shard,
-            } => {
-                let ours = env!("CARGO_PKG_VERSION");
-                if protocol != PROTOCOL || mst != ours {
-                    break ShardEnd::VersionMismatch(format!(
-                        "the worker runs mst {mst} speaking {protocol}; this coordinator is mst {ours} speaking \
-                         {PROTOCOL}, and a worker must run the coordinator's exact version"
-                    ));
-                }
-                if shard != bundle.shard {
-                    break ShardEnd::Lost(format!(
-                        "the worker says it runs shard {shard}, not {}",
-                        bundle.shard
-                    ));
-                }
-                hello_seen = true;
-                report.hello_at = Some(Instant::now());
-                report.worker = Some(WorkerIdentity { mst, client, image });
-            }
-            _ if !hello_seen => {
-                break ShardEnd::Lost(format!(
-                    "the worker spoke before `hello` ({PROTOCOL} requires it first)"
-                ))
-            }
-            WorkerMessage::Heartbeat { .. } => {}
-            WorkerMessage::NeedTokens { servers, .. } => {
-                // Only tokens for servers of this bundle, and only over stdin.
-                let granted: BTreeMap<String, Token> = servers
-                    .iter()
-                    .filter_map(|server| {
-                        tokens.get(server).map(|t| {
-                            (
-                                server.clone(),
-                                Token {
-                                    value: t.clone(),
-                                    expires_at: None,
-                                },
-                            )
-                        })
-                    })
-                    .collect();
-                if let Some(missing) = servers.iter().find(|s| !granted.contains_key(*s)) {
-                    progress.note(&format!(
-                        "shard {}: no token for server `{missing}`",
-                        bundle.shard
-                    ));
-                }
-                send(&CoordinatorMessage::Tokens { tokens: granted });
-            }
-            WorkerMessage::Acquire {
-                key,
-                providers,
-                servers,
-            } => {
-                if !planned.contains(&key) || reported.contains(&key) {
-                    break ShardEnd::Lost(format!(
-                        "the worker asked for trial {key}, which this shard does not run"
-                    ));
-                }
-                if cancel_sent.is_none() {
-                    pending.push((key, providers, servers));
-                }
-            }
-            WorkerMessage::Trial {
-                key,
-                status,
-                path: _,
-                error,
-            } => {
-                limiter.release(bundle.shard, &key);
-                if !planned.contains(&key) || !reported.insert(key.clone()) {
-                    break ShardEnd::Lost(format!(
-                        "the worker reported trial {key} twice or out of plan"
-                    ));
-                }
-                copies.push(PendingCopy {
-                    key,
-                    status,
-                    error,
-                    since: Instant::now(),
-                });
-            }
-            WorkerMessage::Done { cleanup, .. } => {
-                done = Some(cleanup);
-            }
-            WorkerMessage::Fatal { message } => {
-                break ShardEnd::Lost(format!("the worker failed: {message}"))
-            }
-        }
-    };
-    // What is still waiting is copied now.
-    let finished = matches!(ended, ShardEnd::Done | ShardEnd::DoneCleanupFailed);
-    copy_back(
-        channel,
-        &mut copies,
-        run_dir,
-        settings,
-        &mut report,
-        progress,
-    );
-    // A finished worker's process ends by itself; one that lingers (a command channel's
-    // program that does not exit with it) is stopped after the grace period.
-    if !finished || process.handle.wait_timeout(settings.cancel_grace).is_none() {
-        process.handle.kill();
-    }
-    process.handle.wait();
-    let _ = log_thread.join();
-    limiter.release_shard(bundle.shard);
-    report.ended = ended;
-    report
+/// A trial the worker wants to start, waiting for room within the limits.
+struct WaitingAcquire {
+    key: TrialKey,
+    providers: Vec<String>,
+    servers: Vec<String>,
 }
-
-/// At most this many traces wait to be copied back in one batch.
-const COPY_BATCH: usize = 64;
-/// And none waits longer than this.
-const COPY_DELAY: Duration = Duration::from_millis(500);
 
 /// A trial whose trace is still on the machine.
 struct PendingCopy {
@@ -465,64 +206,440 @@ struct PendingCopy {
     since: Instant,
 }
 
-/// Copies the traces of `copies` back (the path is ours to decide, never the worker's),
-/// validates them and records each trial's outcome. When copies fail because the machine itself
-/// is gone (its runner says so), those trials stay missing, for a resume, instead of failed.
-fn copy_back(
-    channel: &mut dyn Channel,
-    copies: &mut Vec<PendingCopy>,
-    run_dir: &Path,
-    settings: ShardSettings,
-    report: &mut ShardReport,
-    progress: &dyn Progress,
-) {
-    if copies.is_empty() {
-        return;
+/// At most this many traces wait to be copied back in one batch.
+const COPY_BATCH: usize = 64;
+/// And none waits longer than this.
+const COPY_DELAY: Duration = Duration::from_millis(500);
+
+/// How often the session looks at its clocks (silence, cancel grace, copy batches) when the
+/// worker is quiet.
+const TICK: Duration = Duration::from_millis(25);
+
+/// The coordinator's side of one shard. A session runs one bundle on one channel; a long-lived
+/// machine runs bundle after bundle by starting a new session on the same channel.
+pub struct ShardSession<'a> {
+    context: &'a ShardContext<'a>,
+    bundle: &'a Bundle,
+    run_dir: &'a RunDir,
+    report: ShardReport,
+    planned: BTreeSet<&'a TrialKey>,
+    reported: BTreeSet<TrialKey>,
+    waiting: Vec<WaitingAcquire>,
+    hello_seen: bool,
+    last_heard: Instant,
+    cancel_sent: Option<Instant>,
+    done: Option<Cleanup>,
+    /// Traces waiting to be copied back; runners whose copies are costly take them in batches.
+    copies: Vec<PendingCopy>,
+    batched: bool,
+    stdin: Option<Box<dyn Write + Send>>,
+}
+
+impl<'a> ShardSession<'a> {
+    /// A session for `bundle`, whose traces land in `run_dir`.
+    pub fn new(context: &'a ShardContext<'a>, bundle: &'a Bundle, run_dir: &'a RunDir) -> Self {
+        ShardSession {
+            context,
+            bundle,
+            run_dir,
+            report: ShardReport::new(bundle.shard, String::new()),
+            planned: bundle.trials.iter().collect(),
+            reported: BTreeSet::new(),
+            waiting: Vec::new(),
+            hello_seen: false,
+            last_heard: Instant::now(),
+            cancel_sent: None,
+            done: None,
+            copies: Vec::new(),
+            batched: false,
+            stdin: None,
+        }
     }
-    let files: Vec<(String, std::path::PathBuf)> = copies
+
+    /// Runs the shard on `channel`: copies the bundle (staged locally in `bundle_dir`), starts
+    /// the worker, speaks the protocol until the shard ends, and says how it went.
+    pub fn run(mut self, channel: &mut dyn Channel, bundle_dir: &Path) -> ShardReport {
+        self.report.machine = channel.describe();
+        self.report.placement = channel.provenance();
+        self.batched = channel.batch_copies();
+        let mut process = match self.start_worker(channel, bundle_dir) {
+            Ok(process) => process,
+            Err(ended) => {
+                self.report.ended = ended;
+                return self.report;
+            }
+        };
+        // The worker's stderr goes to a capped log next to the run's results.
+        let log = crate::process::CappedReader::spawn(
+            std::mem::replace(&mut process.stderr, Box::new(std::io::empty())),
+            self.context.settings.max_log_bytes,
+        );
+        let inputs = spawn_reader(std::mem::replace(
+            &mut process.stdout,
+            Box::new(std::io::empty()),
+        ));
+        self.stdin = Some(std::mem::replace(
+            &mut process.stdin,
+            Box::new(std::io::sink()),
+        ));
+        let ended = self.drive(channel, &inputs);
+        // What is still waiting is copied now.
+        self.copy_back(channel);
+        // A finished worker's process ends by itself; one that lingers (a command channel's
+        // program that does not exit with it) is stopped after the grace period.
+        let finished = matches!(ended, ShardEnd::Done | ShardEnd::DoneCleanupFailed);
+        let grace = self.context.settings.cancel_grace;
+        if !finished || process.handle.wait_timeout(grace).is_none() {
+            process.handle.kill();
+        }
+        process.handle.wait();
+        let _ =
+            crate::files::write_atomic(&self.run_dir.worker_log(self.bundle.shard), &log.finish());
+        self.context.limiter.release_shard(self.bundle.shard);
+        self.report.ended = ended;
+        self.report
+    }
+
+    /// Copies the bundle to the machine and starts `mst collect` there.
+    fn start_worker(
+        &self,
+        channel: &mut dyn Channel,
+        bundle_dir: &Path,
+    ) -> Result<crate::runner::channel::Process, ShardEnd> {
+        debug_assert!(bundle_dir.join(BUNDLE_FILE).is_file());
+        let machine = &self.report.machine;
+        channel
+            .put(bundle_dir, "bundle")
+            .map_err(|e| ShardEnd::Lost(format!("cannot copy the bundle to {machine}: {e:#}")))?;
+        let argv: Vec<String> = [
+            "mst",
+            "collect",
+            "--bundle",
+            "{workdir}/bundle",
+            "--results",
+            "{workdir}/results",
+        ]
         .iter()
-        .map(|c| {
-            let path = trace_path(&c.key);
-            (format!("results/{path}"), run_dir.join(&path))
-        })
+        .map(|s| s.to_string())
         .collect();
-    let fetched = channel.get_many(&files, settings.max_trace_bytes);
-    let machine_lost = fetched.iter().any(|f| f.is_err()) && channel.diagnose().is_some();
-    for ((copy, (_, dest)), fetched) in copies.drain(..).zip(&files).zip(fetched) {
-        let PendingCopy {
-            key, status, error, ..
-        } = copy;
-        let fetched = fetched
-            .map_err(|e| format!("{e:#}"))
-            .and_then(|()| validate_trace(dest, &key));
-        match (status, fetched) {
-            (Collected::Collected, Ok(())) => {
-                report.collected.push(key.clone());
-                progress.trial(&key, true);
+        channel
+            .exec(&argv)
+            .map_err(|e| ShardEnd::Lost(format!("cannot start the worker on {machine}: {e:#}")))
+    }
+
+    /// The session's loop: clocks first, then the next input, until the shard ends.
+    fn drive(&mut self, channel: &mut dyn Channel, inputs: &mpsc::Receiver<Input>) -> ShardEnd {
+        loop {
+            if let Some(ended) = self.on_tick(channel) {
+                return ended;
             }
-            (_, Err(_)) if machine_lost => {
-                let _ = std::fs::remove_file(dest);
-            }
-            (Collected::Infra, fetched) => {
-                let reason = error.unwrap_or_else(|| "the client could not run".into());
-                if fetched.is_err() {
-                    let _ = std::fs::remove_file(dest);
-                }
-                report.infra.push((key.clone(), reason));
-                progress.trial(&key, false);
-            }
-            (Collected::Collected, Err(why)) => {
-                let _ = std::fs::remove_file(dest);
-                progress.note(&format!(
-                    "trial {key}: its trace could not be copied back: {why}"
-                ));
-                report
-                    .infra
-                    .push((key.clone(), format!("trace not copied back: {why}")));
-                progress.trial(&key, false);
+            let input = match inputs.recv_timeout(TICK) {
+                Ok(input) => input,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => Input::Eof,
+            };
+            self.last_heard = Instant::now();
+            let ended = match input {
+                Input::Message(message) => self.on_message(message),
+                Input::Bad(why) => Some(ShardEnd::Lost(format!(
+                    "the worker broke {PROTOCOL}: {why}"
+                ))),
+                Input::Eof => Some(self.on_eof()),
+            };
+            if let Some(ended) = ended {
+                return ended;
             }
         }
     }
+
+    fn send(&mut self, message: &CoordinatorMessage) -> bool {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return false;
+        };
+        stdin
+            .write_all(protocol::encode(message).as_bytes())
+            .and_then(|_| stdin.flush())
+            .is_ok()
+    }
+
+    /// What the clocks say: cancel, the cancel grace, silence, copies due, acquisitions that
+    /// now fit the limits.
+    fn on_tick(&mut self, channel: &mut dyn Channel) -> Option<ShardEnd> {
+        if self.context.cancel.load(Ordering::Relaxed) && self.cancel_sent.is_none() {
+            self.send(&CoordinatorMessage::Cancel {
+                reason: "interrupted by the user".into(),
+            });
+            self.cancel_sent = Some(Instant::now());
+        }
+        let settings = self.context.settings;
+        if self
+            .cancel_sent
+            .is_some_and(|at| at.elapsed() > settings.cancel_grace)
+        {
+            return Some(ShardEnd::Cancelled);
+        }
+        if self.last_heard.elapsed() > settings.silence {
+            return Some(ShardEnd::Lost(format!(
+                "the worker on {} sent nothing for {}s; the channel is gone",
+                self.report.machine,
+                settings.silence.as_secs()
+            )));
+        }
+        // Copy back what is due: everything at once, or a batch when full or old enough.
+        let batched = self.batched;
+        if self.copies.first().is_some_and(|c| {
+            !batched || self.copies.len() >= COPY_BATCH || c.since.elapsed() > COPY_DELAY
+        }) {
+            self.copy_back(channel);
+        }
+        self.grant_waiting();
+        None
+    }
+
+    /// Grants the waiting acquisitions that fit the limits now.
+    fn grant_waiting(&mut self) {
+        let waiting = std::mem::take(&mut self.waiting);
+        for acquire in waiting {
+            let fits = self.context.limiter.try_acquire(
+                self.bundle.shard,
+                &acquire.key,
+                &acquire.providers,
+                &acquire.servers,
+            );
+            if fits {
+                self.send(&CoordinatorMessage::Granted { key: acquire.key });
+            } else {
+                self.waiting.push(acquire);
+            }
+        }
+    }
+
+    fn on_message(&mut self, message: WorkerMessage) -> Option<ShardEnd> {
+        match message {
+            WorkerMessage::Hello {
+                protocol,
+                mst,
+                image,
+                client,
+                shard,
+            } => self.on_hello(protocol, mst, image, client, shard),
+            _ if !self.hello_seen => Some(ShardEnd::Lost(format!(
+                "the worker spoke before `hello` ({PROTOCOL} requires it first)"
+            ))),
+            WorkerMessage::Heartbeat { .. } => None,
+            WorkerMessage::NeedTokens { servers, .. } => {
+                self.on_need_tokens(&servers);
+                None
+            }
+            WorkerMessage::Acquire {
+                key,
+                providers,
+                servers,
+            } => self.on_acquire(WaitingAcquire {
+                key,
+                providers,
+                servers,
+            }),
+            WorkerMessage::Trial {
+                key, status, error, ..
+            } => self.on_trial(key, status, error),
+            WorkerMessage::Done { cleanup, .. } => {
+                self.done = Some(cleanup);
+                None
+            }
+            WorkerMessage::Fatal { message } => {
+                Some(ShardEnd::Lost(format!("the worker failed: {message}")))
+            }
+        }
+    }
+
+    fn on_hello(
+        &mut self,
+        protocol: String,
+        mst: String,
+        image: Option<String>,
+        client: ClientIdentity,
+        shard: u32,
+    ) -> Option<ShardEnd> {
+        let ours = env!("CARGO_PKG_VERSION");
+        if protocol != PROTOCOL || mst != ours {
+            return Some(ShardEnd::VersionMismatch(format!(
+                "the worker runs mst {mst} speaking {protocol}; this coordinator is mst {ours} \
+                 speaking {PROTOCOL}, and a worker must run the coordinator's exact version"
+            )));
+        }
+        if shard != self.bundle.shard {
+            return Some(ShardEnd::Lost(format!(
+                "the worker says it runs shard {shard}, not {}",
+                self.bundle.shard
+            )));
+        }
+        self.hello_seen = true;
+        self.report.hello_at = Some(Instant::now());
+        self.report.worker = Some(WorkerIdentity { mst, client, image });
+        None
+    }
+
+    /// Answers `need-tokens` with the tokens this run holds, only over stdin.
+    fn on_need_tokens(&mut self, servers: &[String]) {
+        let mut granted = BTreeMap::new();
+        for server in servers {
+            match self.context.tokens.get(server) {
+                Some(value) => {
+                    let token = Token {
+                        value: value.clone(),
+                        expires_at: None,
+                    };
+                    granted.insert(server.clone(), token);
+                }
+                None => (self.context.events)(ShardEvent::NoToken {
+                    shard: self.bundle.shard,
+                    server: server.clone(),
+                }),
+            }
+        }
+        self.send(&CoordinatorMessage::Tokens { tokens: granted });
+    }
+
+    fn on_acquire(&mut self, acquire: WaitingAcquire) -> Option<ShardEnd> {
+        if !self.planned.contains(&acquire.key) || self.reported.contains(&acquire.key) {
+            return Some(ShardEnd::Lost(format!(
+                "the worker asked for trial {}, which this shard does not run",
+                acquire.key
+            )));
+        }
+        if self.cancel_sent.is_none() {
+            self.waiting.push(acquire);
+        }
+        None
+    }
+
+    fn on_trial(
+        &mut self,
+        key: TrialKey,
+        status: Collected,
+        error: Option<String>,
+    ) -> Option<ShardEnd> {
+        self.context.limiter.release(self.bundle.shard, &key);
+        if !self.planned.contains(&key) || !self.reported.insert(key.clone()) {
+            return Some(ShardEnd::Lost(format!(
+                "the worker reported trial {key} twice or out of plan"
+            )));
+        }
+        self.copies.push(PendingCopy {
+            key,
+            status,
+            error,
+            since: Instant::now(),
+        });
+        None
+    }
+
+    /// The worker's output ended: how the shard ended follows from what it said before.
+    fn on_eof(&self) -> ShardEnd {
+        match (self.done, self.cancel_sent) {
+            (Some(Cleanup::Ok), None) => ShardEnd::Done,
+            (Some(Cleanup::Failed), None) => ShardEnd::DoneCleanupFailed,
+            (_, Some(_)) => ShardEnd::Cancelled,
+            (None, None) => ShardEnd::Lost(format!(
+                "the worker on {} exited without `done`",
+                self.report.machine
+            )),
+        }
+    }
+
+    /// Copies the waiting traces back (the path is ours to decide, never the worker's),
+    /// validates them and records each trial's outcome. When copies fail because the machine
+    /// itself is gone (its runner says so), those trials stay missing, for a resume, instead
+    /// of failed.
+    fn copy_back(&mut self, channel: &mut dyn Channel) {
+        if self.copies.is_empty() {
+            return;
+        }
+        let files: Vec<(String, PathBuf)> = self
+            .copies
+            .iter()
+            .map(|c| {
+                let path = trace_path(&c.key);
+                (format!("results/{path}"), self.run_dir.root.join(&path))
+            })
+            .collect();
+        let fetched = channel.get_many(&files, self.context.settings.max_trace_bytes);
+        let machine_lost = fetched.iter().any(|f| f.is_err()) && channel.diagnose().is_some();
+        let copies = std::mem::take(&mut self.copies);
+        for ((copy, (_, dest)), fetched) in copies.into_iter().zip(&files).zip(fetched) {
+            let checked = fetched
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|()| validate_trace(dest, &copy.key));
+            match (copy.status, checked) {
+                (Collected::Collected, Ok(())) => self.collected(copy.key),
+                (_, Err(_)) if machine_lost => {
+                    let _ = std::fs::remove_file(dest);
+                }
+                (Collected::Infra, checked) => {
+                    let reason = copy
+                        .error
+                        .unwrap_or_else(|| "the client could not run".into());
+                    if checked.is_err() {
+                        self.write_infra(dest, &copy.key, &reason);
+                    }
+                    self.infra(copy.key, reason);
+                }
+                (Collected::Collected, Err(why)) => {
+                    (self.context.events)(ShardEvent::TraceRefused {
+                        shard: self.bundle.shard,
+                        key: copy.key.clone(),
+                        why: why.clone(),
+                    });
+                    let reason = format!("its trace was refused: {why}");
+                    self.write_infra(dest, &copy.key, &reason);
+                    self.infra(copy.key, reason);
+                }
+            }
+        }
+    }
+
+    fn collected(&mut self, key: TrialKey) {
+        let shard = self.bundle.shard;
+        self.report.collected.push(key.clone());
+        (self.context.events)(ShardEvent::TrialCollected { shard, key });
+    }
+
+    fn infra(&mut self, key: TrialKey, reason: String) {
+        let shard = self.bundle.shard;
+        self.report.infra.push((key.clone(), reason.clone()));
+        (self.context.events)(ShardEvent::TrialInfra { shard, key, reason });
+    }
+
+    /// Replaces whatever came back for `key` with the coordinator's own infra record, so the
+    /// trial counts as infra (not missing) and nothing the worker wrote stays.
+    fn write_infra(&self, dest: &Path, key: &TrialKey, reason: &str) {
+        let _ = std::fs::remove_file(dest);
+        let Some(case) = self.bundle.cases.iter().find(|c| c.id == key.case) else {
+            return;
+        };
+        let record = TrialRecord::infra(case.clone(), key, reason);
+        if let Ok(bytes) = serde_json::to_vec_pretty(&record) {
+            let _ = crate::files::write_atomic(dest, &bytes);
+        }
+    }
+}
+
+/// Reads the worker's stdout on a thread of its own, framed by [`protocol::read_messages`].
+fn spawn_reader(stdout: Box<dyn std::io::Read + Send>) -> mpsc::Receiver<Input> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        protocol::read_messages::<WorkerMessage>(stdout, |message| {
+            let input = match message {
+                Ok(message) => Input::Message(message),
+                Err(e) => Input::Bad(e.0),
+            };
+            let bad = matches!(input, Input::Bad(_));
+            tx.send(input).is_ok() && !bad
+        });
+        let _ = tx.send(Input::Eof);
+    });
+    rx
 }
 
 /// A copied-back trace must parse as a trial record for the trial it claims to be.

@@ -2,14 +2,14 @@
 //! Workers `acquire` before each trial; the coordinator grants when every resource the trial
 //! needs has room, and the trial's `trial` message gives the room back.
 
-use super::protocol::TrialKey;
-use crate::eval::config::Limits;
+use crate::eval::config::RateLimits;
+use crate::eval::trial::TrialKey;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// Shared by the coordinators of every shard.
 pub struct Limiter {
-    limits: Limits,
+    limits: RateLimits,
     state: Mutex<State>,
 }
 
@@ -25,7 +25,7 @@ struct State {
 
 impl Limiter {
     /// A limiter enforcing `limits`.
-    pub fn new(limits: Limits) -> Self {
+    pub fn new(limits: RateLimits) -> Self {
         Self {
             limits,
             state: Mutex::new(State::default()),
@@ -127,9 +127,9 @@ mod tests {
 
     #[test]
     fn limits_hold_across_shards_and_release() {
-        let limiter = Limiter::new(Limits {
+        let limiter = Limiter::new(RateLimits {
             servers: [("time".to_string(), 2)].into(),
-            ..Limits::default()
+            ..RateLimits::default()
         });
         let time = ["time".to_string()];
         assert!(limiter.try_acquire(0, &key("a"), &[], &time));

@@ -3,7 +3,8 @@
 //! `type` field naming the message; unknown types and unknown fields are protocol errors, so
 //! that a worker of another version fails loudly instead of being half understood.
 
-use crate::plugin::Secret;
+use crate::eval::trial::TrialKey;
+use crate::secrets::Secret;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,22 +15,6 @@ pub const PROTOCOL: &str = "mst.shard/v1";
 /// The longest line either side accepts; a longer one is a protocol error (a trace never
 /// travels in a message, only its path).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
-
-/// Identifies one trial: a case under a variant, and the repetition number.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TrialKey {
-    pub variant: String,
-    pub case: String,
-    /// 0-based repetition.
-    pub trial: u32,
-}
-
-impl fmt::Display for TrialKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.variant, self.case, self.trial)
-    }
-}
 
 /// The client a worker drives, as reported in `hello`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,7 +152,7 @@ pub enum CoordinatorMessage {
 
 /// (De)serializes a [`Secret`] as a plain string: only the protocol line ever holds its value.
 mod secret_string {
-    use crate::plugin::Secret;
+    use crate::secrets::Secret;
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(secret: &Secret, serializer: S) -> Result<S::Ok, S::Error> {
@@ -214,6 +199,46 @@ pub fn decode<T: for<'de> Deserialize<'de>>(line: &str) -> Result<T, ProtocolErr
             classify(&e)
         ))
     })
+}
+
+/// Reads messages of type `T` from `input`, one per line, and hands each to `each`, which
+/// returns `false` to stop reading. This is the one framing both ends use: blank lines are
+/// skipped, and a line longer than [`MAX_LINE_BYTES`] or unreadable input is handed over as an
+/// error and ends the reading (nothing after it can be trusted to be framed right). A line
+/// that does not decode is handed over as an error too; `each` decides whether to go on.
+pub fn read_messages<T: for<'de> Deserialize<'de>>(
+    input: impl std::io::Read,
+    mut each: impl FnMut(Result<T, ProtocolError>) -> bool,
+) {
+    use std::io::{BufRead, Read};
+    let mut reader = std::io::BufReader::new(input);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        // Bound what one line may cost: a peer writing a 1 GiB line is cut off.
+        match (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_line(&mut line)
+        {
+            Ok(0) => return,
+            Ok(_) if !line.ends_with('\n') && line.len() > MAX_LINE_BYTES => {
+                each(Err(ProtocolError(format!(
+                    "a line longer than {MAX_LINE_BYTES} bytes"
+                ))));
+                return;
+            }
+            Ok(_) if line.trim().is_empty() => continue,
+            Ok(_) => {
+                if !each(decode(&line)) {
+                    return;
+                }
+            }
+            Err(e) => {
+                each(Err(ProtocolError(format!("unreadable output: {e}"))));
+                return;
+            }
+        }
+    }
 }
 
 fn classify(error: &serde_json::Error) -> String {

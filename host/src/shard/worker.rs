@@ -1,21 +1,22 @@
 //! The worker: `mst collect --bundle DIR --results DIR`. Runs on the machine, drives the
 //! client for each trial of its shard, writes each trace as soon as the trial ends, and speaks
-//! `mst.shard/v1` with the coordinator over stdin/stdout.
+//! `mst.shard/v1` with the coordinator over stdin/stdout. Its state is one [`Worker`], fed by
+//! one stream of [`Event`]s (coordinator messages, finished trials) with a method per event.
 
-use super::bundle::{trace_path, Bundle, BUNDLE_FILE, MAX_BUNDLE_BYTES};
+use super::bundle::{Bundle, BUNDLE_FILE, MAX_BUNDLE_BYTES};
 use super::protocol::{
-    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, DoneCounts, TokenReason,
-    TrialKey, WorkerMessage, PROTOCOL,
+    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, DoneCounts, Token, TokenReason,
+    WorkerMessage, PROTOCOL,
 };
-use crate::eval::client::{self, Client, TrialInput};
+use crate::client::{self, Client, TrialInput};
 use crate::eval::config::ServerConfig;
-use crate::eval::trial::{CaseRecord, TrialRecord, TrialStatus};
-use crate::plugin::Secret;
-use crate::secrets::TokenDir;
+use crate::eval::trial::{CaseRecord, TrialKey, TrialRecord, TrialStatus};
+use crate::results::trace_path;
+use crate::secrets::{Secret, TokenDir};
 use anyhow::{Context, Result};
-use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, Write};
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -34,17 +35,11 @@ impl Wire {
     }
 }
 
+/// One input to the worker's state machine.
 enum Event {
     FromCoordinator(CoordinatorMessage),
     CoordinatorGone,
     Finished(TrialKey, Result<Option<TrialStatus>, String>),
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Runs one trial and writes its trace; returns the trace's status.
@@ -83,7 +78,8 @@ fn run_trial(
 /// `mst collect`: returns the process exit code (0 when the shard ran to the end).
 pub fn collect(bundle_dir: &Path, results: &Path) -> u8 {
     let wire = Wire(Arc::new(Mutex::new(std::io::stdout())));
-    match collect_inner(bundle_dir, results, &wire) {
+    let started = Worker::start(bundle_dir, results, wire.clone());
+    match started.and_then(Worker::run) {
         Ok(code) => code,
         Err(e) => {
             wire.send(&WorkerMessage::Fatal {
@@ -94,233 +90,296 @@ pub fn collect(bundle_dir: &Path, results: &Path) -> u8 {
     }
 }
 
-fn collect_inner(bundle_dir: &Path, results: &Path, wire: &Wire) -> Result<u8> {
-    let path = bundle_dir.join(BUNDLE_FILE);
-    let bytes = crate::files::read_regular(&path, MAX_BUNDLE_BYTES, true)?;
-    let bundle: Bundle = serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not a bundle", path.display()))?;
-    let build_clients =
-        |tokens: &BTreeMap<String, Secret>| -> Result<BTreeMap<String, Arc<dyn Client>>> {
-            bundle
-                .variants
-                .iter()
-                .map(|(name, spec)| {
-                    let client = client::client(
-                        &spec.client,
-                        spec.client_options.as_ref(),
-                        &spec.servers,
-                        tokens,
-                    )
-                    .with_context(|| format!("variant `{name}`"))?;
-                    Ok((name.clone(), Arc::from(client)))
-                })
-                .collect()
+/// Clients by variant name.
+type Clients = BTreeMap<String, Arc<dyn Client>>;
+
+/// The worker's state: what is queued, waiting for `granted`, running and finished.
+struct Worker {
+    bundle: Bundle,
+    results: PathBuf,
+    wire: Wire,
+    cases: BTreeMap<String, CaseRecord>,
+    clients: Clients,
+    token_dir: Option<TokenDir>,
+    tokens_ready: bool,
+    queue: VecDeque<TrialKey>,
+    awaiting: Vec<TrialKey>,
+    running: usize,
+    counts: DoneCounts,
+    cancelled: bool,
+    cancel_trials: Arc<AtomicBool>,
+    events: mpsc::Sender<Event>,
+    inbox: mpsc::Receiver<Event>,
+    stop_heartbeat: Arc<AtomicBool>,
+}
+
+impl Worker {
+    /// Reads the bundle, builds the clients, says `hello` (and `need-tokens` when a server
+    /// needs one), and starts the stdin reader and the heartbeat.
+    fn start(bundle_dir: &Path, results: &Path, wire: Wire) -> Result<Self> {
+        let path = bundle_dir.join(BUNDLE_FILE);
+        let bytes = crate::files::read_regular(&path, MAX_BUNDLE_BYTES, true)?;
+        let bundle: Bundle = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not a bundle", path.display()))?;
+        let clients = build_clients(&bundle, &BTreeMap::new())?;
+        let cases = bundle
+            .cases
+            .iter()
+            .map(|c| (c.id.clone(), c.clone()))
+            .collect();
+        std::fs::create_dir_all(results)
+            .with_context(|| format!("cannot create {}", results.display()))?;
+        let (events, inbox) = mpsc::channel::<Event>();
+        let mut worker = Worker {
+            queue: bundle.trials.iter().cloned().collect(),
+            bundle,
+            results: results.to_path_buf(),
+            wire,
+            cases,
+            clients,
+            token_dir: None,
+            tokens_ready: true,
+            awaiting: Vec::new(),
+            running: 0,
+            counts: DoneCounts::default(),
+            cancelled: false,
+            cancel_trials: Arc::new(AtomicBool::new(false)),
+            events,
+            inbox,
+            stop_heartbeat: Arc::new(AtomicBool::new(false)),
         };
-    let mut clients = build_clients(&BTreeMap::new())?;
-    // Servers whose config names a token: the worker asks for them before any trial.
-    let token_servers: Vec<String> = bundle
-        .variants
-        .values()
-        .flat_map(|v| v.servers.iter())
-        .filter(|(_, config)| matches!(config, ServerConfig::Http(http) if http.token.is_some()))
-        .map(|(label, _)| label.clone())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let mut token_dir: Option<TokenDir> = None;
-    let cases: BTreeMap<String, CaseRecord> = bundle
-        .cases
-        .iter()
-        .map(|c| (c.id.clone(), c.clone()))
-        .collect();
-    std::fs::create_dir_all(results)
-        .with_context(|| format!("cannot create {}", results.display()))?;
+        worker.hello();
+        worker.listen();
+        worker.heartbeat();
+        Ok(worker)
+    }
 
-    let client_name = bundle
-        .variants
-        .values()
-        .next()
-        .map(|v| v.client.clone())
-        .unwrap_or_default();
-    wire.send(&WorkerMessage::Hello {
-        protocol: PROTOCOL.to_string(),
-        mst: env!("CARGO_PKG_VERSION").to_string(),
-        image: std::env::var("MST_IMAGE_DIGEST").ok(),
-        client: ClientIdentity {
-            name: client_name,
-            version: env!("CARGO_PKG_VERSION").to_string(),
-        },
-        shard: bundle.shard,
-    });
+    fn hello(&mut self) {
+        let client_name = self
+            .bundle
+            .variants
+            .values()
+            .next()
+            .map(|v| v.client.clone())
+            .unwrap_or_default();
+        self.wire.send(&WorkerMessage::Hello {
+            protocol: PROTOCOL.to_string(),
+            mst: env!("CARGO_PKG_VERSION").to_string(),
+            image: std::env::var("MST_IMAGE_DIGEST").ok(),
+            client: ClientIdentity {
+                name: client_name,
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            },
+            shard: self.bundle.shard,
+        });
+        // Servers whose config names a token: the worker asks for them before any trial.
+        let token_servers: BTreeSet<String> = self
+            .bundle
+            .variants
+            .values()
+            .flat_map(|v| v.servers.iter())
+            .filter(
+                |(_, config)| matches!(config, ServerConfig::Http(http) if http.token.is_some()),
+            )
+            .map(|(label, _)| label.clone())
+            .collect();
+        if !token_servers.is_empty() {
+            self.tokens_ready = false;
+            self.wire.send(&WorkerMessage::NeedTokens {
+                servers: token_servers.into_iter().collect(),
+                reason: TokenReason::Start,
+            });
+        }
+    }
 
-    let mut tokens_ready = token_servers.is_empty();
-    if !tokens_ready {
-        wire.send(&WorkerMessage::NeedTokens {
-            servers: token_servers.clone(),
-            reason: TokenReason::Start,
+    /// Reads the coordinator's messages from stdin, framed by [`protocol::read_messages`].
+    fn listen(&self) {
+        let events = self.events.clone();
+        std::thread::spawn(move || {
+            protocol::read_messages::<CoordinatorMessage>(
+                std::io::stdin(),
+                |message| match message {
+                    Ok(message) => events.send(Event::FromCoordinator(message)).is_ok(),
+                    Err(e) => {
+                        eprintln!("mst collect: ignoring a bad coordinator line: {e}");
+                        true
+                    }
+                },
+            );
+            let _ = events.send(Event::CoordinatorGone);
         });
     }
 
-    let (tx, rx) = mpsc::channel::<Event>();
-    let stdin_tx = tx.clone();
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        for line in stdin.lock().lines() {
-            let Ok(line) = line else { break };
-            if line.trim().is_empty() {
-                continue;
+    fn heartbeat(&self) {
+        let wire = self.wire.clone();
+        let interval = Duration::from_millis(self.bundle.heartbeat_ms.max(50));
+        let stop = self.stop_heartbeat.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                wire.send(&WorkerMessage::Heartbeat {
+                    at: crate::clock::unix_millis(),
+                });
+                std::thread::sleep(interval);
             }
-            match protocol::decode::<CoordinatorMessage>(&line) {
-                Ok(message) => {
-                    if stdin_tx.send(Event::FromCoordinator(message)).is_err() {
-                        return;
-                    }
+        });
+    }
+
+    /// Runs until every trial is done (or cancelled), then says `done`.
+    fn run(mut self) -> Result<u8> {
+        loop {
+            self.ask_for_trials();
+            if self.finished() {
+                break;
+            }
+            match self.inbox.recv().expect("the worker holds a sender") {
+                Event::FromCoordinator(CoordinatorMessage::Granted { key }) => self.on_granted(key),
+                Event::FromCoordinator(CoordinatorMessage::Cancel { reason }) => {
+                    eprintln!("mst collect: cancelled: {reason}");
+                    self.cancel();
                 }
-                Err(e) => eprintln!("mst collect: ignoring a bad coordinator line: {e}"),
+                Event::FromCoordinator(CoordinatorMessage::Tokens { tokens }) => {
+                    self.on_tokens(tokens)?
+                }
+                Event::CoordinatorGone => self.cancel(),
+                Event::Finished(key, outcome) => self.on_finished(key, outcome),
             }
         }
-        let _ = stdin_tx.send(Event::CoordinatorGone);
-    });
-    let heartbeat = wire.clone();
-    let interval = Duration::from_millis(bundle.heartbeat_ms.max(50));
-    let stop_heartbeat = Arc::new(AtomicBool::new(false));
-    let stop = stop_heartbeat.clone();
-    std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            heartbeat.send(&WorkerMessage::Heartbeat { at: now_ms() });
-            std::thread::sleep(interval);
-        }
-    });
+        self.counts.skipped += (self.queue.len() + self.awaiting.len()) as u32;
+        self.stop_heartbeat.store(true, Ordering::Relaxed);
+        self.wire.send(&WorkerMessage::Done {
+            counts: self.counts,
+            cleanup: Cleanup::Ok,
+        });
+        Ok(0)
+    }
 
-    let timeout = Duration::from_millis(bundle.timeout_ms);
-    let concurrency = bundle.concurrency.max(1) as usize;
-    let mut queue: VecDeque<TrialKey> = bundle.trials.iter().cloned().collect();
-    let mut awaiting: Vec<TrialKey> = Vec::new();
-    let mut running = 0usize;
-    let mut counts = DoneCounts::default();
-    let mut cancelled = false;
-    let cancel_trials = Arc::new(AtomicBool::new(false));
-    let servers_of = |key: &TrialKey| -> Vec<String> {
-        bundle
-            .variants
-            .get(&key.variant)
-            .map(|v| v.servers.keys().cloned().collect())
-            .unwrap_or_default()
-    };
-
-    loop {
-        while tokens_ready && !cancelled && running + awaiting.len() < concurrency {
-            let Some(key) = queue.pop_front() else { break };
-            wire.send(&WorkerMessage::Acquire {
+    /// Sends `acquire` for queued trials while there is room under the concurrency.
+    fn ask_for_trials(&mut self) {
+        let concurrency = self.bundle.concurrency.max(1) as usize;
+        while self.tokens_ready
+            && !self.cancelled
+            && self.running + self.awaiting.len() < concurrency
+        {
+            let Some(key) = self.queue.pop_front() else {
+                break;
+            };
+            let servers = self
+                .bundle
+                .variants
+                .get(&key.variant)
+                .map(|v| v.servers.keys().cloned().collect())
+                .unwrap_or_default();
+            self.wire.send(&WorkerMessage::Acquire {
                 key: key.clone(),
                 providers: Vec::new(),
-                servers: servers_of(&key),
+                servers,
             });
-            awaiting.push(key);
-        }
-        if running == 0
-            && (awaiting.is_empty() || cancelled)
-            && (queue.is_empty() || cancelled)
-            && (tokens_ready || cancelled)
-        {
-            break;
-        }
-        match rx.recv().expect("the worker holds a sender") {
-            Event::FromCoordinator(CoordinatorMessage::Granted { key }) => {
-                let Some(index) = awaiting.iter().position(|k| k == &key) else {
-                    continue;
-                };
-                awaiting.remove(index);
-                if cancelled {
-                    continue;
-                }
-                let (Some(case), Some(client)) = (
-                    cases.get(&key.case).cloned(),
-                    clients.get(&key.variant).cloned(),
-                ) else {
-                    let error = format!(
-                        "the bundle has no case `{}` or variant `{}`",
-                        key.case, key.variant
-                    );
-                    let _ = tx.send(Event::Finished(key, Err(error)));
-                    running += 1;
-                    continue;
-                };
-                running += 1;
-                let tx = tx.clone();
-                let results = results.to_path_buf();
-                let cancel = cancel_trials.clone();
-                std::thread::spawn(move || {
-                    let outcome =
-                        run_trial(client.as_ref(), &case, &key, timeout, &results, &cancel);
-                    let _ = tx.send(Event::Finished(key, outcome));
-                });
-            }
-            Event::FromCoordinator(CoordinatorMessage::Cancel { reason }) => {
-                eprintln!("mst collect: cancelled: {reason}");
-                cancelled = true;
-                cancel_trials.store(true, Ordering::Relaxed);
-            }
-            Event::FromCoordinator(CoordinatorMessage::Tokens { tokens }) => {
-                // Tokens live in memory and in the private token directory, nowhere else.
-                let dir = match token_dir.take() {
-                    Some(dir) => dir,
-                    None => TokenDir::create()?,
-                };
-                let mut values = BTreeMap::new();
-                for (server, token) in tokens {
-                    dir.write(&server, &token.value)?;
-                    values.insert(server, token.value);
-                }
-                token_dir = Some(dir);
-                clients = build_clients(&values)?;
-                tokens_ready = true;
-            }
-            Event::CoordinatorGone => {
-                cancelled = true;
-                cancel_trials.store(true, Ordering::Relaxed);
-            }
-            Event::Finished(key, outcome) => {
-                running -= 1;
-                let path = trace_path(&key);
-                match outcome {
-                    Ok(None) => counts.skipped += 1,
-                    Ok(Some(TrialStatus::Infra)) => {
-                        counts.infra += 1;
-                        wire.send(&WorkerMessage::Trial {
-                            key,
-                            status: Collected::Infra,
-                            path,
-                            error: None,
-                        });
-                    }
-                    Ok(Some(_)) => {
-                        counts.collected += 1;
-                        wire.send(&WorkerMessage::Trial {
-                            key,
-                            status: Collected::Collected,
-                            path,
-                            error: None,
-                        });
-                    }
-                    Err(error) => {
-                        counts.infra += 1;
-                        wire.send(&WorkerMessage::Trial {
-                            key,
-                            status: Collected::Infra,
-                            path,
-                            error: Some(error),
-                        });
-                    }
-                }
-            }
+            self.awaiting.push(key);
         }
     }
-    counts.skipped += (queue.len() + awaiting.len()) as u32;
-    stop_heartbeat.store(true, Ordering::Relaxed);
-    wire.send(&WorkerMessage::Done {
-        counts,
-        cleanup: Cleanup::Ok,
-    });
-    Ok(0)
+
+    /// Nothing runs and nothing more will: every trial ended, or the shard was cancelled.
+    fn finished(&self) -> bool {
+        let stopping = self.cancelled;
+        self.running == 0
+            && (self.awaiting.is_empty() || stopping)
+            && (self.queue.is_empty() || stopping)
+            && (self.tokens_ready || stopping)
+    }
+
+    fn cancel(&mut self) {
+        self.cancelled = true;
+        self.cancel_trials.store(true, Ordering::Relaxed);
+    }
+
+    /// Starts a granted trial on a thread of its own.
+    fn on_granted(&mut self, key: TrialKey) {
+        let Some(index) = self.awaiting.iter().position(|k| k == &key) else {
+            return;
+        };
+        self.awaiting.remove(index);
+        if self.cancelled {
+            return;
+        }
+        self.running += 1;
+        let events = self.events.clone();
+        let (case, client) = (
+            self.cases.get(&key.case).cloned(),
+            self.clients.get(&key.variant).cloned(),
+        );
+        let (Some(case), Some(client)) = (case, client) else {
+            let error = format!(
+                "the bundle has no case `{}` or variant `{}`",
+                key.case, key.variant
+            );
+            let _ = events.send(Event::Finished(key, Err(error)));
+            return;
+        };
+        let timeout = Duration::from_millis(self.bundle.timeout_ms);
+        let results = self.results.clone();
+        let cancel = self.cancel_trials.clone();
+        std::thread::spawn(move || {
+            let outcome = run_trial(client.as_ref(), &case, &key, timeout, &results, &cancel);
+            let _ = events.send(Event::Finished(key, outcome));
+        });
+    }
+
+    /// Tokens live in memory and in the private token directory, nowhere else.
+    fn on_tokens(&mut self, tokens: BTreeMap<String, Token>) -> Result<()> {
+        let dir = match self.token_dir.take() {
+            Some(dir) => dir,
+            None => TokenDir::create()?,
+        };
+        let mut values = BTreeMap::new();
+        for (server, token) in tokens {
+            dir.write(&server, &token.value)?;
+            values.insert(server, token.value);
+        }
+        self.token_dir = Some(dir);
+        self.clients = build_clients(&self.bundle, &values)?;
+        self.tokens_ready = true;
+        Ok(())
+    }
+
+    /// Reports a finished trial to the coordinator.
+    fn on_finished(&mut self, key: TrialKey, outcome: Result<Option<TrialStatus>, String>) {
+        self.running -= 1;
+        let (status, error) = match outcome {
+            Ok(None) => {
+                self.counts.skipped += 1;
+                return;
+            }
+            Ok(Some(TrialStatus::Infra)) => (Collected::Infra, None),
+            Ok(Some(_)) => (Collected::Collected, None),
+            Err(error) => (Collected::Infra, Some(error)),
+        };
+        match status {
+            Collected::Infra => self.counts.infra += 1,
+            Collected::Collected => self.counts.collected += 1,
+        }
+        self.wire.send(&WorkerMessage::Trial {
+            path: trace_path(&key),
+            key,
+            status,
+            error,
+        });
+    }
+}
+
+/// One client per variant of `bundle`, with `tokens` for the servers that need them.
+fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<Clients> {
+    bundle
+        .variants
+        .iter()
+        .map(|(name, spec)| {
+            let client = client::client(
+                &spec.client,
+                spec.client_options.as_ref(),
+                &spec.servers,
+                tokens,
+            )
+            .with_context(|| format!("variant `{name}`"))?;
+            Ok((name.clone(), Arc::from(client)))
+        })
+        .collect()
 }

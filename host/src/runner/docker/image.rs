@@ -201,10 +201,7 @@ async fn derive(docker: &Docker, image: &str, tag: &str, worker: &Path) -> Resul
 
 /// A short random suffix for temporary names.
 pub fn rand_suffix() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = crate::clock::since_epoch().subsec_nanos();
     format!("{:08x}", nanos ^ std::process::id().rotate_left(16))
 }
 

@@ -54,11 +54,7 @@ pub(super) fn watch_oom(
     id: &str,
     flag: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs().saturating_sub(1))
-        .unwrap_or(0)
-        .to_string();
+    let since = crate::clock::unix_secs().saturating_sub(1).to_string();
     let filters = std::collections::HashMap::from([
         ("container", vec![id.to_string()]),
         ("event", vec!["oom".to_string()]),

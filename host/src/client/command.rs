@@ -1,0 +1,319 @@
+//! The `command` client: runs a configured program (an agent CLI, a script) per trial.
+//!
+//! `clientOptions`: `command` (argv; `{input}`, `{case}`, `{variant}` and `{trial}` are
+//! replaced in each argument), `input` (`stdin`, the default, `argv` or `none`: how the case
+//! input reaches the program), `events` (when true, stdout lines that are JSON trace events,
+//! `{"type": "tool-call", …}`, become trace events instead of answer text), `env` (extra
+//! environment) and `cwd`. The program's stdout (minus event lines) is the final answer, its
+//! stderr lines become `log` events, and its exit code is recorded. At the deadline the whole
+//! process group is killed and the trial is `timed-out`.
+
+use super::{input_text, Client, TrialInput};
+use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus};
+use crate::process::{read_lines_capped, GroupChild};
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Bytes of stdout kept as the answer.
+const MAX_ANSWER: usize = 4 * 1024 * 1024;
+/// stderr lines kept as log events.
+const MAX_LOG_LINES: usize = 1_000;
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum InputMode {
+    #[default]
+    Stdin,
+    Argv,
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    command: Vec<String>,
+    #[serde(default)]
+    input: InputMode,
+    #[serde(default)]
+    events: bool,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+}
+
+/// Runs a program per trial.
+pub struct CommandClient {
+    options: Options,
+}
+
+impl CommandClient {
+    /// Validates `clientOptions`.
+    pub fn new(options: Option<&serde_json::Value>) -> Result<Self> {
+        let value = options
+            .cloned()
+            .context("the `command` client needs `clientOptions` with a `command` list")?;
+        let options: Options =
+            serde_json::from_value(value).context("clientOptions for the `command` client")?;
+        if options.command.is_empty() {
+            bail!("clientOptions.command is empty: give the program and its arguments");
+        }
+        Ok(Self { options })
+    }
+}
+
+enum Output {
+    Line(String, Duration),
+    Err(String, Duration),
+}
+
+fn fill(template: &str, input: &TrialInput<'_>, text: &str) -> String {
+    template
+        .replace("{input}", text)
+        .replace("{case}", &input.case.id)
+        .replace("{variant}", input.variant)
+        .replace("{trial}", &input.trial.to_string())
+}
+
+fn infra(message: String, started: Instant) -> TraceRecord {
+    TraceRecord {
+        status: TrialStatus::Infra,
+        final_text: None,
+        events: vec![TraceEvent {
+            seq: 0,
+            at_ms: 0,
+            kind: EventKind::Log { text: message },
+        }],
+        exit_code: None,
+        duration_ms: started.elapsed().as_millis() as u64,
+    }
+}
+
+impl Client for CommandClient {
+    fn name(&self) -> &'static str {
+        "command"
+    }
+
+    fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
+        let started = Instant::now();
+        let text = input_text(input.case);
+        let argv_text = if self.options.input == InputMode::Argv {
+            text.as_str()
+        } else {
+            ""
+        };
+        let argv: Vec<String> = self
+            .options
+            .command
+            .iter()
+            .map(|a| fill(a, input, argv_text))
+            .collect();
+        let mut command = Command::new(&argv[0]);
+        command
+            .args(&argv[1..])
+            .envs(&self.options.env)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command.stdin(if self.options.input == InputMode::Stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        if let Some(cwd) = &self.options.cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = match GroupChild::spawn(&mut command) {
+            Ok(child) => child,
+            Err(e) => return infra(format!("cannot start `{}`: {e}", argv[0]), started),
+        };
+        let (stdin, stdout, stderr) = child.take_pipes();
+        if let Some(mut stdin) = stdin {
+            let text = text.clone();
+            std::thread::spawn(move || {
+                let _ = stdin.write_all(text.as_bytes());
+            });
+        }
+        let (tx, rx) = mpsc::channel();
+        let (stdout, stderr) = (stdout.expect("piped"), stderr.expect("piped"));
+        let out_tx = tx.clone();
+        let readers = [
+            std::thread::spawn(move || {
+                read_lines_capped(stdout, MAX_ANSWER as u64 * 2, usize::MAX, |line| {
+                    out_tx.send(Output::Line(line, started.elapsed())).is_ok()
+                })
+            }),
+            std::thread::spawn(move || {
+                read_lines_capped(stderr, MAX_ANSWER as u64, MAX_LOG_LINES, |line| {
+                    tx.send(Output::Err(line, started.elapsed())).is_ok()
+                })
+            }),
+        ];
+
+        let deadline = started + input.timeout;
+        let mut answer = String::new();
+        let mut events = Vec::new();
+        let mut timed_out = false;
+        let record = |output: Output, answer: &mut String, events: &mut Vec<TraceEvent>| {
+            let seq = events.len() as u64;
+            match output {
+                Output::Line(line, at) => {
+                    if self.options.events {
+                        if let Ok(kind) = serde_json::from_str::<EventKind>(&line) {
+                            events.push(TraceEvent {
+                                seq,
+                                at_ms: at.as_millis() as u64,
+                                kind,
+                            });
+                            return;
+                        }
+                    }
+                    if answer.len() < MAX_ANSWER {
+                        answer.push_str(&line);
+                        answer.push('\n');
+                    }
+                }
+                Output::Err(text, at) => events.push(TraceEvent {
+                    seq,
+                    at_ms: at.as_millis() as u64,
+                    kind: EventKind::Log { text },
+                }),
+            }
+        };
+        let status = loop {
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(output) => record(output, &mut answer, &mut events),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if let Some(status) = child.try_wait() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                child.kill_group();
+                timed_out = true;
+                break child.wait();
+            }
+            if input.cancel.load(Ordering::Relaxed) {
+                child.kill_group();
+                child.wait();
+                return infra("cancelled".into(), started);
+            }
+        };
+        // The program is gone; its pipes close once every process of the group is gone.
+        child.kill_group();
+        for reader in readers {
+            let _ = reader.join();
+        }
+        while let Ok(output) = rx.try_recv() {
+            record(output, &mut answer, &mut events);
+        }
+        if answer.ends_with('\n') {
+            answer.pop();
+        }
+        TraceRecord {
+            status: if timed_out {
+                TrialStatus::TimedOut
+            } else {
+                TrialStatus::Completed
+            },
+            final_text: Some(answer),
+            events,
+            exit_code: status.and_then(|s| s.code()),
+            duration_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::trial::CaseRecord;
+    use serde_json::json;
+    use std::sync::atomic::AtomicBool;
+
+    fn run(options: serde_json::Value, input: serde_json::Value, timeout: Duration) -> TraceRecord {
+        let client = CommandClient::new(Some(&options)).unwrap();
+        let case = CaseRecord::new("c1", input);
+        client.run(&TrialInput {
+            case: &case,
+            variant: "v",
+            trial: 0,
+            timeout,
+            cancel: &AtomicBool::new(false),
+        })
+    }
+
+    #[test]
+    fn stdin_to_stdout() {
+        let trace = run(
+            json!({"command": ["cat"]}),
+            json!("hello"),
+            Duration::from_secs(10),
+        );
+        assert_eq!(trace.status, TrialStatus::Completed);
+        assert_eq!(trace.final_text.as_deref(), Some("hello"));
+        assert_eq!(trace.exit_code, Some(0));
+    }
+
+    #[test]
+    fn argv_placeholders_events_and_stderr() {
+        let script = r#"echo "{\"type\":\"message\",\"role\":\"assistant\",\"text\":\"thinking\"}"; echo "answer for $1 in {variant}"; echo oops >&2; exit 3"#;
+        let trace = run(
+            json!({"command": ["sh", "-c", script, "sh", "{input}"], "input": "argv", "events": true}),
+            json!("q1"),
+            Duration::from_secs(10),
+        );
+        assert_eq!(trace.final_text.as_deref(), Some("answer for q1 in v"));
+        assert_eq!(trace.exit_code, Some(3));
+        assert!(trace
+            .events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Message { text, .. } if text == "thinking")));
+        assert!(trace
+            .events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Log { text } if text == "oops")));
+        let seqs: Vec<u64> = trace.events.iter().map(|e| e.seq).collect();
+        assert_eq!(
+            seqs,
+            (0..trace.events.len() as u64).collect::<Vec<_>>(),
+            "append-only cursor"
+        );
+    }
+
+    #[test]
+    fn the_deadline_kills_the_whole_group() {
+        let started = Instant::now();
+        let trace = run(
+            json!({"command": ["sh", "-c", "sleep 30 & sleep 30"], "input": "none"}),
+            json!(null),
+            Duration::from_millis(300),
+        );
+        assert_eq!(trace.status, TrialStatus::TimedOut);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the pipes closed: the group is dead"
+        );
+    }
+
+    #[test]
+    fn a_missing_program_is_infra() {
+        let trace = run(
+            json!({"command": ["/nonexistent/agent"]}),
+            json!(1),
+            Duration::from_secs(5),
+        );
+        assert_eq!(trace.status, TrialStatus::Infra);
+    }
+
+    #[test]
+    fn options_are_strict() {
+        assert!(CommandClient::new(Some(&json!({"command": ["x"], "stdin": true}))).is_err());
+        assert!(CommandClient::new(None).is_err());
+    }
+}

@@ -1,0 +1,269 @@
+//! The `mcp` client: direct tool calls against the variant's MCP servers (stdio or streamable
+//! HTTP), through the rmcp crate. No model is involved: the case names the calls.
+//!
+//! A case's `input` is one call, `{"tool": "get_current_time", "arguments": {…}, "server": "time"}`,
+//! or several, `{"calls": [ … ]}`. `server` may be left out when the variant has one server.
+//! Each call becomes a `tool-call` and a `tool-result` event; the last call's text output is the
+//! final answer. A tool error is an answer (recorded with `isError`), not an infrastructure
+//! failure; a server that cannot be started or reached is. Each trial starts its servers afresh,
+//! so no state leaks from one trial to the next.
+
+use super::{Client, TrialInput};
+use crate::eval::config::ServerConfig;
+use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus};
+use crate::secrets::Secret;
+use anyhow::{bail, Context, Result};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// One tool call a case asks for.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Call {
+    tool: String,
+    #[serde(default)]
+    arguments: serde_json::Map<String, serde_json::Value>,
+    server: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum CaseInput {
+    Many { calls: Vec<Call> },
+    One(Call),
+}
+
+/// Calls tools on MCP servers.
+pub struct McpClient {
+    servers: BTreeMap<String, ServerConfig>,
+    tokens: BTreeMap<String, Secret>,
+}
+
+impl McpClient {
+    /// A client for `servers` (the variant's); `clientOptions` must be empty.
+    pub fn new(
+        servers: &BTreeMap<String, ServerConfig>,
+        options: Option<&serde_json::Value>,
+        tokens: &BTreeMap<String, Secret>,
+    ) -> Result<Self> {
+        if let Some(options) = options.filter(|o| !o.as_object().is_some_and(|m| m.is_empty())) {
+            bail!("the `mcp` client takes no clientOptions (got {options}); the case input names the calls");
+        }
+        if servers.is_empty() {
+            bail!("the `mcp` client needs at least one MCP server in `servers`");
+        }
+        Ok(Self {
+            servers: servers.clone(),
+            tokens: tokens.clone(),
+        })
+    }
+}
+
+type Session = RunningService<RoleClient, ()>;
+
+async fn connect(config: &ServerConfig, token: Option<&Secret>) -> Result<Session> {
+    match config {
+        ServerConfig::Stdio(server) => {
+            let mut command = tokio::process::Command::new(&server.command);
+            command
+                .args(&server.args)
+                .envs(&server.env)
+                .kill_on_drop(true);
+            let transport = rmcp::transport::TokioChildProcess::new(command)
+                .with_context(|| format!("cannot start `{}`", server.command))?;
+            Ok(
+                ().serve(transport)
+                    .await
+                    .context("MCP initialization failed")?,
+            )
+        }
+        ServerConfig::Http(server) => {
+            let mut transport_config =
+                StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
+            if let Some(token) = token {
+                transport_config = transport_config.auth_header(token.expose());
+            } else if let Some(name) = &server.token {
+                bail!("no token for secret `{name}` reached this worker");
+            }
+            let transport =
+                rmcp::transport::StreamableHttpClientTransport::from_config(transport_config);
+            Ok(()
+                .serve(transport)
+                .await
+                .with_context(|| format!("cannot connect to {}", server.url))?)
+        }
+    }
+}
+
+fn text_of(result: &rmcp::model::CallToolResult) -> String {
+    let texts: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    if texts.is_empty() {
+        result
+            .structured_content
+            .as_ref()
+            .map(|v| v.to_string())
+            .unwrap_or_default()
+    } else {
+        texts.join("\n")
+    }
+}
+
+/// Runs the calls; returns the events and the last output, or why the trial is infra.
+async fn run_calls(
+    servers: &BTreeMap<String, ServerConfig>,
+    tokens: &BTreeMap<String, Secret>,
+    calls: &[Call],
+    started: Instant,
+    events: &mut Vec<TraceEvent>,
+) -> Result<Option<String>> {
+    let mut sessions: BTreeMap<String, Session> = BTreeMap::new();
+    let mut last = None;
+    for (index, call) in calls.iter().enumerate() {
+        let label = match &call.server {
+            Some(label) => label.clone(),
+            None if servers.len() == 1 => servers.keys().next().expect("one server").clone(),
+            None => bail!(
+                "call {} names no `server`, and the variant has several: {:?}",
+                index + 1,
+                servers.keys().collect::<Vec<_>>()
+            ),
+        };
+        let config = servers.get(&label).with_context(|| {
+            format!(
+                "call {} names server `{label}`, which the variant does not have",
+                index + 1
+            )
+        })?;
+        if !sessions.contains_key(&label) {
+            let session = connect(config, tokens.get(&label))
+                .await
+                .with_context(|| format!("MCP server `{label}`"))?;
+            sessions.insert(label.clone(), session);
+        }
+        let session = &sessions[&label];
+        let id = (index + 1).to_string();
+        let seq = events.len() as u64;
+        events.push(TraceEvent {
+            seq,
+            at_ms: started.elapsed().as_millis() as u64,
+            kind: EventKind::ToolCall {
+                id: id.clone(),
+                server: Some(label.clone()),
+                tool: call.tool.clone(),
+                arguments: serde_json::Value::Object(call.arguments.clone()),
+            },
+        });
+        let call_started = Instant::now();
+        let params =
+            CallToolRequestParams::new(call.tool.clone()).with_arguments(call.arguments.clone());
+        let (output, is_error) = match session.call_tool(params).await {
+            Ok(result) => (text_of(&result), result.is_error.unwrap_or(false)),
+            // A JSON-RPC error (unknown tool, bad arguments) is the server's answer.
+            Err(rmcp::ServiceError::McpError(error)) => (error.message.to_string(), true),
+            Err(other) => {
+                return Err(
+                    anyhow::Error::new(other).context(format!("MCP server `{label}` failed"))
+                )
+            }
+        };
+        events.push(TraceEvent {
+            seq: seq + 1,
+            at_ms: started.elapsed().as_millis() as u64,
+            kind: EventKind::ToolResult {
+                id,
+                output: output.clone(),
+                is_error,
+                duration_ms: call_started.elapsed().as_millis() as u64,
+            },
+        });
+        last = Some(output);
+    }
+    for (_, session) in sessions {
+        let _ = session.cancel().await;
+    }
+    Ok(last)
+}
+
+impl Client for McpClient {
+    fn name(&self) -> &'static str {
+        "mcp"
+    }
+
+    fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
+        let started = Instant::now();
+        let mut events = Vec::new();
+        let infra = |message: String, mut events: Vec<TraceEvent>| {
+            let seq = events.len() as u64;
+            events.push(TraceEvent {
+                seq,
+                at_ms: started.elapsed().as_millis() as u64,
+                kind: EventKind::Log { text: message },
+            });
+            TraceRecord {
+                status: TrialStatus::Infra,
+                final_text: None,
+                events,
+                exit_code: None,
+                duration_ms: started.elapsed().as_millis() as u64,
+            }
+        };
+        let calls = match serde_json::from_value::<CaseInput>(input.case.input.clone()) {
+            Ok(CaseInput::Many { calls }) => calls,
+            Ok(CaseInput::One(call)) => vec![call],
+            Err(e) => {
+                return infra(format!("case `{}`: the mcp client needs `{{\"tool\", \"arguments\"}}` or `{{\"calls\": […]}}`: {e}", input.case.id), events)
+            }
+        };
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(e) => return infra(format!("cannot start an async runtime: {e}"), events),
+        };
+        let cancel = input.cancel;
+        let outcome = runtime.block_on(async {
+            let calls_future = run_calls(&self.servers, &self.tokens, &calls, started, &mut events);
+            let cancelled = async {
+                while !cancel.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            tokio::select! {
+                result = tokio::time::timeout(input.timeout, calls_future) => Some(result),
+                () = cancelled => None,
+            }
+        });
+        // Dropping the runtime drops the sessions, which kills stdio servers (kill_on_drop).
+        drop(runtime);
+        let duration_ms = started.elapsed().as_millis() as u64;
+        match outcome {
+            None => infra("cancelled".into(), events),
+            Some(Err(_elapsed)) => TraceRecord {
+                status: TrialStatus::TimedOut,
+                final_text: None,
+                events,
+                exit_code: None,
+                duration_ms,
+            },
+            Some(Ok(Err(e))) => infra(format!("{e:#}"), events),
+            Some(Ok(Ok(last))) => TraceRecord {
+                status: TrialStatus::Completed,
+                final_text: last,
+                events,
+                exit_code: None,
+                duration_ms,
+            },
+        }
+    }
+}

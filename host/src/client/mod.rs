@@ -1,0 +1,57 @@
+//! Clients: what runs one trial and records its trace. Chosen by name (`client` in the eval
+//! config), so that later clients (an `api` LLM loop, plugin clients) fit the same slot.
+
+pub mod command;
+pub mod mcp;
+
+use crate::eval::config::ServerConfig;
+use crate::eval::trial::{CaseRecord, TraceRecord};
+use crate::secrets::Secret;
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// Everything a client needs to run one trial.
+#[derive(Debug, Clone)]
+pub struct TrialInput<'a> {
+    pub case: &'a CaseRecord,
+    pub variant: &'a str,
+    pub trial: u32,
+    /// The trial's own deadline, from its start.
+    pub timeout: Duration,
+    /// Set when the shard is cancelled: the client stops the trial as soon as it can.
+    pub cancel: &'a AtomicBool,
+}
+
+/// Runs trials. A client never fails: whatever happens becomes the trace's status and events.
+pub trait Client: Send + Sync {
+    /// The client's name, e.g. `command`.
+    fn name(&self) -> &'static str;
+    /// Runs one trial to completion, timeout or infrastructure failure.
+    fn run(&self, input: &TrialInput<'_>) -> TraceRecord;
+}
+
+/// The client `name` configured with `options` (the variant's `clientOptions`) and the
+/// variant's MCP servers.
+/// `tokens` holds the access tokens the worker received, by server label.
+pub fn client(
+    name: &str,
+    options: Option<&serde_json::Value>,
+    servers: &BTreeMap<String, ServerConfig>,
+    tokens: &BTreeMap<String, Secret>,
+) -> Result<Box<dyn Client>> {
+    match name {
+        "command" => Ok(Box::new(command::CommandClient::new(options)?)),
+        "mcp" => Ok(Box::new(mcp::McpClient::new(servers, options, tokens)?)),
+        other => bail!("unknown client `{other}`; the clients are `command` and `mcp`"),
+    }
+}
+
+/// The text a case's input gives a client: a JSON string as itself, anything else as JSON.
+pub fn input_text(case: &CaseRecord) -> String {
+    match &case.input {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}

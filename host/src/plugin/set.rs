@@ -1,0 +1,143 @@
+//! Finding and loading plugins by reference, and the set of plugins one run uses.
+//!
+//! A reference is what a config or the command line writes: a `.wasm` path or an installed
+//! plugin's name. [`PluginLoader`] is the one place that turns a reference into a
+//! [`LoadedPlugin`]; [`PluginSet`] holds a run's plugins and answers lookups typed by kind, so
+//! that a judge naming a dataset plugin (or a plugin nobody loaded) is refused while the config
+//! is checked, before any machine starts.
+
+use super::installed::{InstallStore, PluginSource};
+use super::{Grants, Kind, Limits, LoadedPlugin, PluginHost};
+use crate::home::Home;
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Turns plugin references into loaded plugins: one engine (with its artifact cache) and the
+/// install store.
+pub struct PluginLoader {
+    host: PluginHost,
+    store: InstallStore,
+}
+
+impl PluginLoader {
+    /// The loader for `home`'s cache and install store.
+    pub fn new(home: &Home) -> Result<Self> {
+        Ok(PluginLoader {
+            host: PluginHost::new(home.cache_dir())?,
+            store: InstallStore::new(home.plugins_dir()),
+        })
+    }
+
+    /// The engine plugins are compiled by.
+    pub fn host(&self) -> &PluginHost {
+        &self.host
+    }
+
+    /// Where `reference` comes from: a file (relative to `base`) or an installed plugin.
+    pub fn source(&self, base: &Path, reference: &str) -> Result<PluginSource> {
+        PluginSource::find(&self.store, base, reference)
+    }
+
+    /// Reads and loads `reference` with `grants` and `limits`. A plugin that cannot be loaded
+    /// is an error carrying its [`LoadError`](super::loaded::LoadError), which callers may
+    /// downcast for the step that failed.
+    pub fn load(
+        &self,
+        base: &Path,
+        reference: &str,
+        grants: &Grants,
+        limits: Limits,
+    ) -> Result<LoadedPlugin> {
+        let (bytes, label) = self.source(base, reference)?.read()?;
+        LoadedPlugin::load(&self.host, &bytes, &label, grants, limits)
+            .map_err(|failure| anyhow::Error::new(*failure))
+    }
+}
+
+/// The plugins one run loaded, by the name each declares and by every reference used for it.
+#[derive(Default)]
+pub struct PluginSet {
+    by_ref: BTreeMap<String, Arc<LoadedPlugin>>,
+    /// How each plugin (by declared name) was asked for: its config entry or `--plugin`.
+    sources: BTreeMap<String, serde_json::Value>,
+}
+
+impl PluginSet {
+    /// Loads `reference` into the set; `source` records how it was asked for (for `run.json`).
+    pub fn load(
+        &mut self,
+        loader: &PluginLoader,
+        base: &Path,
+        reference: &str,
+        grants: &Grants,
+        limits: Limits,
+        source: serde_json::Value,
+    ) -> Result<Arc<LoadedPlugin>> {
+        let plugin = Arc::new(loader.load(base, reference, grants, limits)?);
+        self.sources.insert(plugin.info().name.clone(), source);
+        self.by_ref.insert(reference.to_string(), plugin.clone());
+        self.by_ref
+            .insert(plugin.info().name.clone(), plugin.clone());
+        Ok(plugin)
+    }
+
+    /// Loads `reference` from the install store (or a file next to `base`) unless the set
+    /// already holds it: how judges and `--runner` find installed plugins nobody listed.
+    pub fn load_if_missing(
+        &mut self,
+        loader: &PluginLoader,
+        base: &Path,
+        reference: &str,
+        grants: &Grants,
+        limits: Limits,
+    ) -> Result<()> {
+        if !self.by_ref.contains_key(reference) {
+            self.load(
+                loader,
+                base,
+                reference,
+                grants,
+                limits,
+                serde_json::json!("installed"),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The plugin `reference` names, whatever its kind.
+    pub fn find(&self, reference: &str) -> Option<&Arc<LoadedPlugin>> {
+        self.by_ref.get(reference)
+    }
+
+    /// The plugin `reference` names, which must be of `kind`: otherwise an error that says
+    /// what it is instead, or that nothing by that name is loaded.
+    pub fn get(&self, reference: &str, kind: Kind) -> Result<Arc<LoadedPlugin>> {
+        match self.by_ref.get(reference) {
+            Some(plugin) if plugin.kind() == kind => Ok(plugin.clone()),
+            Some(plugin) => bail!(
+                "plugin `{reference}` ({}) is a {} plugin, not a {kind} plugin",
+                plugin.label(),
+                plugin.kind()
+            ),
+            None => bail!(
+                "plugin `{reference}` is not loaded: list it in the config's `plugins`, pass \
+                 --plugin, or install it with `mst plugin install`"
+            ),
+        }
+    }
+
+    /// Each loaded plugin once, with how it was asked for.
+    pub fn plugins(&self) -> Vec<(&Arc<LoadedPlugin>, serde_json::Value)> {
+        let mut seen = std::collections::BTreeSet::new();
+        self.by_ref
+            .values()
+            .filter(|p| seen.insert(p.digest().to_string()))
+            .map(|p| {
+                let source = self.sources.get(&p.info().name).cloned();
+                (p, source.unwrap_or_default())
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,212 @@
+//! Host processes: every program mst starts on this host (a trial's command, a plugin's `exec`,
+//! a command channel's ssh or kubectl, the local runner's worker) goes through here, so the rules
+//! are the same everywhere:
+//!
+//! - each leads a process group of its own, so stopping it stops everything it started, and no
+//!   background child is left holding its pipes;
+//! - waits have deadlines;
+//! - its output is read on threads of their own, capped, and drained past the cap, so a program
+//!   that writes without end neither grows mst's memory nor blocks on a full pipe.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How often a deadline wait looks at the process.
+const POLL: Duration = Duration::from_millis(5);
+
+/// A running host program that leads its own process group.
+pub struct GroupChild {
+    child: Child,
+}
+
+impl GroupChild {
+    /// Starts `command` as the leader of a new process group (stdio as the command sets it).
+    pub fn spawn(command: &mut Command) -> std::io::Result<Self> {
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(command, 0);
+        Ok(GroupChild {
+            child: command.spawn()?,
+        })
+    }
+
+    /// The program's piped stdin, stdout and stderr (each once).
+    pub fn take_pipes(&mut self) -> (Option<ChildStdin>, Option<ChildStdout>, Option<ChildStderr>) {
+        (
+            self.child.stdin.take(),
+            self.child.stdout.take(),
+            self.child.stderr.take(),
+        )
+    }
+
+    /// Stops the program and everything in its process group at once (SIGKILL).
+    pub fn kill_group(&mut self) {
+        // SAFETY: kill(2) with a negative pid signals the process group `spawn` created for
+        // this program; the group id is the leader's pid, which we have not reaped yet.
+        #[cfg(unix)]
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+    }
+
+    /// Its exit status if it has ended (an error reading it counts as ended).
+    pub fn try_wait(&mut self) -> Option<Option<ExitStatus>> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(Some(status)),
+            Ok(None) => None,
+            Err(_) => Some(None),
+        }
+    }
+
+    /// Waits for it to end.
+    pub fn wait(&mut self) -> Option<ExitStatus> {
+        self.child.wait().ok()
+    }
+
+    /// Waits for it to end until `deadline`: `Some(status)` if it did, `None` if the deadline
+    /// passed first (the program is still running).
+    pub fn wait_until(&mut self, deadline: Instant) -> Option<Option<ExitStatus>> {
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// The exit code of `status`, or -1 when a signal ended the program.
+pub fn exit_code(status: Option<ExitStatus>) -> i32 {
+    status.and_then(|s| s.code()).unwrap_or(-1)
+}
+
+/// Reads at most `cap` bytes from `reader`, then drains the rest so the writer never blocks.
+pub fn read_capped(mut reader: impl Read, cap: u64) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) | Err(_) => return kept,
+            Ok(n) => {
+                let room = (cap as usize).saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+}
+
+/// Reads `reader` line by line, handing each of the first `max_lines` lines (within
+/// `max_bytes` in all) to `each`, and drains the rest unread. `each` returns `false` to stop
+/// handing lines over (the reader still drains).
+pub fn read_lines_capped(
+    reader: impl Read,
+    max_bytes: u64,
+    max_lines: usize,
+    mut each: impl FnMut(String) -> bool,
+) {
+    let mut reader = BufReader::new(reader);
+    let (mut bytes, mut lines) = (0u64, 0usize);
+    let mut line = Vec::new();
+    loop {
+        if bytes >= max_bytes || lines >= max_lines {
+            // Over a cap: drain what is left so the writer never blocks.
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+            return;
+        }
+        line.clear();
+        // A single line is bounded too: past the byte cap it is cut, not buffered whole.
+        match (&mut reader)
+            .take(max_bytes - bytes)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                bytes += n as u64;
+                lines += 1;
+                while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    line.pop();
+                }
+                if !each(String::from_utf8_lossy(&line).into_owned()) {
+                    lines = max_lines;
+                }
+            }
+        }
+    }
+}
+
+/// Output read on a thread of its own, capped (see [`read_capped`]).
+pub struct CappedReader {
+    output: mpsc::Receiver<Vec<u8>>,
+}
+
+impl CappedReader {
+    /// Starts reading `reader`, keeping at most `cap` bytes.
+    pub fn spawn(reader: impl Read + Send + 'static, cap: u64) -> Self {
+        let (tx, output) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_capped(reader, cap));
+        });
+        CappedReader { output }
+    }
+
+    /// What was read, once the output has ended.
+    pub fn finish(self) -> Vec<u8> {
+        self.output.recv().unwrap_or_default()
+    }
+
+    /// What was read, waiting at most `limit` for the output to end (a process that left the
+    /// group may still hold the pipe); empty when it did not end in time.
+    pub fn finish_within(self, limit: Duration) -> Vec<u8> {
+        self.output.recv_timeout(limit).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Stdio;
+
+    #[test]
+    fn a_group_is_killed_with_what_it_started() {
+        let mut child = GroupChild::spawn(
+            Command::new("sh")
+                .args(["-c", "sleep 30 & echo started; wait"])
+                .stdout(Stdio::piped()),
+        )
+        .unwrap();
+        let (_, stdout, _) = child.take_pipes();
+        let output = CappedReader::spawn(stdout.unwrap(), 1024);
+        let deadline = Instant::now() + Duration::from_millis(300);
+        assert!(child.wait_until(deadline).is_none(), "still running");
+        let started = Instant::now();
+        child.kill_group();
+        child.wait();
+        // The background sleep held stdout; killing the group closes it.
+        assert_eq!(output.finish_within(Duration::from_secs(5)), b"started\n");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn reads_are_capped_and_drained() {
+        let big = vec![b'x'; 100_000];
+        assert_eq!(read_capped(big.as_slice(), 10).len(), 10);
+        let text = "a\nb\nc\nd\n".repeat(1000);
+        let mut seen = Vec::new();
+        read_lines_capped(text.as_bytes(), 1 << 20, 3, |line| {
+            seen.push(line);
+            true
+        });
+        assert_eq!(seen, ["a", "b", "c"]);
+        let mut seen = Vec::new();
+        read_lines_capped("0123456789\nnext\n".as_bytes(), 4, 10, |line| {
+            seen.push(line);
+            true
+        });
+        assert_eq!(seen, ["0123"], "a line past the byte cap is cut");
+    }
+}

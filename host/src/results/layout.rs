@@ -1,0 +1,250 @@
+//! The run directory's layout: where runs of an eval live, what each file in a run directory is
+//! called, and the one place that reads and writes them.
+//!
+//! ```text
+//! <results>/<eval>/runs/<run-id>/run.json          provenance and phases
+//!                                 <variant>/<case>/<trial>.json   one trace per trial
+//!                                 grades.json, scores/<judge>.json, summary.json
+//!                                 shards/<n>.worker.log
+//! ```
+
+use super::{RunRecord, Summary};
+use crate::eval::trial::{TrialKey, TrialRecord};
+use crate::grade::TrialGrade;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where a trial's trace lives, relative to a results directory: `<variant>/<case>/<trial>.json`,
+/// each name made safe as a single path component.
+pub fn trace_path(key: &TrialKey) -> String {
+    format!(
+        "{}/{}/{}.json",
+        crate::files::path_component(&key.variant),
+        crate::files::path_component(&key.case),
+        key.trial
+    )
+}
+
+/// A run's directory.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    pub root: PathBuf,
+}
+
+/// Where runs are stored (`--results-dir`, `.mst/results` by default): one folder per eval,
+/// each with its `runs/`.
+#[derive(Debug, Clone)]
+pub struct ResultsRoot {
+    pub base: PathBuf,
+}
+
+impl ResultsRoot {
+    /// The results root at `base`.
+    pub fn new(base: impl Into<PathBuf>) -> Self {
+        ResultsRoot { base: base.into() }
+    }
+
+    /// The folder holding the runs of `eval`.
+    pub fn runs_dir(&self, eval: &str) -> PathBuf {
+        self.base
+            .join(crate::files::path_component(eval))
+            .join("runs")
+    }
+
+    /// The directory for run `run_id` of `eval` (which may not exist yet).
+    pub fn run(&self, eval: &str, run_id: &str) -> RunDir {
+        RunDir::new(&self.runs_dir(eval), run_id)
+    }
+
+    /// Every run directory holding a `run.json`, under any eval.
+    fn run_dirs(&self) -> impl Iterator<Item = RunDir> {
+        std::fs::read_dir(&self.base)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|eval| {
+                std::fs::read_dir(eval.path().join("runs"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .map(|run| RunDir { root: run.path() })
+            .filter(|dir| dir.root.join(RUN_FILE).is_file())
+    }
+
+    /// The directory of `run_id`, under whichever eval holds it.
+    pub fn find(&self, run_id: &str) -> Result<RunDir> {
+        let wanted = crate::files::path_component(run_id);
+        self.run_dirs()
+            .find(|dir| dir.root.file_name().is_some_and(|n| n == wanted.as_str()))
+            .with_context(|| {
+                format!(
+                    "no run `{run_id}` under {}; `mst runs list` shows the runs",
+                    self.base.display()
+                )
+            })
+    }
+
+    /// The records of every stored run that can be read, oldest first.
+    pub fn list(&self) -> Vec<RunRecord> {
+        let mut runs: Vec<RunRecord> = self
+            .run_dirs()
+            .filter_map(|dir| dir.read_record().ok())
+            .collect();
+        runs.sort_by(|a, b| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
+        runs
+    }
+}
+
+/// `run.json`'s name in a run directory.
+const RUN_FILE: &str = "run.json";
+
+/// A new run id: UTC time plus a random suffix, sortable by time.
+pub fn new_run_id() -> String {
+    let now = crate::clock::since_epoch();
+    let secs = now.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    let suffix =
+        hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(now.as_nanos().to_le_bytes())[..2]);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z-{suffix}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+impl RunDir {
+    /// The directory of `run_id` under `runs_dir`.
+    pub fn new(runs_dir: &Path, run_id: &str) -> Self {
+        RunDir {
+            root: runs_dir.join(crate::files::path_component(run_id)),
+        }
+    }
+
+    /// Where the trace of `key` is (or would be).
+    pub fn trace_file(&self, key: &TrialKey) -> PathBuf {
+        self.root.join(trace_path(key))
+    }
+
+    /// Whether the trace of `key` was collected.
+    pub fn has_trace(&self, key: &TrialKey) -> bool {
+        self.trace_file(key).is_file()
+    }
+
+    /// Where shard `shard`'s worker log goes.
+    pub fn worker_log(&self, shard: u32) -> PathBuf {
+        self.root.join("shards").join(format!("{shard}.worker.log"))
+    }
+
+    /// The first free `<run-id>.g<N>` beside this run, for a regrade.
+    pub fn next_regrade(&self, run_id: &str) -> Result<RunDir> {
+        let runs_dir = self.root.parent().context("a run directory has a parent")?;
+        Ok((1..)
+            .map(|n| RunDir::new(runs_dir, &format!("{run_id}.g{n}")))
+            .find(|dir| !dir.root.exists())
+            .expect("some suffix is free"))
+    }
+
+    fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
+        crate::files::write_durable(&self.root.join(name), &serde_json::to_vec_pretty(value)?)
+    }
+
+    /// Writes `run.json`.
+    pub fn write_record(&self, record: &RunRecord) -> Result<()> {
+        self.write_json(RUN_FILE, record)
+    }
+
+    /// Reads `run.json`.
+    pub fn read_record(&self) -> Result<RunRecord> {
+        let path = self.root.join(RUN_FILE);
+        let bytes = crate::files::read_input(&path)
+            .with_context(|| format!("no run at {}", self.root.display()))?;
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))
+    }
+
+    /// The trace of `key`, if it was collected.
+    pub fn read_trace(&self, key: &TrialKey) -> Option<TrialRecord> {
+        let path = self.trace_file(key);
+        let bytes = crate::files::read_regular(&path, 256 << 20, true).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Writes grades, per-judge scores and the summary. Entries borrow from `grades` rather
+    /// than building JSON trees, so memory stays flat however many trials a run has.
+    pub fn write_grades(
+        &self,
+        grades: &BTreeMap<TrialKey, TrialGrade>,
+        summary: &Summary,
+    ) -> Result<()> {
+        #[derive(Serialize)]
+        struct GradeEntry<'a> {
+            key: &'a TrialKey,
+            grade: &'a TrialGrade,
+        }
+        #[derive(Serialize)]
+        struct ScoreEntry<'a> {
+            key: &'a TrialKey,
+            value: f64,
+            pass: bool,
+            reason: &'a str,
+        }
+        let listed: Vec<GradeEntry<'_>> = grades
+            .iter()
+            .map(|(key, grade)| GradeEntry { key, grade })
+            .collect();
+        self.write_json("grades.json", &listed)?;
+        let mut per_judge: BTreeMap<&str, Vec<ScoreEntry<'_>>> = BTreeMap::new();
+        for (key, grade) in grades {
+            if let TrialGrade::Graded { judges, .. } = grade {
+                for score in judges {
+                    per_judge
+                        .entry(score.judge.as_str())
+                        .or_default()
+                        .push(ScoreEntry {
+                            key,
+                            value: score.value,
+                            pass: score.pass,
+                            reason: &score.reason,
+                        });
+                }
+            }
+        }
+        for (judge, scores) in per_judge {
+            self.write_json(
+                &format!("scores/{}.json", crate::files::path_component(judge)),
+                &scores,
+            )?;
+        }
+        self.write_json("summary.json", summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_are_utc_timestamps() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_787), (2026, 11, 30));
+        let id = new_run_id();
+        assert_eq!(id.len(), "20261130T015500Z-abcd".len(), "{id}");
+    }
+}

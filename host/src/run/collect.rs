@@ -1,0 +1,210 @@
+//! Collection: the trials still to collect split into shards, one bundle and one machine per
+//! non-empty shard, each shard's session run on its own thread, the machine's own account of
+//! what went wrong, and disposal.
+
+use super::events::{Reporter, RunEvent};
+use crate::eval::config::{EvalConfig, VariantSpec};
+use crate::eval::plan::shard_of;
+use crate::eval::trial::{CaseRecord, TrialKey, TrialStatus};
+use crate::results::RunDir;
+use crate::runner::channel::Channel;
+use crate::runner::{Keep, MachineRequest, Runner};
+use crate::shard::bundle::{Bundle, BUNDLE_FILE};
+use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSession};
+use crate::shard::protocol::PROTOCOL;
+use anyhow::Result;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// One shard's bundle, staged locally.
+pub struct StagedShard {
+    pub bundle: Bundle,
+    pub dir: PathBuf,
+}
+
+/// Splits `to_collect` into `shards` bundles (skipping empty shards) and stages each below
+/// `staging`.
+pub fn stage_bundles(
+    config: &EvalConfig,
+    run_id: &str,
+    cases: &BTreeMap<&str, &CaseRecord>,
+    to_collect: &[TrialKey],
+    shards: u32,
+    heartbeat_ms: u64,
+    staging: &Path,
+) -> Result<Vec<StagedShard>> {
+    let mut staged = Vec::new();
+    for shard in 0..shards {
+        let trials: Vec<TrialKey> = to_collect
+            .iter()
+            .filter(|k| shard_of(&k.case, shards) == shard)
+            .cloned()
+            .collect();
+        if trials.is_empty() {
+            continue;
+        }
+        let case_ids: BTreeSet<&str> = trials.iter().map(|k| k.case.as_str()).collect();
+        let variants: BTreeSet<&str> = trials.iter().map(|k| k.variant.as_str()).collect();
+        let bundle = Bundle {
+            protocol: PROTOCOL.to_string(),
+            mst: env!("CARGO_PKG_VERSION").to_string(),
+            run_id: run_id.to_string(),
+            eval: config.name.clone(),
+            shard,
+            shards,
+            concurrency: config.concurrency,
+            timeout_ms: (config.timeout * 1000.0) as u64,
+            heartbeat_ms,
+            variants: variants
+                .iter()
+                .map(|name| (name.to_string(), config.variant(name)))
+                .collect::<BTreeMap<String, VariantSpec>>(),
+            cases: case_ids.iter().map(|id| (*cases[id]).clone()).collect(),
+            trials,
+        };
+        let dir = staging.join(format!("shard-{shard}"));
+        crate::files::write_atomic(&dir.join(BUNDLE_FILE), &serde_json::to_vec(&bundle)?)?;
+        staged.push(StagedShard { bundle, dir });
+    }
+    Ok(staged)
+}
+
+/// What the shards of one collection share.
+pub struct Collection<'a> {
+    pub runner: &'a dyn Runner,
+    pub keep: Keep,
+    pub run_dir: &'a RunDir,
+    pub context: &'a ShardContext<'a>,
+    pub reporter: &'a dyn Reporter,
+}
+
+impl Collection<'_> {
+    /// Runs every staged shard on a machine of its own, in parallel; their reports in order.
+    pub fn run(&self, shards: &[StagedShard]) -> Vec<ShardReport> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = shards
+                .iter()
+                .map(|staged| scope.spawn(move || self.shard(staged)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("shard threads do not panic"))
+                .collect()
+        })
+    }
+
+    /// One shard's whole life: a machine, the session, the machine's diagnosis, disposal.
+    fn shard(&self, staged: &StagedShard) -> ShardReport {
+        let bundle = &staged.bundle;
+        let note = |message: &str| {
+            self.reporter.event(&RunEvent::RunnerNote {
+                shard: bundle.shard,
+                message,
+            })
+        };
+        let request = MachineRequest {
+            run_id: &bundle.run_id,
+            shard: bundle.shard,
+            shards: bundle.shards,
+            note: &note,
+            cancel: self.context.cancel,
+        };
+        let asked = Instant::now();
+        let mut machine = match self.runner.create_machine(&request) {
+            Ok(machine) => machine,
+            Err(e) => return self.not_created(bundle.shard, e),
+        };
+        let created = Instant::now();
+        let mut report = ShardSession::new(self.context, bundle, self.run_dir)
+            .run(machine.as_mut(), &staged.dir);
+        // Times count from when the runner started making the machine, after any wait for
+        // room on its hosts (`waitMs` is that wait).
+        let since = machine.started_at().unwrap_or(asked);
+        report.wait_ms = Some(since.saturating_duration_since(asked).as_millis() as u64);
+        report.create_ms = Some(created.duration_since(since).as_millis() as u64);
+        report.ready_ms = report
+            .hello_at
+            .map(|at| at.duration_since(since).as_millis() as u64);
+        self.diagnose(machine.as_mut(), &mut report);
+        self.dispose(machine.as_mut(), &mut report);
+        report
+    }
+
+    /// The report of a shard whose machine could not be made. A shard cancelled while its
+    /// runner waited was never started.
+    fn not_created(&self, shard: u32, error: anyhow::Error) -> ShardReport {
+        let ended = match self.context.cancel.load(Ordering::SeqCst) {
+            true => ShardEnd::Cancelled,
+            false => ShardEnd::Lost(format!("cannot create a machine: {error:#}")),
+        };
+        ShardReport {
+            ended,
+            ..ShardReport::new(shard, self.runner.name().to_string())
+        }
+    }
+
+    /// The machine's own account (out of memory, vanished) says more than a broken channel
+    /// does; after a finished shard it taints the trials whose client failed.
+    fn diagnose(&self, machine: &mut dyn Channel, report: &mut ShardReport) {
+        let Some(diagnosis) = machine.diagnose() else {
+            return;
+        };
+        report.ended = match &report.ended {
+            ShardEnd::Lost(why) => ShardEnd::Lost(format!("{diagnosis} ({why})")),
+            ShardEnd::Done | ShardEnd::DoneCleanupFailed => {
+                let moved = failed_trials_to_infra(self.run_dir, &report.collected, &diagnosis);
+                ShardEnd::Lost(format!(
+                    "the worker finished, but {diagnosis}; {moved} trial(s) whose client failed \
+                     count as infrastructure failures"
+                ))
+            }
+            // Cancelled or refused at hello: that is the cause.
+            other => other.clone(),
+        };
+    }
+
+    fn dispose(&self, machine: &mut dyn Channel, report: &mut ShardReport) {
+        let keep = match self.keep {
+            Keep::Always => true,
+            Keep::Failed => report.ended != ShardEnd::Done,
+            Keep::Never => false,
+        };
+        let disposing = Instant::now();
+        match machine.dispose(keep) {
+            Ok(kept) => report.kept = kept,
+            Err(e) => {
+                let why = format!("{e:#}");
+                self.reporter.event(&RunEvent::DisposeFailed {
+                    shard: report.shard,
+                    why: &why,
+                });
+                report.dispose_error = Some(why);
+            }
+        }
+        report.dispose_ms = Some(disposing.elapsed().as_millis() as u64);
+    }
+}
+
+/// Marks the collected trials whose client did not exit 0 as infrastructure failures caused by
+/// `why` (their machine failed under them, e.g. ran out of memory); how many were marked.
+fn failed_trials_to_infra(run_dir: &RunDir, collected: &[TrialKey], why: &str) -> usize {
+    let mut moved = 0;
+    for key in collected {
+        let Some(mut record) = run_dir.read_trace(key) else {
+            continue;
+        };
+        if record.trace.status != TrialStatus::Completed || record.trace.exit_code == Some(0) {
+            continue;
+        }
+        record.mark_infra(why);
+        let written = serde_json::to_vec(&record)
+            .map_err(anyhow::Error::from)
+            .and_then(|bytes| crate::files::write_atomic(&run_dir.trace_file(key), &bytes));
+        if written.is_ok() {
+            moved += 1;
+        }
+    }
+    moved
+}

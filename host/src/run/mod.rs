@@ -1,0 +1,172 @@
+//! Orchestration: one run end to end, as a pipeline of owners. [`prepare`] checks the config,
+//! plugins, cases and judges; [`resume`] opens a new run or the one being resumed; [`collect`]
+//! stages bundles and runs each shard's session on its machine; [`grade`] grades the traces;
+//! [`crate::results`] writes the files. [`dry_run`] runs one case on one machine of a runner
+//! plugin. Everything a run tells as it goes is a typed [`events::RunEvent`].
+//!
+//! This is the top of the house: it imports every folder below it, and none imports it.
+
+pub mod collect;
+pub mod dry_run;
+pub mod events;
+pub mod grade;
+pub mod prepare;
+pub mod resume;
+
+use crate::eval::plan::Filters;
+use crate::eval::trial::{CaseRecord, TrialKey};
+use crate::home::Home;
+use crate::plugin::{Grants, Limits};
+use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary};
+use crate::runner::{self, RunnerOptions};
+use crate::shard::coordinator::{ShardContext, ShardReport, ShardSettings};
+use crate::shard::limits::Limiter;
+use anyhow::{bail, Result};
+use collect::Collection;
+use events::{Reporter, RunEvent};
+use prepare::PluginRequest;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+/// What the user asked for.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    pub config_path: PathBuf,
+    /// `.mst/results` unless told otherwise.
+    pub results_base: PathBuf,
+    /// `--plugin` files or installed names, granted `plugin_grants`.
+    pub plugins: Vec<String>,
+    pub plugin_grants: Grants,
+    pub plugin_limits: Limits,
+    pub filters: Filters,
+    pub runner: String,
+    pub runner_options: Vec<String>,
+    pub resume: Option<String>,
+    pub shard_settings: Option<ShardSettings>,
+    /// From `--secrets-file`.
+    pub secrets: crate::secrets::Secrets,
+}
+
+/// What a run produced.
+pub struct RunOutcome {
+    pub dir: RunDir,
+    pub record: RunRecord,
+    pub summary: Summary,
+    /// How each shard of this collection went (a regrade has none).
+    pub shards: Vec<ShardReport>,
+}
+
+/// Runs (or resumes) an eval; `reporter` hears every event, `Finished` last.
+pub fn run(
+    home: &Home,
+    request: &RunRequest,
+    reporter: &dyn Reporter,
+    cancel: &AtomicBool,
+) -> Result<RunOutcome> {
+    let prepared = prepare::prepare(
+        home,
+        &request.config_path,
+        &PluginRequest {
+            extra: &request.plugins,
+            grants: &request.plugin_grants,
+            limits: request.plugin_limits,
+            runner: Some(&request.runner),
+        },
+    )?;
+    prepared.check_clients()?;
+    let tokens = prepared.server_tokens(&request.secrets)?;
+    let runner_options = RunnerOptions::parse(&request.runner_options)?;
+    let runner = runner::runner(&request.runner, &runner_options, &prepared.plugins)?;
+    let root = ResultsRoot::new(&request.results_base);
+    let (dir, mut record) = resume::open(&root, request, &prepared, &runner_options, reporter)?;
+
+    let cases: BTreeMap<&str, &CaseRecord> = prepared
+        .cases
+        .cases
+        .iter()
+        .map(|c| (c.id.as_str(), c))
+        .collect();
+    let to_collect: Vec<TrialKey> = record
+        .trials
+        .iter()
+        .filter(|k| !dir.has_trace(k))
+        .cloned()
+        .collect();
+    if let Some(key) = to_collect
+        .iter()
+        .find(|k| !cases.contains_key(k.case.as_str()))
+    {
+        bail!(
+            "trial {key} refers to case `{}`, which the datasets no longer hold",
+            key.case
+        );
+    }
+    reporter.event(&RunEvent::Started {
+        run_id: &record.run_id,
+        total: to_collect.len() as u64,
+        resumed: request.resume.is_some(),
+    });
+
+    let settings = request.shard_settings.unwrap_or_default();
+    let staging = tempfile::tempdir()?;
+    let staged = collect::stage_bundles(
+        &prepared.config,
+        &record.run_id,
+        &cases,
+        &to_collect,
+        runner_options.shards,
+        (settings.silence.as_millis() as u64 / 4).clamp(50, 5_000),
+        staging.path(),
+    )?;
+    for line in runner.plan() {
+        reporter.event(&RunEvent::RunnerPlan(&line));
+    }
+    let limiter = Limiter::new(prepared.config.limits.clone());
+    let events = |event| reporter.event(&RunEvent::Shard(event));
+    let context = ShardContext {
+        limiter: &limiter,
+        tokens: &tokens,
+        settings,
+        events: &events,
+        cancel,
+    };
+    let collection = Collection {
+        runner: runner.as_ref(),
+        keep: runner_options.keep,
+        run_dir: &dir,
+        context: &context,
+        reporter,
+    };
+    let shards = collection.run(&staged);
+    for report in &shards {
+        if report.ended != crate::shard::coordinator::ShardEnd::Done {
+            reporter.event(&RunEvent::ShardEnded {
+                shard: report.shard,
+                machine: &report.machine,
+                ended: &report.ended,
+            });
+        }
+        record.machines.push(serde_json::to_value(report)?);
+    }
+
+    // Grade everything collected so far (a resume regrades the whole run).
+    let missing = record.trials.iter().filter(|k| !dir.has_trace(k)).count();
+    record.collect = match missing {
+        0 => Phase::Complete,
+        _ => Phase::Partial,
+    };
+    let grades = grade::grade_all(&prepared.judges, &dir, &record.trials);
+    record.grade = grade::grade_phase(&grades);
+    dir.write_record(&record)?;
+    let summary = Summary::new(&record, &grades);
+    dir.write_grades(&grades, &summary)?;
+    let outcome = RunOutcome {
+        dir,
+        record,
+        summary,
+        shards,
+    };
+    reporter.event(&RunEvent::Finished(&outcome));
+    Ok(outcome)
+}

@@ -1,0 +1,204 @@
+//! Before anything runs: the config, its plugins (the config's, `--plugin` ones, installed ones
+//! that judges or `--runner` name), its cases and its judges, each checked, so that every
+//! mistake in them is found before any machine starts.
+
+use crate::eval::config::{EvalConfig, HttpServer, PluginConfig, PluginRef, ServerConfig};
+use crate::eval::dataset::{self, Cases};
+use crate::grade::JudgeSet;
+use crate::home::Home;
+use crate::plugin::capabilities::GrantLists;
+use crate::plugin::set::{PluginLoader, PluginSet};
+use crate::plugin::{Grants, Limits};
+use crate::results::{GitState, PluginRecord};
+use crate::secrets::{Secret, Secrets};
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The config, its plugins, cases and judges, loaded and checked.
+pub struct Prepared {
+    pub config: EvalConfig,
+    /// sha256 of the config file's bytes.
+    pub config_hash: String,
+    /// The config's directory: relative paths in it are relative to this.
+    pub base: PathBuf,
+    pub plugins: PluginSet,
+    pub cases: Cases,
+    pub judges: JudgeSet,
+}
+
+/// What to load besides the config's own plugins.
+pub struct PluginRequest<'a> {
+    /// `--plugin` files or installed names, granted `grants`.
+    pub extra: &'a [String],
+    pub grants: &'a Grants,
+    pub limits: Limits,
+    /// `--runner`: a runner plugin not loaded otherwise is looked up among the installed ones
+    /// and gets `grants` too.
+    pub runner: Option<&'a str>,
+}
+
+/// Loads the config at `config_path` with its plugins, resolves its datasets and builds its
+/// judges.
+pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> Result<Prepared> {
+    let (config, config_bytes) = EvalConfig::load(config_path)?;
+    let base = config_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let config_hash = hex::encode(Sha256::digest(&config_bytes));
+    let plugins = load_plugins(home, &config, &base, request)?;
+    let cases = dataset::resolve(&config.datasets, &base, &plugins)?;
+    let judges = JudgeSet::build(&config, &cases.cases, &plugins)?;
+    Ok(Prepared {
+        config,
+        config_hash,
+        base,
+        plugins,
+        cases,
+        judges,
+    })
+}
+
+fn load_plugins(
+    home: &Home,
+    config: &EvalConfig,
+    base: &Path,
+    request: &PluginRequest<'_>,
+) -> Result<PluginSet> {
+    let loader = PluginLoader::new(home)?;
+    let mut plugins = PluginSet::default();
+    for reference in &config.plugins {
+        let (path, grants) = match reference {
+            PluginRef::Name(name) => (name.clone(), Grants::default()),
+            PluginRef::Detailed(detail) => (detail.path.clone(), grants_from(detail, base)?),
+        };
+        let source = serde_json::to_value(reference)?;
+        plugins
+            .load(&loader, base, &path, &grants, request.limits, source)
+            .with_context(|| format!("plugin `{path}`"))?;
+    }
+    let cwd = std::env::current_dir()?;
+    for reference in request.extra {
+        plugins
+            .load(
+                &loader,
+                &cwd,
+                reference,
+                request.grants,
+                request.limits,
+                serde_json::json!("--plugin"),
+            )
+            .with_context(|| format!("--plugin {reference}"))?;
+    }
+    // Judges naming installed graders load them; so does `--runner` naming an installed runner.
+    for judge in config.all_judges() {
+        if let Some(name) = &judge.plugin {
+            plugins
+                .load_if_missing(&loader, base, name, &Grants::default(), request.limits)
+                .with_context(|| format!("a judge names plugin `{name}`"))?;
+        }
+    }
+    if let Some(runner) = request
+        .runner
+        .filter(|r| !crate::runner::BUILT_IN.contains(r))
+    {
+        plugins
+            .load_if_missing(&loader, &cwd, runner, request.grants, request.limits)
+            .with_context(|| format!("--runner {runner}"))?;
+    }
+    Ok(plugins)
+}
+
+/// The grants a config's plugin entry gives (`allowExec`, `allowRead`, …).
+fn grants_from(config: &PluginConfig, base: &Path) -> Result<Grants> {
+    let read_dirs: Vec<PathBuf> = config.allow_read.iter().map(|d| base.join(d)).collect();
+    Grants::from_lists(
+        GrantLists {
+            exec: &config.allow_exec,
+            http: &config.allow_http,
+            models: &config.allow_model,
+            read_dirs: &read_dirs,
+            secrets: &config.allow_secret,
+            env: &config.allow_env,
+        },
+        |list| format!("allow{}{}", list[..1].to_uppercase(), &list[1..]),
+    )
+}
+
+impl Prepared {
+    /// What `run.json` records of each plugin.
+    pub fn plugin_records(&self) -> Vec<PluginRecord> {
+        self.plugins
+            .plugins()
+            .into_iter()
+            .map(|(p, source)| PluginRecord {
+                name: p.info().name.clone(),
+                version: p.info().version.clone(),
+                kind: p.kind().to_string(),
+                digest: p.digest().to_string(),
+                source,
+                declared: p.info().capabilities.clone(),
+                granted: p.effective_grants().clone(),
+            })
+            .collect()
+    }
+
+    /// Tokens for the servers that name one, by server label; a secret the secrets file does
+    /// not hold is a config error.
+    pub fn server_tokens(&self, secrets: &Secrets) -> Result<BTreeMap<String, Secret>> {
+        let mut tokens = BTreeMap::new();
+        for (label, server) in &self.config.servers {
+            if let ServerConfig::Http(HttpServer {
+                token: Some(name), ..
+            }) = server
+            {
+                let value = secrets.get(name).with_context(|| {
+                    format!(
+                        "servers.{label}.token names secret `{name}`, which --secrets-file does \
+                         not hold"
+                    )
+                })?;
+                tokens.insert(label.clone(), value.clone());
+            }
+        }
+        Ok(tokens)
+    }
+
+    /// Builds every variant's client once, so that a client that cannot be configured is a
+    /// config error found before any machine exists.
+    pub fn check_clients(&self) -> Result<()> {
+        for name in self.config.variant_names() {
+            let spec = self.config.variant(&name);
+            crate::client::client(
+                &spec.client,
+                spec.client_options.as_ref(),
+                &spec.servers,
+                &BTreeMap::new(),
+            )
+            .with_context(|| format!("variant `{name}`"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The git commit and dirty flag of the repository holding `dir`, when it is one.
+pub fn git_state(dir: &Path) -> Option<GitState> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    let commit = String::from_utf8(git(&["rev-parse", "HEAD"])?.stdout)
+        .ok()?
+        .trim()
+        .to_string();
+    let dirty = !git(&["status", "--porcelain"])?.stdout.is_empty();
+    Some(GitState { commit, dirty })
+}

@@ -1,0 +1,128 @@
+//! A run's directory and record: a new run, the run `--resume` continues, or a regrade of a
+//! stored run into `<run-id>.g<N>`.
+
+use super::events::{Reporter, RunEvent};
+use super::prepare::{self, PluginRequest, Prepared};
+use super::{RunOutcome, RunRequest};
+use crate::eval::plan;
+use crate::home::Home;
+use crate::plugin::{Grants, Limits};
+use crate::results::{self, Phase, ResultsRoot, RunDir, RunRecord, Summary};
+use crate::runner::RunnerOptions;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// The run directory and record to collect into: the run `--resume` names (checked to be of
+/// this eval), or a new run with its trials planned. The directory exists and holds the record
+/// when this returns.
+pub fn open(
+    root: &ResultsRoot,
+    request: &RunRequest,
+    prepared: &Prepared,
+    runner_options: &RunnerOptions,
+    reporter: &dyn Reporter,
+) -> Result<(RunDir, RunRecord)> {
+    let config = &prepared.config;
+    let (dir, record) = match &request.resume {
+        Some(run_id) => {
+            let dir = root.run(&config.name, run_id);
+            let record = dir
+                .read_record()
+                .with_context(|| format!("--resume {run_id}"))?;
+            if record.eval != config.name {
+                bail!(
+                    "--resume {run_id}: that run is of eval `{}`, not `{}`",
+                    record.eval,
+                    config.name
+                );
+            }
+            if record.config_hash != prepared.config_hash {
+                reporter.event(&RunEvent::ConfigChanged);
+            }
+            (dir, record)
+        }
+        None => {
+            let trials = plan::plan(config, &prepared.cases.cases, &request.filters)?;
+            let run_id = results::layout::new_run_id();
+            let record = RunRecord {
+                run_id: run_id.clone(),
+                eval: config.name.clone(),
+                mst: env!("CARGO_PKG_VERSION").to_string(),
+                created_at: crate::clock::unix_secs(),
+                config_path: request.config_path.display().to_string(),
+                config_hash: prepared.config_hash.clone(),
+                git: prepare::git_state(&prepared.base),
+                dataset_hash: prepared.cases.content_hash.clone(),
+                runner: request.runner.clone(),
+                runner_options: runner_options.rest.clone(),
+                shards: runner_options.shards,
+                machines: Vec::new(),
+                plugins: prepared.plugin_records(),
+                filters: request.filters.clone(),
+                trials,
+                collect: Phase::Partial,
+                grade: Phase::Partial,
+            };
+            (root.run(&config.name, &run_id), record)
+        }
+    };
+    crate::home::create_private_dir(&dir.root)?;
+    dir.write_record(&record)?;
+    Ok((dir, record))
+}
+
+/// Regrades a stored run's traces with the config's judges as they are now, into a new run
+/// directory `<run-id>.g<N>` beside it (the traces stay where they are).
+pub fn regrade(
+    home: &Home,
+    dir: &RunDir,
+    config_path: Option<&Path>,
+    extra_plugins: &[String],
+    grants: &Grants,
+    limits: Limits,
+) -> Result<RunOutcome> {
+    let record = dir.read_record()?;
+    let config_path = config_path
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(&record.config_path));
+    let prepared = prepare::prepare(
+        home,
+        &config_path,
+        &PluginRequest {
+            extra: extra_plugins,
+            grants,
+            limits,
+            runner: None,
+        },
+    )?;
+    if prepared.config.name != record.eval {
+        bail!(
+            "run {} is of eval `{}`, but {} is `{}`",
+            record.run_id,
+            record.eval,
+            config_path.display(),
+            prepared.config.name
+        );
+    }
+    let grades = super::grade::grade_all(&prepared.judges, dir, &record.trials);
+    let out = dir.next_regrade(&record.run_id)?;
+    let mut regraded = record.clone();
+    regraded.run_id = out
+        .root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .context("a run directory has a name")?;
+    regraded.created_at = crate::clock::unix_secs();
+    regraded.plugins = prepared.plugin_records();
+    regraded.grade = super::grade::grade_phase(&grades);
+    crate::home::create_private_dir(&out.root)?;
+    out.write_record(&regraded)?;
+    let summary = Summary::new(&regraded, &grades);
+    out.write_grades(&grades, &summary)?;
+    Ok(RunOutcome {
+        dir: out,
+        record: regraded,
+        summary,
+        shards: Vec::new(),
+    })
+}
