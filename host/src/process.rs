@@ -141,28 +141,48 @@ pub fn read_lines_capped(
 
 /// Output read on a thread of its own, capped (see [`read_capped`]).
 pub struct CappedReader {
-    output: mpsc::Receiver<Vec<u8>>,
+    kept: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    ended: mpsc::Receiver<()>,
 }
 
 impl CappedReader {
     /// Starts reading `reader`, keeping at most `cap` bytes.
-    pub fn spawn(reader: impl Read + Send + 'static, cap: u64) -> Self {
-        let (tx, output) = mpsc::channel();
+    pub fn spawn(mut reader: impl Read + Send + 'static, cap: u64) -> Self {
+        let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (done, ended) = mpsc::channel();
+        let buffer = kept.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(read_capped(reader, cap));
+            let mut chunk = [0u8; 8192];
+            loop {
+                match reader.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let mut kept = buffer.lock().expect("output buffer");
+                        let room = (cap as usize).saturating_sub(kept.len());
+                        kept.extend_from_slice(&chunk[..n.min(room)]);
+                    }
+                }
+            }
+            let _ = done.send(());
         });
-        CappedReader { output }
+        CappedReader { kept, ended }
     }
 
     /// What was read, once the output has ended.
     pub fn finish(self) -> Vec<u8> {
-        self.output.recv().unwrap_or_default()
+        let _ = self.ended.recv();
+        self.take()
     }
 
     /// What was read, waiting at most `limit` for the output to end (a process that left the
-    /// group may still hold the pipe); empty when it did not end in time.
+    /// group may hold the pipe open forever); what had arrived by then if it did not end.
     pub fn finish_within(self, limit: Duration) -> Vec<u8> {
-        self.output.recv_timeout(limit).unwrap_or_default()
+        let _ = self.ended.recv_timeout(limit);
+        self.take()
+    }
+
+    fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.kept.lock().expect("output buffer"))
     }
 }
 

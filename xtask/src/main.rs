@@ -287,10 +287,17 @@ fn children_peak_rss_kib() -> i64 {
 /// `cargo xtask bench run`: end-to-end eval throughput with the `command` client running `cat`.
 fn bench_run() -> Result<()> {
     build_plugins()?;
-    run(cargo()
-        .current_dir(root())
-        .args(["build", "--release", "-p", "mst"]))?;
-    let mst = root().join("target/release/mst");
+    // `MST_BENCH_MST=PATH` measures another build (an older commit's, for a before/after
+    // comparison) against the same plugins and inputs.
+    let mst = match std::env::var_os("MST_BENCH_MST") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            run(cargo()
+                .current_dir(root())
+                .args(["build", "--release", "-p", "mst"]))?;
+            root().join("target/release/mst")
+        }
+    };
     let contains = root().join("plugins/dist/contains.wasm");
 
     // What the client's own process costs: spawning `cat` and feeding it a line.

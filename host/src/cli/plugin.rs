@@ -20,28 +20,7 @@ use std::time::Duration;
 #[derive(Subcommand, Debug)]
 pub(crate) enum PluginCommand {
     /// Is this component compatible with this mst? Exit 0 yes, 1 no, 2 not a component.
-    Check {
-        /// The .wasm file, or an installed plugin's name.
-        plugin: String,
-        /// Print one JSON object instead of a report.
-        #[arg(long)]
-        json: bool,
-        /// For a runner plugin, then: one machine, one trial (`sh -c cat` on the machine, or
-        /// --case of --config), dispose, each step timed. Exit 1 if any step fails.
-        #[arg(long)]
-        dry_run: bool,
-        /// An option for the runner in the dry run (`key=value`). Repeatable.
-        #[arg(long = "runner-option", value_name = "KEY=VALUE", requires = "dry_run")]
-        runner_options: Vec<String>,
-        /// Dry-run one case of this eval config (with --case) instead of the built-in one.
-        #[arg(long, short = 'c', requires_all = ["dry_run", "case"])]
-        config: Option<PathBuf>,
-        /// The case of --config to dry-run (its first variant, one trial).
-        #[arg(long, requires = "config")]
-        case: Option<String>,
-        #[command(flatten)]
-        sandbox: SandboxArgs,
-    },
+    Check(CheckArgs),
     /// Check a component and store it by name, version and digest.
     Install {
         /// The .wasm file.
@@ -83,41 +62,76 @@ pub(crate) enum PluginCommand {
         namespace: String,
     },
     /// Score one trial with a grader: from a trial JSON file, or a final answer given inline.
-    Grade {
-        /// An installed plugin (NAME or NAME@VERSION) or a .wasm file.
-        plugin: String,
-        /// A trial as mst stores it: {"case": {...}, "trace": {...}}.
-        #[arg(long, conflicts_with = "answer", required_unless_present = "answer")]
-        trial: Option<PathBuf>,
-        /// A final answer to grade, instead of --trial.
-        #[arg(long)]
-        answer: Option<String>,
-        /// The case's expected value (JSON) when using --answer.
-        #[arg(long, requires = "answer")]
-        expected: Option<String>,
-        /// The grader's options, as JSON.
-        #[arg(long, default_value = "{}")]
-        options: String,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        sandbox: SandboxArgs,
-    },
+    Grade(GradeArgs),
     /// Resolve a dataset with a dataset plugin and print its cases.
-    Resolve {
-        /// An installed plugin (NAME or NAME@VERSION) or a .wasm file.
-        plugin: String,
-        /// The dataset file, passed to the plugin as content.
-        #[arg(long)]
-        file: Option<PathBuf>,
-        /// The dataset entry's options, as JSON.
-        #[arg(long, default_value = "{}")]
-        options: String,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        sandbox: SandboxArgs,
-    },
+    Resolve(ResolveArgs),
+}
+
+/// `mst plugin check`.
+#[derive(Args, Debug)]
+pub(crate) struct CheckArgs {
+    /// The .wasm file, or an installed plugin's name.
+    plugin: String,
+    /// Print one JSON object instead of a report.
+    #[arg(long)]
+    json: bool,
+    /// For a runner plugin, then: one machine, one trial (`sh -c cat` on the machine, or
+    /// --case of --config), dispose, each step timed. Exit 1 if any step fails.
+    #[arg(long)]
+    dry_run: bool,
+    /// An option for the runner in the dry run (`key=value`). Repeatable.
+    #[arg(long = "runner-option", value_name = "KEY=VALUE", requires = "dry_run")]
+    runner_options: Vec<String>,
+    /// Dry-run one case of this eval config (with --case) instead of the built-in one.
+    #[arg(long, short = 'c', requires_all = ["dry_run", "case"])]
+    config: Option<PathBuf>,
+    /// The case of --config to dry-run (its first variant, one trial).
+    #[arg(long, requires = "config")]
+    case: Option<String>,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+}
+
+/// `mst plugin grade`.
+#[derive(Args, Debug)]
+pub(crate) struct GradeArgs {
+    /// An installed plugin (NAME or NAME@VERSION) or a .wasm file.
+    plugin: String,
+    /// A trial as mst stores it: {"case": {...}, "trace": {...}}.
+    #[arg(long, conflicts_with = "answer", required_unless_present = "answer")]
+    trial: Option<PathBuf>,
+    /// A final answer to grade, instead of --trial.
+    #[arg(long)]
+    answer: Option<String>,
+    /// The case's expected value (JSON) when using --answer.
+    #[arg(long, requires = "answer")]
+    expected: Option<String>,
+    #[command(flatten)]
+    call: CallArgs,
+}
+
+/// `mst plugin resolve`.
+#[derive(Args, Debug)]
+pub(crate) struct ResolveArgs {
+    /// An installed plugin (NAME or NAME@VERSION) or a .wasm file.
+    plugin: String,
+    /// The dataset file, passed to the plugin as content.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    #[command(flatten)]
+    call: CallArgs,
+}
+
+/// How `mst plugin grade` and `mst plugin resolve` call the plugin.
+#[derive(Args, Debug)]
+pub(crate) struct CallArgs {
+    /// The plugin's options (the judge's or the dataset entry's), as JSON.
+    #[arg(long, default_value = "{}")]
+    options: String,
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
 }
 
 /// Kinds `mst plugin new` can scaffold.
@@ -213,8 +227,8 @@ fn source(home: &Home, spec: &str) -> Result<PluginSource> {
 /// incompatible).
 fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> {
     let (grants, limits) = (sandbox.grants()?, sandbox.limits()?);
-    PluginLoader::new(home)?
-        .load(Path::new(""), spec, &grants, limits)
+    PluginLoader::new(home, limits)?
+        .load(Path::new(""), spec, &grants)
         .map_err(|error| {
             let incompatible = error
                 .downcast_ref::<LoadError>()
@@ -227,260 +241,291 @@ fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> 
 /// Runs a `mst plugin` command and returns its exit code.
 pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
     match command {
-        PluginCommand::Check {
-            plugin,
-            json,
-            dry_run,
-            runner_options,
-            config,
-            case,
-            sandbox,
-        } => {
-            let report = check(home, &plugin)?;
-            let dry = match dry_run && report.compatible {
-                false => None,
-                true if report.kind != Some(Kind::Runner) => {
-                    return Err(Exit {
-                        code: 2,
-                        error: anyhow::anyhow!(
-                            "--dry-run runs runner plugins; {plugin} is a {} plugin",
-                            report.kind.map(|k| k.to_string()).unwrap_or_default()
-                        ),
-                    }
-                    .into())
-                }
-                true => Some(dry_run::dry_run(
-                    home,
-                    DryRunRequest {
-                        plugin: &plugin,
-                        runner_options: &runner_options,
-                        grants: sandbox.grants()?,
-                        limits: sandbox.limits()?,
-                        case: config
-                            .as_deref()
-                            .zip(case.as_deref())
-                            .map(|(config, case)| dry_run::EvalCase { config, case }),
-                    },
-                )),
-            };
-            if json {
-                let mut value = serde_json::to_value(&report)?;
-                if let Some(dry) = &dry {
-                    value["dryRun"] = serde_json::to_value(dry)?;
-                }
-                print_json(&value)?;
-            } else {
-                out!("{}", report.render());
-                if let Some(dry) = &dry {
-                    out!("{}", dry.render());
-                }
-            }
-            Ok(match &dry {
-                Some(dry) if !dry.ok() => 1,
-                _ => report.exit_code(),
-            })
-        }
-        PluginCommand::Install { file, force, json } => {
-            let report = check(home, &file.to_string_lossy())?;
-            if !report.compatible {
-                eprint!("{}", report.render());
-                return Err(Exit {
-                    code: report.exit_code(),
-                    error: anyhow::anyhow!(
-                        "not installed: {} is not compatible with this mst",
-                        file.display()
-                    ),
-                }
-                .into());
-            }
-            let bytes = read_input(&file)?;
-            let installed = store(home).install(&bytes, &report, force)?;
-            if json {
-                print_json(&installed_json(&installed))?;
-            } else {
-                outln!(
-                    "installed {} {} ({}, sha256:{})",
-                    installed.manifest.name,
-                    installed.manifest.version,
-                    installed.manifest.kind,
-                    installed.manifest.digest
-                );
-            }
-            Ok(0)
-        }
-        PluginCommand::List { json } => {
-            let plugins = store(home).list()?;
-            if json {
-                print_json(&plugins.iter().map(installed_json).collect::<Vec<_>>())?;
-            } else if plugins.is_empty() {
-                outln!("no plugins installed in {}", home.plugins_dir().display());
-            } else {
-                outln!(
-                    "{:<32} {:<10} {:<16} {:<20} CAPABILITIES",
-                    "NAME",
-                    "VERSION",
-                    "KIND",
-                    "DIGEST"
-                );
-                for p in &plugins {
-                    let m = &p.manifest;
-                    let caps: Vec<String> = m.capabilities.iter().map(|c| c.to_string()).collect();
-                    outln!(
-                        "{:<32} {:<10} {:<16} sha256:{:<13} {}",
-                        m.name,
-                        m.version,
-                        m.kind.as_str(),
-                        &m.digest[..12],
-                        if caps.is_empty() {
-                            "none".into()
-                        } else {
-                            caps.join(", ")
-                        }
-                    );
-                }
-            }
-            Ok(0)
-        }
-        PluginCommand::Info { plugin, json } => match source(home, &plugin)? {
-            PluginSource::File(path) => {
-                let report = check(home, &path.to_string_lossy())?;
-                if json {
-                    print_json(&report)?;
-                } else {
-                    out!("{}", report.render());
-                }
-                Ok(report.exit_code())
-            }
-            PluginSource::Installed(installed) => {
-                if json {
-                    let mut value = installed_json(&installed);
-                    value["check"] = serde_json::to_value(&installed.manifest.check)?;
-                    print_json(&value)?;
-                } else {
-                    outln!("installed at {}", installed.wasm_path().display());
-                    out!("{}", installed.manifest.check.render());
-                }
-                Ok(0)
-            }
-        },
-        PluginCommand::Remove { plugin, json } => {
-            let removed = store(home).remove(&plugin)?;
-            if json {
-                print_json(&removed.iter().map(installed_json).collect::<Vec<_>>())?;
-            } else {
-                for p in &removed {
-                    outln!("removed {} {}", p.manifest.name, p.manifest.version);
-                }
-            }
-            Ok(0)
-        }
+        PluginCommand::Check(args) => check_command(home, args),
+        PluginCommand::Install { file, force, json } => install(home, &file, force, json),
+        PluginCommand::List { json } => list(home, json),
+        PluginCommand::Info { plugin, json } => info(home, &plugin, json),
+        PluginCommand::Remove { plugin, json } => remove(home, &plugin, json),
         PluginCommand::New {
             kind: NewKind::Grader,
             name,
             dir,
             namespace,
-        } => {
-            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            scaffold::new_grader(&dir, &namespace, &name)?;
-            outln!(
-                "created grader `{namespace}/grader/{name}` in {}",
-                dir.display()
-            );
-            outln!(
-                "build it:  cd {} && cargo build --release --target wasm32-wasip2",
-                dir.display()
-            );
-            outln!(
-                "check it:  mst plugin check {}/target/wasm32-wasip2/release/{}.wasm",
-                dir.display(),
-                name.replace('-', "_")
-            );
-            Ok(0)
-        }
-        PluginCommand::Grade {
-            plugin,
-            trial,
-            answer,
-            expected,
-            options,
-            json,
-            sandbox,
-        } => {
-            let trial = match (trial, answer) {
-                (Some(path), _) => {
-                    let bytes = read_input(&path)?;
-                    serde_json::from_slice::<TrialRecord>(&bytes)
-                        .with_context(|| format!("{} is not a trial record", path.display()))?
-                }
-                (None, Some(answer)) => {
-                    let expected = expected
-                        .map(|e| {
-                            serde_json::from_str(&e)
-                                .context("--expected is not JSON (quote strings: '\"42\"')")
-                        })
-                        .transpose()?;
-                    let case = CaseRecord {
-                        expected,
-                        ..CaseRecord::new("inline", json!(null))
-                    };
-                    TrialRecord::answered(case, &answer)
-                }
-                (None, None) => bail!("give --trial FILE or --answer TEXT"),
-            };
-            let options = normalize_options(&options)?;
-            let loaded = load(home, &plugin, &sandbox)?;
-            let score = loaded.grade(&options, &trial.to_wit())?;
-            let pass = score.pass.unwrap_or(score.value >= 1.0);
-            if json {
-                print_json(&json!({
-                    "plugin": loaded.info().name,
-                    "version": loaded.info().version,
-                    "digest": loaded.digest(),
-                    "case": trial.case.id,
-                    "value": score.value,
-                    "pass": pass,
-                    "reason": score.reason,
-                    "details": score.details.as_deref().and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()),
-                }))?;
-            } else {
-                let verdict = if pass { "pass" } else { "fail" };
-                outln!(
-                    "{verdict} {:.3}  {}",
-                    score.value,
-                    crate::plugin::imports::sanitize(&score.reason, 2000)
-                );
+        } => new_plugin(&name, dir, &namespace),
+        PluginCommand::Grade(args) => grade(home, args),
+        PluginCommand::Resolve(args) => resolve(home, args),
+    }
+}
+
+/// `mst plugin check`, with `--dry-run` for runner plugins.
+fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
+    let CheckArgs {
+        plugin,
+        json,
+        dry_run,
+        runner_options,
+        config,
+        case,
+        sandbox,
+    } = args;
+    let report = check(home, &plugin)?;
+    let dry = match dry_run && report.compatible {
+        false => None,
+        true if report.kind != Some(Kind::Runner) => {
+            return Err(Exit {
+                code: 2,
+                error: anyhow::anyhow!(
+                    "--dry-run runs runner plugins; {plugin} is a {} plugin",
+                    report.kind.map(|k| k.to_string()).unwrap_or_default()
+                ),
             }
-            Ok(if pass { 0 } else { 1 })
+            .into())
         }
-        PluginCommand::Resolve {
-            plugin,
-            file,
-            options,
-            json,
-            sandbox,
-        } => {
-            let content = file.as_deref().map(read_input).transpose()?;
-            let options = normalize_options(&options)?;
-            let loaded = load(home, &plugin, &sandbox)?;
-            let cases = loaded.resolve(&options, content.as_deref())?;
-            let cases: Vec<CaseRecord> = cases
-                .into_iter()
-                .map(CaseRecord::from_wit)
-                .collect::<Result<_>>()
-                .with_context(|| {
-                    format!("plugin {} returned a malformed case", loaded.info().name)
-                })?;
-            if json {
-                print_json(&cases)?;
-            } else {
-                for case in &cases {
-                    outln!("{}", serde_json::to_string(case)?);
+        true => Some(dry_run::dry_run(
+            home,
+            DryRunRequest {
+                plugin: &plugin,
+                runner_options: &runner_options,
+                grants: sandbox.grants()?,
+                limits: sandbox.limits()?,
+                case: config
+                    .as_deref()
+                    .zip(case.as_deref())
+                    .map(|(config, case)| dry_run::EvalCase { config, case }),
+            },
+        )),
+    };
+    if json {
+        let mut value = serde_json::to_value(&report)?;
+        if let Some(dry) = &dry {
+            value["dryRun"] = serde_json::to_value(dry)?;
+        }
+        print_json(&value)?;
+    } else {
+        out!("{}", report.render());
+        if let Some(dry) = &dry {
+            out!("{}", dry.render());
+        }
+    }
+    Ok(match &dry {
+        Some(dry) if !dry.ok() => 1,
+        _ => report.exit_code(),
+    })
+}
+
+/// `mst plugin install`.
+fn install(home: &Home, file: &Path, force: bool, json: bool) -> Result<u8> {
+    let report = check(home, &file.to_string_lossy())?;
+    if !report.compatible {
+        eprint!("{}", report.render());
+        return Err(Exit {
+            code: report.exit_code(),
+            error: anyhow::anyhow!(
+                "not installed: {} is not compatible with this mst",
+                file.display()
+            ),
+        }
+        .into());
+    }
+    let bytes = read_input(file)?;
+    let installed = store(home).install(&bytes, &report, force)?;
+    if json {
+        print_json(&installed_json(&installed))?;
+    } else {
+        outln!(
+            "installed {} {} ({}, sha256:{})",
+            installed.manifest.name,
+            installed.manifest.version,
+            installed.manifest.kind,
+            installed.manifest.digest
+        );
+    }
+    Ok(0)
+}
+
+/// `mst plugin list`.
+fn list(home: &Home, json: bool) -> Result<u8> {
+    let plugins = store(home).list()?;
+    if json {
+        print_json(&plugins.iter().map(installed_json).collect::<Vec<_>>())?;
+    } else if plugins.is_empty() {
+        outln!("no plugins installed in {}", home.plugins_dir().display());
+    } else {
+        outln!(
+            "{:<32} {:<10} {:<16} {:<20} CAPABILITIES",
+            "NAME",
+            "VERSION",
+            "KIND",
+            "DIGEST"
+        );
+        for p in &plugins {
+            let m = &p.manifest;
+            let caps: Vec<String> = m.capabilities.iter().map(|c| c.to_string()).collect();
+            outln!(
+                "{:<32} {:<10} {:<16} sha256:{:<13} {}",
+                m.name,
+                m.version,
+                m.kind.as_str(),
+                &m.digest[..12],
+                if caps.is_empty() {
+                    "none".into()
+                } else {
+                    caps.join(", ")
                 }
-                eprintln!("{} cases", cases.len());
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// `mst plugin info`: an installed plugin's manifest, or a file's check report.
+fn info(home: &Home, plugin: &str, json: bool) -> Result<u8> {
+    match source(home, plugin)? {
+        PluginSource::File(path) => {
+            let report = check(home, &path.to_string_lossy())?;
+            if json {
+                print_json(&report)?;
+            } else {
+                out!("{}", report.render());
+            }
+            Ok(report.exit_code())
+        }
+        PluginSource::Installed(installed) => {
+            if json {
+                let mut value = installed_json(&installed);
+                value["check"] = serde_json::to_value(&installed.manifest.check)?;
+                print_json(&value)?;
+            } else {
+                outln!("installed at {}", installed.wasm_path().display());
+                out!("{}", installed.manifest.check.render());
             }
             Ok(0)
         }
     }
+}
+
+/// `mst plugin remove`.
+fn remove(home: &Home, plugin: &str, json: bool) -> Result<u8> {
+    let removed = store(home).remove(plugin)?;
+    if json {
+        print_json(&removed.iter().map(installed_json).collect::<Vec<_>>())?;
+    } else {
+        for p in &removed {
+            outln!("removed {} {}", p.manifest.name, p.manifest.version);
+        }
+    }
+    Ok(0)
+}
+
+/// `mst plugin new`.
+fn new_plugin(name: &str, dir: Option<PathBuf>, namespace: &str) -> Result<u8> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    scaffold::new_grader(&dir, namespace, name)?;
+    outln!(
+        "created grader `{namespace}/grader/{name}` in {}",
+        dir.display()
+    );
+    outln!(
+        "build it:  cd {} && cargo build --release --target wasm32-wasip2",
+        dir.display()
+    );
+    outln!(
+        "check it:  mst plugin check {}/target/wasm32-wasip2/release/{}.wasm",
+        dir.display(),
+        name.replace('-', "_")
+    );
+    Ok(0)
+}
+
+/// `mst plugin grade`: one trial, from a file or an inline answer.
+fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
+    let GradeArgs {
+        plugin,
+        trial,
+        answer,
+        expected,
+        call: CallArgs {
+            options,
+            json,
+            sandbox,
+        },
+    } = args;
+    let trial = match (trial, answer) {
+        (Some(path), _) => {
+            let bytes = read_input(&path)?;
+            serde_json::from_slice::<TrialRecord>(&bytes)
+                .with_context(|| format!("{} is not a trial record", path.display()))?
+        }
+        (None, Some(answer)) => {
+            let expected = expected
+                .map(|e| {
+                    serde_json::from_str(&e)
+                        .context("--expected is not JSON (quote strings: '\"42\"')")
+                })
+                .transpose()?;
+            let case = CaseRecord {
+                expected,
+                ..CaseRecord::new("inline", json!(null))
+            };
+            TrialRecord::answered(case, &answer)
+        }
+        (None, None) => bail!("give --trial FILE or --answer TEXT"),
+    };
+    let options = normalize_options(&options)?;
+    let loaded = load(home, &plugin, &sandbox)?;
+    let score = loaded.grade(&options, &trial.to_wit())?;
+    let pass = score.pass.unwrap_or(score.value >= 1.0);
+    if json {
+        print_json(&json!({
+            "plugin": loaded.info().name,
+            "version": loaded.info().version,
+            "digest": loaded.digest(),
+            "case": trial.case.id,
+            "value": score.value,
+            "pass": pass,
+            "reason": score.reason,
+            "details": score.details.as_deref().and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()),
+        }))?;
+    } else {
+        let verdict = if pass { "pass" } else { "fail" };
+        outln!(
+            "{verdict} {:.3}  {}",
+            score.value,
+            crate::plugin::imports::sanitize(&score.reason, 2000)
+        );
+    }
+    Ok(if pass { 0 } else { 1 })
+}
+
+/// `mst plugin resolve`.
+fn resolve(home: &Home, args: ResolveArgs) -> Result<u8> {
+    let ResolveArgs {
+        plugin,
+        file,
+        call: CallArgs {
+            options,
+            json,
+            sandbox,
+        },
+    } = args;
+    let content = file.as_deref().map(read_input).transpose()?;
+    let options = normalize_options(&options)?;
+    let loaded = load(home, &plugin, &sandbox)?;
+    let cases = loaded.resolve(&options, content.as_deref())?;
+    let cases: Vec<CaseRecord> = cases
+        .into_iter()
+        .map(CaseRecord::from_wit)
+        .collect::<Result<_>>()
+        .with_context(|| format!("plugin {} returned a malformed case", loaded.info().name))?;
+    if json {
+        print_json(&cases)?;
+    } else {
+        for case in &cases {
+            outln!("{}", serde_json::to_string(case)?);
+        }
+        eprintln!("{} cases", cases.len());
+    }
+    Ok(0)
 }
 
 /// Checks that options are JSON and passes them on compactly.

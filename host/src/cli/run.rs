@@ -101,10 +101,19 @@ struct Reporter {
     total: AtomicU64,
     failures: AtomicU64,
     lock: Mutex<()>,
+    /// `--json`: the summary as JSON instead of the table.
+    json: bool,
+    /// `--junit FILE`.
+    junit: Option<PathBuf>,
+    /// The config, for the resume hint.
+    config: PathBuf,
+    /// A JUnit file that could not be written.
+    failure: Mutex<Option<anyhow::Error>>,
 }
 
 impl Reporter {
-    fn new(quiet: bool) -> Self {
+    fn new(args: &RunArgs) -> Self {
+        let quiet = args.quiet;
         let tty = std::io::stderr().is_terminal();
         let bar = (tty && !quiet).then(|| {
             let bar = indicatif::ProgressBar::new(0);
@@ -123,6 +132,33 @@ impl Reporter {
             total: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             lock: Mutex::new(()),
+            json: args.json,
+            junit: args.junit.clone(),
+            config: args.config.clone(),
+            failure: Mutex::new(None),
+        }
+    }
+
+    /// The end of the run: the JUnit file, then the summary on stdout.
+    fn finished(&self, outcome: &run::RunOutcome) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        if let Some(path) = &self.junit {
+            let written =
+                crate::files::write_durable(path, report::junit(&outcome.summary).as_bytes())
+                    .with_context(|| format!("cannot write --junit {}", path.display()));
+            if let Err(e) = written {
+                *self.failure.lock().expect("failure") = Some(e);
+            }
+        }
+        show_summary(&outcome.summary, self.json, &outcome.dir.root);
+        if !self.json && !outcome.summary.missing.is_empty() {
+            outln!(
+                "resume:  mst run --config {} --resume {}",
+                self.config.display(),
+                outcome.record.run_id
+            );
         }
     }
 
@@ -163,11 +199,7 @@ impl events::Reporter for Reporter {
             }
             RunEvent::Shard(ShardEvent::TrialCollected { key, .. }) => self.trial(key, true),
             RunEvent::Shard(ShardEvent::TrialInfra { key, .. }) => self.trial(key, false),
-            RunEvent::Finished(_) => {
-                if let Some(bar) = &self.bar {
-                    bar.finish_and_clear();
-                }
-            }
+            RunEvent::Finished(outcome) => self.finished(outcome),
             other => {
                 if let Some(note) = other.note() {
                     self.note(&note);
@@ -215,27 +247,24 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
             ..ShardSettings::default()
         }),
     };
-    let reporter = Reporter::new(args.quiet);
+    let reporter = Reporter::new(&args);
     let outcome = run::run(home, &request, &reporter, &CANCEL)
         .map_err(|error| super::Exit { code: 2, error })?;
-    if let Some(path) = &args.junit {
-        crate::files::write_durable(path, report::junit(&outcome.summary).as_bytes())
-            .with_context(|| format!("cannot write --junit {}", path.display()))?;
-    }
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&outcome.summary)?);
-    } else {
-        out!("{}", report::table(&outcome.summary));
-        outln!("results: {}", outcome.dir.root.display());
-        if !outcome.summary.missing.is_empty() {
-            outln!(
-                "resume:  mst run --config {} --resume {}",
-                args.config.display(),
-                outcome.record.run_id
-            );
-        }
+    if let Some(error) = reporter.failure.lock().expect("failure").take() {
+        return Err(error);
     }
     Ok(outcome.summary.exit_code())
+}
+
+/// The summary on stdout: JSON, or the table and where the run directory is.
+fn show_summary(summary: &results::Summary, json: bool, dir: &std::path::Path) {
+    if json {
+        let text = serde_json::to_string_pretty(summary).expect("summaries serialize");
+        outln!("{text}");
+    } else {
+        out!("{}", report::table(summary));
+        outln!("results: {}", dir.display());
+    }
 }
 
 /// `mst grade`.
@@ -268,15 +297,9 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
         args.sandbox.limits()?,
     )
     .map_err(|error| super::Exit { code: 2, error })?;
-    if args.json {
-        outln!("{}", serde_json::to_string_pretty(&outcome.summary)?);
-    } else {
-        out!("{}", report::table(&outcome.summary));
-        outln!(
-            "regraded into {} ({})",
-            outcome.record.run_id,
-            outcome.dir.root.display()
-        );
+    show_summary(&outcome.summary, args.json, &outcome.dir.root);
+    if !args.json {
+        outln!("regraded into {}", outcome.record.run_id);
     }
     Ok(outcome.summary.exit_code())
 }
@@ -320,12 +343,7 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
             let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
             let bytes = crate::files::read_input(&dir.root.join("summary.json"))?;
             let summary: results::Summary = serde_json::from_slice(&bytes)?;
-            if json {
-                outln!("{}", serde_json::to_string_pretty(&summary)?);
-            } else {
-                out!("{}", report::table(&summary));
-                outln!("results: {}", dir.root.display());
-            }
+            show_summary(&summary, json, &dir.root);
             Ok(0)
         }
     }

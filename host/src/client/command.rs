@@ -102,8 +102,75 @@ impl Client for CommandClient {
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
         let started = Instant::now();
         let text = input_text(input.case);
+        let (mut child, outputs, readers) = match self.spawn(input, &text, started) {
+            Ok(spawned) => spawned,
+            Err(why) => return infra(why, started),
+        };
+        let deadline = started + input.timeout;
+        let mut answer = String::new();
+        let mut events = Vec::new();
+        let mut timed_out = false;
+        let status = loop {
+            if let Ok(output) = outputs.recv_timeout(Duration::from_millis(20)) {
+                self.record(output, &mut answer, &mut events);
+            }
+            if let Some(status) = child.try_wait() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                child.kill_group();
+                timed_out = true;
+                break child.wait();
+            }
+            if input.cancel.load(Ordering::Relaxed) {
+                child.kill_group();
+                child.wait();
+                return infra("cancelled".into(), started);
+            }
+        };
+        // The program is gone; its pipes close once every process of the group is gone.
+        child.kill_group();
+        for reader in readers {
+            let _ = reader.join();
+        }
+        while let Ok(output) = outputs.try_recv() {
+            self.record(output, &mut answer, &mut events);
+        }
+        if answer.ends_with('\n') {
+            answer.pop();
+        }
+        TraceRecord {
+            status: if timed_out {
+                TrialStatus::TimedOut
+            } else {
+                TrialStatus::Completed
+            },
+            final_text: Some(answer),
+            events,
+            exit_code: status.and_then(|s| s.code()),
+            duration_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+/// A started trial program: the process, its output lines as they come, and the two readers.
+type Spawned = (
+    GroupChild,
+    mpsc::Receiver<Output>,
+    [std::thread::JoinHandle<()>; 2],
+);
+
+impl CommandClient {
+    /// Starts the program for one trial in its own process group, feeds it the input, and
+    /// reads its stdout and stderr (capped) on threads of their own.
+    fn spawn(
+        &self,
+        input: &TrialInput<'_>,
+        text: &str,
+        started: Instant,
+    ) -> Result<Spawned, String> {
         let argv_text = if self.options.input == InputMode::Argv {
-            text.as_str()
+            text
         } else {
             ""
         };
@@ -127,13 +194,11 @@ impl Client for CommandClient {
         if let Some(cwd) = &self.options.cwd {
             command.current_dir(cwd);
         }
-        let mut child = match GroupChild::spawn(&mut command) {
-            Ok(child) => child,
-            Err(e) => return infra(format!("cannot start `{}`: {e}", argv[0]), started),
-        };
+        let mut child = GroupChild::spawn(&mut command)
+            .map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
         let (stdin, stdout, stderr) = child.take_pipes();
         if let Some(mut stdin) = stdin {
-            let text = text.clone();
+            let text = text.to_string();
             std::thread::spawn(move || {
                 let _ = stdin.write_all(text.as_bytes());
             });
@@ -153,78 +218,35 @@ impl Client for CommandClient {
                 })
             }),
         ];
+        Ok((child, rx, readers))
+    }
 
-        let deadline = started + input.timeout;
-        let mut answer = String::new();
-        let mut events = Vec::new();
-        let mut timed_out = false;
-        let record = |output: Output, answer: &mut String, events: &mut Vec<TraceEvent>| {
-            let seq = events.len() as u64;
-            match output {
-                Output::Line(line, at) => {
-                    if self.options.events {
-                        if let Ok(kind) = serde_json::from_str::<EventKind>(&line) {
-                            events.push(TraceEvent {
-                                seq,
-                                at_ms: at.as_millis() as u64,
-                                kind,
-                            });
-                            return;
-                        }
-                    }
-                    if answer.len() < MAX_ANSWER {
-                        answer.push_str(&line);
-                        answer.push('\n');
+    /// One line of output into the answer or the events: stderr lines are `log` events, stdout
+    /// lines are answer text (or, with `events`, trace events when they parse as one).
+    fn record(&self, output: Output, answer: &mut String, events: &mut Vec<TraceEvent>) {
+        let seq = events.len() as u64;
+        match output {
+            Output::Line(line, at) => {
+                if self.options.events {
+                    if let Ok(kind) = serde_json::from_str::<EventKind>(&line) {
+                        events.push(TraceEvent {
+                            seq,
+                            at_ms: at.as_millis() as u64,
+                            kind,
+                        });
+                        return;
                     }
                 }
-                Output::Err(text, at) => events.push(TraceEvent {
-                    seq,
-                    at_ms: at.as_millis() as u64,
-                    kind: EventKind::Log { text },
-                }),
+                if answer.len() < MAX_ANSWER {
+                    answer.push_str(&line);
+                    answer.push('\n');
+                }
             }
-        };
-        let status = loop {
-            match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(output) => record(output, &mut answer, &mut events),
-                Err(mpsc::RecvTimeoutError::Disconnected) => {}
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-            }
-            if let Some(status) = child.try_wait() {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                child.kill_group();
-                timed_out = true;
-                break child.wait();
-            }
-            if input.cancel.load(Ordering::Relaxed) {
-                child.kill_group();
-                child.wait();
-                return infra("cancelled".into(), started);
-            }
-        };
-        // The program is gone; its pipes close once every process of the group is gone.
-        child.kill_group();
-        for reader in readers {
-            let _ = reader.join();
-        }
-        while let Ok(output) = rx.try_recv() {
-            record(output, &mut answer, &mut events);
-        }
-        if answer.ends_with('\n') {
-            answer.pop();
-        }
-        TraceRecord {
-            status: if timed_out {
-                TrialStatus::TimedOut
-            } else {
-                TrialStatus::Completed
-            },
-            final_text: Some(answer),
-            events,
-            exit_code: status.and_then(|s| s.code()),
-            duration_ms: started.elapsed().as_millis() as u64,
+            Output::Err(text, at) => events.push(TraceEvent {
+                seq,
+                at_ms: at.as_millis() as u64,
+                kind: EventKind::Log { text },
+            }),
         }
     }
 }

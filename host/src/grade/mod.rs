@@ -197,7 +197,7 @@ impl JudgeSet {
                             .or(judge.plugin.as_deref())
                             .or(judge.assert.as_deref())
                             .unwrap_or("?");
-                        format!("{place}.judges[{index}] (`{name}`)")
+                        format!("{place}judges[{index}] (`{name}`)")
                     })
                 })
                 .collect()
@@ -205,8 +205,8 @@ impl JudgeSet {
         let mut by_variant = BTreeMap::new();
         for name in config.variant_names() {
             let place = match config.variants.get(&name).and_then(|v| v.judges.as_ref()) {
-                Some(_) => format!("variants.{name}"),
-                None => "the config".to_string(),
+                Some(_) => format!("variants.{name}."),
+                None => String::new(),
             };
             let judges = build(config.variant_judges(&name), &place)?;
             by_variant.insert(name, judges);
@@ -217,7 +217,7 @@ impl JudgeSet {
             if let Some(configs) = &case.judges {
                 by_case.insert(
                     case.id.clone(),
-                    build(configs, &format!("case `{}`", case.id))?,
+                    build(configs, &format!("case `{}`: ", case.id))?,
                 );
             }
             if let Some(threshold) = case.pass_threshold {

@@ -4,22 +4,13 @@
 //! wasmtime upgrade touches one corner of the code base.
 
 use super::cache::{ArtifactCache, CacheOutcome};
-use super::sandbox::State;
+use super::sandbox::{State, TICK};
 use anyhow::Result;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
-
-/// How often the epoch advances; the granularity of every call's wall-time cap.
-pub const TICK: Duration = Duration::from_millis(5);
-
-/// The epoch deadline (in ticks from now) for a call allowed to take `limit`.
-pub(crate) fn ticks_for(limit: Duration) -> u64 {
-    (limit.as_millis() / TICK.as_millis()).max(1) as u64 + 1
-}
 
 /// Owns the engine, the linker with every host import, and the compiled-artifact caches.
 pub struct PluginHost {
@@ -63,11 +54,6 @@ impl PluginHost {
     /// The linker holding every host import.
     pub(crate) fn linker(&self) -> &Linker<State> {
         &self.linker
-    }
-
-    /// The artifact cache.
-    pub fn cache(&self) -> &ArtifactCache {
-        &self.cache
     }
 
     /// The compiled component for `bytes` (sha256 `digest`): from memory, the disk cache, or

@@ -95,7 +95,7 @@ pub enum FailedStep {
 }
 
 /// A plugin that could not be loaded, with everything learned before the failure.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LoadError {
     /// Which step failed.
     pub step: FailedStep,
@@ -237,16 +237,6 @@ impl fmt::Display for CallError {
 
 impl std::error::Error for CallError {}
 
-impl CallError {
-    /// The error a plugin returned itself, if that is what this is.
-    pub fn plugin_code(&self) -> Option<ErrorCode> {
-        match self {
-            CallError::Plugin { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-}
-
 /// The last lines of captured stderr, sanitized for a terminal.
 fn stderr_tail(state: &State) -> String {
     let text = state.stderr();
@@ -259,7 +249,6 @@ fn stderr_tail(state: &State) -> String {
 pub struct LoadedPlugin {
     label: String,
     digest: String,
-    size: usize,
     surface: Surface,
     kind: Kind,
     info: Info,
@@ -378,6 +367,57 @@ pub fn valid_name(name: &str) -> bool {
         })
 }
 
+/// The static ABI check: a readable component whose imports and exports fit this host; its
+/// surface and kind. What was learned goes into `failure` either way.
+fn check_surface(bytes: &[u8], failure: &mut LoadError) -> Result<(Surface, Kind), Box<LoadError>> {
+    let surface = match inspect::inspect(bytes) {
+        Ok(surface) => surface,
+        Err(why @ (Unreadable::NotWasm | Unreadable::CoreModule | Unreadable::Malformed(_))) => {
+            failure.problems.push(Problem::error(why.to_string()));
+            return Err(Box::new(failure.clone()));
+        }
+    };
+    let assessment = surface.assess();
+    failure.surface = Some(surface.clone());
+    failure.kind = assessment.kind;
+    failure.problems = assessment.problems.clone();
+    match assessment.kind {
+        Some(kind) if assessment.compatible() => Ok((surface, kind)),
+        _ => {
+            failure.step = FailedStep::Compatibility;
+            Err(Box::new(failure.clone()))
+        }
+    }
+}
+
+/// Compiles the component (through the cache) and pre-instantiates it as a `kind` world.
+fn link(
+    host: &PluginHost,
+    digest: &str,
+    bytes: &[u8],
+    kind: Kind,
+    failure: &mut LoadError,
+) -> Result<(WorldPre, CacheOutcome), Box<LoadError>> {
+    let (component, cache) = host.compile(digest, bytes).map_err(|e| {
+        failure
+            .problems
+            .push(Problem::error(format!("cannot compile: {e:#}")));
+        Box::new(failure.clone())
+    })?;
+    failure.step = FailedStep::Compatibility;
+    let world = host
+        .linker()
+        .instantiate_pre(&component)
+        .and_then(|pre| WorldPre::new(kind, pre))
+        .map_err(|e| {
+            failure.problems.push(Problem::error(format!(
+                "cannot link against this host: {e:#}"
+            )));
+            Box::new(failure.clone())
+        })?;
+    Ok((world, cache))
+}
+
 impl LoadedPlugin {
     /// Loads `bytes` (called `label` in messages) with the operator's `grants` and `limits`.
     pub fn load(
@@ -397,56 +437,13 @@ impl LoadedPlugin {
             info: None,
             problems: Vec::new(),
         };
-        let surface = match inspect::inspect(bytes) {
-            Ok(surface) => surface,
-            Err(
-                why @ (Unreadable::NotWasm | Unreadable::CoreModule | Unreadable::Malformed(_)),
-            ) => {
-                failure.problems.push(Problem::error(why.to_string()));
-                return Err(Box::new(failure));
-            }
-        };
-        let assessment = surface.assess();
-        failure.surface = Some(surface.clone());
-        failure.kind = assessment.kind;
-        failure.problems = assessment.problems.clone();
-        let kind = match assessment.kind {
-            Some(kind) if assessment.compatible() => kind,
-            _ => {
-                failure.step = FailedStep::Compatibility;
-                return Err(Box::new(failure));
-            }
-        };
-
-        let (component, cache) = match host.compile(&digest, bytes) {
-            Ok(compiled) => compiled,
-            Err(e) => {
-                failure
-                    .problems
-                    .push(Problem::error(format!("cannot compile: {e:#}")));
-                return Err(Box::new(failure));
-            }
-        };
-        failure.step = FailedStep::Compatibility;
-        let world = match host
-            .linker()
-            .instantiate_pre(&component)
-            .and_then(|pre| WorldPre::new(kind, pre))
-        {
-            Ok(world) => world,
-            Err(e) => {
-                failure.problems.push(Problem::error(format!(
-                    "cannot link against this host: {e:#}"
-                )));
-                return Err(Box::new(failure));
-            }
-        };
+        let (surface, kind) = check_surface(bytes, &mut failure)?;
+        let (world, cache) = link(host, &digest, bytes, kind, &mut failure)?;
 
         // Read the description with nothing granted: `info` must be pure.
         let mut plugin = LoadedPlugin {
             label: label.to_string(),
             digest,
-            size: bytes.len(),
             surface,
             kind,
             info: Info {
@@ -655,10 +652,6 @@ impl LoadedPlugin {
     /// sha256 of the component, lowercase hex: what runs record.
     pub fn digest(&self) -> &str {
         &self.digest
-    }
-    /// Size of the component in bytes.
-    pub fn size(&self) -> usize {
-        self.size
     }
     /// Its imports and exports.
     pub fn surface(&self) -> &Surface {

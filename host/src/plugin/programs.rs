@@ -27,7 +27,7 @@ pub struct Output {
 pub const PASSED_ENV: [&str; 3] = ["PATH", "HOME", "KUBECONFIG"];
 
 /// `program` with `args`, no shell, only [`PASSED_ENV`] in its environment. Start it with
-/// [`GroupChild::spawn`] (or [`ChildProcess::spawn`](crate::runner::channel::ChildProcess)), so
+/// [`GroupChild::spawn`] (as command channels do, through `ChildProcess`), so
 /// that a timeout stops everything it started.
 pub fn command(program: &str, args: &[String]) -> Command {
     let mut command = Command::new(program);

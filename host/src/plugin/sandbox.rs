@@ -10,6 +10,14 @@ use wasmtime::{ResourceLimiter, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+/// How often the epoch advances; the granularity of every call's wall-time cap.
+pub const TICK: Duration = Duration::from_millis(5);
+
+/// The epoch deadline (in ticks from now) for a call allowed to take `limit`.
+pub(crate) fn ticks_for(limit: Duration) -> u64 {
+    (limit.as_millis() / TICK.as_millis()).max(1) as u64 + 1
+}
+
 /// How much stderr a call may write before further writes fail.
 const STDERR_CAPACITY: usize = 64 * 1024;
 
@@ -147,7 +155,7 @@ pub(crate) fn new_store(
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.memory);
-    store.set_epoch_deadline(super::engine::ticks_for(limits.call_timeout));
+    store.set_epoch_deadline(ticks_for(limits.call_timeout));
     store.epoch_deadline_trap();
     Ok(store)
 }

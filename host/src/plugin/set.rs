@@ -14,19 +14,21 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Turns plugin references into loaded plugins: one engine (with its artifact cache) and the
-/// install store.
+/// Turns plugin references into loaded plugins: one engine (with its artifact cache), the
+/// install store, and the per-call limits every plugin it loads gets.
 pub struct PluginLoader {
     host: PluginHost,
     store: InstallStore,
+    limits: Limits,
 }
 
 impl PluginLoader {
-    /// The loader for `home`'s cache and install store.
-    pub fn new(home: &Home) -> Result<Self> {
+    /// The loader for `home`'s cache and install store; plugins get `limits`.
+    pub fn new(home: &Home, limits: Limits) -> Result<Self> {
         Ok(PluginLoader {
             host: PluginHost::new(home.cache_dir())?,
             store: InstallStore::new(home.plugins_dir()),
+            limits,
         })
     }
 
@@ -40,18 +42,12 @@ impl PluginLoader {
         PluginSource::find(&self.store, base, reference)
     }
 
-    /// Reads and loads `reference` with `grants` and `limits`. A plugin that cannot be loaded
-    /// is an error carrying its [`LoadError`](super::loaded::LoadError), which callers may
-    /// downcast for the step that failed.
-    pub fn load(
-        &self,
-        base: &Path,
-        reference: &str,
-        grants: &Grants,
-        limits: Limits,
-    ) -> Result<LoadedPlugin> {
+    /// Reads and loads `reference` with `grants`. A plugin that cannot be loaded is an error
+    /// carrying its [`LoadError`](super::loaded::LoadError), which callers may downcast for the
+    /// step that failed.
+    pub fn load(&self, base: &Path, reference: &str, grants: &Grants) -> Result<LoadedPlugin> {
         let (bytes, label) = self.source(base, reference)?.read()?;
-        LoadedPlugin::load(&self.host, &bytes, &label, grants, limits)
+        LoadedPlugin::load(&self.host, &bytes, &label, grants, self.limits)
             .map_err(|failure| anyhow::Error::new(*failure))
     }
 }
@@ -72,10 +68,9 @@ impl PluginSet {
         base: &Path,
         reference: &str,
         grants: &Grants,
-        limits: Limits,
         source: serde_json::Value,
     ) -> Result<Arc<LoadedPlugin>> {
-        let plugin = Arc::new(loader.load(base, reference, grants, limits)?);
+        let plugin = Arc::new(loader.load(base, reference, grants)?);
         self.sources.insert(plugin.info().name.clone(), source);
         self.by_ref.insert(reference.to_string(), plugin.clone());
         self.by_ref
@@ -91,17 +86,10 @@ impl PluginSet {
         base: &Path,
         reference: &str,
         grants: &Grants,
-        limits: Limits,
     ) -> Result<()> {
         if !self.by_ref.contains_key(reference) {
-            self.load(
-                loader,
-                base,
-                reference,
-                grants,
-                limits,
-                serde_json::json!("installed"),
-            )?;
+            let source = serde_json::json!("installed");
+            self.load(loader, base, reference, grants, source)?;
         }
         Ok(())
     }

@@ -166,9 +166,9 @@ pub fn dry_run(home: &Home, request: DryRunRequest<'_>) -> DryRun {
 /// Loads the plugin and lets it check the options; its name.
 fn check_options(home: &Home, request: &DryRunRequest<'_>) -> anyhow::Result<String> {
     let options = RunnerOptions::parse(request.runner_options)?;
-    let loader = PluginLoader::new(home)?;
+    let loader = PluginLoader::new(home, request.limits)?;
     let cwd = std::env::current_dir()?;
-    let plugin = loader.load(&cwd, request.plugin, &request.grants, request.limits)?;
+    let plugin = loader.load(&cwd, request.plugin, &request.grants)?;
     let name = plugin.info().name.clone();
     PluginRunner::new(Arc::new(plugin), &options.rest)?;
     Ok(name)

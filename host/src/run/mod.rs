@@ -87,21 +87,7 @@ pub fn run(
         .iter()
         .map(|c| (c.id.as_str(), c))
         .collect();
-    let to_collect: Vec<TrialKey> = record
-        .trials
-        .iter()
-        .filter(|k| !dir.has_trace(k))
-        .cloned()
-        .collect();
-    if let Some(key) = to_collect
-        .iter()
-        .find(|k| !cases.contains_key(k.case.as_str()))
-    {
-        bail!(
-            "trial {key} refers to case `{}`, which the datasets no longer hold",
-            key.case
-        );
-    }
+    let to_collect = trials_to_collect(&record, &dir, &cases)?;
     reporter.event(&RunEvent::Started {
         run_id: &record.run_id,
         total: to_collect.len() as u64,
@@ -150,7 +136,43 @@ pub fn run(
         record.machines.push(serde_json::to_value(report)?);
     }
 
-    // Grade everything collected so far (a resume regrades the whole run).
+    let outcome = finish(&prepared, dir, record, shards)?;
+    reporter.event(&RunEvent::Finished(&outcome));
+    Ok(outcome)
+}
+
+/// The planned trials that have no trace yet; each must refer to a case the datasets hold.
+fn trials_to_collect(
+    record: &RunRecord,
+    dir: &RunDir,
+    cases: &BTreeMap<&str, &CaseRecord>,
+) -> Result<Vec<TrialKey>> {
+    let to_collect: Vec<TrialKey> = record
+        .trials
+        .iter()
+        .filter(|k| !dir.has_trace(k))
+        .cloned()
+        .collect();
+    if let Some(key) = to_collect
+        .iter()
+        .find(|k| !cases.contains_key(k.case.as_str()))
+    {
+        bail!(
+            "trial {key} refers to case `{}`, which the datasets no longer hold",
+            key.case
+        );
+    }
+    Ok(to_collect)
+}
+
+/// Grades everything collected so far (a resume regrades the whole run) and writes the record,
+/// grades, scores and summary.
+fn finish(
+    prepared: &prepare::Prepared,
+    dir: RunDir,
+    mut record: RunRecord,
+    shards: Vec<ShardReport>,
+) -> Result<RunOutcome> {
     let missing = record.trials.iter().filter(|k| !dir.has_trace(k)).count();
     record.collect = match missing {
         0 => Phase::Complete,
@@ -161,12 +183,10 @@ pub fn run(
     dir.write_record(&record)?;
     let summary = Summary::new(&record, &grades);
     dir.write_grades(&grades, &summary)?;
-    let outcome = RunOutcome {
+    Ok(RunOutcome {
         dir,
         record,
         summary,
         shards,
-    };
-    reporter.event(&RunEvent::Finished(&outcome));
-    Ok(outcome)
+    })
 }

@@ -68,7 +68,7 @@ fn load_plugins(
     base: &Path,
     request: &PluginRequest<'_>,
 ) -> Result<PluginSet> {
-    let loader = PluginLoader::new(home)?;
+    let loader = PluginLoader::new(home, request.limits)?;
     let mut plugins = PluginSet::default();
     for reference in &config.plugins {
         let (path, grants) = match reference {
@@ -77,7 +77,7 @@ fn load_plugins(
         };
         let source = serde_json::to_value(reference)?;
         plugins
-            .load(&loader, base, &path, &grants, request.limits, source)
+            .load(&loader, base, &path, &grants, source)
             .with_context(|| format!("plugin `{path}`"))?;
     }
     let cwd = std::env::current_dir()?;
@@ -88,7 +88,6 @@ fn load_plugins(
                 &cwd,
                 reference,
                 request.grants,
-                request.limits,
                 serde_json::json!("--plugin"),
             )
             .with_context(|| format!("--plugin {reference}"))?;
@@ -97,7 +96,7 @@ fn load_plugins(
     for judge in config.all_judges() {
         if let Some(name) = &judge.plugin {
             plugins
-                .load_if_missing(&loader, base, name, &Grants::default(), request.limits)
+                .load_if_missing(&loader, base, name, &Grants::default())
                 .with_context(|| format!("a judge names plugin `{name}`"))?;
         }
     }
@@ -106,7 +105,7 @@ fn load_plugins(
         .filter(|r| !crate::runner::BUILT_IN.contains(r))
     {
         plugins
-            .load_if_missing(&loader, &cwd, runner, request.grants, request.limits)
+            .load_if_missing(&loader, &cwd, runner, request.grants)
             .with_context(|| format!("--runner {runner}"))?;
     }
     Ok(plugins)

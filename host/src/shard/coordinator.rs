@@ -293,8 +293,9 @@ impl<'a> ShardSession<'a> {
             process.handle.kill();
         }
         process.handle.wait();
-        let _ =
-            crate::files::write_atomic(&self.run_dir.worker_log(self.bundle.shard), &log.finish());
+        // Bounded: a process that left the worker's group may hold its stderr open.
+        let log = log.finish_within(grace);
+        let _ = crate::files::write_atomic(&self.run_dir.worker_log(self.bundle.shard), &log);
         self.context.limiter.release_shard(self.bundle.shard);
         self.report.ended = ended;
         self.report
@@ -427,10 +428,7 @@ impl<'a> ShardSession<'a> {
                 "the worker spoke before `hello` ({PROTOCOL} requires it first)"
             ))),
             WorkerMessage::Heartbeat { .. } => None,
-            WorkerMessage::NeedTokens { servers, .. } => {
-                self.on_need_tokens(&servers);
-                None
-            }
+            WorkerMessage::NeedTokens { servers, .. } => self.on_need_tokens(&servers),
             WorkerMessage::Acquire {
                 key,
                 providers,
@@ -480,8 +478,21 @@ impl<'a> ShardSession<'a> {
         None
     }
 
-    /// Answers `need-tokens` with the tokens this run holds, only over stdin.
-    fn on_need_tokens(&mut self, servers: &[String]) {
+    /// Answers `need-tokens` with the tokens this run holds, only over stdin, and only for
+    /// servers of this shard's bundle: asking for any other is a protocol violation.
+    fn on_need_tokens(&mut self, servers: &[String]) -> Option<ShardEnd> {
+        let bundled = |server: &String| {
+            self.bundle
+                .variants
+                .values()
+                .any(|v| v.servers.contains_key(server))
+        };
+        if let Some(stranger) = servers.iter().find(|s| !bundled(s)) {
+            return Some(ShardEnd::Lost(format!(
+                "the worker broke {PROTOCOL}: it asked for a token of server `{stranger}`, which \
+                 its bundle does not use"
+            )));
+        }
         let mut granted = BTreeMap::new();
         for server in servers {
             match self.context.tokens.get(server) {
@@ -499,6 +510,7 @@ impl<'a> ShardSession<'a> {
             }
         }
         self.send(&CoordinatorMessage::Tokens { tokens: granted });
+        None
     }
 
     fn on_acquire(&mut self, acquire: WaitingAcquire) -> Option<ShardEnd> {

@@ -250,6 +250,48 @@ impl Runner for DockerRunner {
             request.shard,
             image::rand_suffix()
         );
+        let body = hardening::container_body(
+            &image.id,
+            vec![image.worker.clone(), "idle".into()],
+            self.labels(request),
+            self.env.clone(),
+            context.memory_each,
+            &self.options,
+        );
+        let deadline = Instant::now() + self.options.ready_timeout;
+        let id = self.create_container(context, &name, body)?;
+        // From here on the machine owns the container: dropping it removes the container.
+        let docker = context.docker.clone();
+        let mut machine = machine::DockerMachine {
+            runtime: self.runtime.handle().clone(),
+            docker: docker.clone(),
+            context: context.name.clone(),
+            name: name.clone(),
+            id: id.clone(),
+            image,
+            memory: context.memory_each,
+            slot: Some(slot),
+            disposed: false,
+            oom: Arc::new(AtomicBool::new(false)),
+            oom_watch: None,
+            started_at,
+            stopped_by_us: Arc::new(AtomicBool::new(false)),
+        };
+        machine.oom_watch = Some(machine::watch_oom(
+            self.runtime.handle(),
+            &docker,
+            &id,
+            machine.oom.clone(),
+        ));
+        self.start_container(context, &mut machine, deadline)?;
+        Ok(Box::new(machine))
+    }
+}
+
+impl DockerRunner {
+    /// The labels of a shard's container: the operator's extra ones (never in mst's own
+    /// namespaces), then the owner's, the run's and the shard's, which win.
+    fn labels(&self, request: &MachineRequest<'_>) -> HashMap<String, String> {
         let mut labels: HashMap<String, String> = self
             .extra_labels
             .iter()
@@ -259,24 +301,27 @@ impl Runner for DockerRunner {
         labels.extend(self.owner.labels());
         labels.insert(owner::RUN.into(), request.run_id.to_string());
         labels.insert(owner::SHARD.into(), request.shard.to_string());
-        let body = hardening::container_body(
-            &image.id,
-            vec![image.worker.clone(), "idle".into()],
-            labels,
-            self.env.clone(),
-            context.memory_each,
-            &self.options,
-        );
-        let docker = context.docker.clone();
+        labels
+    }
+
+    fn too_slow(&self, context: &DockerContext, name: &str) -> anyhow::Error {
+        anyhow::anyhow!(
+            "container {name} on `{}` was not running within readyTimeout ({}s)",
+            context.name,
+            self.options.ready_timeout.as_secs_f64()
+        )
+    }
+
+    /// Creates container `name` from `body` within `readyTimeout`; its id. One Docker made
+    /// too late is removed by name.
+    fn create_container(
+        &self,
+        context: &DockerContext,
+        name: &str,
+        body: bollard::models::ContainerCreateBody,
+    ) -> Result<String> {
+        let docker = &context.docker;
         let timeout = self.options.ready_timeout;
-        let deadline = Instant::now() + timeout;
-        let too_slow = || {
-            anyhow::anyhow!(
-                "container {name} on `{}` was not running within readyTimeout ({}s)",
-                context.name,
-                timeout.as_secs_f64()
-            )
-        };
         let created = self
             .runtime
             .block_on(async {
@@ -284,7 +329,7 @@ impl Runner for DockerRunner {
                 tokio::time::timeout(
                     timeout,
                     docker.create_container(
-                        Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+                        Some(CreateContainerOptionsBuilder::new().name(name).build()),
                         body,
                     ),
                 )
@@ -298,38 +343,28 @@ impl Runner for DockerRunner {
                     .build();
                 let _ = self
                     .runtime
-                    .block_on(docker.remove_container(&name, Some(options)));
-                too_slow()
+                    .block_on(docker.remove_container(name, Some(options)));
+                self.too_slow(context, name)
             })?
             .with_context(|| format!("creating container {name} on `{}`", context.name))?;
-        // From here on the machine owns the container: dropping it removes the container.
-        let mut machine = machine::DockerMachine {
-            runtime: self.runtime.handle().clone(),
-            docker: docker.clone(),
-            context: context.name.clone(),
-            name: name.clone(),
-            id: created.id.clone(),
-            image,
-            memory: context.memory_each,
-            slot: Some(slot),
-            disposed: false,
-            oom: Arc::new(AtomicBool::new(false)),
-            oom_watch: None,
-            started_at,
-            stopped_by_us: Arc::new(AtomicBool::new(false)),
-        };
-        machine.oom_watch = Some(machine::watch_oom(
-            self.runtime.handle(),
-            &docker,
-            &created.id,
-            machine.oom.clone(),
-        ));
+        Ok(created.id)
+    }
+
+    /// Gives the container its work directory and starts it, by `deadline`.
+    fn start_container(
+        &self,
+        context: &DockerContext,
+        machine: &mut machine::DockerMachine,
+        deadline: Instant,
+    ) -> Result<()> {
+        let docker = &context.docker;
+        let id = machine.id.clone();
         let workdir =
             crate::runner::archive::tar_dir(machine::WORKDIR.trim_start_matches('/'), 0o700)?;
         let start = async {
             docker
                 .upload_to_container(
-                    &created.id,
+                    &id,
                     Some(
                         UploadToContainerOptionsBuilder::new()
                             .path("/")
@@ -341,10 +376,7 @@ impl Runner for DockerRunner {
                 .await
                 .context("creating its work directory")?;
             docker
-                .start_container(
-                    &created.id,
-                    Some(StartContainerOptionsBuilder::new().build()),
-                )
+                .start_container(&id, Some(StartContainerOptionsBuilder::new().build()))
                 .await
                 .context("starting it")?;
             Ok::<_, anyhow::Error>(())
@@ -354,17 +386,17 @@ impl Runner for DockerRunner {
             .runtime
             .block_on(async { tokio::time::timeout(left, start).await })
         {
-            Err(_) => return Err(too_slow()),
+            Err(_) => Err(self.too_slow(context, &machine.name)),
             Ok(Err(e)) => {
                 let why = machine
                     .diagnose()
                     .map(|d| format!(": {d}"))
                     .unwrap_or_default();
-                return Err(e.context(format!("container {name} on `{}`{why}", context.name)));
+                let name = &machine.name;
+                Err(e.context(format!("container {name} on `{}`{why}", context.name)))
             }
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => Ok(()),
         }
-        Ok(Box::new(machine))
     }
 }
 

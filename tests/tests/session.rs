@@ -1,0 +1,102 @@
+//! `ShardSession` on a long-lived machine: one machine of the real `local` runner (the built
+//! `mst` as its worker) runs task after task, each a bundle of its own, as the playground will.
+
+use mst::eval::config::{EvalConfig, RateLimits};
+use mst::eval::trial::{CaseRecord, TrialKey};
+use mst::results::RunDir;
+use mst::runner::local::LocalRunner;
+use mst::runner::{MachineRequest, Runner};
+use mst::shard::bundle::{Bundle, BUNDLE_FILE};
+use mst::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession, ShardSettings};
+use mst::shard::limits::Limiter;
+use mst::shard::protocol::PROTOCOL;
+use mst_tests::{mst_bin, s};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+
+/// A one-trial bundle whose case's input is `task`.
+fn bundle(config: &EvalConfig, task: &str) -> Bundle {
+    let key = TrialKey {
+        variant: "default".into(),
+        case: task.into(),
+        trial: 0,
+    };
+    Bundle {
+        protocol: PROTOCOL.into(),
+        mst: env!("CARGO_PKG_VERSION").into(),
+        run_id: "session".into(),
+        eval: config.name.clone(),
+        shard: 0,
+        shards: 1,
+        concurrency: 1,
+        timeout_ms: 30_000,
+        heartbeat_ms: 200,
+        variants: BTreeMap::from([("default".to_string(), config.variant("default"))]),
+        cases: vec![CaseRecord::new(task, serde_json::json!(task))],
+        trials: vec![key],
+    }
+}
+
+#[test]
+fn one_machine_runs_task_after_task_through_shard_sessions() {
+    let config = EvalConfig::parse(
+        r#"{"name": "session", "datasets": ["cases.jsonl"], "client": "command",
+            "clientOptions": {"command": ["cat"]}}"#,
+        Path::new("eval.json"),
+    )
+    .unwrap();
+    let options = BTreeMap::from([("worker".to_string(), s(&mst_bin()).to_string())]);
+    let runner = LocalRunner::new(&options).unwrap();
+    let cancel = AtomicBool::new(false);
+    let note = |_: &str| {};
+    let request = MachineRequest {
+        run_id: "session",
+        shard: 0,
+        shards: 1,
+        note: &note,
+        cancel: &cancel,
+    };
+    let mut machine = runner.create_machine(&request).unwrap();
+    let limiter = Limiter::new(RateLimits::default());
+    let tokens = BTreeMap::new();
+    let seen = Mutex::new(Vec::new());
+    let events = |event: ShardEvent| seen.lock().unwrap().push(event);
+    let context = ShardContext {
+        limiter: &limiter,
+        tokens: &tokens,
+        settings: ShardSettings::default(),
+        events: &events,
+        cancel: &cancel,
+    };
+    let results = tempfile::tempdir().unwrap();
+    let run_dir = RunDir {
+        root: results.path().to_path_buf(),
+    };
+    for task in ["first", "second", "third"] {
+        let bundle = bundle(&config, task);
+        let staged = tempfile::tempdir().unwrap();
+        std::fs::write(
+            staged.path().join(BUNDLE_FILE),
+            serde_json::to_vec(&bundle).unwrap(),
+        )
+        .unwrap();
+        let report =
+            ShardSession::new(&context, &bundle, &run_dir).run(machine.as_mut(), staged.path());
+        assert_eq!(report.ended, ShardEnd::Done, "{task}: {:?}", report.ended);
+        assert_eq!(report.collected, bundle.trials, "{task}");
+        let trace = run_dir.read_trace(&bundle.trials[0]).expect("the trace");
+        assert_eq!(trace.trace.final_text.as_deref(), Some(task));
+    }
+    let seen = seen.into_inner().unwrap();
+    let collected: Vec<&str> = seen
+        .iter()
+        .map(|event| match event {
+            ShardEvent::TrialCollected { key, .. } => key.case.as_str(),
+            other => panic!("unexpected event {other:?}"),
+        })
+        .collect();
+    assert_eq!(collected, ["first", "second", "third"]);
+    assert_eq!(machine.dispose(false).unwrap(), None);
+}
