@@ -350,7 +350,8 @@ head -c 1073741824 /dev/zero | tr '\0' a
         &mst,
         &[format!("contexts={a}"), "image=mst-test-hostile:1".into()],
     );
-    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    // Both refused traces count as infrastructure failures (not missing): exit 1.
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert!(
         started.elapsed() < Duration::from_secs(120),
         "{:?}",
@@ -389,6 +390,11 @@ head -c 1073741824 /dev/zero | tr '\0' a
         );
     }
     assert!(mst_tests::files_containing(&dir, "root:x:0:0").is_empty());
+    for case in ["c1", "c2"] {
+        let trace = read_json(&dir.join(format!("default/{case}/0.json")));
+        assert_eq!(trace["trace"]["status"], "infra", "{trace}");
+        assert_eq!(trace["case"]["id"], case, "the coordinator's own record");
+    }
     assert!(containers_of(&a, &run_id(&eval)).is_empty());
 }
 

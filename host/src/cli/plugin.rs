@@ -230,10 +230,12 @@ fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> 
     PluginLoader::new(home, limits)?
         .load(Path::new(""), spec, &grants)
         .map_err(|error| {
-            let incompatible = error
+            // Only a component that cannot be read is exit 2; finding or verifying an
+            // installed plugin, or an incompatible one, is 1.
+            let unreadable = error
                 .downcast_ref::<LoadError>()
-                .is_some_and(|failure| failure.step != FailedStep::Read);
-            let code = if incompatible { 1 } else { 2 };
+                .is_some_and(|failure| failure.step == FailedStep::Read);
+            let code = if unreadable { 2 } else { 1 };
             anyhow::Error::new(Exit { code, error })
         })
 }

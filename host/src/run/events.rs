@@ -57,7 +57,12 @@ impl RunEvent<'_> {
             RunEvent::RunnerPlan(line) => Some(line.to_string()),
             RunEvent::RunnerNote { message, .. } => Some(message.to_string()),
             RunEvent::Shard(ShardEvent::TraceRefused { key, why, .. }) => Some(format!(
-                "trial {key}: its trace could not be copied back: {why}"
+                "trial {key}: its trace could not be copied back: {why}; it counts as an \
+                 infrastructure failure"
+            )),
+            RunEvent::Shard(ShardEvent::TraceNotCopied { key, why, .. }) => Some(format!(
+                "trial {key}: its trace did not arrive: {why}; it stays missing (--resume \
+                 collects it)"
             )),
             RunEvent::Shard(ShardEvent::NoToken { shard, server }) => {
                 Some(format!("shard {shard}: no token for server `{server}`"))

@@ -2,6 +2,7 @@
 //! and get programs). What comes back is hostile: only the wanted regular files are accepted,
 //! never a link, device or FIFO, and never more than the cap is read.
 
+use super::channel::Refused;
 use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::path::Path;
@@ -150,22 +151,32 @@ pub fn copy_wanted(
         .collect()
 }
 
-/// The contents of `entry` (called `name` in messages) if it is a regular file within `cap`.
+/// The contents of `entry` (called `name` in messages) if it is a regular file within `cap`;
+/// anything else is [`Refused`].
 fn read_regular(mut entry: tar::Entry<'_, impl Read>, name: &str, cap: u64) -> Result<Vec<u8>> {
+    let refused = |why: String| Err(Refused(why).into());
     match entry.header().entry_type() {
         tar::EntryType::Regular | tar::EntryType::Continuous => {}
         tar::EntryType::Symlink | tar::EntryType::Link => {
-            bail!("{name} is a link on the machine; links are never followed")
+            return refused(format!(
+                "{name} is a link on the machine; links are never followed"
+            ))
         }
-        tar::EntryType::Fifo => bail!("{name} is a FIFO on the machine, not a file"),
+        tar::EntryType::Fifo => {
+            return refused(format!("{name} is a FIFO on the machine, not a file"))
+        }
         tar::EntryType::Char | tar::EntryType::Block => {
-            bail!("{name} is a device on the machine, not a file")
+            return refused(format!("{name} is a device on the machine, not a file"))
         }
-        other => bail!("{name} is not a regular file on the machine ({other:?})"),
+        other => {
+            return refused(format!(
+                "{name} is not a regular file on the machine ({other:?})"
+            ))
+        }
     }
     let size = entry.header().size().context("unreadable size")?;
     if size > cap {
-        bail!("{name} is {size} bytes, over the {cap}-byte cap");
+        return refused(format!("{name} is {size} bytes, over the {cap}-byte cap"));
     }
     let mut bytes = Vec::with_capacity(size as usize);
     (&mut entry).take(cap + 1).read_to_end(&mut bytes)?;

@@ -69,6 +69,28 @@ impl ProcessHandle for ChildProcess {
     }
 }
 
+/// What [`Channel::get`] refused to copy: the machine offered something other than a regular
+/// file within the cap (a link, a FIFO, a device, a file over the cap). Unlike a copy that
+/// failed on the way (which leaves the trial missing, for a resume), this is the machine's
+/// doing, and its trial counts as an infrastructure failure.
+#[derive(Debug)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl Refused {
+    /// Whether `error` (or anything it wraps) is a refusal.
+    pub fn is(error: &anyhow::Error) -> bool {
+        error.downcast_ref::<Refused>().is_some()
+    }
+}
+
 /// A machine's channel. Paths on the machine are relative to its work directory.
 pub trait Channel: Send {
     /// One line for progress output, e.g. `local (/tmp/mst-…)`.

@@ -5,7 +5,7 @@
 //! Options: `worker=PATH` runs another program as the worker (default: this mst). Tests use it
 //! to stand in workers that misbehave.
 
-use super::channel::{Channel, ChildProcess, Process};
+use super::channel::{Channel, ChildProcess, Process, Refused};
 use super::{MachineRequest, Runner};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -134,7 +134,13 @@ impl Channel for LocalMachine {
 
     fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()> {
         let path = self.inside(src)?;
-        let bytes = crate::files::read_regular(&path, cap, true)?;
+        let bytes = crate::files::read_regular(&path, cap, true).map_err(|e| {
+            // There but not a regular file within the cap: the machine's doing.
+            match std::fs::symlink_metadata(&path) {
+                Ok(_) => Refused(format!("{e:#}")).into(),
+                Err(_) => e,
+            }
+        })?;
         crate::files::write_atomic(dest, &bytes)
     }
 

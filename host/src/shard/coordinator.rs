@@ -15,7 +15,7 @@ use super::protocol::{
 };
 use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::results::{trace_path, RunDir};
-use crate::runner::channel::Channel;
+use crate::runner::channel::{Channel, Refused};
 use crate::secrets::Secret;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,9 +97,6 @@ pub struct ShardReport {
     /// Trials whose trace was copied back and validated.
     #[serde(skip)]
     pub collected: Vec<TrialKey>,
-    /// Trials the worker reported as infrastructure failures, with reasons.
-    #[serde(skip)]
-    pub infra: Vec<(TrialKey, String)>,
     /// Where a kept machine is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
@@ -137,7 +134,6 @@ impl ShardReport {
             ended: ShardEnd::Done,
             worker: None,
             collected: Vec::new(),
-            infra: Vec::new(),
             kept: None,
             placement: serde_json::Value::Null,
             hello_at: None,
@@ -164,6 +160,13 @@ pub enum ShardEvent {
     },
     /// A trial's trace failed the coordinator's checks; it counts as infra.
     TraceRefused {
+        shard: u32,
+        key: TrialKey,
+        why: String,
+    },
+    /// A trial's trace could not be copied back (the channel failed on the way); the trial
+    /// stays missing, for `--resume`.
+    TraceNotCopied {
         shard: u32,
         key: TrialKey,
         why: String,
@@ -196,6 +199,15 @@ struct WaitingAcquire {
     key: TrialKey,
     providers: Vec<String>,
     servers: Vec<String>,
+}
+
+/// Why a trace did not count as it came back.
+enum CopyFailure {
+    /// What arrived is not an acceptable trace (a link, a FIFO, oversize, not a trace, another
+    /// trial's): the machine's doing, so the trial is infra.
+    Refused(String),
+    /// Nothing usable arrived (the channel failed on the way): the trial stays missing.
+    NotCopied(String),
 }
 
 /// A trial whose trace is still on the machine.
@@ -580,13 +592,21 @@ impl<'a> ShardSession<'a> {
         let machine_lost = fetched.iter().any(|f| f.is_err()) && channel.diagnose().is_some();
         let copies = std::mem::take(&mut self.copies);
         for ((copy, (_, dest)), fetched) in copies.into_iter().zip(&files).zip(fetched) {
-            let checked = fetched
-                .map_err(|e| format!("{e:#}"))
-                .and_then(|()| validate_trace(dest, &copy.key));
+            let checked = match fetched {
+                Ok(()) => validate_trace(dest, &copy.key).map_err(CopyFailure::Refused),
+                Err(e) if Refused::is(&e) => Err(CopyFailure::Refused(format!("{e:#}"))),
+                Err(e) => Err(CopyFailure::NotCopied(format!("{e:#}"))),
+            };
+            let shard = self.bundle.shard;
             match (copy.status, checked) {
                 (Collected::Collected, Ok(())) => self.collected(copy.key),
-                (_, Err(_)) if machine_lost => {
+                // Nothing usable arrived: the trial stays missing, for a resume.
+                (_, Err(CopyFailure::NotCopied(why))) => {
                     let _ = std::fs::remove_file(dest);
+                    if !machine_lost {
+                        let key = copy.key;
+                        (self.context.events)(ShardEvent::TraceNotCopied { shard, key, why });
+                    }
                 }
                 (Collected::Infra, checked) => {
                     let reason = copy
@@ -597,13 +617,10 @@ impl<'a> ShardSession<'a> {
                     }
                     self.infra(copy.key, reason);
                 }
-                (Collected::Collected, Err(why)) => {
-                    (self.context.events)(ShardEvent::TraceRefused {
-                        shard: self.bundle.shard,
-                        key: copy.key.clone(),
-                        why: why.clone(),
-                    });
+                (Collected::Collected, Err(CopyFailure::Refused(why))) => {
+                    let key = copy.key.clone();
                     let reason = format!("its trace was refused: {why}");
+                    (self.context.events)(ShardEvent::TraceRefused { shard, key, why });
                     self.write_infra(dest, &copy.key, &reason);
                     self.infra(copy.key, reason);
                 }
@@ -619,7 +636,6 @@ impl<'a> ShardSession<'a> {
 
     fn infra(&mut self, key: TrialKey, reason: String) {
         let shard = self.bundle.shard;
-        self.report.infra.push((key.clone(), reason.clone()));
         (self.context.events)(ShardEvent::TrialInfra { shard, key, reason });
     }
 
