@@ -42,12 +42,7 @@ impl GroupChild {
 
     /// Stops the program and everything in its process group at once (SIGKILL).
     pub fn kill_group(&mut self) {
-        // SAFETY: kill(2) with a negative pid signals the process group `spawn` created for
-        // this program; the group id is the leader's pid, which we have not reaped yet.
-        #[cfg(unix)]
-        unsafe {
-            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
-        }
+        kill_group(self.child.id());
         let _ = self.child.kill();
     }
 
@@ -78,6 +73,91 @@ impl GroupChild {
             std::thread::sleep(POLL);
         }
     }
+}
+
+/// SIGKILL to the process group led by `leader` (which must not have been reaped yet, so that
+/// its id still names the group).
+fn kill_group(leader: u32) {
+    // SAFETY: kill(2) with a negative pid signals a process group; the caller started its
+    // leader in a new group and has not reaped it.
+    #[cfg(unix)]
+    unsafe {
+        libc::kill(-(leader as i32), libc::SIGKILL);
+    }
+}
+
+/// Kills the process group of a child started elsewhere (an MCP server that rmcp owns) when
+/// dropped. The child must lead its own group: start it with `process_group(0)`.
+pub struct GroupGuard(Option<u32>);
+
+impl GroupGuard {
+    /// Guards the group led by `leader`, if it started.
+    pub fn new(leader: Option<u32>) -> Self {
+        GroupGuard(leader)
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(leader) = self.0 {
+            kill_group(leader);
+        }
+    }
+}
+
+/// What a program that ran to its end left.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: Option<ExitStatus>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// How long output may keep arriving after a program ended (from a process that left its
+/// group); after that [`run_to_end`] returns what it has.
+const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// Runs `command` with `stdin` in a process group of its own, its stdout and stderr capped at
+/// `cap` bytes each. Past `limit` the group is killed and this is an error; after the program
+/// ends, whatever it left behind in its group goes too.
+pub fn run_to_end(
+    command: &mut Command,
+    stdin: Vec<u8>,
+    limit: Duration,
+    cap: u64,
+) -> Result<Finished, String> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = GroupChild::spawn(
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .map_err(|e| e.to_string())?;
+    let (input, stdout, stderr) = child.take_pipes();
+    let mut input = input.expect("stdin is piped");
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let stdout = CappedReader::spawn(stdout.expect("stdout is piped"), cap);
+    let stderr = CappedReader::spawn(stderr.expect("stderr is piped"), cap);
+    let Some(status) = child.wait_until(Instant::now() + limit) else {
+        child.kill_group();
+        child.wait();
+        return Err(format!(
+            "timed out after {} ms and was killed",
+            limit.as_millis()
+        ));
+    };
+    // A background process holding the pipes would otherwise keep the readers waiting.
+    child.kill_group();
+    drop(writer);
+    Ok(Finished {
+        status,
+        stdout: stdout.finish_within(LEFTOVER_WAIT),
+        stderr: stderr.finish_within(LEFTOVER_WAIT),
+    })
 }
 
 /// The exit code of `status`, or -1 when a signal ended the program.

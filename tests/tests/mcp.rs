@@ -275,3 +275,47 @@ fn a_token_from_the_secrets_file_reaches_the_server_and_nothing_else() {
         missing.stderr
     );
 }
+
+#[test]
+fn a_stdio_server_leaves_nothing_running_after_its_trial() {
+    require("python3", &["-c", "import mcp_server_time"]);
+    let mst = Mst::new();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("helper.pid");
+    // The real time server, started by a wrapper that leaves a helper process behind in the
+    // server's process group (as launchers such as npx do).
+    let wrapper = format!(
+        "sleep 300 & echo $! > {}; exec python3 -m mcp_server_time --local-timezone UTC",
+        s(&pid_file)
+    );
+    let eval = mst_tests::Eval::new(
+        json!({
+            "name": "mcp-group",
+            "datasets": ["cases.jsonl"],
+            "servers": {"time": {"command": "sh", "args": ["-c", wrapper]}},
+            "client": "mcp",
+            "timeout": 30
+        }),
+        &[
+            json!({"id": "utc", "input": {"tool": "get_current_time", "arguments": {"timezone": "UTC"}}}),
+        ],
+    );
+    let started = Instant::now();
+    let run = eval.run(&mst, &["-q"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    // Left running, the helper would also hold the worker's stderr and the run's end with it.
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "the run waited for the helper: {:?}",
+        started.elapsed()
+    );
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    // Running, not a zombie waiting for init to reap it.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    let state = stat.rsplit(')').next().unwrap_or_default().trim_start();
+    assert!(
+        stat.is_empty() || state.starts_with('Z'),
+        "the server's helper {} outlived its trial: {stat}",
+        pid.trim()
+    );
+}

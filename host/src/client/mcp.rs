@@ -11,6 +11,7 @@
 use super::{Client, TrialInput};
 use crate::eval::config::ServerConfig;
 use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus};
+use crate::process::GroupGuard;
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use rmcp::model::CallToolRequestParams;
@@ -65,7 +66,11 @@ impl McpClient {
     }
 }
 
-type Session = RunningService<RoleClient, ()>;
+/// A connected MCP server; a stdio server's whole process group goes when it is dropped.
+struct Session {
+    service: RunningService<RoleClient, ()>,
+    _group: GroupGuard,
+}
 
 async fn connect(config: &ServerConfig, token: Option<&Secret>) -> Result<Session> {
     match config {
@@ -74,14 +79,18 @@ async fn connect(config: &ServerConfig, token: Option<&Secret>) -> Result<Sessio
             command
                 .args(&server.args)
                 .envs(&server.env)
+                .process_group(0)
                 .kill_on_drop(true);
             let transport = rmcp::transport::TokioChildProcess::new(command)
                 .with_context(|| format!("cannot start `{}`", server.command))?;
-            Ok(
-                ().serve(transport)
-                    .await
-                    .context("MCP initialization failed")?,
-            )
+            // A helper the server left in its group (launchers such as npx leave one) would
+            // outlive the trial and hold the worker's stderr.
+            let group = GroupGuard::new(transport.id());
+            let service = ().serve(transport).await.context("MCP initialization failed")?;
+            Ok(Session {
+                service,
+                _group: group,
+            })
         }
         ServerConfig::Http(server) => {
             let mut transport_config =
@@ -93,10 +102,14 @@ async fn connect(config: &ServerConfig, token: Option<&Secret>) -> Result<Sessio
             }
             let transport =
                 rmcp::transport::StreamableHttpClientTransport::from_config(transport_config);
-            Ok(()
+            let service = ()
                 .serve(transport)
                 .await
-                .with_context(|| format!("cannot connect to {}", server.url))?)
+                .with_context(|| format!("cannot connect to {}", server.url))?;
+            Ok(Session {
+                service,
+                _group: GroupGuard::new(None),
+            })
         }
     }
 }
@@ -166,7 +179,7 @@ async fn run_calls(
         let call_started = Instant::now();
         let params =
             CallToolRequestParams::new(call.tool.clone()).with_arguments(call.arguments.clone());
-        let (output, is_error) = match session.call_tool(params).await {
+        let (output, is_error) = match session.service.call_tool(params).await {
             Ok(result) => (text_of(&result), result.is_error.unwrap_or(false)),
             // A JSON-RPC error (unknown tool, bad arguments) is the server's answer.
             Err(rmcp::ServiceError::McpError(error)) => (error.message.to_string(), true),
@@ -189,7 +202,7 @@ async fn run_calls(
         last = Some(output);
     }
     for (_, session) in sessions {
-        let _ = session.cancel().await;
+        let _ = session.service.cancel().await;
     }
     Ok(last)
 }

@@ -3,10 +3,9 @@
 //! of `PATH`, `HOME` and `KUBECONFIG` only (never the operator's secrets); the process rules
 //! (own group, deadline, capped output) are [`crate::process`]'s.
 
-use crate::process::{CappedReader, GroupChild};
-use std::io::Write;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use crate::process::run_to_end;
+use std::process::Command;
+use std::time::Duration;
 
 /// Bytes kept of a program's stdout or stderr.
 pub const MAX_OUTPUT: u64 = 16 * 1024 * 1024;
@@ -26,9 +25,9 @@ pub struct Output {
 /// out on purpose: it would lend the operator's whole agent (use the ssh runner's `identity`).
 pub const PASSED_ENV: [&str; 3] = ["PATH", "HOME", "KUBECONFIG"];
 
-/// `program` with `args`, no shell, only [`PASSED_ENV`] in its environment. Start it with
-/// [`GroupChild::spawn`] (as command channels do, through `ChildProcess`), so
-/// that a timeout stops everything it started.
+/// `program` with `args`, no shell, only [`PASSED_ENV`] in its environment. Start it through
+/// [`crate::process`] (as [`run`] and command channels do), so that a timeout stops everything
+/// it started.
 pub fn command(program: &str, args: &[String]) -> Command {
     let mut command = Command::new(program);
     command.args(args).env_clear();
@@ -47,46 +46,18 @@ pub fn run(
     stdin: Vec<u8>,
     timeout: Duration,
 ) -> Result<Output, String> {
-    let mut child = GroupChild::spawn(
-        command(program, args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
-    )
-    .map_err(|e| e.to_string())?;
-    let (input, stdout, stderr) = child.take_pipes();
-    let mut input = input.expect("stdin is piped");
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&stdin);
-    });
-    let stdout = CappedReader::spawn(stdout.expect("stdout is piped"), MAX_OUTPUT);
-    let stderr = CappedReader::spawn(stderr.expect("stderr is piped"), MAX_OUTPUT);
-    let Some(status) = child.wait_until(Instant::now() + timeout) else {
-        child.kill_group();
-        child.wait();
-        return Err(format!(
-            "timed out after {} ms and was killed",
-            timeout.as_millis()
-        ));
-    };
-    // Whatever it left behind in its group goes too: a background process holding the pipes
-    // would otherwise keep the readers (and this call) waiting.
-    child.kill_group();
-    drop(writer);
+    let finished = run_to_end(&mut command(program, args), stdin, timeout, MAX_OUTPUT)?;
     Ok(Output {
-        status: crate::process::exit_code(status),
-        stdout: stdout.finish_within(LEFTOVER_WAIT),
-        stderr: stderr.finish_within(LEFTOVER_WAIT),
+        status: crate::process::exit_code(finished.status),
+        stdout: finished.stdout,
+        stderr: finished.stderr,
     })
 }
-
-/// How long output may keep arriving after the program ended (from a process that left its
-/// group); after that the call returns what it has.
-const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn programs_time_out_and_are_killed() {

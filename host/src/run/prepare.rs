@@ -183,16 +183,17 @@ impl Prepared {
     }
 }
 
+/// The longest a provenance `git` call may take; a repository that slow is recorded without.
+const GIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The git commit and dirty flag of the repository holding `dir`, when it is one.
 pub fn git_state(dir: &Path) -> Option<GitState> {
     let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .output()
+        let mut command = std::process::Command::new("git");
+        command.arg("-C").arg(dir).args(args);
+        crate::process::run_to_end(&mut command, Vec::new(), GIT_LIMIT, 1 << 20)
             .ok()
-            .filter(|o| o.status.success())
+            .filter(|o| o.status.is_some_and(|s| s.success()))
     };
     let commit = String::from_utf8(git(&["rev-parse", "HEAD"])?.stdout)
         .ok()?
