@@ -55,6 +55,15 @@ fn an_installed_runner_plugin_runs_with_runner_alone() {
     assert_eq!(plugin["name"], HOSTILE, "{record}");
     assert_eq!(plugin["source"], "installed", "{plugin}");
     assert_eq!(plugin["granted"]["exec"][0]["program"], "sh", "{plugin}");
+    // A name that is neither built in, loaded nor installed says what the runners are.
+    let typo = eval.run(&mst, &["--runner", "dokcer"]);
+    assert_eq!(typo.code, 2, "{}", typo.stderr);
+    assert!(
+        typo.stderr
+            .contains("the built-in runners are `local` and `docker`"),
+        "{}",
+        typo.stderr
+    );
 }
 
 #[test]
@@ -149,23 +158,32 @@ fn a_trace_the_coordinator_refuses_counts_as_infra_not_missing() {
     let eval = Eval::new(
         json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
                "clientOptions": {"command": ["cat"]}}),
-        &[json!({"id": "c1", "input": "x"})],
+        &[
+            json!({"id": "c1", "input": "x"}),
+            json!({"id": "c2", "input": "y"}),
+        ],
     );
-    // A worker that reports the trial collected but wrote a trace that names another case.
+    // A worker that reports both trials collected, having written a trace that names another
+    // case for c1 and a link to a host file for c2.
     let worker = eval.dir.path().join("forger.sh");
-    let key = r#"{"variant":"default","case":"c1","trial":0}"#;
+    let key = |case: &str| format!(r#"{{"variant":"default","case":"{case}","trial":0}}"#);
     let version = env!("CARGO_PKG_VERSION");
     let script = format!(
         r#"#!/bin/sh
 while [ $# -gt 0 ]; do [ "$1" = --results ] && r=$2; shift; done
-mkdir -p "$r/default/c1"
+mkdir -p "$r/default/c1" "$r/default/c2"
 echo '{{"case":{{"id":"other","input":"x"}},"variant":"default","trial":0,"trace":{{}}}}' > "$r/default/c1/0.json"
+ln -s /etc/passwd "$r/default/c2/0.json"
 echo '{{"type":"hello","protocol":"mst.shard/v1","mst":"{version}","client":{{"name":"command","version":"{version}"}},"shard":0}}'
-echo '{{"type":"acquire","key":{key},"providers":[],"servers":[]}}'
-read granted
-echo '{{"type":"trial","key":{key},"status":"collected","path":"default/c1/0.json"}}'
-echo '{{"type":"done","counts":{{"collected":1,"infra":0,"skipped":0}},"cleanup":"ok"}}'
-"#
+for k in '{k1}' '{k2}'; do
+  echo '{{"type":"acquire","key":'"$k"',"providers":[],"servers":[]}}'
+  read granted
+  echo '{{"type":"trial","key":'"$k"',"status":"collected","path":"x"}}'
+done
+echo '{{"type":"done","counts":{{"collected":2,"infra":0,"skipped":0}},"cleanup":"ok"}}'
+"#,
+        k1 = key("c1"),
+        k2 = key("c2"),
     );
     std::fs::write(&worker, script).unwrap();
     std::fs::set_permissions(&worker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -174,16 +192,22 @@ echo '{{"type":"done","counts":{{"collected":1,"infra":0,"skipped":0}},"cleanup"
     assert_eq!(forged.code, 1, "{}\n{}", forged.stdout, forged.stderr);
     let summary = forged.json();
     assert_eq!(summary["collect"], "complete", "{summary}");
-    assert_eq!(summary["variants"]["default"]["infra"], 1, "{summary}");
+    assert_eq!(summary["variants"]["default"]["infra"], 2, "{summary}");
     assert!(
         summary["missing"].as_array().unwrap().is_empty(),
         "{summary}"
     );
-    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
-    assert_eq!(trace["trace"]["status"], "infra", "{trace}");
-    assert_eq!(trace["case"]["id"], "c1", "the worker's forgery is gone");
-    let reason = trace["trace"]["events"][0]["text"].as_str().unwrap();
-    assert!(reason.contains("its trace was refused"), "{reason}");
+    for (case, says) in [("c1", "the trace is for"), ("c2", "symbolic link")] {
+        let trace = read_json(&eval.run_dir("e2e").join(format!("default/{case}/0.json")));
+        assert_eq!(trace["trace"]["status"], "infra", "{trace}");
+        assert_eq!(trace["case"]["id"], case, "the coordinator's own record");
+        let reason = trace["trace"]["events"][0]["text"].as_str().unwrap();
+        assert!(
+            reason.contains("its trace was refused") && reason.contains(says),
+            "{reason}"
+        );
+    }
+    assert!(mst_tests::files_containing(&eval.results(), "root:x:0:0").is_empty());
 }
 
 #[test]
@@ -264,4 +288,26 @@ fn the_quickstart_trial_grades_as_its_readme_says() {
         "{}\n{}",
         json_grader.stdout, json_grader.stderr
     );
+}
+
+#[test]
+fn tokens_over_the_line_cap_are_a_config_error_before_any_machine() {
+    let mst = Mst::new();
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "mcp",
+               "servers": {"api": {"url": "http://127.0.0.1:9/mcp", "token": "BIG"}}}),
+        &[json!({"id": "c1", "input": {"tool": "echo", "arguments": {}}})],
+    );
+    let secrets = eval.dir.path().join("secrets.json");
+    std::fs::write(&secrets, json!({"BIG": "x".repeat(70_000)}).to_string()).unwrap();
+    std::fs::set_permissions(
+        &secrets,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let run = eval.run(&mst, &["-q", "--secrets-file", s(&secrets)]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("65536-byte cap"), "{}", run.stderr);
+    assert!(!run.stderr.contains("xxxx"), "the value never shows");
+    assert!(!eval.results().exists(), "no run was started");
 }

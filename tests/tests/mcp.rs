@@ -310,7 +310,7 @@ fn a_stdio_server_leaves_nothing_running_after_its_trial() {
         started.elapsed()
     );
     let pid = std::fs::read_to_string(&pid_file).unwrap();
-    // Running, not a zombie waiting for init to reap it.
+    // Gone, or killed and only waiting for init to reap it (a zombie).
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
     let state = stat.rsplit(')').next().unwrap_or_default().trim_start();
     assert!(

@@ -109,6 +109,8 @@ struct Reporter {
     config: PathBuf,
     /// A JUnit file that could not be written.
     failure: Mutex<Option<anyhow::Error>>,
+    /// What goes to stdout once the run has cleaned up (a closed stdout ends mst at once).
+    summary: Mutex<String>,
 }
 
 impl Reporter {
@@ -136,6 +138,7 @@ impl Reporter {
             junit: args.junit.clone(),
             config: args.config.clone(),
             failure: Mutex::new(None),
+            summary: Mutex::new(String::new()),
         }
     }
 
@@ -152,14 +155,15 @@ impl Reporter {
                 *self.failure.lock().expect("failure") = Some(e);
             }
         }
-        show_summary(&outcome.summary, self.json, &outcome.dir.root);
+        let mut text = summary_text(&outcome.summary, self.json, &outcome.dir.root);
         if !self.json && !outcome.summary.missing.is_empty() {
-            outln!(
-                "resume:  mst run --config {} --resume {}",
+            text.push_str(&format!(
+                "resume:  mst run --config {} --resume {}\n",
                 self.config.display(),
                 outcome.record.run_id
-            );
+            ));
         }
+        *self.summary.lock().expect("summary") = text;
     }
 
     fn trial(&self, key: &TrialKey, collected: bool) {
@@ -250,20 +254,21 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     let reporter = Reporter::new(&args);
     let outcome = run::run(home, &request, &reporter, &CANCEL)
         .map_err(|error| super::Exit { code: 2, error })?;
+    out!("{}", reporter.summary.lock().expect("summary"));
     if let Some(error) = reporter.failure.lock().expect("failure").take() {
         return Err(error);
     }
     Ok(outcome.summary.exit_code())
 }
 
-/// The summary on stdout: JSON, or the table and where the run directory is.
-fn show_summary(summary: &results::Summary, json: bool, dir: &std::path::Path) {
-    if json {
-        let text = serde_json::to_string_pretty(summary).expect("summaries serialize");
-        outln!("{text}");
-    } else {
-        out!("{}", report::table(summary));
-        outln!("results: {}", dir.display());
+/// The summary for stdout: JSON, or the table and where the run directory is.
+fn summary_text(summary: &results::Summary, json: bool, dir: &std::path::Path) -> String {
+    match json {
+        true => {
+            let text = serde_json::to_string_pretty(summary).expect("summaries serialize");
+            format!("{text}\n")
+        }
+        false => format!("{}results: {}\n", report::table(summary), dir.display()),
     }
 }
 
@@ -297,7 +302,10 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
         args.sandbox.limits()?,
     )
     .map_err(|error| super::Exit { code: 2, error })?;
-    show_summary(&outcome.summary, args.json, &outcome.dir.root);
+    out!(
+        "{}",
+        summary_text(&outcome.summary, args.json, &outcome.dir.root)
+    );
     if !args.json {
         outln!("regraded into {}", outcome.record.run_id);
     }
@@ -343,7 +351,7 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
             let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
             let bytes = crate::files::read_input(&dir.root.join("summary.json"))?;
             let summary: results::Summary = serde_json::from_slice(&bytes)?;
-            show_summary(&summary, json, &dir.root);
+            out!("{}", summary_text(&summary, json, &dir.root));
             Ok(0)
         }
     }

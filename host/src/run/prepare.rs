@@ -11,6 +11,7 @@ use crate::plugin::set::{PluginLoader, PluginSet};
 use crate::plugin::{Grants, Limits};
 use crate::results::{GitState, PluginRecord};
 use crate::secrets::{Secret, Secrets};
+use crate::shard::protocol::{CoordinatorMessage, Token, MAX_LINE_BYTES};
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -100,9 +101,13 @@ fn load_plugins(
                 .with_context(|| format!("a judge names plugin `{name}`"))?;
         }
     }
+    // A name that is neither loaded nor installed is left to the runner lookup, which says
+    // what the runners are.
+    let known = |r: &&str| plugins.find(r).is_some() || loader.source(&cwd, r).is_ok();
     if let Some(runner) = request
         .runner
         .filter(|r| !crate::runner::BUILT_IN.contains(r))
+        .filter(known)
     {
         plugins
             .load_if_missing(&loader, &cwd, runner, request.grants)
@@ -162,6 +167,26 @@ impl Prepared {
                 })?;
                 tokens.insert(label.clone(), value.clone());
             }
+        }
+        // They travel in one `tokens` line, which the worker reads only up to the line cap.
+        let line = crate::shard::protocol::encode(&CoordinatorMessage::Tokens {
+            tokens: tokens
+                .iter()
+                .map(|(label, value)| {
+                    let token = Token {
+                        value: value.clone(),
+                        expires_at: None,
+                    };
+                    (label.clone(), token)
+                })
+                .collect(),
+        });
+        if line.len() > MAX_LINE_BYTES {
+            anyhow::bail!(
+                "the servers' tokens take {} bytes in one protocol line, over the \
+                 {MAX_LINE_BYTES}-byte cap: use fewer or shorter tokens",
+                line.len()
+            );
         }
         Ok(tokens)
     }

@@ -10,7 +10,7 @@
 //! becomes the worker's argv, several words).
 
 use super::archive;
-use super::channel::{Channel, ChildProcess, Process};
+use super::channel::{Channel, ChildProcess, Process, Refused};
 use crate::plugin::bindings::CommandChannel;
 use crate::plugin::capabilities::Effective;
 use crate::plugin::programs;
@@ -229,7 +229,9 @@ impl CommandMachine {
                 status.unwrap_or(-1),
                 tail(&stderr)
             );
-            for result in results.iter_mut().filter(|r| r.is_err()) {
+            // A refusal stands: what arrived was the machine's doing, whatever the program says.
+            let failed = |r: &&mut Result<()>| r.as_ref().is_err_and(|e| !Refused::is(e));
+            for result in results.iter_mut().filter(failed) {
                 *result = Err(anyhow::anyhow!("{why}"));
             }
         }

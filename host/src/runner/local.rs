@@ -133,7 +133,13 @@ impl Channel for LocalMachine {
     }
 
     fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()> {
-        let path = self.inside(src)?;
+        // A plain relative path refused by `inside` has a link in it: the machine's doing.
+        let path = self
+            .inside(src)
+            .map_err(|e| match crate::files::is_plain_relative(src) {
+                true => Refused(format!("{e:#}")).into(),
+                false => e,
+            })?;
         let bytes = crate::files::read_regular(&path, cap, true).map_err(|e| {
             // There but not a regular file within the cap: the machine's doing.
             match std::fs::symlink_metadata(&path) {

@@ -600,14 +600,18 @@ impl<'a> ShardSession<'a> {
             let shard = self.bundle.shard;
             match (copy.status, checked) {
                 (Collected::Collected, Ok(())) => self.collected(copy.key),
-                // Nothing usable arrived: the trial stays missing, for a resume.
-                (_, Err(CopyFailure::NotCopied(why))) => {
+                // The machine vanished under it: the trial stays missing, for a resume.
+                (_, Err(CopyFailure::NotCopied(_))) if machine_lost => {
                     let _ = std::fs::remove_file(dest);
-                    if !machine_lost {
-                        let key = copy.key;
-                        (self.context.events)(ShardEvent::TraceNotCopied { shard, key, why });
-                    }
                 }
+                // Nothing usable arrived: the trial stays missing, for a resume.
+                (Collected::Collected, Err(CopyFailure::NotCopied(why))) => {
+                    let _ = std::fs::remove_file(dest);
+                    let key = copy.key;
+                    (self.context.events)(ShardEvent::TraceNotCopied { shard, key, why });
+                }
+                // The worker says the client could not run (with its reason, which a missing
+                // trace does not make less true).
                 (Collected::Infra, checked) => {
                     let reason = copy
                         .error

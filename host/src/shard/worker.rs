@@ -38,6 +38,8 @@ impl Wire {
 /// One input to the worker's state machine.
 enum Event {
     FromCoordinator(CoordinatorMessage),
+    /// The coordinator sent a line this worker cannot read.
+    CoordinatorBroke(String),
     CoordinatorGone,
     Finished(TrialKey, Result<Option<TrialStatus>, String>),
 }
@@ -196,16 +198,16 @@ impl Worker {
     fn listen(&self) {
         let events = self.events.clone();
         std::thread::spawn(move || {
-            protocol::read_messages::<CoordinatorMessage>(
-                std::io::stdin(),
-                |message| match message {
-                    Ok(message) => events.send(Event::FromCoordinator(message)).is_ok(),
-                    Err(e) => {
-                        eprintln!("mst collect: ignoring a bad coordinator line: {e}");
-                        true
-                    }
-                },
-            );
+            protocol::read_messages::<CoordinatorMessage>(std::io::stdin(), |message| {
+                let event = match message {
+                    Ok(message) => Event::FromCoordinator(message),
+                    // The coordinator speaks this exact version: a bad line is a broken
+                    // channel, said loudly (as `fatal`), not a silent cancel.
+                    Err(e) => Event::CoordinatorBroke(e.to_string()),
+                };
+                let go_on = matches!(event, Event::FromCoordinator(_));
+                events.send(event).is_ok() && go_on
+            });
             let _ = events.send(Event::CoordinatorGone);
         });
     }
@@ -241,6 +243,10 @@ impl Worker {
                     self.on_tokens(tokens)?
                 }
                 Event::CoordinatorGone => self.cancel(),
+                Event::CoordinatorBroke(why) => {
+                    self.cancel();
+                    anyhow::bail!("the coordinator's input is unreadable: {why}");
+                }
                 Event::Finished(key, outcome) => self.on_finished(key, outcome),
             }
         }

@@ -240,9 +240,10 @@ impl Runner for DockerRunner {
         let Some(slot) = self.slots.acquire(request.cancel) else {
             bail!("cancelled while waiting for room on the Docker hosts");
         };
+        // The machine starts here: preparing its image on this host is part of making it.
+        let started_at = Instant::now();
         let context = &self.contexts[slot.index];
         let image = self.image_on(slot.index, request.note)?;
-        let started_at = Instant::now();
         let run = request.run_id.get(..24).unwrap_or(request.run_id);
         let name = format!(
             "mst-{}-s{}-{}",
