@@ -7,6 +7,12 @@ use std::time::{Duration, Instant};
 
 const SSHD: &str = "/usr/sbin/sshd";
 
+/// The account sessions log in as when it exists (`cargo xtask test` creates it as root): its
+/// shell is `/bin/sh`, so no shell start-up file of the machine's own (root's `.bashrc` runs
+/// `pyenv init` here, whose lock a killed session leaves behind, stalling every later login)
+/// runs in the sessions the tests kill.
+pub const TEST_USER: &str = "mst-ssh-test";
+
 /// Keys and files shared by the servers: the client key and its known_hosts.
 pub struct SshKeys {
     pub dir: tempfile::TempDir,
@@ -26,7 +32,8 @@ impl SshKeys {
 /// One running `sshd`.
 pub struct Sshd {
     pub port: u16,
-    /// The account it lets the client key in as (the one running the tests).
+    /// The account it lets the client key in as: [`TEST_USER`] when it exists, else the one
+    /// running the tests.
     pub user: String,
     child: Option<Child>,
     config: PathBuf,
@@ -57,6 +64,12 @@ pub fn available() -> bool {
 /// Makes the client key.
 pub fn keys() -> SshKeys {
     let dir = tempfile::tempdir().unwrap();
+    // The test account reads the authorized (public) key from here.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let client = dir.path().join("client");
     run(
         "ssh-keygen",
@@ -79,10 +92,22 @@ impl Sshd {
         // Privilege separation needs this directory (Debian's service would make it).
         std::fs::create_dir_all("/run/sshd").unwrap();
         let port = crate::free_port();
-        let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
-            .unwrap()
-            .trim()
-            .to_string();
+        let exists = |user: &str| {
+            Command::new("id")
+                .arg("-u")
+                .arg(user)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let user = match exists(TEST_USER) {
+            true => TEST_USER.to_string(),
+            false => String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
+                .unwrap()
+                .trim()
+                .to_string(),
+        };
         let config = dir.join(format!("sshd-{name}.conf"));
         std::fs::write(
             &config,

@@ -197,6 +197,7 @@ fn test() -> Result<()> {
         ("/usr/sbin/sshd", "openssh-server"),
         ("ssh", "openssh-client"),
     ])?;
+    ensure_ssh_test_user();
     let engines = engines::start(&root())?;
     let result = run(cargo()
         .current_dir(root())
@@ -208,6 +209,27 @@ fn test() -> Result<()> {
         .env("MST_REQUIRE_SSHD", "1"));
     drop(engines);
     result
+}
+
+/// The account the ssh tests log in as (`tests/src/sshd.rs`): `/bin/sh` as its shell, so no
+/// start-up file of the machine's own runs in their sessions. Made when running as root;
+/// elsewhere the tests log in as the current user.
+fn ensure_ssh_test_user() {
+    const USER: &str = "mst-ssh-test";
+    let exists = Command::new("id")
+        .args(["-u", USER])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !exists {
+        // `*`: no password, but not locked (sshd refuses locked accounts without PAM).
+        let made = Command::new("useradd")
+            .args(["--system", "--shell", "/bin/sh", "--password", "*"])
+            .args(["--home-dir", "/nonexistent", "--no-create-home", USER])
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("xtask: cannot create {USER}; the ssh tests log in as the current user");
+        }
+    }
 }
 
 /// Formatting and clippy (warnings are errors) for both workspaces.
