@@ -12,50 +12,38 @@ pub mod grader {
     });
 }
 
+/// Bindings for the world `$world`, reusing the `grader` world's types and host interfaces
+/// (`types`, `log`, `exec`, `secrets`, `http`, and those named after them).
+macro_rules! world_reusing_grader {
+    ($world:tt $(, $extra:tt => $module:ident)*) => {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            world: $world,
+            with: {
+                "mst:plugin/types": crate::plugin::bindings::grader::mst::plugin::types,
+                "mst:plugin/log": crate::plugin::bindings::grader::mst::plugin::log,
+                "mst:plugin/exec": crate::plugin::bindings::grader::mst::plugin::exec,
+                "mst:plugin/secrets": crate::plugin::bindings::grader::mst::plugin::secrets,
+                "mst:plugin/http": crate::plugin::bindings::grader::mst::plugin::http,
+                $($extra: crate::plugin::bindings::grader::mst::plugin::$module,)*
+            },
+        });
+    };
+}
+
 /// The `pairwise-grader` world.
 pub mod pairwise {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "pairwise-grader",
-        with: {
-            "mst:plugin/types": crate::plugin::bindings::grader::mst::plugin::types,
-            "mst:plugin/log": crate::plugin::bindings::grader::mst::plugin::log,
-            "mst:plugin/exec": crate::plugin::bindings::grader::mst::plugin::exec,
-            "mst:plugin/secrets": crate::plugin::bindings::grader::mst::plugin::secrets,
-            "mst:plugin/http": crate::plugin::bindings::grader::mst::plugin::http,
-            "mst:plugin/model": crate::plugin::bindings::grader::mst::plugin::model,
-        },
-    });
+    world_reusing_grader!("pairwise-grader", "mst:plugin/model" => model);
 }
 
 /// The `dataset` world.
 pub mod dataset {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "dataset",
-        with: {
-            "mst:plugin/types": crate::plugin::bindings::grader::mst::plugin::types,
-            "mst:plugin/log": crate::plugin::bindings::grader::mst::plugin::log,
-            "mst:plugin/exec": crate::plugin::bindings::grader::mst::plugin::exec,
-            "mst:plugin/secrets": crate::plugin::bindings::grader::mst::plugin::secrets,
-            "mst:plugin/http": crate::plugin::bindings::grader::mst::plugin::http,
-        },
-    });
+    world_reusing_grader!("dataset");
 }
 
 /// The `runner` world.
 pub mod runner {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "runner",
-        with: {
-            "mst:plugin/types": crate::plugin::bindings::grader::mst::plugin::types,
-            "mst:plugin/log": crate::plugin::bindings::grader::mst::plugin::log,
-            "mst:plugin/exec": crate::plugin::bindings::grader::mst::plugin::exec,
-            "mst:plugin/secrets": crate::plugin::bindings::grader::mst::plugin::secrets,
-            "mst:plugin/http": crate::plugin::bindings::grader::mst::plugin::http,
-        },
-    });
+    world_reusing_grader!("runner");
 }
 
 pub use grader::mst::plugin::types::{
