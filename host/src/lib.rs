@@ -1,22 +1,21 @@
 //! `mst`: run evaluations of agents, tools and MCP servers, with everything that varies between
 //! organisations shipped as sandboxed WebAssembly components.
 //!
-//! The crate is organised one folder per concept (see `docs/architecture.md`):
-//! - [`plugin`]: the plugin host: engine, artifact cache, ABI check, sandbox, per-world calls,
-//!   and the install store.
-//! - [`cli`]: the `mst` command line.
+//! The crate is organised one folder per concept, in layers that import only downwards (see
+//! `docs/architecture.md` and ADR 0006), top first:
+//! - [`cli`]: the `mst` command line: parsing, progress, output, exit codes.
 //! - [`run`]: orchestration: one run end to end, resume, regrade, the runner dry run.
+//! - [`shard`]: `mst.shard/v1`: protocol, bundle, the coordinator's `ShardSession` and the
+//!   worker.
+//! - [`runner`], [`grade`], [`results`]: machines and their channels; judges and grades; the run
+//!   directory, summaries and reports.
 //! - [`client`]: what runs one trial on a machine (`command`, `mcp`).
-//! - [`clock`]: wall-clock time as mst records it.
 //! - [`eval`]: the data model: config, cases, trial keys, traces, the plan.
-//! - [`process`]: host processes: process groups, deadlines, capped reads.
-//! - [`files`]: careful reads of untrusted files and atomic writes.
-//! - [`grade`]: judges, trial grades and case outcomes.
-//! - [`home`]: where mst keeps its state (`$MST_HOME`).
-//! - [`results`]: the run directory, summaries and reports.
-//! - [`runner`]: runners, machines and their channels (`local`).
-//! - [`secrets`]: secrets files and worker token directories.
-//! - [`shard`]: the `mst.shard/v1` protocol between coordinator and workers.
+//! - [`plugin`]: the WebAssembly host: engine, artifact cache, ABI check, sandbox, imports,
+//!   typed calls, the install store and a run's plugin set.
+//! - [`secrets`]: secret values, secrets files and worker token directories.
+//! - [`files`], [`process`], [`home`], [`clock`]: careful file access; host processes (groups,
+//!   deadlines, capped reads); where mst keeps its state (`$MST_HOME`); wall-clock time.
 
 pub mod cli;
 pub mod client;

@@ -1,6 +1,9 @@
 //! Shards: the `mst.shard/v1` protocol between a coordinator and the workers that collect
 //! trials on machines. `docs/protocol.md` is the normative description; the types in
-//! [`protocol`] are its single source.
+//! [`protocol`] are its single source, and its `read_messages` frames lines for both ends.
+//! [`coordinator`] holds `ShardSession` (one bundle on one channel, as a state machine),
+//! [`worker`] the worker's state machine, [`bundle`] what a worker receives, and [`limits`] the
+//! rate limits shared by every shard of a run.
 
 pub mod bundle;
 pub mod coordinator;
