@@ -1,7 +1,7 @@
 //! The worker: `mst collect --bundle DIR --results DIR`. Runs on the machine, drives the
 //! client for each trial of its shard, writes each trace as soon as the trial ends, and speaks
-//! `mst.shard/v1` with the coordinator over stdin/stdout. Its state is one [`Worker`], fed by
-//! one stream of [`Event`]s (coordinator messages, finished trials) with a method per event.
+//! `mst.shard/v1` with the coordinator over stdin/stdout. Its state is one `Worker`, fed by
+//! one stream of `Event`s (coordinator messages, finished trials) with a method per event.
 
 use super::bundle::{Bundle, BUNDLE_FILE, MAX_BUNDLE_BYTES};
 use super::protocol::{

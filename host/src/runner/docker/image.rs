@@ -206,7 +206,7 @@ pub fn rand_suffix() -> String {
 }
 
 /// `mst runner setup docker` on one host: builds `mst-worker:<version>` with `worker` at
-/// [`SETUP_WORKER`], from `base` with docker/Dockerfile, or with no base by importing a
+/// `SETUP_WORKER`, from `base` with docker/Dockerfile, or with no base by importing a
 /// filesystem that holds only the worker (no registry needed). Returns the image id.
 pub async fn setup(docker: &Docker, base: Option<&str>, worker: &Path) -> Result<String> {
     let ours = env!("CARGO_PKG_VERSION");

@@ -5,8 +5,9 @@
 //! - [`context`]: Docker hosts by context name or endpoint, and how many containers each holds.
 //! - [`image`]: the image a shard runs and the mst worker inside it (`mst runner setup docker`).
 //! - [`hardening`]: the container configuration no option can weaken.
-//! - [`machine`]: one shard's container as a [`Channel`](super::channel::Channel).
-//! - [`archive`], [`pipes`]: bytes in and out (archive API, attached exec).
+//! - [`machine`]: one shard's container as a [`Channel`].
+//! - [`pipes`]: bytes in and out of an attached exec; the archive API's tar streams are
+//!   [`crate::runner::archive`]'s.
 //! - [`owner`]: labels naming the mst process that owns a container, for orphan clean-up.
 
 pub mod context;
