@@ -165,21 +165,6 @@ pub fn exit_code(status: Option<ExitStatus>) -> i32 {
     status.and_then(|s| s.code()).unwrap_or(-1)
 }
 
-/// Reads at most `cap` bytes from `reader`, then drains the rest so the writer never blocks.
-pub fn read_capped(mut reader: impl Read, cap: u64) -> Vec<u8> {
-    let mut kept = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) | Err(_) => return kept,
-            Ok(n) => {
-                let room = (cap as usize).saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-    }
-}
-
 /// Reads `reader` line by line, handing each of the first `max_lines` lines (within
 /// `max_bytes` in all) to `each`, and drains the rest unread. `each` returns `false` to stop
 /// handing lines over (the reader still drains).
@@ -219,7 +204,8 @@ pub fn read_lines_capped(
     }
 }
 
-/// Output read on a thread of its own, capped (see [`read_capped`]).
+/// Output read on a thread of its own: at most `cap` bytes kept, the rest drained so the writer
+/// never blocks.
 pub struct CappedReader {
     kept: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
     ended: mpsc::Receiver<()>,
@@ -294,7 +280,8 @@ mod tests {
     #[test]
     fn reads_are_capped_and_drained() {
         let big = vec![b'x'; 100_000];
-        assert_eq!(read_capped(big.as_slice(), 10).len(), 10);
+        let capped = CappedReader::spawn(std::io::Cursor::new(big), 10);
+        assert_eq!(capped.finish().len(), 10);
         let text = "a\nb\nc\nd\n".repeat(1000);
         let mut seen = Vec::new();
         read_lines_capped(text.as_bytes(), 1 << 20, 3, |line| {

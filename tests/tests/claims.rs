@@ -311,3 +311,47 @@ fn tokens_over_the_line_cap_are_a_config_error_before_any_machine() {
     assert!(!run.stderr.contains("xxxx"), "the value never shows");
     assert!(!eval.results().exists(), "no run was started");
 }
+
+#[test]
+fn a_worker_asking_for_another_servers_token_loses_its_shard() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["cat"]), 1, 30);
+    let secrets = eval.dir.path().join("secrets.json");
+    std::fs::write(&secrets, json!({"OTHER": "canary-4b1d"}).to_string()).unwrap();
+    std::fs::set_permissions(
+        &secrets,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    // The bundle names no server; the worker asks for one anyway.
+    let worker = eval.dir.path().join("asker.sh");
+    let version = env!("CARGO_PKG_VERSION");
+    std::fs::write(
+        &worker,
+        format!(
+            r#"#!/bin/sh
+echo '{{"type":"hello","protocol":"mst.shard/v1","mst":"{version}","client":{{"name":"command","version":"{version}"}},"shard":0}}'
+echo '{{"type":"need-tokens","servers":["api"],"reason":"start"}}'
+read reply
+echo "$reply" > "$0.reply"
+sleep 5
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&worker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let worker_option = format!("worker={}", s(&worker));
+    let args = [
+        "-q",
+        "--secrets-file",
+        s(&secrets),
+        "--runner-option",
+        &worker_option,
+    ];
+    let run = eval.run(&mst, &args);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let reason = record["machines"][0]["ended"]["reason"].as_str().unwrap();
+    assert!(reason.contains("token of server `api`"), "{reason}");
+    assert!(mst_tests::files_containing(&eval.results(), "canary-4b1d").is_empty());
+}
