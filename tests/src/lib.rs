@@ -302,3 +302,23 @@ pub fn assert_resumed(resumed: &Run, missing: usize) {
         resumed.stderr
     );
 }
+
+/// The `hello` line a worker of this build sends for shard 0, for hostile stand-in workers.
+pub fn hello_line() -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    format!(
+        r#"{{"type":"hello","protocol":"mst.shard/v1","mst":"{version}","client":{{"name":"command","version":"{version}"}},"shard":0}}"#
+    )
+}
+
+/// Writes `body` as an executable `/bin/sh` script `name` in `dir`, to stand in for the worker
+/// on the local runner; returns its `--runner-option` value (`worker=PATH`). `$HELLO` in the
+/// script holds [`hello_line`].
+pub fn stand_in_worker(dir: &Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    let script = format!("#!/bin/sh\nHELLO='{}'\n{body}", hello_line());
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!("worker={}", s(&path))
+}

@@ -5,7 +5,7 @@
 //! counts as infra; `waitMs`/`createMs`/`readyMs` as `docs/results.md` defines them; a closed
 //! stdout ends a command quietly; `mst runs list` spells phases one way.
 
-use mst_tests::{command_eval, plugin, read_json, s, Eval, Mst};
+use mst_tests::{command_eval, plugin, read_json, s, stand_in_worker, Eval, Mst};
 use serde_json::json;
 use std::io::Read;
 use std::process::Stdio;
@@ -165,16 +165,13 @@ fn a_trace_the_coordinator_refuses_counts_as_infra_not_missing() {
     );
     // A worker that reports both trials collected, having written a trace that names another
     // case for c1 and a link to a host file for c2.
-    let worker = eval.dir.path().join("forger.sh");
     let key = |case: &str| format!(r#"{{"variant":"default","case":"{case}","trial":0}}"#);
-    let version = env!("CARGO_PKG_VERSION");
     let script = format!(
-        r#"#!/bin/sh
-while [ $# -gt 0 ]; do [ "$1" = --results ] && r=$2; shift; done
+        r#"while [ $# -gt 0 ]; do [ "$1" = --results ] && r=$2; shift; done
 mkdir -p "$r/default/c1" "$r/default/c2"
 echo '{{"case":{{"id":"other","input":"x"}},"variant":"default","trial":0,"trace":{{}}}}' > "$r/default/c1/0.json"
 ln -s /etc/passwd "$r/default/c2/0.json"
-echo '{{"type":"hello","protocol":"mst.shard/v1","mst":"{version}","client":{{"name":"command","version":"{version}"}},"shard":0}}'
+echo "$HELLO"
 for k in '{k1}' '{k2}'; do
   echo '{{"type":"acquire","key":'"$k"',"providers":[],"servers":[]}}'
   read granted
@@ -185,9 +182,7 @@ echo '{{"type":"done","counts":{{"collected":2,"infra":0,"skipped":0}},"cleanup"
         k1 = key("c1"),
         k2 = key("c2"),
     );
-    std::fs::write(&worker, script).unwrap();
-    std::fs::set_permissions(&worker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let worker_option = format!("worker={}", s(&worker));
+    let worker_option = stand_in_worker(eval.dir.path(), "forger.sh", &script);
     let forged = eval.run(&mst, &["--json", "-q", "--runner-option", &worker_option]);
     assert_eq!(forged.code, 1, "{}\n{}", forged.stdout, forged.stderr);
     let summary = forged.json();
@@ -324,23 +319,13 @@ fn a_worker_asking_for_another_servers_token_loses_its_shard() {
     )
     .unwrap();
     // The bundle names no server; the worker asks for one anyway.
-    let worker = eval.dir.path().join("asker.sh");
-    let version = env!("CARGO_PKG_VERSION");
-    std::fs::write(
-        &worker,
-        format!(
-            r#"#!/bin/sh
-echo '{{"type":"hello","protocol":"mst.shard/v1","mst":"{version}","client":{{"name":"command","version":"{version}"}},"shard":0}}'
-echo '{{"type":"need-tokens","servers":["api"],"reason":"start"}}'
+    let script = r#"echo "$HELLO"
+echo '{"type":"need-tokens","servers":["api"],"reason":"start"}'
 read reply
 echo "$reply" > "$0.reply"
 sleep 5
-"#
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&worker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let worker_option = format!("worker={}", s(&worker));
+"#;
+    let worker_option = stand_in_worker(eval.dir.path(), "asker.sh", script);
     let args = [
         "-q",
         "--secrets-file",

@@ -13,7 +13,7 @@ use mst::shard::protocol::PROTOCOL;
 use mst_tests::{mst_bin, s};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 
 /// A one-trial bundle whose case's input is `task`.
@@ -63,18 +63,26 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
     let tokens = BTreeMap::new();
     let seen = Mutex::new(Vec::new());
     let events = |event: ShardEvent| seen.lock().unwrap().push(event);
+    let tasks = ["first", "second", "third"];
+    let all_cases: Vec<CaseRecord> = tasks
+        .iter()
+        .map(|task| CaseRecord::new(*task, serde_json::json!(task)))
+        .collect();
+    let cases = all_cases.iter().map(|c| (c.id.as_str(), c)).collect();
     let context = ShardContext {
         limiter: &limiter,
+        cases: &cases,
         tokens: &tokens,
         settings: ShardSettings::default(),
         events: &events,
         cancel: &cancel,
+        copied: &AtomicU64::new(0),
     };
     let results = tempfile::tempdir().unwrap();
     let run_dir = RunDir {
         root: results.path().to_path_buf(),
     };
-    for task in ["first", "second", "third"] {
+    for task in tasks {
         let bundle = bundle(&config, task);
         let staged = tempfile::tempdir().unwrap();
         std::fs::write(

@@ -38,6 +38,10 @@ pub(crate) struct RunArgs {
     /// Collect only the trials RUN_ID is missing, into the same run.
     #[arg(long, value_name = "RUN_ID")]
     resume: Option<String>,
+    /// With --resume: go on even though the shard count, runner, datasets or a plugin changed
+    /// since the run's first collection.
+    #[arg(long, requires = "resume")]
+    force: bool,
     /// Where machines come from: `local`, `docker`, or a runner plugin's name (loaded with
     /// --plugin or installed).
     #[arg(long, default_value = "local")]
@@ -63,6 +67,12 @@ pub(crate) struct RunArgs {
     /// After Ctrl-C, how long workers have to stop before they are killed.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     cancel_grace: f64,
+    /// The most one shard may copy back (traces), in MiB; past it the shard stops.
+    #[arg(long, default_value_t = 4096, value_name = "MIB")]
+    max_shard_copy: u64,
+    /// The most the whole run may copy back, in MiB; past it every shard stops.
+    #[arg(long, default_value_t = 16384, value_name = "MIB")]
+    max_run_copy: u64,
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
@@ -241,6 +251,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         runner: args.runner.clone(),
         runner_options: args.runner_options.clone(),
         resume: args.resume.clone(),
+        force: args.force,
         secrets: match &args.secrets_file {
             Some(path) => crate::secrets::Secrets::load(path)?,
             None => crate::secrets::Secrets::default(),
@@ -248,6 +259,8 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         shard_settings: Some(ShardSettings {
             silence: seconds("--silence-limit", args.silence_limit)?,
             cancel_grace: seconds("--cancel-grace", args.cancel_grace)?,
+            max_shard_copy_bytes: args.max_shard_copy.saturating_mul(1 << 20),
+            max_run_copy_bytes: args.max_run_copy.saturating_mul(1 << 20),
             ..ShardSettings::default()
         }),
     };

@@ -15,6 +15,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -22,6 +23,8 @@ use std::time::{Duration, Instant};
 
 /// Bytes of stdout kept as the answer.
 const MAX_ANSWER: usize = 4 * 1024 * 1024;
+/// How long output is still read after the program ended, when the trial's deadline is nearer.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
 /// stderr lines kept as log events.
 const MAX_LOG_LINES: usize = 1_000;
 
@@ -128,14 +131,32 @@ impl Client for CommandClient {
                 return infra("cancelled".into(), started);
             }
         };
-        // The program is gone; its pipes close once every process of the group is gone.
+        // The program is gone; its pipes close once every process of the group is gone. A
+        // process that left the group (`setsid`) may hold them open: reading stops at the
+        // trial's deadline, or shortly after the program ended, whichever is later.
         child.kill_group();
-        for reader in readers {
-            let _ = reader.join();
+        let stop_reading = deadline.max(Instant::now() + PIPE_GRACE);
+        loop {
+            let left = stop_reading.saturating_duration_since(Instant::now());
+            match outputs.recv_timeout(left) {
+                Ok(output) => self.record(output, &mut answer, &mut events),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let text = "the program's output stayed open after it ended (a process \
+                                outside its process group holds it); stopped reading"
+                        .to_string();
+                    let (seq, at_ms) = (events.len() as u64, started.elapsed().as_millis());
+                    events.push(TraceEvent {
+                        seq,
+                        at_ms: at_ms as u64,
+                        kind: EventKind::Log { text },
+                    });
+                    break;
+                }
+            }
         }
-        while let Ok(output) = outputs.try_recv() {
-            self.record(output, &mut answer, &mut events);
-        }
+        // Readers still blocked on a held pipe are left to end with it.
+        drop(readers);
         if answer.ends_with('\n') {
             answer.pop();
         }
@@ -191,9 +212,8 @@ impl CommandClient {
         } else {
             Stdio::null()
         });
-        if let Some(cwd) = &self.options.cwd {
-            command.current_dir(cwd);
-        }
+        // The trial's scratch directory unless the config names one.
+        command.current_dir(self.options.cwd.as_deref().map_or(input.scratch, Path::new));
         let mut child = GroupChild::spawn(&mut command)
             .map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
         let (stdin, stdout, stderr) = child.take_pipes();
@@ -267,6 +287,7 @@ mod tests {
             trial: 0,
             timeout,
             cancel: &AtomicBool::new(false),
+            scratch: &std::env::temp_dir(),
         })
     }
 

@@ -22,6 +22,9 @@ pub struct TrialInput<'a> {
     pub timeout: Duration,
     /// Set when the shard is cancelled: the client stops the trial as soon as it can.
     pub cancel: &'a AtomicBool,
+    /// The trial's own empty working directory, removed when it ends: the agent starts here,
+    /// away from the bundle and the other trials' traces.
+    pub scratch: &'a std::path::Path,
 }
 
 /// Runs trials. A client never fails: whatever happens becomes the trace's status and events.

@@ -139,6 +139,21 @@ pub struct TrialRecord {
     #[serde(default)]
     pub trial: u32,
     pub trace: TraceRecord,
+    /// Where the trace was collected, written by the coordinator when it accepts the trace
+    /// (a worker's own claim is overwritten).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collected_by: Option<CollectedBy>,
+}
+
+/// The provenance of a collected trace: the shard and machine it came from and the client
+/// identity the worker announced at `hello`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CollectedBy {
+    pub shard: u32,
+    pub machine: String,
+    pub client: String,
+    pub client_version: String,
 }
 
 fn default_variant() -> String {
@@ -154,6 +169,7 @@ impl TrialRecord {
             variant: key.variant.clone(),
             trial: key.trial,
             trace: TraceRecord::default(),
+            collected_by: None,
         };
         record.mark_infra(reason);
         record
@@ -182,6 +198,7 @@ impl TrialRecord {
                 final_text: Some(text.to_string()),
                 ..TraceRecord::default()
             },
+            collected_by: None,
         }
     }
 
@@ -262,6 +279,12 @@ impl CaseRecord {
             pass_threshold: None,
             judges: None,
         }
+    }
+
+    /// What the machine may see of this case: its id and input, nothing that gives the
+    /// answer away (`expected`, metadata, tags, judges).
+    pub fn for_client(&self) -> CaseRecord {
+        CaseRecord::new(self.id.clone(), self.input.clone())
     }
 
     /// The ABI form.

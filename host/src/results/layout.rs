@@ -176,7 +176,18 @@ impl RunDir {
         let path = self.root.join(RUN_FILE);
         let bytes = crate::files::read_input(&path)
             .with_context(|| format!("no run at {}", self.root.display()))?;
-        serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))
+        let record: RunRecord = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is damaged", path.display()))?;
+        if record.format > super::RUN_FORMAT {
+            anyhow::bail!(
+                "{} is run format {}, written by a newer mst (this one reads format {}); use \
+                 that mst",
+                path.display(),
+                record.format,
+                super::RUN_FORMAT
+            );
+        }
+        Ok(record)
     }
 
     /// The trace of `key`, if it was collected.

@@ -56,10 +56,21 @@ pub struct GitState {
     pub dirty: bool,
 }
 
+/// The `run.json` format this build writes; a record of a later format is refused, so an
+/// older mst never half-reads (and rewrites) a newer run.
+pub const RUN_FORMAT: u32 = 1;
+
+fn first_format() -> u32 {
+    1
+}
+
 /// `run.json`: where and how a run ran.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunRecord {
+    /// [`RUN_FORMAT`] when written; records from before the field was added are format 1.
+    #[serde(default = "first_format")]
+    pub format: u32,
     pub run_id: String,
     pub eval: String,
     pub mst: String,

@@ -61,7 +61,8 @@ pub fn stage_bundles(
                 .iter()
                 .map(|name| (name.to_string(), config.variant(name)))
                 .collect::<BTreeMap<String, VariantSpec>>(),
-            cases: case_ids.iter().map(|id| (*cases[id]).clone()).collect(),
+            // The machine gets what its client needs, never the answers.
+            cases: case_ids.iter().map(|id| cases[id].for_client()).collect(),
             trials,
         };
         let dir = staging.join(format!("shard-{shard}"));

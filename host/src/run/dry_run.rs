@@ -236,6 +236,7 @@ fn one_trial(
         runner: name.to_string(),
         runner_options,
         resume: None,
+        force: false,
         shard_settings: None,
         secrets: Default::default(),
     };

@@ -64,6 +64,10 @@ impl RunEvent<'_> {
                 "trial {key}: its trace did not arrive: {why}; it stays missing (--resume \
                  collects it)"
             )),
+            RunEvent::Shard(ShardEvent::InfraClaimOverruled { key, claim, .. }) => Some(format!(
+                "trial {key}: the worker called it an infrastructure failure ({claim}), but \
+                 its trace says the client ran; the trace counts"
+            )),
             RunEvent::Shard(ShardEvent::NoToken { shard, server }) => {
                 Some(format!("shard {shard}: no token for server `{server}`"))
             }

@@ -1,24 +1,29 @@
 //! Grading a run's collected traces: every trial's judges (chosen by [`JudgeSet`]) on worker
 //! threads, one per core, so plugin graders run in parallel.
 
-use crate::eval::trial::TrialKey;
+use crate::eval::trial::{CaseRecord, TrialKey};
 use crate::grade::{JudgeSet, TrialGrade};
 use crate::results::{Phase, RunDir};
 use std::collections::BTreeMap;
 
 /// Grades every collected trace of `trials` in `dir` (missing ones are left out), on one
-/// worker thread per core.
+/// worker thread per core. With `cases`, each trace is graded against the coordinator's own
+/// case, whatever the stored trace holds.
 pub fn grade_all(
     judges: &JudgeSet,
     dir: &RunDir,
     trials: &[TrialKey],
+    cases: Option<&BTreeMap<&str, &CaseRecord>>,
 ) -> BTreeMap<TrialKey, TrialGrade> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, 16);
     on_threads(trials, threads, |key| {
-        let trace = dir.read_trace(key)?;
+        let mut trace = dir.read_trace(key)?;
+        if let Some(case) = cases.and_then(|cases| cases.get(key.case.as_str())) {
+            trace.case = (*case).clone();
+        }
         Some(judges.grade(key, &trace))
     })
 }

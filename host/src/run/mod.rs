@@ -27,7 +27,7 @@ use events::{Reporter, RunEvent};
 use prepare::PluginRequest;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 /// What the user asked for.
 #[derive(Debug, Clone, Default)]
@@ -43,6 +43,8 @@ pub struct RunRequest {
     pub runner: String,
     pub runner_options: Vec<String>,
     pub resume: Option<String>,
+    /// Resume even when the shard count, runner, datasets or a plugin changed.
+    pub force: bool,
     pub shard_settings: Option<ShardSettings>,
     /// From `--secrets-file`.
     pub secrets: crate::secrets::Secrets,
@@ -112,10 +114,12 @@ pub fn run(
     let events = |event| reporter.event(&RunEvent::Shard(event));
     let context = ShardContext {
         limiter: &limiter,
+        cases: &cases,
         tokens: &tokens,
         settings,
         events: &events,
         cancel,
+        copied: &AtomicU64::new(0),
     };
     let collection = Collection {
         runner: runner.as_ref(),
@@ -136,7 +140,7 @@ pub fn run(
         record.machines.push(serde_json::to_value(report)?);
     }
 
-    let outcome = finish(&prepared, dir, record, shards)?;
+    let outcome = finish(&prepared, &cases, dir, record, shards)?;
     reporter.event(&RunEvent::Finished(&outcome));
     Ok(outcome)
 }
@@ -169,6 +173,7 @@ fn trials_to_collect(
 /// grades, scores and summary.
 fn finish(
     prepared: &prepare::Prepared,
+    cases: &BTreeMap<&str, &CaseRecord>,
     dir: RunDir,
     mut record: RunRecord,
     shards: Vec<ShardReport>,
@@ -178,7 +183,7 @@ fn finish(
         0 => Phase::Complete,
         _ => Phase::Partial,
     };
-    let grades = grade::grade_all(&prepared.judges, &dir, &record.trials);
+    let grades = grade::grade_all(&prepared.judges, &dir, &record.trials, Some(cases));
     record.grade = grade::grade_phase(&grades);
     dir.write_record(&record)?;
     let summary = Summary::new(&record, &grades);

@@ -36,6 +36,14 @@ pub fn open(
                     config.name
                 );
             }
+            let changed = changes_since(&record, request, prepared, runner_options);
+            if !changed.is_empty() && !request.force {
+                bail!(
+                    "--resume {run_id}: {} since the run's first collection, so its traces would \
+                     not be comparable; start a new run, or add --force to resume anyway",
+                    changed.join("; ")
+                );
+            }
             if record.config_hash != prepared.config_hash {
                 reporter.event(&RunEvent::ConfigChanged);
             }
@@ -45,6 +53,7 @@ pub fn open(
             let trials = plan::plan(config, &prepared.cases.cases, &request.filters)?;
             let run_id = results::layout::new_run_id();
             let record = RunRecord {
+                format: results::RUN_FORMAT,
                 run_id: run_id.clone(),
                 eval: config.name.clone(),
                 mst: env!("CARGO_PKG_VERSION").to_string(),
@@ -69,6 +78,47 @@ pub fn open(
     crate::home::create_private_dir(&dir.root)?;
     dir.write_record(&record)?;
     Ok((dir, record))
+}
+
+/// What differs between a stored run and the one about to resume it, that would make its
+/// traces incomparable: the shard count, the runner, the datasets' content, a plugin's code.
+fn changes_since(
+    record: &RunRecord,
+    request: &RunRequest,
+    prepared: &Prepared,
+    runner_options: &RunnerOptions,
+) -> Vec<String> {
+    let mut changed = Vec::new();
+    if record.shards != runner_options.shards {
+        changed.push(format!(
+            "the shard count changed ({} then, {} now)",
+            record.shards, runner_options.shards
+        ));
+    }
+    if record.runner != request.runner {
+        changed.push(format!(
+            "the runner changed (`{}` then, `{}` now)",
+            record.runner, request.runner
+        ));
+    }
+    if record.dataset_hash != prepared.cases.content_hash {
+        changed.push("the datasets' content changed".to_string());
+    }
+    let now = prepared.plugin_records();
+    for before in &record.plugins {
+        match now
+            .iter()
+            .find(|p| p.name == before.name && p.kind == before.kind)
+        {
+            Some(after) if after.digest != before.digest => changed.push(format!(
+                "plugin `{}` changed (digest {} then, {} now)",
+                before.name, before.digest, after.digest
+            )),
+            Some(_) => {}
+            None => changed.push(format!("plugin `{}` is no longer loaded", before.name)),
+        }
+    }
+    changed
 }
 
 /// Regrades a stored run's traces with the config's judges as they are now, into a new run
@@ -104,7 +154,7 @@ pub fn regrade(
             prepared.config.name
         );
     }
-    let grades = super::grade::grade_all(&prepared.judges, dir, &record.trials);
+    let grades = super::grade::grade_all(&prepared.judges, dir, &record.trials, None);
     let out = dir.next_regrade(&record.run_id)?;
     let mut regraded = record.clone();
     regraded.run_id = out

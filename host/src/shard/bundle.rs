@@ -1,5 +1,7 @@
 //! The bundle: everything a worker needs to collect its shard's trials, copied to the machine
 //! before the worker starts. It never holds a secret: tokens travel only on the worker's stdin.
+//! Nor does it hold the answers: its cases carry only an id and an input
+//! ([`CaseRecord::for_client`]), since the agent under test runs on the same machine.
 
 use crate::eval::config::VariantSpec;
 use crate::eval::trial::CaseRecord;
@@ -33,7 +35,7 @@ pub struct Bundle {
     /// How often the worker sends `heartbeat`.
     pub heartbeat_ms: u64,
     pub variants: BTreeMap<String, VariantSpec>,
-    /// The cases the trials refer to.
+    /// The cases the trials refer to, as the client sees them (id and input only).
     pub cases: Vec<CaseRecord>,
     /// The trials to collect, in order.
     pub trials: Vec<TrialKey>,

@@ -13,7 +13,7 @@ use super::limits::Limiter;
 use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, WorkerMessage, PROTOCOL,
 };
-use crate::eval::trial::{TrialKey, TrialRecord};
+use crate::eval::trial::{CaseRecord, CollectedBy, TrialKey, TrialRecord, TrialStatus};
 use crate::results::{trace_path, RunDir};
 use crate::runner::channel::{Channel, Refused};
 use crate::secrets::Secret;
@@ -21,7 +21,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,11 @@ pub struct ShardSettings {
     pub max_trace_bytes: u64,
     /// The largest worker log kept.
     pub max_log_bytes: u64,
+    /// The most one shard copies back; the trace that crosses it is dropped and the shard
+    /// stops (a batch of copies may overshoot by at most that batch).
+    pub max_shard_copy_bytes: u64,
+    /// The most all shards of a run copy back together.
+    pub max_run_copy_bytes: u64,
 }
 
 impl Default for ShardSettings {
@@ -45,6 +50,8 @@ impl Default for ShardSettings {
             cancel_grace: Duration::from_secs(5),
             max_trace_bytes: 64 * 1024 * 1024,
             max_log_bytes: 1024 * 1024,
+            max_shard_copy_bytes: 4 << 30,
+            max_run_copy_bytes: 16 << 30,
         }
     }
 }
@@ -173,17 +180,29 @@ pub enum ShardEvent {
     },
     /// The worker asked for a token no secret provides.
     NoToken { shard: u32, server: String },
+    /// The worker called a trial infra (`claim`), but the trace it wrote says the client ran:
+    /// the trace counts, and the claim is told.
+    InfraClaimOverruled {
+        shard: u32,
+        key: TrialKey,
+        claim: String,
+    },
 }
 
 /// What every shard of a run shares: limits, tokens, timing rules, where events go, and the
 /// run's cancel flag.
 pub struct ShardContext<'a> {
     pub limiter: &'a Limiter,
+    /// The run's cases as the coordinator holds them: a trace's case is checked against its
+    /// input and replaced by it, so graders never see the machine's copy.
+    pub cases: &'a BTreeMap<&'a str, &'a CaseRecord>,
     /// MCP access tokens by server label, sent only when a worker asks.
     pub tokens: &'a BTreeMap<String, Secret>,
     pub settings: ShardSettings,
     pub events: &'a (dyn Fn(ShardEvent) + Sync),
     pub cancel: &'a AtomicBool,
+    /// Bytes copied back by all shards so far, against `settings.max_run_copy_bytes`.
+    pub copied: &'a AtomicU64,
 }
 
 /// One input to the session: the worker's output, framed and decoded by
@@ -235,6 +254,8 @@ pub struct ShardSession<'a> {
     run_dir: &'a RunDir,
     report: ShardReport,
     planned: BTreeSet<&'a TrialKey>,
+    /// Trials the worker asked room for (each once).
+    acquired: BTreeSet<TrialKey>,
     reported: BTreeSet<TrialKey>,
     waiting: Vec<WaitingAcquire>,
     hello_seen: bool,
@@ -244,7 +265,13 @@ pub struct ShardSession<'a> {
     /// Traces waiting to be copied back; runners whose copies are costly take them in batches.
     copies: Vec<PendingCopy>,
     batched: bool,
-    stdin: Option<Box<dyn Write + Send>>,
+    /// Bytes this shard copied back.
+    copied: u64,
+    /// Set when a copy cap was crossed: why the shard stops.
+    over_cap: Option<String>,
+    /// Lines for the worker's stdin, written by a thread of their own: a worker that stops
+    /// reading blocks that thread, never the loop that enforces silence, cancel and grace.
+    stdin: Option<mpsc::Sender<String>>,
 }
 
 impl<'a> ShardSession<'a> {
@@ -256,6 +283,7 @@ impl<'a> ShardSession<'a> {
             run_dir,
             report: ShardReport::new(bundle.shard, String::new()),
             planned: bundle.trials.iter().collect(),
+            acquired: BTreeSet::new(),
             reported: BTreeSet::new(),
             waiting: Vec::new(),
             hello_seen: false,
@@ -264,6 +292,8 @@ impl<'a> ShardSession<'a> {
             done: None,
             copies: Vec::new(),
             batched: false,
+            copied: 0,
+            over_cap: None,
             stdin: None,
         }
     }
@@ -290,11 +320,14 @@ impl<'a> ShardSession<'a> {
             &mut process.stdout,
             Box::new(std::io::empty()),
         ));
-        self.stdin = Some(std::mem::replace(
+        self.stdin = Some(spawn_writer(std::mem::replace(
             &mut process.stdin,
             Box::new(std::io::sink()),
-        ));
+        )));
         let ended = self.drive(channel, &inputs);
+        // The writer ends when its queue closes (or, blocked on a worker that stopped reading,
+        // when the worker is killed below and the pipe breaks).
+        self.stdin = None;
         // What is still waiting is copied now.
         self.copy_back(channel);
         // A finished worker's process ends by itself; one that lingers (a command channel's
@@ -365,14 +398,11 @@ impl<'a> ShardSession<'a> {
         }
     }
 
-    fn send(&mut self, message: &CoordinatorMessage) -> bool {
-        let Some(stdin) = self.stdin.as_mut() else {
-            return false;
-        };
-        stdin
-            .write_all(protocol::encode(message).as_bytes())
-            .and_then(|_| stdin.flush())
-            .is_ok()
+    /// Queues `message` for the worker's stdin; never blocks.
+    fn send(&mut self, message: &CoordinatorMessage) {
+        if let Some(stdin) = &self.stdin {
+            let _ = stdin.send(protocol::encode(message));
+        }
     }
 
     /// What the clocks say: cancel, the cancel grace, silence, copies due, acquisitions that
@@ -383,6 +413,9 @@ impl<'a> ShardSession<'a> {
                 reason: "interrupted by the user".into(),
             });
             self.cancel_sent = Some(Instant::now());
+        }
+        if let Some(why) = &self.over_cap {
+            return Some(ShardEnd::Lost(why.clone()));
         }
         let settings = self.context.settings;
         if self
@@ -525,13 +558,27 @@ impl<'a> ShardSession<'a> {
         None
     }
 
-    fn on_acquire(&mut self, acquire: WaitingAcquire) -> Option<ShardEnd> {
-        if !self.planned.contains(&acquire.key) || self.reported.contains(&acquire.key) {
+    /// Queues a trial for room under the limits. The resources it takes are the bundle's
+    /// (its variant's servers), not what the worker says, so a worker cannot slip past a limit
+    /// by naming none; asking twice for one trial is a protocol violation.
+    fn on_acquire(&mut self, mut acquire: WaitingAcquire) -> Option<ShardEnd> {
+        let key = &acquire.key;
+        if !self.planned.contains(key) || self.reported.contains(key) {
             return Some(ShardEnd::Lost(format!(
-                "the worker asked for trial {}, which this shard does not run",
-                acquire.key
+                "the worker asked for trial {key}, which this shard does not run"
             )));
         }
+        if !self.acquired.insert(key.clone()) {
+            return Some(ShardEnd::Lost(format!(
+                "the worker broke {PROTOCOL}: it asked twice for trial {key}"
+            )));
+        }
+        acquire.servers = self
+            .bundle
+            .variants
+            .get(&key.variant)
+            .map(|v| v.servers.keys().cloned().collect())
+            .unwrap_or_default();
         if self.cancel_sent.is_none() {
             self.waiting.push(acquire);
         }
@@ -592,14 +639,32 @@ impl<'a> ShardSession<'a> {
         let machine_lost = fetched.iter().any(|f| f.is_err()) && channel.diagnose().is_some();
         let copies = std::mem::take(&mut self.copies);
         for ((copy, (_, dest)), fetched) in copies.into_iter().zip(&files).zip(fetched) {
+            let fetched = fetched.and_then(|()| self.count_copied(dest));
             let checked = match fetched {
-                Ok(()) => validate_trace(dest, &copy.key).map_err(CopyFailure::Refused),
+                Ok(()) => self
+                    .accept_trace(dest, &copy.key)
+                    .map_err(CopyFailure::Refused),
                 Err(e) if Refused::is(&e) => Err(CopyFailure::Refused(format!("{e:#}"))),
                 Err(e) => Err(CopyFailure::NotCopied(format!("{e:#}"))),
             };
             let shard = self.bundle.shard;
             match (copy.status, checked) {
-                (Collected::Collected, Ok(())) => self.collected(copy.key),
+                // The trace decides: an infra trace is infra whatever the worker said.
+                (_, Ok(TrialStatus::Infra)) => {
+                    let reason = copy
+                        .error
+                        .unwrap_or_else(|| "the client could not run".into());
+                    self.infra(copy.key, reason);
+                }
+                (Collected::Collected, Ok(_)) => self.collected(copy.key),
+                // A trace that says the client ran outweighs the worker's word that it could
+                // not: the machine cannot turn a failed answer into an excused one unseen.
+                (Collected::Infra, Ok(_)) => {
+                    let key = copy.key.clone();
+                    let claim = copy.error.unwrap_or_else(|| "no reason given".into());
+                    (self.context.events)(ShardEvent::InfraClaimOverruled { shard, key, claim });
+                    self.collected(copy.key);
+                }
                 // The machine vanished under it: the trial stays missing, for a resume.
                 (_, Err(CopyFailure::NotCopied(_))) if machine_lost => {
                     let _ = std::fs::remove_file(dest);
@@ -612,13 +677,11 @@ impl<'a> ShardSession<'a> {
                 }
                 // The worker says the client could not run (with its reason, which a missing
                 // trace does not make less true).
-                (Collected::Infra, checked) => {
+                (Collected::Infra, Err(_)) => {
                     let reason = copy
                         .error
                         .unwrap_or_else(|| "the client could not run".into());
-                    if checked.is_err() {
-                        self.write_infra(dest, &copy.key, &reason);
-                    }
+                    self.write_infra(dest, &copy.key, &reason);
                     self.infra(copy.key, reason);
                 }
                 (Collected::Collected, Err(CopyFailure::Refused(why))) => {
@@ -630,6 +693,74 @@ impl<'a> ShardSession<'a> {
                 }
             }
         }
+    }
+
+    /// Counts a copied trace against the shard's and the run's caps; the one that crosses a
+    /// cap is dropped (the trial stays missing) and the shard stops.
+    fn count_copied(&mut self, dest: &Path) -> anyhow::Result<()> {
+        let size = std::fs::symlink_metadata(dest)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        self.copied += size;
+        let run_total = self.context.copied.fetch_add(size, Ordering::SeqCst) + size;
+        let settings = self.context.settings;
+        let crossed = if self.copied > settings.max_shard_copy_bytes {
+            Some(format!(
+                "shard {} copied back {} bytes, past its cap of {} (--max-shard-copy)",
+                self.bundle.shard, self.copied, settings.max_shard_copy_bytes
+            ))
+        } else if run_total > settings.max_run_copy_bytes {
+            Some(format!(
+                "the run copied back {run_total} bytes, past its cap of {} (--max-run-copy)",
+                settings.max_run_copy_bytes
+            ))
+        } else {
+            None
+        };
+        let Some(why) = crossed else {
+            return Ok(());
+        };
+        let _ = std::fs::remove_file(dest);
+        self.over_cap.get_or_insert(why.clone());
+        anyhow::bail!("{why}; the trace was dropped")
+    }
+
+    /// Checks a copied-back trace and makes it the coordinator's: it must parse as a trial
+    /// record for `key` whose case has the id and input the coordinator sent; its case is then
+    /// replaced by the coordinator's own (with `expected` and metadata, which the machine never
+    /// had) and its provenance recorded. Returns the trace's status.
+    fn accept_trace(&self, path: &Path, key: &TrialKey) -> Result<TrialStatus, String> {
+        let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+        let mut record: TrialRecord =
+            serde_json::from_slice(&bytes).map_err(|e| format!("not a trace: {e}"))?;
+        if record.variant != key.variant || record.case.id != key.case || record.trial != key.trial
+        {
+            return Err(format!(
+                "the trace is for {}/{}/{}, not {key}",
+                record.variant, record.case.id, record.trial
+            ));
+        }
+        let Some(case) = self.context.cases.get(key.case.as_str()) else {
+            return Err(format!("case `{}` is not one this run sent", key.case));
+        };
+        if record.case != case.for_client() {
+            return Err(format!(
+                "its case `{}` is not the one the coordinator sent (input, or fields the \
+                 machine never had)",
+                key.case
+            ));
+        }
+        record.case = (*case).clone();
+        let client = self.report.worker.as_ref().map(|w| &w.client);
+        record.collected_by = Some(CollectedBy {
+            shard: self.bundle.shard,
+            machine: self.report.machine.clone(),
+            client: client.map(|c| c.name.clone()).unwrap_or_default(),
+            client_version: client.map(|c| c.version.clone()).unwrap_or_default(),
+        });
+        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| e.to_string())?;
+        crate::files::write_atomic(path, &bytes).map_err(|e| format!("{e:#}"))?;
+        Ok(record.trace.status)
     }
 
     fn collected(&mut self, key: TrialKey) {
@@ -647,14 +778,32 @@ impl<'a> ShardSession<'a> {
     /// trial counts as infra (not missing) and nothing the worker wrote stays.
     fn write_infra(&self, dest: &Path, key: &TrialKey, reason: &str) {
         let _ = std::fs::remove_file(dest);
-        let Some(case) = self.bundle.cases.iter().find(|c| c.id == key.case) else {
+        let Some(case) = self.context.cases.get(key.case.as_str()) else {
             return;
         };
-        let record = TrialRecord::infra(case.clone(), key, reason);
+        let record = TrialRecord::infra((*case).clone(), key, reason);
         if let Ok(bytes) = serde_json::to_vec_pretty(&record) {
             let _ = crate::files::write_atomic(dest, &bytes);
         }
     }
+}
+
+/// Writes queued lines to the worker's stdin on a thread of its own, until the queue closes or
+/// the pipe breaks.
+fn spawn_writer(mut stdin: Box<dyn Write + Send>) -> mpsc::Sender<String> {
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in rx {
+            if stdin
+                .write_all(line.as_bytes())
+                .and_then(|_| stdin.flush())
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    tx
 }
 
 /// Reads the worker's stdout on a thread of its own, framed by [`protocol::read_messages`].
@@ -672,18 +821,4 @@ fn spawn_reader(stdout: Box<dyn std::io::Read + Send>) -> mpsc::Receiver<Input> 
         let _ = tx.send(Input::Eof);
     });
     rx
-}
-
-/// A copied-back trace must parse as a trial record for the trial it claims to be.
-fn validate_trace(path: &Path, key: &TrialKey) -> Result<(), String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    let record: TrialRecord =
-        serde_json::from_slice(&bytes).map_err(|e| format!("not a trace: {e}"))?;
-    if record.variant != key.variant || record.case.id != key.case || record.trial != key.trial {
-        return Err(format!(
-            "the trace is for {}/{}/{}, not {key}",
-            record.variant, record.case.id, record.trial
-        ));
-    }
-    Ok(())
 }

@@ -49,7 +49,8 @@ impl Limiter {
             .collect()
     }
 
-    /// Grants `key` (of `shard`) its resources if all have room; all or nothing.
+    /// Grants `key` (of `shard`) its resources if all have room; all or nothing. A key that
+    /// already holds its room is granted again without taking more.
     pub fn try_acquire(
         &self,
         shard: u32,
@@ -59,6 +60,9 @@ impl Limiter {
     ) -> bool {
         let wanted = self.resources(providers, servers);
         let mut state = self.state.lock().expect("limiter lock");
+        if state.held.contains_key(&(shard, key.clone())) {
+            return true;
+        }
         let full = wanted.iter().any(|(name, limit)| {
             limit.is_some_and(|l| state.in_use.get(name).copied().unwrap_or(0) >= l)
         });
@@ -148,5 +152,23 @@ mod tests {
         limiter.release_shard(2);
         assert_eq!(limiter.peaks()["server:time"], 2);
         assert!(limiter.try_acquire(3, &key("e"), &[], &time));
+    }
+
+    #[test]
+    fn asking_twice_for_one_trial_takes_room_once() {
+        let limiter = Limiter::new(RateLimits {
+            servers: [("time".to_string(), 2)].into(),
+            ..RateLimits::default()
+        });
+        let time = ["time".to_string()];
+        assert!(limiter.try_acquire(0, &key("a"), &[], &time));
+        assert!(limiter.try_acquire(0, &key("a"), &[], &time));
+        limiter.release(0, &key("a"));
+        assert!(limiter.try_acquire(0, &key("b"), &[], &time));
+        assert!(
+            limiter.try_acquire(1, &key("c"), &[], &time),
+            "a's room came back whole"
+        );
+        assert!(!limiter.try_acquire(1, &key("d"), &[], &time));
     }
 }

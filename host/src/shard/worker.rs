@@ -54,12 +54,17 @@ fn run_trial(
     results: &Path,
     cancel: &AtomicBool,
 ) -> Result<Option<TrialStatus>, String> {
+    let scratch = tempfile::Builder::new()
+        .prefix("mst-trial-")
+        .tempdir()
+        .map_err(|e| format!("cannot make the trial's scratch directory: {e}"))?;
     let trace = client.run(&TrialInput {
         case,
         variant: &key.variant,
         trial: key.trial,
         timeout,
         cancel,
+        scratch: scratch.path(),
     });
     let status = trace.status;
     if cancel.load(Ordering::Relaxed) && status != TrialStatus::Completed {
@@ -70,6 +75,7 @@ fn run_trial(
         variant: key.variant.clone(),
         trial: key.trial,
         trace,
+        collected_by: None,
     };
     let bytes = serde_json::to_vec_pretty(&record).map_err(|e| e.to_string())?;
     crate::files::write_atomic(&results.join(trace_path(key)), &bytes)

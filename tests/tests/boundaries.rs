@@ -1,0 +1,270 @@
+//! The boundary between the coordinator and its machines (issue 11): what a machine and the
+//! agent on it get to see, what they can send back, and what they cannot make the coordinator
+//! do. Each test drives the built `mst` on the real local runner; where the machine is hostile,
+//! a stand-in worker script plays it.
+
+use mst_tests::{command_eval, read_json, stand_in_worker, Eval, Mst};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// One case whose answer and metadata the agent must never see.
+fn secret_answer_eval(command: serde_json::Value) -> Eval {
+    Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": command},
+               "judges": [{"assert": "exit-code", "value": 0}], "timeout": 30}),
+        &[json!({"id": "c1", "input": "what is six times seven?",
+                 "expected": "answer-canary-42", "metadata": {"hint": "meta-canary"}})],
+    )
+}
+
+#[test]
+fn the_agent_sees_neither_the_answers_nor_the_bundle_directory() {
+    let mst = Mst::new();
+    // The agent says where it runs and what is there, then finds the bundle through its
+    // worker's command line and prints it whole.
+    let agent = r#"echo "cwd=$(pwd)"; echo "entries=$(ls -A | wc -l)"
+b=$(tr '\0' '\n' < /proc/$PPID/cmdline | sed -n '/^--bundle$/{n;p}')
+cat "$b/bundle.json""#;
+    let eval = secret_answer_eval(json!(["sh", "-c", agent]));
+    let run = eval.run(&mst, &["--json", "-q"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    let answer = trace["trace"]["finalText"].as_str().unwrap();
+    assert!(
+        answer.contains("what is six times seven?"),
+        "the agent read its bundle: {answer}"
+    );
+    for hidden in ["answer-canary-42", "meta-canary"] {
+        assert!(
+            !answer.contains(hidden),
+            "the machine held {hidden}: {answer}"
+        );
+    }
+    assert!(answer.contains("entries=0"), "a fresh directory: {answer}");
+    let cwd = answer.lines().next().unwrap();
+    assert!(
+        cwd.contains("mst-trial-") && !cwd.contains("bundle"),
+        "{cwd}"
+    );
+    // The stored trace holds the coordinator's own case, answers included.
+    assert_eq!(trace["case"]["expected"], "answer-canary-42", "{trace}");
+    assert_eq!(trace["collectedBy"]["shard"], 0, "{trace}");
+    assert_eq!(trace["collectedBy"]["client"], "command", "{trace}");
+}
+
+/// A stand-in worker that writes `trace` for trial c1 and reports it with `status` (and
+/// `error`), then finishes.
+fn one_trial_worker(eval: &Eval, trace: &serde_json::Value, report: &str) -> String {
+    let script = format!(
+        r#"while [ $# -gt 0 ]; do [ "$1" = --results ] && r=$2; shift; done
+mkdir -p "$r/default/c1"
+cat > "$r/default/c1/0.json" <<'TRACE'
+{trace}
+TRACE
+echo "$HELLO"
+k='{{"variant":"default","case":"c1","trial":0}}'
+echo '{{"type":"acquire","key":'"$k"',"providers":[],"servers":[]}}'
+read granted
+echo '{{"type":"trial","key":'"$k"',{report},"path":"x"}}'
+echo '{{"type":"done","counts":{{"collected":1,"infra":0,"skipped":0}},"cleanup":"ok"}}'
+"#
+    );
+    stand_in_worker(eval.dir.path(), "one-trial.sh", &script)
+}
+
+#[test]
+fn a_trace_with_a_forged_case_counts_as_infra() {
+    let mst = Mst::new();
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["cat"]},
+               "judges": [{"assert": "contains", "value": "forged"}], "timeout": 30}),
+        &[json!({"id": "c1", "input": "x", "expected": "real"})],
+    );
+    // The machine answers `forged` and rewrites the case to match its answer.
+    let trace = json!({"case": {"id": "c1", "input": "x", "expected": "forged"},
+                       "variant": "default", "trial": 0,
+                       "trace": {"finalText": "forged", "exitCode": 0}});
+    let worker = one_trial_worker(&eval, &trace, r#""status":"collected""#);
+    let run = eval.run(&mst, &["--json", "-q", "--runner-option", &worker]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.json()["variants"]["default"]["infra"],
+        1,
+        "{}",
+        run.stdout
+    );
+    let stored = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    assert_eq!(stored["case"]["expected"], "real", "{stored}");
+    let reason = stored["trace"]["events"][0]["text"].as_str().unwrap();
+    assert!(
+        reason.contains("not the one the coordinator sent"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_machine_cannot_excuse_a_failed_trial_as_infra_unseen() {
+    let mst = Mst::new();
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["cat"]},
+               "judges": [{"assert": "contains", "value": "right"}], "timeout": 30}),
+        &[json!({"id": "c1", "input": "x"})],
+    );
+    // The client ran and answered wrongly; the worker calls the trial infra.
+    let trace = json!({"case": {"id": "c1", "input": "x"}, "variant": "default", "trial": 0,
+                       "trace": {"finalText": "wrong", "exitCode": 0}});
+    let report = r#""status":"infra","error":"the network blinked""#;
+    let worker = one_trial_worker(&eval, &trace, report);
+    let run = eval.run(&mst, &["--json", "--runner-option", &worker]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let summary = run.json();
+    let default = &summary["variants"]["default"];
+    assert_eq!(default["failed"], 1, "the trace counts: {summary}");
+    assert_eq!(default["infra"], 0, "{summary}");
+    assert!(
+        run.stderr
+            .contains("called it an infrastructure failure (the network blinked)"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_client_holding_its_pipes_through_setsid_ends_at_the_trial_timeout() {
+    let mst = Mst::new();
+    // The agent answers, then leaves a process outside its group holding stdout for 60 s.
+    let eval = command_eval(json!(["sh", "-c", "setsid sleep 60 & echo done"]), 1, 3);
+    let started = Instant::now();
+    let run = eval.run(&mst, &["--json", "-q"]);
+    let took = started.elapsed();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        took < Duration::from_secs(30),
+        "the run waited for the setsid child: {took:?}"
+    );
+    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    assert_eq!(trace["trace"]["finalText"], "done", "{trace}");
+    let logged = trace["trace"]["events"].to_string();
+    assert!(logged.contains("stopped reading"), "{logged}");
+}
+
+#[test]
+fn a_worker_that_never_reads_cannot_block_the_coordinator() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["cat"]), 1, 30);
+    // 2,000 trials of one case: far more `granted` lines than a pipe holds.
+    let config = eval.config();
+    let mut value = read_json(&config);
+    value["trials"] = json!(2000);
+    value["concurrency"] = json!(2000);
+    std::fs::write(&config, value.to_string()).unwrap();
+    // The worker asks for every trial, never reads its stdin, and falls silent.
+    let script = r#"echo "$HELLO"
+i=0
+while [ $i -lt 2000 ]; do
+  echo '{"type":"acquire","key":{"variant":"default","case":"c1","trial":'$i'},"providers":[],"servers":[]}'
+  i=$((i+1))
+done
+exec sleep 600
+"#;
+    let worker = stand_in_worker(eval.dir.path(), "deaf.sh", script);
+    let started = Instant::now();
+    let run = eval.run(
+        &mst,
+        &["-q", "--silence-limit", "2", "--runner-option", &worker],
+    );
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let reason = record["machines"][0]["ended"]["reason"].as_str().unwrap();
+    assert!(reason.contains("sent nothing for 2s"), "{reason}");
+}
+
+#[test]
+fn asking_twice_for_one_trial_loses_the_shard() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["cat"]), 1, 30);
+    let script = r#"echo "$HELLO"
+k='{"variant":"default","case":"c1","trial":0}'
+echo '{"type":"acquire","key":'"$k"',"providers":[],"servers":[]}'
+echo '{"type":"acquire","key":'"$k"',"providers":[],"servers":[]}'
+sleep 5
+"#;
+    let worker = stand_in_worker(eval.dir.path(), "twice.sh", script);
+    let run = eval.run(&mst, &["-q", "--runner-option", &worker]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let reason = record["machines"][0]["ended"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("asked twice for trial default/c1/0"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_shard_past_its_copy_cap_stops_and_the_disk_stays_bounded() {
+    let mst = Mst::new();
+    // Each trial answers 700 KiB; the shard may copy back 1 MiB.
+    let eval = command_eval(
+        json!(["sh", "-c", "head -c 700000 /dev/zero | tr '\\0' x"]),
+        4,
+        30,
+    );
+    let run = eval.run(&mst, &["--json", "-q", "--max-shard-copy", "1"]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("e2e");
+    let record = read_json(&dir.join("run.json"));
+    let reason = record["machines"][0]["ended"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("past its cap of 1048576 (--max-shard-copy)"),
+        "{reason}"
+    );
+    let stored: u64 = mst_tests::walk(&dir)
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(stored < 3 << 20, "{stored} bytes stored");
+    let missing = run.json()["missing"].as_array().unwrap().len();
+    assert!(missing >= 2, "{}", run.stdout);
+}
+
+#[test]
+fn resume_refuses_a_changed_setup_unless_forced() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "exit 0"]), 2, 30);
+    let first = eval.run(&mst, &["--json", "-q"]);
+    assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
+    let dir = eval.run_dir("e2e");
+    let record = read_json(&dir.join("run.json"));
+    assert_eq!(record["format"], 1, "{record}");
+    let id = record["runId"].as_str().unwrap().to_string();
+    // c1's trace is lost, and meanwhile the dataset gains a case.
+    std::fs::remove_file(dir.join("default/c1/0.json")).unwrap();
+    let dataset = eval.dir.path().join("cases.jsonl");
+    let mut cases = std::fs::read_to_string(&dataset).unwrap();
+    cases.push_str("\n{\"id\": \"c9\", \"input\": \"new\"}\n");
+    std::fs::write(&dataset, cases).unwrap();
+
+    let changed = eval.run(&mst, &["-q", "--resume", &id]);
+    assert_eq!(changed.code, 2, "{}\n{}", changed.stdout, changed.stderr);
+    assert!(
+        changed.stderr.contains("the datasets' content changed")
+            && changed.stderr.contains("--force"),
+        "{}",
+        changed.stderr
+    );
+    assert!(!dir.join("default/c1/0.json").exists(), "nothing ran");
+
+    let forced = eval.run(&mst, &["-q", "--resume", &id, "--force"]);
+    assert_eq!(forced.code, 0, "{}\n{}", forced.stdout, forced.stderr);
+    assert!(dir.join("default/c1/0.json").exists());
+}
