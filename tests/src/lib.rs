@@ -191,13 +191,19 @@ impl Eval {
     pub fn results(&self) -> PathBuf {
         self.dir.path().join("results")
     }
+    /// `mst run` on it with `extra` arguments, as an argument list.
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let (config, results) = (self.config(), self.results());
+        let fixed = ["run", "--config", s(&config), "--results-dir", s(&results)];
+        fixed.iter().chain(extra).map(|a| a.to_string()).collect()
+    }
     /// Runs `mst run` on it with `extra` arguments.
     pub fn run(&self, mst: &Mst, extra: &[&str]) -> Run {
-        let config = self.config();
-        let results = self.results();
-        let mut args = vec!["run", "--config", s(&config), "--results-dir", s(&results)];
-        args.extend_from_slice(extra);
-        mst.run(&args)
+        mst.run(&self.args(extra))
+    }
+    /// Starts `mst run` on it with `extra` arguments in the background (see [`Mst::spawn`]).
+    pub fn spawn(&self, mst: &Mst, extra: &[&str]) -> std::process::Child {
+        mst.spawn(&self.args(extra))
     }
     /// The only run directory of eval `name`.
     pub fn run_dir(&self, name: &str) -> PathBuf {

@@ -155,22 +155,9 @@ fn a_client_holding_its_pipes_through_setsid_ends_at_the_trial_timeout() {
 fn a_worker_that_never_reads_cannot_block_the_coordinator() {
     let mst = Mst::new();
     let eval = command_eval(json!(["cat"]), 1, 30);
-    // 2,000 trials of one case: far more `granted` lines than a pipe holds.
-    let config = eval.config();
-    let mut value = read_json(&config);
-    value["trials"] = json!(2000);
-    value["concurrency"] = json!(2000);
-    std::fs::write(&config, value.to_string()).unwrap();
-    // The worker asks for every trial, never reads its stdin, and falls silent.
-    let script = r#"echo "$HELLO"
-i=0
-while [ $i -lt 2000 ]; do
-  echo '{"type":"acquire","key":{"variant":"default","case":"c1","trial":'$i'},"providers":[],"servers":[]}'
-  i=$((i+1))
-done
-exec sleep 600
-"#;
-    let worker = stand_in_worker(eval.dir.path(), "deaf.sh", script);
+    // 2,000 trials of one case: far more `granted` lines than a pipe holds. The worker asks
+    // for them all, never reads, and falls silent.
+    let worker = deaf_worker(&eval, 2000, "exec sleep 600");
     let started = Instant::now();
     let run = eval.run(
         &mst,
@@ -185,6 +172,85 @@ exec sleep 600
     let record = read_json(&eval.run_dir("e2e").join("run.json"));
     let reason = record["machines"][0]["ended"]["reason"].as_str().unwrap();
     assert!(reason.contains("sent nothing for 2s"), "{reason}");
+}
+
+/// A stand-in worker that asks for all `trials` of case c1 without ever reading its stdin (so
+/// the coordinator's replies fill the pipe), then `then`.
+fn deaf_worker(eval: &Eval, trials: u32, then: &str) -> String {
+    let config = eval.config();
+    let mut value = read_json(&config);
+    value["trials"] = json!(trials);
+    value["concurrency"] = json!(trials);
+    std::fs::write(&config, value.to_string()).unwrap();
+    let script = format!(
+        r#"echo "$HELLO"
+i=0
+while [ $i -lt {trials} ]; do
+  echo '{{"type":"acquire","key":{{"variant":"default","case":"c1","trial":'$i'}},"providers":[],"servers":[]}}'
+  i=$((i+1))
+done
+{then}
+"#
+    );
+    stand_in_worker(eval.dir.path(), "deaf.sh", &script)
+}
+
+#[test]
+fn ctrl_c_ends_the_run_within_the_grace_whatever_the_worker_does() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["cat"]), 1, 30);
+    // Deaf to `cancel` (its stdin is full and unread), and alive: it keeps heartbeating.
+    let heartbeats = r#"while :; do echo '{"type":"heartbeat","at":0}'; sleep 0.2; done"#;
+    let worker = deaf_worker(&eval, 2000, heartbeats);
+    let mut child = eval.spawn(
+        &mst,
+        &["-q", "--cancel-grace", "1", "--runner-option", &worker],
+    );
+    // Once the shard is under way, Ctrl-C.
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on a child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let interrupted = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if interrupted.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("mst still runs 30 s after Ctrl-C with a 1 s grace");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{status:?}");
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    assert_eq!(
+        record["machines"][0]["ended"]["status"], "cancelled",
+        "{record}"
+    );
+}
+
+#[test]
+fn a_process_holding_the_workers_stderr_after_done_does_not_hold_the_run() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["cat"]), 1, 30);
+    // The worker finishes (no trials run: c1 is left missing) but leaves a process outside
+    // its group holding its stderr for a minute.
+    let script = r#"echo "$HELLO"
+setsid sleep 60 &
+echo '{"type":"done","counts":{"collected":0,"infra":0,"skipped":0},"cleanup":"ok"}'
+"#;
+    let worker = stand_in_worker(eval.dir.path(), "lingering.sh", script);
+    let started = Instant::now();
+    let run = eval.run(
+        &mst,
+        &["-q", "--cancel-grace", "1", "--runner-option", &worker],
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(run.code, 2, "partial: {}\n{}", run.stdout, run.stderr);
 }
 
 #[test]

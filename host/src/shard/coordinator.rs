@@ -261,7 +261,8 @@ pub struct ShardSession<'a> {
     hello_seen: bool,
     last_heard: Instant,
     cancel_sent: Option<Instant>,
-    done: Option<Cleanup>,
+    /// The worker's `done`, and when it came.
+    done: Option<(Cleanup, Instant)>,
     /// Traces waiting to be copied back; runners whose copies are costly take them in batches.
     copies: Vec<PendingCopy>,
     batched: bool,
@@ -424,6 +425,14 @@ impl<'a> ShardSession<'a> {
         {
             return Some(ShardEnd::Cancelled);
         }
+        // After `done`, output ends with the worker; a process it left behind (outside its
+        // group) may hold the pipe open, so the end is not waited for past the grace.
+        if self
+            .done
+            .is_some_and(|(_, at)| at.elapsed() > settings.cancel_grace)
+        {
+            return Some(self.on_eof());
+        }
         if self.last_heard.elapsed() > settings.silence {
             return Some(ShardEnd::Lost(format!(
                 "the worker on {} sent nothing for {}s; the channel is gone",
@@ -487,7 +496,7 @@ impl<'a> ShardSession<'a> {
                 key, status, error, ..
             } => self.on_trial(key, status, error),
             WorkerMessage::Done { cleanup, .. } => {
-                self.done = Some(cleanup);
+                self.done = Some((cleanup, Instant::now()));
                 None
             }
             WorkerMessage::Fatal { message } => {
@@ -608,7 +617,7 @@ impl<'a> ShardSession<'a> {
 
     /// The worker's output ended: how the shard ended follows from what it said before.
     fn on_eof(&self) -> ShardEnd {
-        match (self.done, self.cancel_sent) {
+        match (self.done.map(|(cleanup, _)| cleanup), self.cancel_sent) {
             (Some(Cleanup::Ok), None) => ShardEnd::Done,
             (Some(Cleanup::Failed), None) => ShardEnd::DoneCleanupFailed,
             (_, Some(_)) => ShardEnd::Cancelled,
