@@ -5,7 +5,8 @@
 
 use mst_tests::{command_eval, read_json, stand_in_worker, Eval, Mst};
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// One case whose answer and metadata the agent must never see.
 fn secret_answer_eval(command: serde_json::Value) -> Eval {
@@ -333,4 +334,90 @@ fn resume_refuses_a_changed_setup_unless_forced() {
     let forced = eval.run(&mst, &["-q", "--resume", &id, "--force"]);
     assert_eq!(forced.code, 0, "{}\n{}", forced.stdout, forced.stderr);
     assert!(dir.join("default/c1/0.json").exists());
+}
+
+#[test]
+fn a_token_that_expires_mid_run_is_renewed_from_the_secrets_file() {
+    const FIRST: &str = "mst-canary-first-5c1e";
+    const RENEWED: &str = "mst-canary-renewed-77a0";
+    // A server that notes each request's bearer token, takes a second, and refuses it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (seen_tx, seen) = std::sync::mpsc::channel::<(Instant, String)>();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).to_lowercase();
+            let token = head
+                .lines()
+                .find_map(|l| l.strip_prefix("authorization: bearer "))
+                .unwrap_or("")
+                .to_string();
+            let _ = seen_tx.send((Instant::now(), token));
+            std::thread::sleep(Duration::from_secs(1));
+            let _ = stream.write_all(
+                b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    let cases: Vec<serde_json::Value> = (1..=6)
+        .map(|i| json!({"id": format!("c{i}"), "input": {"tool": "echo", "arguments": {}}}))
+        .collect();
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "mcp", "concurrency": 1,
+               "servers": {"api": {"url": format!("http://127.0.0.1:{port}/mcp"),
+                                   "token": "API_TOKEN"}},
+               "timeout": 20}),
+        &cases,
+    );
+    let secrets = eval.dir.path().join("secrets.json");
+    let write_secret = |value: &str, seconds: u64| {
+        let expires = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + seconds;
+        let text = json!({"API_TOKEN": {"value": value, "expiresAt": expires}}).to_string();
+        std::fs::write(&secrets, text).unwrap();
+        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    // The first token lives four seconds; the operator renews it once the run has it.
+    write_secret(FIRST, 4);
+    let expires = Instant::now() + Duration::from_secs(4);
+    let mst = Mst::new();
+    let child = eval.spawn(&mst, &["-q", "--secrets-file", mst_tests::s(&secrets)]);
+    let (_, first) = seen.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(first, FIRST.to_lowercase());
+    write_secret(RENEWED, 3600);
+    let output = child.wait_with_output().unwrap();
+    let run = mst_tests::Run::from(output);
+    assert_eq!(
+        run.code, 1,
+        "every trial refused: {}\n{}",
+        run.stdout, run.stderr
+    );
+    let later: Vec<(Instant, String)> = seen.try_iter().collect();
+    assert!(
+        later
+            .iter()
+            .any(|(_, token)| token == &RENEWED.to_lowercase()),
+        "{later:?}"
+    );
+    for (at, token) in &later {
+        assert!(
+            token != &FIRST.to_lowercase() || *at < expires,
+            "the expired token was used after its expiry"
+        );
+    }
+    for canary in [FIRST, RENEWED] {
+        assert!(mst_tests::files_containing(&eval.results(), canary).is_empty());
+        assert!(!run.stderr.contains(canary) && !run.stdout.contains(canary));
+    }
 }

@@ -10,6 +10,7 @@ use mst::shard::bundle::{Bundle, BUNDLE_FILE};
 use mst::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession, ShardSettings};
 use mst::shard::limits::Limiter;
 use mst::shard::protocol::PROTOCOL;
+use mst::shard::tokens::ServerTokens;
 use mst_tests::{mst_bin, s};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -60,7 +61,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
     };
     let mut machine = runner.create_machine(&request).unwrap();
     let limiter = Limiter::new(RateLimits::default());
-    let tokens = BTreeMap::new();
+    let tokens = ServerTokens::none();
     let seen = Mutex::new(Vec::new());
     let events = |event: ShardEvent| seen.lock().unwrap().push(event);
     let tasks = ["first", "second", "third"];

@@ -10,8 +10,9 @@ use crate::plugin::capabilities::GrantLists;
 use crate::plugin::set::{PluginLoader, PluginSet};
 use crate::plugin::{Grants, Limits};
 use crate::results::{GitState, PluginRecord};
-use crate::secrets::{Secret, Secrets};
-use crate::shard::protocol::{CoordinatorMessage, Token, MAX_LINE_BYTES};
+use crate::secrets::Secrets;
+use crate::shard::protocol::{CoordinatorMessage, MAX_LINE_BYTES};
+use crate::shard::tokens::ServerTokens;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -152,34 +153,26 @@ impl Prepared {
 
     /// Tokens for the servers that name one, by server label; a secret the secrets file does
     /// not hold is a config error.
-    pub fn server_tokens(&self, secrets: &Secrets) -> Result<BTreeMap<String, Secret>> {
-        let mut tokens = BTreeMap::new();
+    pub fn server_tokens(&self, secrets: &Secrets) -> Result<ServerTokens> {
+        let mut names = BTreeMap::new();
         for (label, server) in &self.config.servers {
             if let ServerConfig::Http(HttpServer {
                 token: Some(name), ..
             }) = server
             {
-                let value = secrets.get(name).with_context(|| {
-                    format!(
+                if secrets.get(name).is_none() {
+                    anyhow::bail!(
                         "servers.{label}.token names secret `{name}`, which --secrets-file does \
                          not hold"
-                    )
-                })?;
-                tokens.insert(label.clone(), value.clone());
+                    );
+                }
+                names.insert(label.clone(), name.clone());
             }
         }
+        let tokens = ServerTokens::new(names, secrets.clone());
         // They travel in one `tokens` line, which the worker reads only up to the line cap.
         let line = crate::shard::protocol::encode(&CoordinatorMessage::Tokens {
-            tokens: tokens
-                .iter()
-                .map(|(label, value)| {
-                    let token = Token {
-                        value: value.clone(),
-                        expires_at: None,
-                    };
-                    (label.clone(), token)
-                })
-                .collect(),
+            tokens: tokens.all(),
         });
         if line.len() > MAX_LINE_BYTES {
             anyhow::bail!(

@@ -31,9 +31,15 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Secrets by name.
+/// Secrets by name, with the expiry of those that carry one, and the file they came from (so
+/// a secret about to expire can be read again).
 #[derive(Debug, Clone, Default)]
-pub struct Secrets(BTreeMap<String, Secret>);
+pub struct Secrets {
+    values: BTreeMap<String, Secret>,
+    /// Milliseconds since the Unix epoch after which the secret is no longer valid.
+    expires_at: BTreeMap<String, u64>,
+    source: Option<PathBuf>,
+}
 
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -62,7 +68,16 @@ impl Secrets {
         }
         let text =
             String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))?;
-        Self::parse(&text).with_context(|| format!("--secrets-file {}", path.display()))
+        let mut secrets =
+            Self::parse(&text).with_context(|| format!("--secrets-file {}", path.display()))?;
+        secrets.source = Some(path.to_path_buf());
+        Ok(secrets)
+    }
+
+    /// The secrets file read again (after its owner renewed a secret in it); `None` for
+    /// secrets that came from no file.
+    pub fn reload(&self) -> Option<Result<Self>> {
+        self.source.as_deref().map(Self::load)
     }
 
     /// Parses secrets text (see [`Secrets::load`]).
@@ -71,16 +86,22 @@ impl Secrets {
         if text.trim_start().starts_with('{') {
             let object: BTreeMap<String, serde_json::Value> = serde_json::from_str(text)
                 .map_err(|e| anyhow::anyhow!("not a JSON object of strings (line {})", e.line()))?;
+            let mut expires_at = BTreeMap::new();
             for (name, value) in object {
-                let serde_json::Value::String(value) = value else {
-                    bail!("secret `{name}` is not a string")
-                };
                 if !valid_name(&name) {
                     bail!("`{name}` is not a secret name (letters, digits, `_`, `-`, `.`)");
                 }
+                let (value, expiry) = json_secret(&name, value)?;
+                if let Some(expiry) = expiry {
+                    expires_at.insert(name.clone(), expiry);
+                }
                 secrets.insert(name, Secret::new(value));
             }
-            return Ok(Secrets(secrets));
+            return Ok(Secrets {
+                values: secrets,
+                expires_at,
+                source: None,
+            });
         }
         for (index, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -102,12 +123,42 @@ impl Secrets {
                 .unwrap_or(value);
             secrets.insert(name.to_string(), Secret::new(value));
         }
-        Ok(Secrets(secrets))
+        Ok(Secrets {
+            values: secrets,
+            ..Secrets::default()
+        })
     }
 
     /// The secret `name`.
     pub fn get(&self, name: &str) -> Option<&Secret> {
-        self.0.get(name)
+        self.values.get(name)
+    }
+
+    /// When the secret `name` expires, in milliseconds since the Unix epoch, if it does.
+    pub fn expires_at(&self, name: &str) -> Option<u64> {
+        self.expires_at.get(name).copied()
+    }
+}
+
+/// A JSON secrets file's value: a string, or `{"value": "…", "expiresAt": UNIX_SECONDS}` for a
+/// secret that expires. Errors name the secret, never its value.
+fn json_secret(name: &str, value: serde_json::Value) -> Result<(String, Option<u64>)> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct Expiring {
+        value: String,
+        expires_at: u64,
+    }
+    match value {
+        serde_json::Value::String(value) => Ok((value, None)),
+        object @ serde_json::Value::Object(_) => match serde_json::from_value::<Expiring>(object) {
+            Ok(e) => Ok((e.value, Some(e.expires_at.saturating_mul(1000)))),
+            Err(_) => bail!(
+                "secret `{name}` is neither a string nor {{\"value\": \"…\", \"expiresAt\": \
+                 UNIX_SECONDS}}"
+            ),
+        },
+        _ => bail!("secret `{name}` is not a string"),
     }
 }
 
@@ -115,25 +166,80 @@ impl Secrets {
 /// when dropped. One file per server, holding the token and nothing else.
 pub struct TokenDir {
     dir: PathBuf,
+    on_disk: bool,
+}
+
+/// Where a token directory may go, most private first: memory-backed places, then (only when
+/// none exists, and said so) the temporary directory.
+fn token_bases() -> Vec<PathBuf> {
+    ["/run/mst", "/dev/shm"]
+        .iter()
+        .map(PathBuf::from)
+        .chain(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from))
+        .collect()
+}
+
+/// Whether `path` is on a memory-backed file system (tmpfs or ramfs).
+fn in_memory(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs(2) on a valid C string, into a zeroed struct it fills.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut stat) } != 0 {
+        return false;
+    }
+    matches!(stat.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
+/// Creates `dir` (which must not exist yet) owner-only, and checks that what exists now is a
+/// real directory of ours that nobody else can read: a directory someone placed there first,
+/// or a link, is refused.
+fn create_token_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid(2) cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me || meta.permissions().mode() & 0o077 != 0 {
+        bail!(
+            "{} is not a private directory of this user (owner {}, mode {:o})",
+            dir.display(),
+            meta.uid(),
+            meta.permissions().mode() & 0o7777
+        );
+    }
+    Ok(())
 }
 
 impl TokenDir {
-    /// Creates the directory (under `/run/mst`, `/dev/shm` or `$XDG_RUNTIME_DIR` when writable,
-    /// else the temporary directory).
+    /// Creates the directory on a memory-backed file system (`/run/mst`, `/dev/shm` or
+    /// `$XDG_RUNTIME_DIR`); only when the machine has none, in the temporary directory, which
+    /// [`TokenDir::on_disk`] then says so the worker can tell.
     pub fn create() -> Result<Self> {
         let name = format!("mst-tokens-{}", std::process::id());
-        let bases = ["/run/mst", "/dev/shm"]
-            .iter()
-            .map(PathBuf::from)
-            .chain(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from))
-            .chain(std::iter::once(std::env::temp_dir()));
-        for base in bases {
-            let dir = base.join(&name);
-            if base.is_dir() && crate::home::create_private_dir(&dir).is_ok() {
-                return Ok(TokenDir { dir });
+        for base in token_bases() {
+            if base.is_dir() && in_memory(&base) && create_token_dir(&base.join(&name)).is_ok() {
+                return Ok(TokenDir {
+                    dir: base.join(&name),
+                    on_disk: false,
+                });
             }
         }
-        bail!("cannot create a private token directory")
+        let dir = std::env::temp_dir().join(&name);
+        create_token_dir(&dir).context("cannot create a private token directory")?;
+        Ok(TokenDir { dir, on_disk: true })
+    }
+
+    /// Whether the tokens are on disk (the machine has no memory-backed place for them).
+    pub fn on_disk(&self) -> bool {
+        self.on_disk
     }
 
     /// The directory.
@@ -201,7 +307,37 @@ mod tests {
             0o700
         );
         assert_eq!(std::fs::read_to_string(path.join("time")).unwrap(), "t0k");
+        assert_eq!(dir.on_disk(), !in_memory(path.parent().unwrap()));
         dir.remove().unwrap();
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_token_dir_placed_first_by_someone_else_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let planted = base.path().join("mst-tokens");
+        std::fs::create_dir(&planted).unwrap();
+        assert!(create_token_dir(&planted).is_err(), "it exists already");
+        let link = base.path().join("link");
+        std::os::unix::fs::symlink(&planted, &link).unwrap();
+        assert!(create_token_dir(&link).is_err(), "a link");
+        assert!(create_token_dir(&base.path().join("fresh")).is_ok());
+    }
+
+    #[test]
+    fn expiring_secrets_in_json() {
+        let secrets =
+            Secrets::parse(r#"{"A": {"value": "v1", "expiresAt": 1800000000}, "B": "b"}"#).unwrap();
+        assert_eq!(secrets.get("A").unwrap().expose(), "v1");
+        assert_eq!(secrets.expires_at("A"), Some(1_800_000_000_000));
+        assert_eq!(secrets.expires_at("B"), None);
+        let err = format!(
+            "{:#}",
+            Secrets::parse(r#"{"A": {"value": "hunter2", "expires": 1}}"#).unwrap_err()
+        );
+        assert!(
+            err.contains("secret `A`") && !err.contains("hunter2"),
+            "{err}"
+        );
     }
 }

@@ -13,10 +13,10 @@ use super::limits::Limiter;
 use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, WorkerMessage, PROTOCOL,
 };
+use super::tokens::{renewal_due, ServerTokens};
 use crate::eval::trial::{CaseRecord, CollectedBy, TrialKey, TrialRecord, TrialStatus};
 use crate::results::{trace_path, RunDir};
 use crate::runner::channel::{Channel, Refused};
-use crate::secrets::Secret;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -196,8 +196,8 @@ pub struct ShardContext<'a> {
     /// The run's cases as the coordinator holds them: a trace's case is checked against its
     /// input and replaced by it, so graders never see the machine's copy.
     pub cases: &'a BTreeMap<&'a str, &'a CaseRecord>,
-    /// MCP access tokens by server label, sent only when a worker asks.
-    pub tokens: &'a BTreeMap<String, Secret>,
+    /// MCP access tokens by server label: sent when a worker asks, renewed unasked.
+    pub tokens: &'a ServerTokens,
     pub settings: ShardSettings,
     pub events: &'a (dyn Fn(ShardEvent) + Sync),
     pub cancel: &'a AtomicBool,
@@ -266,6 +266,10 @@ pub struct ShardSession<'a> {
     /// Traces waiting to be copied back; runners whose copies are costly take them in batches.
     copies: Vec<PendingCopy>,
     batched: bool,
+    /// The tokens the worker holds, with when each was sent (for renewal).
+    sent_tokens: BTreeMap<String, (Token, u64)>,
+    /// When the tokens were last looked at for renewal.
+    tokens_checked: Instant,
     /// Bytes this shard copied back.
     copied: u64,
     /// Set when a copy cap was crossed: why the shard stops.
@@ -293,6 +297,8 @@ impl<'a> ShardSession<'a> {
             done: None,
             copies: Vec::new(),
             batched: false,
+            sent_tokens: BTreeMap::new(),
+            tokens_checked: Instant::now(),
             copied: 0,
             over_cap: None,
             stdin: None,
@@ -448,6 +454,7 @@ impl<'a> ShardSession<'a> {
             self.copy_back(channel);
         }
         self.grant_waiting();
+        self.renew_tokens();
         None
     }
 
@@ -549,12 +556,8 @@ impl<'a> ShardSession<'a> {
         }
         let mut granted = BTreeMap::new();
         for server in servers {
-            match self.context.tokens.get(server) {
-                Some(value) => {
-                    let token = Token {
-                        value: value.clone(),
-                        expires_at: None,
-                    };
+            match self.context.tokens.token(server) {
+                Some(token) => {
                     granted.insert(server.clone(), token);
                 }
                 None => (self.context.events)(ShardEvent::NoToken {
@@ -563,8 +566,45 @@ impl<'a> ShardSession<'a> {
                 }),
             }
         }
-        self.send(&CoordinatorMessage::Tokens { tokens: granted });
+        self.send_tokens(granted);
         None
+    }
+
+    /// Sends `tokens` and remembers what the worker holds.
+    fn send_tokens(&mut self, tokens: BTreeMap<String, Token>) {
+        let now = crate::clock::unix_millis();
+        for (server, token) in &tokens {
+            self.sent_tokens
+                .insert(server.clone(), (token.clone(), now));
+        }
+        self.send(&CoordinatorMessage::Tokens { tokens });
+    }
+
+    /// Renews, unasked, the tokens the worker holds that are about to expire, once the run
+    /// has a newer value (the operator rewrote the secrets file). Looked at once a second.
+    fn renew_tokens(&mut self) {
+        if self.tokens_checked.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.tokens_checked = Instant::now();
+        let now = crate::clock::unix_millis();
+        let mut renewed = BTreeMap::new();
+        for (server, (held, since)) in &self.sent_tokens {
+            let Some(expires) = held.expires_at else {
+                continue;
+            };
+            if !renewal_due(expires, *since, now) {
+                continue;
+            }
+            if let Some(current) = self.context.tokens.token(server) {
+                if current.value != held.value || current.expires_at != held.expires_at {
+                    renewed.insert(server.clone(), current);
+                }
+            }
+        }
+        if !renewed.is_empty() {
+            self.send_tokens(renewed);
+        }
     }
 
     /// Queues a trial for room under the limits. The resources it takes are the bundle's

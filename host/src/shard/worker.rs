@@ -22,6 +22,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// How often the worker looks at its tokens' expiry while it waits.
+const TOKEN_CHECK: Duration = Duration::from_millis(500);
+
 /// Writes protocol lines to stdout; shared by the main loop and the heartbeat thread.
 #[derive(Clone)]
 struct Wire(Arc<Mutex<std::io::Stdout>>);
@@ -110,6 +113,12 @@ struct Worker {
     clients: Clients,
     token_dir: Option<TokenDir>,
     tokens_ready: bool,
+    /// The tokens held, by server.
+    token_values: BTreeMap<String, Secret>,
+    /// Expiring tokens held: server → (expires at, received at), in Unix milliseconds.
+    expiring: BTreeMap<String, (u64, u64)>,
+    /// Servers whose renewal was asked for since their token last arrived.
+    renewal_asked: BTreeSet<String>,
     queue: VecDeque<TrialKey>,
     awaiting: Vec<TrialKey>,
     running: usize,
@@ -147,6 +156,9 @@ impl Worker {
             clients,
             token_dir: None,
             tokens_ready: true,
+            token_values: BTreeMap::new(),
+            expiring: BTreeMap::new(),
+            renewal_asked: BTreeSet::new(),
             awaiting: Vec::new(),
             running: 0,
             counts: DoneCounts::default(),
@@ -239,7 +251,15 @@ impl Worker {
             if self.finished() {
                 break;
             }
-            match self.inbox.recv().expect("the worker holds a sender") {
+            self.ask_for_renewal();
+            let event = match self.inbox.recv_timeout(TOKEN_CHECK) {
+                Ok(event) => event,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    unreachable!("the worker holds a sender")
+                }
+            };
+            match event {
                 Event::FromCoordinator(CoordinatorMessage::Granted { key }) => self.on_granted(key),
                 Event::FromCoordinator(CoordinatorMessage::Cancel { reason }) => {
                     eprintln!("mst collect: cancelled: {reason}");
@@ -258,11 +278,39 @@ impl Worker {
         }
         self.counts.skipped += (self.queue.len() + self.awaiting.len()) as u32;
         self.stop_heartbeat.store(true, Ordering::Relaxed);
+        let cleanup = self.clean_up();
         self.wire.send(&WorkerMessage::Done {
             counts: self.counts,
-            cleanup: Cleanup::Ok,
+            cleanup,
         });
         Ok(0)
+    }
+
+    fn clean_up(&mut self) -> Cleanup {
+        clean_up(self.token_dir.take())
+    }
+
+    /// Asks for new tokens (`need-tokens`, reason `expiring`) for those about to expire, once
+    /// per token received.
+    fn ask_for_renewal(&mut self) {
+        let now = crate::clock::unix_millis();
+        let due: Vec<String> = self
+            .expiring
+            .iter()
+            .filter(|(server, (expires, since))| {
+                !self.renewal_asked.contains(*server)
+                    && super::tokens::renewal_due(*expires, *since, now)
+            })
+            .map(|(server, _)| server.clone())
+            .collect();
+        if due.is_empty() || self.cancelled {
+            return;
+        }
+        self.renewal_asked.extend(due.iter().cloned());
+        self.wire.send(&WorkerMessage::NeedTokens {
+            servers: due,
+            reason: TokenReason::Expiring,
+        });
     }
 
     /// Sends `acquire` for queued trials while there is room under the concurrency.
@@ -340,13 +388,32 @@ impl Worker {
     fn on_tokens(&mut self, tokens: BTreeMap<String, Token>) -> Result<()> {
         let dir = match self.token_dir.take() {
             Some(dir) => dir,
-            None => TokenDir::create()?,
+            None => {
+                let dir = TokenDir::create()?;
+                if dir.on_disk() {
+                    eprintln!(
+                        "mst collect: WARNING: this machine has no memory-backed file system \
+                         (/run/mst, /dev/shm, $XDG_RUNTIME_DIR); the tokens are on disk in {} \
+                         (owner-only, removed at the end)",
+                        dir.path().display()
+                    );
+                }
+                dir
+            }
         };
-        let mut values = BTreeMap::new();
+        // Renewed tokens join the ones held; clients are rebuilt with them all.
+        let mut values = self.token_values.clone();
+        let now = crate::clock::unix_millis();
         for (server, token) in tokens {
             dir.write(&server, &token.value)?;
+            self.renewal_asked.remove(&server);
+            match token.expires_at {
+                Some(expires) => self.expiring.insert(server.clone(), (expires, now)),
+                None => self.expiring.remove(&server),
+            };
             values.insert(server, token.value);
         }
+        self.token_values = values.clone();
         self.token_dir = Some(dir);
         self.clients = build_clients(&self.bundle, &values)?;
         self.tokens_ready = true;
@@ -378,6 +445,20 @@ impl Worker {
     }
 }
 
+/// Removes the tokens; says truthfully whether that worked (a failure is also logged).
+fn clean_up(tokens: Option<TokenDir>) -> Cleanup {
+    let Some(dir) = tokens else {
+        return Cleanup::Ok;
+    };
+    match dir.remove() {
+        Ok(()) => Cleanup::Ok,
+        Err(e) => {
+            eprintln!("mst collect: clean-up failed: {e:#}");
+            Cleanup::Failed
+        }
+    }
+}
+
 /// One client per variant of `bundle`, with `tokens` for the servers that need them.
 fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<Clients> {
     bundle
@@ -394,4 +475,24 @@ fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<C
             Ok((name.clone(), Arc::from(client)))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_clean_up_is_reported_as_failed() {
+        assert_eq!(clean_up(None), Cleanup::Ok);
+        let dir = TokenDir::create().unwrap();
+        dir.write("api", &Secret::new("t0k")).unwrap();
+        assert_eq!(clean_up(Some(dir)), Cleanup::Ok);
+        // Something on the machine swapped the directory for a file: removing it fails.
+        let dir = TokenDir::create().unwrap();
+        let path = dir.path().to_path_buf();
+        std::fs::remove_dir_all(&path).unwrap();
+        std::fs::write(&path, "not a directory").unwrap();
+        assert_eq!(clean_up(Some(dir)), Cleanup::Failed);
+        let _ = std::fs::remove_file(&path);
+    }
 }
