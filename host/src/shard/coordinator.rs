@@ -307,7 +307,7 @@ impl<'a> ShardSession<'a> {
         process.handle.wait();
         // Bounded: a process that left the worker's group may hold its stderr open.
         let log = log.finish_within(grace);
-        let _ = crate::files::write_atomic(&self.run_dir.worker_log(self.bundle.shard), &log);
+        let _ = self.run_dir.write_worker_log(self.bundle.shard, &log);
         self.context.limiter.release_shard(self.bundle.shard);
         self.report.ended = ended;
         self.report
@@ -674,7 +674,8 @@ fn spawn_reader(stdout: Box<dyn std::io::Read + Send>) -> mpsc::Receiver<Input> 
     rx
 }
 
-/// A copied-back trace must parse as a trial record for the trial it claims to be.
+/// A copied-back trace must parse as a trial record for the trial it claims to be; it is then
+/// redacted ([`crate::secrets::redact_file`]) before anything reads it.
 fn validate_trace(path: &Path, key: &TrialKey) -> Result<(), String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     let record: TrialRecord =
@@ -685,5 +686,5 @@ fn validate_trace(path: &Path, key: &TrialKey) -> Result<(), String> {
             record.variant, record.case.id, record.trial
         ));
     }
-    Ok(())
+    crate::secrets::redact_file(path).map_err(|e| format!("cannot redact it: {e:#}"))
 }
