@@ -13,6 +13,24 @@ use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitSta
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// The variables of mst's own environment that the programs it starts for a trial get (the
+/// local runner's worker, a trial's command, a stdio MCP server): where programs are, whose
+/// home, the temporary directory and the locale. Everything else (cloud credentials, CI
+/// tokens, the values behind `--allow-secret`) stays out; a program that needs more gets it
+/// from the config (`clientOptions.env`, a server's `env`).
+pub const PASSED_ENV: [&str; 6] = ["PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ"];
+
+/// [`PASSED_ENV`] and the `LC_*` locale variables, with their values here: what a program
+/// started with `env_clear()` is given back.
+pub fn minimal_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os()
+        .filter(|(name, _)| {
+            let name = name.to_string_lossy();
+            PASSED_ENV.contains(&name.as_ref()) || name.starts_with("LC_")
+        })
+        .collect()
+}
+
 /// How often a deadline wait looks at the process.
 const POLL: Duration = Duration::from_millis(5);
 

@@ -136,8 +136,13 @@ fn a_machine_cannot_excuse_a_failed_trial_as_infra_unseen() {
 #[test]
 fn a_client_holding_its_pipes_through_setsid_ends_at_the_trial_timeout() {
     let mst = Mst::new();
-    // The agent answers, then leaves a process outside its group holding stdout for 60 s.
-    let eval = command_eval(json!(["sh", "-c", "setsid sleep 60 & echo done"]), 1, 3);
+    // The agent leaves a process outside its group holding stdout for 60 s (given time to
+    // leave, so that the group's kill does not catch it first), then answers.
+    let eval = command_eval(
+        json!(["sh", "-c", "setsid sleep 60 & sleep 0.5; echo done"]),
+        1,
+        3,
+    );
     let started = Instant::now();
     let run = eval.run(&mst, &["--json", "-q"]);
     let took = started.elapsed();

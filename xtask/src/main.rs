@@ -40,6 +40,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("fixture-core-module", "fixtures/core-module.wasm"),
     ("fixture-future-major", "fixtures/future-major.wasm"),
     ("fixture-unknown-world", "fixtures/unknown-world.wasm"),
+    ("fixture-canary-grader", "fixtures/canary-grader.wasm"),
 ];
 
 fn root() -> PathBuf {

@@ -15,6 +15,13 @@ macro_rules! out {
     };
 }
 
+/// `eprintln!` through [`write_stderr`]: held secrets redacted, control characters escaped.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod plugin;
 mod run;
 mod runner;
@@ -69,13 +76,19 @@ enum Command {
     Idle,
 }
 
-/// Writes to stdout. When the reader has gone away (`mst runs list | head`) the command is
-/// over: mst exits at once, quietly, with the status a pipeline expects of a program its
-/// reader stopped (128 + SIGPIPE), instead of panicking on the broken pipe.
+/// Writes to stdout, cleaned ([`crate::secrets::clean_text`]): what mst prints holds text from
+/// plugins, workers and datasets, which must not act on the terminal nor show a secret. When
+/// the reader has gone away (`mst runs list | head`) the command is over: mst exits at once,
+/// quietly, with the status a pipeline expects of a program its reader stopped (128 +
+/// SIGPIPE), instead of panicking on the broken pipe.
 pub(crate) fn write_stdout(text: std::fmt::Arguments<'_>) {
     use std::io::Write;
+    let text = crate::secrets::clean_text(&text.to_string());
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(141);
         }
@@ -99,6 +112,29 @@ impl std::fmt::Display for Exit {
 
 impl std::error::Error for Exit {}
 
+/// Writes to stderr, cleaned like [`write_stdout`].
+pub(crate) fn write_stderr(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let text = crate::secrets::clean_text(&text.to_string());
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// Where log lines go: stderr, each line cleaned like [`write_stdout`] (a plugin's log line, a
+/// worker's error).
+struct CleanStderr;
+
+impl std::io::Write for CleanStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The formatter hands over one whole event per write.
+        std::io::stderr().write_all(&crate::secrets::clean_bytes(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn,mst::plugin::imports=info",
@@ -108,8 +144,9 @@ fn init_logging(verbose: u8) {
     let filter = std::env::var("MST_LOG").unwrap_or_else(|_| default.to_string());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(|| CleanStderr)
+        // Colour codes would be escaped with everything else that could act on a terminal.
+        .with_ansi(false)
         .with_target(false)
         .try_init();
 }
@@ -139,7 +176,7 @@ pub fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             let code = error.downcast_ref::<Exit>().map_or(1, |e| e.code);
-            eprintln!("error: {error:#}");
+            errln!("error: {error:#}");
             ExitCode::from(code)
         }
     }

@@ -186,7 +186,7 @@ impl Reporter {
             bar.set_message(format!("{} infra", self.failures.load(Ordering::Relaxed)));
         } else if self.plain {
             let _guard = self.lock.lock();
-            eprintln!(
+            errln!(
                 "[{done}/{}] {key} {}",
                 self.total.load(Ordering::Relaxed),
                 if collected { "collected" } else { "infra" }
@@ -196,8 +196,8 @@ impl Reporter {
 
     fn note(&self, message: &str) {
         match &self.bar {
-            Some(bar) => bar.println(format!("note: {message}")),
-            None => eprintln!("note: {message}"),
+            Some(bar) => bar.println(crate::secrets::clean_text(&format!("note: {message}"))),
+            None => errln!("note: {message}"),
         }
     }
 }

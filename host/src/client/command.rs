@@ -3,8 +3,9 @@
 //! `clientOptions`: `command` (argv; `{input}`, `{case}`, `{variant}` and `{trial}` are
 //! replaced in each argument), `input` (`stdin`, the default, `argv` or `none`: how the case
 //! input reaches the program), `events` (when true, stdout lines that are JSON trace events,
-//! `{"type": "tool-call", …}`, become trace events instead of answer text), `env` (extra
-//! environment) and `cwd`. The program's stdout (minus event lines) is the final answer, its
+//! `{"type": "tool-call", …}`, become trace events instead of answer text), `env` (its
+//! environment besides [`crate::process::PASSED_ENV`]: nothing else of the worker's reaches
+//! it) and `cwd`. The program's stdout (minus event lines) is the final answer, its
 //! stderr lines become `log` events, and its exit code is recorded. At the deadline the whole
 //! process group is killed and the trial is `timed-out`.
 
@@ -204,6 +205,8 @@ impl CommandClient {
         let mut command = Command::new(&argv[0]);
         command
             .args(&argv[1..])
+            .env_clear()
+            .envs(crate::process::minimal_env())
             .envs(&self.options.env)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -352,6 +355,23 @@ mod tests {
             Duration::from_secs(5),
         );
         assert_eq!(trace.status, TrialStatus::Infra);
+    }
+
+    #[test]
+    fn the_program_gets_a_minimal_environment_and_the_configured_one() {
+        // The test process stands in for the worker; its canary must not reach the program.
+        std::env::set_var("MST_CLIENT_CANARY", "canary-client-env");
+        let trace = run(
+            json!({"command": ["env"], "input": "none", "env": {"FROM_CONFIG": "yes"}}),
+            json!(null),
+            Duration::from_secs(10),
+        );
+        let env = trace.final_text.unwrap();
+        assert!(!env.contains("canary-client-env"), "{env}");
+        assert!(
+            env.contains("FROM_CONFIG=yes") && env.contains("PATH="),
+            "{env}"
+        );
     }
 
     #[test]

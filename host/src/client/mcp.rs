@@ -78,6 +78,8 @@ async fn connect(config: &ServerConfig, token: Option<&Secret>) -> Result<Sessio
             let mut command = tokio::process::Command::new(&server.command);
             command
                 .args(&server.args)
+                .env_clear()
+                .envs(crate::process::minimal_env())
                 .envs(&server.env)
                 .process_group(0)
                 .kill_on_drop(true);

@@ -114,6 +114,7 @@ impl Grants {
                     spell("secret")
                 )
             })?;
+            crate::secrets::hold(name, &Secret::new(value.clone()));
             grants.secrets.insert(name.clone(), Secret::new(value));
         }
         for name in lists.env {

@@ -162,8 +162,18 @@ impl RunDir {
             .expect("some suffix is free"))
     }
 
+    /// Every JSON file of a run goes through here: no held secret reaches the disk (a judge's
+    /// reason, a machine's error in `run.json`).
     fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
-        crate::files::write_durable(&self.root.join(name), &serde_json::to_vec_pretty(value)?)
+        let bytes = serde_json::to_vec_pretty(value)?;
+        let redacted = crate::secrets::redactor().redact_bytes(&bytes).into_owned();
+        crate::files::write_durable(&self.root.join(name), &redacted)
+    }
+
+    /// Writes shard `shard`'s worker log (the worker's stderr, as it came): held secrets
+    /// redacted and control characters escaped, so `cat` on it is safe.
+    pub fn write_worker_log(&self, shard: u32, log: &[u8]) -> Result<()> {
+        crate::files::write_atomic(&self.worker_log(shard), &crate::secrets::clean_bytes(log))
     }
 
     /// Writes `run.json`.

@@ -205,18 +205,88 @@ impl Prepared {
 const GIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The git commit and dirty flag of the repository holding `dir`, when it is one.
+///
+/// The repository is someone else's: its own config must not run anything here. git runs with
+/// only [`crate::process::minimal_env`], no system or global config, and every setting that
+/// starts a program overridden in the environment's config (which wins over the repository's):
+/// `core.fsmonitor` (a hook `status` runs), hooks, every configured filter driver (`status`
+/// runs clean filters on files whose stat data changed), and no optional locks or untracked
+/// cache (nothing written into the repository). Changes inside submodules are not looked at
+/// (that would run git in them, under their own config); a submodule moved to another commit
+/// still counts.
 pub fn git_state(dir: &Path) -> Option<GitState> {
-    let git = |args: &[&str]| {
+    let git = |overrides: &[(String, String)], args: &[&str]| {
         let mut command = std::process::Command::new("git");
-        command.arg("-C").arg(dir).args(args);
+        command
+            .env_clear()
+            .envs(crate::process::minimal_env())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_OPTIONAL_LOCKS", "0");
+        // GIT_CONFIG_KEY_n rather than `-c`: a driver's name may hold `=`.
+        let settings = NEUTRAL_GIT
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .chain(overrides.iter().cloned());
+        let mut count = 0;
+        for (index, (key, value)) in settings.enumerate() {
+            command
+                .env(format!("GIT_CONFIG_KEY_{index}"), key)
+                .env(format!("GIT_CONFIG_VALUE_{index}"), value);
+            count = index + 1;
+        }
+        command
+            .env("GIT_CONFIG_COUNT", count.to_string())
+            .arg("-C")
+            .arg(dir)
+            .args(args);
         crate::process::run_to_end(&mut command, Vec::new(), GIT_LIMIT, 1 << 20)
             .ok()
             .filter(|o| o.status.is_some_and(|s| s.success()))
     };
-    let commit = String::from_utf8(git(&["rev-parse", "HEAD"])?.stdout)
+    let commit = String::from_utf8(git(&[], &["rev-parse", "HEAD"])?.stdout)
         .ok()?
         .trim()
         .to_string();
-    let dirty = !git(&["status", "--porcelain"])?.stdout.is_empty();
-    Some(GitState { commit, dirty })
+    // Filter drivers are defined in config only (attributes merely name them), so the
+    // configured ones are every driver `status` could run.
+    let pattern = r"^filter\..*\.(clean|smudge|process)$";
+    let listed = git(
+        &[],
+        &["config", "-z", "--name-only", "--get-regexp", pattern],
+    )
+    .map(|o| o.stdout)
+    .unwrap_or_default();
+    let mut overrides = Vec::new();
+    for key in listed.split(|b| *b == 0).map(String::from_utf8_lossy) {
+        let Some((driver, _)) = key.strip_prefix("filter.").and_then(|k| k.rsplit_once('.')) else {
+            continue;
+        };
+        for (setting, value) in [
+            ("clean", ""),
+            ("smudge", ""),
+            ("process", ""),
+            ("required", "false"),
+        ] {
+            overrides.push((format!("filter.{driver}.{setting}"), value.to_string()));
+        }
+    }
+    let status = git(
+        &overrides,
+        &["status", "--porcelain", "--ignore-submodules=dirty"],
+    )?;
+    Some(GitState {
+        commit,
+        dirty: !status.stdout.is_empty(),
+    })
 }
+
+/// Settings that keep a provenance `git` call from starting programs or writing to the
+/// repository, whatever its config says.
+const NEUTRAL_GIT: [(&str, &str); 4] = [
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.untrackedCache", "false"),
+    ("core.attributesFile", "/dev/null"),
+];

@@ -128,7 +128,13 @@ impl Channel for LocalMachine {
             None => bail!("nothing to run"),
         };
         let mut command = Command::new(&program);
-        command.args(args).current_dir(self.root());
+        // The worker starts clients and servers; none of them gets mst's own environment.
+        command
+            .args(args)
+            .current_dir(self.root())
+            .env_clear()
+            .envs(crate::process::minimal_env())
+            .envs(std::env::var_os("MST_LOG").map(|filter| ("MST_LOG", filter)));
         ChildProcess::spawn(command, &format!("the worker {}", program.display()))
     }
 

@@ -1,7 +1,12 @@
 //! Secrets: read only from a secrets file (`--secrets-file`, JSON or dotenv) and held as
 //! [`Secret`]s, whose `Debug` never shows the value. The coordinator hands MCP tokens to workers
 //! only over the worker's stdin; the worker keeps them in memory and in a private token
-//! directory ([`TokenDir`]) that it removes when it ends.
+//! directory ([`TokenDir`]) that it removes when it ends. Every value read is registered
+//! with [`redact`], so nothing mst writes holds it.
+
+pub mod redact;
+
+pub use redact::{clean_bytes, clean_text, hold, redact_file, redactor, Redactor};
 
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -70,6 +75,9 @@ impl Secrets {
             String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))?;
         let mut secrets =
             Self::parse(&text).with_context(|| format!("--secrets-file {}", path.display()))?;
+        for (name, value) in &secrets.values {
+            hold(name, value);
+        }
         secrets.source = Some(path.to_path_buf());
         Ok(secrets)
     }

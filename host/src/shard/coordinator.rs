@@ -347,7 +347,7 @@ impl<'a> ShardSession<'a> {
         process.handle.wait();
         // Bounded: a process that left the worker's group may hold its stderr open.
         let log = log.finish_within(grace);
-        let _ = crate::files::write_atomic(&self.run_dir.worker_log(self.bundle.shard), &log);
+        let _ = self.run_dir.write_worker_log(self.bundle.shard, &log);
         self.context.limiter.release_shard(self.bundle.shard);
         self.report.ended = ended;
         self.report
@@ -808,6 +808,8 @@ impl<'a> ShardSession<'a> {
             client_version: client.map(|c| c.version.clone()).unwrap_or_default(),
         });
         let bytes = serde_json::to_vec_pretty(&record).map_err(|e| e.to_string())?;
+        // No secret value mst holds stays in it (an agent may have printed one).
+        let bytes = crate::secrets::redactor().redact_bytes(&bytes).into_owned();
         crate::files::write_atomic(path, &bytes).map_err(|e| format!("{e:#}"))?;
         Ok(record.trace.status)
     }

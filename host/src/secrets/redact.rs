@@ -1,0 +1,207 @@
+//! Output hygiene: what mst writes outside its own memory (result files, worker logs, the
+//! terminal) never holds a secret value it knows, nor control characters from someone else.
+//!
+//! Every secret value mst holds (the secrets file, values granted with `--allow-secret` or
+//! `allowSecret`, the tokens a worker receives) is registered with [`hold`] where it is read.
+//! [`redactor`] is the process-wide [`Redactor`] over all of them; [`clean_text`],
+//! [`clean_bytes`] and [`redact_file`] are what the sinks call. A value shorter than
+//! [`MIN_REDACTED_LEN`] characters is not redacted (it would blot out ordinary text); mst
+//! warns when it holds one.
+
+use super::Secret;
+use aho_corasick::{AhoCorasick, MatchKind};
+use anyhow::{Context, Result};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+/// Values shorter than this many characters are not redacted.
+pub const MIN_REDACTED_LEN: usize = 6;
+
+/// Replaces secret values with `[redacted:NAME]`. Matches are leftmost-longest, so a value
+/// that contains another is replaced whole.
+#[derive(Default)]
+pub struct Redactor {
+    /// What to look for (each value, and its JSON-escaped form when that differs) and what
+    /// replaces it.
+    needles: BTreeMap<String, String>,
+    matcher: Option<AhoCorasick>,
+}
+
+impl Redactor {
+    /// A redactor for `secrets`, by name.
+    pub fn new<'a>(secrets: impl IntoIterator<Item = (&'a str, &'a Secret)>) -> Self {
+        let mut needles = BTreeMap::new();
+        for (name, secret) in secrets {
+            add_needles(&mut needles, name, secret.expose());
+        }
+        Self::from_needles(needles)
+    }
+
+    fn from_needles(needles: BTreeMap<String, String>) -> Self {
+        let matcher = (!needles.is_empty()).then(|| {
+            AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(needles.keys())
+                .expect("plain string patterns build")
+        });
+        Redactor { needles, matcher }
+    }
+
+    /// This redactor plus `name`'s `secret`.
+    fn with(&self, name: &str, secret: &Secret) -> Self {
+        let mut needles = self.needles.clone();
+        add_needles(&mut needles, name, secret.expose());
+        Self::from_needles(needles)
+    }
+
+    /// `text` with every held value replaced by `[redacted:NAME]`.
+    pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        match &self.matcher {
+            Some(matcher) if matcher.is_match(text) => {
+                let with: Vec<&String> = self.needles.values().collect();
+                Cow::Owned(matcher.replace_all(text, &with))
+            }
+            _ => Cow::Borrowed(text),
+        }
+    }
+
+    /// [`Redactor::redact`] for bytes (a trace, a log), whatever their encoding.
+    pub fn redact_bytes<'t>(&self, bytes: &'t [u8]) -> Cow<'t, [u8]> {
+        match &self.matcher {
+            Some(matcher) if matcher.is_match(bytes) => {
+                let with: Vec<&[u8]> = self.needles.values().map(|v| v.as_bytes()).collect();
+                Cow::Owned(matcher.replace_all_bytes(bytes, &with))
+            }
+            _ => Cow::Borrowed(bytes),
+        }
+    }
+}
+
+/// The forms of `value` that can appear in what mst writes: as it is, and JSON-escaped (a
+/// trace or a grade holds it inside a JSON string).
+fn add_needles(needles: &mut BTreeMap<String, String>, name: &str, value: &str) {
+    if value.chars().count() < MIN_REDACTED_LEN {
+        return;
+    }
+    let replacement = format!("[redacted:{}]", terminal_safe(name));
+    let json = serde_json::to_string(value).expect("strings serialize");
+    let escaped = &json[1..json.len() - 1];
+    for needle in [value, escaped] {
+        // The first name to claim a value keeps it.
+        needles
+            .entry(needle.to_string())
+            .or_insert_with(|| replacement.clone());
+    }
+}
+
+/// The process-wide redactor: every value registered with [`hold`].
+static HELD: RwLock<Option<Arc<Redactor>>> = RwLock::new(None);
+
+/// Registers `name`'s `secret` with the process-wide redactor; from now on no sink writes it.
+/// Warns when the value is too short to redact.
+pub fn hold(name: &str, secret: &Secret) {
+    if secret.expose().chars().count() < MIN_REDACTED_LEN && !secret.expose().is_empty() {
+        tracing::warn!(
+            "secret `{name}` is shorter than {MIN_REDACTED_LEN} characters: mst cannot redact \
+             it from what it writes; use a longer value"
+        );
+    }
+    let mut held = HELD.write().expect("redactor lock");
+    let next = match held.as_deref() {
+        Some(current) => current.with(name, secret),
+        None => Redactor::new([(name, secret)]),
+    };
+    *held = Some(Arc::new(next));
+}
+
+/// The process-wide redactor (empty until something is held).
+pub fn redactor() -> Arc<Redactor> {
+    HELD.read()
+        .expect("redactor lock")
+        .clone()
+        .unwrap_or_default()
+}
+
+/// Text from someone else (a worker, a plugin, a machine, a dataset) made safe for a terminal
+/// or a log: control characters other than newline and tab, and the Unicode marks that
+/// reorder text on screen, are shown escaped (`\u{1b}`) instead of acting.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// What a terminal or a log gets of `text`: held secrets redacted, control characters escaped.
+pub fn clean_text(text: &str) -> String {
+    terminal_safe(&redactor().redact(text)).into_owned()
+}
+
+/// [`clean_text`] for raw output (a worker's stderr): invalid UTF-8 is replaced, not kept.
+pub fn clean_bytes(bytes: &[u8]) -> Vec<u8> {
+    clean_text(&String::from_utf8_lossy(bytes)).into_bytes()
+}
+
+/// Rewrites the file at `path` with every held secret redacted (a trace copied back from a
+/// machine); leaves it untouched when it holds none.
+pub fn redact_file(path: &Path) -> Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if let Cow::Owned(redacted) = redactor().redact_bytes(&bytes) {
+        crate::files::write_atomic(path, &redacted)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_become_names_longest_first_and_short_ones_stay() {
+        let (long, short, tiny) = (
+            Secret::new("hunter2-and-more"),
+            Secret::new("hunter2"),
+            Secret::new("abc"),
+        );
+        let redactor = Redactor::new([("LONG", &long), ("SHORT", &short), ("TINY", &tiny)]);
+        assert_eq!(
+            redactor.redact("a hunter2-and-more b hunter2 c abc"),
+            "a [redacted:LONG] b [redacted:SHORT] c abc"
+        );
+        assert!(matches!(redactor.redact("nothing here"), Cow::Borrowed(_)));
+        assert!(Redactor::default().redact("hunter2").contains("hunter2"));
+    }
+
+    #[test]
+    fn json_escaped_values_are_found_in_json() {
+        let secret = Secret::new("pa\"ss\\word\n");
+        let redactor = Redactor::new([("PW", &secret)]);
+        let json = serde_json::json!({"reason": format!("got {}", secret.expose())}).to_string();
+        let redacted = redactor.redact_bytes(json.as_bytes()).into_owned();
+        let back: serde_json::Value = serde_json::from_slice(&redacted).unwrap();
+        assert_eq!(back["reason"], "got [redacted:PW]");
+    }
+
+    #[test]
+    fn terminal_text_cannot_act() {
+        assert_eq!(
+            terminal_safe("a\x1b[2Jb\rc\u{202e}d\n\te"),
+            "a\\u{1b}[2Jb\\u{d}c\\u{202e}d\n\te"
+        );
+        assert!(matches!(terminal_safe("plain\n"), Cow::Borrowed(_)));
+    }
+}
