@@ -67,6 +67,8 @@ fn git_provenance_runs_nothing_the_config_repository_configures() {
     git(dir, &["init", "-q", "."]);
     git(dir, &["add", "."]);
     git(dir, &["commit", "-q", "-m", "eval"]);
+    let remote = "https://bot:origin-canary-31f0@git.example.com/acme/evals.git";
+    git(dir, &["remote", "add", "origin", remote]);
     // The repository's own config: a monitor hook and a clean filter, each leaving a marker.
     git(dir, &["config", "core.fsmonitor", s(&hook)]);
     let clean = format!("sh -c 'touch {}; cat'", s(&filter_marker));
@@ -105,6 +107,11 @@ fn git_provenance_runs_nothing_the_config_repository_configures() {
         String::from_utf8_lossy(&head.stdout).trim(),
         "provenance is still recorded: {record}"
     );
+    assert_eq!(
+        record["git"]["origin"], "https://git.example.com/acme/evals.git",
+        "the origin, without its credentials"
+    );
+    assert!(mst_tests::files_containing(&eval.results(), "origin-canary-31f0").is_empty());
 }
 
 /// A stdio MCP server (the real Python SDK) whose one tool reports its environment.

@@ -54,6 +54,9 @@ pub struct PluginRecord {
 pub struct GitState {
     pub commit: String,
     pub dirty: bool,
+    /// The `origin` remote's URL, without credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// The `run.json` format this build writes; a record of a later format is refused, so an

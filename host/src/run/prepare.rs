@@ -276,10 +276,27 @@ pub fn git_state(dir: &Path) -> Option<GitState> {
         &overrides,
         &["status", "--porcelain", "--ignore-submodules=dirty"],
     )?;
+    let origin = git(&[], &["config", "--get", "remote.origin.url"])
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|url| without_credentials(url.trim()))
+        .filter(|url| !url.is_empty());
     Some(GitState {
         commit,
         dirty: !status.stdout.is_empty(),
+        origin,
     })
+}
+
+/// A remote URL without the user and password an `https://user:token@host/…` URL may carry.
+fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
 }
 
 /// Settings that keep a provenance `git` call from starting programs or writing to the
@@ -290,3 +307,24 @@ const NEUTRAL_GIT: [(&str, &str); 4] = [
     ("core.untrackedCache", "false"),
     ("core.attributesFile", "/dev/null"),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origin_urls_lose_their_credentials() {
+        assert_eq!(
+            without_credentials("https://bot:ghp_canary@github.com/acme/evals.git"),
+            "https://github.com/acme/evals.git"
+        );
+        assert_eq!(
+            without_credentials("git@github.com:acme/evals.git"),
+            "git@github.com:acme/evals.git"
+        );
+        assert_eq!(
+            without_credentials("https://github.com/a/b@c"),
+            "https://github.com/a/b@c"
+        );
+    }
+}
