@@ -7,6 +7,8 @@
 
 use super::channel::{Channel, Process};
 use super::command::CommandMachine;
+use super::docker::context::spec_endpoint;
+use super::docker::options::DockerOptions;
 use super::docker::DockerRunner;
 use super::{MachineRequest, Runner};
 use crate::plugin::bindings::{Machine, MachineSpec, Shard};
@@ -100,18 +102,6 @@ impl PluginRunner {
             env.push(format!("{name}={value}"));
         }
         let mut options = BTreeMap::from([("image".to_string(), spec.image.clone())]);
-        if let Some(context) = &spec.context {
-            // The bundle and tokens go wherever the context points: a plugin may name a context
-            // the operator configured, or a local socket, never a network address of its own.
-            if context.contains("://") && !context.starts_with("unix://") {
-                bail!(
-                    "its container spec names the Docker endpoint {context:?}; a runner plugin may \
-                     name a docker context (configured by you) or a unix:// socket, not a network \
-                     address"
-                );
-            }
-            options.insert("contexts".into(), context.clone());
-        }
         if let Some(bytes) = spec.memory_bytes {
             options.insert("memory".into(), bytes.to_string());
         }
@@ -121,13 +111,19 @@ impl PluginRunner {
         if let Some(network) = &spec.network {
             options.insert("network".into(), network.clone());
         }
+        let mut options = DockerOptions::parse(&options, false)?;
+        if let Some(context) = &spec.context {
+            // Exactly one value, never the comma-separated `contexts` syntax, and checked as
+            // the endpoint it resolves to: the bundle and tokens go wherever it points.
+            options.contexts = vec![spec_endpoint(context)?];
+        }
         let key = format!("{options:?}{:?}{:?}", spec.labels, spec.env_names);
         let mut docker = self.docker.lock().expect("docker runners");
         if let Some(runner) = docker.get(&key) {
             return Ok(runner.clone());
         }
         let runner = Arc::new(
-            DockerRunner::new(&options)?
+            DockerRunner::with_options(options)?
                 .with_labels(spec.labels.clone())
                 .with_env(env),
         );
