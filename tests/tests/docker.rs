@@ -569,6 +569,10 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     assert!(labels["mst.owner.pid"].is_string(), "mst's own labels");
     docker(&a, &["rm", "-f", "-v", &names[0]]);
 
+    // The network the operator passes is the one a spec may ask for.
+    let run = run_with(&["network=bridge"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+
     // What the plugin's schema or the host's hardening refuses stops the run before any container.
     for (option, says) in [
         ("privileged=true", "privileged"),
@@ -705,14 +709,13 @@ fn a_kubernetes_runner_plugin_runs_pods_through_a_kubectl_stand_in() {
 
 const HOSTILE: &str = "mst/fixture/hostile-runner";
 
-/// Runs `eval` with the hostile runner plugin returning a container spec whose context is
-/// `context`, with `env` set for mst.
-fn hostile_endpoint_run(mst: &Mst, eval: &Eval, context: &str, env: &[(&str, &str)]) -> Run {
+/// Runs `eval` with the hostile runner plugin (its container specs) and runner `options`, with
+/// `env` set for mst.
+fn hostile_container_run(mst: &Mst, eval: &Eval, options: &[&str], env: &[(&str, &str)]) -> Run {
     let plugin = mst_tests::fixture("hostile-runner.wasm");
     let dir = format!("dir={}", s(&eval.dir.path().join("machines")));
-    let context = format!("context={context}");
     let (config, results) = (eval.config(), eval.results());
-    let args = [
+    let mut args = vec![
         "run",
         "--config",
         s(&config),
@@ -723,15 +726,36 @@ fn hostile_endpoint_run(mst: &Mst, eval: &Eval, context: &str, env: &[(&str, &st
         "--runner",
         HOSTILE,
         "--runner-option",
-        "behaviour=endpoint",
-        "--runner-option",
         &dir,
-        "--runner-option",
-        &context,
     ];
+    for option in options {
+        args.extend(["--runner-option", option]);
+    }
     let mut command = mst.command(&args);
     command.envs(env.iter().copied());
     command.output().unwrap().into()
+}
+
+/// [`hostile_container_run`] with a spec whose context is `context`.
+fn hostile_endpoint_run(mst: &Mst, eval: &Eval, context: &str, env: &[(&str, &str)]) -> Run {
+    let context = format!("context={context}");
+    hostile_container_run(mst, eval, &["behaviour=endpoint", &context], env)
+}
+
+#[test]
+fn a_runner_plugin_cannot_choose_a_containers_egress() {
+    // Refused before any Docker engine is involved: no engines needed.
+    let mst = Mst::new();
+    let eval = command_eval(json!(["true"]), 1, 30);
+    let refused = hostile_container_run(&mst, &eval, &["behaviour=egress"], &[]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("egress is yours to choose")
+            && refused.stderr.contains("--runner-option network=bridge")
+            && refused.stderr.contains(HOSTILE),
+        "{}",
+        refused.stderr
+    );
 }
 
 #[test]

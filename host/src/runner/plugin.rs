@@ -1,7 +1,8 @@
 //! Runner plugins: a WebAssembly component describes each shard's machine and the host makes
 //! it. A container spec is created and hardened by the Docker runner's own code (the spec has
-//! nowhere to ask for privileges, host mounts or capabilities, and its network and limits go
-//! through the same checks as `--runner docker` options). A command channel is run by
+//! nowhere to ask for privileges, host mounts or capabilities, its network and limits go
+//! through the same checks as `--runner docker` options, a network besides `none` must be the
+//! operator's, and its context must be one local engine). A command channel is run by
 //! [`CommandMachine`] with the programs the plugin declared and the operator granted. Either
 //! way the host keeps the protocol, tokens, limits, copy-back and clean-up.
 
@@ -25,6 +26,9 @@ pub struct PluginRunner {
     /// The runner options as the JSON object the plugin receives.
     options: String,
     max_shards: u32,
+    /// The network the operator passed (`--runner-option network=…`): the only one besides
+    /// `none` a container spec may ask for, since egress is the operator's choice.
+    network: Option<String>,
     /// Docker runners by the container settings they serve, made on first use.
     docker: Mutex<BTreeMap<String, Arc<DockerRunner>>>,
 }
@@ -78,6 +82,7 @@ impl PluginRunner {
             plugin,
             options: text,
             max_shards,
+            network: options.get("network").cloned(),
             docker: Mutex::new(BTreeMap::new()),
         })
     }
@@ -112,6 +117,14 @@ impl PluginRunner {
             options.insert("network".into(), network.clone());
         }
         let mut options = DockerOptions::parse(&options, false)?;
+        let network = &options.network;
+        if network != "none" && self.network.as_ref() != Some(network) {
+            bail!(
+                "its container spec asks for the network {network:?}; a container's egress is \
+                 yours to choose (--runner-option network={network} allows it; the default is \
+                 none)"
+            );
+        }
         if let Some(context) = &spec.context {
             // Exactly one value, never the comma-separated `contexts` syntax, and checked as
             // the endpoint it resolves to: the bundle and tokens go wherever it points.
