@@ -155,5 +155,17 @@ mod tests {
         assert_eq!(body.env.unwrap(), Vec::<String>::new());
         let profile: serde_json::Value = serde_json::from_str(SECCOMP_PROFILE).unwrap();
         assert_eq!(profile["defaultAction"], "SCMP_ACT_ERRNO");
+        // socket(2) for every family but AF_VSOCK (40), as Docker's default profile.
+        let socket: Vec<&serde_json::Value> = profile["syscalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|rule| rule["names"].as_array().unwrap().contains(&"socket".into()))
+            .collect();
+        assert_eq!(socket.len(), 1, "{socket:?}");
+        assert_eq!(
+            socket[0]["args"],
+            serde_json::json!([{"index": 0, "value": 40, "op": "SCMP_CMP_NE"}])
+        );
     }
 }
