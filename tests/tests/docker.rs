@@ -842,7 +842,7 @@ fn a_runner_plugin_never_reaches_a_network_docker_engine() {
 }
 
 /// Builds `mst-test-probe:1` on `endpoint`: `mst runner setup docker`'s image plus
-/// tests/probes/vsock.rs, compiled static with rustc.
+/// tests/probes/confinement.rs, compiled static with rustc, as `/usr/local/bin/mst-probe`.
 fn probe_image(endpoint: &str) -> &'static str {
     let build = tempfile::tempdir().unwrap();
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
@@ -855,8 +855,8 @@ fn probe_image(endpoint: &str) -> &'static str {
             "-O",
             "-o",
         ])
-        .arg(build.path().join("vsock-probe"))
-        .arg(mst_tests::root().join("tests/probes/vsock.rs"))
+        .arg(build.path().join("mst-probe"))
+        .arg(mst_tests::root().join("tests/probes/confinement.rs"))
         .output()
         .expect("rustc");
     assert!(
@@ -873,7 +873,7 @@ fn probe_image(endpoint: &str) -> &'static str {
     std::fs::write(
         build.path().join("Dockerfile"),
         format!(
-            "FROM {}\nCOPY vsock-probe /usr/local/bin/vsock-probe\n",
+            "FROM {}\nCOPY mst-probe /usr/local/bin/mst-probe\n",
             id.trim()
         ),
     )
@@ -887,19 +887,19 @@ fn probe_image(endpoint: &str) -> &'static str {
 
 /// What a trial finds out about its container: whether it can write outside its work
 /// directory and /tmp, its open-file limit, its network, how many processes it got to run
-/// (trying 200), its user, and whether it may open a vsock socket. Forks only before the
-/// process limit is reached.
+/// (trying 200), its user, and what the probe finds (vsock and Unix sockets, how many files it
+/// holds open). Forks only before the process limit is reached.
 const PROBE: &str = r#"read q
 root=$( (echo x > /probe) 2>&1 && echo wrote-root)
 scratch=$( (echo x > /tmp/p && echo x > p) 2>&1 && echo scratch-ok)
 eth=$(grep -c eth0 /proc/net/dev)
 uid=$(id -u)
-vsock=$(/usr/local/bin/vsock-probe)
+probe=$(/usr/local/bin/mst-probe)
 ( i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done ) 2>/dev/null
 set -- /proc/[0-9]*
 procs=$#
 for d in /proc/[0-9]*; do read c < $d/comm 2>/dev/null; [ "$c" = sleep ] && kill ${d#/proc/}; done
-echo "root=[$root] scratch=[$scratch] nofile=$(ulimit -n) eth0=$eth procs=$procs uid=$uid $vsock""#;
+echo "root=[$root] scratch=[$scratch] nofile=$(ulimit -n) eth0=$eth procs=$procs uid=$uid $probe""#;
 
 /// The line [`PROBE`] printed in `eval`'s only trace.
 fn probe_line(eval: &Eval) -> String {
@@ -957,6 +957,15 @@ fn containers_are_confined_by_default_and_only_the_operator_loosens_them() {
     );
     // EPERM from the profile, as Docker's own; other families still open.
     assert!(line.contains("vsock=errno1 unix=open"), "{line}");
+    let files: usize = line
+        .split("files=")
+        .nth(1)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        (200..256).contains(&files),
+        "held open under nofile=256: {line}"
+    );
 
     let names = containers_of(&a, &run_id(&eval));
     assert_eq!(names.len(), 1, "{names:?}");
