@@ -1,7 +1,8 @@
 //! The `docker` runner end to end against two real Docker engines (`cargo xtask test` starts
 //! them and imports the busybox test image offline): shards over two hosts, a container that
 //! vanishes mid-run then `--resume`, out of memory with `keep=failed`, orphan clean-up after a
-//! SIGKILL, and a hostile worker image.
+//! SIGKILL, a hostile worker image, a hostile runner plugin reaching for a network engine,
+//! and what a trial inside a container can and cannot do.
 
 use mst_tests::{
     assert_resumed, command_eval, read_json, s, wait_for_run, wait_for_traces, walk, Eval, Mst, Run,
@@ -203,7 +204,7 @@ fn a_container_that_vanishes_mid_run_leaves_missing_trials_that_resume_collects(
     wait_for_traces(&dir, 2, Duration::from_secs(60));
     let names = containers_of(&a, &id);
     assert_eq!(names.len(), 1, "{names:?}");
-    docker(&a, &["rm", "-f", &names[0]]);
+    docker(&a, &["rm", "-f", "-v", &names[0]]);
     let first: Run = child.wait_with_output().unwrap().into();
     assert_eq!(
         first.code, 2,
@@ -282,7 +283,7 @@ fn out_of_memory_is_an_infrastructure_failure_and_keep_failed_keeps_the_containe
         names[0].ends_with("-kept") && kept.contains(&names[0]),
         "{names:?} {kept}"
     );
-    docker(&a, &["rm", "-f", &names[0]]);
+    docker(&a, &["rm", "-f", "-v", &names[0]]);
 }
 
 #[test]
@@ -539,14 +540,25 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     assert!(security.contains("seccomp"), "{security}");
     let labels = &inspect[0]["Config"]["Labels"];
     assert_eq!(labels["org.example.team"], "evals", "the plugin's label");
-    // Docker adds the image's own `ENV` (PATH); from mst, only what the spec asked for and the
-    // operator passed.
+    // Docker adds the image's own `ENV` (PATH, HOME); from mst, only what the spec asked for
+    // and the operator passed.
+    let image_env = docker(
+        &a,
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{json .Config.Env}}",
+            &image[6..],
+        ],
+    );
+    let image_env: Vec<String> = serde_json::from_str(&image_env).unwrap();
     let env: Vec<&str> = inspect[0]["Config"]["Env"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|v| v.as_str())
-        .filter(|v| !v.starts_with("PATH="))
+        .filter(|v| !image_env.iter().any(|i| i == v))
         .collect();
     assert_eq!(env, ["MST_TEST_GREETING=hello from the host"]);
     let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
@@ -555,7 +567,11 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         "{trace}"
     );
     assert!(labels["mst.owner.pid"].is_string(), "mst's own labels");
-    docker(&a, &["rm", "-f", &names[0]]);
+    docker(&a, &["rm", "-f", "-v", &names[0]]);
+
+    // The network the operator passes is the one a spec may ask for.
+    let run = run_with(&["network=bridge"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
 
     // What the plugin's schema or the host's hardening refuses stops the run before any container.
     for (option, says) in [
@@ -689,4 +705,312 @@ fn a_kubernetes_runner_plugin_runs_pods_through_a_kubectl_stand_in() {
     );
     let id = run_id(&eval);
     assert!(containers_of(&a, &id).is_empty(), "pods deleted");
+}
+
+const HOSTILE: &str = "mst/fixture/hostile-runner";
+
+/// Runs `eval` with the hostile runner plugin (its container specs) and runner `options`, with
+/// `env` set for mst.
+fn hostile_container_run(mst: &Mst, eval: &Eval, options: &[&str], env: &[(&str, &str)]) -> Run {
+    let plugin = mst_tests::fixture("hostile-runner.wasm");
+    let dir = format!("dir={}", s(&eval.dir.path().join("machines")));
+    let (config, results) = (eval.config(), eval.results());
+    let mut args = vec![
+        "run",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(&results),
+        "--plugin",
+        s(&plugin),
+        "--runner",
+        HOSTILE,
+        "--runner-option",
+        &dir,
+    ];
+    for option in options {
+        args.extend(["--runner-option", option]);
+    }
+    let mut command = mst.command(&args);
+    command.envs(env.iter().copied());
+    command.output().unwrap().into()
+}
+
+/// [`hostile_container_run`] with a spec whose context is `context`.
+fn hostile_endpoint_run(mst: &Mst, eval: &Eval, context: &str, env: &[(&str, &str)]) -> Run {
+    let context = format!("context={context}");
+    hostile_container_run(mst, eval, &["behaviour=endpoint", &context], env)
+}
+
+#[test]
+fn a_runner_plugin_cannot_choose_a_containers_egress() {
+    // Refused before any Docker engine is involved: no engines needed.
+    let mst = Mst::new();
+    let eval = command_eval(json!(["true"]), 1, 30);
+    let refused = hostile_container_run(&mst, &eval, &["behaviour=egress"], &[]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("egress is yours to choose")
+            && refused.stderr.contains("--runner-option network=bridge")
+            && refused.stderr.contains(HOSTILE),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[test]
+fn a_runner_plugin_never_reaches_a_network_docker_engine() {
+    let Some((a, _)) = engines() else {
+        return;
+    };
+    // The "attacker's engine": a listener that counts who connects.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let attacker = format!("tcp://127.0.0.1:{port}");
+    // Docker contexts under a private DOCKER_CONFIG, made by the docker CLI itself: `evil`
+    // points at the listener, `good` at engine A's socket.
+    let config = tempfile::tempdir().unwrap();
+    for (name, host) in [("evil", attacker.as_str()), ("good", a.as_str())] {
+        let out = Command::new("docker")
+            .args([
+                "context",
+                "create",
+                name,
+                "--docker",
+                &format!("host={host}"),
+            ])
+            .env("DOCKER_CONFIG", config.path())
+            .output()
+            .expect("docker CLI");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let docker_config = ("DOCKER_CONFIG", s(config.path()));
+    let mst = Mst::new();
+    let smuggled = [
+        // The comma form the old check let through: a local socket first, the attacker after.
+        (format!("{a},{attacker}"), None),
+        (format!("{a} {attacker}"), None),
+        (format!("{a}\t{attacker}"), None),
+        (attacker.clone(), None),
+        (format!(" {attacker}"), None),
+        (attacker.to_uppercase(), None),
+        (format!("http://127.0.0.1:{port}"), None),
+        (format!("HTTP://127.0.0.1:{port}"), None),
+        (format!("ssh://127.0.0.1:{port}"), None),
+        (format!("unix://{attacker}"), None),
+        (format!("{a}?host={attacker}"), None),
+        ("good,evil".to_string(), None),
+        // A context name that resolves to the network, from the config or DOCKER_HOST.
+        ("evil".to_string(), None),
+        (
+            "default".to_string(),
+            Some(("DOCKER_HOST", attacker.as_str())),
+        ),
+    ];
+    for (context, extra) in &smuggled {
+        let eval = command_eval(json!(["true"]), 1, 30);
+        let mut env = vec![docker_config];
+        env.extend(extra.iter().copied());
+        let refused = hostile_endpoint_run(&mst, &eval, context, &env);
+        assert_eq!(refused.code, 2, "{context:?}: {}", refused.stderr);
+        assert!(
+            refused.stderr.contains("not a network address") && refused.stderr.contains(HOSTILE),
+            "{context:?}: {}",
+            refused.stderr
+        );
+    }
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "something connected to the attacker's engine"
+    );
+    // A context that resolves to a local socket is still the plugin's to name: it reaches
+    // engine A (which then lacks the plugin's image).
+    let eval = command_eval(json!(["true"]), 1, 30);
+    let reached = hostile_endpoint_run(&mst, &eval, "good", &[docker_config]);
+    assert!(
+        reached
+            .stderr
+            .contains("image busybox is not on docker context"),
+        "{}",
+        reached.stderr
+    );
+}
+
+/// Builds `mst-test-probe:1` on `endpoint`: `mst runner setup docker`'s image plus
+/// tests/probes/confinement.rs, compiled static with rustc, as `/usr/local/bin/mst-probe`.
+fn probe_image(endpoint: &str) -> &'static str {
+    let build = tempfile::tempdir().unwrap();
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(rustc)
+        .args([
+            "--edition",
+            "2021",
+            "--target",
+            "x86_64-unknown-linux-musl",
+            "-O",
+            "-o",
+        ])
+        .arg(build.path().join("mst-probe"))
+        .arg(mst_tests::root().join("tests/probes/confinement.rs"))
+        .output()
+        .expect("rustc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // By id: the shared engines' tag may be rebuilt by another run meanwhile.
+    let worker = format!("mst-worker:{}", env!("CARGO_PKG_VERSION"));
+    let id = docker(
+        endpoint,
+        &["image", "inspect", "--format", "{{.Id}}", &worker],
+    );
+    std::fs::write(
+        build.path().join("Dockerfile"),
+        format!(
+            "FROM {}\nCOPY mst-probe /usr/local/bin/mst-probe\n",
+            id.trim()
+        ),
+    )
+    .unwrap();
+    docker(
+        endpoint,
+        &["build", "-q", "-t", "mst-test-probe:1", s(build.path())],
+    );
+    "mst-test-probe:1"
+}
+
+/// What a trial finds out about its container: whether it can write outside its work
+/// directory and /tmp, its open-file limit, its network, how many processes it got to run
+/// (trying 200), its user, and what the probe finds (vsock and Unix sockets, how many files it
+/// holds open). Forks only before the process limit is reached.
+const PROBE: &str = r#"read q
+root=$( (echo x > /probe) 2>&1 && echo wrote-root)
+scratch=$( (echo x > /tmp/p && echo x > p) 2>&1 && echo scratch-ok)
+eth=$(grep -c eth0 /proc/net/dev)
+uid=$(id -u)
+probe=$(/usr/local/bin/mst-probe)
+( i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done ) 2>/dev/null
+set -- /proc/[0-9]*
+procs=$#
+for d in /proc/[0-9]*; do read c < $d/comm 2>/dev/null; [ "$c" = sleep ] && kill ${d#/proc/}; done
+echo "root=[$root] scratch=[$scratch] nofile=$(ulimit -n) eth0=$eth procs=$procs uid=$uid $probe""#;
+
+/// The line [`PROBE`] printed in `eval`'s only trace.
+fn probe_line(eval: &Eval) -> String {
+    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    trace["trace"]["finalText"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn containers_are_confined_by_default_and_only_the_operator_loosens_them() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let image = probe_image(&a);
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", PROBE]), 1, 60);
+    let run = docker_run(
+        &eval,
+        &mst,
+        &[
+            format!("contexts={a}"),
+            format!("image={image}"),
+            "pids=128".into(),
+            "nofile=256".into(),
+            "keep=always".into(),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("containers get no network"),
+        "the plan says so: {}",
+        run.stderr
+    );
+    let line = probe_line(&eval);
+    // No writes outside the work directory and /tmp, which work.
+    assert!(line.contains("Read-only file system"), "{line}");
+    assert!(line.contains("scratch=[scratch-ok]"), "{line}");
+    assert!(line.contains("nofile=256"), "{line}");
+    assert!(line.contains("eth0=0"), "no network: {line}");
+    let procs: usize = line
+        .split("procs=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        (20..128).contains(&procs),
+        "the fork loop hit pids=128: {line}"
+    );
+    assert!(
+        line.contains("uid=65532"),
+        "setup's image is not root: {line}"
+    );
+    // EPERM from the profile, as Docker's own; other families still open.
+    assert!(line.contains("vsock=errno1 unix=open"), "{line}");
+    let files: usize = line
+        .split("files=")
+        .nth(1)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        (200..256).contains(&files),
+        "held open under nofile=256: {line}"
+    );
+
+    let names = containers_of(&a, &run_id(&eval));
+    assert_eq!(names.len(), 1, "{names:?}");
+    let inspect: Value = serde_json::from_str(&docker(&a, &["inspect", &names[0]])).unwrap();
+    let host = &inspect[0]["HostConfig"];
+    assert_eq!(host["ReadonlyRootfs"], true);
+    assert_eq!(host["NetworkMode"], "none");
+    assert_eq!(host["PidsLimit"], 128);
+    assert_eq!(
+        host["Ulimits"],
+        json!([{"Name": "nofile", "Soft": 256, "Hard": 256}])
+    );
+    // The work directory and /tmp are anonymous volumes (removed with the container).
+    let mut mounts: Vec<(&str, &str)> = inspect[0]["Mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["Type"].as_str().unwrap(),
+                m["Destination"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    mounts.sort();
+    assert_eq!(mounts, [("volume", "/mst-work"), ("volume", "/tmp")]);
+    docker(&a, &["rm", "-f", "-v", &names[0]]);
+
+    // The operator, not a plugin, may give clients the network and a writable root.
+    let eval = command_eval(json!(["sh", "-c", PROBE]), 1, 60);
+    let run = docker_run(
+        &eval,
+        &mst,
+        &[
+            format!("contexts={a}"),
+            format!("image={image}"),
+            "network=bridge".into(),
+            "rootfs=writable".into(),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let line = probe_line(&eval);
+    // (The test image's own /tmp is root's: the user may not write there, but nothing is
+    // read-only.)
+    assert!(!line.contains("Read-only file system"), "{line}");
+    assert!(line.contains("eth0=1"), "{line}");
+    assert!(line.contains("nofile=16384"), "the default limit: {line}");
 }

@@ -5,7 +5,9 @@
 //!
 //! - every syscall in the table is allowed except those in [`DENIED`];
 //! - `clone` is allowed only without namespace flags, `clone3` answers ENOSYS (libc then falls
-//!   back to `clone`, whose flags seccomp can see), `personality` only with harmless values.
+//!   back to `clone`, whose flags seccomp can see), `personality` only with harmless values,
+//!   `socket` for every address family but `AF_VSOCK` (as Docker's default profile: a vsock
+//!   reaches the hypervisor or host outside the container's network namespace).
 
 use anyhow::{Context, Result};
 use std::path::Path;
@@ -92,7 +94,10 @@ const DENIED: &[&str] = &[
 ];
 
 /// Handled by their own rules below.
-const SPECIAL: &[&str] = &["clone", "clone3", "personality"];
+const SPECIAL: &[&str] = &["clone", "clone3", "personality", "socket"];
+
+/// `AF_VSOCK`, the address family `socket` refuses.
+const AF_VSOCK: u64 = 40;
 
 /// Every namespace flag of clone(2): CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
 /// NEWNET.
@@ -136,6 +141,7 @@ pub fn generate(table: &Path, out: &Path) -> Result<()> {
     {{ "names": [{names}], "action": "SCMP_ACT_ALLOW" }},
     {{ "names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [{{ "index": 0, "value": {NAMESPACE_FLAGS}, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }}] }},
     {{ "names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38 }},
+    {{ "names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{{ "index": 0, "value": {AF_VSOCK}, "op": "SCMP_CMP_NE" }}] }},
 {}
   ]
 }}

@@ -23,6 +23,28 @@ pub fn tar_directory(src: &Path, dest: &str) -> Result<Vec<u8>> {
     Ok(builder.into_inner()?)
 }
 
+/// The tar `archive` with every entry owned by `uid:gid` (for a machine that unpacks it as
+/// root and keeps the owners it is given).
+pub fn owned_by(archive: &[u8], uid: u64, gid: u64) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut entries = tar::Archive::new(archive);
+    for entry in entries.entries().context("not a tar stream")? {
+        let mut entry = entry.context("unreadable tar entry")?;
+        let mut header = entry.header().clone();
+        header.set_uid(uid);
+        header.set_gid(gid);
+        let path = entry.path()?.into_owned();
+        match entry.link_name()? {
+            Some(target) => {
+                let target = target.into_owned();
+                builder.append_link(&mut header, &path, &target)?
+            }
+            None => builder.append_data(&mut header, &path, &mut entry)?,
+        }
+    }
+    Ok(builder.into_inner()?)
+}
+
 /// A tar holding one empty directory `path` with `mode`.
 pub fn tar_dir(path: &str, mode: u32) -> Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
@@ -255,12 +277,23 @@ mod tests {
     fn uploads_carry_their_parent_directories() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("bundle.json"), "{}").unwrap();
-        let tar = tar_directory(dir.path(), "mst-work/bundle").unwrap();
-        let names: Vec<String> = tar::Archive::new(&tar[..])
-            .entries()
-            .unwrap()
-            .map(|e| e.unwrap().path().unwrap().display().to_string())
-            .collect();
+        std::os::unix::fs::symlink("bundle.json", dir.path().join("link")).unwrap();
+        // Given to the machine's user (7:8), links kept as links.
+        let tar = owned_by(&tar_directory(dir.path(), "mst-work/bundle").unwrap(), 7, 8).unwrap();
+        let mut names = Vec::new();
+        for entry in tar::Archive::new(&tar[..]).entries().unwrap() {
+            let entry = entry.unwrap();
+            let header = entry.header();
+            assert_eq!((header.uid().unwrap(), header.gid().unwrap()), (7, 8));
+            let name = entry.path().unwrap().display().to_string();
+            if name.ends_with("/link") {
+                assert_eq!(
+                    entry.link_name().unwrap().unwrap().to_str(),
+                    Some("bundle.json")
+                );
+            }
+            names.push(name);
+        }
         assert_eq!(names[0], "mst-work");
         assert!(
             names.contains(&"mst-work/bundle/bundle.json".to_string()),

@@ -1,12 +1,15 @@
 //! Runner plugins: a WebAssembly component describes each shard's machine and the host makes
 //! it. A container spec is created and hardened by the Docker runner's own code (the spec has
-//! nowhere to ask for privileges, host mounts or capabilities, and its network and limits go
-//! through the same checks as `--runner docker` options). A command channel is run by
+//! nowhere to ask for privileges, host mounts or capabilities, its network and limits go
+//! through the same checks as `--runner docker` options, a network besides `none` must be the
+//! operator's, and its context must be one local engine). A command channel is run by
 //! [`CommandMachine`] with the programs the plugin declared and the operator granted. Either
 //! way the host keeps the protocol, tokens, limits, copy-back and clean-up.
 
 use super::channel::{Channel, Process};
 use super::command::CommandMachine;
+use super::docker::context::spec_endpoint;
+use super::docker::options::DockerOptions;
 use super::docker::DockerRunner;
 use super::{MachineRequest, Runner};
 use crate::plugin::bindings::{Machine, MachineSpec, Shard};
@@ -23,6 +26,9 @@ pub struct PluginRunner {
     /// The runner options as the JSON object the plugin receives.
     options: String,
     max_shards: u32,
+    /// The network the operator passed (`--runner-option network=…`): the only one besides
+    /// `none` a container spec may ask for, since egress is the operator's choice.
+    network: Option<String>,
     /// Docker runners by the container settings they serve, made on first use.
     docker: Mutex<BTreeMap<String, Arc<DockerRunner>>>,
 }
@@ -76,6 +82,7 @@ impl PluginRunner {
             plugin,
             options: text,
             max_shards,
+            network: options.get("network").cloned(),
             docker: Mutex::new(BTreeMap::new()),
         })
     }
@@ -100,18 +107,6 @@ impl PluginRunner {
             env.push(format!("{name}={value}"));
         }
         let mut options = BTreeMap::from([("image".to_string(), spec.image.clone())]);
-        if let Some(context) = &spec.context {
-            // The bundle and tokens go wherever the context points: a plugin may name a context
-            // the operator configured, or a local socket, never a network address of its own.
-            if context.contains("://") && !context.starts_with("unix://") {
-                bail!(
-                    "its container spec names the Docker endpoint {context:?}; a runner plugin may \
-                     name a docker context (configured by you) or a unix:// socket, not a network \
-                     address"
-                );
-            }
-            options.insert("contexts".into(), context.clone());
-        }
         if let Some(bytes) = spec.memory_bytes {
             options.insert("memory".into(), bytes.to_string());
         }
@@ -121,13 +116,27 @@ impl PluginRunner {
         if let Some(network) = &spec.network {
             options.insert("network".into(), network.clone());
         }
+        let mut options = DockerOptions::parse(&options, false)?;
+        let network = &options.network;
+        if network != "none" && self.network.as_ref() != Some(network) {
+            bail!(
+                "its container spec asks for the network {network:?}; a container's egress is \
+                 yours to choose (--runner-option network={network} allows it; the default is \
+                 none)"
+            );
+        }
+        if let Some(context) = &spec.context {
+            // Exactly one value, never the comma-separated `contexts` syntax, and checked as
+            // the endpoint it resolves to: the bundle and tokens go wherever it points.
+            options.contexts = vec![spec_endpoint(context)?];
+        }
         let key = format!("{options:?}{:?}{:?}", spec.labels, spec.env_names);
         let mut docker = self.docker.lock().expect("docker runners");
         if let Some(runner) = docker.get(&key) {
             return Ok(runner.clone());
         }
         let runner = Arc::new(
-            DockerRunner::new(&options)?
+            DockerRunner::with_options(options)?
                 .with_labels(spec.labels.clone())
                 .with_env(env),
         );

@@ -58,15 +58,23 @@ fn docker_config_dir() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")))
 }
 
+/// Refuses an endpoint mst cannot connect over (`ssh://`, `npipe://`, `fd://`).
+fn check_scheme(name: &str, endpoint: &str) -> Result<()> {
+    if !["unix://", "tcp://", "http://"]
+        .iter()
+        .any(|scheme| endpoint.starts_with(scheme))
+    {
+        bail!(
+            "Docker endpoint {endpoint:?} (`{name}`): mst connects over unix://, tcp:// or http://"
+        );
+    }
+    Ok(())
+}
+
 /// The endpoint of a context name or endpoint, as the docker CLI would resolve it.
 pub fn resolve_endpoint(name: &str) -> Result<String> {
     if name.contains("://") {
-        if !(name.starts_with("unix://")
-            || name.starts_with("tcp://")
-            || name.starts_with("http://"))
-        {
-            bail!("Docker endpoint {name:?}: mst connects over unix://, tcp:// or http://");
-        }
+        check_scheme(name, name)?;
         return Ok(name.to_string());
     }
     if name == "default" {
@@ -89,10 +97,60 @@ pub fn resolve_endpoint(name: &str) -> Result<String> {
     })?;
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", meta.display()))?;
-    value["Endpoints"]["docker"]["Host"]
+    let endpoint = value["Endpoints"]["docker"]["Host"]
         .as_str()
         .map(String::from)
-        .with_context(|| format!("{}: Endpoints.docker.Host is missing", meta.display()))
+        .with_context(|| format!("{}: Endpoints.docker.Host is missing", meta.display()))?;
+    check_scheme(name, &endpoint)?;
+    Ok(endpoint)
+}
+
+/// The one endpoint a runner plugin's container spec may use, from its `context`: a docker
+/// context name (as `docker context create` allows) or a `unix://` socket path, and only one
+/// that is, or resolves to, a local socket. The bundle and tokens go wherever it points, so a
+/// plugin never reaches a network engine: not by naming one in any spelling (`tcp://`,
+/// `HTTP://`, `ssh://`), not by smuggling one after a comma or whitespace, and not through a
+/// context or `DOCKER_HOST` that points at one.
+pub fn spec_endpoint(context: &str) -> Result<String> {
+    let refuse = |why: &str| {
+        anyhow::anyhow!(
+            "its container spec names the Docker context {context:?}, {why}: a runner plugin may \
+             name one docker context you configured that points at a unix:// socket, or one \
+             unix:// socket: not a network address (leave the spec's context unset to use \
+             your current context)"
+        )
+    };
+    let socket = |path: &str| {
+        path.starts_with('/')
+            && !path.contains("//")
+            && path
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    };
+    let name = |name: &str| {
+        // The docker CLI's rule for context names.
+        name.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.+-".contains(c))
+    };
+    match context.strip_prefix("unix://") {
+        Some(path) if socket(path) => return Ok(context.to_string()),
+        Some(_) => return Err(refuse("which is not a single plain socket path")),
+        None if !name(context) => {
+            return Err(refuse(
+                "which is neither a context name nor a unix:// socket",
+            ))
+        }
+        None => {}
+    }
+    let endpoint = resolve_endpoint(context)?;
+    match endpoint.strip_prefix("unix://") {
+        Some(path) if socket(path) => Ok(endpoint),
+        _ => Err(refuse(&format!("which points at {endpoint:?}"))),
+    }
 }
 
 /// The context the docker CLI would use now: `DOCKER_HOST`, `DOCKER_CONTEXT`, the config's
@@ -256,6 +314,24 @@ mod tests {
             "unix:///x.sock"
         );
         assert!(resolve_endpoint("ssh://host").is_err());
+        for smuggled in [
+            "unix:///var/run/docker.sock,tcp://203.0.113.9:2375",
+            "unix:///var/run/docker.sock tcp://203.0.113.9:2375",
+            " tcp://203.0.113.9:2375",
+            "TCP://203.0.113.9:2375",
+            "Unix:///var/run/docker.sock",
+            "http://203.0.113.9:2375",
+            "https://203.0.113.9:2376",
+            "ssh://attacker",
+            "unix://relative.sock",
+            "unix:///x.sock\n",
+            "hostB,tcp://203.0.113.9:2375",
+            "",
+        ] {
+            let err = spec_endpoint(smuggled).unwrap_err().to_string();
+            assert!(err.contains("not a network address"), "{smuggled:?}: {err}");
+        }
+        assert_eq!(spec_endpoint("unix:///x.sock").unwrap(), "unix:///x.sock");
         let dir = tempfile::tempdir().unwrap();
         let meta = dir
             .path()
@@ -270,6 +346,9 @@ mod tests {
         // SAFETY: this is the only test that sets DOCKER_CONFIG.
         unsafe { std::env::set_var("DOCKER_CONFIG", dir.path()) };
         assert_eq!(resolve_endpoint("hostB").unwrap(), "tcp://10.0.0.2:2375");
+        // The operator may use a context that points at the network; a plugin may not.
+        let err = spec_endpoint("hostB").unwrap_err().to_string();
+        assert!(err.contains("points at \"tcp://10.0.0.2:2375\""), "{err}");
         let err = resolve_endpoint("hostC").unwrap_err();
         assert!(
             err.to_string().contains("no Docker context `hostC`"),

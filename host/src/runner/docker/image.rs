@@ -29,6 +29,10 @@ pub const DOCKERFILE: &str = include_str!("../../../../docker/Dockerfile");
 
 /// The worker's path in images `setup` builds.
 const SETUP_WORKER: &str = "/usr/local/bin/mst";
+/// The user images `setup` builds run as: not root, and numeric, so no base needs a passwd
+/// entry for it (65532 is distroless's `nonroot`).
+pub const SETUP_USER: &str = "65532:65532";
+
 /// The worker's path in derived images.
 const PLACED_WORKER: &str = "/opt/mst/bin/mst";
 
@@ -43,6 +47,20 @@ pub struct WorkerImage {
     pub worker: String,
     /// Whether mst placed its static worker into the image.
     pub placed: bool,
+    /// The image's user as `(uid, gid)` when it is numeric (`USER 65532:65532`, as `setup`
+    /// builds): files copied in are given to it in the tar itself, because Docker's
+    /// `copyUIDGID` looks a user up in the Docker host's own passwd database, not the image's.
+    #[serde(skip)]
+    pub owner: Option<(u64, u64)>,
+}
+
+/// `(uid, gid)` of a numeric `USER` (`uid` alone means group 0, as Docker without a passwd
+/// entry); `None` for a name or an empty user, which Docker resolves itself.
+fn numeric_owner(user: &str) -> Option<(u64, u64)> {
+    match user.split_once(':') {
+        Some((uid, gid)) => Some((uid.parse().ok()?, gid.parse().ok()?)),
+        None => Some((user.parse().ok()?, 0)),
+    }
 }
 
 /// The image `--runner docker` runs when no `image` option is given.
@@ -87,6 +105,12 @@ pub async fn resolve(
         Err(e) => return Err(e).with_context(|| format!("inspecting image {reference}")),
     };
     let id = image.id.clone().unwrap_or_default();
+    // A derived image is committed from this one, so it keeps this user.
+    let owner = image
+        .config
+        .as_ref()
+        .and_then(|c| c.user.as_deref())
+        .and_then(numeric_owner);
     let labels = image
         .config
         .as_ref()
@@ -101,6 +125,7 @@ pub async fn resolve(
                 .cloned()
                 .unwrap_or_else(|| SETUP_WORKER.into()),
             placed: false,
+            owner,
         });
     }
     if let Some(theirs) = labels.get(VERSION_LABEL) {
@@ -121,6 +146,7 @@ pub async fn resolve(
                 id: existing.id.unwrap_or_default(),
                 worker: PLACED_WORKER.into(),
                 placed: true,
+                owner,
             });
         }
     }
@@ -135,6 +161,7 @@ pub async fn resolve(
         id: new_id,
         worker: PLACED_WORKER.into(),
         placed: true,
+        owner,
     })
 }
 
@@ -226,7 +253,11 @@ pub async fn setup(docker: &Docker, base: Option<&str>, worker: &Path) -> Result
                 context.append_data(&mut header, name, data)?;
             }
             let body = context.into_inner()?;
-            let args = HashMap::from([("BASE", base), ("MST_VERSION", ours)]);
+            let args = HashMap::from([
+                ("BASE", base),
+                ("MST_VERSION", ours),
+                ("MST_USER", SETUP_USER),
+            ]);
             let options = BuildImageOptionsBuilder::new()
                 .t(&reference)
                 .buildargs(&args)
@@ -274,6 +305,8 @@ pub async fn setup(docker: &Docker, base: Option<&str>, worker: &Path) -> Result
                 .changes(vec![
                     format!("LABEL {VERSION_LABEL}={ours} {WORKER_LABEL}={SETUP_WORKER}"),
                     format!("CMD [\"{SETUP_WORKER}\", \"idle\"]"),
+                    format!("USER {SETUP_USER}"),
+                    "ENV HOME=/tmp".to_string(),
                 ])
                 .build();
             let mut stream =
@@ -291,4 +324,18 @@ pub async fn setup(docker: &Docker, base: Option<&str>, worker: &Path) -> Result
         .await
         .with_context(|| format!("{reference} was not built"))?;
     Ok(image.id.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_numeric_users_are_resolved_by_mst() {
+        assert_eq!(numeric_owner(SETUP_USER), Some((65532, 65532)));
+        assert_eq!(numeric_owner("1000"), Some((1000, 0)));
+        assert_eq!(numeric_owner(""), None);
+        assert_eq!(numeric_owner("app"), None);
+        assert_eq!(numeric_owner("app:1000"), None);
+    }
 }

@@ -9,7 +9,8 @@ use anyhow::{bail, Context, Result};
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::{
     DownloadFromContainerOptionsBuilder, KillContainerOptionsBuilder,
-    RemoveContainerOptionsBuilder, RenameContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    RemoveContainerOptionsBuilder, RenameContainerOptionsBuilder, UploadToContainerOptions,
+    UploadToContainerOptionsBuilder,
 };
 use bollard::Docker;
 use futures_util::StreamExt;
@@ -22,6 +23,21 @@ use tokio::runtime::Handle;
 
 /// The machine's work directory inside the container.
 pub const WORKDIR: &str = "/mst-work";
+
+/// `tar` and the options to unpack it at `path` so that its files belong to the image's user:
+/// given to a numeric user in the tar itself, else by Docker (`copyUIDGID`, which resolves a
+/// named user on the Docker host).
+pub(super) fn upload(
+    image: &WorkerImage,
+    path: &str,
+    tar: Vec<u8>,
+) -> Result<(UploadToContainerOptions, Vec<u8>)> {
+    let builder = UploadToContainerOptionsBuilder::new().path(path);
+    Ok(match image.owner {
+        Some((uid, gid)) => (builder.build(), archive::owned_by(&tar, uid, gid)?),
+        None => (builder.copy_uidgid("1").build(), tar),
+    })
+}
 
 /// A running shard container.
 pub struct DockerMachine {
@@ -142,12 +158,8 @@ impl Channel for DockerMachine {
         if !crate::files::is_plain_relative(dest) {
             bail!("refusing machine path {dest:?}: only plain relative paths are allowed");
         }
-        let tar = archive::tar_directory(src, dest)?;
-        let options = UploadToContainerOptionsBuilder::new()
-            .path(WORKDIR)
-            // Owned by the container's user, whoever the image runs as.
-            .copy_uidgid("1")
-            .build();
+        // Owned by the container's user, whoever the image runs as.
+        let (options, tar) = upload(&self.image, WORKDIR, archive::tar_directory(src, dest)?)?;
         self.block_on(self.docker.upload_to_container(
             &self.id,
             Some(options),

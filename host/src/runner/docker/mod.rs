@@ -23,7 +23,7 @@ use super::{MachineRequest, Runner};
 use anyhow::{bail, Context as _, Result};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    StartContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    StartContainerOptionsBuilder,
 };
 use context::DockerContext;
 use image::WorkerImage;
@@ -114,11 +114,17 @@ impl DockerRunner {
     /// Validates the options, connects to every host, sizes it, and removes containers left by
     /// mst processes on this machine that are gone.
     pub fn new(options: &BTreeMap<String, String>) -> Result<Self> {
-        let options = DockerOptions::parse(options, false)?;
+        Self::with_options(DockerOptions::parse(options, false)?)
+    }
+
+    /// As [`DockerRunner::new`], from options already parsed (a runner plugin's container
+    /// spec, whose context is set apart from the comma-separated `contexts` syntax).
+    pub fn with_options(options: DockerOptions) -> Result<Self> {
         let runtime = runtime()?;
         let contexts = runtime.block_on(context::open_all(&options))?;
         let owner = Owner::current();
         let mut plan: Vec<String> = contexts.iter().map(|c| c.describe(options.mode)).collect();
+        plan.push(confinement(&options));
         for context in &contexts {
             let removed = runtime.block_on(remove_orphans(&context.docker, &owner))?;
             if removed > 0 {
@@ -180,6 +186,24 @@ impl DockerRunner {
         *cached = Some(resolved.clone());
         Ok(resolved)
     }
+}
+
+/// One line saying how containers are confined, and how to loosen what clients may need.
+fn confinement(options: &DockerOptions) -> String {
+    let network = match options.network.as_str() {
+        "none" => "no network (--runner-option network=bridge for clients that call out)".into(),
+        network => format!("network `{network}`"),
+    };
+    let rootfs = match options.rootfs {
+        options::Rootfs::ReadOnly => {
+            "a read-only root filesystem with a writable work directory and /tmp"
+        }
+        options::Rootfs::Writable => "a writable root filesystem",
+    };
+    format!(
+        "containers get {network}, {rootfs}, at most {} processes and {} open files each",
+        options.pids, options.nofile
+    )
 }
 
 /// Removes containers on `docker` whose owning mst process on this host is gone (kept ones and
@@ -361,22 +385,23 @@ impl DockerRunner {
     ) -> Result<()> {
         let docker = &context.docker;
         let id = machine.id.clone();
-        let workdir =
-            crate::runner::archive::tar_dir(machine::WORKDIR.trim_start_matches('/'), 0o700)?;
+        // A read-only container's work directory is its volume; a writable one's is made here,
+        // owned by the image's user.
+        let workdir = match self.options.rootfs {
+            options::Rootfs::ReadOnly => None,
+            options::Rootfs::Writable => Some(machine::upload(
+                &machine.image,
+                "/",
+                crate::runner::archive::tar_dir(machine::WORKDIR.trim_start_matches('/'), 0o700)?,
+            )?),
+        };
         let start = async {
-            docker
-                .upload_to_container(
-                    &id,
-                    Some(
-                        UploadToContainerOptionsBuilder::new()
-                            .path("/")
-                            .copy_uidgid("1")
-                            .build(),
-                    ),
-                    bollard::body_full(workdir.into()),
-                )
-                .await
-                .context("creating its work directory")?;
+            if let Some((options, workdir)) = workdir {
+                docker
+                    .upload_to_container(&id, Some(options), bollard::body_full(workdir.into()))
+                    .await
+                    .context("creating its work directory")?;
+            }
             docker
                 .start_container(&id, Some(StartContainerOptionsBuilder::new().build()))
                 .await

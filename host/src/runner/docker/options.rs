@@ -15,6 +15,16 @@ pub enum Mode {
     Exclusive,
 }
 
+/// The container's root filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rootfs {
+    /// Read-only, with a writable work directory and `/tmp` (the default): a trial cannot
+    /// change the image's programs, the worker included, for the trials after it.
+    ReadOnly,
+    /// Writable, for clients that write outside the work directory and `/tmp`.
+    Writable,
+}
+
 /// Everything `--runner docker` accepts besides `shards` and `keep`.
 #[derive(Debug, Clone)]
 pub struct DockerOptions {
@@ -28,8 +38,15 @@ pub struct DockerOptions {
     pub cpus: Option<f64>,
     /// How long a new container has to be running and reachable.
     pub ready_timeout: Duration,
-    /// The container network: `bridge` (default), `none`, or a user-defined network.
+    /// The container network, so its egress: `none` (default: the worker needs none), `bridge`,
+    /// or a user-defined network (docs/adr/0007-container-egress.md).
     pub network: String,
+    /// Read-only (default) or writable root filesystem.
+    pub rootfs: Rootfs,
+    /// The most processes the container may run.
+    pub pids: i64,
+    /// The most open files per process (soft and hard `nofile`).
+    pub nofile: i64,
     /// Shared or exclusive hosts.
     pub mode: Mode,
     /// A static mst binary to place into images that have none.
@@ -39,8 +56,13 @@ pub struct DockerOptions {
 }
 
 /// The option names, for error messages.
-const KNOWN: &str =
-    "shards, keep, contexts, image, memory, cpus, readyTimeout, network, mode, worker";
+const KNOWN: &str = "shards, keep, contexts, image, memory, cpus, readyTimeout, network, rootfs, \
+                     pids, nofile, mode, worker";
+
+/// The default process limit: room for a build, not for a fork bomb.
+pub const DEFAULT_PIDS: i64 = 4096;
+/// The default open-file limit per process.
+pub const DEFAULT_NOFILE: i64 = 16384;
 
 impl DockerOptions {
     /// Parses and validates the options; `setup` also accepts `base`.
@@ -51,7 +73,10 @@ impl DockerOptions {
             memory: None,
             cpus: None,
             ready_timeout: Duration::from_secs(60),
-            network: "bridge".into(),
+            network: "none".into(),
+            rootfs: Rootfs::ReadOnly,
+            pids: DEFAULT_PIDS,
+            nofile: DEFAULT_NOFILE,
             mode: Mode::Shared,
             worker: None,
             base: None,
@@ -107,6 +132,21 @@ impl DockerOptions {
                     }
                     parsed.network = value.clone();
                 }
+                "rootfs" => {
+                    parsed.rootfs = match value.as_str() {
+                        "readonly" => Rootfs::ReadOnly,
+                        "writable" => Rootfs::Writable,
+                        _ => return Err(bad("expected readonly or writable")),
+                    }
+                }
+                "pids" => {
+                    parsed.pids =
+                        limit(value, 16).ok_or_else(|| bad("expected a whole number ≥ 16"))?
+                }
+                "nofile" => {
+                    parsed.nofile =
+                        limit(value, 64).ok_or_else(|| bad("expected a whole number ≥ 64"))?
+                }
                 "mode" => {
                     parsed.mode = match value.as_str() {
                         "shared" => Mode::Shared,
@@ -141,6 +181,11 @@ impl DockerOptions {
         }
         Ok(parsed)
     }
+}
+
+/// A whole-number limit of at least `min` (fewer would not start the worker).
+fn limit(text: &str, min: i64) -> Option<i64> {
+    text.parse::<i64>().ok().filter(|n| *n >= min)
 }
 
 /// A size in Docker's syntax (`512m`, `2g`, `1.5g`, `1048576`), in bytes; at least 6 MiB,
@@ -220,6 +265,9 @@ mod tests {
             ("memory", "huge", "Docker's syntax"),
             ("cpus", "0", "number of CPUs"),
             ("network", "host", "not allowed"),
+            ("rootfs", "rw", "readonly or writable"),
+            ("pids", "8", "≥ 16"),
+            ("nofile", "many", "≥ 64"),
             ("mode", "solo", "shared or exclusive"),
             ("contexts", ",", "comma-separated"),
             ("worker", "/no/such/mst", "no such file"),
@@ -231,5 +279,13 @@ mod tests {
             assert!(err.to_string().contains(key), "{err}");
         }
         assert!(DockerOptions::parse(&opts(&[("base", "debian")]), true).is_ok());
+        // Safe by default: no network, a read-only root, bounded processes and files.
+        let defaults = DockerOptions::parse(&opts(&[]), false).unwrap();
+        assert_eq!(defaults.network, "none");
+        assert_eq!(defaults.rootfs, Rootfs::ReadOnly);
+        assert_eq!(
+            (defaults.pids, defaults.nofile),
+            (DEFAULT_PIDS, DEFAULT_NOFILE)
+        );
     }
 }
