@@ -20,13 +20,22 @@ use std::time::{Duration, Instant};
 /// from the config (`clientOptions.env`, a server's `env`).
 pub const PASSED_ENV: [&str; 6] = ["PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ"];
 
-/// [`PASSED_ENV`] and the `LC_*` locale variables, with their values here: what a program
-/// started with `env_clear()` is given back.
+/// Names (comma-separated) of further variables to pass on: a machine's runner sets it to the
+/// variables the operator deliberately put on the machine (a container spec's `--allow-env`
+/// names), so that those, and only those, reach the agent too.
+pub const PASS_ENV: &str = "MST_PASS_ENV";
+
+/// [`PASSED_ENV`], the `LC_*` locale variables and those [`PASS_ENV`] names, with their values
+/// here: what a program started with `env_clear()` is given back.
 pub fn minimal_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let named = std::env::var(PASS_ENV).unwrap_or_default();
+    let named: Vec<&str> = named.split(',').filter(|n| !n.is_empty()).collect();
     std::env::vars_os()
         .filter(|(name, _)| {
             let name = name.to_string_lossy();
-            PASSED_ENV.contains(&name.as_ref()) || name.starts_with("LC_")
+            PASSED_ENV.contains(&name.as_ref())
+                || name.starts_with("LC_")
+                || named.contains(&name.as_ref())
         })
         .collect()
 }

@@ -560,7 +560,14 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         .filter_map(|v| v.as_str())
         .filter(|v| !image_env.iter().any(|i| i == v))
         .collect();
-    assert_eq!(env, ["MST_TEST_GREETING=hello from the host"]);
+    assert_eq!(
+        env,
+        [
+            "MST_TEST_GREETING=hello from the host",
+            "MST_PASS_ENV=MST_TEST_GREETING"
+        ],
+        "the worker passes on to the agent exactly what the operator passed"
+    );
     let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
     assert_eq!(
         trace["trace"]["finalText"], "question 1 hello from the host",

@@ -184,7 +184,14 @@ fn a_create_machine_that_never_returns_fails_only_its_shard() {
         &mst,
         &eval,
         "shell",
-        &["--resume", &id, "--allow-exec", "sh"],
+        &[
+            "--resume",
+            &id,
+            "--runner-option",
+            "shards=3",
+            "--allow-exec",
+            "sh",
+        ],
     );
     assert_resumed(&resumed, 3);
 }
@@ -314,7 +321,9 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     assert!((1..16).contains(&missing), "{missing}");
 
     let id = run_id(&dir);
+    // The same two shards, now both on the host that is left.
     let mut args = ssh_args(&plugin, &keys, &[&a]);
+    args.extend(["--runner-option".into(), "shards=2".into()]);
     args.extend(["--resume".into(), id]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_resumed(&eval.run(&mst, &args), missing);

@@ -57,10 +57,7 @@ fn run_trial(
     results: &Path,
     cancel: &AtomicBool,
 ) -> Result<Option<TrialStatus>, String> {
-    let scratch = tempfile::Builder::new()
-        .prefix("mst-trial-")
-        .tempdir()
-        .map_err(|e| format!("cannot make the trial's scratch directory: {e}"))?;
+    let scratch = scratch_dir(results)?;
     let trace = client.run(&TrialInput {
         case,
         variant: &key.variant,
@@ -84,6 +81,28 @@ fn run_trial(
     crate::files::write_atomic(&results.join(trace_path(key)), &bytes)
         .map_err(|e| format!("{e:#}"))?;
     Ok(Some(status))
+}
+
+/// A fresh, empty directory for one trial's client: in the temporary directory, or, on a
+/// machine whose temporary directory this user cannot write, beside the results directory.
+fn scratch_dir(results: &Path) -> Result<tempfile::TempDir, String> {
+    let builder = || {
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("mst-trial-");
+        builder
+    };
+    builder().tempdir().or_else(|first| {
+        let beside = results.with_file_name("scratch");
+        std::fs::create_dir_all(&beside)
+            .and_then(|()| builder().tempdir_in(&beside))
+            .map_err(|e| {
+                format!(
+                    "cannot make the trial's scratch directory in {} ({first}) or {} ({e})",
+                    std::env::temp_dir().display(),
+                    beside.display()
+                )
+            })
+    })
 }
 
 /// `mst collect`: returns the process exit code (0 when the shard ran to the end).
