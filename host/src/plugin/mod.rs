@@ -11,12 +11,14 @@
 //! - [`imports`]: the host functions a plugin may call (log, exec, secrets, http, model).
 //! - [`programs`]: host programs run for a plugin (exec import, command channels).
 //! - [`bindings`]: the typed world bindings generated from `wit/`.
+//! - [`bounds`]: caps on everything a plugin returns.
 //! - [`loaded`]: a compiled, checked plugin and its typed calls.
 //! - [`installed`]: the install store under `$MST_HOME/plugins`.
 //! - [`set`]: loading plugins by reference, and the typed set of plugins one run uses.
 //! - [`check`]: the report `mst plugin check` prints.
 
 pub mod bindings;
+pub mod bounds;
 pub mod cache;
 pub mod capabilities;
 pub mod check;
