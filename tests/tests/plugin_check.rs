@@ -190,3 +190,32 @@ fn compiled_artifacts_are_cached_privately_and_survive_corruption() {
     assert_eq!(third.code, 0, "{}", third.stderr);
     assert_eq!(third.json()["cache"], "miss");
 }
+
+#[test]
+fn interpreters_and_stdin_inputs_are_warned_about_like_any_arguments() {
+    let mst = Mst::new();
+    let check = mst.run(&["plugin", "check", s(&fixture("hostile-runner.wasm"))]);
+    assert_eq!(check.code, 0, "{}{}", check.stdout, check.stderr);
+    // `sh -c *` (an interpreter) now warns as loudly as `ssh` with any arguments.
+    for says in [
+        "declares `sh -c *`, and `sh` runs whatever script or program it is given: granting `sh` \
+         admits any command",
+        "declares `ssh` with any arguments: granting `ssh` admits any command",
+    ] {
+        assert!(check.stdout.contains(says), "{says}\n{}", check.stdout);
+    }
+    // kubectl reading a manifest from stdin is not: the host checks the manifest.
+    let kubernetes = mst.run(&[
+        "plugin",
+        "check",
+        s(&plugin("kubernetes-runner.wasm")),
+        "--json",
+    ]);
+    assert_eq!(kubernetes.code, 0, "{}", kubernetes.stderr);
+    assert_eq!(
+        kubernetes.json()["problems"],
+        serde_json::json!([]),
+        "{}",
+        kubernetes.stdout
+    );
+}

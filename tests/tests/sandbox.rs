@@ -545,3 +545,88 @@ fn a_cache_others_can_write_is_refused() {
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(check().code, 0, "usable again once private");
 }
+
+#[test]
+fn a_manifest_fed_to_kubectl_must_be_a_hardened_pod() {
+    use std::os::unix::fs::PermissionsExt;
+    let mst = Mst::new();
+    // A kubectl stand-in (no cluster can run here): it records what it was fed.
+    let bin = tempfile::tempdir().unwrap();
+    let fed = bin.path().join("fed");
+    let kubectl = bin.path().join("kubectl");
+    std::fs::write(
+        &kubectl,
+        format!(
+            "#!/bin/sh\ncat >> '{}'\necho pod/mst-x created\n",
+            fed.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let apply = |manifest: &serde_json::Value| {
+        let options = serde_json::json!({"behaviour": "kubectl", "message": manifest.to_string()});
+        mst_tests::Run::from(
+            mst.command(&[
+                "plugin",
+                "grade",
+                s(&fixture("hostile.wasm")),
+                "--answer",
+                "x",
+                "--options",
+                &options.to_string(),
+                "--allow-exec",
+                "kubectl",
+            ])
+            .env("PATH", &path)
+            .output()
+            .unwrap(),
+        )
+    };
+    let privileged = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mst-x"},
+        "spec": {
+            "hostNetwork": true,
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+            "containers": [{"name": "c", "image": "busybox",
+                "securityContext": {"privileged": true}}]
+        }
+    });
+    let refused = apply(&privileged);
+    assert_eq!(refused.code, 1, "{}", refused.stdout);
+    assert!(
+        refused
+            .stderr
+            .contains("failed (denied): the manifest it feeds kubectl is refused")
+            && refused.stderr.contains("spec.hostNetwork is true")
+            && refused.stderr.contains("spec.volumes[0] is a hostPath")
+            && refused
+                .stderr
+                .contains("spec.containers[0].securityContext.privileged is true"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!fed.exists(), "kubectl never saw the manifest");
+
+    let hardened = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mst-x"},
+        "spec": {
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "c", "image": "busybox",
+                "securityContext": {"allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]}}}]
+        }
+    });
+    let applied = apply(&hardened);
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    assert!(
+        applied.stdout.contains("kubectl: pod/mst-x created"),
+        "{}",
+        applied.stdout
+    );
+    assert!(std::fs::read_to_string(&fed).unwrap().contains("\"mst-x\""));
+}

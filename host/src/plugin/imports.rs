@@ -85,6 +85,9 @@ impl exec::Host for State {
         if let Err(why) = self.grants.allows_exec(&program, &args) {
             return Err(denied(why));
         }
+        if let Err(why) = super::manifest::check(&program, &args, &stdin) {
+            return Err(denied(why));
+        }
         // The program's group is killed (SIGKILL, which no program can ignore) by the call's
         // own deadline at the latest, so that nothing it started outlives the call.
         let remaining = self.deadline.saturating_duration_since(Instant::now());

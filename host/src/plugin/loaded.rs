@@ -365,8 +365,8 @@ fn describe(raw: bindings::PluginInfo, surface: &Surface, problems: &mut Vec<Pro
         if let Capability::Exec { program, args } = capability {
             if let Some(broad) = super::capabilities::broad_exec(program, args) {
                 problems.push(Problem::warning(format!(
-                    "declares {broad}: granting `{program}` lets it pass options you cannot \
-                     review in advance (some run other programs or read files)"
+                    "declares {broad}: granting `{program}` admits any command (or options you \
+                     cannot review in advance, which run other programs or read files)"
                 )));
             }
         }
@@ -608,20 +608,25 @@ impl LoadedPlugin {
         options: &str,
         trial: &bindings::Trial,
     ) -> Result<bindings::Score, CallError> {
-        let result = self.call(&(options, trial), |world, store, (options, trial)| {
-            Box::pin(async move {
-                match world {
-                    WorldPre::Grader(pre) => {
-                        pre.instantiate_async(&mut *store)
-                            .await?
-                            .mst_plugin_grading()
-                            .call_grade_trial(store, options, trial)
-                            .await
+        let result = self.call(
+            &(options, trial, self.kind),
+            |world, store, (options, trial, kind)| {
+                Box::pin(async move {
+                    match world {
+                        WorldPre::Grader(pre) => {
+                            pre.instantiate_async(&mut *store)
+                                .await?
+                                .mst_plugin_grading()
+                                .call_grade_trial(store, options, trial)
+                                .await
+                        }
+                        _ => Err(wasmtime::Error::msg(format!(
+                            "a {kind} plugin cannot grade trials"
+                        ))),
                     }
-                    _ => Err(wasmtime::Error::msg("this plugin cannot grade trials")),
-                }
-            })
-        })?;
+                })
+            },
+        )?;
         let score = result.map_err(|e| self.plugin_error(e))?;
         if !(0.0..=1.0).contains(&score.value) {
             return Err(self.refused(format!("returned the score {}, outside 0..1", score.value)));
@@ -635,7 +640,8 @@ impl LoadedPlugin {
         options: &str,
         content: Option<&[u8]>,
     ) -> Result<Vec<bindings::Case>, CallError> {
-        let result = self.call(&(options, content), |world, store, (options, content)| {
+        let data = (options, content, self.kind);
+        let result = self.call(&data, |world, store, (options, content, kind)| {
             Box::pin(async move {
                 match world {
                     WorldPre::Dataset(pre) => {
@@ -645,7 +651,9 @@ impl LoadedPlugin {
                             .call_resolve(store, options, *content)
                             .await
                     }
-                    _ => Err(wasmtime::Error::msg("this plugin cannot resolve datasets")),
+                    _ => Err(wasmtime::Error::msg(format!(
+                        "a {kind} plugin cannot resolve datasets"
+                    ))),
                 }
             })
         })?;
@@ -657,6 +665,7 @@ impl LoadedPlugin {
     /// Runs `f` (with `data`) on a runner plugin's `machines` interface in a fresh instance.
     fn machines<D: ?Sized, R>(
         &self,
+        what: &str,
         data: &D,
         f: impl for<'a> Fn(
             &'a bindings::runner::exports::mst::plugin::machines::Guest,
@@ -665,32 +674,39 @@ impl LoadedPlugin {
         ) -> Body<'a, Result<R, PluginError>>,
     ) -> Result<R, CallError> {
         // `f` travels with the data: what the body borrows must come in through its arguments.
-        let result = self.call(&(data, &f), |world, store, (data, f)| {
-            Box::pin(async move {
-                match world {
-                    WorldPre::Runner(pre) => {
-                        let instance = pre.instantiate_async(&mut *store).await?;
-                        f(instance.mst_plugin_machines(), store, data).await
+        let result = self.call(
+            &(data, &f, what, self.kind),
+            |world, store, (data, f, what, kind)| {
+                Box::pin(async move {
+                    match world {
+                        WorldPre::Runner(pre) => {
+                            let instance = pre.instantiate_async(&mut *store).await?;
+                            f(instance.mst_plugin_machines(), store, data).await
+                        }
+                        _ => Err(wasmtime::Error::msg(format!(
+                            "a {kind} plugin cannot {what}"
+                        ))),
                     }
-                    _ => Err(wasmtime::Error::msg("this plugin is not a runner")),
-                }
-            })
-        })?;
+                })
+            },
+        )?;
         result.map_err(|e| self.plugin_error(e))
     }
 
     /// A runner plugin's static facts.
     pub fn runner_info(&self) -> Result<bindings::RunnerInfo, CallError> {
-        self.machines(&(), |machines, store, _| {
+        self.machines("describe a runner", &(), |machines, store, _| {
             Box::pin(async move { machines.call_info(store).await.map(Ok) })
         })
     }
 
     /// Lets a runner plugin validate its options (JSON text) before any machine exists.
     pub fn check_runner_options(&self, options: &str) -> Result<(), CallError> {
-        self.machines(options, |machines, store, options| {
-            Box::pin(machines.call_check_options(store, options))
-        })
+        self.machines(
+            "check runner options",
+            options,
+            |machines, store, options| Box::pin(machines.call_check_options(store, options)),
+        )
     }
 
     /// Asks a runner plugin for the machine of one shard.
@@ -699,17 +715,23 @@ impl LoadedPlugin {
         shard: &bindings::Shard,
         options: &str,
     ) -> Result<bindings::Machine, CallError> {
-        let machine = self.machines(&(shard, options), |machines, store, (shard, options)| {
-            Box::pin(machines.call_create_machine(store, shard, options))
-        })?;
+        let machine = self.machines(
+            "create machines",
+            &(shard, options),
+            |machines, store, (shard, options)| {
+                Box::pin(machines.call_create_machine(store, shard, options))
+            },
+        )?;
         bounds::machine(machine).map_err(|why| self.refused(why))
     }
 
     /// Tells a runner plugin to release a machine (or keep it, with `keep`).
     pub fn dispose_machine(&self, id: &str, keep: bool) -> Result<(), CallError> {
-        self.machines(&(id, keep), |machines, store, (id, keep)| {
-            Box::pin(machines.call_dispose_machine(store, id, *keep))
-        })
+        self.machines(
+            "dispose of machines",
+            &(id, keep),
+            |machines, store, (id, keep)| Box::pin(machines.call_dispose_machine(store, id, *keep)),
+        )
     }
 
     /// The file name or path it was loaded from.
