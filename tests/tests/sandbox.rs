@@ -544,6 +544,21 @@ fn a_cache_others_can_write_is_refused() {
     );
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(check().code, 0, "usable again once private");
+
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // As root, the test can hand the artifact to another user (`nobody`).
+        std::os::unix::fs::lchown(&artifact, Some(65534), None).unwrap();
+        let refused = check();
+        assert_ne!(refused.code, 0, "{}", refused.stdout);
+        assert!(
+            refused
+                .stderr
+                .contains("is owned by user id 65534, not by you (0)"),
+            "{}",
+            refused.stderr
+        );
+    }
 }
 
 #[test]
