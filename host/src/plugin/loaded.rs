@@ -100,6 +100,21 @@ impl WorldPre {
     }
 }
 
+thread_local! {
+    /// Each calling thread's own runtime for plugin calls: the WASI host functions and the
+    /// call's timer run on it, on the calling thread, with no hand-off to another thread.
+    static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .enable_io()
+        .build()
+        .expect("a tokio runtime for plugin calls");
+}
+
+/// Runs `future` to its end on this thread's runtime.
+fn block_on<F: Future>(future: F) -> F::Output {
+    RUNTIME.with(|runtime| runtime.block_on(future))
+}
+
 /// The body of one call: a future borrowing the world, the store and the call's arguments.
 type Body<'a, R> = Pin<Box<dyn Future<Output = wasmtime::Result<R>> + 'a>>;
 
@@ -543,8 +558,7 @@ impl LoadedPlugin {
         let limit = self.limits.call_timeout;
         let body = f(&self.world, &mut store, data);
         // The timer is made inside the runtime, which it needs.
-        let result =
-            wasmtime_wasi::runtime::in_tokio(async { tokio::time::timeout(limit, body).await });
+        let result = block_on(async { tokio::time::timeout(limit, body).await });
         let error = match result {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(error)) => error,
