@@ -62,6 +62,15 @@ fn command_channels_run_only_granted_programs_and_record_the_grants() {
         "{}",
         run.stderr
     );
+    // An interpreter admits any command whatever its patterns: `sh -c *` warns just as loudly.
+    assert!(
+        run.stderr.contains(
+            "warning: it declared `sh -c *`, and `sh` runs whatever script or program it is \
+             given, which you granted: that admits any command"
+        ),
+        "{}",
+        run.stderr
+    );
     let check = mst.run(&[
         "plugin",
         "check",

@@ -504,6 +504,47 @@ fn a_judge_sleeping_in_a_run_costs_its_time_limit_not_its_sleep() {
 }
 
 #[test]
+fn a_broad_grant_to_a_judge_is_warned_about_before_the_run() {
+    let mst = Mst::new();
+    let hostile = fixture("hostile.wasm");
+    // The config's plugin entry grants what the judge may run (`allowExec`).
+    let run_granting = |programs: &[&str]| {
+        let eval = mst_tests::Eval::new(
+            serde_json::json!({
+                "name": "e2e",
+                "datasets": ["cases.jsonl"],
+                "client": "command",
+                "clientOptions": {"command": ["cat"]},
+                "judges": [{"plugin": s(&hostile), "options": {"behaviour": "ok"}}],
+                "plugins": [{"path": s(&hostile), "allowExec": programs}],
+                "concurrency": 1,
+                "timeout": 20
+            }),
+            &mst_tests::cases(1),
+        );
+        eval.run(&mst, &[])
+    };
+    let granted = run_granting(&["python3", "echo"]);
+    assert_eq!(granted.code, 0, "{}", granted.stderr);
+    assert!(
+        granted.stderr.contains(
+            "plugin mst/fixture/hostile: it declared `python3 -c *`, and `python3` runs \
+             whatever script or program it is given, which you granted: that admits any command"
+        ),
+        "{}",
+        granted.stderr
+    );
+    // `echo *` is narrow: no warning for it, nor for what is declared but not granted.
+    let narrow = run_granting(&["echo"]);
+    assert_eq!(narrow.code, 0, "{}", narrow.stderr);
+    assert!(
+        !narrow.stderr.contains("admits any command"),
+        "{}",
+        narrow.stderr
+    );
+}
+
+#[test]
 fn a_cache_others_can_write_is_refused() {
     use std::os::unix::fs::PermissionsExt;
     let mst = Mst::new();
