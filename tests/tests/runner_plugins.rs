@@ -458,3 +458,28 @@ fn a_huge_machine_description_is_cut_before_it_reaches_the_run() {
     let record = std::fs::read_to_string(eval.run_dir("e2e").join("run.json")).unwrap();
     assert!(record.contains("[cut by mst: "), "{record}");
 }
+
+#[test]
+fn a_dispose_machine_sleeping_in_a_host_call_is_stopped_at_the_time_limit() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 2, 30);
+    let started = std::time::Instant::now();
+    let run = hostile_run(
+        &mst,
+        &eval,
+        "sleep-dispose",
+        &["--allow-exec", "sh", "--plugin-timeout", "3"],
+    );
+    let elapsed = started.elapsed();
+    eprintln!("a run whose dispose-machine sleeps 120 s under a 3 s limit took {elapsed:?}");
+    assert!(
+        run.stderr.contains("dispose-machine")
+            && run
+                .stderr
+                .contains("time limit of 3.0s, waiting in a host call"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
+}
