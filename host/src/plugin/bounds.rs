@@ -172,6 +172,43 @@ mod tests {
     }
 
     #[test]
+    fn schemas_capability_lists_and_machines_over_a_cap_are_refused() {
+        use crate::plugin::bindings::{CommandChannel, WitCapability};
+        let info = |schema: usize, capabilities: usize| PluginInfo {
+            name: "a/b/c".into(),
+            version: "1.0.0".into(),
+            description: String::new(),
+            capabilities: vec![WitCapability::Secret("X".into()); capabilities],
+            options_schema: Some("x".repeat(schema)),
+        };
+        assert!(super::info(&info(10, 1)).is_ok());
+        assert!(super::info(&info(MAX_SCHEMA + 1, 1))
+            .unwrap_err()
+            .contains("options schema"));
+        assert!(super::info(&info(10, MAX_CAPABILITIES + 1))
+            .unwrap_err()
+            .contains("capabilities"));
+
+        let channel = |workdir: usize| {
+            MachineSpec::Command(CommandChannel {
+                exec: vec!["sh".into()],
+                put: Vec::new(),
+                get: Vec::new(),
+                workdir: "w".repeat(workdir),
+            })
+        };
+        let machine = |id: usize, workdir: usize| Machine {
+            id: "i".repeat(id),
+            spec: channel(workdir),
+            description: "d".repeat(1000),
+        };
+        let kept = super::machine(machine(1, 1)).unwrap();
+        assert!(kept.description.ends_with("[cut by mst: 800 more bytes]"));
+        assert!(super::machine(machine(MAX_MACHINE_ID + 1, 1)).is_err());
+        assert!(super::machine(machine(1, MAX_MACHINE_SPEC)).is_err());
+    }
+
+    #[test]
     fn cases_over_a_cap_are_refused() {
         let case = |id: &str, input: usize| Case {
             id: id.into(),
