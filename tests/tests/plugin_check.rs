@@ -219,3 +219,27 @@ fn interpreters_and_stdin_inputs_are_warned_about_like_any_arguments() {
         kubernetes.stdout
     );
 }
+
+#[test]
+fn an_info_export_sleeping_in_a_host_call_is_stopped_at_the_time_limit() {
+    let started = std::time::Instant::now();
+    let path = fixture("slow-info.wasm");
+    let run = Mst::new().run(&["plugin", "check", s(&path), "--plugin-timeout", "3"]);
+    let elapsed = started.elapsed();
+    eprintln!("an info export sleeping 120 s under a 3 s limit: mst took {elapsed:?}");
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!(
+            "its `info` export failed: plugin {} was stopped after its time limit of 3.0s, \
+             waiting in a host call",
+            path.display()
+        )),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(
+        elapsed < std::time::Duration::from_secs(10),
+        "took {elapsed:?}"
+    );
+}

@@ -38,6 +38,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("fixture-hostile", "fixtures/hostile.wasm"),
     ("fixture-hostile-runner", "fixtures/hostile-runner.wasm"),
     ("fixture-hostile-dataset", "fixtures/hostile-dataset.wasm"),
+    ("fixture-slow-info", "fixtures/slow-info.wasm"),
     ("fixture-core-module", "fixtures/core-module.wasm"),
     ("fixture-future-major", "fixtures/future-major.wasm"),
     ("fixture-unknown-world", "fixtures/unknown-world.wasm"),
