@@ -145,13 +145,55 @@ pub struct Finished {
 const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs `command` with `stdin` in a process group of its own, its stdout and stderr capped at
-/// `cap` bytes each. Past `limit` the group is killed and this is an error; after the program
-/// ends, whatever it left behind in its group goes too.
+/// `cap` bytes each. Past `limit` the group is killed (SIGKILL) and this is an error; after the
+/// program ends, whatever it left behind in its group goes too, and output still arriving from
+/// a process that left the group is waited for only within `limit`.
 pub fn run_to_end(
     command: &mut Command,
     stdin: Vec<u8>,
     limit: Duration,
     cap: u64,
+) -> Result<Finished, String> {
+    run_to_end_in(command, stdin, limit, cap, &RunningGroup::default())
+}
+
+/// The process group of a program [`run_to_end_in`] runs, while it runs: for a caller that
+/// stops waiting early (a plugin call dropped at its time limit) to stop it too.
+#[derive(Debug, Clone, Default)]
+pub struct RunningGroup(std::sync::Arc<std::sync::Mutex<Option<u32>>>);
+
+impl RunningGroup {
+    /// SIGKILL to the group, if its program is still being run.
+    pub fn kill(&self) {
+        if let Some(leader) = self.0.lock().expect("group lock").take() {
+            kill_group(leader);
+        }
+    }
+
+    fn set(&self, leader: Option<u32>) {
+        *self.0.lock().expect("group lock") = leader;
+    }
+}
+
+/// [`run_to_end`], with the program's group in `group` while it runs.
+pub fn run_to_end_in(
+    command: &mut Command,
+    stdin: Vec<u8>,
+    limit: Duration,
+    cap: u64,
+    group: &RunningGroup,
+) -> Result<Finished, String> {
+    let result = run_and_wait(command, stdin, limit, cap, group);
+    group.set(None);
+    result
+}
+
+fn run_and_wait(
+    command: &mut Command,
+    stdin: Vec<u8>,
+    limit: Duration,
+    cap: u64,
+    group: &RunningGroup,
 ) -> Result<Finished, String> {
     use std::io::Write;
     use std::process::Stdio;
@@ -162,6 +204,7 @@ pub fn run_to_end(
             .stderr(Stdio::piped()),
     )
     .map_err(|e| e.to_string())?;
+    group.set(Some(child.child.id()));
     let (input, stdout, stderr) = child.take_pipes();
     let mut input = input.expect("stdin is piped");
     let writer = std::thread::spawn(move || {
@@ -169,7 +212,8 @@ pub fn run_to_end(
     });
     let stdout = CappedReader::spawn(stdout.expect("stdout is piped"), cap);
     let stderr = CappedReader::spawn(stderr.expect("stderr is piped"), cap);
-    let Some(status) = child.wait_until(Instant::now() + limit) else {
+    let deadline = Instant::now() + limit;
+    let Some(status) = child.wait_until(deadline) else {
         child.kill_group();
         child.wait();
         return Err(format!(
@@ -180,10 +224,14 @@ pub fn run_to_end(
     // A background process holding the pipes would otherwise keep the readers waiting.
     child.kill_group();
     drop(writer);
+    // One that left the group may hold them still: wait for them, but never past `limit`.
+    let until = deadline.min(Instant::now() + LEFTOVER_WAIT);
+    let stdout = stdout.finish_within(until.saturating_duration_since(Instant::now()));
+    let stderr = stderr.finish_within(until.saturating_duration_since(Instant::now()));
     Ok(Finished {
         status,
-        stdout: stdout.finish_within(LEFTOVER_WAIT),
-        stderr: stderr.finish_within(LEFTOVER_WAIT),
+        stdout,
+        stderr,
     })
 }
 

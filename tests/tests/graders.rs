@@ -164,3 +164,60 @@ fn a_grader_cannot_resolve_datasets() {
         run.stderr
     );
 }
+
+/// `mst plugin resolve` on the hostile dataset fixture with `options` and a time limit of
+/// `limit` seconds.
+fn hostile_resolve(mst: &Mst, options: &str, limit: &str) -> (mst_tests::Run, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let run = mst.run(&[
+        "plugin",
+        "resolve",
+        s(&mst_tests::fixture("hostile-dataset.wasm")),
+        "--options",
+        options,
+        "--plugin-timeout",
+        limit,
+        "--json",
+    ]);
+    (run, started.elapsed())
+}
+
+#[test]
+fn a_dataset_resolver_is_bounded_in_time_and_in_what_it_returns() {
+    let mst = Mst::new();
+    let (ok, _) = hostile_resolve(&mst, r#"{"behaviour": "ok"}"#, "3");
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    assert_eq!(ok.json().as_array().unwrap().len(), 2);
+
+    let (slept, elapsed) = hostile_resolve(&mst, r#"{"behaviour": "sleep", "count": 120}"#, "3");
+    eprintln!("a resolve sleeping 120 s under a 3 s limit: mst took {elapsed:?}");
+    assert_eq!(slept.code, 1);
+    assert!(
+        slept
+            .stderr
+            .contains("time limit of 3.0s, waiting in a host call"),
+        "{}",
+        slept.stderr
+    );
+    assert!(elapsed < std::time::Duration::from_secs(10), "{elapsed:?}");
+
+    let (big, _) = hostile_resolve(&mst, r#"{"behaviour": "big-case", "count": 2000000}"#, "60");
+    assert_eq!(big.code, 1);
+    assert!(
+        big.stderr
+            .contains("case `big` has 2000005 bytes; the most one case may have is 1048576"),
+        "{}",
+        big.stderr
+    );
+    assert!(big.stdout.is_empty(), "nothing printed");
+
+    // A million cases take a while to build and copy out on a busy machine: a longer limit.
+    let (many, _) = hostile_resolve(&mst, r#"{"behaviour": "many", "count": 1000001}"#, "60");
+    assert_eq!(many.code, 1);
+    assert!(
+        many.stderr
+            .contains("returned 1000001 cases; the most one dataset may have is 1000000"),
+        "{}",
+        many.stderr
+    );
+}

@@ -190,3 +190,56 @@ fn compiled_artifacts_are_cached_privately_and_survive_corruption() {
     assert_eq!(third.code, 0, "{}", third.stderr);
     assert_eq!(third.json()["cache"], "miss");
 }
+
+#[test]
+fn interpreters_and_stdin_inputs_are_warned_about_like_any_arguments() {
+    let mst = Mst::new();
+    let check = mst.run(&["plugin", "check", s(&fixture("hostile-runner.wasm"))]);
+    assert_eq!(check.code, 0, "{}{}", check.stdout, check.stderr);
+    // `sh -c *` (an interpreter) now warns as loudly as `ssh` with any arguments.
+    for says in [
+        "declares `sh -c *`, and `sh` runs whatever script or program it is given: granting `sh` \
+         admits any command",
+        "declares `ssh` with any arguments: granting `ssh` admits any command",
+    ] {
+        assert!(check.stdout.contains(says), "{says}\n{}", check.stdout);
+    }
+    // kubectl reading a manifest from stdin is not: the host checks the manifest.
+    let kubernetes = mst.run(&[
+        "plugin",
+        "check",
+        s(&plugin("kubernetes-runner.wasm")),
+        "--json",
+    ]);
+    assert_eq!(kubernetes.code, 0, "{}", kubernetes.stderr);
+    assert_eq!(
+        kubernetes.json()["problems"],
+        serde_json::json!([]),
+        "{}",
+        kubernetes.stdout
+    );
+}
+
+#[test]
+fn an_info_export_sleeping_in_a_host_call_is_stopped_at_the_time_limit() {
+    let started = std::time::Instant::now();
+    let path = fixture("slow-info.wasm");
+    let run = Mst::new().run(&["plugin", "check", s(&path), "--plugin-timeout", "3"]);
+    let elapsed = started.elapsed();
+    eprintln!("an info export sleeping 120 s under a 3 s limit: mst took {elapsed:?}");
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!(
+            "its `info` export failed: plugin {} was stopped after its time limit of 3.0s, \
+             waiting in a host call",
+            path.display()
+        )),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(
+        elapsed < std::time::Duration::from_secs(10),
+        "took {elapsed:?}"
+    );
+}

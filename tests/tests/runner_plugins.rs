@@ -62,6 +62,15 @@ fn command_channels_run_only_granted_programs_and_record_the_grants() {
         "{}",
         run.stderr
     );
+    // An interpreter admits any command whatever its patterns: `sh -c *` warns just as loudly.
+    assert!(
+        run.stderr.contains(
+            "warning: it declared `sh -c *`, and `sh` runs whatever script or program it is \
+             given, which you granted: that admits any command"
+        ),
+        "{}",
+        run.stderr
+    );
     let check = mst.run(&[
         "plugin",
         "check",
@@ -412,4 +421,74 @@ fn plugin_check_dry_run_times_each_step_and_fails_on_any() {
         "{}",
         grader.stderr
     );
+}
+
+#[test]
+fn a_create_machine_sleeping_in_a_host_call_fails_its_shard_at_the_time_limit() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 4, 30);
+    let started = std::time::Instant::now();
+    let run = hostile_run(
+        &mst,
+        &eval,
+        "sleep",
+        &[
+            "--runner-option",
+            "shards=2",
+            "--allow-exec",
+            "sh",
+            "--plugin-timeout",
+            "3",
+        ],
+    );
+    let elapsed = started.elapsed();
+    eprintln!("a run whose create-machine sleeps 120 s under a 3 s limit took {elapsed:?}");
+    assert_eq!(run.code, 2, "partial\n{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("time limit of 3.0s, waiting in a host call"),
+        "{}",
+        run.stderr
+    );
+    assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
+}
+
+#[test]
+fn a_huge_machine_description_is_cut_before_it_reaches_the_run() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 1, 30);
+    let run = hostile_run(&mst, &eval, "big-description", &["--allow-exec", "sh"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.len() < 64 * 1024, "{} bytes", run.stderr.len());
+    for file in mst_tests::walk(&eval.run_dir("e2e")) {
+        let size = std::fs::metadata(&file).unwrap().len();
+        assert!(size < 1 << 20, "{} has {size} bytes", file.display());
+    }
+    let record = std::fs::read_to_string(eval.run_dir("e2e").join("run.json")).unwrap();
+    assert!(record.contains("[cut by mst: "), "{record}");
+}
+
+#[test]
+fn a_dispose_machine_sleeping_in_a_host_call_is_stopped_at_the_time_limit() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 2, 30);
+    let started = std::time::Instant::now();
+    let run = hostile_run(
+        &mst,
+        &eval,
+        "sleep-dispose",
+        &["--allow-exec", "sh", "--plugin-timeout", "3"],
+    );
+    let elapsed = started.elapsed();
+    eprintln!("a run whose dispose-machine sleeps 120 s under a 3 s limit took {elapsed:?}");
+    assert!(
+        run.stderr.contains("dispose-machine")
+            && run
+                .stderr
+                .contains("time limit of 3.0s, waiting in a host call"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
 }

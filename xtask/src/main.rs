@@ -37,6 +37,8 @@ const PLUGINS: &[(&str, &str)] = &[
     ("runner-kubernetes", "kubernetes-runner.wasm"),
     ("fixture-hostile", "fixtures/hostile.wasm"),
     ("fixture-hostile-runner", "fixtures/hostile-runner.wasm"),
+    ("fixture-hostile-dataset", "fixtures/hostile-dataset.wasm"),
+    ("fixture-slow-info", "fixtures/slow-info.wasm"),
     ("fixture-core-module", "fixtures/core-module.wasm"),
     ("fixture-future-major", "fixtures/future-major.wasm"),
     ("fixture-unknown-world", "fixtures/unknown-world.wasm"),

@@ -270,7 +270,7 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
         case,
         sandbox,
     } = args;
-    let report = check(home, &plugin)?;
+    let report = check(home, &plugin, sandbox.limits()?)?;
     let dry = match dry_run && report.compatible {
         false => None,
         true if report.kind != Some(Kind::Runner) => {
@@ -317,7 +317,7 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
 
 /// `mst plugin install`.
 fn install(home: &Home, file: &Path, force: bool, json: bool) -> Result<u8> {
-    let report = check(home, &file.to_string_lossy())?;
+    let report = check(home, &file.to_string_lossy(), Limits::default())?;
     if !report.compatible {
         eprint!("{}", report.render());
         return Err(Exit {
@@ -384,7 +384,7 @@ fn list(home: &Home, json: bool) -> Result<u8> {
 fn info(home: &Home, plugin: &str, json: bool) -> Result<u8> {
     match source(home, plugin)? {
         PluginSource::File(path) => {
-            let report = check(home, &path.to_string_lossy())?;
+            let report = check(home, &path.to_string_lossy(), Limits::default())?;
             if json {
                 print_json(&report)?;
             } else {
@@ -538,13 +538,13 @@ fn normalize_options(options: &str) -> Result<String> {
 }
 
 /// `mst plugin check`: never fails for a bad component (that is the report's job), only for
-/// a plugin that cannot be found or read.
-fn check(home: &Home, spec: &str) -> Result<CheckReport> {
+/// a plugin that cannot be found or read. Its `info` call runs under `limits`.
+fn check(home: &Home, spec: &str, limits: Limits) -> Result<CheckReport> {
     let (bytes, label) = source(home, spec)
         .and_then(|source| source.read())
         .map_err(|error| Exit { code: 2, error })?;
     let host = host(home)?;
-    let loaded = LoadedPlugin::load(&host, &bytes, &label, &Grants::default(), Limits::default());
+    let loaded = LoadedPlugin::load(&host, &bytes, &label, &Grants::default(), limits);
     Ok(CheckReport::new(&label, bytes.len() as u64, &loaded))
 }
 

@@ -3,12 +3,18 @@
 //! The `grader` world's bindings own the shared interfaces (types and host imports); the other
 //! worlds reuse them through `with`, so a `Case` or `PluginInfo` is one Rust type everywhere and
 //! one `Linker` serves every world.
+//!
+//! Exports are async (calls run on a fiber under `tokio::time::timeout`, so a plugin blocked in
+//! a host call is dropped at its time limit), and so is the one import that waits on the host:
+//! `exec.run`.
 
 /// The `grader` world, and the shared `mst:plugin` types and host interfaces.
 pub mod grader {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "grader",
+        imports: { "mst:plugin/exec.run": async },
+        exports: { default: async },
     });
 }
 
@@ -19,6 +25,7 @@ macro_rules! world_reusing_grader {
         wasmtime::component::bindgen!({
             path: "../wit",
             world: $world,
+            exports: { default: async },
             with: {
                 "mst:plugin/types": crate::plugin::bindings::grader::mst::plugin::types,
                 "mst:plugin/log": crate::plugin::bindings::grader::mst::plugin::log,

@@ -53,6 +53,22 @@ impl ArtifactCache {
         Self { dir, engine_key }
     }
 
+    /// Refuses a cache that someone else could have written: the directory, or any file in
+    /// it, owned by another user or writable by others (see [`private`]). A missing directory
+    /// is fine: it is created owner-only when the first artifact is stored.
+    pub fn check(&self) -> Result<()> {
+        if std::fs::symlink_metadata(&self.dir).is_err() {
+            return Ok(());
+        }
+        private(&self.dir, "directory")?;
+        let entries = std::fs::read_dir(&self.dir)
+            .with_context(|| format!("cannot read {}", self.dir.display()))?;
+        for entry in entries.flatten() {
+            private(&entry.path(), "file")?;
+        }
+        Ok(())
+    }
+
     /// The cache directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -71,10 +87,15 @@ impl ArtifactCache {
         bytes: &[u8],
     ) -> Result<(Component, CacheOutcome)> {
         let path = self.artifact_path(digest);
-        if path.is_file() {
-            // SAFETY: `path` lies in the owner-only cache directory, was written by
-            // `store` below from `Engine::precompile_component`, and its name binds it to the
-            // component's digest and this engine's compatibility key.
+        if std::fs::symlink_metadata(&self.dir).is_ok() {
+            private(&self.dir, "directory")?;
+        }
+        if std::fs::symlink_metadata(&path).is_ok() {
+            private(&path, "file")?;
+            // SAFETY: `path` lies in the cache directory, both checked just now to be owned by
+            // this user and writable by no one else, was written by `store` below from
+            // `Engine::precompile_component`, and its name binds it to the component's digest
+            // and this engine's compatibility key.
             match unsafe { Component::deserialize_file(engine, &path) } {
                 Ok(component) => return Ok((component, CacheOutcome::Hit)),
                 Err(e) => {
@@ -108,4 +129,50 @@ impl ArtifactCache {
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(())
     }
+}
+
+/// Refuses a cache `what` (directory or file) at `path` that someone other than this user could
+/// have written: a symbolic link, one owned by another user, or one writable by its group or by
+/// others. A cached artifact is native code mst maps and runs, so whoever can write it could
+/// run anything as this user.
+fn private(path: &Path, what: &str) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        // SAFETY: geteuid(2) has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let why = if meta.file_type().is_symlink() {
+            Some("is a symbolic link".to_string())
+        } else if meta.uid() != me {
+            Some(format!(
+                "is owned by user id {}, not by you ({me})",
+                meta.uid()
+            ))
+        } else if meta.mode() & 0o022 != 0 {
+            Some(format!(
+                "is writable by {} (mode {:o})",
+                if meta.mode() & 0o002 != 0 {
+                    "anyone"
+                } else {
+                    "its group"
+                },
+                meta.mode() & 0o7777
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            anyhow::bail!(
+                "refusing the compiled-plugin cache {what} {}: it {why}. Cached plugins are \
+                 native code that mst runs, so only you may be able to write them: remove it \
+                 (mst compiles again) or make it yours alone (`chmod go-w`, `chown`)",
+                path.display()
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (path, what);
+    Ok(())
 }

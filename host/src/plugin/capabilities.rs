@@ -248,13 +248,90 @@ impl Effective {
     }
 }
 
-/// Why an `exec` declaration lets the plugin pass options the operator cannot see in advance
-/// (no patterns at all, or a pattern like `-*` or `-o*`), if it does. Options are where
-/// programs hide ways to run other programs (`ssh -oProxyCommand=…`) or read files
-/// (`kubectl --kubeconfig=…`), so granting such a program is granting everything it can do.
+/// Programs that run whatever program or script they are given: granting one with any
+/// argument (a script, `-c`, `-e`, `-`, a file) or any stdin is granting every command.
+const RUNS_ANYTHING: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "ash",
+    "fish",
+    "csh",
+    "tcsh",
+    "busybox",
+    "env",
+    "xargs",
+    "nohup",
+    "nice",
+    "timeout",
+    "setsid",
+    "sudo",
+    "doas",
+    "su",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "perl",
+    "ruby",
+    "php",
+    "lua",
+    "tclsh",
+    "pwsh",
+    "osascript",
+    "awk",
+    "gawk",
+];
+
+/// Whether `program` (by its file name) is an interpreter or a launcher (see [`RUNS_ANYTHING`];
+/// also `python`, `python3`, `python3.12`, …).
+fn runs_anything(program: &str) -> bool {
+    let name = program.rsplit('/').next().unwrap_or(program);
+    RUNS_ANYTHING.contains(&name)
+        || name
+            .strip_prefix("python")
+            .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+/// Whether argument pattern `pattern` names the program's stdin as a file to read (`-`,
+/// `--filename=-`), so that the plugin's `stdin` becomes the program's input file.
+fn reads_stdin_file(pattern: &str) -> bool {
+    pattern == "-" || pattern.ends_with("=-")
+}
+
+/// Whether `program` is `kubectl`, whose manifests read from stdin the host checks before it
+/// runs (see [`super::manifest`]).
+pub(crate) fn is_kubectl(program: &str) -> bool {
+    program.rsplit('/').next().unwrap_or(program) == "kubectl"
+}
+
+/// Why an `exec` declaration admits any command, or options the operator cannot see in
+/// advance, if it does: no patterns at all; an interpreter or launcher (`sh -c *`, `python`,
+/// `node`: whatever it is given, it runs); a file read from the plugin's stdin (`tar -f -`:
+/// the plugin writes the input, so the program does whatever that input says; `kubectl`'s
+/// manifests are the exception, being checked by the host); or an option pattern like `-*` or
+/// `-o*` (options are where programs hide ways to run other programs, `ssh -oProxyCommand=…`,
+/// or read files, `kubectl --kubeconfig=…`).
 pub fn broad_exec(program: &str, args: &[String]) -> Option<String> {
     if args.is_empty() {
         return Some(format!("`{program}` with any arguments"));
+    }
+    if runs_anything(program) {
+        return Some(format!(
+            "`{program} {}`, and `{program}` runs whatever script or program it is given",
+            args.join(" ")
+        ));
+    }
+    if !is_kubectl(program) {
+        if let Some(p) = args.iter().find(|p| reads_stdin_file(p)) {
+            return Some(format!(
+                "`{program}` with `{p}`, which reads input the plugin writes (its stdin) and \
+                 does what that input says"
+            ));
+        }
     }
     args.iter()
         .find(|p| {
@@ -263,6 +340,17 @@ pub fn broad_exec(program: &str, args: &[String]) -> Option<String> {
             p.starts_with('-') && p.contains('*') && !before_wildcard.contains('=')
         })
         .map(|p| format!("`{program}` with any option matching `{p}`"))
+}
+
+/// The warning for a granted `exec` declaration that admits any command (see [`broad_exec`]),
+/// shown before a run and by `mst plugin check`.
+pub fn broad_grant_warning(grant: &ExecGrant) -> Option<String> {
+    broad_exec(&grant.program, &grant.args).map(|broad| {
+        format!(
+            "it declared {broad}, which you granted: that admits any command, or options that \
+             run other programs or read files"
+        )
+    })
 }
 
 /// Declared capabilities that the grants leave out, for warnings.
@@ -352,6 +440,37 @@ mod tests {
         );
         assert!(!glob_match("*@*", "-oProxyCommand=a@b"));
         assert!(glob_match("-oPort=*", "-oPort=2201"));
+    }
+
+    #[test]
+    fn interpreters_and_stdin_inputs_are_broad() {
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for program in [
+            "sh",
+            "/bin/bash",
+            "python3",
+            "python3.12",
+            "python",
+            "node",
+            "env",
+        ] {
+            assert!(
+                broad_exec(program, &words(&["-c", "*"])).is_some(),
+                "{program}"
+            );
+            assert!(
+                broad_exec(program, &words(&["exact"])).is_some(),
+                "{program}"
+            );
+        }
+        assert_eq!(broad_exec("pythonista", &words(&["x"])), None);
+        assert!(broad_exec("tar", &words(&["-x", "-f", "-"])).is_some());
+        assert!(broad_exec("psql", &words(&["--file=-"])).is_some());
+        // kubectl's stdin manifests are checked by the host before kubectl sees them.
+        assert_eq!(
+            broad_exec("kubectl", &words(&["apply", "--filename=-"])),
+            None
+        );
     }
 
     #[test]

@@ -22,13 +22,14 @@ pub struct PluginHost {
 }
 
 impl PluginHost {
-    /// A host whose artifact cache lives in `cache_dir`.
+    /// A host whose artifact cache lives in `cache_dir`; an error if someone else could have
+    /// written that cache.
     pub fn new(cache_dir: PathBuf) -> Result<Self> {
         let engine = new_engine()?;
         spawn_epoch_ticker(&engine);
 
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow::Error::from)?;
         // The grader world imports every host interface, so its generated `add_to_linker`
         // provides the imports of all worlds.
         super::bindings::grader::Grader::add_to_linker::<State, HasSelf<State>>(
@@ -38,6 +39,7 @@ impl PluginHost {
         .map_err(anyhow::Error::from)?;
 
         let cache = ArtifactCache::new(cache_dir, &engine);
+        cache.check()?;
         Ok(Self {
             engine,
             linker,
@@ -74,7 +76,9 @@ impl PluginHost {
 /// Instances the pool holds at once: far more than one process runs in parallel.
 const POOLED_INSTANCES: u32 = 256;
 
-/// The engine: component model, epoch interruption, and a pooling allocator, because every
+/// The engine: component model, epoch interruption (which stops wasm code that never calls
+/// out; calls are async, so one blocked in a host function is dropped at its limit instead),
+/// and a pooling allocator, because every
 /// call instantiates afresh and the pool turns that from mmap/munmap per call into reusing
 /// a slot. Falls back to on-demand allocation where the pool's address space cannot be reserved.
 fn new_engine() -> Result<Engine> {

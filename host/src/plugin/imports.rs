@@ -6,6 +6,7 @@ use super::bindings::grader::mst::plugin::{exec, http, log, model, secrets, type
 use super::bindings::{ErrorCode, PluginError};
 use super::programs;
 use super::sandbox::State;
+use crate::process::RunningGroup;
 use std::time::{Duration, Instant};
 
 /// Log lines one call may write; the rest are dropped with one warning.
@@ -74,7 +75,7 @@ impl log::Host for State {
 }
 
 impl exec::Host for State {
-    fn run(
+    async fn run(
         &mut self,
         program: String,
         args: Vec<String>,
@@ -84,19 +85,42 @@ impl exec::Host for State {
         if let Err(why) = self.grants.allows_exec(&program, &args) {
             return Err(denied(why));
         }
-        // Never wait past the call's own wall-time cap: epoch interruption cannot stop a host
-        // function, so the host call must stop itself.
+        if let Err(why) = super::manifest::check(&program, &args, &stdin) {
+            return Err(denied(why));
+        }
+        // The program's group is killed (SIGKILL, which no program can ignore) by the call's
+        // own deadline at the latest, so that nothing it started outlives the call.
         let remaining = self.deadline.saturating_duration_since(Instant::now());
         let timeout = Duration::from_millis(timeout_ms.into())
             .min(remaining)
             .min(MAX_EXEC_TIME);
-        let output = programs::run(&program, &args, stdin, timeout)
-            .map_err(|e| unavailable(format!("running `{program}` failed: {e}")))?;
+        // On a blocking thread, so that this call's future stays droppable: at the call's
+        // time limit the caller stops waiting for it whatever the program does, and dropping
+        // `_stop` kills the program's group then and there (mst may be about to exit).
+        let name = program.clone();
+        let group = RunningGroup::default();
+        let _stop = KillOnDrop(group.clone());
+        let output = tokio::task::spawn_blocking(move || {
+            programs::run_in(&program, &args, stdin, timeout, &group)
+        })
+        .await
+        .map_err(|e| unavailable(format!("running `{name}` failed: {e}")))?
+        .map_err(|e| unavailable(format!("running `{name}` failed: {e}")))?;
         Ok(exec::ExecOutput {
             status: output.status,
             stdout: output.stdout,
             stderr: output.stderr,
         })
+    }
+}
+
+/// Kills a program's group when an `exec` call ends, however it ends (a no-op once the
+/// program has been run to its end).
+struct KillOnDrop(RunningGroup);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.kill();
     }
 }
 

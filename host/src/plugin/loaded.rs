@@ -6,6 +6,7 @@
 //! instance that trapped, survives from one call to the next.
 
 use super::bindings::{self, ErrorCode, PluginError};
+use super::bounds;
 use super::cache::CacheOutcome;
 use super::capabilities::{Capability, Effective, Grants};
 use super::engine::PluginHost;
@@ -15,6 +16,8 @@ use super::sandbox::{self, Identity, Limits, State};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::component::InstancePre;
@@ -63,27 +66,57 @@ impl WorldPre {
     }
 
     /// Calls the `info` export every world has.
-    fn info(&self, store: &mut Store<State>) -> wasmtime::Result<bindings::PluginInfo> {
+    async fn info(&self, store: &mut Store<State>) -> wasmtime::Result<bindings::PluginInfo> {
         match self {
-            WorldPre::Grader(pre) => pre
-                .instantiate(&mut *store)?
-                .mst_plugin_plugin()
-                .call_info(store),
-            WorldPre::Pairwise(pre) => pre
-                .instantiate(&mut *store)?
-                .mst_plugin_plugin()
-                .call_info(store),
-            WorldPre::Dataset(pre) => pre
-                .instantiate(&mut *store)?
-                .mst_plugin_plugin()
-                .call_info(store),
-            WorldPre::Runner(pre) => pre
-                .instantiate(&mut *store)?
-                .mst_plugin_plugin()
-                .call_info(store),
+            WorldPre::Grader(pre) => {
+                pre.instantiate_async(&mut *store)
+                    .await?
+                    .mst_plugin_plugin()
+                    .call_info(store)
+                    .await
+            }
+            WorldPre::Pairwise(pre) => {
+                pre.instantiate_async(&mut *store)
+                    .await?
+                    .mst_plugin_plugin()
+                    .call_info(store)
+                    .await
+            }
+            WorldPre::Dataset(pre) => {
+                pre.instantiate_async(&mut *store)
+                    .await?
+                    .mst_plugin_plugin()
+                    .call_info(store)
+                    .await
+            }
+            WorldPre::Runner(pre) => {
+                pre.instantiate_async(&mut *store)
+                    .await?
+                    .mst_plugin_plugin()
+                    .call_info(store)
+                    .await
+            }
         }
     }
 }
+
+thread_local! {
+    /// Each calling thread's own runtime for plugin calls: the WASI host functions and the
+    /// call's timer run on it, on the calling thread, with no hand-off to another thread.
+    static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .enable_io()
+        .build()
+        .expect("a tokio runtime for plugin calls");
+}
+
+/// Runs `future` to its end on this thread's runtime.
+fn block_on<F: Future>(future: F) -> F::Output {
+    RUNTIME.with(|runtime| runtime.block_on(future))
+}
+
+/// The body of one call: a future borrowing the world, the store and the call's arguments.
+type Body<'a, R> = Pin<Box<dyn Future<Output = wasmtime::Result<R>> + 'a>>;
 
 /// Which step of loading failed, which decides `mst plugin check`'s exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +179,9 @@ pub enum CallError {
     Timeout {
         plugin: String,
         limit: Duration,
+        /// Whether it was waiting in a host call (a sleep, a poll, a program it ran) rather
+        /// than running its own code.
+        blocked: bool,
         stderr: String,
     },
     /// The plugin hit its memory cap.
@@ -195,18 +231,24 @@ impl fmt::Display for CallError {
                     f,
                     "plugin {plugin} failed ({}): {}",
                     code_name(*code),
-                    sanitize(message, 4096)
+                    // Already cut to its cap, with a note this must not cut off.
+                    sanitize(message, 2 * bounds::MAX_ERROR)
                 )
             }
             CallError::Timeout {
                 plugin,
                 limit,
+                blocked,
                 stderr,
             } => {
+                let doing = match blocked {
+                    true => "waiting in a host call (a sleep, a poll, or a program it ran)",
+                    false => "running its own code",
+                };
                 write!(
                     f,
-                    "plugin {plugin} was stopped after its time limit of {:.1}s (raise it with \
-                     --plugin-timeout)",
+                    "plugin {plugin} was stopped after its time limit of {:.1}s, {doing} (raise \
+                     it with --plugin-timeout)",
                     limit.as_secs_f64()
                 )?;
                 with_stderr(f, stderr)
@@ -338,8 +380,8 @@ fn describe(raw: bindings::PluginInfo, surface: &Surface, problems: &mut Vec<Pro
         if let Capability::Exec { program, args } = capability {
             if let Some(broad) = super::capabilities::broad_exec(program, args) {
                 problems.push(Problem::warning(format!(
-                    "declares {broad}: granting `{program}` lets it pass options you cannot \
-                     review in advance (some run other programs or read files)"
+                    "declares {broad}: granting `{program}` admits any command (or options you \
+                     cannot review in advance, which run other programs or read files)"
                 )));
             }
         }
@@ -463,7 +505,7 @@ impl LoadedPlugin {
             grants: Arc::new(Effective::none()),
             limits,
         };
-        let raw = match plugin.call(|world, store| world.info(store)) {
+        let raw = match plugin.call(&(), |world, store, _| Box::pin(world.info(store))) {
             Ok(raw) => raw,
             Err(e) => {
                 failure
@@ -472,6 +514,10 @@ impl LoadedPlugin {
                 return Err(Box::new(failure));
             }
         };
+        if let Err(why) = bounds::info(&raw) {
+            failure.problems.push(Problem::error(why));
+            return Err(Box::new(failure));
+        }
         let mut problems = failure.problems.clone();
         let info = describe(raw, &plugin.surface, &mut problems);
         if problems.iter().any(|p| p.severity == Severity::Error) {
@@ -488,10 +534,14 @@ impl LoadedPlugin {
         Ok(plugin)
     }
 
-    /// Runs `f` in a fresh store and turns traps into [`CallError`]s.
-    fn call<R>(
+    /// Runs `f` (with `data`) in a fresh store, and turns traps and timeouts into
+    /// [`CallError`]s. The call returns by its time limit whatever the plugin does: at the
+    /// limit its future is dropped, which ends a host call it is blocked in, and the store
+    /// (never reused) goes with it.
+    fn call<D: ?Sized, R>(
         &self,
-        f: impl FnOnce(&WorldPre, &mut Store<State>) -> wasmtime::Result<R>,
+        data: &D,
+        f: impl for<'a> FnOnce(&'a WorldPre, &'a mut Store<State>, &'a D) -> Body<'a, R>,
     ) -> Result<R, CallError> {
         let plugin = self.identity.label.clone();
         let mut store = sandbox::new_store(
@@ -505,10 +555,21 @@ impl LoadedPlugin {
             trap: format!("{e:#}"),
             stderr: String::new(),
         })?;
-        let result = f(&self.world, &mut store);
+        let limit = self.limits.call_timeout;
+        let body = f(&self.world, &mut store, data);
+        // The timer is made inside the runtime, which it needs.
+        let result = block_on(async { tokio::time::timeout(limit, body).await });
         let error = match result {
-            Ok(value) => return Ok(value),
-            Err(error) => error,
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(error)) => error,
+            Err(_elapsed) => {
+                return Err(CallError::Timeout {
+                    plugin,
+                    limit,
+                    blocked: true,
+                    stderr: stderr_tail(store.data()),
+                })
+            }
         };
         let state = store.data();
         let stderr = stderr_tail(state);
@@ -522,7 +583,8 @@ impl LoadedPlugin {
         if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
             return Err(CallError::Timeout {
                 plugin,
-                limit: self.limits.call_timeout,
+                limit,
+                blocked: false,
                 stderr,
             });
         }
@@ -541,7 +603,16 @@ impl LoadedPlugin {
         CallError::Plugin {
             plugin: self.identity.label.clone(),
             code: error.code,
-            message: error.message,
+            message: bounds::cut(error.message, bounds::MAX_ERROR),
+        }
+    }
+
+    /// A result the host refuses (over a cap, out of range), as the plugin's own error.
+    fn refused(&self, message: String) -> CallError {
+        CallError::Plugin {
+            plugin: self.identity.label.clone(),
+            code: ErrorCode::Internal,
+            message,
         }
     }
 
@@ -551,25 +622,30 @@ impl LoadedPlugin {
         options: &str,
         trial: &bindings::Trial,
     ) -> Result<bindings::Score, CallError> {
-        let result = self.call(|world, store| match world {
-            WorldPre::Grader(pre) => pre
-                .instantiate(&mut *store)?
-                .mst_plugin_grading()
-                .call_grade_trial(store, options, trial),
-            _ => Err(wasmtime::Error::msg(format!(
-                "a {} plugin cannot grade trials",
-                self.kind
-            ))),
-        })?;
+        let result = self.call(
+            &(options, trial, self.kind),
+            |world, store, (options, trial, kind)| {
+                Box::pin(async move {
+                    match world {
+                        WorldPre::Grader(pre) => {
+                            pre.instantiate_async(&mut *store)
+                                .await?
+                                .mst_plugin_grading()
+                                .call_grade_trial(store, options, trial)
+                                .await
+                        }
+                        _ => Err(wasmtime::Error::msg(format!(
+                            "a {kind} plugin cannot grade trials"
+                        ))),
+                    }
+                })
+            },
+        )?;
         let score = result.map_err(|e| self.plugin_error(e))?;
         if !(0.0..=1.0).contains(&score.value) {
-            return Err(CallError::Plugin {
-                plugin: self.identity.label.clone(),
-                code: ErrorCode::Internal,
-                message: format!("returned the score {}, outside 0..1", score.value),
-            });
+            return Err(self.refused(format!("returned the score {}, outside 0..1", score.value)));
         }
-        Ok(score)
+        bounds::score(score).map_err(|why| self.refused(why))
     }
 
     /// Resolves a dataset into cases (dataset plugins).
@@ -578,53 +654,73 @@ impl LoadedPlugin {
         options: &str,
         content: Option<&[u8]>,
     ) -> Result<Vec<bindings::Case>, CallError> {
-        let result = self.call(|world, store| match world {
-            WorldPre::Dataset(pre) => pre
-                .instantiate(&mut *store)?
-                .mst_plugin_datasets()
-                .call_resolve(store, options, content),
-            _ => Err(wasmtime::Error::msg(format!(
-                "a {} plugin cannot resolve datasets",
-                self.kind
-            ))),
+        let data = (options, content, self.kind);
+        let result = self.call(&data, |world, store, (options, content, kind)| {
+            Box::pin(async move {
+                match world {
+                    WorldPre::Dataset(pre) => {
+                        pre.instantiate_async(&mut *store)
+                            .await?
+                            .mst_plugin_datasets()
+                            .call_resolve(store, options, *content)
+                            .await
+                    }
+                    _ => Err(wasmtime::Error::msg(format!(
+                        "a {kind} plugin cannot resolve datasets"
+                    ))),
+                }
+            })
         })?;
-        result.map_err(|e| self.plugin_error(e))
+        let cases = result.map_err(|e| self.plugin_error(e))?;
+        bounds::cases(&cases).map_err(|why| self.refused(why))?;
+        Ok(cases)
     }
 
-    /// Runs `f` on a runner plugin's `machines` interface in a fresh instance.
-    fn machines<R>(
+    /// Runs `f` (with `data`) on a runner plugin's `machines` interface in a fresh instance.
+    fn machines<D: ?Sized, R>(
         &self,
         what: &str,
-        f: impl FnOnce(
-            &bindings::runner::exports::mst::plugin::machines::Guest,
-            &mut Store<State>,
-        ) -> wasmtime::Result<Result<R, PluginError>>,
+        data: &D,
+        f: impl for<'a> Fn(
+            &'a bindings::runner::exports::mst::plugin::machines::Guest,
+            &'a mut Store<State>,
+            &'a D,
+        ) -> Body<'a, Result<R, PluginError>>,
     ) -> Result<R, CallError> {
-        let result = self.call(|world, store| match world {
-            WorldPre::Runner(pre) => {
-                let instance = pre.instantiate(&mut *store)?;
-                f(instance.mst_plugin_machines(), store)
-            }
-            _ => Err(wasmtime::Error::msg(format!(
-                "a {} plugin cannot {what}",
-                self.kind
-            ))),
-        })?;
+        // `f` travels with the data: what the body borrows must come in through its arguments.
+        let result = self.call(
+            &(data, &f, what, self.kind),
+            |world, store, (data, f, what, kind)| {
+                Box::pin(async move {
+                    match world {
+                        WorldPre::Runner(pre) => {
+                            let instance = pre.instantiate_async(&mut *store).await?;
+                            f(instance.mst_plugin_machines(), store, data).await
+                        }
+                        _ => Err(wasmtime::Error::msg(format!(
+                            "a {kind} plugin cannot {what}"
+                        ))),
+                    }
+                })
+            },
+        )?;
         result.map_err(|e| self.plugin_error(e))
     }
 
     /// A runner plugin's static facts.
     pub fn runner_info(&self) -> Result<bindings::RunnerInfo, CallError> {
-        self.machines("describe a runner", |machines, store| {
-            machines.call_info(store).map(Ok)
+        self.machines("describe a runner", &(), |machines, store, _| {
+            Box::pin(async move { machines.call_info(store).await.map(Ok) })
         })
     }
 
     /// Lets a runner plugin validate its options (JSON text) before any machine exists.
     pub fn check_runner_options(&self, options: &str) -> Result<(), CallError> {
-        self.machines("check runner options", |machines, store| {
-            machines.call_check_options(store, options)
-        })
+        self.machines(
+            "check runner options",
+            options,
+            |machines, store, options| Box::pin(machines.call_check_options(store, options)),
+        )
     }
 
     /// Asks a runner plugin for the machine of one shard.
@@ -633,16 +729,23 @@ impl LoadedPlugin {
         shard: &bindings::Shard,
         options: &str,
     ) -> Result<bindings::Machine, CallError> {
-        self.machines("create machines", |machines, store| {
-            machines.call_create_machine(store, shard, options)
-        })
+        let machine = self.machines(
+            "create machines",
+            &(shard, options),
+            |machines, store, (shard, options)| {
+                Box::pin(machines.call_create_machine(store, shard, options))
+            },
+        )?;
+        bounds::machine(machine).map_err(|why| self.refused(why))
     }
 
     /// Tells a runner plugin to release a machine (or keep it, with `keep`).
     pub fn dispose_machine(&self, id: &str, keep: bool) -> Result<(), CallError> {
-        self.machines("dispose of machines", |machines, store| {
-            machines.call_dispose_machine(store, id, keep)
-        })
+        self.machines(
+            "dispose of machines",
+            &(id, keep),
+            |machines, store, (id, keep)| Box::pin(machines.call_dispose_machine(store, id, *keep)),
+        )
     }
 
     /// The file name or path it was loaded from.

@@ -9,14 +9,17 @@
 //! - [`capabilities`]: what a plugin declares, what the operator grants, and the intersection.
 //! - [`sandbox`]: per-call limits (memory, time) and the store each call runs in.
 //! - [`imports`]: the host functions a plugin may call (log, exec, secrets, http, model).
+//! - [`manifest`]: the check of a Kubernetes manifest a plugin feeds `kubectl` on stdin.
 //! - [`programs`]: host programs run for a plugin (exec import, command channels).
 //! - [`bindings`]: the typed world bindings generated from `wit/`.
+//! - [`bounds`]: caps on everything a plugin returns.
 //! - [`loaded`]: a compiled, checked plugin and its typed calls.
 //! - [`installed`]: the install store under `$MST_HOME/plugins`.
 //! - [`set`]: loading plugins by reference, and the typed set of plugins one run uses.
 //! - [`check`]: the report `mst plugin check` prints.
 
 pub mod bindings;
+pub mod bounds;
 pub mod cache;
 pub mod capabilities;
 pub mod check;
@@ -25,6 +28,7 @@ pub mod imports;
 pub mod inspect;
 pub mod installed;
 pub mod loaded;
+pub mod manifest;
 pub mod programs;
 pub mod sandbox;
 pub mod set;

@@ -3,7 +3,7 @@
 //! of `PATH`, `HOME` and `KUBECONFIG` only (never the operator's secrets); the process rules
 //! (own group, deadline, capped output) are [`crate::process`]'s.
 
-use crate::process::run_to_end;
+use crate::process::{run_to_end_in, RunningGroup};
 use std::process::Command;
 use std::time::Duration;
 
@@ -46,7 +46,25 @@ pub fn run(
     stdin: Vec<u8>,
     timeout: Duration,
 ) -> Result<Output, String> {
-    let finished = run_to_end(&mut command(program, args), stdin, timeout, MAX_OUTPUT)?;
+    run_in(program, args, stdin, timeout, &RunningGroup::default())
+}
+
+/// [`run`], with the program's group in `group` while it runs, so that a caller that stops
+/// waiting first can kill it.
+pub fn run_in(
+    program: &str,
+    args: &[String],
+    stdin: Vec<u8>,
+    timeout: Duration,
+    group: &RunningGroup,
+) -> Result<Output, String> {
+    let finished = run_to_end_in(
+        &mut command(program, args),
+        stdin,
+        timeout,
+        MAX_OUTPUT,
+        group,
+    )?;
     Ok(Output {
         status: crate::process::exit_code(finished.status),
         stdout: finished.stdout,

@@ -1,22 +1,21 @@
 //! The sandbox each plugin call runs in: a fresh `Store` with a deny-by-default WASI context,
-//! a memory cap on the store's total, a wall-time cap by epoch interruption, and captured
-//! stderr.
+//! a memory cap on the store's total, a wall-time cap, and captured stderr.
+//!
+//! The wall-time cap is enforced twice, because neither way alone covers everything: epoch
+//! interruption traps wasm code that computes without end, and the caller drops the call's
+//! future at the limit (see [`super::loaded`]), which ends a call blocked in a host function
+//! (a WASI sleep or poll, or a program run through `exec`), where epochs are never checked.
 
 use super::capabilities::Effective;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::{ClosedInputStream, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-/// How often the epoch advances; the granularity of every call's wall-time cap.
+/// How often the epoch advances: how often running wasm code checks its call's deadline.
 pub const TICK: Duration = Duration::from_millis(5);
-
-/// The epoch deadline (in ticks from now) for a call allowed to take `limit`.
-pub(crate) fn ticks_for(limit: Duration) -> u64 {
-    (limit.as_millis() / TICK.as_millis()).max(1) as u64 + 1
-}
 
 /// How much stderr a call may write before further writes fail.
 const STDERR_CAPACITY: usize = 64 * 1024;
@@ -133,6 +132,8 @@ pub(crate) fn new_store(
 ) -> anyhow::Result<Store<State>> {
     let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
     let mut wasi = WasiCtxBuilder::new();
+    // Closed, so a read returns end-of-file at once: a plugin can never wait on mst's stdin.
+    wasi.stdin(ClosedInputStream);
     wasi.stderr(stderr.clone());
     for dir in &grants.read_dirs {
         let guest = dir.to_string_lossy();
@@ -155,7 +156,14 @@ pub(crate) fn new_store(
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.memory);
-    store.set_epoch_deadline(ticks_for(limits.call_timeout));
-    store.epoch_deadline_trap();
+    // Each tick, the clock decides: ticks come from a timer thread that runs late on a busy
+    // host, so counting them would stop a plugin late.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|store| {
+        Ok(match Instant::now() >= store.data().deadline {
+            true => UpdateDeadline::Interrupt,
+            false => UpdateDeadline::Continue(1),
+        })
+    });
     Ok(store)
 }

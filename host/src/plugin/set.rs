@@ -71,6 +71,14 @@ impl PluginSet {
         source: serde_json::Value,
     ) -> Result<Arc<LoadedPlugin>> {
         let plugin = Arc::new(loader.load(base, reference, grants)?);
+        // A runner's plan says this with everything else it may run (see `runner::plugin`).
+        if plugin.kind() != Kind::Runner {
+            for grant in &plugin.effective_grants().exec {
+                if let Some(warning) = super::capabilities::broad_grant_warning(grant) {
+                    tracing::warn!("plugin {}: {warning}", plugin.info().name);
+                }
+            }
+        }
         self.sources.insert(plugin.info().name.clone(), source);
         self.by_ref.insert(reference.to_string(), plugin.clone());
         self.by_ref

@@ -13,7 +13,7 @@ use super::docker::options::DockerOptions;
 use super::docker::DockerRunner;
 use super::{MachineRequest, Runner};
 use crate::plugin::bindings::{Machine, MachineSpec, Shard};
-use crate::plugin::capabilities::broad_exec;
+use crate::plugin::capabilities::broad_grant_warning;
 use crate::plugin::LoadedPlugin;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -169,11 +169,8 @@ impl Runner for PluginRunner {
                 false => grant.args.join(" "),
             };
             plan.push(format!("  it may run: {} {args}", grant.program));
-            if let Some(broad) = broad_exec(&grant.program, &grant.args) {
-                plan.push(format!(
-                    "  warning: it declared {broad}, which you granted: options can run other \
-                     programs or read files"
-                ));
+            if let Some(warning) = broad_grant_warning(grant) {
+                plan.push(format!("  warning: {warning}"));
             }
         }
         plan

@@ -11,8 +11,9 @@
 //! `maxSeconds` (the pod's `activeDeadlineSeconds`, default a day: a pod never disposed of
 //! still ends).
 //!
-//! The pod gets no service-account token, no privilege escalation and no capabilities. The
-//! cluster enforces what a pod may be; run shards in a namespace with the `restricted` Pod
+//! The pod gets no service-account token, no privilege escalation and no capabilities, and the
+//! host refuses a manifest that asks for them (or for host namespaces, paths or ports). The
+//! cluster enforces the rest; run shards in a namespace with the `restricted` Pod
 //! Security level to make that binding.
 
 use mst_sdk::runner::{
@@ -80,7 +81,8 @@ const GET: &str = "tar -cf - -C {workdir} {src}";
 /// `kubectl` arguments this plugin may use. No `*` on its own: the verbs, the pod names (all
 /// `mst-…`) and the remote command lines are spelled out, so a granted kubectl cannot be
 /// turned to `config view`, `proxy` or `--kubeconfig=…`. What `apply` creates is the
-/// manifest this plugin writes (one pod); the cluster's own policies decide what it may be.
+/// manifest this plugin writes (one pod), which the host checks is a hardened pod before
+/// kubectl sees it (and refuses otherwise); the cluster's own policies decide the rest.
 const KUBECTL_PATTERNS: &[&str] = &[
     "--namespace=*",
     "--context=*",
