@@ -6,7 +6,9 @@
 //!   background child is left holding its pipes;
 //! - waits have deadlines;
 //! - its output is read on threads of their own, capped, and drained past the cap, so a program
-//!   that writes without end neither grows mst's memory nor blocks on a full pipe.
+//!   that writes without end neither grows mst's memory nor blocks on a full pipe;
+//! - the programs a trial starts (the local worker, a trial's command, a stdio MCP server, the
+//!   provenance `git`) get [`minimal_env`], never mst's whole environment.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus};
@@ -18,15 +20,15 @@ use std::time::{Duration, Instant};
 /// home, the temporary directory and the locale. Everything else (cloud credentials, CI
 /// tokens, the values behind `--allow-secret`) stays out; a program that needs more gets it
 /// from the config (`clientOptions.env`, a server's `env`).
-pub const PASSED_ENV: [&str; 6] = ["PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ"];
+pub const MINIMAL_ENV: [&str; 6] = ["PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ"];
 
-/// [`PASSED_ENV`] and the `LC_*` locale variables, with their values here: what a program
+/// [`MINIMAL_ENV`] and the `LC_*` locale variables, with their values here: what a program
 /// started with `env_clear()` is given back.
 pub fn minimal_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     std::env::vars_os()
         .filter(|(name, _)| {
             let name = name.to_string_lossy();
-            PASSED_ENV.contains(&name.as_ref()) || name.starts_with("LC_")
+            MINIMAL_ENV.contains(&name.as_ref()) || name.starts_with("LC_")
         })
         .collect()
 }
