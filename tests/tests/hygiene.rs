@@ -411,3 +411,71 @@ echo '{{"type":"fatal","message":"\u001b[2J\u000dgone {CANARY} \u202eevil"}}'
     );
     nowhere(&run, &[&eval.results(), mst.home.path()], CANARY);
 }
+
+#[test]
+fn on_the_ssh_runner_the_agent_gets_a_minimal_environment_whatever_the_login_holds() {
+    use mst_tests::sshd::{self, Sshd};
+    const CANARY: &str = "canary-login-env-61c2d9";
+    if !sshd::available() {
+        eprintln!("skipped: no OpenSSH server here");
+        return;
+    }
+    let keys = sshd::keys();
+    let mut host = Sshd::start(&keys, "env");
+    // The remote login carries a credential in its environment (as a host's profile might).
+    let config = keys.dir.path().join("sshd-env.conf");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("SetEnv AWS_SECRET_ACCESS_KEY={CANARY}\n"));
+    std::fs::write(&config, text).unwrap();
+    host.kill();
+    host.restart();
+    let ssh = |command: &str| {
+        let out = std::process::Command::new("ssh")
+            .args(["-i", s(&keys.identity()), "-o"])
+            .arg(format!("UserKnownHostsFile={}", s(&keys.known_hosts())))
+            .args(["-o", "BatchMode=yes", "-p", &host.port.to_string()])
+            .arg(format!("{}@127.0.0.1", host.user))
+            .arg(command)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        ssh("env").contains(CANARY),
+        "the login's environment holds it"
+    );
+
+    let eval = Eval::new(
+        json!({
+            "name": "ssh-env",
+            "datasets": ["cases.jsonl"],
+            "client": "command",
+            "clientOptions": {"command": ["env"], "input": "none"},
+            "judges": [{"assert": "not-contains", "value": CANARY}],
+            "timeout": 30
+        }),
+        &cases(1),
+    );
+    let plugin = mst_tests::plugin("ssh-runner.wasm");
+    let run = eval.run(
+        &Mst::new(),
+        &[
+            "--plugin",
+            s(&plugin),
+            "--runner",
+            "mst/runner/ssh",
+            "--runner-option",
+            &format!("hosts={}", host.destination()),
+            "--runner-option",
+            &format!("identity={}", s(&keys.identity())),
+            "--runner-option",
+            &format!("knownHosts={}", s(&keys.known_hosts())),
+            "--allow-exec",
+            "ssh",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_json(&eval.run_dir("ssh-env").join("default/c1/0.json"));
+    let env = trace["trace"]["finalText"].as_str().unwrap();
+    assert!(env.contains("PATH=") && !env.contains(CANARY), "{env}");
+}
