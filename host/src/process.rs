@@ -22,13 +22,29 @@ use std::time::{Duration, Instant};
 /// from the config (`clientOptions.env`, a server's `env`).
 pub const MINIMAL_ENV: [&str; 6] = ["PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ"];
 
-/// [`MINIMAL_ENV`] and the `LC_*` locale variables, with their values here: what a program
-/// started with `env_clear()` is given back.
+/// Names (comma-separated) of further variables to pass on, and the only way to widen
+/// [`MINIMAL_ENV`]: whoever starts mst or its worker names them explicitly. A runner plugin's
+/// containers carry the `--allow-env` names here, so their agents see those variables;
+/// `MST_PASS_ENV=NAME mst run` lends NAME to the local runner's agents.
+pub const PASS_ENV: &str = "MST_PASS_ENV";
+
+/// [`MINIMAL_ENV`], the `LC_*` locale variables and what [`PASS_ENV`] names (itself included,
+/// so it reaches the worker's own programs), with their values here: what a program started
+/// with `env_clear()` is given back.
 pub fn minimal_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let named = std::env::var(PASS_ENV).unwrap_or_default();
+    let named: Vec<&str> = named
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
     std::env::vars_os()
         .filter(|(name, _)| {
             let name = name.to_string_lossy();
-            MINIMAL_ENV.contains(&name.as_ref()) || name.starts_with("LC_")
+            MINIMAL_ENV.contains(&name.as_ref())
+                || name.starts_with("LC_")
+                || name == PASS_ENV
+                || named.contains(&name.as_ref())
         })
         .collect()
 }

@@ -548,7 +548,13 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         .filter_map(|v| v.as_str())
         .filter(|v| !v.starts_with("PATH="))
         .collect();
-    assert_eq!(env, ["MST_TEST_GREETING=hello from the host"]);
+    assert_eq!(
+        env,
+        [
+            "MST_TEST_GREETING=hello from the host",
+            "MST_PASS_ENV=MST_TEST_GREETING"
+        ]
+    );
     let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
     assert_eq!(
         trace["trace"]["finalText"], "question 1 hello from the host",

@@ -172,6 +172,9 @@ fn the_local_worker_its_agent_and_its_stdio_servers_get_a_minimal_environment() 
             &format!("worker={}", s(&wrapper)),
         ])
         .env("AWS_SECRET_ACCESS_KEY", CANARY)
+        // The one way to lend the agents more: name it.
+        .env("MST_PASS_ENV", "LENT_TO_AGENTS")
+        .env("LENT_TO_AGENTS", "lent")
         .output()
         .unwrap()
         .into();
@@ -179,7 +182,12 @@ fn the_local_worker_its_agent_and_its_stdio_servers_get_a_minimal_environment() 
     let run_dir = eval.run_dir("env");
     let agent = read_json(&run_dir.join("agent/env/0.json"));
     let agent_env = agent["trace"]["finalText"].as_str().unwrap();
-    assert!(agent_env.contains("AGENT_CONFIGURED=yes") && agent_env.contains("PATH="));
+    assert!(
+        agent_env.contains("AGENT_CONFIGURED=yes")
+            && agent_env.contains("PATH=")
+            && agent_env.contains("LENT_TO_AGENTS=lent"),
+        "{agent_env}"
+    );
     let server = read_json(&run_dir.join("server/env/0.json"));
     let server_env = server["trace"]["finalText"].as_str().unwrap();
     assert!(

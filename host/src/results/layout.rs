@@ -166,7 +166,7 @@ impl RunDir {
     /// reason, a machine's error in `run.json`).
     fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(value)?;
-        let redacted = crate::secrets::redactor().redact_bytes(&bytes).into_owned();
+        let redacted = crate::secrets::redactor().redact_json(&bytes).into_owned();
         crate::files::write_durable(&self.root.join(name), &redacted)
     }
 

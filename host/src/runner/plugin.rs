@@ -99,6 +99,14 @@ impl PluginRunner {
             };
             env.push(format!("{name}={value}"));
         }
+        if !env.is_empty() {
+            // The worker passes these on to its agents, and nothing else of the container's.
+            env.push(format!(
+                "{}={}",
+                crate::process::PASS_ENV,
+                spec.env_names.join(",")
+            ));
+        }
         let mut options = BTreeMap::from([("image".to_string(), spec.image.clone())]);
         if let Some(context) = &spec.context {
             // The bundle and tokens go wherever the context points: a plugin may name a context
