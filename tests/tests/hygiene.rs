@@ -91,10 +91,17 @@ fn git_provenance_runs_nothing_the_config_repository_configures() {
     std::thread::sleep(Duration::from_millis(1100));
     std::fs::write(&cases_file, std::fs::read(&cases_file).unwrap()).unwrap();
 
+    let index = dir.join(".git/index");
+    let index_before = std::fs::read(&index).unwrap();
     let run = eval.run(&Mst::new(), &[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(!fsmonitor_marker.exists(), "mst ran the fsmonitor hook");
     assert!(!filter_marker.exists(), "mst ran the clean filter");
+    assert_eq!(
+        std::fs::read(&index).unwrap(),
+        index_before,
+        "mst wrote the repository's index"
+    );
     let record = read_json(&eval.run_dir("git").join("run.json"));
     let head = std::process::Command::new("git")
         .args(["-C", s(dir), "rev-parse", "HEAD"])
@@ -399,7 +406,7 @@ echo '{{"type":"fatal","message":"\u001b[2J\u000dgone {CANARY} \u202eevil"}}'
     );
     assert!(
         run.stderr
-            .contains("\\u{1b}[2J\\u{d}gone [redacted:WORKER_SEEN] \\u{202e}evil"),
+            .contains("\\u001b[2J\\u000dgone [redacted:WORKER_SEEN] \\u202eevil"),
         "the fatal message, escaped and redacted: {}",
         run.stderr
     );
@@ -414,7 +421,7 @@ echo '{{"type":"fatal","message":"\u001b[2J\u000dgone {CANARY} \u202eevil"}}'
         "raw control characters in the worker log: {log:?}"
     );
     assert!(
-        log.contains("log \\u{1b}[2J\\u{1b}]0;owned\\u{7} [redacted:WORKER_SEEN]"),
+        log.contains("log \\u001b[2J\\u001b]0;owned\\u0007 [redacted:WORKER_SEEN]"),
         "{log:?}"
     );
     nowhere(&run, &[&eval.results(), mst.home.path()], CANARY);

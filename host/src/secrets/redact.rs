@@ -139,7 +139,8 @@ pub fn redactor() -> Arc<Redactor> {
 
 /// Text from someone else (a worker, a plugin, a machine, a dataset) made safe for a terminal
 /// or a log: control characters other than newline and tab, and the Unicode marks that
-/// reorder text on screen, are shown escaped (`\u{1b}`) instead of acting.
+/// reorder text on screen, are shown escaped (`\u001b`) instead of acting. The escape is
+/// JSON's, so JSON on stdout stays valid JSON (every such character is in the BMP).
 pub fn terminal_safe(text: &str) -> Cow<'_, str> {
     let unsafe_char = |c: char| {
         (c.is_control() && c != '\n' && c != '\t')
@@ -151,7 +152,7 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
         if unsafe_char(c) {
-            out.extend(c.escape_unicode());
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
         } else {
             out.push(c);
         }
@@ -223,8 +224,12 @@ mod tests {
     fn terminal_text_cannot_act() {
         assert_eq!(
             terminal_safe("a\x1b[2Jb\rc\u{202e}d\n\te"),
-            "a\\u{1b}[2Jb\\u{d}c\\u{202e}d\n\te"
+            "a\\u001b[2Jb\\u000dc\\u202ed\n\te"
         );
         assert!(matches!(terminal_safe("plain\n"), Cow::Borrowed(_)));
+        // Inside a JSON string the escape is JSON's own.
+        let json = terminal_safe("{\"id\": \"a\u{202e}b\"}");
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["id"], "a\u{202e}b");
     }
 }
