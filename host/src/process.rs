@@ -6,7 +6,9 @@
 //!   background child is left holding its pipes;
 //! - waits have deadlines;
 //! - its output is read on threads of their own, capped, and drained past the cap, so a program
-//!   that writes without end neither grows mst's memory nor blocks on a full pipe.
+//!   that writes without end neither grows mst's memory nor blocks on a full pipe;
+//! - the programs a trial starts (the local worker, a trial's command, a stdio MCP server, the
+//!   provenance `git`) get [`minimal_env`], never mst's whole environment.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus};
@@ -18,23 +20,30 @@ use std::time::{Duration, Instant};
 /// home, the temporary directory and the locale. Everything else (cloud credentials, CI
 /// tokens, the values behind `--allow-secret`) stays out; a program that needs more gets it
 /// from the config (`clientOptions.env`, a server's `env`).
-pub const PASSED_ENV: [&str; 6] = ["PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ"];
+pub const MINIMAL_ENV: [&str; 6] = ["PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE", "TZ"];
 
-/// Names (comma-separated) of further variables to pass on: a machine's runner sets it to the
-/// variables the operator deliberately put on the machine (a container spec's `--allow-env`
-/// names), so that those, and only those, reach the agent too.
+/// Names (comma-separated) of further variables to pass on, and the only way to widen
+/// [`MINIMAL_ENV`]: whoever starts mst or its worker names them explicitly. A runner plugin's
+/// containers carry the `--allow-env` names here, so their agents see those variables;
+/// `MST_PASS_ENV=NAME mst run` lends NAME to the local runner's agents.
 pub const PASS_ENV: &str = "MST_PASS_ENV";
 
-/// [`PASSED_ENV`], the `LC_*` locale variables and those [`PASS_ENV`] names, with their values
-/// here: what a program started with `env_clear()` is given back.
+/// [`MINIMAL_ENV`], the `LC_*` locale variables and what [`PASS_ENV`] names (itself included,
+/// so it reaches the worker's own programs), with their values here: what a program started
+/// with `env_clear()` is given back.
 pub fn minimal_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
     let named = std::env::var(PASS_ENV).unwrap_or_default();
-    let named: Vec<&str> = named.split(',').filter(|n| !n.is_empty()).collect();
+    let named: Vec<&str> = named
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
     std::env::vars_os()
         .filter(|(name, _)| {
             let name = name.to_string_lossy();
-            PASSED_ENV.contains(&name.as_ref())
+            MINIMAL_ENV.contains(&name.as_ref())
                 || name.starts_with("LC_")
+                || name == PASS_ENV
                 || named.contains(&name.as_ref())
         })
         .collect()

@@ -93,10 +93,17 @@ fn git_provenance_runs_nothing_the_config_repository_configures() {
     std::thread::sleep(Duration::from_millis(1100));
     std::fs::write(&cases_file, std::fs::read(&cases_file).unwrap()).unwrap();
 
+    let index = dir.join(".git/index");
+    let index_before = std::fs::read(&index).unwrap();
     let run = eval.run(&Mst::new(), &[]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(!fsmonitor_marker.exists(), "mst ran the fsmonitor hook");
     assert!(!filter_marker.exists(), "mst ran the clean filter");
+    assert_eq!(
+        std::fs::read(&index).unwrap(),
+        index_before,
+        "mst wrote the repository's index"
+    );
     let record = read_json(&eval.run_dir("git").join("run.json"));
     let head = std::process::Command::new("git")
         .args(["-C", s(dir), "rev-parse", "HEAD"])
@@ -179,6 +186,9 @@ fn the_local_worker_its_agent_and_its_stdio_servers_get_a_minimal_environment() 
             &format!("worker={}", s(&wrapper)),
         ])
         .env("AWS_SECRET_ACCESS_KEY", CANARY)
+        // The one way to lend the agents more: name it.
+        .env("MST_PASS_ENV", "LENT_TO_AGENTS")
+        .env("LENT_TO_AGENTS", "lent")
         .output()
         .unwrap()
         .into();
@@ -186,7 +196,12 @@ fn the_local_worker_its_agent_and_its_stdio_servers_get_a_minimal_environment() 
     let run_dir = eval.run_dir("env");
     let agent = read_json(&run_dir.join("agent/env/0.json"));
     let agent_env = agent["trace"]["finalText"].as_str().unwrap();
-    assert!(agent_env.contains("AGENT_CONFIGURED=yes") && agent_env.contains("PATH="));
+    assert!(
+        agent_env.contains("AGENT_CONFIGURED=yes")
+            && agent_env.contains("PATH=")
+            && agent_env.contains("LENT_TO_AGENTS=lent"),
+        "{agent_env}"
+    );
     let server = read_json(&run_dir.join("server/env/0.json"));
     let server_env = server["trace"]["finalText"].as_str().unwrap();
     assert!(
@@ -398,7 +413,7 @@ echo '{{"type":"fatal","message":"\u001b[2J\u000dgone {CANARY} \u202eevil"}}'
     );
     assert!(
         run.stderr
-            .contains("\\u{1b}[2J\\u{d}gone [redacted:WORKER_SEEN] \\u{202e}evil"),
+            .contains("\\u001b[2J\\u000dgone [redacted:WORKER_SEEN] \\u202eevil"),
         "the fatal message, escaped and redacted: {}",
         run.stderr
     );
@@ -413,8 +428,76 @@ echo '{{"type":"fatal","message":"\u001b[2J\u000dgone {CANARY} \u202eevil"}}'
         "raw control characters in the worker log: {log:?}"
     );
     assert!(
-        log.contains("log \\u{1b}[2J\\u{1b}]0;owned\\u{7} [redacted:WORKER_SEEN]"),
+        log.contains("log \\u001b[2J\\u001b]0;owned\\u0007 [redacted:WORKER_SEEN]"),
         "{log:?}"
     );
     nowhere(&run, &[&eval.results(), mst.home.path()], CANARY);
+}
+
+#[test]
+fn on_the_ssh_runner_the_agent_gets_a_minimal_environment_whatever_the_login_holds() {
+    use mst_tests::sshd::{self, Sshd};
+    const CANARY: &str = "canary-login-env-61c2d9";
+    if !sshd::available() {
+        eprintln!("skipped: no OpenSSH server here");
+        return;
+    }
+    let keys = sshd::keys();
+    let mut host = Sshd::start(&keys, "env");
+    // The remote login carries a credential in its environment (as a host's profile might).
+    let config = keys.dir.path().join("sshd-env.conf");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("SetEnv AWS_SECRET_ACCESS_KEY={CANARY}\n"));
+    std::fs::write(&config, text).unwrap();
+    host.kill();
+    host.restart();
+    let ssh = |command: &str| {
+        let out = std::process::Command::new("ssh")
+            .args(["-i", s(&keys.identity()), "-o"])
+            .arg(format!("UserKnownHostsFile={}", s(&keys.known_hosts())))
+            .args(["-o", "BatchMode=yes", "-p", &host.port.to_string()])
+            .arg(format!("{}@127.0.0.1", host.user))
+            .arg(command)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        ssh("env").contains(CANARY),
+        "the login's environment holds it"
+    );
+
+    let eval = Eval::new(
+        json!({
+            "name": "ssh-env",
+            "datasets": ["cases.jsonl"],
+            "client": "command",
+            "clientOptions": {"command": ["env"], "input": "none"},
+            "judges": [{"assert": "not-contains", "value": CANARY}],
+            "timeout": 30
+        }),
+        &cases(1),
+    );
+    let plugin = mst_tests::plugin("ssh-runner.wasm");
+    let run = eval.run(
+        &Mst::new(),
+        &[
+            "--plugin",
+            s(&plugin),
+            "--runner",
+            "mst/runner/ssh",
+            "--runner-option",
+            &format!("hosts={}", host.destination()),
+            "--runner-option",
+            &format!("identity={}", s(&keys.identity())),
+            "--runner-option",
+            &format!("knownHosts={}", s(&keys.known_hosts())),
+            "--allow-exec",
+            "ssh",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_json(&eval.run_dir("ssh-env").join("default/c1/0.json"));
+    let env = trace["trace"]["finalText"].as_str().unwrap();
+    assert!(env.contains("PATH=") && !env.contains(CANARY), "{env}");
 }

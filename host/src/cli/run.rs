@@ -158,9 +158,10 @@ impl Reporter {
             bar.finish_and_clear();
         }
         if let Some(path) = &self.junit {
-            let written =
-                crate::files::write_durable(path, report::junit(&outcome.summary).as_bytes())
-                    .with_context(|| format!("cannot write --junit {}", path.display()));
+            let junit = report::junit(&outcome.summary);
+            let junit = crate::secrets::redactor().redact(&junit).into_owned();
+            let written = crate::files::write_durable(path, junit.as_bytes())
+                .with_context(|| format!("cannot write --junit {}", path.display()));
             if let Err(e) = written {
                 *self.failure.lock().expect("failure") = Some(e);
             }

@@ -4,7 +4,7 @@
 //! replaced in each argument), `input` (`stdin`, the default, `argv` or `none`: how the case
 //! input reaches the program), `events` (when true, stdout lines that are JSON trace events,
 //! `{"type": "tool-call", …}`, become trace events instead of answer text), `env` (its
-//! environment besides [`crate::process::PASSED_ENV`]: nothing else of the worker's reaches
+//! environment besides [`crate::process::MINIMAL_ENV`]: nothing else of the worker's reaches
 //! it) and `cwd`. The program's stdout (minus event lines) is the final answer, its
 //! stderr lines become `log` events, and its exit code is recorded. At the deadline the whole
 //! process group is killed and the trial is `timed-out`.

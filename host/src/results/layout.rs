@@ -166,7 +166,7 @@ impl RunDir {
     /// reason, a machine's error in `run.json`).
     fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(value)?;
-        let redacted = crate::secrets::redactor().redact_bytes(&bytes).into_owned();
+        let redacted = crate::secrets::redactor().redact_json(&bytes).into_owned();
         crate::files::write_durable(&self.root.join(name), &redacted)
     }
 
@@ -174,6 +174,14 @@ impl RunDir {
     /// redacted and control characters escaped, so `cat` on it is safe.
     pub fn write_worker_log(&self, shard: u32, log: &[u8]) -> Result<()> {
         crate::files::write_atomic(&self.worker_log(shard), &crate::secrets::clean_bytes(log))
+    }
+
+    /// Writes the trace of `key` (held secrets redacted): the coordinator's copy of what a
+    /// machine sent, or its own record of a trial that produced none.
+    pub fn write_trace(&self, key: &TrialKey, record: &TrialRecord) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(record)?;
+        let redacted = crate::secrets::redactor().redact_json(&bytes).into_owned();
+        crate::files::write_atomic(&self.trace_file(key), &redacted)
     }
 
     /// Writes `run.json`.

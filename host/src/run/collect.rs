@@ -200,10 +200,7 @@ fn failed_trials_to_infra(run_dir: &RunDir, collected: &[TrialKey], why: &str) -
             continue;
         }
         record.mark_infra(why);
-        let written = serde_json::to_vec(&record)
-            .map_err(anyhow::Error::from)
-            .and_then(|bytes| crate::files::write_atomic(&run_dir.trace_file(key), &bytes));
-        if written.is_ok() {
+        if run_dir.write_trace(key, &record).is_ok() {
             moved += 1;
         }
     }

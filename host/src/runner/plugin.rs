@@ -106,6 +106,14 @@ impl PluginRunner {
             };
             env.push(format!("{name}={value}"));
         }
+        if !env.is_empty() {
+            // The worker passes these on to its agents, and nothing else of the container's.
+            env.push(format!(
+                "{}={}",
+                crate::process::PASS_ENV,
+                spec.env_names.join(",")
+            ));
+        }
         let mut options = BTreeMap::from([("image".to_string(), spec.image.clone())]);
         if let Some(bytes) = spec.memory_bytes {
             options.insert("memory".into(), bytes.to_string());

@@ -23,55 +23,42 @@ pub const MIN_REDACTED_LEN: usize = 6;
 /// that contains another is replaced whole.
 #[derive(Default)]
 pub struct Redactor {
-    /// What to look for (each value, and its JSON-escaped form when that differs) and what
-    /// replaces it.
-    needles: BTreeMap<String, String>,
+    /// For text: each value as it is, and JSON-escaped (text may quote JSON).
+    text: Needles,
+    /// For JSON documents: each value only as it appears inside a JSON string, so a match can
+    /// never span the document's own quotes and break it.
+    json: Needles,
+}
+
+/// Strings to look for, each with its replacement, and their matcher.
+#[derive(Default, Clone)]
+struct Needles {
+    replacements: BTreeMap<String, String>,
     matcher: Option<AhoCorasick>,
 }
 
-impl Redactor {
-    /// A redactor for `secrets`, by name.
-    pub fn new<'a>(secrets: impl IntoIterator<Item = (&'a str, &'a Secret)>) -> Self {
-        let mut needles = BTreeMap::new();
-        for (name, secret) in secrets {
-            add_needles(&mut needles, name, secret.expose());
-        }
-        Self::from_needles(needles)
+impl Needles {
+    fn add(&mut self, needle: &str, replacement: &str) {
+        // The first name to claim a value keeps it.
+        self.replacements
+            .entry(needle.to_string())
+            .or_insert_with(|| replacement.to_string());
     }
 
-    fn from_needles(needles: BTreeMap<String, String>) -> Self {
-        let matcher = (!needles.is_empty()).then(|| {
+    fn build(mut self) -> Self {
+        self.matcher = (!self.replacements.is_empty()).then(|| {
             AhoCorasick::builder()
                 .match_kind(MatchKind::LeftmostLongest)
-                .build(needles.keys())
+                .build(self.replacements.keys())
                 .expect("plain string patterns build")
         });
-        Redactor { needles, matcher }
+        self
     }
 
-    /// This redactor plus `name`'s `secret`.
-    fn with(&self, name: &str, secret: &Secret) -> Self {
-        let mut needles = self.needles.clone();
-        add_needles(&mut needles, name, secret.expose());
-        Self::from_needles(needles)
-    }
-
-    /// `text` with every held value replaced by `[redacted:NAME]`.
-    pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
-        match &self.matcher {
-            Some(matcher) if matcher.is_match(text) => {
-                let with: Vec<&String> = self.needles.values().collect();
-                Cow::Owned(matcher.replace_all(text, &with))
-            }
-            _ => Cow::Borrowed(text),
-        }
-    }
-
-    /// [`Redactor::redact`] for bytes (a trace, a log), whatever their encoding.
-    pub fn redact_bytes<'t>(&self, bytes: &'t [u8]) -> Cow<'t, [u8]> {
+    fn replace<'t>(&self, bytes: &'t [u8]) -> Cow<'t, [u8]> {
         match &self.matcher {
             Some(matcher) if matcher.is_match(bytes) => {
-                let with: Vec<&[u8]> = self.needles.values().map(|v| v.as_bytes()).collect();
+                let with: Vec<&[u8]> = self.replacements.values().map(|v| v.as_bytes()).collect();
                 Cow::Owned(matcher.replace_all_bytes(bytes, &with))
             }
             _ => Cow::Borrowed(bytes),
@@ -79,20 +66,46 @@ impl Redactor {
     }
 }
 
-/// The forms of `value` that can appear in what mst writes: as it is, and JSON-escaped (a
-/// trace or a grade holds it inside a JSON string).
-fn add_needles(needles: &mut BTreeMap<String, String>, name: &str, value: &str) {
-    if value.chars().count() < MIN_REDACTED_LEN {
-        return;
+impl Redactor {
+    /// A redactor for `secrets`, by name.
+    pub fn new<'a>(secrets: impl IntoIterator<Item = (&'a str, &'a Secret)>) -> Self {
+        Redactor::default().with(secrets)
     }
-    let replacement = format!("[redacted:{}]", terminal_safe(name));
-    let json = serde_json::to_string(value).expect("strings serialize");
-    let escaped = &json[1..json.len() - 1];
-    for needle in [value, escaped] {
-        // The first name to claim a value keeps it.
-        needles
-            .entry(needle.to_string())
-            .or_insert_with(|| replacement.clone());
+
+    /// This redactor plus `secrets`.
+    fn with<'a>(&self, secrets: impl IntoIterator<Item = (&'a str, &'a Secret)>) -> Self {
+        let (mut text, mut json) = (self.text.clone(), self.json.clone());
+        for (name, secret) in secrets {
+            let value = secret.expose();
+            if value.chars().count() < MIN_REDACTED_LEN {
+                continue;
+            }
+            let replacement = format!("[redacted:{}]", terminal_safe(name));
+            let quoted = serde_json::to_string(value).expect("strings serialize");
+            let escaped = &quoted[1..quoted.len() - 1];
+            text.add(value, &replacement);
+            text.add(escaped, &replacement);
+            json.add(escaped, &replacement);
+        }
+        Redactor {
+            text: text.build(),
+            json: json.build(),
+        }
+    }
+
+    /// `text` with every held value replaced by `[redacted:NAME]`.
+    pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        match self.text.replace(text.as_bytes()) {
+            Cow::Borrowed(_) => Cow::Borrowed(text),
+            // Whole UTF-8 needles replaced by ASCII leave valid UTF-8.
+            Cow::Owned(bytes) => Cow::Owned(String::from_utf8_lossy(&bytes).into_owned()),
+        }
+    }
+
+    /// A JSON document (a trace, a grade file) with every held value replaced inside its
+    /// strings; it stays the same valid JSON.
+    pub fn redact_json<'t>(&self, json: &'t [u8]) -> Cow<'t, [u8]> {
+        self.json.replace(json)
     }
 }
 
@@ -110,7 +123,7 @@ pub fn hold(name: &str, secret: &Secret) {
     }
     let mut held = HELD.write().expect("redactor lock");
     let next = match held.as_deref() {
-        Some(current) => current.with(name, secret),
+        Some(current) => current.with([(name, secret)]),
         None => Redactor::new([(name, secret)]),
     };
     *held = Some(Arc::new(next));
@@ -126,7 +139,8 @@ pub fn redactor() -> Arc<Redactor> {
 
 /// Text from someone else (a worker, a plugin, a machine, a dataset) made safe for a terminal
 /// or a log: control characters other than newline and tab, and the Unicode marks that
-/// reorder text on screen, are shown escaped (`\u{1b}`) instead of acting.
+/// reorder text on screen, are shown escaped (`\u001b`) instead of acting. The escape is
+/// JSON's, so JSON on stdout stays valid JSON (every such character is in the BMP).
 pub fn terminal_safe(text: &str) -> Cow<'_, str> {
     let unsafe_char = |c: char| {
         (c.is_control() && c != '\n' && c != '\t')
@@ -138,7 +152,7 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
         if unsafe_char(c) {
-            out.extend(c.escape_unicode());
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
         } else {
             out.push(c);
         }
@@ -156,11 +170,11 @@ pub fn clean_bytes(bytes: &[u8]) -> Vec<u8> {
     clean_text(&String::from_utf8_lossy(bytes)).into_bytes()
 }
 
-/// Rewrites the file at `path` with every held secret redacted (a trace copied back from a
-/// machine); leaves it untouched when it holds none.
+/// Rewrites the JSON file at `path` (a trace copied back from a machine) with every held
+/// secret redacted; leaves it untouched when it holds none.
 pub fn redact_file(path: &Path) -> Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if let Cow::Owned(redacted) = redactor().redact_bytes(&bytes) {
+    if let Cow::Owned(redacted) = redactor().redact_json(&bytes) {
         crate::files::write_atomic(path, &redacted)?;
     }
     Ok(())
@@ -191,17 +205,31 @@ mod tests {
         let secret = Secret::new("pa\"ss\\word\n");
         let redactor = Redactor::new([("PW", &secret)]);
         let json = serde_json::json!({"reason": format!("got {}", secret.expose())}).to_string();
-        let redacted = redactor.redact_bytes(json.as_bytes()).into_owned();
+        let redacted = redactor.redact_json(json.as_bytes()).into_owned();
         let back: serde_json::Value = serde_json::from_slice(&redacted).unwrap();
         assert_eq!(back["reason"], "got [redacted:PW]");
+        assert_eq!(
+            redactor.redact(secret.expose()),
+            "[redacted:PW]",
+            "as text too"
+        );
+        // A value that reads like JSON's own punctuation never breaks a document.
+        let tricky = Secret::new("b\", \"c");
+        let redactor = Redactor::new([("T", &tricky)]);
+        let document = br#"{"a": "b", "c": "d"}"#;
+        assert_eq!(redactor.redact_json(document).as_ref(), document);
     }
 
     #[test]
     fn terminal_text_cannot_act() {
         assert_eq!(
             terminal_safe("a\x1b[2Jb\rc\u{202e}d\n\te"),
-            "a\\u{1b}[2Jb\\u{d}c\\u{202e}d\n\te"
+            "a\\u001b[2Jb\\u000dc\\u202ed\n\te"
         );
         assert!(matches!(terminal_safe("plain\n"), Cow::Borrowed(_)));
+        // Inside a JSON string the escape is JSON's own.
+        let json = terminal_safe("{\"id\": \"a\u{202e}b\"}");
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["id"], "a\u{202e}b");
     }
 }

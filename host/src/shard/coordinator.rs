@@ -807,10 +807,10 @@ impl<'a> ShardSession<'a> {
             client: client.map(|c| c.name.clone()).unwrap_or_default(),
             client_version: client.map(|c| c.version.clone()).unwrap_or_default(),
         });
-        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| e.to_string())?;
-        // No secret value mst holds stays in it (an agent may have printed one).
-        let bytes = crate::secrets::redactor().redact_bytes(&bytes).into_owned();
-        crate::files::write_atomic(path, &bytes).map_err(|e| format!("{e:#}"))?;
+        // Written back redacted: an agent may have printed a secret mst holds.
+        self.run_dir
+            .write_trace(key, &record)
+            .map_err(|e| format!("{e:#}"))?;
         Ok(record.trace.status)
     }
 
@@ -833,9 +833,7 @@ impl<'a> ShardSession<'a> {
             return;
         };
         let record = TrialRecord::infra((*case).clone(), key, reason);
-        if let Ok(bytes) = serde_json::to_vec_pretty(&record) {
-            let _ = crate::files::write_atomic(dest, &bytes);
-        }
+        let _ = self.run_dir.write_trace(key, &record);
     }
 }
 

@@ -78,6 +78,8 @@ fn run_trial(
         collected_by: None,
     };
     let bytes = serde_json::to_vec_pretty(&record).map_err(|e| e.to_string())?;
+    // Even on the machine (a kept one is read later), no token this worker holds is written.
+    let bytes = crate::secrets::redactor().redact_json(&bytes).into_owned();
     crate::files::write_atomic(&results.join(trace_path(key)), &bytes)
         .map_err(|e| format!("{e:#}"))?;
     Ok(Some(status))
@@ -425,6 +427,7 @@ impl Worker {
         let now = crate::clock::unix_millis();
         for (server, token) in tokens {
             dir.write(&server, &token.value)?;
+            crate::secrets::hold(&self.token_name(&server), &token.value);
             self.renewal_asked.remove(&server);
             match token.expires_at {
                 Some(expires) => self.expiring.insert(server.clone(), (expires, now)),
@@ -437,6 +440,19 @@ impl Worker {
         self.clients = build_clients(&self.bundle, &values)?;
         self.tokens_ready = true;
         Ok(())
+    }
+
+    /// The name of the secret behind `server`'s token, as the config gives it (what a
+    /// redaction says in its place).
+    fn token_name(&self, server: &str) -> String {
+        self.bundle
+            .variants
+            .values()
+            .find_map(|v| match v.servers.get(server) {
+                Some(ServerConfig::Http(http)) => http.token.clone(),
+                _ => None,
+            })
+            .unwrap_or_else(|| format!("token of {server}"))
     }
 
     /// Reports a finished trial to the coordinator.

@@ -66,17 +66,6 @@ pub fn container_body(
     let bytes = memory;
     let memory = i64::try_from(memory).unwrap_or(i64::MAX);
     let read_only = options.rootfs == Rootfs::ReadOnly;
-    // The worker passes on to its clients only what it is told to (see `minimal_env`).
-    let mut env = env;
-    let names: Vec<&str> = env
-        .iter()
-        .filter_map(|e| e.split_once('='))
-        .map(|(n, _)| n)
-        .collect();
-    if !names.is_empty() {
-        let pass = format!("{}={}", crate::process::PASS_ENV, names.join(","));
-        env.push(pass);
-    }
     // Both are memory charged to the container: sized to its limit, so neither can outgrow
     // what the container may use anyway.
     let mounts = match read_only {
