@@ -299,6 +299,15 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Waits up to 30 s for a server (`what`, for the failure) to listen on loopback `port`.
+pub fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Asserts that a `--resume` run succeeded and collected exactly the `missing` trials.
 pub fn assert_resumed(resumed: &Run, missing: usize) {
     assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);

@@ -5,7 +5,7 @@
 use mst_tests::{cases, files_containing, fixture, free_port, read_json, s, Eval, Mst, Run};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Writes an executable script.
 fn script(path: &Path, body: &str) -> PathBuf {
@@ -42,18 +42,23 @@ fn git(dir: &Path, args: &[&str]) {
     assert!(ok.status.success(), "git {args:?}: {ok:?}");
 }
 
-#[test]
-fn git_provenance_runs_nothing_the_config_repository_configures() {
-    let eval = Eval::new(
+/// Eval `name`: one case, answered by `cat`, passing when it exits 0.
+fn cat_eval(name: &str) -> Eval {
+    Eval::new(
         json!({
-            "name": "git",
+            "name": name,
             "datasets": ["cases.jsonl"],
             "client": "command",
             "clientOptions": {"command": ["cat"]},
             "judges": [{"assert": "exit-code", "value": 0}]
         }),
         &cases(1),
-    );
+    )
+}
+
+#[test]
+fn git_provenance_runs_nothing_the_config_repository_configures() {
+    let eval = cat_eval("git");
     let dir = eval.dir.path();
     let markers = tempfile::tempdir().unwrap();
     let fsmonitor_marker = markers.path().join("fsmonitor-ran");
@@ -290,11 +295,7 @@ fn an_mcp_server_echoing_its_bearer_token_is_redacted() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the echo server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    mst_tests::wait_for_port(port, "the echo server");
     let eval = Eval::new(
         json!({
             "name": "bearer",
@@ -369,16 +370,7 @@ fn command_eval_with_env(value: &str) -> Eval {
 #[test]
 fn a_workers_fatal_message_and_log_are_terminal_safe_and_redacted() {
     const CANARY: &str = "canary-fatal-2c61f8";
-    let eval = Eval::new(
-        json!({
-            "name": "fatal",
-            "datasets": ["cases.jsonl"],
-            "client": "command",
-            "clientOptions": {"command": ["cat"]},
-            "judges": [{"assert": "exit-code", "value": 0}]
-        }),
-        &cases(1),
-    );
+    let eval = cat_eval("fatal");
     let dir = eval.dir.path();
     let secrets = dir.join("secrets.env");
     std::fs::write(&secrets, format!("WORKER_SEEN={CANARY}\n")).unwrap();

@@ -87,11 +87,7 @@ fn the_everything_server_over_streamable_http_and_a_dead_server_is_infra() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the HTTP server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    mst_tests::wait_for_port(port, "the HTTP server");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("cases.jsonl"),
