@@ -54,7 +54,7 @@ impl ArtifactCache {
     }
 
     /// Refuses a cache that someone else could have written: the directory, or any file in
-    /// it, owned by another user or writable by others (see [`private`]). A missing directory
+    /// it, owned by another user or writable by others (see `private`). A missing directory
     /// is fine: it is created owner-only when the first artifact is stored.
     pub fn check(&self) -> Result<()> {
         if std::fs::symlink_metadata(&self.dir).is_err() {
