@@ -9,10 +9,12 @@
 //!   worker.
 //! - [`runner`], [`grade`], [`results`]: machines and their channels; judges and grades; the run
 //!   directory, summaries and reports.
-//! - [`client`]: what runs one trial on a machine (`command`, `mcp`).
+//! - [`client`]: what runs one trial on a machine (`command`, `mcp`, `api`).
 //! - [`eval`]: the data model: config, cases, trial keys, traces, the plan.
 //! - [`plugin`]: the WebAssembly host: engine, artifact cache, ABI check, sandbox, imports,
 //!   typed calls, the install store and a run's plugin set.
+//! - [`model`]: what the `api` client's agent loop calls: one request and reply shape, the
+//!   built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files and worker token directories.
 //! - [`files`], [`process`], [`home`], [`clock`]: careful file access; host processes (groups,
 //!   deadlines, capped reads); where mst keeps its state (`$MST_HOME`); wall-clock time.
@@ -24,6 +26,7 @@ pub mod eval;
 pub mod files;
 pub mod grade;
 pub mod home;
+pub mod model;
 pub mod plugin;
 pub mod process;
 pub mod results;

@@ -67,12 +67,13 @@ impl McpClient {
 }
 
 /// A connected MCP server; a stdio server's whole process group goes when it is dropped.
-struct Session {
-    service: RunningService<RoleClient, ()>,
+pub(super) struct Session {
+    pub(super) service: RunningService<RoleClient, ()>,
     _group: GroupGuard,
 }
 
-async fn connect(config: &ServerConfig, token: Option<&Secret>) -> Result<Session> {
+/// Starts (stdio) or reaches (streamable HTTP) one MCP server, with its token when it has one.
+pub(super) async fn connect(config: &ServerConfig, token: Option<&Secret>) -> Result<Session> {
     match config {
         ServerConfig::Stdio(server) => {
             let mut command = tokio::process::Command::new(&server.command);
@@ -133,6 +134,25 @@ fn text_of(result: &rmcp::model::CallToolResult) -> String {
     }
 }
 
+/// Calls `tool` on `session` (server `label`): its text output and whether it is an error. A
+/// tool error or a JSON-RPC error (unknown tool, bad arguments) is the server's answer; only a
+/// server that fails is an error here.
+pub(super) async fn call_tool(
+    session: &Session,
+    label: &str,
+    tool: &str,
+    arguments: serde_json::Map<String, serde_json::Value>,
+) -> Result<(String, bool)> {
+    let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+    match session.service.call_tool(params).await {
+        Ok(result) => Ok((text_of(&result), result.is_error.unwrap_or(false))),
+        Err(rmcp::ServiceError::McpError(error)) => Ok((error.message.to_string(), true)),
+        Err(other) => {
+            Err(anyhow::Error::new(other).context(format!("MCP server `{label}` failed")))
+        }
+    }
+}
+
 /// Runs the calls; returns the events and the last output, or why the trial is infra.
 async fn run_calls(
     servers: &BTreeMap<String, ServerConfig>,
@@ -179,18 +199,8 @@ async fn run_calls(
             },
         });
         let call_started = Instant::now();
-        let params =
-            CallToolRequestParams::new(call.tool.clone()).with_arguments(call.arguments.clone());
-        let (output, is_error) = match session.service.call_tool(params).await {
-            Ok(result) => (text_of(&result), result.is_error.unwrap_or(false)),
-            // A JSON-RPC error (unknown tool, bad arguments) is the server's answer.
-            Err(rmcp::ServiceError::McpError(error)) => (error.message.to_string(), true),
-            Err(other) => {
-                return Err(
-                    anyhow::Error::new(other).context(format!("MCP server `{label}` failed"))
-                )
-            }
-        };
+        let (output, is_error) =
+            call_tool(session, &label, &call.tool, call.arguments.clone()).await?;
         events.push(TraceEvent {
             seq: seq + 1,
             at_ms: started.elapsed().as_millis() as u64,
@@ -203,10 +213,15 @@ async fn run_calls(
         });
         last = Some(output);
     }
+    close(sessions).await;
+    Ok(last)
+}
+
+/// Ends the sessions politely (a stdio server's process group goes with its session anyway).
+pub(super) async fn close(sessions: BTreeMap<String, Session>) {
     for (_, session) in sessions {
         let _ = session.service.cancel().await;
     }
-    Ok(last)
 }
 
 impl Client for McpClient {
@@ -217,68 +232,94 @@ impl Client for McpClient {
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
         let started = Instant::now();
         let mut events = Vec::new();
-        let infra = |message: String, mut events: Vec<TraceEvent>| {
-            let seq = events.len() as u64;
-            events.push(TraceEvent {
-                seq,
-                at_ms: started.elapsed().as_millis() as u64,
-                kind: EventKind::Log { text: message },
-            });
-            TraceRecord {
-                status: TrialStatus::Infra,
-                final_text: None,
-                events,
-                exit_code: None,
-                duration_ms: started.elapsed().as_millis() as u64,
-            }
-        };
         let calls = match serde_json::from_value::<CaseInput>(input.case.input.clone()) {
             Ok(CaseInput::Many { calls }) => calls,
             Ok(CaseInput::One(call)) => vec![call],
             Err(e) => {
-                return infra(format!("case `{}`: the mcp client needs `{{\"tool\", \"arguments\"}}` or `{{\"calls\": […]}}`: {e}", input.case.id), events)
+                let why = anyhow::anyhow!("case `{}`: the mcp client needs `{{\"tool\", \"arguments\"}}` or `{{\"calls\": […]}}`: {e}", input.case.id);
+                return trace_of(Outcome::Failed(why), events, started);
             }
         };
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(runtime) => runtime,
-            Err(e) => return infra(format!("cannot start an async runtime: {e}"), events),
-        };
-        let cancel = input.cancel;
-        let outcome = runtime.block_on(async {
-            let calls_future = run_calls(&self.servers, &self.tokens, &calls, started, &mut events);
-            let cancelled = async {
-                while !cancel.load(Ordering::Relaxed) {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            };
-            tokio::select! {
-                result = tokio::time::timeout(input.timeout, calls_future) => Some(result),
-                () = cancelled => None,
+        let outcome = drive(
+            input,
+            run_calls(&self.servers, &self.tokens, &calls, started, &mut events),
+        );
+        trace_of(outcome, events, started)
+    }
+}
+
+/// How an async trial body ended.
+pub(super) enum Outcome {
+    Answered(Option<String>),
+    TimedOut,
+    Cancelled,
+    /// The trial could not run (a server failed, the model failed): infra.
+    Failed(anyhow::Error),
+}
+
+/// Runs an async trial body on a runtime of its own, until it ends, the trial's deadline
+/// passes, or the shard is cancelled. Dropping the runtime drops the body's sessions, which
+/// kills stdio servers (`kill_on_drop`, and their process groups).
+pub(super) fn drive(
+    input: &TrialInput<'_>,
+    body: impl std::future::Future<Output = Result<Option<String>>>,
+) -> Outcome {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return Outcome::Failed(anyhow::anyhow!("cannot start an async runtime: {e}")),
+    };
+    let cancel = input.cancel;
+    let outcome = runtime.block_on(async {
+        let cancelled = async {
+            while !cancel.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        });
-        // Dropping the runtime drops the sessions, which kills stdio servers (kill_on_drop).
-        drop(runtime);
-        let duration_ms = started.elapsed().as_millis() as u64;
-        match outcome {
-            None => infra("cancelled".into(), events),
-            Some(Err(_elapsed)) => TraceRecord {
-                status: TrialStatus::TimedOut,
-                final_text: None,
-                events,
-                exit_code: None,
-                duration_ms,
+        };
+        tokio::select! {
+            result = tokio::time::timeout(input.timeout, body) => match result {
+                Ok(Ok(answer)) => Outcome::Answered(answer),
+                Ok(Err(e)) => Outcome::Failed(e),
+                Err(_elapsed) => Outcome::TimedOut,
             },
-            Some(Ok(Err(e))) => infra(format!("{e:#}"), events),
-            Some(Ok(Ok(last))) => TraceRecord {
-                status: TrialStatus::Completed,
-                final_text: last,
-                events,
-                exit_code: None,
-                duration_ms,
-            },
+            () = cancelled => Outcome::Cancelled,
         }
+    });
+    drop(runtime);
+    outcome
+}
+
+/// The trace of a trial that ended with `outcome` after recording `events`.
+pub(super) fn trace_of(
+    outcome: Outcome,
+    mut events: Vec<TraceEvent>,
+    started: Instant,
+) -> TraceRecord {
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let (status, final_text) = match outcome {
+        Outcome::Answered(text) => (TrialStatus::Completed, text),
+        Outcome::TimedOut => (TrialStatus::TimedOut, None),
+        Outcome::Cancelled | Outcome::Failed(_) => {
+            let text = match outcome {
+                Outcome::Failed(e) => format!("{e:#}"),
+                _ => "cancelled".to_string(),
+            };
+            let seq = events.len() as u64;
+            events.push(TraceEvent {
+                seq,
+                at_ms: duration_ms,
+                kind: EventKind::Log { text },
+            });
+            (TrialStatus::Infra, None)
+        }
+    };
+    TraceRecord {
+        status,
+        final_text,
+        events,
+        exit_code: None,
+        duration_ms,
     }
 }

@@ -1,10 +1,12 @@
 //! Clients: what runs one trial and records its trace. Chosen by name (`client` in the eval
-//! config), so that later clients (an `api` LLM loop, plugin clients) fit the same slot.
+//! config): `command` (a program per trial), `mcp` (direct tool calls), `api` (a model with
+//! the variant's MCP tools).
 
+pub mod api;
 pub mod command;
 pub mod mcp;
 
-use crate::eval::config::ServerConfig;
+use crate::eval::config::VariantSpec;
 use crate::eval::trial::{CaseRecord, TraceRecord};
 use crate::secrets::Secret;
 use anyhow::{bail, Result};
@@ -35,19 +37,27 @@ pub trait Client: Send + Sync {
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord;
 }
 
-/// The client `name` configured with `options` (the variant's `clientOptions`) and the
-/// variant's MCP servers.
+/// The client a variant names, configured with its `clientOptions`, model and MCP servers.
 /// `tokens` holds the access tokens the worker received, by server label.
-pub fn client(
-    name: &str,
-    options: Option<&serde_json::Value>,
-    servers: &BTreeMap<String, ServerConfig>,
-    tokens: &BTreeMap<String, Secret>,
-) -> Result<Box<dyn Client>> {
-    match name {
+pub fn client(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<Box<dyn Client>> {
+    let options = spec.client_options.as_ref();
+    match spec.client.as_str() {
         "command" => Ok(Box::new(command::CommandClient::new(options)?)),
-        "mcp" => Ok(Box::new(mcp::McpClient::new(servers, options, tokens)?)),
-        other => bail!("unknown client `{other}`; the clients are `command` and `mcp`"),
+        "mcp" => Ok(Box::new(mcp::McpClient::new(
+            &spec.servers,
+            options,
+            tokens,
+        )?)),
+        "api" => Ok(Box::new(api::ApiClient::new(
+            spec.model.as_deref(),
+            options,
+            &spec.servers,
+            tokens,
+        )?)),
+        other => bail!(
+            "unknown client `{other}`; the clients are {}",
+            crate::eval::config::CLIENTS.join(", ")
+        ),
     }
 }
 

@@ -100,6 +100,9 @@ pub struct RateLimits {
     pub servers: BTreeMap<String, u32>,
 }
 
+/// The clients a config may name (see `crate::client`).
+pub const CLIENTS: [&str; 3] = ["command", "mcp", "api"];
+
 /// How one variant's trials are run: what [`EvalConfig::variant`] resolves and a worker's
 /// bundle carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,6 +116,23 @@ pub struct VariantSpec {
     /// The MCP servers this variant uses, by label.
     #[serde(default)]
     pub servers: BTreeMap<String, ServerConfig>,
+}
+
+impl VariantSpec {
+    /// The model providers a trial of this variant calls (the `api` client's model's
+    /// provider), for `limits.providers`.
+    pub fn providers(&self) -> Vec<String> {
+        let model = self.model.as_deref().filter(|_| self.client == "api");
+        model
+            .and_then(|m| crate::model::ModelRef::parse(m).ok())
+            .map(|m| vec![m.provider])
+            .unwrap_or_default()
+    }
+
+    /// The MCP servers a trial of this variant calls, for `limits.servers`.
+    pub fn server_labels(&self) -> Vec<String> {
+        self.servers.keys().cloned().collect()
+    }
 }
 
 /// A plugin the eval loads: a path or installed name, with capability grants.
@@ -311,10 +331,11 @@ impl EvalConfig {
         if self.datasets.is_empty() {
             bail!("`datasets` is empty: name at least one dataset file, directory or plugin");
         }
-        if !["command", "mcp"].contains(&self.client.as_str()) {
+        if !CLIENTS.contains(&self.client.as_str()) {
             bail!(
-                "`client` is {:?}; the clients are `command` and `mcp`",
-                self.client
+                "`client` is {:?}; the clients are {}",
+                self.client,
+                CLIENTS.join(", ")
             );
         }
         if self.trials == 0 {
@@ -337,9 +358,10 @@ impl EvalConfig {
                 bail!("variant name {name:?} cannot be used as a directory name");
             }
             if let Some(client) = &variant.client {
-                if !["command", "mcp"].contains(&client.as_str()) {
+                if !CLIENTS.contains(&client.as_str()) {
                     bail!(
-                        "variants.{name}.client is {client:?}; the clients are `command` and `mcp`"
+                        "variants.{name}.client is {client:?}; the clients are {}",
+                        CLIENTS.join(", ")
                     );
                 }
             }

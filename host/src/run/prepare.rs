@@ -189,13 +189,8 @@ impl Prepared {
     pub fn check_clients(&self) -> Result<()> {
         for name in self.config.variant_names() {
             let spec = self.config.variant(&name);
-            crate::client::client(
-                &spec.client,
-                spec.client_options.as_ref(),
-                &spec.servers,
-                &BTreeMap::new(),
-            )
-            .with_context(|| format!("variant `{name}`"))?;
+            crate::client::client(&spec, &BTreeMap::new())
+                .with_context(|| format!("variant `{name}`"))?;
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, WorkerMessage, PROTOCOL,
 };
 use super::tokens::{renewal_due, ServerTokens};
+use crate::eval::config::VariantSpec;
 use crate::eval::trial::{CaseRecord, CollectedBy, TrialKey, TrialRecord, TrialStatus};
 use crate::results::{trace_path, RunDir};
 use crate::runner::channel::{Channel, Refused};
@@ -608,7 +609,7 @@ impl<'a> ShardSession<'a> {
     }
 
     /// Queues a trial for room under the limits. The resources it takes are the bundle's
-    /// (its variant's servers), not what the worker says, so a worker cannot slip past a limit
+    /// (its variant's model provider and servers), not what the worker says, so a worker cannot slip past a limit
     /// by naming none; asking twice for one trial is a protocol violation.
     fn on_acquire(&mut self, mut acquire: WaitingAcquire) -> Option<ShardEnd> {
         let key = &acquire.key;
@@ -622,12 +623,9 @@ impl<'a> ShardSession<'a> {
                 "the worker broke {PROTOCOL}: it asked twice for trial {key}"
             )));
         }
-        acquire.servers = self
-            .bundle
-            .variants
-            .get(&key.variant)
-            .map(|v| v.servers.keys().cloned().collect())
-            .unwrap_or_default();
+        let variant = self.bundle.variants.get(&key.variant);
+        acquire.providers = variant.map(VariantSpec::providers).unwrap_or_default();
+        acquire.servers = variant.map(VariantSpec::server_labels).unwrap_or_default();
         if self.cancel_sent.is_none() {
             self.waiting.push(acquire);
         }

@@ -9,7 +9,7 @@ use super::protocol::{
     WorkerMessage, PROTOCOL,
 };
 use crate::client::{self, Client, TrialInput};
-use crate::eval::config::ServerConfig;
+use crate::eval::config::{ServerConfig, VariantSpec};
 use crate::eval::trial::{CaseRecord, TrialKey, TrialRecord, TrialStatus};
 use crate::results::trace_path;
 use crate::secrets::{Secret, TokenDir};
@@ -344,16 +344,11 @@ impl Worker {
             let Some(key) = self.queue.pop_front() else {
                 break;
             };
-            let servers = self
-                .bundle
-                .variants
-                .get(&key.variant)
-                .map(|v| v.servers.keys().cloned().collect())
-                .unwrap_or_default();
+            let variant = self.bundle.variants.get(&key.variant);
             self.wire.send(&WorkerMessage::Acquire {
                 key: key.clone(),
-                providers: Vec::new(),
-                servers,
+                providers: variant.map(VariantSpec::providers).unwrap_or_default(),
+                servers: variant.map(VariantSpec::server_labels).unwrap_or_default(),
             });
             self.awaiting.push(key);
         }
@@ -500,13 +495,8 @@ fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<C
         .variants
         .iter()
         .map(|(name, spec)| {
-            let client = client::client(
-                &spec.client,
-                spec.client_options.as_ref(),
-                &spec.servers,
-                tokens,
-            )
-            .with_context(|| format!("variant `{name}`"))?;
+            let client =
+                client::client(spec, tokens).with_context(|| format!("variant `{name}`"))?;
             Ok((name.clone(), Arc::from(client)))
         })
         .collect()

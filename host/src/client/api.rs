@@ -1,0 +1,274 @@
+//! The `api` client: an agent loop on the worker. The model (the variant's `model`,
+//! `provider/model`) sees the tools of the variant's MCP servers, named `server__tool`; each
+//! tool call it makes is run on its server and the result goes back to it, until it answers
+//! without calling a tool or `maxTurns` model calls have been made. The trial's deadline covers
+//! the whole loop.
+//!
+//! `clientOptions`: `system`, `maxTurns` (default 10), `maxTokens` (default 1024),
+//! `temperature`, `toolChoice` (`auto`, `required`, `none`: no tools offered), and for
+//! `mock/script`, `mockScript` (a list of turns, or an object of lists by case id).
+//!
+//! The trace records the user message, every assistant message, tool call and tool result as
+//! events, and each model call's token usage as a `custom` event named `usage`. A model that
+//! fails, or a server that cannot be reached, makes the trial infra; a tool error is an answer.
+
+use super::mcp::{call_tool, close, connect, drive, trace_of, Session};
+use super::{input_text, Client, TrialInput};
+use crate::eval::config::ServerConfig;
+use crate::eval::trial::{EventKind, TraceEvent, TraceRecord};
+use crate::model::mock::ScriptedTurn;
+use crate::model::{ModelRef, ModelRequest, Provider, ToolChoice, ToolOutput, ToolSpec, Turn};
+use crate::secrets::Secret;
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Separates a server's label from its tool's name in the names the model sees.
+const TOOL_SEPARATOR: &str = "__";
+
+fn default_max_turns() -> u32 {
+    10
+}
+
+fn default_max_tokens() -> u32 {
+    1024
+}
+
+/// `mockScript`: one script for every case, or one per case id.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum MockScript {
+    All(Vec<ScriptedTurn>),
+    ByCase(BTreeMap<String, Vec<ScriptedTurn>>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Options {
+    #[serde(default)]
+    system: Option<String>,
+    #[serde(default = "default_max_turns")]
+    max_turns: u32,
+    #[serde(default = "default_max_tokens")]
+    max_tokens: u32,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    tool_choice: ToolChoice,
+    #[serde(default)]
+    mock_script: Option<MockScript>,
+}
+
+/// Runs a model with the variant's MCP tools.
+pub struct ApiClient {
+    model: ModelRef,
+    options: Options,
+    servers: BTreeMap<String, ServerConfig>,
+    tokens: BTreeMap<String, Secret>,
+}
+
+impl ApiClient {
+    /// A client for `model` with `clientOptions` and the variant's `servers`; every model the
+    /// options can reach is checked here, so a bad one is a config error before any machine.
+    pub fn new(
+        model: Option<&str>,
+        options: Option<&serde_json::Value>,
+        servers: &BTreeMap<String, ServerConfig>,
+        tokens: &BTreeMap<String, Secret>,
+    ) -> Result<Self> {
+        let model = model
+            .context("the `api` client needs a `model` (`provider/model`, e.g. `mock/echo`)")?;
+        let model = ModelRef::parse(model)?;
+        let options: Options = match options {
+            Some(value) => serde_json::from_value(value.clone())
+                .context("clientOptions for the `api` client")?,
+            None => serde_json::from_value(serde_json::json!({}))?,
+        };
+        if options.max_turns == 0 {
+            bail!("clientOptions.maxTurns must be at least 1");
+        }
+        let client = ApiClient {
+            model,
+            options,
+            servers: servers.clone(),
+            tokens: tokens.clone(),
+        };
+        match &client.options.mock_script {
+            Some(MockScript::ByCase(scripts)) => {
+                for (case, script) in scripts {
+                    Provider::new(&client.model, Some(script))
+                        .with_context(|| format!("clientOptions.mockScript.{case}"))?;
+                }
+            }
+            script => {
+                let script = match script {
+                    Some(MockScript::All(turns)) => Some(turns.as_slice()),
+                    _ => None,
+                };
+                Provider::new(&client.model, script)?;
+            }
+        }
+        Ok(client)
+    }
+
+    /// The scripted turns for case `id`, if the options have any.
+    fn script_for(&self, id: &str) -> Option<&[ScriptedTurn]> {
+        match self.options.mock_script.as_ref()? {
+            MockScript::All(turns) => Some(turns),
+            MockScript::ByCase(scripts) => scripts.get(id).map(Vec::as_slice),
+        }
+    }
+
+    /// The loop: servers and their tools, then model calls and tool calls until an answer.
+    async fn agent_loop(
+        &self,
+        provider: &Provider,
+        prompt: String,
+        started: Instant,
+        events: &mut Vec<TraceEvent>,
+    ) -> Result<Option<String>> {
+        let record = |events: &mut Vec<TraceEvent>, kind: EventKind| {
+            let seq = events.len() as u64;
+            let at_ms = started.elapsed().as_millis() as u64;
+            events.push(TraceEvent { seq, at_ms, kind });
+        };
+        let mut sessions: BTreeMap<String, Session> = BTreeMap::new();
+        let mut tools = Vec::new();
+        for (label, config) in &self.servers {
+            let session = connect(config, self.tokens.get(label))
+                .await
+                .with_context(|| format!("MCP server `{label}`"))?;
+            if self.options.tool_choice != ToolChoice::None {
+                let listed = session
+                    .service
+                    .list_all_tools()
+                    .await
+                    .with_context(|| format!("MCP server `{label}`: cannot list its tools"))?;
+                tools.extend(listed.into_iter().map(|tool| ToolSpec {
+                    name: format!("{label}{TOOL_SEPARATOR}{}", tool.name),
+                    description: tool.description.unwrap_or_default().into_owned(),
+                    input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+                }));
+            }
+            sessions.insert(label.clone(), session);
+        }
+        record(
+            events,
+            EventKind::Message {
+                role: "user".into(),
+                text: prompt.clone(),
+            },
+        );
+        let mut turns = vec![Turn::User(prompt)];
+        for _ in 0..self.options.max_turns {
+            let request = ModelRequest {
+                model: &self.model,
+                system: self.options.system.as_deref(),
+                turns: &turns,
+                tools: &tools,
+                tool_choice: self.options.tool_choice,
+                max_tokens: self.options.max_tokens,
+                temperature: self.options.temperature,
+            };
+            let reply = provider
+                .complete(&request)
+                .await
+                .map_err(|e| anyhow::anyhow!("model `{}`: {e}", self.model))?;
+            let data = serde_json::json!({"model": self.model.to_string(), "usage": reply.usage});
+            record(
+                events,
+                EventKind::Custom {
+                    name: "usage".into(),
+                    data,
+                },
+            );
+            if let Some(text) = &reply.text {
+                let kind = EventKind::Message {
+                    role: "assistant".into(),
+                    text: text.clone(),
+                };
+                record(events, kind);
+            }
+            if reply.calls.is_empty() {
+                close(sessions).await;
+                return Ok(reply.text);
+            }
+            let mut outputs = Vec::new();
+            for call in &reply.calls {
+                let route = call.name.split_once(TOOL_SEPARATOR);
+                record(
+                    events,
+                    EventKind::ToolCall {
+                        id: call.id.clone(),
+                        server: route.map(|(label, _)| label.to_string()),
+                        tool: route.map_or(call.name.clone(), |(_, tool)| tool.to_string()),
+                        arguments: call.arguments.clone(),
+                    },
+                );
+                let call_started = Instant::now();
+                let (output, is_error) =
+                    match route.and_then(|(l, t)| Some((sessions.get(l)?, l, t))) {
+                        Some((session, label, tool)) => {
+                            let arguments = match &call.arguments {
+                                serde_json::Value::Object(map) => map.clone(),
+                                _ => Default::default(),
+                            };
+                            call_tool(session, label, tool, arguments).await?
+                        }
+                        None => (format!("there is no tool `{}`", call.name), true),
+                    };
+                record(
+                    events,
+                    EventKind::ToolResult {
+                        id: call.id.clone(),
+                        output: output.clone(),
+                        is_error,
+                        duration_ms: call_started.elapsed().as_millis() as u64,
+                    },
+                );
+                outputs.push(ToolOutput {
+                    id: call.id.clone(),
+                    output,
+                    is_error,
+                });
+            }
+            turns.push(Turn::Assistant {
+                text: reply.text,
+                calls: reply.calls,
+            });
+            turns.push(Turn::ToolResults(outputs));
+        }
+        let text = format!(
+            "stopped after maxTurns ({}) model calls without a final answer",
+            self.options.max_turns
+        );
+        record(events, EventKind::Log { text });
+        close(sessions).await;
+        Ok(None)
+    }
+}
+
+impl Client for ApiClient {
+    fn name(&self) -> &'static str {
+        "api"
+    }
+
+    fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
+        let started = Instant::now();
+        let mut events = Vec::new();
+        let provider = match Provider::new(&self.model, self.script_for(&input.case.id)) {
+            Ok(provider) => provider,
+            Err(e) => {
+                let why = e.context(format!("case `{}`", input.case.id));
+                return trace_of(super::mcp::Outcome::Failed(why), events, started);
+            }
+        };
+        let prompt = input_text(input.case);
+        let outcome = drive(
+            input,
+            self.agent_loop(&provider, prompt, started, &mut events),
+        );
+        trace_of(outcome, events, started)
+    }
+}

@@ -1,0 +1,176 @@
+//! Models: what an agent loop (the `api` client) calls. One request and reply shape for every
+//! provider ([`ModelRequest`], [`Reply`]); [`Provider`] is chosen by the provider part of a
+//! model reference (`provider/model`). The `mock` provider is built in and needs no network
+//! ([`mock`]); HTTP providers (`anthropic`, `openai`) are not in this build yet, and naming one
+//! is a config error that says so.
+
+pub mod mock;
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `provider/model`, e.g. `mock/echo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelRef {
+    pub provider: String,
+    pub model: String,
+}
+
+impl ModelRef {
+    /// Parses `provider/model`; both parts must be there.
+    pub fn parse(text: &str) -> Result<Self> {
+        match text.split_once('/') {
+            Some((provider, model)) if !provider.is_empty() && !model.is_empty() => Ok(ModelRef {
+                provider: provider.to_string(),
+                model: model.to_string(),
+            }),
+            _ => bail!("model `{text}` is not `provider/model` (e.g. `mock/echo`)"),
+        }
+    }
+}
+
+impl std::fmt::Display for ModelRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Unique within the conversation; results refer to it.
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+}
+
+/// What one tool call returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub id: String,
+    pub output: String,
+    pub is_error: bool,
+}
+
+/// One entry of a conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Turn {
+    User(String),
+    Assistant {
+        text: Option<String>,
+        calls: Vec<ToolCall>,
+    },
+    /// The results of the previous assistant turn's calls, in its order.
+    ToolResults(Vec<ToolOutput>),
+}
+
+/// Whether and how the model may call tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// The model must call a tool.
+    Required,
+    /// The model is offered no tools.
+    None,
+}
+
+/// One model call.
+#[derive(Debug, Clone)]
+pub struct ModelRequest<'a> {
+    pub model: &'a ModelRef,
+    pub system: Option<&'a str>,
+    pub turns: &'a [Turn],
+    pub tools: &'a [ToolSpec],
+    pub tool_choice: ToolChoice,
+    pub max_tokens: u32,
+    pub temperature: Option<f64>,
+}
+
+/// Tokens one call used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// What the model answered: text, tool calls, or both.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub text: Option<String>,
+    pub calls: Vec<ToolCall>,
+    pub usage: Usage,
+}
+
+/// A model call that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelError(pub String);
+
+impl std::fmt::Display for ModelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A model to call, by provider.
+#[derive(Debug, Clone)]
+pub enum Provider {
+    Mock(mock::Mock),
+}
+
+impl Provider {
+    /// The provider for `model`; `script` is the mock provider's scripted turns (for
+    /// `mock/script`).
+    pub fn new(model: &ModelRef, script: Option<&[mock::ScriptedTurn]>) -> Result<Self> {
+        match model.provider.as_str() {
+            "mock" => Ok(Provider::Mock(mock::Mock::new(&model.model, script)?)),
+            other => bail!(
+                "model `{model}`: provider `{other}` is not available in this build; the \
+                 built-in provider is `mock` (`mock/echo`, `mock/script`), and HTTP providers \
+                 (anthropic, openai) are not implemented yet"
+            ),
+        }
+    }
+
+    /// Calls the model.
+    pub async fn complete(&self, request: &ModelRequest<'_>) -> Result<Reply, ModelError> {
+        match self {
+            Provider::Mock(mock) => mock.complete(request),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_references_name_a_provider_and_a_model() {
+        let model = ModelRef::parse("mock/echo").unwrap();
+        assert_eq!(
+            (model.provider.as_str(), model.model.as_str()),
+            ("mock", "echo")
+        );
+        for bad in ["echo", "/echo", "mock/", ""] {
+            let err = ModelRef::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("provider/model"), "{err}");
+        }
+        let err = Provider::new(&ModelRef::parse("anthropic/x").unwrap(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not implemented yet"), "{err}");
+    }
+}
