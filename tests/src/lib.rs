@@ -1,10 +1,12 @@
 //! Helpers for the end-to-end tests: where the built `mst` binary and the plugin components
 //! are, a runner that gives each test its own `MST_HOME`, evals and waits shared by the runner
-//! tests, and ([`sshd`]) real OpenSSH servers on loopback.
+//! tests, ([`sshd`]) real OpenSSH servers on loopback, and ([`model_server`]) a scripted model
+//! server on loopback (no model provider is reachable from the test machines).
 //!
 //! Build everything first with `cargo xtask test` (or `cargo xtask plugins` and
 //! `cargo build -p mst`); a missing artifact fails the test with that instruction.
 
+pub mod model_server;
 pub mod sshd;
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,9 @@
-//! The `api` client: an agent loop on the worker, with the built-in `mock` provider (no model
-//! provider is reachable from here) and a real MCP server (`mcp-server-time`, PyPI, installed by
-//! `.ci/run`) for its tools.
+//! The `api` client: an agent loop on the worker, with a real MCP server (`mcp-server-time`,
+//! PyPI, installed by `.ci/run`) for its tools, and as its model the built-in `mock` provider or
+//! a scripted model server on loopback speaking the `anthropic` and `openai` wire formats (no
+//! model provider is reachable from here).
 
+use mst_tests::model_server::{ModelServer, Reply};
 use mst_tests::{read_json, Eval, Mst};
 use serde_json::{json, Value};
 
@@ -140,7 +142,7 @@ fn a_model_the_build_cannot_call_is_a_config_error_before_any_machine() {
         (
             "anthropic/claude-sonnet-4-5",
             json!({}),
-            "not implemented yet",
+            "add `providers.anthropic`",
         ),
         ("claude", json!({}), "not `provider/model`"),
         ("mock/script", json!({}), "needs `clientOptions.mockScript`"),
@@ -161,4 +163,188 @@ fn a_model_the_build_cannot_call_is_a_config_error_before_any_machine() {
         );
         assert!(!eval.results().exists(), "{model}: no run was started");
     }
+}
+
+/// An `api` eval on `provider/test-model`, a provider of `format` at `server`, keyed by
+/// the secret `MODEL_KEY` (written to a secrets file holding `key`), with the real time server.
+fn http_eval(format: &str, server: &ModelServer, key: &str) -> (Eval, std::path::PathBuf) {
+    let eval = Eval::new(
+        json!({"name": "agent", "datasets": ["cases.jsonl"],
+               "servers": {"time": {"command": "python3",
+                                    "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}},
+               "providers": {"acme": {"format": format, "baseUrl": server.url(), "key": "MODEL_KEY"}},
+               "client": "api", "model": "acme/test-model",
+               "clientOptions": {"system": "You tell the time.", "maxTokens": 200},
+               "judges": [{"assert": "contains", "value": "Tokyo"}],
+               "timeout": 30}),
+        &[json!({"id": "tokyo", "input": "What time is it in Tokyo?"})],
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("MODEL_KEY={key}\n")).unwrap();
+    (eval, secrets)
+}
+
+/// Checks that `key` is in no result file, nor mst's output.
+fn key_stays_secret(eval: &Eval, run: &mst_tests::Run, key: &str) {
+    assert!(mst_tests::files_containing(&eval.results(), key).is_empty());
+    assert!(!run.stdout.contains(key) && !run.stderr.contains(key));
+}
+
+#[test]
+fn an_anthropic_format_model_calls_the_time_server_and_429_is_retried() {
+    const KEY: &str = "mst-canary-model-key-3b9e";
+    let server = ModelServer::start(vec![
+        Reply::status(429, &[("retry-after", "1")]),
+        Reply::ok(json!({"content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_1", "name": "time__get_current_time",
+             "input": {"timezone": "Asia/Tokyo"}}],
+            "usage": {"input_tokens": 120, "output_tokens": 30}})),
+        Reply::ok(
+            json!({"content": [{"type": "text", "text": "It is morning in Tokyo."}],
+                         "usage": {"input_tokens": 200, "output_tokens": 9}}),
+        ),
+    ]);
+    let (eval, secrets) = http_eval("anthropic", &server, KEY);
+    let run = eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", mst_tests::s(&secrets)],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "one 429, then two turns");
+    assert!(
+        requests[1].at.duration_since(requests[0].at) >= std::time::Duration::from_millis(900),
+        "Retry-After was honoured"
+    );
+    for request in &requests {
+        assert_eq!(request.path, "/v1/messages");
+        assert_eq!(request.header("x-api-key"), Some(KEY));
+        assert_eq!(request.header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(request.body["model"], "test-model");
+        assert_eq!(request.body["system"], "You tell the time.");
+    }
+    let tools = requests[1].body["tools"].as_array().unwrap();
+    assert!(
+        tools.iter().any(|t| t["name"] == "time__get_current_time"),
+        "{tools:?}"
+    );
+    // The tool's real result went back to the model.
+    let last = requests[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["content"][0]["type"], "tool_result", "{last}");
+    assert_eq!(last["content"][0]["tool_use_id"], "toolu_1");
+    assert!(last["content"][0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("Asia/Tokyo"));
+    let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
+    assert_eq!(trace["trace"]["finalText"], "It is morning in Tokyo.");
+    let usage: Vec<u64> = events(&trace)
+        .iter()
+        .filter(|e| e["name"] == "usage")
+        .map(|e| e["data"]["usage"]["inputTokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(usage, [120, 200]);
+    key_stays_secret(&eval, &run, KEY);
+}
+
+#[test]
+fn an_openai_format_model_gets_tool_results_as_tool_messages() {
+    const KEY: &str = "mst-canary-openai-key-51c0";
+    let server = ModelServer::start(vec![
+        Reply::ok(
+            json!({"choices": [{"message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function", "function":
+                {"name": "time__get_current_time", "arguments": "{\"timezone\": \"Asia/Tokyo\"}"}}]}}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 12}}),
+        ),
+        Reply::ok(json!({"choices": [{"message": {"role": "assistant",
+            "content": "It is morning in Tokyo."}}],
+            "usage": {"prompt_tokens": 90, "completion_tokens": 7}})),
+    ]);
+    let (eval, secrets) = http_eval("openai", &server, KEY);
+    let run = eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", mst_tests::s(&secrets)],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].path, "/chat/completions");
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(requests[0].body["messages"][0]["role"], "system");
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let tool = messages.last().unwrap();
+    assert_eq!(tool["role"], "tool", "{tool}");
+    assert_eq!(tool["tool_call_id"], "call_1");
+    assert!(tool["content"].as_str().unwrap().contains("Asia/Tokyo"));
+    assert_eq!(
+        messages[messages.len() - 2]["tool_calls"][0]["function"]["name"],
+        "time__get_current_time"
+    );
+    key_stays_secret(&eval, &run, KEY);
+}
+
+#[test]
+fn a_provider_failing_past_its_retries_makes_the_trial_infra() {
+    let server = ModelServer::start(vec![Reply::status(500, &[])]);
+    let (eval, secrets) = http_eval("anthropic", &server, "mst-canary-key-failing");
+    let run = eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", mst_tests::s(&secrets)],
+    );
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        server.requests().len(),
+        4,
+        "the first try and three retries"
+    );
+    let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
+    assert_eq!(trace["trace"]["status"], "infra", "{trace}");
+    let reason = events(&trace).pop().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        reason.contains("500") && reason.contains("after 4 attempt(s)"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_provider_without_its_key_or_with_a_bad_url_is_a_config_error() {
+    let server = ModelServer::start(vec![Reply::status(500, &[])]);
+    let (eval, _) = http_eval("openai", &server, "unused");
+    let empty = eval.dir.path().join("empty.env");
+    std::fs::write(&empty, "OTHER=1\n").unwrap();
+    let run = eval.run(&Mst::new(), &["-q", "--secrets-file", mst_tests::s(&empty)]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains(
+            "providers.acme.key names secret `MODEL_KEY`, which --secrets-file does not hold"
+        ),
+        "{}",
+        run.stderr
+    );
+    let config = eval.config();
+    let mut value = read_json(&config);
+    value["providers"]["acme"]["baseUrl"] = json!("ftp://models.example");
+    std::fs::write(&config, value.to_string()).unwrap();
+    let run = eval.run(&Mst::new(), &["-q"]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr
+            .contains("providers.acme.baseUrl must be an http(s) URL"),
+        "{}",
+        run.stderr
+    );
+    assert!(server.requests().is_empty(), "nothing was called");
 }

@@ -14,8 +14,9 @@
 
 use super::mcp::{call_tool, close, connect, drive, trace_of, Session};
 use super::{input_text, Client, TrialInput};
-use crate::eval::config::ServerConfig;
+use crate::eval::config::{ServerConfig, VariantSpec};
 use crate::eval::trial::{EventKind, TraceEvent, TraceRecord};
+use crate::model::http::ProviderConfig;
 use crate::model::mock::ScriptedTurn;
 use crate::model::{ModelRef, ModelRequest, Provider, ToolChoice, ToolOutput, ToolSpec, Turn};
 use crate::secrets::Secret;
@@ -64,23 +65,26 @@ struct Options {
 pub struct ApiClient {
     model: ModelRef,
     options: Options,
+    /// The configured provider, for models not `mock`.
+    provider: Option<ProviderConfig>,
+    /// Its key, once the worker has it.
+    key: Option<Secret>,
     servers: BTreeMap<String, ServerConfig>,
     tokens: BTreeMap<String, Secret>,
 }
 
 impl ApiClient {
-    /// A client for `model` with `clientOptions` and the variant's `servers`; every model the
-    /// options can reach is checked here, so a bad one is a config error before any machine.
-    pub fn new(
-        model: Option<&str>,
-        options: Option<&serde_json::Value>,
-        servers: &BTreeMap<String, ServerConfig>,
-        tokens: &BTreeMap<String, Secret>,
-    ) -> Result<Self> {
-        let model = model
+    /// A client for the variant `spec` (its model, `clientOptions`, servers and provider);
+    /// every model the options can reach is checked here, so a bad one is a config error
+    /// before any machine. `tokens` holds the servers' tokens and the provider's key, once the
+    /// worker has them.
+    pub fn new(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<Self> {
+        let model = spec
+            .model
+            .as_deref()
             .context("the `api` client needs a `model` (`provider/model`, e.g. `mock/echo`)")?;
         let model = ModelRef::parse(model)?;
-        let options: Options = match options {
+        let options: Options = match &spec.client_options {
             Some(value) => serde_json::from_value(value.clone())
                 .context("clientOptions for the `api` client")?,
             None => serde_json::from_value(serde_json::json!({}))?,
@@ -89,15 +93,20 @@ impl ApiClient {
             bail!("clientOptions.maxTurns must be at least 1");
         }
         let client = ApiClient {
+            key: tokens
+                .get(&crate::model::key_token(&model.provider))
+                .cloned(),
             model,
             options,
-            servers: servers.clone(),
+            provider: spec.provider.clone(),
+            servers: spec.servers.clone(),
             tokens: tokens.clone(),
         };
         match &client.options.mock_script {
             Some(MockScript::ByCase(scripts)) => {
                 for (case, script) in scripts {
-                    Provider::new(&client.model, Some(script))
+                    client
+                        .provider_for(Some(script))
                         .with_context(|| format!("clientOptions.mockScript.{case}"))?;
                 }
             }
@@ -106,10 +115,20 @@ impl ApiClient {
                     Some(MockScript::All(turns)) => Some(turns.as_slice()),
                     _ => None,
                 };
-                Provider::new(&client.model, script)?;
+                client.provider_for(script)?;
             }
         }
         Ok(client)
+    }
+
+    /// The model to call, with `script` for `mock/script`.
+    fn provider_for(&self, script: Option<&[ScriptedTurn]>) -> Result<Provider> {
+        Provider::new(
+            &self.model,
+            script,
+            self.provider.as_ref(),
+            self.key.as_ref(),
+        )
     }
 
     /// The scripted turns for case `id`, if the options have any.
@@ -257,7 +276,7 @@ impl Client for ApiClient {
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
         let started = Instant::now();
         let mut events = Vec::new();
-        let provider = match Provider::new(&self.model, self.script_for(&input.case.id)) {
+        let provider = match self.provider_for(self.script_for(&input.case.id)) {
             Ok(provider) => provider,
             Err(e) => {
                 let why = e.context(format!("case `{}`", input.case.id));

@@ -48,12 +48,7 @@ pub fn client(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<B
             options,
             tokens,
         )?)),
-        "api" => Ok(Box::new(api::ApiClient::new(
-            spec.model.as_deref(),
-            options,
-            &spec.servers,
-            tokens,
-        )?)),
+        "api" => Ok(Box::new(api::ApiClient::new(spec, tokens)?)),
         other => bail!(
             "unknown client `{other}`; the clients are {}",
             crate::eval::config::CLIENTS.join(", ")

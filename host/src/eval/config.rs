@@ -116,9 +116,30 @@ pub struct VariantSpec {
     /// The MCP servers this variant uses, by label.
     #[serde(default)]
     pub servers: BTreeMap<String, ServerConfig>,
+    /// The configured provider of the `api` client's model (never its key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<crate::model::http::ProviderConfig>,
 }
 
 impl VariantSpec {
+    /// The tokens a worker needs for this variant: its MCP servers' (by label) and its
+    /// model provider's key (`provider:NAME`).
+    pub fn token_names(&self) -> Vec<String> {
+        let servers = self
+            .servers
+            .iter()
+            .filter_map(|(label, config)| match config {
+                ServerConfig::Http(http) if http.token.is_some() => Some(label.clone()),
+                _ => None,
+            });
+        let provider = self
+            .provider
+            .as_ref()
+            .and_then(|_| self.providers().into_iter().next())
+            .map(|name| crate::model::key_token(&name));
+        servers.chain(provider).collect()
+    }
+
     /// The model providers a trial of this variant calls (the `api` client's model's
     /// provider), for `limits.providers`.
     pub fn providers(&self) -> Vec<String> {
@@ -198,6 +219,9 @@ pub struct EvalConfig {
     pub timeout: f64,
     #[serde(default)]
     pub limits: RateLimits,
+    /// Model providers the `api` client may call, by name (`mock` is built in).
+    #[serde(default)]
+    pub providers: BTreeMap<String, crate::model::http::ProviderConfig>,
     #[serde(default)]
     pub plugins: Vec<PluginRef>,
 }
@@ -338,6 +362,15 @@ impl EvalConfig {
                 CLIENTS.join(", ")
             );
         }
+        for (name, provider) in &self.providers {
+            if name == "mock" {
+                bail!("providers.mock: `mock` is the built-in provider and cannot be configured");
+            }
+            let url = provider.base_url.as_str();
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                bail!("providers.{name}.baseUrl must be an http(s) URL, not {url:?}");
+            }
+        }
         if self.trials == 0 {
             bail!("`trials` must be at least 1");
         }
@@ -400,13 +433,21 @@ impl EvalConfig {
                 .collect(),
             None => self.servers.clone(),
         };
+        let client = overrides.client.unwrap_or_else(|| self.client.clone());
+        let model = overrides.model.or_else(|| self.model.clone());
+        let provider = model
+            .as_deref()
+            .filter(|_| client == "api")
+            .and_then(|m| crate::model::ModelRef::parse(m).ok())
+            .and_then(|m| self.providers.get(&m.provider).cloned());
         VariantSpec {
-            client: overrides.client.unwrap_or_else(|| self.client.clone()),
-            model: overrides.model.or_else(|| self.model.clone()),
+            client,
+            model,
             client_options: overrides
                 .client_options
                 .or_else(|| self.client_options.clone()),
             servers,
+            provider,
         }
     }
 

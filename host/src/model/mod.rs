@@ -1,11 +1,12 @@
 //! Models: what an agent loop (the `api` client) calls. One request and reply shape for every
 //! provider ([`ModelRequest`], [`Reply`]); [`Provider`] is chosen by the provider part of a
-//! model reference (`provider/model`). The `mock` provider is built in and needs no network
-//! ([`mock`]); HTTP providers (`anthropic`, `openai`) are not in this build yet, and naming one
-//! is a config error that says so.
+//! model reference (`provider/model`): the built-in `mock` ([`mock`], no network), or a
+//! provider the config describes, reached over HTTP in one of two wire formats ([`http`]).
 
+pub mod http;
 pub mod mock;
 
+use crate::secrets::Secret;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -129,18 +130,30 @@ impl std::fmt::Display for ModelError {
 #[derive(Debug, Clone)]
 pub enum Provider {
     Mock(mock::Mock),
+    Http(http::Http),
+}
+
+/// The token name under which a provider's key travels to workers.
+pub fn key_token(provider: &str) -> String {
+    format!("provider:{provider}")
 }
 
 impl Provider {
-    /// The provider for `model`; `script` is the mock provider's scripted turns (for
-    /// `mock/script`).
-    pub fn new(model: &ModelRef, script: Option<&[mock::ScriptedTurn]>) -> Result<Self> {
-        match model.provider.as_str() {
-            "mock" => Ok(Provider::Mock(mock::Mock::new(&model.model, script)?)),
-            other => bail!(
-                "model `{model}`: provider `{other}` is not available in this build; the \
-                 built-in provider is `mock` (`mock/echo`, `mock/script`), and HTTP providers \
-                 (anthropic, openai) are not implemented yet"
+    /// The provider for `model`: `mock` (with `script`, the `mock/script` model's turns), or
+    /// the configured HTTP provider `config` with its `key` (absent until the worker has it).
+    pub fn new(
+        model: &ModelRef,
+        script: Option<&[mock::ScriptedTurn]>,
+        config: Option<&http::ProviderConfig>,
+        key: Option<&Secret>,
+    ) -> Result<Self> {
+        match (model.provider.as_str(), config) {
+            ("mock", _) => Ok(Provider::Mock(mock::Mock::new(&model.model, script)?)),
+            (_, Some(config)) => Ok(Provider::Http(http::Http::new(config, key))),
+            (other, None) => bail!(
+                "model `{model}`: provider `{other}` is not configured; add `providers.{other}` \
+                 (`format`: `anthropic` or `openai`, `baseUrl`, `key`: the secret holding its \
+                 key) to the config, or use the built-in `mock` provider"
             ),
         }
     }
@@ -149,6 +162,7 @@ impl Provider {
     pub async fn complete(&self, request: &ModelRequest<'_>) -> Result<Reply, ModelError> {
         match self {
             Provider::Mock(mock) => mock.complete(request),
+            Provider::Http(http) => http.complete(request).await,
         }
     }
 }
@@ -168,9 +182,9 @@ mod tests {
             let err = ModelRef::parse(bad).unwrap_err().to_string();
             assert!(err.contains("provider/model"), "{err}");
         }
-        let err = Provider::new(&ModelRef::parse("anthropic/x").unwrap(), None)
+        let err = Provider::new(&ModelRef::parse("anthropic/x").unwrap(), None, None, None)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("not implemented yet"), "{err}");
+        assert!(err.contains("add `providers.anthropic`"), "{err}");
     }
 }

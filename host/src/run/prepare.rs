@@ -151,8 +151,9 @@ impl Prepared {
             .collect()
     }
 
-    /// Tokens for the servers that name one, by server label; a secret the secrets file does
-    /// not hold is a config error.
+    /// Tokens for the servers that name one, by server label, and each configured model
+    /// provider's key (`provider:NAME`); a secret the secrets file does not hold is a config
+    /// error.
     pub fn server_tokens(&self, secrets: &Secrets) -> Result<ServerTokens> {
         let mut names = BTreeMap::new();
         for (label, server) in &self.config.servers {
@@ -168,6 +169,15 @@ impl Prepared {
                 }
                 names.insert(label.clone(), name.clone());
             }
+        }
+        for (name, provider) in &self.config.providers {
+            if secrets.get(&provider.key).is_none() {
+                anyhow::bail!(
+                    "providers.{name}.key names secret `{}`, which --secrets-file does not hold",
+                    provider.key
+                );
+            }
+            names.insert(crate::model::key_token(name), provider.key.clone());
         }
         let tokens = ServerTokens::new(names, secrets.clone());
         // They travel in one `tokens` line, which the worker reads only up to the line cap.

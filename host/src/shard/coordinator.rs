@@ -547,7 +547,7 @@ impl<'a> ShardSession<'a> {
             self.bundle
                 .variants
                 .values()
-                .any(|v| v.servers.contains_key(server))
+                .any(|v| v.servers.contains_key(server) || v.token_names().contains(server))
         };
         if let Some(stranger) = servers.iter().find(|s| !bundled(s)) {
             return Some(ShardEnd::Lost(format!(

@@ -213,16 +213,13 @@ impl Worker {
             },
             shard: self.bundle.shard,
         });
-        // Servers whose config names a token: the worker asks for them before any trial.
+        // Servers whose config names a token, and model providers' keys: the worker asks for
+        // them before any trial.
         let token_servers: BTreeSet<String> = self
             .bundle
             .variants
             .values()
-            .flat_map(|v| v.servers.iter())
-            .filter(
-                |(_, config)| matches!(config, ServerConfig::Http(http) if http.token.is_some()),
-            )
-            .map(|(label, _)| label.clone())
+            .flat_map(VariantSpec::token_names)
             .collect();
         if !token_servers.is_empty() {
             self.tokens_ready = false;
@@ -445,7 +442,11 @@ impl Worker {
             .values()
             .find_map(|v| match v.servers.get(server) {
                 Some(ServerConfig::Http(http)) => http.token.clone(),
-                _ => None,
+                _ => v
+                    .provider
+                    .as_ref()
+                    .filter(|_| v.token_names().iter().any(|t| t == server))
+                    .map(|p| p.key.clone()),
             })
             .unwrap_or_else(|| format!("token of {server}"))
     }

@@ -1,0 +1,309 @@
+//! HTTP providers: the Anthropic Messages API (`anthropic`) and OpenAI Chat Completions
+//! (`openai`, which also covers OpenAI-compatible servers: gateways, vLLM, Ollama), over
+//! reqwest with rustls. A 429, a 5xx or a network error is retried with backoff, honouring
+//! `Retry-After`; what still fails after the last retry is the caller's infrastructure failure.
+
+use super::{ModelError, ModelRequest, Reply, ToolCall, ToolChoice, Turn, Usage};
+use crate::secrets::Secret;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// A provider's wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WireFormat {
+    Anthropic,
+    Openai,
+}
+
+/// A configured provider (`providers.NAME` in the eval config): its wire format, where it
+/// is, and the name of the secret holding its key (the value travels as a token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProviderConfig {
+    pub format: WireFormat,
+    /// e.g. `https://api.anthropic.com` or `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The secret (from `--secrets-file`) that holds the key.
+    pub key: String,
+}
+
+/// Retries after the first attempt.
+const RETRIES: u32 = 3;
+/// The first backoff; doubled each retry.
+const BACKOFF: Duration = Duration::from_millis(500);
+/// The longest `Retry-After` honoured.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// The largest reply body read.
+const MAX_BODY: usize = 16 << 20;
+
+/// A provider reached over HTTP.
+#[derive(Debug, Clone)]
+pub struct Http {
+    config: ProviderConfig,
+    key: Option<Secret>,
+    client: reqwest::Client,
+}
+
+impl Http {
+    /// The provider `config` with its key, when the worker has received it.
+    pub fn new(config: &ProviderConfig, key: Option<&Secret>) -> Self {
+        Http {
+            config: config.clone(),
+            key: key.cloned(),
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// One model call, with retries.
+    pub async fn complete(&self, request: &ModelRequest<'_>) -> Result<Reply, ModelError> {
+        let key = self.key.as_ref().ok_or_else(|| {
+            ModelError(format!(
+                "no key (secret `{}`) reached this worker",
+                self.config.key
+            ))
+        })?;
+        let (url, body) = match self.config.format {
+            WireFormat::Anthropic => (
+                format!("{}/v1/messages", self.config.base_url.trim_end_matches('/')),
+                anthropic_body(request),
+            ),
+            WireFormat::Openai => (
+                format!(
+                    "{}/chat/completions",
+                    self.config.base_url.trim_end_matches('/')
+                ),
+                openai_body(request),
+            ),
+        };
+        let mut attempt = 0;
+        loop {
+            let mut post = self.client.post(&url).json(&body);
+            post = match self.config.format {
+                WireFormat::Anthropic => post
+                    .header("x-api-key", key.expose())
+                    .header("anthropic-version", "2023-06-01"),
+                WireFormat::Openai => post.bearer_auth(key.expose()),
+            };
+            let wait = match post.send().await {
+                Ok(response) if response.status().is_success() => {
+                    let bytes = response
+                        .bytes()
+                        .await
+                        .map_err(|e| ModelError(format!("reading the reply failed: {e}")))?;
+                    if bytes.len() > MAX_BODY {
+                        return Err(ModelError(format!("the reply is over {MAX_BODY} bytes")));
+                    }
+                    let value: Value = serde_json::from_slice(&bytes)
+                        .map_err(|e| ModelError(format!("the reply is not JSON: {e}")))?;
+                    return match self.config.format {
+                        WireFormat::Anthropic => parse_anthropic(&value),
+                        WireFormat::Openai => parse_openai(&value),
+                    };
+                }
+                Ok(response) => {
+                    let status = response.status();
+                    let retry_after = response
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .map(Duration::from_secs);
+                    let text = response.text().await.unwrap_or_default();
+                    let text: String = text.chars().take(300).collect();
+                    let retryable = status.as_u16() == 429 || status.is_server_error();
+                    if !retryable || attempt == RETRIES {
+                        return Err(ModelError(format!(
+                            "{url} answered {status} after {} attempt(s): {text}",
+                            attempt + 1
+                        )));
+                    }
+                    retry_after.unwrap_or(BACKOFF * 2u32.pow(attempt))
+                }
+                Err(e) => {
+                    if attempt == RETRIES {
+                        return Err(ModelError(format!(
+                            "{url} could not be reached after {} attempt(s): {e}",
+                            attempt + 1
+                        )));
+                    }
+                    BACKOFF * 2u32.pow(attempt)
+                }
+            };
+            tokio::time::sleep(wait.min(MAX_RETRY_AFTER)).await;
+            attempt += 1;
+        }
+    }
+}
+
+fn anthropic_body(request: &ModelRequest<'_>) -> Value {
+    let messages: Vec<Value> = request
+        .turns
+        .iter()
+        .map(|turn| match turn {
+            Turn::User(text) => json!({"role": "user", "content": text}),
+            Turn::Assistant { text, calls } => {
+                let mut content: Vec<Value> = text
+                    .iter()
+                    .map(|t| json!({"type": "text", "text": t}))
+                    .collect();
+                content.extend(calls.iter().map(|c| {
+                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
+                }));
+                json!({"role": "assistant", "content": content})
+            }
+            Turn::ToolResults(outputs) => {
+                let content: Vec<Value> = outputs
+                    .iter()
+                    .map(|o| {
+                        json!({"type": "tool_result", "tool_use_id": o.id,
+                               "content": o.output, "is_error": o.is_error})
+                    })
+                    .collect();
+                json!({"role": "user", "content": content})
+            }
+        })
+        .collect();
+    let mut body = json!({
+        "model": request.model.model,
+        "max_tokens": request.max_tokens,
+        "messages": messages,
+    });
+    if let Some(system) = request.system {
+        body["system"] = json!(system);
+    }
+    if let Some(temperature) = request.temperature {
+        body["temperature"] = json!(temperature);
+    }
+    if !request.tools.is_empty() && request.tool_choice != ToolChoice::None {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+        body["tool_choice"] = match request.tool_choice {
+            ToolChoice::Required => json!({"type": "any"}),
+            _ => json!({"type": "auto"}),
+        };
+    }
+    body
+}
+
+fn parse_anthropic(value: &Value) -> Result<Reply, ModelError> {
+    let content = value["content"]
+        .as_array()
+        .ok_or_else(|| ModelError("the reply has no `content` list".into()))?;
+    let mut texts = Vec::new();
+    let mut calls = Vec::new();
+    for block in content {
+        match block["type"].as_str() {
+            Some("text") => texts.push(block["text"].as_str().unwrap_or_default().to_string()),
+            Some("tool_use") => calls.push(ToolCall {
+                id: string_field(block, "id")?,
+                name: string_field(block, "name")?,
+                arguments: block["input"].clone(),
+            }),
+            _ => {}
+        }
+    }
+    Ok(Reply {
+        text: (!texts.is_empty()).then(|| texts.join("")),
+        calls,
+        usage: Usage {
+            input_tokens: value["usage"]["input_tokens"].as_u64().unwrap_or(0),
+            output_tokens: value["usage"]["output_tokens"].as_u64().unwrap_or(0),
+        },
+    })
+}
+
+fn openai_body(request: &ModelRequest<'_>) -> Value {
+    let mut messages: Vec<Value> = request
+        .system
+        .iter()
+        .map(|s| json!({"role": "system", "content": s}))
+        .collect();
+    for turn in request.turns {
+        match turn {
+            Turn::User(text) => messages.push(json!({"role": "user", "content": text})),
+            Turn::Assistant { text, calls } => {
+                let mut message = json!({"role": "assistant", "content": text});
+                if !calls.is_empty() {
+                    message["tool_calls"] = calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": c.arguments.to_string()}})
+                        })
+                        .collect();
+                }
+                messages.push(message);
+            }
+            Turn::ToolResults(outputs) => messages.extend(
+                outputs
+                    .iter()
+                    .map(|o| json!({"role": "tool", "tool_call_id": o.id, "content": o.output})),
+            ),
+        }
+    }
+    let mut body = json!({
+        "model": request.model.model,
+        "max_tokens": request.max_tokens,
+        "messages": messages,
+    });
+    if let Some(temperature) = request.temperature {
+        body["temperature"] = json!(temperature);
+    }
+    if !request.tools.is_empty() && request.tool_choice != ToolChoice::None {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {"name": t.name,
+                       "description": t.description, "parameters": t.input_schema}})
+            })
+            .collect();
+        body["tool_choice"] = json!(match request.tool_choice {
+            ToolChoice::Required => "required",
+            _ => "auto",
+        });
+    }
+    body
+}
+
+fn parse_openai(value: &Value) -> Result<Reply, ModelError> {
+    let message = &value["choices"][0]["message"];
+    if !message.is_object() {
+        return Err(ModelError("the reply has no `choices[0].message`".into()));
+    }
+    let calls = message["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|call| {
+            let arguments = call["function"]["arguments"].as_str().unwrap_or("{}");
+            Ok(ToolCall {
+                id: string_field(call, "id")?,
+                name: string_field(&call["function"], "name")?,
+                arguments: serde_json::from_str(arguments).map_err(|e| {
+                    ModelError(format!("a tool call's `arguments` is not JSON: {e}"))
+                })?,
+            })
+        })
+        .collect::<Result<Vec<_>, ModelError>>()?;
+    Ok(Reply {
+        text: message["content"].as_str().map(str::to_string),
+        calls,
+        usage: Usage {
+            input_tokens: value["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
+            output_tokens: value["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+        },
+    })
+}
+
+fn string_field(value: &Value, field: &str) -> Result<String, ModelError> {
+    value[field]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| ModelError(format!("a reply block lacks `{field}`")))
+}
