@@ -1021,3 +1021,60 @@ fn containers_are_confined_by_default_and_only_the_operator_loosens_them() {
     assert!(line.contains("eth0=1"), "{line}");
     assert!(line.contains("nofile=16384"), "the default limit: {line}");
 }
+
+#[test]
+fn secret_env_reaches_the_agent_and_never_the_containers_environment() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    const KEY: &str = "mst-canary-agent-key-9d14";
+    let mst = Mst::new();
+    // The agent says how long its key is and how many variables carry it.
+    let agent = r#"printf %s "$AGENT_KEY" | wc -c; env | grep -c AGENT_KEY"#;
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", agent],
+                                 "secretEnv": {"AGENT_KEY": "AGENT_API_KEY"}},
+               "judges": [{"assert": "exit-code", "value": 0}], "timeout": 30}),
+        &mst_tests::cases(1),
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("AGENT_API_KEY={KEY}\n")).unwrap();
+    let image = format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION"));
+    let context = format!("contexts={a}");
+    let run = eval.run(
+        &mst,
+        &[
+            "--json",
+            "-q",
+            "--secrets-file",
+            s(&secrets),
+            "--runner",
+            "docker",
+            "--runner-option",
+            &context,
+            "--runner-option",
+            &image,
+            "--runner-option",
+            "keep=always",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    let answer: Vec<String> = trace["trace"]["finalText"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert_eq!(answer, [KEY.len().to_string(), "1".into()], "{trace}");
+    // Not in the container's configuration, nor in anything mst wrote or printed.
+    let names = containers_of(&a, &run_id(&eval));
+    assert_eq!(names.len(), 1, "{names:?}");
+    let inspect = docker(&a, &["inspect", &names[0]]);
+    assert!(!inspect.contains(KEY), "docker inspect shows the key");
+    assert!(!inspect.contains("AGENT_KEY="), "nor the variable");
+    docker(&a, &["rm", "-f", "-v", &names[0]]);
+    assert!(mst_tests::files_containing(&eval.results(), KEY).is_empty());
+    assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
+}

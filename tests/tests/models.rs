@@ -348,3 +348,21 @@ fn a_provider_without_its_key_or_with_a_bad_url_is_a_config_error() {
     );
     assert!(server.requests().is_empty(), "nothing was called");
 }
+
+#[test]
+fn secret_env_naming_a_secret_the_file_lacks_is_a_config_error() {
+    let eval = Eval::new(
+        json!({"name": "agent", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["true"], "secretEnv": {"API_KEY": "MISSING"}}}),
+        &[json!({"id": "c", "input": "x"})],
+    );
+    let run = eval.run(&Mst::new(), &["-q"]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains(
+            "clientOptions.secretEnv.API_KEY names secret `MISSING`, which --secrets-file does not hold"
+        ),
+        "{}",
+        run.stderr
+    );
+}

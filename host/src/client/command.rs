@@ -12,6 +12,7 @@
 use super::{input_text, Client, TrialInput};
 use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus};
 use crate::process::{read_lines_capped, GroupChild};
+use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -48,17 +49,27 @@ struct Options {
     events: bool,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Environment variables whose values are secrets, by the secret's name: delivered to the
+    /// worker as tokens (`secret:NAME`), set for the program only.
+    #[serde(default, rename = "secretEnv")]
+    secret_env: BTreeMap<String, String>,
     cwd: Option<String>,
 }
 
 /// Runs a program per trial.
 pub struct CommandClient {
     options: Options,
+    /// The `secretEnv` values the worker has received, by variable.
+    secret_values: BTreeMap<String, Secret>,
 }
 
 impl CommandClient {
-    /// Validates `clientOptions`.
-    pub fn new(options: Option<&serde_json::Value>) -> Result<Self> {
+    /// Validates `clientOptions`; `tokens` holds the secrets `secretEnv` names, once the
+    /// worker has them (as `secret:NAME`).
+    pub fn new(
+        options: Option<&serde_json::Value>,
+        tokens: &BTreeMap<String, Secret>,
+    ) -> Result<Self> {
         let value = options
             .cloned()
             .context("the `command` client needs `clientOptions` with a `command` list")?;
@@ -67,7 +78,18 @@ impl CommandClient {
         if options.command.is_empty() {
             bail!("clientOptions.command is empty: give the program and its arguments");
         }
-        Ok(Self { options })
+        let secret_values = options
+            .secret_env
+            .iter()
+            .filter_map(|(var, name)| {
+                let value = tokens.get(&crate::secrets::secret_token(name))?;
+                Some((var.clone(), value.clone()))
+            })
+            .collect();
+        Ok(Self {
+            options,
+            secret_values,
+        })
     }
 }
 
@@ -208,6 +230,7 @@ impl CommandClient {
             .env_clear()
             .envs(crate::process::minimal_env())
             .envs(&self.options.env)
+            .envs(self.secret_values.iter().map(|(k, v)| (k, v.expose())))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         command.stdin(if self.options.input == InputMode::Stdin {
@@ -282,7 +305,7 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     fn run(options: serde_json::Value, input: serde_json::Value, timeout: Duration) -> TraceRecord {
-        let client = CommandClient::new(Some(&options)).unwrap();
+        let client = CommandClient::new(Some(&options), &BTreeMap::new()).unwrap();
         let case = CaseRecord::new("c1", input);
         client.run(&TrialInput {
             case: &case,
@@ -376,7 +399,10 @@ mod tests {
 
     #[test]
     fn options_are_strict() {
-        assert!(CommandClient::new(Some(&json!({"command": ["x"], "stdin": true}))).is_err());
-        assert!(CommandClient::new(None).is_err());
+        let none = BTreeMap::new();
+        assert!(
+            CommandClient::new(Some(&json!({"command": ["x"], "stdin": true})), &none).is_err()
+        );
+        assert!(CommandClient::new(None, &none).is_err());
     }
 }

@@ -42,7 +42,7 @@ pub trait Client: Send + Sync {
 pub fn client(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<Box<dyn Client>> {
     let options = spec.client_options.as_ref();
     match spec.client.as_str() {
-        "command" => Ok(Box::new(command::CommandClient::new(options)?)),
+        "command" => Ok(Box::new(command::CommandClient::new(options, tokens)?)),
         "mcp" => Ok(Box::new(mcp::McpClient::new(
             &spec.servers,
             options,

@@ -122,8 +122,8 @@ pub struct VariantSpec {
 }
 
 impl VariantSpec {
-    /// The tokens a worker needs for this variant: its MCP servers' (by label) and its
-    /// model provider's key (`provider:NAME`).
+    /// The tokens a worker needs for this variant: its MCP servers' (by label), its model
+    /// provider's key (`provider:NAME`) and its `secretEnv` secrets (`secret:NAME`).
     pub fn token_names(&self) -> Vec<String> {
         let servers = self
             .servers
@@ -137,7 +137,29 @@ impl VariantSpec {
             .as_ref()
             .and_then(|_| self.providers().into_iter().next())
             .map(|name| crate::model::key_token(&name));
-        servers.chain(provider).collect()
+        servers
+            .chain(provider)
+            .chain(
+                self.secret_env()
+                    .into_iter()
+                    .map(|(_, name)| crate::secrets::secret_token(&name)),
+            )
+            .collect()
+    }
+
+    /// The `command` client's `secretEnv`: (variable, secret name) pairs.
+    pub fn secret_env(&self) -> Vec<(String, String)> {
+        let options = self
+            .client_options
+            .as_ref()
+            .filter(|_| self.client == "command");
+        options
+            .and_then(|o| o.get("secretEnv"))
+            .and_then(|v| v.as_object())
+            .into_iter()
+            .flatten()
+            .filter_map(|(var, name)| Some((var.clone(), name.as_str()?.to_string())))
+            .collect()
     }
 
     /// The model providers a trial of this variant calls (the `api` client's model's

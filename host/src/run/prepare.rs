@@ -179,6 +179,17 @@ impl Prepared {
             }
             names.insert(crate::model::key_token(name), provider.key.clone());
         }
+        for variant in self.config.variant_names() {
+            for (var, name) in self.config.variant(&variant).secret_env() {
+                if secrets.get(&name).is_none() {
+                    anyhow::bail!(
+                        "variant `{variant}`: clientOptions.secretEnv.{var} names secret \
+                         `{name}`, which --secrets-file does not hold"
+                    );
+                }
+                names.insert(crate::secrets::secret_token(&name), name);
+            }
+        }
         let tokens = ServerTokens::new(names, secrets.clone());
         // They travel in one `tokens` line, which the worker reads only up to the line cap.
         let line = crate::shard::protocol::encode(&CoordinatorMessage::Tokens {

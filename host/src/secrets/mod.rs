@@ -13,6 +13,19 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// The token name under which secret `name` travels to workers for a client's environment
+/// (the `command` client's `secretEnv`).
+pub fn secret_token(name: &str) -> String {
+    format!("{SECRET_TOKEN}{name}")
+}
+
+/// The secret a [`secret_token`] name stands for.
+pub fn secret_of_token(token: &str) -> Option<&str> {
+    token.strip_prefix(SECRET_TOKEN)
+}
+
+const SECRET_TOKEN: &str = "secret:";
+
 /// A secret value. Its `Debug` and `Display` never show the value, so it cannot leak through
 /// a log line or an error message by accident.
 #[derive(Clone, PartialEq, Eq)]

@@ -448,6 +448,7 @@ impl Worker {
                     .filter(|_| v.token_names().iter().any(|t| t == server))
                     .map(|p| p.key.clone()),
             })
+            .or_else(|| crate::secrets::secret_of_token(server).map(str::to_string))
             .unwrap_or_else(|| format!("token of {server}"))
     }
 
