@@ -5,7 +5,9 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// One scripted reply.
 #[derive(Debug, Clone)]
@@ -58,30 +60,59 @@ impl Request {
     }
 }
 
-/// A running server; its thread ends with the test process.
+/// A running server; its threads end with the test process.
 pub struct ModelServer {
     pub port: u16,
     requests: Arc<Mutex<Vec<Request>>>,
+    in_flight: Arc<AtomicUsize>,
+    most_in_flight: Arc<AtomicUsize>,
 }
 
 impl ModelServer {
     /// Starts a server answering with `script` in order; past its end, every request gets the
     /// last reply again.
     pub fn start(script: Vec<Reply>) -> Self {
+        Self::start_slow(script, Duration::ZERO)
+    }
+
+    /// [`ModelServer::start`], each reply taking `delay`, requests served concurrently (so
+    /// [`ModelServer::most_in_flight`] tells how many callers overlapped).
+    pub fn start_slow(script: Vec<Reply>, delay: Duration) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let seen = requests.clone();
+        let server = ModelServer {
+            port,
+            requests: Arc::new(Mutex::new(Vec::new())),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            most_in_flight: Arc::new(AtomicUsize::new(0)),
+        };
+        let (seen, in_flight, most) = (
+            server.requests.clone(),
+            server.in_flight.clone(),
+            server.most_in_flight.clone(),
+        );
         std::thread::spawn(move || {
             for (index, stream) in listener.incoming().enumerate() {
                 let Ok(stream) = stream else { return };
                 let reply = script[index.min(script.len() - 1)].clone();
-                if let Some(request) = serve(stream, &reply) {
-                    seen.lock().unwrap().push(request);
-                }
+                let (seen, in_flight, most) = (seen.clone(), in_flight.clone(), most.clone());
+                std::thread::spawn(move || {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    let request = serve(stream, &reply, delay);
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    if let Some(request) = request {
+                        seen.lock().unwrap().push(request);
+                    }
+                });
             }
         });
-        ModelServer { port, requests }
+        server
+    }
+
+    /// The most requests that were being answered at once.
+    pub fn most_in_flight(&self) -> usize {
+        self.most_in_flight.load(Ordering::SeqCst)
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -95,8 +126,9 @@ impl ModelServer {
     }
 }
 
-/// Reads one request from `stream` and answers it with `reply` (one request per connection).
-fn serve(stream: std::net::TcpStream, reply: &Reply) -> Option<Request> {
+/// Reads one request from `stream` and answers it with `reply` after `delay` (one request per
+/// connection).
+fn serve(stream: std::net::TcpStream, reply: &Reply, delay: Duration) -> Option<Request> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
@@ -119,6 +151,7 @@ fn serve(stream: std::net::TcpStream, reply: &Reply) -> Option<Request> {
         .unwrap_or(0);
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
+    std::thread::sleep(delay);
     let text = reply.body.to_string();
     let mut response = format!(
         "HTTP/1.1 {} Scripted\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",

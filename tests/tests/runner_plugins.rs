@@ -2,6 +2,7 @@
 //! servers on loopback (a host killed mid-run, then `--resume`), and a hostile runner plugin
 //! that asks for programs it was not granted or never returns from `create-machine`.
 
+use mst_tests::model_server::{ModelServer, Reply};
 use mst_tests::sshd::{self, Sshd};
 use mst_tests::{
     assert_resumed, command_eval, read_json, s, wait_for_run, wait_for_traces, Eval, Mst, Run,
@@ -491,4 +492,48 @@ fn a_dispose_machine_sleeping_in_a_host_call_is_stopped_at_the_time_limit() {
         run.stderr
     );
     assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
+}
+
+#[test]
+fn a_provider_limit_holds_across_shards_measured_at_the_model_server() {
+    // Each model reply takes 300 ms; 12 trials over 4 shards of 4 trials at once could put 12
+    // calls in flight, and the limit allows 2.
+    let reply = json!({"content": [{"type": "text", "text": "ok"}],
+                       "usage": {"input_tokens": 1, "output_tokens": 1}});
+    let server = ModelServer::start_slow(vec![Reply::ok(reply)], Duration::from_millis(300));
+    let cases: Vec<serde_json::Value> = (1..=12)
+        .map(|i| json!({"id": format!("c{i}"), "input": "hi"}))
+        .collect();
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"],
+               "providers": {"acme": {"format": "anthropic", "baseUrl": server.url(),
+                                      "key": "MODEL_KEY"}},
+               "client": "api", "model": "acme/m",
+               "judges": [{"assert": "contains", "value": "ok"}],
+               "limits": {"providers": {"acme": 2}}, "concurrency": 4, "timeout": 30}),
+        &cases,
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, "MODEL_KEY=mst-canary-limit-key\n").unwrap();
+    let run = hostile_run(
+        &Mst::new(),
+        &eval,
+        "shell",
+        &[
+            "--runner-option",
+            "shards=4",
+            "--allow-exec",
+            "sh",
+            "--secrets-file",
+            s(&secrets),
+            "-q",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(server.requests().len(), 12);
+    assert_eq!(
+        server.most_in_flight(),
+        2,
+        "the limit held, and trials did run side by side"
+    );
 }
