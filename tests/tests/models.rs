@@ -366,3 +366,46 @@ fn secret_env_naming_a_secret_the_file_lacks_is_a_config_error() {
         run.stderr
     );
 }
+
+#[test]
+fn the_agent_tools_example_runs_offline_and_its_provider_configs_ask_for_their_keys() {
+    let _ = mst_tests::plugin("contains.wasm");
+    let mst = Mst::new();
+    let results = tempfile::tempdir().unwrap();
+    let example = mst_tests::root().join("examples/agent-tools");
+    let run_example = |config: &str| {
+        mst.run(&[
+            "run",
+            "--config",
+            mst_tests::s(&example.join(config)),
+            "--results-dir",
+            mst_tests::s(results.path()),
+            "-q",
+        ])
+    };
+    let run = run_example("eval.json");
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let dir = mst_tests::only_run(results.path(), "agent-tools");
+    let trace = read_json(&dir.join("default/london-noon-in-tokyo/0.json"));
+    let call = events(&trace)
+        .into_iter()
+        .find(|e| e["type"] == "tool-result")
+        .unwrap();
+    let output: Value = serde_json::from_str(call["output"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        output["target"]["timezone"], "Asia/Tokyo",
+        "the real server converted"
+    );
+    for (config, key) in [
+        ("eval.anthropic.json", "ANTHROPIC_API_KEY"),
+        ("eval.openai.json", "OPENAI_API_KEY"),
+    ] {
+        let run = run_example(config);
+        assert_eq!(run.code, 2, "{config}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!("names secret `{key}`")),
+            "{config}: {}",
+            run.stderr
+        );
+    }
+}

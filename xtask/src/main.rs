@@ -309,7 +309,8 @@ fn children_peak_rss_kib() -> i64 {
     }
 }
 
-/// `cargo xtask bench run`: end-to-end eval throughput with the `command` client running `cat`.
+/// `cargo xtask bench run`: end-to-end eval throughput with the `command` client running `cat`
+/// and with the `api` client on `mock/echo`.
 fn bench_run() -> Result<()> {
     build_plugins()?;
     // `MST_BENCH_MST=PATH` measures another build (an older commit's, for a before/after
@@ -343,57 +344,85 @@ fn bench_run() -> Result<()> {
         per_spawn * 1e3
     );
 
-    for n in [1_000usize, 10_000] {
-        let dir = tempfile_dir("mst-bench")?;
-        let cases: String = (0..n)
-            .map(|i| {
-                format!(
-                    "{{\"id\":\"c{i}\",\"input\":\"answer {i}\",\"expected\":\"answer {i}\"}}\n"
-                )
-            })
-            .collect();
-        std::fs::write(dir.join("cases.jsonl"), cases)?;
-        let config = format!(
-            r#"{{"name":"bench","datasets":["cases.jsonl"],"client":"command","clientOptions":{{"command":["cat"]}},
-                "judges":[{{"plugin":"mst/grader/contains"}}],"plugins":["{}"],"concurrency":1,"timeout":30}}"#,
-            contains.display()
-        );
-        std::fs::write(dir.join("eval.json"), config)?;
-        // Measured in a fresh xtask process, so that the peak RSS covers mst's processes only
-        // (not the cargo and rustc processes this one ran).
-        let output = Command::new(std::env::current_exe()?)
-            .args([
-                "__measure",
-                mst.to_str().context("non-UTF-8 path")?,
-                dir.to_str().context("non-UTF-8 path")?,
-            ])
-            .output()?;
-        if !output.status.success() {
-            bail!(
-                "the {n}-trial bench run failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
+    // The same eval with each client: `command` running `cat`, and the `api` client's agent
+    // loop on the built-in `mock/echo` model (no process, no network).
+    let clients = [
+        (
+            "command `cat`",
+            r#""client":"command","clientOptions":{"command":["cat"]}"#,
+            per_spawn,
+        ),
+        (
+            "api on mock/echo",
+            r#""client":"api","model":"mock/echo""#,
+            0.0,
+        ),
+    ];
+    for (label, client, baseline) in clients {
+        for n in [1_000usize, 10_000] {
+            bench_eval(&mst, &contains, label, client, n, baseline)?;
         }
-        let measured = String::from_utf8_lossy(&output.stdout);
-        let mut fields = measured.split_whitespace();
-        let elapsed: f64 = fields
-            .next()
-            .and_then(|f| f.parse().ok())
-            .context("no elapsed time")?;
-        let peak_kib: f64 = fields
-            .next()
-            .and_then(|f| f.parse().ok())
-            .context("no peak RSS")?;
-        let overhead = elapsed / n as f64 - per_spawn;
-        println!(
-            "{n:>6} trials: {elapsed:>7.2} s, {:>7.1} trials/s, orchestration overhead {:.3} ms/trial beyond the client, \
-             peak RSS of the largest mst process {:.1} MiB",
-            n as f64 / elapsed,
-            overhead * 1e3,
-            peak_kib / 1024.0
-        );
-        std::fs::remove_dir_all(&dir)?;
     }
+    Ok(())
+}
+
+/// Runs an `n`-case eval with `client` (config fields) and prints its throughput, its
+/// overhead per trial beyond `baseline` seconds (what the client itself costs), and peak RSS.
+fn bench_eval(
+    mst: &Path,
+    contains: &Path,
+    label: &str,
+    client: &str,
+    n: usize,
+    baseline: f64,
+) -> Result<()> {
+    let dir = tempfile_dir("mst-bench")?;
+    let cases: String = (0..n)
+        .map(|i| {
+            format!("{{\"id\":\"c{i}\",\"input\":\"answer {i}\",\"expected\":\"answer {i}\"}}\n")
+        })
+        .collect();
+    std::fs::write(dir.join("cases.jsonl"), cases)?;
+    let config = format!(
+        r#"{{"name":"bench","datasets":["cases.jsonl"],{client},
+            "judges":[{{"plugin":"mst/grader/contains"}}],"plugins":["{}"],"concurrency":1,"timeout":30}}"#,
+        contains.display()
+    );
+    std::fs::write(dir.join("eval.json"), config)?;
+    // Measured in a fresh xtask process, so that the peak RSS covers mst's processes only
+    // (not the cargo and rustc processes this one ran).
+    let output = Command::new(std::env::current_exe()?)
+        .args([
+            "__measure",
+            mst.to_str().context("non-UTF-8 path")?,
+            dir.to_str().context("non-UTF-8 path")?,
+        ])
+        .output()?;
+    if !output.status.success() {
+        bail!(
+            "the {n}-trial bench run ({label}) failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let measured = String::from_utf8_lossy(&output.stdout);
+    let mut fields = measured.split_whitespace();
+    let elapsed: f64 = fields
+        .next()
+        .and_then(|f| f.parse().ok())
+        .context("no elapsed time")?;
+    let peak_kib: f64 = fields
+        .next()
+        .and_then(|f| f.parse().ok())
+        .context("no peak RSS")?;
+    let overhead = elapsed / n as f64 - baseline;
+    println!(
+        "{label:>17}, {n:>6} trials: {elapsed:>7.2} s, {:>7.1} trials/s, overhead {:.3} ms/trial \
+         beyond the client, peak RSS of the largest mst process {:.1} MiB",
+        n as f64 / elapsed,
+        overhead * 1e3,
+        peak_kib / 1024.0
+    );
+    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
 
