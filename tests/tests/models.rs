@@ -184,6 +184,14 @@ fn http_eval(format: &str, server: &ModelServer, key: &str) -> (Eval, std::path:
     (eval, secrets)
 }
 
+/// `mst run --json -q` on `eval` with `secrets` as its secrets file.
+fn run_with_secrets(eval: &Eval, secrets: &std::path::Path) -> mst_tests::Run {
+    eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", mst_tests::s(secrets)],
+    )
+}
+
 /// Checks that `key` is in no result file, nor mst's output.
 fn key_stays_secret(eval: &Eval, run: &mst_tests::Run, key: &str) {
     assert!(mst_tests::files_containing(&eval.results(), key).is_empty());
@@ -206,10 +214,7 @@ fn an_anthropic_format_model_calls_the_time_server_and_429_is_retried() {
         ),
     ]);
     let (eval, secrets) = http_eval("anthropic", &server, KEY);
-    let run = eval.run(
-        &Mst::new(),
-        &["--json", "-q", "--secrets-file", mst_tests::s(&secrets)],
-    );
+    let run = run_with_secrets(&eval, &secrets);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let requests = server.requests();
     assert_eq!(requests.len(), 3, "one 429, then two turns");
@@ -268,10 +273,7 @@ fn an_openai_format_model_gets_tool_results_as_tool_messages() {
             "usage": {"prompt_tokens": 90, "completion_tokens": 7}})),
     ]);
     let (eval, secrets) = http_eval("openai", &server, KEY);
-    let run = eval.run(
-        &Mst::new(),
-        &["--json", "-q", "--secrets-file", mst_tests::s(&secrets)],
-    );
+    let run = run_with_secrets(&eval, &secrets);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
@@ -297,10 +299,7 @@ fn an_openai_format_model_gets_tool_results_as_tool_messages() {
 fn a_provider_failing_past_its_retries_makes_the_trial_infra() {
     let server = ModelServer::start(vec![Reply::status(500, &[])]);
     let (eval, secrets) = http_eval("anthropic", &server, "mst-canary-key-failing");
-    let run = eval.run(
-        &Mst::new(),
-        &["--json", "-q", "--secrets-file", mst_tests::s(&secrets)],
-    );
+    let run = run_with_secrets(&eval, &secrets);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(
         server.requests().len(),

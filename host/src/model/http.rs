@@ -137,6 +137,20 @@ impl Http {
     }
 }
 
+/// What both formats' request bodies share: the model, the token cap, the messages and the
+/// temperature when one is set.
+fn body_with(request: &ModelRequest<'_>, messages: Vec<Value>) -> Value {
+    let mut body = json!({
+        "model": request.model.model,
+        "max_tokens": request.max_tokens,
+        "messages": messages,
+    });
+    if let Some(temperature) = request.temperature {
+        body["temperature"] = json!(temperature);
+    }
+    body
+}
+
 fn anthropic_body(request: &ModelRequest<'_>) -> Value {
     let messages: Vec<Value> = request
         .turns
@@ -165,16 +179,9 @@ fn anthropic_body(request: &ModelRequest<'_>) -> Value {
             }
         })
         .collect();
-    let mut body = json!({
-        "model": request.model.model,
-        "max_tokens": request.max_tokens,
-        "messages": messages,
-    });
+    let mut body = body_with(request, messages);
     if let Some(system) = request.system {
         body["system"] = json!(system);
-    }
-    if let Some(temperature) = request.temperature {
-        body["temperature"] = json!(temperature);
     }
     if !request.tools.is_empty() && request.tool_choice != ToolChoice::None {
         body["tools"] = request
@@ -246,14 +253,7 @@ fn openai_body(request: &ModelRequest<'_>) -> Value {
             ),
         }
     }
-    let mut body = json!({
-        "model": request.model.model,
-        "max_tokens": request.max_tokens,
-        "messages": messages,
-    });
-    if let Some(temperature) = request.temperature {
-        body["temperature"] = json!(temperature);
-    }
+    let mut body = body_with(request, messages);
     if !request.tools.is_empty() && request.tool_choice != ToolChoice::None {
         body["tools"] = request
             .tools
