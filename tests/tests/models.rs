@@ -408,3 +408,94 @@ fn the_agent_tools_example_runs_offline_and_its_provider_configs_ask_for_their_k
         );
     }
 }
+
+/// An eval whose `command` agent answers `answer`, judged by the rubric plugin on model
+/// `acme/judge-1` at `server` (granted `acme` when `grant`), keyed by `key`.
+fn rubric_eval(
+    server: &ModelServer,
+    answer: &str,
+    grant: bool,
+    key: &str,
+) -> (Eval, std::path::PathBuf) {
+    let rubric = mst_tests::plugin("rubric.wasm");
+    let allow: Vec<&str> = if grant { vec!["acme"] } else { vec![] };
+    let eval = Eval::new(
+        json!({"name": "judged", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["echo", answer], "input": "none"},
+               "providers": {"acme": {"format": "anthropic", "baseUrl": server.url(), "key": "JUDGE_KEY"}},
+               "plugins": [{"path": mst_tests::s(&rubric), "allowModel": allow}],
+               "judges": [{"plugin": "mst/grader/rubric",
+                           "options": {"provider": "acme", "model": "judge-1",
+                                       "rubric": "The answer names the time zone."}}],
+               "passThreshold": 0.8, "timeout": 30}),
+        &[json!({"id": "tokyo", "input": "What time is it in Tokyo?", "expected": "Asia/Tokyo"})],
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("JUDGE_KEY={key}\n")).unwrap();
+    (eval, secrets)
+}
+
+/// A judge's reply in the anthropic format, saying `text`.
+fn judge_says(text: &str) -> Reply {
+    Reply::ok(json!({"content": [{"type": "text", "text": text}],
+                     "usage": {"input_tokens": 80, "output_tokens": 20}}))
+}
+
+#[test]
+fn the_rubric_grader_asks_a_model_through_the_host_which_holds_the_key() {
+    const KEY: &str = "mst-canary-judge-key-0c7d";
+    let server = ModelServer::start(vec![judge_says(
+        "Verdict:\n```json\n{\"score\": 0.9, \"reason\": \"it names Asia/Tokyo\"}\n```",
+    )]);
+    let (eval, secrets) = rubric_eval(&server, "It is 09:00 in Asia/Tokyo.", true, KEY);
+    let run = run_with_secrets(&eval, &secrets);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].header("x-api-key"),
+        Some(KEY),
+        "the host added the key"
+    );
+    assert_eq!(requests[0].body["model"], "judge-1");
+    let asked = requests[0].body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        asked.contains("The answer names the time zone.")
+            && asked.contains("It is 09:00 in Asia/Tokyo."),
+        "{asked}"
+    );
+    let grades = read_json(&eval.run_dir("judged").join("grades.json"));
+    let text = grades.to_string();
+    assert!(
+        text.contains("it names Asia/Tokyo") && text.contains("0.9"),
+        "{text}"
+    );
+    key_stays_secret(&eval, &run, KEY);
+}
+
+#[test]
+fn a_judge_without_a_verdict_or_without_its_grant_leaves_the_trial_not_graded() {
+    let server = ModelServer::start(vec![judge_says("I think it is fine.")]);
+    let (eval, secrets) = rubric_eval(&server, "Tokyo time.", true, "mst-canary-judge-key-1");
+    let run = run_with_secrets(&eval, &secrets);
+    assert_eq!(run.code, 2, "not graded: {}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.json()["cases"]["default"]["tokyo"],
+        "not-graded",
+        "{}",
+        run.stdout
+    );
+    let grades = read_json(&eval.run_dir("judged").join("grades.json")).to_string();
+    assert!(grades.contains("did not reply with"), "{grades}");
+
+    let server = ModelServer::start(vec![judge_says("{\"score\": 1, \"reason\": \"x\"}")]);
+    let (eval, secrets) = rubric_eval(&server, "Tokyo time.", false, "mst-canary-judge-key-2");
+    let run = run_with_secrets(&eval, &secrets);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    let grades = read_json(&eval.run_dir("judged").join("grades.json")).to_string();
+    assert!(grades.contains("is not granted"), "{grades}");
+    assert!(
+        server.requests().is_empty(),
+        "an ungranted plugin reaches no model"
+    );
+}

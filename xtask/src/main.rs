@@ -31,6 +31,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("grader-contains", "contains.wasm"),
     ("grader-regex", "regex.wasm"),
     ("grader-json", "json.wasm"),
+    ("grader-rubric", "rubric.wasm"),
     ("dataset-jsonl", "jsonl.wasm"),
     ("runner-image", "image-runner.wasm"),
     ("runner-ssh", "ssh-runner.wasm"),

@@ -253,10 +253,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         runner_options: args.runner_options.clone(),
         resume: args.resume.clone(),
         force: args.force,
-        secrets: match &args.secrets_file {
-            Some(path) => crate::secrets::Secrets::load(path)?,
-            None => crate::secrets::Secrets::default(),
-        },
+        secrets: load_secrets(args.secrets_file.as_deref())?,
         shard_settings: Some(ShardSettings {
             silence: seconds("--silence-limit", args.silence_limit)?,
             cancel_grace: seconds("--cancel-grace", args.cancel_grace)?,
@@ -286,6 +283,14 @@ fn summary_text(summary: &results::Summary, json: bool, dir: &std::path::Path) -
     }
 }
 
+/// The secrets `--secrets-file` names, or none.
+fn load_secrets(path: Option<&std::path::Path>) -> Result<crate::secrets::Secrets> {
+    path.map_or_else(
+        || Ok(crate::secrets::Secrets::default()),
+        crate::secrets::Secrets::load,
+    )
+}
+
 /// `mst grade`.
 #[derive(Args, Debug)]
 pub(crate) struct GradeArgs {
@@ -301,6 +306,9 @@ pub(crate) struct GradeArgs {
     results_dir: PathBuf,
     #[arg(long)]
     json: bool,
+    /// Secrets (JSON object or dotenv): the keys of the model providers judges may call.
+    #[arg(long, value_name = "FILE")]
+    secrets_file: Option<PathBuf>,
     #[command(flatten)]
     sandbox: SandboxArgs,
 }
@@ -314,6 +322,7 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
         &args.plugins,
         &args.sandbox.grants()?,
         args.sandbox.limits()?,
+        &load_secrets(args.secrets_file.as_deref())?,
     )
     .map_err(|error| super::Exit { code: 2, error })?;
     out!(

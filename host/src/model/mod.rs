@@ -133,6 +133,43 @@ pub enum Provider {
     Http(http::Http),
 }
 
+/// The model providers a run's plugins may call (the `model` import): the config's providers
+/// with their keys from the secrets file, and the built-in `mock`. Which providers a plugin
+/// may call is its grant's business; this only knows how to reach them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelAccess {
+    providers: std::collections::BTreeMap<String, http::ProviderConfig>,
+    keys: std::collections::BTreeMap<String, Secret>,
+}
+
+impl ModelAccess {
+    /// Access to `providers`, with each key looked up in `secrets` (one missing leaves that
+    /// provider unreachable, said when it is called).
+    pub fn new(
+        providers: &std::collections::BTreeMap<String, http::ProviderConfig>,
+        secrets: &crate::secrets::Secrets,
+    ) -> Self {
+        let keys = providers
+            .iter()
+            .filter_map(|(name, p)| Some((name.clone(), secrets.get(&p.key)?.clone())))
+            .collect();
+        ModelAccess {
+            providers: providers.clone(),
+            keys,
+        }
+    }
+
+    /// The provider to call for `model`.
+    pub fn provider(&self, model: &ModelRef) -> Result<Provider> {
+        Provider::new(
+            model,
+            None,
+            self.providers.get(&model.provider),
+            self.keys.get(&model.provider),
+        )
+    }
+}
+
 /// The token name under which a provider's key travels to workers.
 pub fn key_token(provider: &str) -> String {
     format!("provider:{provider}")

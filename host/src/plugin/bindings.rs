@@ -5,15 +5,15 @@
 //! one `Linker` serves every world.
 //!
 //! Exports are async (calls run on a fiber under `tokio::time::timeout`, so a plugin blocked in
-//! a host call is dropped at its time limit), and so is the one import that waits on the host:
-//! `exec.run`.
+//! a host call is dropped at its time limit), and so are the imports that wait on the host:
+//! `exec.run` and `model.complete`.
 
 /// The `grader` world, and the shared `mst:plugin` types and host interfaces.
 pub mod grader {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "grader",
-        imports: { "mst:plugin/exec.run": async },
+        imports: { "mst:plugin/exec.run": async, "mst:plugin/model.complete": async },
         exports: { default: async },
     });
 }

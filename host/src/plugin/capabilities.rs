@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 /// A capability as the host records it (the WIT `capability` variant, in serde form).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +68,8 @@ pub struct Grants {
     /// Environment variables a runner plugin's containers may receive, by name, with their
     /// values: configuration, never secrets (Docker shows them to anyone who can inspect).
     pub env: BTreeMap<String, String>,
+    /// How to reach the run's model providers, for the `model` import.
+    pub model_access: Option<Arc<crate::model::ModelAccess>>,
 }
 
 /// The operator's grant lists as given, before they are checked.
@@ -137,6 +140,10 @@ pub struct ExecGrant {
     pub args: Vec<String>,
 }
 
+/// A `model` capability naming this admits whichever providers the operator grants (a judge
+/// that works with any model, whose provider the eval chooses).
+pub const ANY_PROVIDER: &str = "*";
+
 /// The intersection of a plugin's declaration and the operator's grants: exactly what the
 /// sandbox lets through.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -156,6 +163,9 @@ pub struct Effective {
     pub env_names: BTreeSet<String>,
     #[serde(skip)]
     pub(crate) env: BTreeMap<String, String>,
+    /// How to reach the granted model providers.
+    #[serde(skip)]
+    pub(crate) model_access: Option<Arc<crate::model::ModelAccess>>,
 }
 
 impl Effective {
@@ -169,6 +179,7 @@ impl Effective {
         let mut effective = Effective {
             env_names: grants.env.keys().cloned().collect(),
             env: grants.env.clone(),
+            model_access: grants.model_access.clone(),
             ..Effective::default()
         };
         for capability in declared {
@@ -191,6 +202,10 @@ impl Effective {
                 }
                 Capability::Http { host } if grants.http.contains(host) => {
                     effective.http.insert(host.clone());
+                }
+                // `model *`: whichever providers the operator grants.
+                Capability::Model { provider } if provider == ANY_PROVIDER => {
+                    effective.models.extend(grants.models.iter().cloned());
                 }
                 Capability::Model { provider } if grants.models.contains(provider) => {
                     effective.models.insert(provider.clone());
@@ -366,6 +381,9 @@ pub fn not_granted(declared: &[Capability], effective: &Effective) -> Vec<Capabi
                 !effective.read_dirs.iter().any(|g| g.starts_with(&d))
             }
             Capability::Http { host } => !effective.http.contains(host),
+            Capability::Model { provider } if provider == ANY_PROVIDER => {
+                effective.models.is_empty()
+            }
             Capability::Model { provider } => !effective.models.contains(provider),
             Capability::Secret { name } => !effective.secret_names.contains(name),
         })
@@ -424,6 +442,23 @@ mod tests {
             program: program.into(),
             args: args.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn a_model_capability_for_any_provider_takes_exactly_the_granted_ones() {
+        let declared = [Capability::Model {
+            provider: ANY_PROVIDER.to_string(),
+        }];
+        let none = Effective::intersect(&declared, &Grants::default());
+        assert!(none.models.is_empty());
+        assert_eq!(not_granted(&declared, &none), declared.to_vec());
+        let grants = Grants {
+            models: ["acme".to_string(), "mock".to_string()].into(),
+            ..Grants::default()
+        };
+        let effective = Effective::intersect(&declared, &grants);
+        assert_eq!(effective.models, grants.models);
+        assert!(not_granted(&declared, &effective).is_empty());
     }
 
     #[test]

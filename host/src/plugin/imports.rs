@@ -169,8 +169,11 @@ impl http::Host for State {
     }
 }
 
+/// Most tokens a plugin's model call may ask for.
+const MAX_MODEL_TOKENS: u32 = 16_384;
+
 impl model::Host for State {
-    fn complete(
+    async fn complete(
         &mut self,
         request: model::CompletionRequest,
     ) -> Result<model::Completion, PluginError> {
@@ -182,10 +185,65 @@ impl model::Host for State {
                 ),
             ));
         }
-        Err(unavailable(format!(
-            "model calls through the host are part of the ABI but not implemented in mst {} yet",
-            env!("CARGO_PKG_VERSION")
-        )))
+        let invalid = |message: String| PluginError {
+            code: ErrorCode::InvalidInput,
+            message,
+        };
+        let model = crate::model::ModelRef {
+            provider: request.provider.clone(),
+            model: request.model.clone(),
+        };
+        let Some(access) = self.grants.model_access.clone() else {
+            return Err(unavailable(format!(
+                "no model providers are configured for this command (model `{model}`)"
+            )));
+        };
+        let provider = access
+            .provider(&model)
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        let mut system = request.system.clone();
+        let mut turns = Vec::new();
+        for message in request.messages {
+            match message.role.as_str() {
+                "user" => turns.push(crate::model::Turn::User(message.text)),
+                "assistant" => turns.push(crate::model::Turn::Assistant {
+                    text: Some(message.text),
+                    calls: Vec::new(),
+                }),
+                "system" => system = Some(message.text),
+                other => {
+                    return Err(invalid(format!(
+                        "a message's role is `{other}`; model calls take `system`, `user` and \
+                         `assistant`"
+                    )))
+                }
+            }
+        }
+        let call = crate::model::ModelRequest {
+            model: &model,
+            system: system.as_deref(),
+            turns: &turns,
+            tools: &[],
+            tool_choice: crate::model::ToolChoice::None,
+            max_tokens: request.max_tokens.min(MAX_MODEL_TOKENS),
+            temperature: request.temperature.map(f64::from),
+        };
+        // The call's own deadline bounds the model too.
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let reply = match tokio::time::timeout(left, provider.complete(&call)).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => return Err(unavailable(format!("model `{model}`: {e}"))),
+            Err(_) => {
+                return Err(unavailable(format!(
+                    "model `{model}` did not answer within the call's time limit"
+                )))
+            }
+        };
+        Ok(model::Completion {
+            text: reply.text.unwrap_or_default(),
+            input_tokens: u32::try_from(reply.usage.input_tokens).unwrap_or(u32::MAX),
+            output_tokens: u32::try_from(reply.usage.output_tokens).unwrap_or(u32::MAX),
+        })
     }
 }
 

@@ -74,6 +74,7 @@ pub fn run(
             grants: &request.plugin_grants,
             limits: request.plugin_limits,
             runner: Some(&request.runner),
+            secrets: &request.secrets,
         },
     )?;
     prepared.check_clients()?;

@@ -6,6 +6,7 @@ use crate::eval::config::{EvalConfig, HttpServer, PluginConfig, PluginRef, Serve
 use crate::eval::dataset::{self, Cases};
 use crate::grade::JudgeSet;
 use crate::home::Home;
+use crate::model::ModelAccess;
 use crate::plugin::capabilities::GrantLists;
 use crate::plugin::set::{PluginLoader, PluginSet};
 use crate::plugin::{Grants, Limits};
@@ -17,6 +18,7 @@ use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The config, its plugins, cases and judges, loaded and checked.
 pub struct Prepared {
@@ -39,6 +41,8 @@ pub struct PluginRequest<'a> {
     /// `--runner`: a runner plugin not loaded otherwise is looked up among the installed ones
     /// and gets `grants` too.
     pub runner: Option<&'a str>,
+    /// The secrets file's values, for the keys of the model providers plugins may call.
+    pub secrets: &'a Secrets,
 }
 
 /// Loads the config at `config_path` with its plugins, resolves its datasets and builds its
@@ -72,10 +76,23 @@ fn load_plugins(
 ) -> Result<PluginSet> {
     let loader = PluginLoader::new(home, request.limits)?;
     let mut plugins = PluginSet::default();
+    // Every plugin granted a model provider reaches it the same way.
+    let access = Some(Arc::new(ModelAccess::new(
+        &config.providers,
+        request.secrets,
+    )));
+    let with_access = |grants: &Grants| Grants {
+        model_access: access.clone(),
+        ..grants.clone()
+    };
+    let extra_grants = with_access(request.grants);
     for reference in &config.plugins {
         let (path, grants) = match reference {
             PluginRef::Name(name) => (name.clone(), Grants::default()),
-            PluginRef::Detailed(detail) => (detail.path.clone(), grants_from(detail, base)?),
+            PluginRef::Detailed(detail) => (
+                detail.path.clone(),
+                with_access(&grants_from(detail, base)?),
+            ),
         };
         let source = serde_json::to_value(reference)?;
         plugins
@@ -89,7 +106,7 @@ fn load_plugins(
                 &loader,
                 &cwd,
                 reference,
-                request.grants,
+                &extra_grants,
                 serde_json::json!("--plugin"),
             )
             .with_context(|| format!("--plugin {reference}"))?;
@@ -111,7 +128,7 @@ fn load_plugins(
         .filter(known)
     {
         plugins
-            .load_if_missing(&loader, &cwd, runner, request.grants)
+            .load_if_missing(&loader, &cwd, runner, &extra_grants)
             .with_context(|| format!("--runner {runner}"))?;
     }
     Ok(plugins)

@@ -130,6 +130,7 @@ pub fn regrade(
     extra_plugins: &[String],
     grants: &Grants,
     limits: Limits,
+    secrets: &crate::secrets::Secrets,
 ) -> Result<RunOutcome> {
     let record = dir.read_record()?;
     let config_path = config_path
@@ -143,6 +144,7 @@ pub fn regrade(
             grants,
             limits,
             runner: None,
+            secrets,
         },
     )?;
     if prepared.config.name != record.eval {
