@@ -172,7 +172,8 @@ fn http_eval(format: &str, server: &ModelServer, key: &str) -> (Eval, std::path:
         json!({"name": "agent", "datasets": ["cases.jsonl"],
                "servers": {"time": {"command": "python3",
                                     "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}},
-               "providers": {"acme": {"format": format, "baseUrl": server.url(), "key": "MODEL_KEY"}},
+               "providers": {"acme": {"format": format, "baseUrl": server.url(), "key": "MODEL_KEY",
+                                      "prices": {"test-model": {"input": 3.0, "output": 15.0}}}},
                "client": "api", "model": "acme/test-model",
                "clientOptions": {"system": "You tell the time.", "maxTokens": 200},
                "judges": [{"assert": "contains", "value": "Tokyo"}],
@@ -255,6 +256,13 @@ fn an_anthropic_format_model_calls_the_time_server_and_429_is_retried() {
         .map(|e| e["data"]["usage"]["inputTokens"].as_u64().unwrap())
         .collect();
     assert_eq!(usage, [120, 200]);
+    // 120 tokens in at $3 and 30 out at $15 per million.
+    let cost = events(&trace)
+        .iter()
+        .find(|e| e["name"] == "usage")
+        .map(|e| e["data"]["costUsd"].as_f64().unwrap())
+        .unwrap();
+    assert!((cost - 0.00081).abs() < 1e-12, "{cost}");
     key_stays_secret(&eval, &run, KEY);
 }
 
@@ -342,6 +350,16 @@ fn a_provider_without_its_key_or_with_a_bad_url_is_a_config_error() {
     assert!(
         run.stderr
             .contains("providers.acme.baseUrl must be an http(s) URL"),
+        "{}",
+        run.stderr
+    );
+    value["providers"]["acme"]["baseUrl"] = json!(server.url());
+    value["providers"]["acme"]["prices"]["test-model"]["input"] = json!(-1.0);
+    std::fs::write(&config, value.to_string()).unwrap();
+    let run = eval.run(&Mst::new(), &["-q"]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("providers.acme.prices.test-model"),
         "{}",
         run.stderr
     );

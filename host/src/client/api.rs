@@ -194,7 +194,15 @@ impl ApiClient {
                 .complete(&request)
                 .await
                 .map_err(|e| anyhow::anyhow!("model `{}`: {e}", self.model))?;
-            let data = serde_json::json!({"model": self.model.to_string(), "usage": reply.usage});
+            let mut data =
+                serde_json::json!({"model": self.model.to_string(), "usage": reply.usage});
+            let price = self
+                .provider
+                .as_ref()
+                .and_then(|p| p.prices.get(&self.model.model));
+            if let Some(price) = price {
+                data["costUsd"] = serde_json::json!(price.cost(&reply.usage));
+            }
             record(
                 events,
                 EventKind::Custom {

@@ -392,6 +392,12 @@ impl EvalConfig {
             if !(url.starts_with("https://") || url.starts_with("http://")) {
                 bail!("providers.{name}.baseUrl must be an http(s) URL, not {url:?}");
             }
+            if let Some((model, _)) = provider.prices.iter().find(|(_, p)| !p.is_valid()) {
+                bail!(
+                    "providers.{name}.prices.{model}: `input` and `output` must be dollars per \
+                     million tokens, finite and not negative"
+                );
+            }
         }
         if self.trials == 0 {
             bail!("`trials` must be at least 1");

@@ -7,6 +7,7 @@ use super::{ModelError, ModelRequest, Reply, ToolCall, ToolChoice, Turn, Usage};
 use crate::secrets::Secret;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// A provider's wire format.
@@ -27,6 +28,31 @@ pub struct ProviderConfig {
     pub base_url: String,
     /// The secret (from `--secrets-file`) that holds the key.
     pub key: String,
+    /// Prices by model, for the cost each call records.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// What a model costs, in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+}
+
+impl Price {
+    /// The cost of `usage`, in US dollars.
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        (usage.input_tokens as f64 * self.input + usage.output_tokens as f64 * self.output) / 1e6
+    }
+
+    /// Whether both prices are finite and not negative.
+    pub fn is_valid(&self) -> bool {
+        [self.input, self.output]
+            .iter()
+            .all(|p| p.is_finite() && *p >= 0.0)
+    }
 }
 
 /// Retries after the first attempt.
