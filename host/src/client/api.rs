@@ -18,7 +18,9 @@ use crate::eval::config::{ServerConfig, VariantSpec};
 use crate::eval::trial::{EventKind, TraceEvent, TraceRecord};
 use crate::model::http::ProviderConfig;
 use crate::model::mock::ScriptedTurn;
-use crate::model::{ModelRef, ModelRequest, Provider, ToolChoice, ToolOutput, ToolSpec, Turn};
+use crate::model::{
+    ModelRef, ModelRequest, Provider, ToolCall, ToolChoice, ToolOutput, ToolSpec, Turn,
+};
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -147,12 +149,58 @@ impl ApiClient {
         started: Instant,
         events: &mut Vec<TraceEvent>,
     ) -> Result<Option<String>> {
-        let record = |events: &mut Vec<TraceEvent>, kind: EventKind| {
-            let seq = events.len() as u64;
-            let at_ms = started.elapsed().as_millis() as u64;
-            events.push(TraceEvent { seq, at_ms, kind });
-        };
-        let mut sessions: BTreeMap<String, Session> = BTreeMap::new();
+        let mut trace = Recorder { started, events };
+        let (sessions, tools) = self.open_servers().await?;
+        trace.push(EventKind::Message {
+            role: "user".into(),
+            text: prompt.clone(),
+        });
+        let mut turns = vec![Turn::User(prompt)];
+        for _ in 0..self.options.max_turns {
+            let request = ModelRequest {
+                model: &self.model,
+                system: self.options.system.as_deref(),
+                turns: &turns,
+                tools: &tools,
+                tool_choice: self.options.tool_choice,
+                max_tokens: self.options.max_tokens,
+                temperature: self.options.temperature,
+            };
+            let reply = provider
+                .complete(&request)
+                .await
+                .map_err(|e| anyhow::anyhow!("model `{}`: {e}", self.model))?;
+            trace.push(self.usage_event(&reply.usage));
+            if let Some(text) = &reply.text {
+                trace.push(EventKind::Message {
+                    role: "assistant".into(),
+                    text: text.clone(),
+                });
+            }
+            if reply.calls.is_empty() {
+                close(sessions).await;
+                return Ok(reply.text);
+            }
+            let outputs = run_tool_calls(&reply.calls, &sessions, &mut trace).await?;
+            turns.push(Turn::Assistant {
+                text: reply.text,
+                calls: reply.calls,
+            });
+            turns.push(Turn::ToolResults(outputs));
+        }
+        let text = format!(
+            "stopped after maxTurns ({}) model calls without a final answer",
+            self.options.max_turns
+        );
+        trace.push(EventKind::Log { text });
+        close(sessions).await;
+        Ok(None)
+    }
+
+    /// Connects the variant's servers and lists their tools as the model sees them
+    /// (`server__tool`; none with `toolChoice: none`).
+    async fn open_servers(&self) -> Result<(BTreeMap<String, Session>, Vec<ToolSpec>)> {
+        let mut sessions = BTreeMap::new();
         let mut tools = Vec::new();
         for (label, config) in &self.servers {
             let session = connect(config, self.tokens.get(label))
@@ -172,108 +220,80 @@ impl ApiClient {
             }
             sessions.insert(label.clone(), session);
         }
-        record(
-            events,
-            EventKind::Message {
-                role: "user".into(),
-                text: prompt.clone(),
-            },
-        );
-        let mut turns = vec![Turn::User(prompt)];
-        for _ in 0..self.options.max_turns {
-            let request = ModelRequest {
-                model: &self.model,
-                system: self.options.system.as_deref(),
-                turns: &turns,
-                tools: &tools,
-                tool_choice: self.options.tool_choice,
-                max_tokens: self.options.max_tokens,
-                temperature: self.options.temperature,
-            };
-            let reply = provider
-                .complete(&request)
-                .await
-                .map_err(|e| anyhow::anyhow!("model `{}`: {e}", self.model))?;
-            let mut data =
-                serde_json::json!({"model": self.model.to_string(), "usage": reply.usage});
-            let price = self
-                .provider
-                .as_ref()
-                .and_then(|p| p.prices.get(&self.model.model));
-            if let Some(price) = price {
-                data["costUsd"] = serde_json::json!(price.cost(&reply.usage));
-            }
-            record(
-                events,
-                EventKind::Custom {
-                    name: "usage".into(),
-                    data,
-                },
-            );
-            if let Some(text) = &reply.text {
-                let kind = EventKind::Message {
-                    role: "assistant".into(),
-                    text: text.clone(),
-                };
-                record(events, kind);
-            }
-            if reply.calls.is_empty() {
-                close(sessions).await;
-                return Ok(reply.text);
-            }
-            let mut outputs = Vec::new();
-            for call in &reply.calls {
-                let route = call.name.split_once(TOOL_SEPARATOR);
-                record(
-                    events,
-                    EventKind::ToolCall {
-                        id: call.id.clone(),
-                        server: route.map(|(label, _)| label.to_string()),
-                        tool: route.map_or(call.name.clone(), |(_, tool)| tool.to_string()),
-                        arguments: call.arguments.clone(),
-                    },
-                );
-                let call_started = Instant::now();
-                let (output, is_error) =
-                    match route.and_then(|(l, t)| Some((sessions.get(l)?, l, t))) {
-                        Some((session, label, tool)) => {
-                            let arguments = match &call.arguments {
-                                serde_json::Value::Object(map) => map.clone(),
-                                _ => Default::default(),
-                            };
-                            call_tool(session, label, tool, arguments).await?
-                        }
-                        None => (format!("there is no tool `{}`", call.name), true),
-                    };
-                record(
-                    events,
-                    EventKind::ToolResult {
-                        id: call.id.clone(),
-                        output: output.clone(),
-                        is_error,
-                        duration_ms: call_started.elapsed().as_millis() as u64,
-                    },
-                );
-                outputs.push(ToolOutput {
-                    id: call.id.clone(),
-                    output,
-                    is_error,
-                });
-            }
-            turns.push(Turn::Assistant {
-                text: reply.text,
-                calls: reply.calls,
-            });
-            turns.push(Turn::ToolResults(outputs));
-        }
-        let text = format!(
-            "stopped after maxTurns ({}) model calls without a final answer",
-            self.options.max_turns
-        );
-        record(events, EventKind::Log { text });
-        close(sessions).await;
-        Ok(None)
+        Ok((sessions, tools))
     }
+
+    /// The `usage` event of one model call, with its cost when the model has a price.
+    fn usage_event(&self, usage: &crate::model::Usage) -> EventKind {
+        let mut data = serde_json::json!({"model": self.model.to_string(), "usage": usage});
+        let price = self
+            .provider
+            .as_ref()
+            .and_then(|p| p.prices.get(&self.model.model));
+        if let Some(price) = price {
+            data["costUsd"] = serde_json::json!(price.cost(usage));
+        }
+        EventKind::Custom {
+            name: "usage".into(),
+            data,
+        }
+    }
+}
+
+/// Appends events to a trial's trace, timed from the trial's start.
+struct Recorder<'a> {
+    started: Instant,
+    events: &'a mut Vec<TraceEvent>,
+}
+
+impl Recorder<'_> {
+    fn push(&mut self, kind: EventKind) {
+        let seq = self.events.len() as u64;
+        let at_ms = self.started.elapsed().as_millis() as u64;
+        self.events.push(TraceEvent { seq, at_ms, kind });
+    }
+}
+
+/// Runs the model's tool calls on their servers, in order, recording each call and result;
+/// a name no server has is an error result the model sees.
+async fn run_tool_calls(
+    calls: &[ToolCall],
+    sessions: &BTreeMap<String, Session>,
+    trace: &mut Recorder<'_>,
+) -> Result<Vec<ToolOutput>> {
+    let mut outputs = Vec::new();
+    for call in calls {
+        let route = call.name.split_once(TOOL_SEPARATOR);
+        trace.push(EventKind::ToolCall {
+            id: call.id.clone(),
+            server: route.map(|(label, _)| label.to_string()),
+            tool: route.map_or(call.name.clone(), |(_, tool)| tool.to_string()),
+            arguments: call.arguments.clone(),
+        });
+        let call_started = Instant::now();
+        let (output, is_error) = match route.and_then(|(l, t)| Some((sessions.get(l)?, l, t))) {
+            Some((session, label, tool)) => {
+                let arguments = match &call.arguments {
+                    serde_json::Value::Object(map) => map.clone(),
+                    _ => Default::default(),
+                };
+                call_tool(session, label, tool, arguments).await?
+            }
+            None => (format!("there is no tool `{}`", call.name), true),
+        };
+        trace.push(EventKind::ToolResult {
+            id: call.id.clone(),
+            output: output.clone(),
+            is_error,
+            duration_ms: call_started.elapsed().as_millis() as u64,
+        });
+        outputs.push(ToolOutput {
+            id: call.id.clone(),
+            output,
+            is_error,
+        });
+    }
+    Ok(outputs)
 }
 
 impl Client for ApiClient {
