@@ -185,6 +185,12 @@ fn http_eval(format: &str, server: &ModelServer, key: &str) -> (Eval, std::path:
     (eval, secrets)
 }
 
+/// Asserts that `run` stopped as a config error (exit 2) that says `says`.
+fn assert_config_error(run: &mst_tests::Run, says: &str) {
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains(says), "{}", run.stderr);
+}
+
 /// `mst run --json -q` on `eval` with `secrets` as its secrets file.
 fn run_with_secrets(eval: &Eval, secrets: &std::path::Path) -> mst_tests::Run {
     eval.run(
@@ -333,36 +339,21 @@ fn a_provider_without_its_key_or_with_a_bad_url_is_a_config_error() {
     let empty = eval.dir.path().join("empty.env");
     std::fs::write(&empty, "OTHER=1\n").unwrap();
     let run = eval.run(&Mst::new(), &["-q", "--secrets-file", mst_tests::s(&empty)]);
-    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stderr.contains(
-            "providers.acme.key names secret `MODEL_KEY`, which --secrets-file does not hold"
-        ),
-        "{}",
-        run.stderr
+    assert_config_error(
+        &run,
+        "providers.acme.key names secret `MODEL_KEY`, which --secrets-file does not hold",
     );
     let config = eval.config();
     let mut value = read_json(&config);
     value["providers"]["acme"]["baseUrl"] = json!("ftp://models.example");
     std::fs::write(&config, value.to_string()).unwrap();
     let run = eval.run(&Mst::new(), &["-q"]);
-    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stderr
-            .contains("providers.acme.baseUrl must be an http(s) URL"),
-        "{}",
-        run.stderr
-    );
+    assert_config_error(&run, "providers.acme.baseUrl must be an http(s) URL");
     value["providers"]["acme"]["baseUrl"] = json!(server.url());
     value["providers"]["acme"]["prices"]["test-model"]["input"] = json!(-1.0);
     std::fs::write(&config, value.to_string()).unwrap();
     let run = eval.run(&Mst::new(), &["-q"]);
-    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stderr.contains("providers.acme.prices.test-model"),
-        "{}",
-        run.stderr
-    );
+    assert_config_error(&run, "providers.acme.prices.test-model");
     assert!(server.requests().is_empty(), "nothing was called");
 }
 
@@ -374,14 +365,7 @@ fn secret_env_naming_a_secret_the_file_lacks_is_a_config_error() {
         &[json!({"id": "c", "input": "x"})],
     );
     let run = eval.run(&Mst::new(), &["-q"]);
-    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stderr.contains(
-            "clientOptions.secretEnv.API_KEY names secret `MISSING`, which --secrets-file does not hold"
-        ),
-        "{}",
-        run.stderr
-    );
+    assert_config_error(&run, "clientOptions.secretEnv.API_KEY names secret `MISSING`, which --secrets-file does not hold");
 }
 
 #[test]
@@ -516,4 +500,34 @@ fn a_judge_without_a_verdict_or_without_its_grant_leaves_the_trial_not_graded() 
         server.requests().is_empty(),
         "an ungranted plugin reaches no model"
     );
+}
+
+#[test]
+fn a_malformed_model_reply_makes_the_trial_infra_naming_what_was_wrong() {
+    for (format, reply, says) in [
+        (
+            "anthropic",
+            json!({"content": "not a list"}),
+            "no `content` list",
+        ),
+        (
+            "openai",
+            json!({"choices": [{"message": {"tool_calls": [{"id": "c1", "type": "function",
+                   "function": {"name": "time__get_current_time", "arguments": "{not json"}}]}}]}),
+            "`arguments` is not JSON",
+        ),
+        ("openai", json!({"choices": []}), "no `choices[0].message`"),
+    ] {
+        let server = ModelServer::start(vec![Reply::ok(reply)]);
+        let (eval, secrets) = http_eval(format, &server, "mst-canary-malformed-key");
+        let run = run_with_secrets(&eval, &secrets);
+        assert_eq!(run.code, 1, "{format}: {}\n{}", run.stdout, run.stderr);
+        let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
+        assert_eq!(trace["trace"]["status"], "infra", "{trace}");
+        let reason = events(&trace).pop().unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(reason.contains(says), "{format}: {reason}");
+    }
 }
