@@ -58,7 +58,7 @@ pub(crate) struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
-    /// Secrets (JSON object or dotenv) that servers' `token` fields name.
+    /// Secrets (JSON object or dotenv): servers' `token`s, model providers' keys, `secretEnv`.
     #[arg(long, value_name = "FILE")]
     secrets_file: Option<PathBuf>,
     /// A shard whose worker sends nothing (not even a heartbeat) for this long is lost.
