@@ -39,6 +39,12 @@ impl Home {
         self.root.join("cache")
     }
 
+    /// Model providers configured once for every eval (`providers.json`, merged under each
+    /// config's own `providers`).
+    pub fn providers_file(&self) -> PathBuf {
+        self.root.join("providers.json")
+    }
+
     /// Where installed plugins live: `plugins/<name>/<version>/`.
     pub fn plugins_dir(&self) -> PathBuf {
         self.root.join("plugins")

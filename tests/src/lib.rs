@@ -194,7 +194,7 @@ impl Eval {
         self.dir.path().join("results")
     }
     /// `mst run` on it with `extra` arguments, as an argument list.
-    fn args(&self, extra: &[&str]) -> Vec<String> {
+    pub fn args(&self, extra: &[&str]) -> Vec<String> {
         let (config, results) = (self.config(), self.results());
         let fixed = ["run", "--config", s(&config), "--results-dir", s(&results)];
         fixed.iter().chain(extra).map(|a| a.to_string()).collect()

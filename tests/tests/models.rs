@@ -531,3 +531,75 @@ fn a_malformed_model_reply_makes_the_trial_infra_naming_what_was_wrong() {
         assert!(reason.contains(says), "{format}: {reason}");
     }
 }
+
+#[test]
+fn a_model_slower_than_the_trial_deadline_times_the_trial_out() {
+    let slow = std::time::Duration::from_secs(20);
+    let server = ModelServer::start_slow(
+        vec![Reply::ok(
+            json!({"choices": [{"message": {"role": "assistant", "content": "Tokyo"}}]}),
+        )],
+        slow,
+    );
+    let (eval, secrets) = http_eval("openai", &server, "mst-canary-slow-key");
+    let config = eval.config();
+    let mut value = read_json(&config);
+    value["timeout"] = json!(2);
+    std::fs::write(&config, value.to_string()).unwrap();
+    let started = std::time::Instant::now();
+    let run = run_with_secrets(&eval, &secrets);
+    let took = started.elapsed();
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(took < slow, "the deadline ended the wait for the model: {took:?}");
+    assert_eq!(server.requests().len(), 0, "the reply never completed");
+    let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
+    assert_eq!(trace["trace"]["status"], "timed-out", "{trace}");
+}
+
+#[test]
+fn a_provider_from_mst_home_takes_its_key_from_an_environment_variable() {
+    const KEY: &str = "mst-canary-env-key-5d1c";
+    let server = ModelServer::start(vec![Reply::ok(json!({"choices": [{"message":
+        {"role": "assistant", "content": "It is night in Tokyo."}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5}}))]);
+    let (eval, _) = http_eval("openai", &server, "unused");
+    let config = eval.config();
+    let mut value = read_json(&config);
+    let provider = value["providers"]["acme"].take();
+    value.as_object_mut().unwrap().remove("providers");
+    std::fs::write(&config, value.to_string()).unwrap();
+    let mst = Mst::new();
+    let mut provider = provider;
+    provider["key"] = json!("env:MST_TEST_MODEL_KEY");
+    let providers_file = mst.home.path().join("providers.json");
+    std::fs::write(&providers_file, json!({"acme": provider}).to_string()).unwrap();
+
+    let run: mst_tests::Run = mst
+        .command(&eval.args(&["--json", "-q"]))
+        .env("MST_TEST_MODEL_KEY", KEY)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    key_stays_secret(&eval, &run, KEY);
+
+    // Unset, the variable is a config error naming the field and the variable.
+    let run = eval.run(&mst, &["-q"]);
+    assert_config_error(
+        &run,
+        "providers.acme.key names environment variable `MST_TEST_MODEL_KEY`, which is not set",
+    );
+    // A broken providers file is named, with the field.
+    provider["baseUrl"] = json!("ftp://models.example");
+    std::fs::write(&providers_file, json!({"acme": provider}).to_string()).unwrap();
+    let run = eval.run(&mst, &["-q"]);
+    assert_config_error(&run, "acme.baseUrl must be an http(s) URL");
+    assert!(run.stderr.contains("providers.json"), "{}", run.stderr);
+    assert_eq!(server.requests().len(), 1, "nothing more was called");
+}

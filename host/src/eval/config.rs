@@ -356,6 +356,26 @@ impl EvalConfig {
         Ok((config, bytes))
     }
 
+    /// Adds the providers of `$MST_HOME/providers.json` (`path`; a JSON object of providers,
+    /// as in the config's `providers`) that the config does not configure itself: the config's
+    /// own entry wins. A missing file adds nothing.
+    pub fn add_providers_from(&mut self, path: &Path) -> Result<()> {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        };
+        let providers: BTreeMap<String, crate::model::http::ProviderConfig> =
+            serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!(explain(path, &e)))?;
+        for (name, provider) in providers {
+            provider
+                .validate(&name, "")
+                .with_context(|| format!("{} is not a valid providers file", path.display()))?;
+            self.providers.entry(name).or_insert(provider);
+        }
+        Ok(())
+    }
+
     /// Parses config text (for tests and embedded defaults).
     pub fn parse(text: &str, label: &Path) -> Result<Self> {
         let config: EvalConfig =
@@ -385,19 +405,7 @@ impl EvalConfig {
             );
         }
         for (name, provider) in &self.providers {
-            if name == "mock" {
-                bail!("providers.mock: `mock` is the built-in provider and cannot be configured");
-            }
-            let url = provider.base_url.as_str();
-            if !(url.starts_with("https://") || url.starts_with("http://")) {
-                bail!("providers.{name}.baseUrl must be an http(s) URL, not {url:?}");
-            }
-            if let Some((model, _)) = provider.prices.iter().find(|(_, p)| !p.is_valid()) {
-                bail!(
-                    "providers.{name}.prices.{model}: `input` and `output` must be dollars per \
-                     million tokens, finite and not negative"
-                );
-            }
+            provider.validate(name, "providers.")?;
         }
         if self.trials == 0 {
             bail!("`trials` must be at least 1");
@@ -511,6 +519,37 @@ mod tests {
     use super::*;
 
     const MINIMAL: &str = r#"{"name": "t", "datasets": ["cases.jsonl"], "client": "command"}"#;
+
+    #[test]
+    fn providers_from_mst_home_fill_in_and_the_config_wins() {
+        let mut config = EvalConfig::parse(
+            r#"{"name": "e", "datasets": ["d"], "client": "command", "providers": {"acme": {"format": "openai",
+                "baseUrl": "http://config.example", "key": "K"}}}"#,
+            Path::new("t.json"),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("providers.json");
+        config.add_providers_from(&file).unwrap();
+        assert_eq!(config.providers.len(), 1, "no file, nothing added");
+        std::fs::write(
+            &file,
+            r#"{"acme": {"format": "anthropic", "baseUrl": "http://home.example", "key": "H"},
+                "other": {"format": "openai", "baseUrl": "http://other.example", "key": "env:OTHER_KEY"}}"#,
+        )
+        .unwrap();
+        config.add_providers_from(&file).unwrap();
+        assert_eq!(config.providers["acme"].base_url, "http://config.example");
+        assert_eq!(config.providers["other"].key, "env:OTHER_KEY");
+        std::fs::write(
+            &file,
+            r#"{"bad": {"format": "openai", "baseUrl": "http://x", "key": "env:1BAD"}}"#,
+        )
+        .unwrap();
+        let err = format!("{:#}", config.add_providers_from(&file).unwrap_err());
+        assert!(err.contains("bad.key is `env:1BAD`"), "{err}");
+        assert!(err.contains("providers.json"), "{err}");
+    }
 
     #[test]
     fn defaults() {

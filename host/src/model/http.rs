@@ -26,11 +26,42 @@ pub struct ProviderConfig {
     pub format: WireFormat,
     /// e.g. `https://api.anthropic.com` or `https://api.openai.com/v1`.
     pub base_url: String,
-    /// The secret (from `--secrets-file`) that holds the key.
+    /// The secret that holds the key: a name in `--secrets-file`, or `env:VAR` for the
+    /// environment variable `VAR` of the mst process.
     pub key: String,
     /// Prices by model, for the cost each call records.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, Price>,
+}
+
+impl ProviderConfig {
+    /// Checks what serde cannot; errors name the field as `{place}{name}.field`.
+    pub fn validate(&self, name: &str, place: &str) -> anyhow::Result<()> {
+        if name == "mock" {
+            anyhow::bail!("{place}mock: `mock` is the built-in provider and cannot be configured");
+        }
+        let url = self.base_url.as_str();
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            anyhow::bail!("{place}{name}.baseUrl must be an http(s) URL, not {url:?}");
+        }
+        if let Some(var) = self.key.strip_prefix("env:") {
+            let valid = var.chars().next().is_some_and(|c| !c.is_ascii_digit())
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                anyhow::bail!(
+                    "{place}{name}.key is `env:{var}`, but {var:?} is not an environment \
+                     variable name (letters, digits and `_`, not starting with a digit)"
+                );
+            }
+        }
+        if let Some((model, _)) = self.prices.iter().find(|(_, p)| !p.is_valid()) {
+            anyhow::bail!(
+                "{place}{name}.prices.{model}: `input` and `output` must be dollars per million \
+                 tokens, finite and not negative"
+            );
+        }
+        Ok(())
+    }
 }
 
 /// What a model costs, in US dollars per million tokens.

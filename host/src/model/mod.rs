@@ -151,7 +151,7 @@ impl ModelAccess {
     ) -> Self {
         let keys = providers
             .iter()
-            .filter_map(|(name, p)| Some((name.clone(), secrets.get(&p.key)?.clone())))
+            .filter_map(|(name, p)| Some((name.clone(), secrets.get(&p.key)?)))
             .collect();
         ModelAccess {
             providers: providers.clone(),

@@ -48,7 +48,8 @@ pub struct PluginRequest<'a> {
 /// Loads the config at `config_path` with its plugins, resolves its datasets and builds its
 /// judges.
 pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> Result<Prepared> {
-    let (config, config_bytes) = EvalConfig::load(config_path)?;
+    let (mut config, config_bytes) = EvalConfig::load(config_path)?;
+    config.add_providers_from(&home.providers_file())?;
     let base = config_path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -179,10 +180,7 @@ impl Prepared {
             }) = server
             {
                 if secrets.get(name).is_none() {
-                    anyhow::bail!(
-                        "servers.{label}.token names secret `{name}`, which --secrets-file does \
-                         not hold"
-                    );
+                    anyhow::bail!("servers.{label}.token names {}", Secrets::missing(name));
                 }
                 names.insert(label.clone(), name.clone());
             }
@@ -190,8 +188,8 @@ impl Prepared {
         for (name, provider) in &self.config.providers {
             if secrets.get(&provider.key).is_none() {
                 anyhow::bail!(
-                    "providers.{name}.key names secret `{}`, which --secrets-file does not hold",
-                    provider.key
+                    "providers.{name}.key names {}",
+                    Secrets::missing(&provider.key)
                 );
             }
             names.insert(crate::model::key_token(name), provider.key.clone());
@@ -200,8 +198,8 @@ impl Prepared {
             for (var, name) in self.config.variant(&variant).secret_env() {
                 if secrets.get(&name).is_none() {
                     anyhow::bail!(
-                        "variant `{variant}`: clientOptions.secretEnv.{var} names secret \
-                         `{name}`, which --secrets-file does not hold"
+                        "variant `{variant}`: clientOptions.secretEnv.{var} names {}",
+                        Secrets::missing(&name)
                     );
                 }
                 names.insert(crate::secrets::secret_token(&name), name);

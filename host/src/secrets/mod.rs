@@ -1,4 +1,5 @@
-//! Secrets: read only from a secrets file (`--secrets-file`, JSON or dotenv) and held as
+//! Secrets: read only from a secrets file (`--secrets-file`, JSON or dotenv) or, for a name
+//! written `env:VAR`, from the environment variable `VAR` of the mst process; held as
 //! [`Secret`]s, whose `Debug` never shows the value. The coordinator hands MCP tokens to workers
 //! only over the worker's stdin; the worker keeps them in memory and in a private token
 //! directory ([`TokenDir`]) that it removes when it ends. Every value read is registered
@@ -25,6 +26,9 @@ pub fn secret_of_token(token: &str) -> Option<&str> {
 }
 
 const SECRET_TOKEN: &str = "secret:";
+
+/// The prefix of a secret name that stands for an environment variable.
+const ENV_SECRET: &str = "env:";
 
 /// A secret value. Its `Debug` and `Display` never show the value, so it cannot leak through
 /// a log line or an error message by accident.
@@ -150,9 +154,28 @@ impl Secrets {
         })
     }
 
-    /// The secret `name`.
-    pub fn get(&self, name: &str) -> Option<&Secret> {
-        self.values.get(name)
+    /// The secret `name`: from the secrets file, or for `env:VAR` from the environment
+    /// variable `VAR` (read when asked, so a renewed variable is seen, and held for redaction).
+    pub fn get(&self, name: &str) -> Option<Secret> {
+        match name.strip_prefix(ENV_SECRET) {
+            Some(var) => {
+                let value = std::env::var(var).ok().filter(|v| !v.is_empty())?;
+                let secret = Secret::new(value);
+                hold(name, &secret);
+                Some(secret)
+            }
+            None => self.values.get(name).cloned(),
+        }
+    }
+
+    /// Where the missing secret `name` was looked for, for an error that names a field:
+    /// "secret `X`, which --secrets-file does not hold" or "environment variable `X`, which is
+    /// not set".
+    pub fn missing(name: &str) -> String {
+        match name.strip_prefix(ENV_SECRET) {
+            Some(var) => format!("environment variable `{var}`, which is not set (or empty)"),
+            None => format!("secret `{name}`, which --secrets-file does not hold"),
+        }
     }
 
     /// When the secret `name` expires, in milliseconds since the Unix epoch, if it does.
@@ -300,6 +323,21 @@ mod tests {
         assert_eq!(dotenv.get("A").unwrap().expose(), "1");
         assert_eq!(dotenv.get("B").unwrap().expose(), "two words");
         assert_eq!(dotenv.get("C").unwrap().expose(), "x=y");
+    }
+
+    #[test]
+    fn env_names_read_the_variable_and_a_file_cannot_define_them() {
+        // A variable no other test touches.
+        std::env::set_var("MST_UNIT_SECRET_VAR", "from-env");
+        let secrets = Secrets::default();
+        assert_eq!(
+            secrets.get("env:MST_UNIT_SECRET_VAR").unwrap().expose(),
+            "from-env"
+        );
+        assert!(secrets.get("env:MST_UNIT_UNSET_VAR").is_none());
+        assert!(Secrets::missing("env:X").contains("environment variable `X`"));
+        assert!(Secrets::missing("X").contains("--secrets-file does not hold"));
+        assert!(Secrets::parse("env:X=1\n").is_err());
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl ServerTokens {
                 state.secrets = fresh;
             }
         }
-        let value = state.secrets.get(name)?.clone();
+        let value = state.secrets.get(name)?;
         Some(Token {
             value,
             expires_at: state.secrets.expires_at(name),
