@@ -397,6 +397,24 @@ fn the_agent_tools_example_runs_offline_and_its_provider_configs_ask_for_their_k
         output["target"]["timezone"], "Asia/Tokyo",
         "the real server converted"
     );
+    // The real filesystem server wrote the note into the trial's own directory and read it
+    // back.
+    let trace = read_json(&dir.join("default/tokyo-note/0.json"));
+    let results: Vec<String> = events(&trace)
+        .into_iter()
+        .filter(|e| e["type"] == "tool-result")
+        .map(|e| e["output"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(results.len(), 3, "{trace}");
+    assert!(results[1].contains("Successfully wrote"), "{results:?}");
+    assert!(
+        results[2].contains("17:00 Asia/Tokyo") && !results[2].contains("rror"),
+        "{results:?}"
+    );
+    assert!(
+        !example.join("note.txt").exists(),
+        "the note stayed in the trial's directory"
+    );
     for (config, key) in [
         ("eval.anthropic.json", "ANTHROPIC_API_KEY"),
         ("eval.openai.json", "OPENAI_API_KEY"),
@@ -550,7 +568,10 @@ fn a_model_slower_than_the_trial_deadline_times_the_trial_out() {
     let run = run_with_secrets(&eval, &secrets);
     let took = started.elapsed();
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    assert!(took < slow, "the deadline ended the wait for the model: {took:?}");
+    assert!(
+        took < slow,
+        "the deadline ended the wait for the model: {took:?}"
+    );
     assert_eq!(server.requests().len(), 0, "the reply never completed");
     let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
     assert_eq!(trace["trace"]["status"], "timed-out", "{trace}");

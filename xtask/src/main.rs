@@ -116,8 +116,18 @@ fn build_plugins() -> Result<()> {
     Ok(())
 }
 
-/// The real MCP servers the end-to-end tests use, installed from their registries when missing.
-const NPM_SERVER: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+/// The real MCP servers the end-to-end tests use, installed from their registries when missing:
+/// npm packages by the program they install.
+const NPM_SERVERS: &[(&str, &str)] = &[
+    (
+        "mcp-server-everything",
+        "@modelcontextprotocol/server-everything@2026.8.31",
+    ),
+    (
+        "mcp-server-filesystem",
+        "@modelcontextprotocol/server-filesystem@2026.8.31",
+    ),
+];
 const PYPI_SERVER: &str = "mcp-server-time==2026.10.19";
 
 fn ensure_test_servers() -> Result<()> {
@@ -131,14 +141,16 @@ fn ensure_test_servers() -> Result<()> {
     if !ok("python3", &["-c", "import mcp_server_time"]) {
         run(Command::new("python3").args(["-m", "pip", "install", "--quiet", PYPI_SERVER]))?;
     }
-    if !ok("sh", &["-c", "command -v mcp-server-everything"]) {
-        run(Command::new("npm").args([
-            "install",
-            "--global",
-            "--no-fund",
-            "--no-audit",
-            NPM_SERVER,
-        ]))?;
+    for (program, package) in NPM_SERVERS {
+        if !ok("sh", &["-c", &format!("command -v {program}")]) {
+            run(Command::new("npm").args([
+                "install",
+                "--global",
+                "--no-fund",
+                "--no-audit",
+                package,
+            ]))?;
+        }
     }
     Ok(())
 }

@@ -25,6 +25,7 @@ use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Instant;
 
 /// Separates a server's label from its tool's name in the names the model sees.
@@ -146,11 +147,12 @@ impl ApiClient {
         &self,
         provider: &Provider,
         prompt: String,
+        scratch: &Path,
         started: Instant,
         events: &mut Vec<TraceEvent>,
     ) -> Result<Option<String>> {
         let mut trace = Recorder { started, events };
-        let (sessions, tools) = self.open_servers().await?;
+        let (sessions, tools) = self.open_servers(scratch).await?;
         trace.push(EventKind::Message {
             role: "user".into(),
             text: prompt.clone(),
@@ -199,11 +201,14 @@ impl ApiClient {
 
     /// Connects the variant's servers and lists their tools as the model sees them
     /// (`server__tool`; none with `toolChoice: none`).
-    async fn open_servers(&self) -> Result<(BTreeMap<String, Session>, Vec<ToolSpec>)> {
+    async fn open_servers(
+        &self,
+        scratch: &Path,
+    ) -> Result<(BTreeMap<String, Session>, Vec<ToolSpec>)> {
         let mut sessions = BTreeMap::new();
         let mut tools = Vec::new();
         for (label, config) in &self.servers {
-            let session = connect(config, self.tokens.get(label))
+            let session = connect(config, self.tokens.get(label), scratch)
                 .await
                 .with_context(|| format!("MCP server `{label}`"))?;
             if self.options.tool_choice != ToolChoice::None {
@@ -314,7 +319,7 @@ impl Client for ApiClient {
         let prompt = input_text(input.case);
         let outcome = drive(
             input,
-            self.agent_loop(&provider, prompt, started, &mut events),
+            self.agent_loop(&provider, prompt, input.scratch, started, &mut events),
         );
         trace_of(outcome, events, started)
     }

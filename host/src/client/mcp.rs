@@ -20,6 +20,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -73,11 +74,18 @@ pub(super) struct Session {
 }
 
 /// Starts (stdio) or reaches (streamable HTTP) one MCP server, with its token when it has one.
-pub(super) async fn connect(config: &ServerConfig, token: Option<&Secret>) -> Result<Session> {
+pub(super) async fn connect(
+    config: &ServerConfig,
+    token: Option<&Secret>,
+    scratch: &Path,
+) -> Result<Session> {
     match config {
         ServerConfig::Stdio(server) => {
             let mut command = tokio::process::Command::new(&server.command);
+            // In the trial's own directory, like the agent: a server that works on files (a
+            // filesystem server given `.`) sees the trial's files only.
             command
+                .current_dir(scratch)
                 .args(&server.args)
                 .env_clear()
                 .envs(crate::process::minimal_env())
@@ -158,6 +166,7 @@ async fn run_calls(
     servers: &BTreeMap<String, ServerConfig>,
     tokens: &BTreeMap<String, Secret>,
     calls: &[Call],
+    scratch: &Path,
     started: Instant,
     events: &mut Vec<TraceEvent>,
 ) -> Result<Option<String>> {
@@ -180,7 +189,7 @@ async fn run_calls(
             )
         })?;
         if !sessions.contains_key(&label) {
-            let session = connect(config, tokens.get(&label))
+            let session = connect(config, tokens.get(&label), scratch)
                 .await
                 .with_context(|| format!("MCP server `{label}`"))?;
             sessions.insert(label.clone(), session);
@@ -242,7 +251,14 @@ impl Client for McpClient {
         };
         let outcome = drive(
             input,
-            run_calls(&self.servers, &self.tokens, &calls, started, &mut events),
+            run_calls(
+                &self.servers,
+                &self.tokens,
+                &calls,
+                input.scratch,
+                started,
+                &mut events,
+            ),
         );
         trace_of(outcome, events, started)
     }
