@@ -16,8 +16,9 @@
 //! - [`model`]: what the `api` client's agent loop calls: one request and reply shape, the
 //!   built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files and worker token directories.
-//! - [`files`], [`process`], [`home`], [`clock`]: careful file access; host processes (groups,
-//!   deadlines, capped reads); where mst keeps its state (`$MST_HOME`); wall-clock time.
+//! - [`files`], [`process`], [`home`], [`clock`], [`http_client`]: careful file access; host
+//!   processes (groups, deadlines, capped reads); where mst keeps its state (`$MST_HOME`);
+//!   wall-clock time; HTTP clients built one way.
 
 pub mod cli;
 pub mod client;
@@ -26,6 +27,7 @@ pub mod eval;
 pub mod files;
 pub mod grade;
 pub mod home;
+pub mod http_client;
 pub mod model;
 pub mod plugin;
 pub mod process;

@@ -62,6 +62,8 @@ impl Request {
 
 /// A running server; its threads end with the test process.
 pub struct ModelServer {
+    /// The address it listens on (loopback unless started with [`ModelServer::start_on`]).
+    pub ip: std::net::IpAddr,
     pub port: u16,
     requests: Arc<Mutex<Vec<Request>>>,
     in_flight: Arc<AtomicUsize>,
@@ -78,9 +80,16 @@ impl ModelServer {
     /// [`ModelServer::start`], each reply taking `delay`, requests served concurrently (so
     /// [`ModelServer::most_in_flight`] tells how many callers overlapped).
     pub fn start_slow(script: Vec<Reply>, delay: Duration) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::start_on([127, 0, 0, 1].into(), script, delay)
+    }
+
+    /// [`ModelServer::start_slow`] listening on `ip` (e.g. a Docker bridge's gateway, which
+    /// containers on that bridge reach).
+    pub fn start_on(ip: std::net::IpAddr, script: Vec<Reply>, delay: Duration) -> Self {
+        let listener = TcpListener::bind((ip, 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let server = ModelServer {
+            ip,
             port,
             requests: Arc::new(Mutex::new(Vec::new())),
             in_flight: Arc::new(AtomicUsize::new(0)),
@@ -117,7 +126,10 @@ impl ModelServer {
 
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!(
+            "http://{}",
+            std::net::SocketAddr::from((self.ip, self.port))
+        )
     }
 
     /// Every request so far, in order.

@@ -1078,3 +1078,97 @@ fn secret_env_reaches_the_agent_and_never_the_containers_environment() {
     assert!(mst_tests::files_containing(&eval.results(), KEY).is_empty());
     assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
 }
+
+/// The gateway of engine `endpoint`'s default bridge: the host as containers on it see it.
+fn bridge_gateway(endpoint: &str) -> std::net::IpAddr {
+    let gateway = docker(
+        endpoint,
+        &[
+            "network",
+            "inspect",
+            "bridge",
+            "--format",
+            "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+        ],
+    );
+    gateway
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("bridge gateway {gateway:?}: {e}"))
+}
+
+#[test]
+fn an_api_agent_in_containers_reaches_its_model_with_a_key_no_container_shows() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    const KEY: &str = "mst-canary-docker-model-key-71fe";
+    let server = mst_tests::model_server::ModelServer::start_on(
+        bridge_gateway(&a),
+        vec![mst_tests::model_server::Reply::ok(json!({
+            "content": [{"type": "text", "text": "It is morning in Tokyo."}],
+            "usage": {"input_tokens": 12, "output_tokens": 6}}))],
+        std::time::Duration::ZERO,
+    );
+    let mst = Mst::new();
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"],
+               "providers": {"acme": {"format": "anthropic", "baseUrl": server.url(),
+                                      "key": "MODEL_KEY"}},
+               "client": "api", "model": "acme/test-model",
+               "judges": [{"assert": "contains", "value": "Tokyo"}], "timeout": 30}),
+        &mst_tests::cases(4),
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("MODEL_KEY={KEY}\n")).unwrap();
+    let image = format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION"));
+    let context = format!("contexts={a}");
+    let run = eval.run(
+        &mst,
+        &[
+            "--json",
+            "-q",
+            "--secrets-file",
+            s(&secrets),
+            "--runner",
+            "docker",
+            "--runner-option",
+            &context,
+            "--runner-option",
+            &image,
+            "--runner-option",
+            "shards=2",
+            // The model is reached over the bridge; the default (`none`) has no egress.
+            "--runner-option",
+            "network=bridge",
+            "--runner-option",
+            "keep=always",
+        ],
+    );
+    let logs = || {
+        mst_tests::walk(&eval.results())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().ends_with(".worker.log"))
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(run.code, 0, "{}\n{}\n{}", run.stdout, run.stderr, logs());
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "one model call per trial");
+    assert!(requests
+        .iter()
+        .all(|r| r.header("x-api-key") == Some(KEY) && r.path == "/v1/messages"));
+    let names = containers_of(&a, &run_id(&eval));
+    assert_eq!(names.len(), 2, "{names:?}");
+    for name in &names {
+        let inspect = docker(&a, &["inspect", name]);
+        assert!(
+            !inspect.contains(KEY),
+            "docker inspect of {name} shows the key"
+        );
+        docker(&a, &["rm", "-f", "-v", name]);
+    }
+    assert!(mst_tests::files_containing(&eval.results(), KEY).is_empty());
+    assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
+}

@@ -111,8 +111,17 @@ pub(super) async fn connect(
             } else if let Some(name) = &server.token {
                 bail!("no token for secret `{name}` reached this worker");
             }
-            let transport =
-                rmcp::transport::StreamableHttpClientTransport::from_config(transport_config);
+            // rmcp's own client would panic on a machine without a CA store.
+            let client = crate::http_client::client(|builder| {
+                builder
+                    .pool_max_idle_per_host(0)
+                    .redirect(crate::http_client::same_origin_redirects())
+            })
+            .map_err(anyhow::Error::msg)?;
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                client,
+                transport_config,
+            );
             let service = ()
                 .serve(transport)
                 .await

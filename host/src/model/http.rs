@@ -100,7 +100,8 @@ const MAX_BODY: usize = 16 << 20;
 pub struct Http {
     config: ProviderConfig,
     key: Option<Secret>,
-    client: reqwest::Client,
+    /// The client, or why none could be built.
+    client: Result<reqwest::Client, String>,
 }
 
 impl Http {
@@ -109,7 +110,7 @@ impl Http {
         Http {
             config: config.clone(),
             key: key.cloned(),
-            client: reqwest::Client::new(),
+            client: crate::http_client::client(|builder| builder),
         }
     }
 
@@ -121,6 +122,7 @@ impl Http {
                 self.config.key
             ))
         })?;
+        let client = self.client.as_ref().map_err(|e| ModelError(e.clone()))?;
         let (url, body) = match self.config.format {
             WireFormat::Anthropic => (
                 format!("{}/v1/messages", self.config.base_url.trim_end_matches('/')),
@@ -136,7 +138,7 @@ impl Http {
         };
         let mut attempt = 0;
         loop {
-            let mut post = self.client.post(&url).json(&body);
+            let mut post = client.post(&url).json(&body);
             post = match self.config.format {
                 WireFormat::Anthropic => post
                     .header("x-api-key", key.expose())
