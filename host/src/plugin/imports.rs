@@ -7,6 +7,7 @@ use super::bindings::{ErrorCode, PluginError};
 use super::programs;
 use super::sandbox::State;
 use crate::process::RunningGroup;
+use crate::secrets::redact::terminal_safe;
 use std::time::{Duration, Instant};
 
 /// Log lines one call may write; the rest are dropped with one warning.
@@ -30,22 +31,14 @@ fn unavailable(message: String) -> PluginError {
     }
 }
 
-/// Makes plugin text safe for a terminal and a log file: control characters escaped, length
-/// capped.
+/// Makes plugin text safe for a terminal and a log file: length capped, kept to one line
+/// (newlines shown as `\n`), and otherwise as [`terminal_safe`] makes anyone's text.
 pub(crate) fn sanitize(text: &str, max_chars: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max_chars));
-    for (count, c) in text.chars().enumerate() {
-        if count == max_chars {
-            out.push('…');
-            break;
-        }
-        if c.is_control() && c != '\t' {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
+    let mut capped: String = text.chars().take(max_chars).collect();
+    if text.chars().nth(max_chars).is_some() {
+        capped.push('…');
     }
-    out
+    terminal_safe(&capped.replace('\n', "\\n")).into_owned()
 }
 
 impl types::Host for State {}
@@ -253,7 +246,12 @@ mod tests {
 
     #[test]
     fn sanitize_escapes_and_caps() {
-        assert_eq!(sanitize("a\x1b[31mb\n", 100), "a\\u{1b}[31mb\\n");
+        assert_eq!(sanitize("a\x1b[31mb\n", 100), "a\\u001b[31mb\\n");
+        assert_eq!(
+            sanitize("x\u{202e}y", 100),
+            "x\\u202ey",
+            "reordering marks too"
+        );
         assert_eq!(sanitize("abcdef", 3), "abc…");
     }
 
