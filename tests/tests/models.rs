@@ -624,3 +624,44 @@ fn a_provider_from_mst_home_takes_its_key_from_an_environment_variable() {
     assert!(run.stderr.contains("providers.json"), "{}", run.stderr);
     assert_eq!(server.requests().len(), 1, "nothing more was called");
 }
+
+#[test]
+fn an_api_agent_using_the_time_server_is_judged_by_the_rubric_grader_through_the_same_server() {
+    const KEY: &str = "mst-canary-shared-key-a41b";
+    let server = ModelServer::start(vec![
+        Reply::ok(json!({"content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "time__get_current_time",
+             "input": {"timezone": "Asia/Tokyo"}}],
+            "usage": {"input_tokens": 50, "output_tokens": 10}})),
+        Reply::ok(
+            json!({"content": [{"type": "text", "text": "It is evening in Asia/Tokyo."}],
+                         "usage": {"input_tokens": 90, "output_tokens": 8}}),
+        ),
+        judge_says("{\"score\": 1.0, \"reason\": \"names the zone\"}"),
+    ]);
+    let (eval, secrets) = http_eval("anthropic", &server, KEY);
+    let config = eval.config();
+    let mut value = read_json(&config);
+    value["plugins"] = json!([{"path": mst_tests::s(&mst_tests::plugin("rubric.wasm")),
+                               "allowModel": ["acme"]}]);
+    value["judges"] = json!([{"plugin": "mst/grader/rubric",
+                              "options": {"provider": "acme", "model": "judge-1",
+                                          "rubric": "The answer names the time zone."}}]);
+    std::fs::write(&config, value.to_string()).unwrap();
+    let run = run_with_secrets(&eval, &secrets);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let requests = server.requests();
+    let models: Vec<&str> = requests
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["test-model", "test-model", "judge-1"]);
+    assert!(requests.iter().all(|r| r.header("x-api-key") == Some(KEY)));
+    // The real server's answer went to the agent's model; the agent's answer to the judge.
+    assert!(requests[1].body.to_string().contains("Asia/Tokyo"));
+    let asked = requests[2].body["messages"][0]["content"].as_str().unwrap();
+    assert!(asked.contains("It is evening in Asia/Tokyo."), "{asked}");
+    let grades = read_json(&eval.run_dir("agent").join("grades.json")).to_string();
+    assert!(grades.contains("names the zone"), "{grades}");
+    key_stays_secret(&eval, &run, KEY);
+}

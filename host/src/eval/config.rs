@@ -376,6 +376,16 @@ impl EvalConfig {
         Ok(())
     }
 
+    /// Gives each provider with a default `limit` that `limits.providers` does not name its
+    /// default there, where the limiter reads it.
+    pub fn apply_provider_limits(&mut self) {
+        for (name, provider) in &self.providers {
+            if let Some(limit) = provider.limit {
+                self.limits.providers.entry(name.clone()).or_insert(limit);
+            }
+        }
+    }
+
     /// Parses config text (for tests and embedded defaults).
     pub fn parse(text: &str, label: &Path) -> Result<Self> {
         let config: EvalConfig =
@@ -549,6 +559,32 @@ mod tests {
         let err = format!("{:#}", config.add_providers_from(&file).unwrap_err());
         assert!(err.contains("bad.key is `env:1BAD`"), "{err}");
         assert!(err.contains("providers.json"), "{err}");
+        std::fs::write(
+            &file,
+            r#"{"bad": {"format": "openai", "baseUrl": "http://x", "key": "K", "limit": 0}}"#,
+        )
+        .unwrap();
+        let err = format!("{:#}", config.add_providers_from(&file).unwrap_err());
+        assert!(err.contains("bad.limit must be at least 1"), "{err}");
+    }
+
+    #[test]
+    fn a_providers_default_limit_applies_unless_limits_names_it() {
+        let mut config = EvalConfig::parse(
+            r#"{"name": "e", "datasets": ["d"], "client": "command",
+                "limits": {"providers": {"acme": 2}},
+                "providers": {
+                  "acme": {"format": "openai", "baseUrl": "http://a", "key": "K", "limit": 8},
+                  "beta": {"format": "openai", "baseUrl": "http://b", "key": "K", "limit": 3},
+                  "free": {"format": "openai", "baseUrl": "http://c", "key": "K"}}}"#,
+            Path::new("t.json"),
+        )
+        .unwrap();
+        config.apply_provider_limits();
+        assert_eq!(
+            config.limits.providers,
+            BTreeMap::from([("acme".to_string(), 2), ("beta".to_string(), 3)])
+        );
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub struct ProviderConfig {
     /// Prices by model, for the cost each call records.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, Price>,
+    /// The default for `limits.providers.NAME`: most calls in flight at once, across shards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
 }
 
 impl ProviderConfig {
@@ -53,6 +56,9 @@ impl ProviderConfig {
                      variable name (letters, digits and `_`, not starting with a digit)"
                 );
             }
+        }
+        if self.limit == Some(0) {
+            anyhow::bail!("{place}{name}.limit must be at least 1 (leave it out for no limit)");
         }
         if let Some((model, _)) = self.prices.iter().find(|(_, p)| !p.is_valid()) {
             anyhow::bail!(

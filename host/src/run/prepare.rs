@@ -50,6 +50,7 @@ pub struct PluginRequest<'a> {
 pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> Result<Prepared> {
     let (mut config, config_bytes) = EvalConfig::load(config_path)?;
     config.add_providers_from(&home.providers_file())?;
+    config.apply_provider_limits();
     let base = config_path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
