@@ -32,6 +32,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("grader-regex", "regex.wasm"),
     ("grader-json", "json.wasm"),
     ("grader-rubric", "rubric.wasm"),
+    ("grader-pairwise-rubric", "pairwise-rubric.wasm"),
     ("dataset-jsonl", "jsonl.wasm"),
     ("runner-image", "image-runner.wasm"),
     ("runner-ssh", "ssh-runner.wasm"),
