@@ -40,6 +40,9 @@ mod tests {
         assert!(verdict("{\"score\": 3, \"reason\": \"too high\"}").is_none());
         assert!(verdict("{\"grade\": 1} then {\"score\": 1, \"reason\": \"ok\"}").is_some());
         assert!(verdict("no json here").is_none());
-        assert!(verdict("{\"score\": 0.5}").is_none(), "a reason is required");
+        assert!(
+            verdict("{\"score\": 0.5}").is_none(),
+            "a reason is required"
+        );
     }
 }

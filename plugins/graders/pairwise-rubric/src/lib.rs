@@ -157,10 +157,16 @@ mod tests {
         let (w, v) =
             verdict("I pick:\n```json\n{\"winner\": \" Second\", \"reason\": \"shorter\"}\n```")
                 .unwrap();
-        assert_eq!((w, v.confidence, v.reason.as_str()), (Winner::Second, 1.0, "shorter"));
+        assert_eq!(
+            (w, v.confidence, v.reason.as_str()),
+            (Winner::Second, 1.0, "shorter")
+        );
         assert!(verdict("{\"winner\": \"both\", \"reason\": \"x\"}").is_none());
         assert!(verdict("{\"winner\": \"tie\", \"confidence\": 2, \"reason\": \"x\"}").is_none());
-        assert!(verdict("{\"winner\": \"first\"}").is_none(), "a reason is required");
+        assert!(
+            verdict("{\"winner\": \"first\"}").is_none(),
+            "a reason is required"
+        );
         assert!(verdict("the first one").is_none());
     }
 }
