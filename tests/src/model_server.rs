@@ -233,3 +233,24 @@ pub fn judge_preferring(better: &'static str) -> impl Fn(&serde_json::Value) -> 
         ))
     }
 }
+
+/// Asserts that `server` saw `cases` pairwise requests in each order of the answers `x` and
+/// `y` (as [`answers_shown`] reads them), and no other request.
+pub fn assert_both_orders(server: &ModelServer, x: &str, y: &str, cases: usize) {
+    let shown: Vec<(String, String)> = server
+        .requests()
+        .iter()
+        .map(|r| answers_shown(&r.body))
+        .collect();
+    assert_eq!(shown.len(), 2 * cases, "{shown:?}");
+    for order in [(x, y), (y, x)] {
+        let seen = shown
+            .iter()
+            .filter(|(first, second)| (first.as_str(), second.as_str()) == order)
+            .count();
+        assert_eq!(
+            seen, cases,
+            "each case once in the order {order:?}: {shown:?}"
+        );
+    }
+}

@@ -2,10 +2,11 @@
 //! `mst/grader/pairwise-rubric` component, its model a scripted server on loopback that decides
 //! from what each request shows. The Docker run is in `docker.rs`.
 
-use mst_tests::model_server::{answers_shown, judge_preferring, ModelServer, Reply};
+use mst_tests::model_server::{
+    answers_shown, assert_both_orders, judge_preferring, ModelServer, Reply,
+};
 use mst_tests::{pairwise_eval, read_json, s, Mst};
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
 
 const ALPHA: &str = "alpha: Tokyo is UTC+9 (alphabetical order)";
 const BETA: &str = "beta: Tokyo is UTC+8";
@@ -26,27 +27,9 @@ fn with_secrets(mst: &Mst, args: &[&str], secrets: &std::path::Path) -> mst_test
     mst.run(&args)
 }
 
-/// Asserts that the server saw every case judged in both orders, and nothing else.
+/// Asserts that the server saw each of `cases` judged in both orders, and nothing else.
 fn both_orders_seen(server: &ModelServer, cases: usize) {
-    let shown: Vec<(String, String)> = server
-        .requests()
-        .iter()
-        .map(|r| answers_shown(&r.body))
-        .collect();
-    assert_eq!(shown.len(), 2 * cases, "{shown:?}");
-    let orders: BTreeSet<&(String, String)> = shown.iter().collect();
-    let expected = [
-        (ALPHA_BLIND.to_string(), BETA_BLIND.to_string()),
-        (BETA_BLIND.to_string(), ALPHA_BLIND.to_string()),
-    ];
-    assert_eq!(orders, expected.iter().collect(), "{shown:?}");
-    for order in &expected {
-        assert_eq!(
-            shown.iter().filter(|s| *s == order).count(),
-            cases,
-            "each case once in this order: {order:?}"
-        );
-    }
+    assert_both_orders(server, ALPHA_BLIND, BETA_BLIND, cases);
 }
 
 #[test]
