@@ -190,3 +190,32 @@ fn a_pairwise_judge_naming_a_wrong_variant_or_plugin_stops_the_run_before_it_sta
     }
     assert!(server.requests().is_empty(), "no judge was asked");
 }
+
+#[test]
+fn a_case_without_a_usable_trial_of_both_variants_is_not_compared() {
+    let server = ModelServer::start_with(judge_preferring("UTC+9"));
+    let (eval, secrets) = pairwise_eval(&server.url(), ALPHA, BETA, &cases(&["c1"]));
+    let config = eval.config();
+    let mut value = read_json(&config);
+    // Beta's agent cannot start: its trial is an infrastructure failure.
+    value["variants"]["beta"]["clientOptions"]["command"] = json!(["/nonexistent/agent"]);
+    std::fs::write(&config, value.to_string()).unwrap();
+    let run = eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", s(&secrets)],
+    );
+    let summary = run.json();
+    assert_eq!(summary["cases"]["beta"]["c1"], "infra", "{summary}");
+    assert_eq!(summary["pairs"][0]["notCompared"], 1, "{summary}");
+    let pairs = read_json(&eval.run_dir("paired").join("pairwise.json"));
+    let case = &pairs[0]["cases"][0];
+    assert_eq!(case["outcome"], "not-compared", "{case}");
+    assert!(
+        case["reason"]
+            .as_str()
+            .unwrap()
+            .contains("without an infrastructure failure"),
+        "{case}"
+    );
+    assert!(server.requests().is_empty(), "nothing to judge");
+}
