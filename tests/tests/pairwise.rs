@@ -219,3 +219,77 @@ fn a_case_without_a_usable_trial_of_both_variants_is_not_compared() {
     );
     assert!(server.requests().is_empty(), "nothing to judge");
 }
+
+/// `eval` judged by the hostile pairwise fixture in `mode` instead of the rubric plugin.
+fn judged_by_hostile_fixture(eval: &mst_tests::Eval, mode: &str) {
+    let config = eval.config();
+    let mut value = read_json(&config);
+    value["plugins"] = json!([s(&mst_tests::fixture("hostile-pairwise.wasm"))]);
+    value["pairwise"][0]["plugin"] = json!("mst/fixture/hostile-pairwise");
+    value["pairwise"][0]["options"] = json!({ "mode": mode });
+    std::fs::write(&config, value.to_string()).unwrap();
+}
+
+#[test]
+fn every_text_a_pairwise_grader_sees_is_blinded_and_what_it_returns_is_checked() {
+    // Each agent names itself in its answer and on stderr (a `log` event); the case names both.
+    let agent = |name: &str| {
+        json!([
+            "sh",
+            "-c",
+            format!("echo '{name} on stderr, {name}s' >&2; echo '{name} answers'")
+        ])
+    };
+    let (eval, secrets) = pairwise_eval(
+        "http://127.0.0.1:9",
+        ALPHA,
+        BETA,
+        &[json!({"id": "c1", "input": "alpha or beta? alphabet"})],
+    );
+    judged_by_hostile_fixture(&eval, "tell");
+    let config = eval.config();
+    let mut value = read_json(&config);
+    for name in ["alpha", "beta"] {
+        value["variants"][name]["clientOptions"]["command"] = agent(name);
+    }
+    std::fs::write(&config, value.to_string()).unwrap();
+    let run = eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", s(&secrets)],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let pairs = read_json(&eval.run_dir("paired").join("pairwise.json"));
+    let case = &pairs[0]["cases"][0];
+    // The fixture always prefers the first: a position, not a variant, so a tie.
+    assert_eq!(case["outcome"], "tie", "{case}");
+    let seen = case["orders"][0]["reason"].as_str().unwrap();
+    assert_eq!(
+        seen,
+        "\"[variant] or [variant]? alphabet\"\n[variant] answers\n[variant] on stderr, alphas\n\
+         [variant] answers\n[variant] on stderr, betas",
+        "{case}"
+    );
+
+    let first = eval.run_dir("paired");
+    judged_by_hostile_fixture(&eval, "confidence");
+    let run = eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", s(&secrets)],
+    );
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    let latest = std::fs::read_dir(eval.results().join("paired/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|dir| *dir != first)
+        .unwrap();
+    let pairs = read_json(&latest.join("pairwise.json"));
+    let case = &pairs[0]["cases"][0];
+    assert_eq!(case["outcome"], "not-graded", "{case}");
+    assert!(
+        case["orders"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("returned the confidence 7, outside 0..1"),
+        "{case}"
+    );
+}

@@ -45,6 +45,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("fixture-future-major", "fixtures/future-major.wasm"),
     ("fixture-unknown-world", "fixtures/unknown-world.wasm"),
     ("fixture-canary-grader", "fixtures/canary-grader.wasm"),
+    ("fixture-hostile-pairwise", "fixtures/hostile-pairwise.wasm"),
 ];
 
 fn root() -> PathBuf {
