@@ -50,22 +50,30 @@ pub fn pairwise_all(
     trials: &[TrialKey],
     cases: Option<&Cases<'_>>,
 ) -> Vec<PairResult> {
+    // The planned trial indices of each (variant, case), looked up once per comparison.
+    let mut planned: BTreeMap<(&str, &str), BTreeSet<u32>> = BTreeMap::new();
+    for key in trials {
+        planned
+            .entry((key.variant.as_str(), key.case.as_str()))
+            .or_default()
+            .insert(key.trial);
+    }
     let jobs: Vec<(usize, String)> = judges
         .iter()
         .enumerate()
         .flat_map(|(index, judge)| {
-            let planned: BTreeSet<&str> = trials
-                .iter()
-                .filter(|k| k.variant == judge.a || k.variant == judge.b)
-                .map(|k| k.case.as_str())
+            let of_pair: BTreeSet<&str> = planned
+                .keys()
+                .filter(|(variant, _)| *variant == judge.a || *variant == judge.b)
+                .map(|(_, case)| *case)
                 .collect();
-            planned
+            of_pair
                 .into_iter()
                 .map(move |case| (index, case.to_string()))
         })
         .collect();
     let mut done = on_threads(&jobs, threads(), |(index, case)| {
-        Some(compare_case(&judges[*index], dir, trials, case, cases))
+        Some(compare_case(&judges[*index], dir, &planned, case, cases))
     });
     judges
         .iter()
@@ -84,23 +92,18 @@ pub fn pairwise_all(
         .collect()
 }
 
-/// `judge`'s comparison of `case`: the lowest trial index both variants collected without an
-/// infrastructure failure, or why there is none.
+/// `judge`'s comparison of `case`: the lowest trial index both variants planned and collected
+/// without an infrastructure failure, or why there is none.
 fn compare_case(
     judge: &PairJudge,
     dir: &RunDir,
-    trials: &[TrialKey],
+    planned: &BTreeMap<(&str, &str), BTreeSet<u32>>,
     case: &str,
     cases: Option<&Cases<'_>>,
 ) -> CaseComparison {
-    let indices = |variant: &str| -> BTreeSet<u32> {
-        trials
-            .iter()
-            .filter(|k| k.variant == variant && k.case == case)
-            .map(|k| k.trial)
-            .collect()
-    };
-    let (of_a, of_b) = (indices(&judge.a), indices(&judge.b));
+    let none = BTreeSet::new();
+    let of_a = planned.get(&(judge.a.as_str(), case)).unwrap_or(&none);
+    let of_b = planned.get(&(judge.b.as_str(), case)).unwrap_or(&none);
     let usable = |variant: &str, trial: u32| {
         let key = TrialKey {
             variant: variant.to_string(),
@@ -109,10 +112,10 @@ fn compare_case(
         };
         read_trace(dir, &key, cases).filter(pairwise::comparable)
     };
-    for trial in of_a.intersection(&of_b) {
-        if let (Some(a), Some(b)) = (usable(&judge.a, *trial), usable(&judge.b, *trial)) {
-            return judge.compare(&a.case, &a, &b);
-        }
+    if let Some((a, b)) = first_of_both(of_a, of_b, |trial| {
+        Some((usable(&judge.a, trial)?, usable(&judge.b, trial)?))
+    }) {
+        return judge.compare(&a.case, &a, &b);
     }
     CaseComparison::not_compared(
         case,
@@ -122,6 +125,16 @@ fn compare_case(
             judge.a, judge.b
         ),
     )
+}
+
+/// The first `both(trial)` that is some, over the trial indices in `of_a` and `of_b`, lowest
+/// first.
+fn first_of_both<T>(
+    of_a: &BTreeSet<u32>,
+    of_b: &BTreeSet<u32>,
+    both: impl Fn(u32) -> Option<T>,
+) -> Option<T> {
+    of_a.intersection(of_b).find_map(|trial| both(*trial))
 }
 
 /// `grade` for every key, the keys split into `threads` chunks graded on threads of their own.
@@ -171,6 +184,25 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
     use std::sync::Mutex;
+
+    #[test]
+    fn a_pair_compares_the_lowest_trial_usable_under_both_variants() {
+        let of_a = BTreeSet::from([0, 1, 2, 3]);
+        let of_b = BTreeSet::from([1, 2, 3, 4]);
+        // Trial 1 is unusable (say, b's is infra): 2 is compared, 3 never looked at.
+        let asked = Mutex::new(Vec::new());
+        let picked = first_of_both(&of_a, &of_b, |trial| {
+            asked.lock().unwrap().push(trial);
+            (trial != 1).then_some(trial)
+        });
+        assert_eq!(picked, Some(2));
+        assert_eq!(
+            asked.into_inner().unwrap(),
+            [1, 2],
+            "0 and 4 are not in both"
+        );
+        assert_eq!(first_of_both(&of_a, &BTreeSet::from([7]), Some), None);
+    }
 
     #[test]
     fn trials_are_graded_on_worker_threads_and_none_is_lost() {
