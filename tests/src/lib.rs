@@ -235,6 +235,36 @@ pub fn command_eval(command: serde_json::Value, n: usize, timeout: u32) -> Eval 
     )
 }
 
+/// An eval named `paired` of two `command` variants, `alpha` and `beta`, each echoing its
+/// answer, compared on `cases` by the pairwise rubric plugin on model `acme/judge-1` of the
+/// anthropic-format provider at `model_url`, keyed by the secret `JUDGE_KEY` (in the returned
+/// secrets file).
+pub fn pairwise_eval(
+    model_url: &str,
+    alpha: &str,
+    beta: &str,
+    cases: &[serde_json::Value],
+) -> (Eval, PathBuf) {
+    let judge = plugin("pairwise-rubric.wasm");
+    let variant = |answer: &str| serde_json::json!({"clientOptions": {"command": ["echo", answer], "input": "none"}});
+    let eval = Eval::new(
+        serde_json::json!({
+            "name": "paired", "datasets": ["cases.jsonl"], "client": "command",
+            "variants": {"alpha": variant(alpha), "beta": variant(beta)},
+            "providers": {"acme": {"format": "anthropic", "baseUrl": model_url, "key": "JUDGE_KEY"}},
+            "plugins": [{"path": s(&judge), "allowModel": ["acme"]}],
+            "pairwise": [{"plugin": "mst/grader/pairwise-rubric", "variants": ["alpha", "beta"],
+                          "options": {"provider": "acme", "model": "judge-1",
+                                      "rubric": "The answer gives Tokyo's UTC offset."}}],
+            "timeout": 30
+        }),
+        cases,
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, "JUDGE_KEY=mst-canary-pairwise-key\n").unwrap();
+    (eval, secrets)
+}
+
 /// Every file below `dir`.
 pub fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();

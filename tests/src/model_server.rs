@@ -1,7 +1,8 @@
 //! A model server on loopback for the `api` client's tests: no model provider is reachable
 //! from the machines the tests run on, so this stands in for one. It speaks plain HTTP/1.1,
 //! answers each request with the next scripted reply (a status, headers, a JSON body in
-//! whichever wire format the test speaks), and records every request it got.
+//! whichever wire format the test speaks) or with what a test's function makes of the request's
+//! body, and records every request it got.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -25,6 +26,14 @@ impl Reply {
             headers: Vec::new(),
             body,
         }
+    }
+
+    /// A 200 in the `anthropic` wire format whose only content is `text`.
+    pub fn anthropic_text(text: &str) -> Self {
+        Reply::ok(
+            serde_json::json!({"content": [{"type": "text", "text": text}],
+                                     "usage": {"input_tokens": 80, "output_tokens": 20}}),
+        )
     }
 
     /// An error `status`, with `headers`.
@@ -60,6 +69,10 @@ impl Request {
     }
 }
 
+/// How a server picks its reply: from the request's number (0-based, in order of connection)
+/// and its body.
+type Respond = dyn Fn(usize, &serde_json::Value) -> Reply + Send + Sync;
+
 /// A running server; its threads end with the test process.
 pub struct ModelServer {
     /// The address it listens on (loopback unless started with [`ModelServer::start_on`]).
@@ -86,6 +99,26 @@ impl ModelServer {
     /// [`ModelServer::start_slow`] listening on `ip` (e.g. a Docker bridge's gateway, which
     /// containers on that bridge reach).
     pub fn start_on(ip: std::net::IpAddr, script: Vec<Reply>, delay: Duration) -> Self {
+        Self::serve_with(
+            ip,
+            Arc::new(move |index, _| script[index.min(script.len() - 1)].clone()),
+            delay,
+        )
+    }
+
+    /// A server answering each request with `respond(body)`: for tests whose replies depend on
+    /// what was asked (requests served concurrently arrive in no fixed order).
+    pub fn start_with(
+        respond: impl Fn(&serde_json::Value) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        Self::serve_with(
+            [127, 0, 0, 1].into(),
+            Arc::new(move |_, body| respond(body)),
+            Duration::ZERO,
+        )
+    }
+
+    fn serve_with(ip: std::net::IpAddr, respond: Arc<Respond>, delay: Duration) -> Self {
         let listener = TcpListener::bind((ip, 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let server = ModelServer {
@@ -103,12 +136,12 @@ impl ModelServer {
         std::thread::spawn(move || {
             for (index, stream) in listener.incoming().enumerate() {
                 let Ok(stream) = stream else { return };
-                let reply = script[index.min(script.len() - 1)].clone();
                 let (seen, in_flight, most) = (seen.clone(), in_flight.clone(), most.clone());
+                let respond = respond.clone();
                 std::thread::spawn(move || {
                     let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
-                    let request = serve(stream, &reply, delay);
+                    let request = serve(stream, |body| respond(index, body), delay);
                     in_flight.fetch_sub(1, Ordering::SeqCst);
                     if let Some(request) = request {
                         seen.lock().unwrap().push(request);
@@ -138,9 +171,13 @@ impl ModelServer {
     }
 }
 
-/// Reads one request from `stream` and answers it with `reply` after `delay` (one request per
-/// connection).
-fn serve(stream: std::net::TcpStream, reply: &Reply, delay: Duration) -> Option<Request> {
+/// Reads one request from `stream` and answers it with `respond(body)` after `delay` (one
+/// request per connection).
+fn serve(
+    stream: std::net::TcpStream,
+    respond: impl FnOnce(&serde_json::Value) -> Reply,
+    delay: Duration,
+) -> Option<Request> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
@@ -163,6 +200,8 @@ fn serve(stream: std::net::TcpStream, reply: &Reply, delay: Duration) -> Option<
         .unwrap_or(0);
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
+    let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let reply = respond(&body);
     std::thread::sleep(delay);
     let text = reply.body.to_string();
     let mut response = format!(
@@ -180,7 +219,55 @@ fn serve(stream: std::net::TcpStream, reply: &Reply, delay: Duration) -> Option<
     Some(Request {
         path,
         headers,
-        body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+        body,
         at: std::time::Instant::now(),
     })
+}
+
+/// The two answers a pairwise judge's request shows, first then second, as the
+/// `mst/grader/pairwise-rubric` plugin lays out its prompt.
+pub fn answers_shown(body: &serde_json::Value) -> (String, String) {
+    let asked = body["messages"][0]["content"].as_str().unwrap_or_default();
+    let (_, answers) = asked.split_once("The first answer:\n").unwrap_or_default();
+    let (first, second) = answers
+        .split_once("\n\nThe second answer:\n")
+        .unwrap_or_default();
+    (first.trim().to_string(), second.trim().to_string())
+}
+
+/// A pairwise judge (in the `anthropic` wire format) that prefers whichever answer contains
+/// `better`, whatever its position, so its verdicts agree across orders.
+pub fn judge_preferring(better: &'static str) -> impl Fn(&serde_json::Value) -> Reply {
+    move |body| {
+        let (first, _) = answers_shown(body);
+        let winner = if first.contains(better) {
+            "first"
+        } else {
+            "second"
+        };
+        Reply::anthropic_text(&format!(
+            "{{\"winner\": \"{winner}\", \"confidence\": 0.9, \"reason\": \"it says {better}\"}}"
+        ))
+    }
+}
+
+/// Asserts that `server` saw `cases` pairwise requests in each order of the answers `x` and
+/// `y` (as [`answers_shown`] reads them), and no other request.
+pub fn assert_both_orders(server: &ModelServer, x: &str, y: &str, cases: usize) {
+    let shown: Vec<(String, String)> = server
+        .requests()
+        .iter()
+        .map(|r| answers_shown(&r.body))
+        .collect();
+    assert_eq!(shown.len(), 2 * cases, "{shown:?}");
+    for order in [(x, y), (y, x)] {
+        let seen = shown
+            .iter()
+            .filter(|(first, second)| (first.as_str(), second.as_str()) == order)
+            .count();
+        assert_eq!(
+            seen, cases,
+            "each case once in the order {order:?}: {shown:?}"
+        );
+    }
 }

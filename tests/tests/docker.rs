@@ -4,6 +4,7 @@
 //! SIGKILL, a hostile worker image, a hostile runner plugin reaching for a network engine,
 //! and what a trial inside a container can and cannot do.
 
+use mst_tests::model_server::{assert_both_orders, judge_preferring, ModelServer, Reply};
 use mst_tests::{
     assert_resumed, command_eval, read_json, s, wait_for_run, wait_for_traces, walk, Eval, Mst, Run,
 };
@@ -1103,12 +1104,12 @@ fn an_api_agent_in_containers_reaches_its_model_with_a_key_no_container_shows() 
         return;
     };
     const KEY: &str = "mst-canary-docker-model-key-71fe";
-    let server = mst_tests::model_server::ModelServer::start_on(
+    let server = ModelServer::start_on(
         bridge_gateway(&a),
-        vec![mst_tests::model_server::Reply::ok(json!({
+        vec![Reply::ok(json!({
             "content": [{"type": "text", "text": "It is morning in Tokyo."}],
             "usage": {"input_tokens": 12, "output_tokens": 6}}))],
-        std::time::Duration::ZERO,
+        Duration::ZERO,
     );
     let mst = Mst::new();
     let eval = Eval::new(
@@ -1171,4 +1172,47 @@ fn an_api_agent_in_containers_reaches_its_model_with_a_key_no_container_shows() 
     }
     assert!(mst_tests::files_containing(&eval.results(), KEY).is_empty());
     assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
+}
+
+#[test]
+fn a_pairwise_run_across_two_variants_on_docker_is_judged_in_both_orders() {
+    let Some((a, b)) = engines_with_worker_image() else {
+        return;
+    };
+    let server = ModelServer::start_with(judge_preferring("UTC+9"));
+    let (eval, secrets) = mst_tests::pairwise_eval(
+        &server.url(),
+        "alpha says UTC+9",
+        "beta says UTC+8",
+        &mst_tests::cases(3),
+    );
+    let mut args = vec!["--json", "-q", "--secrets-file", s(&secrets)];
+    let options = [format!("contexts={a},{b}"), "shards=2".to_string()];
+    args.extend(["--runner", "docker"]);
+    for option in &options {
+        args.extend(["--runner-option", option.as_str()]);
+    }
+    let run = eval.run(&Mst::new(), &args);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("paired");
+    for variant in ["alpha", "beta"] {
+        let trace = read_json(&dir.join(variant).join("c1/0.json"));
+        assert!(
+            trace["collectedBy"]["machine"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("docker"),
+            "collected in a container: {trace}"
+        );
+    }
+    assert_both_orders(&server, "[variant] says UTC+9", "[variant] says UTC+8", 3);
+    assert_eq!(
+        run.json()["pairs"][0],
+        json!({"name": "alpha-vs-beta", "a": "alpha", "b": "beta", "wins": 3, "ties": 0,
+               "losses": 0, "notGraded": 0, "notCompared": 0}),
+        "{}",
+        run.stdout
+    );
+    let id = dir.file_name().unwrap().to_str().unwrap();
+    assert!(containers_of(&a, id).is_empty() && containers_of(&b, id).is_empty());
 }

@@ -455,16 +455,10 @@ fn rubric_eval(
     (eval, secrets)
 }
 
-/// A judge's reply in the anthropic format, saying `text`.
-fn judge_says(text: &str) -> Reply {
-    Reply::ok(json!({"content": [{"type": "text", "text": text}],
-                     "usage": {"input_tokens": 80, "output_tokens": 20}}))
-}
-
 #[test]
 fn the_rubric_grader_asks_a_model_through_the_host_which_holds_the_key() {
     const KEY: &str = "mst-canary-judge-key-0c7d";
-    let server = ModelServer::start(vec![judge_says(
+    let server = ModelServer::start(vec![Reply::anthropic_text(
         "Verdict:\n```json\n{\"score\": 0.9, \"reason\": \"it names Asia/Tokyo\"}\n```",
     )]);
     let (eval, secrets) = rubric_eval(&server, "It is 09:00 in Asia/Tokyo.", true, KEY);
@@ -495,7 +489,7 @@ fn the_rubric_grader_asks_a_model_through_the_host_which_holds_the_key() {
 
 #[test]
 fn a_judge_without_a_verdict_or_without_its_grant_leaves_the_trial_not_graded() {
-    let server = ModelServer::start(vec![judge_says("I think it is fine.")]);
+    let server = ModelServer::start(vec![Reply::anthropic_text("I think it is fine.")]);
     let (eval, secrets) = rubric_eval(&server, "Tokyo time.", true, "mst-canary-judge-key-1");
     let run = run_with_secrets(&eval, &secrets);
     assert_eq!(run.code, 2, "not graded: {}\n{}", run.stdout, run.stderr);
@@ -508,7 +502,9 @@ fn a_judge_without_a_verdict_or_without_its_grant_leaves_the_trial_not_graded() 
     let grades = read_json(&eval.run_dir("judged").join("grades.json")).to_string();
     assert!(grades.contains("did not reply with"), "{grades}");
 
-    let server = ModelServer::start(vec![judge_says("{\"score\": 1, \"reason\": \"x\"}")]);
+    let server = ModelServer::start(vec![Reply::anthropic_text(
+        "{\"score\": 1, \"reason\": \"x\"}",
+    )]);
     let (eval, secrets) = rubric_eval(&server, "Tokyo time.", false, "mst-canary-judge-key-2");
     let run = run_with_secrets(&eval, &secrets);
     assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
@@ -637,7 +633,7 @@ fn an_api_agent_using_the_time_server_is_judged_by_the_rubric_grader_through_the
             json!({"content": [{"type": "text", "text": "It is evening in Asia/Tokyo."}],
                          "usage": {"input_tokens": 90, "output_tokens": 8}}),
         ),
-        judge_says("{\"score\": 1.0, \"reason\": \"names the zone\"}"),
+        Reply::anthropic_text("{\"score\": 1.0, \"reason\": \"names the zone\"}"),
     ]);
     let (eval, secrets) = http_eval("anthropic", &server, KEY);
     let config = eval.config();

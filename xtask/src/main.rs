@@ -32,6 +32,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("grader-regex", "regex.wasm"),
     ("grader-json", "json.wasm"),
     ("grader-rubric", "rubric.wasm"),
+    ("grader-pairwise-rubric", "pairwise-rubric.wasm"),
     ("dataset-jsonl", "jsonl.wasm"),
     ("runner-image", "image-runner.wasm"),
     ("runner-ssh", "ssh-runner.wasm"),
@@ -44,6 +45,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("fixture-future-major", "fixtures/future-major.wasm"),
     ("fixture-unknown-world", "fixtures/unknown-world.wasm"),
     ("fixture-canary-grader", "fixtures/canary-grader.wasm"),
+    ("fixture-hostile-pairwise", "fixtures/hostile-pairwise.wasm"),
 ];
 
 fn root() -> PathBuf {

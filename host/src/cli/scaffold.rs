@@ -16,8 +16,16 @@ const SDK_FILES: &[(&str, &str)] = &[
         include_str!("../../../plugins/sdk/src/options.rs"),
     ),
     (
+        "src/verdict.rs",
+        include_str!("../../../plugins/sdk/src/verdict.rs"),
+    ),
+    (
         "src/grader.rs",
         include_str!("../../../plugins/sdk/src/grader.rs"),
+    ),
+    (
+        "src/pairwise.rs",
+        include_str!("../../../plugins/sdk/src/pairwise.rs"),
     ),
     (
         "src/dataset.rs",
@@ -44,6 +52,7 @@ publish = false
 
 [features]
 grader = []
+pairwise = []
 dataset = []
 runner = []
 
@@ -209,6 +218,18 @@ pub(crate) fn new_grader(dir: &Path, namespace: &str, name: &str) -> Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_sdk_source_is_vendored() {
+        let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk/src");
+        for entry in std::fs::read_dir(sdk).unwrap() {
+            let name = format!("src/{}", entry.unwrap().file_name().to_string_lossy());
+            assert!(
+                SDK_FILES.iter().any(|(path, _)| *path == name),
+                "{name} is not in SDK_FILES"
+            );
+        }
+    }
 
     #[test]
     fn refuses_bad_names_and_existing_dirs() {

@@ -73,6 +73,31 @@ pub struct JudgeConfig {
     pub weight: Option<f64>,
 }
 
+/// A pairwise judge: a pairwise-grader plugin comparing two variants' traces of each case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairwiseConfig {
+    /// A name for reports; defaults to `<a>-vs-<b>`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// An installed pairwise grader's name, or a key of `plugins`.
+    pub plugin: String,
+    /// The two variants compared, `[a, b]`; wins are counted for `a`.
+    pub variants: Vec<String>,
+    /// The plugin's options.
+    #[serde(default)]
+    pub options: Option<Value>,
+}
+
+impl PairwiseConfig {
+    /// The name reports use: `name`, or `<a>-vs-<b>`.
+    pub fn display_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.variants.join("-vs-"))
+    }
+}
+
 /// Per-variant overrides of the client fields, servers and judges.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -227,6 +252,9 @@ pub struct EvalConfig {
     pub variants: BTreeMap<String, VariantConfig>,
     #[serde(default)]
     pub judges: Vec<JudgeConfig>,
+    /// Pairwise judges, each comparing two variants case by case.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairwise: Vec<PairwiseConfig>,
     /// Repetitions of each case per variant (default 1).
     #[serde(default = "one")]
     pub trials: u32,
@@ -272,6 +300,7 @@ const KNOWN_KEYS: &[&str] = &[
     "clientOptions",
     "variants",
     "judges",
+    "pairwise",
     "trials",
     "passThreshold",
     "concurrency",
@@ -465,6 +494,42 @@ impl EvalConfig {
                 _ => bail!("each judge needs exactly one of `plugin` and `assert`"),
             }
         }
+        self.validate_pairwise()
+    }
+
+    /// Each pairwise judge names two different configured variants, under a name no other
+    /// pairwise judge has.
+    fn validate_pairwise(&self) -> Result<()> {
+        let variants = self.variant_names();
+        let mut names = std::collections::BTreeSet::new();
+        for (index, pair) in self.pairwise.iter().enumerate() {
+            let place = format!("pairwise[{index}]");
+            let [a, b] = pair.variants.as_slice() else {
+                bail!(
+                    "{place}.variants must name exactly two variants, `[a, b]`, not {}",
+                    pair.variants.len()
+                );
+            };
+            if let Some(unknown) = [a, b].into_iter().find(|v| !variants.contains(v)) {
+                bail!(
+                    "{place}.variants names `{unknown}`, which is not a variant; the variants are \
+                     {}",
+                    variants.join(", ")
+                );
+            }
+            if a == b {
+                bail!("{place}.variants names `{a}` twice; compare two different variants");
+            }
+            let name = pair.display_name();
+            if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
+                bail!("{place}.name {name:?} cannot be used in a file name");
+            }
+            if !names.insert(name.clone()) {
+                bail!(
+                    "{place}: another pairwise judge is already called `{name}`; give it a `name`"
+                );
+            }
+        }
         Ok(())
     }
 
@@ -616,6 +681,43 @@ mod tests {
             err.contains("clientOption") && err.contains("`clientOptions`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn pairwise_judges_name_two_different_variants() {
+        let error = |pairwise: &str| {
+            let text = format!(
+                r#"{{"name": "t", "datasets": ["c"], "client": "command",
+                    "variants": {{"a": {{}}, "b": {{}}}}, "pairwise": [{pairwise}]}}"#
+            );
+            EvalConfig::parse(&text, Path::new("e.json"))
+                .err()
+                .map(|e| format!("{e:#}"))
+        };
+        let ok = r#"{"plugin": "p", "variants": ["a", "b"]}"#;
+        assert_eq!(error(ok), None);
+        for (pairwise, says) in [
+            (
+                r#"{"plugin": "p", "variants": ["a", "c"]}"#,
+                "pairwise[0].variants names `c`, which is not a variant; the variants are a, b",
+            ),
+            (
+                r#"{"plugin": "p", "variants": ["a", "a"]}"#,
+                "pairwise[0].variants names `a` twice",
+            ),
+            (
+                r#"{"plugin": "p", "variants": ["a"]}"#,
+                "pairwise[0].variants must name exactly two variants",
+            ),
+            (
+                &format!("{ok}, {ok}"),
+                "pairwise[1]: another pairwise judge is already called `a-vs-b`",
+            ),
+            (r#"{"variants": ["a", "b"]}"#, "missing field `plugin`"),
+        ] {
+            let got = error(pairwise).unwrap_or_default();
+            assert!(got.contains(says), "{pairwise}: {got}");
+        }
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! judge broke (`not-graded`), one whose machine or client broke (`infra`), and one that never
 //! came back (`missing`).
 
+pub mod pairwise;
+
 use crate::eval::config::EvalConfig;
 use crate::eval::config::JudgeConfig;
 use crate::eval::trial::{CaseRecord, TrialKey};

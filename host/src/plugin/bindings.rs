@@ -58,6 +58,8 @@ pub use grader::mst::plugin::types::{
     PluginError, PluginInfo, Score, ToolCall, ToolResult, Trace, TraceEvent, Trial, TrialStatus,
 };
 
+pub use pairwise::exports::mst::plugin::pairwise::{Preference, Winner};
+
 pub use runner::exports::mst::plugin::machines::{
     CommandChannel, ContainerSpec, Machine, MachineSpec, RunnerInfo, Shard,
 };

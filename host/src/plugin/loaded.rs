@@ -648,6 +648,46 @@ impl LoadedPlugin {
         bounds::score(score).map_err(|why| self.refused(why))
     }
 
+    /// Compares two traces of `case` (pairwise-grader plugins): which is better, as the
+    /// plugin sees it. A confidence outside 0..1 is refused as the plugin's error.
+    pub fn compare(
+        &self,
+        options: &str,
+        case: &bindings::Case,
+        first: &bindings::Trace,
+        second: &bindings::Trace,
+    ) -> Result<bindings::Preference, CallError> {
+        let data = (options, case, first, second, self.kind);
+        let result = self.call(
+            &data,
+            |world, store, (options, case, first, second, kind)| {
+                Box::pin(async move {
+                    match world {
+                        WorldPre::Pairwise(pre) => {
+                            pre.instantiate_async(&mut *store)
+                                .await?
+                                .mst_plugin_pairwise()
+                                .call_compare(store, options, case, first, second)
+                                .await
+                        }
+                        _ => Err(wasmtime::Error::msg(format!(
+                            "a {kind} plugin cannot compare traces"
+                        ))),
+                    }
+                })
+            },
+        )?;
+        let mut preference = result.map_err(|e| self.plugin_error(e))?;
+        if !(0.0..=1.0).contains(&preference.confidence) {
+            return Err(self.refused(format!(
+                "returned the confidence {}, outside 0..1",
+                preference.confidence
+            )));
+        }
+        preference.reason = bounds::cut(preference.reason, bounds::MAX_REASON);
+        Ok(preference)
+    }
+
     /// Resolves a dataset into cases (dataset plugins).
     pub fn resolve(
         &self,

@@ -5,11 +5,13 @@
 //! <results>/<eval>/runs/<run-id>/run.json          provenance and phases
 //!                                 <variant>/<case>/<trial>.json   one trace per trial
 //!                                 grades.json, scores/<judge>.json, summary.json
+//!                                 pairwise.json      pairwise verdicts per pair and case
 //!                                 shards/<n>.worker.log
 //! ```
 
 use super::{RunRecord, Summary};
 use crate::eval::trial::{TrialKey, TrialRecord};
+use crate::grade::pairwise::PairResult;
 use crate::grade::TrialGrade;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -262,6 +264,15 @@ impl RunDir {
             )?;
         }
         self.write_json("summary.json", summary)
+    }
+
+    /// Writes `pairwise.json`, every pairwise judge's verdicts per case (nothing when the
+    /// eval has no pairwise judges).
+    pub fn write_pairwise(&self, pairs: &[PairResult]) -> Result<()> {
+        match pairs.is_empty() {
+            true => Ok(()),
+            false => self.write_json("pairwise.json", &pairs),
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! `.mst/results/<eval>/runs/<run-id>/` holds `run.json` (provenance and phases), one trace per
 //! trial at `<variant>/<case>/<trial>.json`, `scores/<judge>.json`, `grades.json`,
-//! `summary.json`, and `shards/<n>.worker.log`.
+//! `pairwise.json` (when the eval has pairwise judges), `summary.json`, and
+//! `shards/<n>.worker.log`.
 
 pub mod layout;
 pub mod report;
@@ -11,6 +12,7 @@ pub use layout::{trace_path, ResultsRoot, RunDir};
 
 use crate::eval::plan::Filters;
 use crate::eval::trial::TrialKey;
+use crate::grade::pairwise::{PairOutcome, PairResult};
 use crate::grade::{CaseOutcome, TrialGrade};
 
 use serde::{Deserialize, Serialize};
@@ -125,6 +127,48 @@ pub struct Summary {
     pub cases: BTreeMap<String, BTreeMap<String, CaseOutcome>>,
     /// Trials whose trace never came back.
     pub missing: Vec<TrialKey>,
+    /// Per pairwise judge: how its cases ended, counted for its variant `a`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<PairSummary>,
+}
+
+/// One pairwise judge's cases, counted for variant `a` (a win is a case both orders gave
+/// to `a`, a loss one both gave to `b`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PairSummary {
+    pub name: String,
+    pub a: String,
+    pub b: String,
+    pub wins: u32,
+    pub ties: u32,
+    pub losses: u32,
+    /// The grader failed in either order.
+    pub not_graded: u32,
+    /// No trial of both variants to compare (missing or infra).
+    pub not_compared: u32,
+}
+
+impl PairSummary {
+    /// Counts `pair`'s case outcomes.
+    pub fn new(pair: &PairResult) -> Self {
+        let mut summary = PairSummary {
+            name: pair.name.clone(),
+            a: pair.a.clone(),
+            b: pair.b.clone(),
+            ..PairSummary::default()
+        };
+        for case in &pair.cases {
+            *match case.outcome {
+                PairOutcome::AWins => &mut summary.wins,
+                PairOutcome::Tie => &mut summary.ties,
+                PairOutcome::BWins => &mut summary.losses,
+                PairOutcome::NotGraded => &mut summary.not_graded,
+                PairOutcome::NotCompared => &mut summary.not_compared,
+            } += 1;
+        }
+        summary
+    }
 }
 
 impl Summary {
@@ -168,7 +212,14 @@ impl Summary {
             variants,
             cases,
             missing,
+            pairs: Vec::new(),
         }
+    }
+
+    /// This summary with the pairwise judges' counts.
+    pub fn with_pairs(mut self, pairs: &[PairResult]) -> Self {
+        self.pairs = pairs.iter().map(PairSummary::new).collect();
+        self
     }
 
     /// 0 all passed, 1 some case failed (or broke), 2 the run could not complete.

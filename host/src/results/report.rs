@@ -22,6 +22,20 @@ pub fn table(summary: &Summary) -> String {
             v.passed, v.failed, v.incomplete, v.not_graded, v.infra
         );
     }
+    if !summary.pairs.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<20} {:<12} {:<12} {:>5} {:>5} {:>6} {:>11} {:>13}",
+            "PAIR", "A", "B", "WINS", "TIES", "LOSSES", "NOT GRADED", "NOT COMPARED"
+        );
+        for p in &summary.pairs {
+            let _ = writeln!(
+                out,
+                "{:<20} {:<12} {:<12} {:>5} {:>5} {:>6} {:>11} {:>13}",
+                p.name, p.a, p.b, p.wins, p.ties, p.losses, p.not_graded, p.not_compared
+            );
+        }
+    }
     let collect = if summary.missing.is_empty() {
         "complete".to_string()
     } else {
@@ -29,7 +43,7 @@ pub fn table(summary: &Summary) -> String {
     };
     let grade = match summary.grade {
         super::Phase::Complete => "complete",
-        super::Phase::Partial => "partial (some trials not graded)",
+        super::Phase::Partial => "partial (some trials or pairs not graded)",
     };
     let _ = writeln!(out, "collect: {collect}; grade: {grade}");
     out

@@ -1,10 +1,32 @@
-//! Grading a run's collected traces: every trial's judges (chosen by [`JudgeSet`]) on worker
-//! threads, one per core, so plugin graders run in parallel.
+//! Grading a run's collected traces: every trial's judges (chosen by [`JudgeSet`]) and every
+//! pairwise judge's comparisons, on worker threads, one per core, so plugin graders run in
+//! parallel.
 
-use crate::eval::trial::{CaseRecord, TrialKey};
+use crate::eval::trial::{CaseRecord, TrialKey, TrialRecord};
+use crate::grade::pairwise::{self, CaseComparison, PairJudge, PairOutcome, PairResult};
 use crate::grade::{JudgeSet, TrialGrade};
 use crate::results::{Phase, RunDir};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The coordinator's own cases by id: a trace is graded against them, whatever it holds.
+pub type Cases<'a> = BTreeMap<&'a str, &'a CaseRecord>;
+
+/// One grading thread per core, at most 16.
+fn threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 16)
+}
+
+/// The stored trace of `key`, its case replaced by the coordinator's when `cases` has it.
+fn read_trace(dir: &RunDir, key: &TrialKey, cases: Option<&Cases<'_>>) -> Option<TrialRecord> {
+    let mut trace = dir.read_trace(key)?;
+    if let Some(case) = cases.and_then(|cases| cases.get(key.case.as_str())) {
+        trace.case = (*case).clone();
+    }
+    Some(trace)
+}
 
 /// Grades every collected trace of `trials` in `dir` (missing ones are left out), on one
 /// worker thread per core. With `cases`, each trace is graded against the coordinator's own
@@ -13,27 +35,114 @@ pub fn grade_all(
     judges: &JudgeSet,
     dir: &RunDir,
     trials: &[TrialKey],
-    cases: Option<&BTreeMap<&str, &CaseRecord>>,
+    cases: Option<&Cases<'_>>,
 ) -> BTreeMap<TrialKey, TrialGrade> {
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 16);
-    on_threads(trials, threads, |key| {
-        let mut trace = dir.read_trace(key)?;
-        if let Some(case) = cases.and_then(|cases| cases.get(key.case.as_str())) {
-            trace.case = (*case).clone();
-        }
-        Some(judges.grade(key, &trace))
+    on_threads(trials, threads(), |key| {
+        Some(judges.grade(key, &read_trace(dir, key, cases)?))
     })
 }
 
-/// `grade` for every key, the keys split into `threads` chunks graded on threads of their own.
-fn on_threads(
+/// Runs every pairwise judge over every case either of its variants planned, on one worker
+/// thread per core: one comparison (two calls, one per order) per case and pair.
+pub fn pairwise_all(
+    judges: &[PairJudge],
+    dir: &RunDir,
     trials: &[TrialKey],
+    cases: Option<&Cases<'_>>,
+) -> Vec<PairResult> {
+    // The planned trial indices of each (variant, case), looked up once per comparison.
+    let mut planned: BTreeMap<(&str, &str), BTreeSet<u32>> = BTreeMap::new();
+    for key in trials {
+        planned
+            .entry((key.variant.as_str(), key.case.as_str()))
+            .or_default()
+            .insert(key.trial);
+    }
+    let jobs: Vec<(usize, String)> = judges
+        .iter()
+        .enumerate()
+        .flat_map(|(index, judge)| {
+            let of_pair: BTreeSet<&str> = planned
+                .keys()
+                .filter(|(variant, _)| *variant == judge.a || *variant == judge.b)
+                .map(|(_, case)| *case)
+                .collect();
+            of_pair
+                .into_iter()
+                .map(move |case| (index, case.to_string()))
+        })
+        .collect();
+    let mut done = on_threads(&jobs, threads(), |(index, case)| {
+        Some(compare_case(&judges[*index], dir, &planned, case, cases))
+    });
+    judges
+        .iter()
+        .enumerate()
+        .map(|(index, judge)| PairResult {
+            name: judge.name.clone(),
+            plugin: judge.plugin_name.clone(),
+            a: judge.a.clone(),
+            b: judge.b.clone(),
+            cases: jobs
+                .iter()
+                .filter(|(i, _)| *i == index)
+                .filter_map(|job| done.remove(job))
+                .collect(),
+        })
+        .collect()
+}
+
+/// `judge`'s comparison of `case`: the lowest trial index both variants planned and collected
+/// without an infrastructure failure, or why there is none.
+fn compare_case(
+    judge: &PairJudge,
+    dir: &RunDir,
+    planned: &BTreeMap<(&str, &str), BTreeSet<u32>>,
+    case: &str,
+    cases: Option<&Cases<'_>>,
+) -> CaseComparison {
+    let none = BTreeSet::new();
+    let of_a = planned.get(&(judge.a.as_str(), case)).unwrap_or(&none);
+    let of_b = planned.get(&(judge.b.as_str(), case)).unwrap_or(&none);
+    let usable = |variant: &str, trial: u32| {
+        let key = TrialKey {
+            variant: variant.to_string(),
+            case: case.to_string(),
+            trial,
+        };
+        read_trace(dir, &key, cases).filter(pairwise::comparable)
+    };
+    if let Some((a, b)) = first_of_both(of_a, of_b, |trial| {
+        Some((usable(&judge.a, trial)?, usable(&judge.b, trial)?))
+    }) {
+        return judge.compare(&a.case, &a, &b);
+    }
+    CaseComparison::not_compared(
+        case,
+        format!(
+            "no trial index of case `{case}` was collected under both `{}` and `{}` without an \
+             infrastructure failure",
+            judge.a, judge.b
+        ),
+    )
+}
+
+/// The first `both(trial)` that is some, over the trial indices in `of_a` and `of_b`, lowest
+/// first.
+fn first_of_both<T>(
+    of_a: &BTreeSet<u32>,
+    of_b: &BTreeSet<u32>,
+    both: impl Fn(u32) -> Option<T>,
+) -> Option<T> {
+    of_a.intersection(of_b).find_map(|trial| both(*trial))
+}
+
+/// `grade` for every key, the keys split into `threads` chunks graded on threads of their own.
+fn on_threads<K: Clone + Ord + Sync + Send, V: Send>(
+    trials: &[K],
     threads: usize,
-    grade: impl Fn(&TrialKey) -> Option<TrialGrade> + Sync,
-) -> BTreeMap<TrialKey, TrialGrade> {
+    grade: impl Fn(&K) -> Option<V> + Sync,
+) -> BTreeMap<K, V> {
     let chunk = trials.len().div_ceil(threads.max(1)).max(1);
     let grade = &grade;
     std::thread::scope(|scope| {
@@ -54,12 +163,17 @@ fn on_threads(
     })
 }
 
-/// Whether every graded trial got a grade from all its judges.
-pub fn grade_phase(grades: &BTreeMap<TrialKey, TrialGrade>) -> Phase {
-    match grades
+/// Whether every graded trial got a grade from all its judges, and every compared case a
+/// verdict from its pairwise judge.
+pub fn grade_phase(grades: &BTreeMap<TrialKey, TrialGrade>, pairs: &[PairResult]) -> Phase {
+    let trial_broke = grades
         .values()
-        .any(|g| matches!(g, TrialGrade::NotGraded { .. }))
-    {
+        .any(|g| matches!(g, TrialGrade::NotGraded { .. }));
+    let pair_broke = pairs
+        .iter()
+        .flat_map(|p| &p.cases)
+        .any(|c| c.outcome == PairOutcome::NotGraded);
+    match trial_broke || pair_broke {
         true => Phase::Partial,
         false => Phase::Complete,
     }
@@ -70,6 +184,25 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
     use std::sync::Mutex;
+
+    #[test]
+    fn a_pair_compares_the_lowest_trial_usable_under_both_variants() {
+        let of_a = BTreeSet::from([0, 1, 2, 3]);
+        let of_b = BTreeSet::from([1, 2, 3, 4]);
+        // Trial 1 is unusable (say, b's is infra): 2 is compared, 3 never looked at.
+        let asked = Mutex::new(Vec::new());
+        let picked = first_of_both(&of_a, &of_b, |trial| {
+            asked.lock().unwrap().push(trial);
+            (trial != 1).then_some(trial)
+        });
+        assert_eq!(picked, Some(2));
+        assert_eq!(
+            asked.into_inner().unwrap(),
+            [1, 2],
+            "0 and 4 are not in both"
+        );
+        assert_eq!(first_of_both(&of_a, &BTreeSet::from([7]), Some), None);
+    }
 
     #[test]
     fn trials_are_graded_on_worker_threads_and_none_is_lost() {

@@ -185,10 +185,12 @@ fn finish(
         _ => Phase::Partial,
     };
     let grades = grade::grade_all(&prepared.judges, &dir, &record.trials, Some(cases));
-    record.grade = grade::grade_phase(&grades);
+    let pairs = grade::pairwise_all(&prepared.pairwise, &dir, &record.trials, Some(cases));
+    record.grade = grade::grade_phase(&grades, &pairs);
     dir.write_record(&record)?;
-    let summary = Summary::new(&record, &grades);
+    let summary = Summary::new(&record, &grades).with_pairs(&pairs);
     dir.write_grades(&grades, &summary)?;
+    dir.write_pairwise(&pairs)?;
     Ok(RunOutcome {
         dir,
         record,

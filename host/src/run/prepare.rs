@@ -4,6 +4,7 @@
 
 use crate::eval::config::{EvalConfig, HttpServer, PluginConfig, PluginRef, ServerConfig};
 use crate::eval::dataset::{self, Cases};
+use crate::grade::pairwise::PairJudge;
 use crate::grade::JudgeSet;
 use crate::home::Home;
 use crate::model::ModelAccess;
@@ -30,6 +31,8 @@ pub struct Prepared {
     pub plugins: PluginSet,
     pub cases: Cases,
     pub judges: JudgeSet,
+    /// The config's pairwise judges.
+    pub pairwise: Vec<PairJudge>,
 }
 
 /// What to load besides the config's own plugins.
@@ -60,6 +63,7 @@ pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> 
     let plugins = load_plugins(home, &config, &base, request)?;
     let cases = dataset::resolve(&config.datasets, &base, &plugins)?;
     let judges = JudgeSet::build(&config, &cases.cases, &plugins)?;
+    let pairwise = PairJudge::build_all(&config, &plugins)?;
     Ok(Prepared {
         config,
         config_hash,
@@ -67,6 +71,7 @@ pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> 
         plugins,
         cases,
         judges,
+        pairwise,
     })
 }
 
@@ -120,6 +125,11 @@ fn load_plugins(
                 .load_if_missing(&loader, base, name, &Grants::default())
                 .with_context(|| format!("a judge names plugin `{name}`"))?;
         }
+    }
+    for (index, pair) in config.pairwise.iter().enumerate() {
+        plugins
+            .load_if_missing(&loader, base, &pair.plugin, &Grants::default())
+            .with_context(|| format!("pairwise[{index}].plugin names `{}`", pair.plugin))?;
     }
     // A name that is neither loaded nor installed is left to the runner lookup, which says
     // what the runners are.

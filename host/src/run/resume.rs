@@ -121,7 +121,8 @@ fn changes_since(
     changed
 }
 
-/// Regrades a stored run's traces with the config's judges as they are now, into a new run
+/// Regrades a stored run's traces with the config's judges (and pairwise judges) as they are
+/// now, into a new run
 /// directory `<run-id>.g<N>` beside it (the traces stay where they are).
 pub fn regrade(
     home: &Home,
@@ -157,6 +158,7 @@ pub fn regrade(
         );
     }
     let grades = super::grade::grade_all(&prepared.judges, dir, &record.trials, None);
+    let pairs = super::grade::pairwise_all(&prepared.pairwise, dir, &record.trials, None);
     let out = dir.next_regrade(&record.run_id)?;
     let mut regraded = record.clone();
     regraded.run_id = out
@@ -166,11 +168,12 @@ pub fn regrade(
         .context("a run directory has a name")?;
     regraded.created_at = crate::clock::unix_secs();
     regraded.plugins = prepared.plugin_records();
-    regraded.grade = super::grade::grade_phase(&grades);
+    regraded.grade = super::grade::grade_phase(&grades, &pairs);
     crate::home::create_private_dir(&out.root)?;
     out.write_record(&regraded)?;
-    let summary = Summary::new(&regraded, &grades);
+    let summary = Summary::new(&regraded, &grades).with_pairs(&pairs);
     out.write_grades(&grades, &summary)?;
+    out.write_pairwise(&pairs)?;
     Ok(RunOutcome {
         dir: out,
         record: regraded,

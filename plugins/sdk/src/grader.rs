@@ -21,8 +21,6 @@ pub use bindings::mst::plugin::types::{
     PluginInfo, Score, ToolCall, ToolResult, Trace, TraceEvent, Trial, TrialStatus,
 };
 
-pub use bindings::mst::plugin::model::{Completion, CompletionRequest};
-
 use bindings::mst::plugin::exec::run as host_exec;
 use bindings::mst::plugin::log::log as host_log;
 use bindings::mst::plugin::secrets::get as host_secret;
@@ -37,13 +35,7 @@ pub trait Grader {
 }
 
 crate::world_helpers!();
-
-/// Asks a model through the host (the `model` capability for the request's provider). The
-/// host holds the provider's key and counts the call against the run's limits; the plugin
-/// never sees the key.
-pub fn complete(request: &CompletionRequest) -> Result<Completion, PluginError> {
-    bindings::mst::plugin::model::complete(request)
-}
+crate::model_helpers!();
 
 /// A score of `value` (clamped to 0..=1) with a reason.
 pub fn score(value: f64, reason: impl Into<String>) -> Score {

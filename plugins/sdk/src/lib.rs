@@ -1,7 +1,7 @@
 //! The mst plugin SDK: write graders, dataset resolvers and runners as WebAssembly components.
 //!
 //! A plugin is a Rust library crate built for `wasm32-wasip2` with `crate-type = ["cdylib"]`.
-//! It enables exactly one SDK feature (`grader`, `dataset` or `runner`), implements that world's
+//! It enables exactly one SDK feature (`grader`, `pairwise`, `dataset` or `runner`), implements that world's
 //! trait, and names its type in the world's export macro:
 //!
 //! ```ignore
@@ -33,14 +33,24 @@ pub use serde_json;
 mod options;
 pub use options::{parse_options, OptionsError};
 
+mod verdict;
+pub use verdict::json_object;
+
 #[cfg(feature = "dataset")]
 pub mod dataset;
 #[cfg(feature = "grader")]
 pub mod grader;
+#[cfg(feature = "pairwise")]
+pub mod pairwise;
 #[cfg(feature = "runner")]
 pub mod runner;
 
-#[cfg(any(feature = "grader", feature = "dataset", feature = "runner"))]
+#[cfg(any(
+    feature = "grader",
+    feature = "pairwise",
+    feature = "dataset",
+    feature = "runner"
+))]
 /// Code shared by every world module: the generated types are distinct per world (each world
 /// has its own bindings), so the helpers are written once as a macro over the module's types.
 macro_rules! world_helpers {
@@ -92,5 +102,27 @@ macro_rules! world_helpers {
         }
     };
 }
-#[cfg(any(feature = "grader", feature = "dataset", feature = "runner"))]
+#[cfg(any(
+    feature = "grader",
+    feature = "pairwise",
+    feature = "dataset",
+    feature = "runner"
+))]
 pub(crate) use world_helpers;
+
+#[cfg(any(feature = "grader", feature = "pairwise"))]
+/// The `model` import, for the worlds that have it (graders judge with a model).
+macro_rules! model_helpers {
+    () => {
+        pub use bindings::mst::plugin::model::{Completion, CompletionRequest};
+
+        /// Asks a model through the host (the `model` capability for the request's provider).
+        /// The host holds the provider's key and counts the call against the run's limits; the
+        /// plugin never sees the key.
+        pub fn complete(request: &CompletionRequest) -> Result<Completion, PluginError> {
+            bindings::mst::plugin::model::complete(request)
+        }
+    };
+}
+#[cfg(any(feature = "grader", feature = "pairwise"))]
+pub(crate) use model_helpers;

@@ -61,20 +61,9 @@ struct Verdict {
     reason: String,
 }
 
-/// The first JSON object in `text` that is a verdict: judges wrap their JSON in prose or code
-/// fences, so each `{` is tried in turn.
+/// The verdict in the judge's text, its score in range.
 fn verdict(text: &str) -> Option<Verdict> {
-    text.match_indices('{').find_map(|(start, _)| {
-        let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter();
-        match stream.next() {
-            Some(Ok(serde_json::Value::Object(object))) => {
-                serde_json::from_value::<Verdict>(serde_json::Value::Object(object))
-                    .ok()
-                    .filter(|v| (0.0..=1.0).contains(&v.score))
-            }
-            _ => None,
-        }
-    })
+    mst_sdk::json_object(text, |v: &Verdict| (0.0..=1.0).contains(&v.score))
 }
 
 /// What the judge is asked.

@@ -1,0 +1,48 @@
+//! Reading a structured verdict out of a model's free text.
+
+use serde::de::DeserializeOwned;
+
+/// The first JSON object in `text` that deserializes as `T` and passes `check`. Models wrap
+/// their JSON in prose or code fences, and may write other objects first, so each `{` is
+/// tried in turn.
+pub fn json_object<T: DeserializeOwned>(text: &str, check: impl Fn(&T) -> bool) -> Option<T> {
+    text.match_indices('{').find_map(|(start, _)| {
+        let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter();
+        match stream.next() {
+            Some(Ok(serde_json::Value::Object(object))) => {
+                serde_json::from_value::<T>(serde_json::Value::Object(object))
+                    .ok()
+                    .filter(&check)
+            }
+            _ => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Verdict {
+        score: f64,
+        reason: String,
+    }
+
+    fn verdict(text: &str) -> Option<Verdict> {
+        json_object(text, |v: &Verdict| (0.0..=1.0).contains(&v.score))
+    }
+
+    #[test]
+    fn objects_are_found_in_prose_and_fences_and_checked() {
+        let v = verdict("Sure.\n```json\n{\"score\": 0.8, \"reason\": \"close\"}\n```").unwrap();
+        assert_eq!((v.score, v.reason.as_str()), (0.8, "close"));
+        assert!(verdict("{\"score\": 3, \"reason\": \"too high\"}").is_none());
+        assert!(verdict("{\"grade\": 1} then {\"score\": 1, \"reason\": \"ok\"}").is_some());
+        assert!(verdict("no json here").is_none());
+        assert!(
+            verdict("{\"score\": 0.5}").is_none(),
+            "a reason is required"
+        );
+    }
+}
