@@ -661,3 +661,41 @@ fn an_api_agent_using_the_time_server_is_judged_by_the_rubric_grader_through_the
     assert!(grades.contains("names the zone"), "{grades}");
     key_stays_secret(&eval, &run, KEY);
 }
+
+#[test]
+fn a_plugins_model_call_is_checked_by_the_host_its_role_and_its_token_budget() {
+    const KEY: &str = "mst-canary-hostile-model-key";
+    let server = ModelServer::start(vec![Reply::anthropic_text("hello back")]);
+    let (eval, secrets) = rubric_eval(&server, "Tokyo time.", true, KEY);
+    let hostile = |role: &str| {
+        let config = eval.config();
+        let mut value = read_json(&config);
+        value["plugins"] = json!([{"path": mst_tests::s(&mst_tests::fixture("hostile.wasm")),
+                                   "allowModel": ["acme"]}]);
+        value["judges"] = json!([{"plugin": "mst/fixture/hostile",
+            "options": {"behaviour": "model", "name": "acme", "path": role,
+                        "message": "hi", "count": 4_000_000}}]);
+        std::fs::write(&config, value.to_string()).unwrap();
+        run_with_secrets(&eval, &secrets)
+    };
+    // A role the host does not know never reaches the model.
+    let run = hostile("tool");
+    assert_eq!(run.code, 2, "not graded: {}\n{}", run.stdout, run.stderr);
+    let grades = read_json(&mst_tests::only_run(&eval.results(), "judged").join("grades.json"));
+    assert!(
+        grades.to_string().contains("a message's role is `tool`"),
+        "{grades}"
+    );
+    assert!(server.requests().is_empty());
+    // A huge token budget is cut to the host's cap; the key is the host's to add.
+    std::fs::remove_dir_all(eval.results()).unwrap();
+    let run = hostile("user");
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].body["max_tokens"], 16_384);
+    assert_eq!(requests[0].header("x-api-key"), Some(KEY));
+    let grades = read_json(&eval.run_dir("judged").join("grades.json")).to_string();
+    assert!(grades.contains("model: hello back"), "{grades}");
+    key_stays_secret(&eval, &run, KEY);
+}
