@@ -65,7 +65,7 @@ cat > "$r/default/c1/0.json" <<'TRACE'
 TRACE
 echo "$HELLO"
 k='{{"variant":"default","case":"c1","trial":0}}'
-echo '{{"type":"acquire","key":'"$k"',"providers":[],"servers":[]}}'
+echo '{{"type":"acquire","key":'"$k"',"servers":[]}}'
 read granted
 echo '{{"type":"trial","key":'"$k"',{report},"path":"x"}}'
 echo '{{"type":"done","counts":{{"collected":1,"infra":0,"skipped":0}},"cleanup":"ok"}}'
@@ -192,7 +192,7 @@ fn deaf_worker(eval: &Eval, trials: u32, then: &str) -> String {
         r#"echo "$HELLO"
 i=0
 while [ $i -lt {trials} ]; do
-  echo '{{"type":"acquire","key":{{"variant":"default","case":"c1","trial":'$i'}},"providers":[],"servers":[]}}'
+  echo '{{"type":"acquire","key":{{"variant":"default","case":"c1","trial":'$i'}},"servers":[]}}'
   i=$((i+1))
 done
 {then}
@@ -265,8 +265,8 @@ fn asking_twice_for_one_trial_loses_the_shard() {
     let eval = command_eval(json!(["cat"]), 1, 30);
     let script = r#"echo "$HELLO"
 k='{"variant":"default","case":"c1","trial":0}'
-echo '{"type":"acquire","key":'"$k"',"providers":[],"servers":[]}'
-echo '{"type":"acquire","key":'"$k"',"providers":[],"servers":[]}'
+echo '{"type":"acquire","key":'"$k"',"servers":[]}'
+echo '{"type":"acquire","key":'"$k"',"servers":[]}'
 sleep 5
 "#;
     let worker = stand_in_worker(eval.dir.path(), "twice.sh", script);

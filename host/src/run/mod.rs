@@ -20,7 +20,6 @@ use crate::plugin::{Grants, Limits};
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary};
 use crate::runner::{self, RunnerOptions};
 use crate::shard::coordinator::{ShardContext, ShardReport, ShardSettings};
-use crate::shard::limits::Limiter;
 use anyhow::{bail, Result};
 use collect::Collection;
 use events::{Reporter, RunEvent};
@@ -111,10 +110,9 @@ pub fn run(
     for line in runner.plan() {
         reporter.event(&RunEvent::RunnerPlan(&line));
     }
-    let limiter = Limiter::new(prepared.config.limits.clone());
     let events = |event| reporter.event(&RunEvent::Shard(event));
     let context = ShardContext {
-        limiter: &limiter,
+        limiter: &prepared.limiter,
         cases: &cases,
         tokens: &tokens,
         settings,

@@ -12,6 +12,7 @@ use crate::plugin::set::{PluginLoader, PluginSet};
 use crate::plugin::{Grants, Limits};
 use crate::results::{GitState, PluginRecord};
 use crate::secrets::Secrets;
+use crate::shard::limits::{HostCalls, Limiter};
 use crate::shard::protocol::{CoordinatorMessage, MAX_LINE_BYTES};
 use crate::shard::tokens::ServerTokens;
 use anyhow::{Context, Result};
@@ -30,6 +31,10 @@ pub struct Prepared {
     pub plugins: PluginSet,
     pub cases: Cases,
     pub judges: JudgeSet,
+    /// The run's `limits`: the coordinators' and the plugins' model calls take room here.
+    pub limiter: Arc<Limiter>,
+    /// How the plugins reach model providers, with what each plugin used.
+    pub model_access: Arc<ModelAccess>,
 }
 
 /// What to load besides the config's own plugins.
@@ -55,7 +60,14 @@ pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> 
         .unwrap_or(Path::new("."))
         .to_path_buf();
     let config_hash = hex::encode(Sha256::digest(&config_bytes));
-    let plugins = load_plugins(home, &config, &base, request)?;
+    let limiter = Arc::new(Limiter::new(config.limits.clone()));
+    // Every plugin granted a model provider reaches it the same way, under the run's limits.
+    let model_access = Arc::new(ModelAccess::new(
+        &config.providers,
+        request.secrets,
+        Arc::new(HostCalls::new(limiter.clone())),
+    ));
+    let plugins = load_plugins(home, &config, &base, request, &model_access)?;
     let cases = dataset::resolve(&config.datasets, &base, &plugins)?;
     let judges = JudgeSet::build(&config, &cases.cases, &plugins)?;
     Ok(Prepared {
@@ -65,6 +77,8 @@ pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> 
         plugins,
         cases,
         judges,
+        limiter,
+        model_access,
     })
 }
 
@@ -73,14 +87,11 @@ fn load_plugins(
     config: &EvalConfig,
     base: &Path,
     request: &PluginRequest<'_>,
+    access: &Arc<ModelAccess>,
 ) -> Result<PluginSet> {
     let loader = PluginLoader::new(home, request.limits)?;
     let mut plugins = PluginSet::default();
-    // Every plugin granted a model provider reaches it the same way.
-    let access = Some(Arc::new(ModelAccess::new(
-        &config.providers,
-        request.secrets,
-    )));
+    let access = Some(access.clone());
     let with_access = |grants: &Grants| Grants {
         model_access: access.clone(),
         ..grants.clone()
