@@ -204,6 +204,16 @@ impl UsageTotals {
         }
     }
 
+    /// Adds `other`'s counts to these.
+    pub fn merge(&mut self, other: &UsageTotals) {
+        self.calls += other.calls;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        if let Some(cost) = other.cost_usd {
+            *self.cost_usd.get_or_insert(0.0) += cost;
+        }
+    }
+
     /// Whether nothing was counted.
     pub fn is_empty(&self) -> bool {
         self.calls == 0

@@ -6,6 +6,7 @@
 
 pub mod layout;
 pub mod report;
+pub mod usage;
 
 pub use layout::{trace_path, ResultsRoot, RunDir};
 
@@ -47,6 +48,9 @@ pub struct PluginRecord {
     /// What it received: the declaration intersected with the operator's grants (secret names
     /// only, never values).
     pub granted: crate::plugin::capabilities::Effective,
+    /// What its `model` calls used while this run graded (absent when it made none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::model::UsageTotals>,
 }
 
 /// The git state of the config's repository.
@@ -125,6 +129,9 @@ pub struct Summary {
     pub cases: BTreeMap<String, BTreeMap<String, CaseOutcome>>,
     /// Trials whose trace never came back.
     pub missing: Vec<TrialKey>,
+    /// What the agents' and the plugins' model calls used (absent when none was made).
+    #[serde(default, skip_serializing_if = "usage::UsageSummary::is_empty")]
+    pub usage: usage::UsageSummary,
 }
 
 impl Summary {
@@ -168,6 +175,7 @@ impl Summary {
             variants,
             cases,
             missing,
+            usage: usage::UsageSummary::default(),
         }
     }
 

@@ -32,6 +32,9 @@ pub fn table(summary: &Summary) -> String {
         super::Phase::Partial => "partial (some trials not graded)",
     };
     let _ = writeln!(out, "collect: {collect}; grade: {grade}");
+    for line in summary.usage.lines() {
+        let _ = writeln!(out, "{line}");
+    }
     out
 }
 

@@ -17,6 +17,7 @@ use crate::eval::plan::Filters;
 use crate::eval::trial::{CaseRecord, TrialKey};
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
+use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary};
 use crate::runner::{self, RunnerOptions};
 use crate::shard::coordinator::{ShardContext, ShardReport, ShardSettings};
@@ -184,8 +185,10 @@ fn finish(
     };
     let grades = grade::grade_all(&prepared.judges, &dir, &record.trials, Some(cases));
     record.grade = grade::grade_phase(&grades);
+    prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;
-    let summary = Summary::new(&record, &grades);
+    let mut summary = Summary::new(&record, &grades);
+    summary.usage = UsageSummary::of_run(&dir, &record.trials, &record.plugins);
     dir.write_grades(&grades, &summary)?;
     Ok(RunOutcome {
         dir,

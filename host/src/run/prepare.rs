@@ -175,8 +175,19 @@ impl Prepared {
                 source,
                 declared: p.info().capabilities.clone(),
                 granted: p.effective_grants().clone(),
+                usage: None,
             })
             .collect()
+    }
+
+    /// Records in `plugins` what each one's model calls used so far (while this run graded).
+    pub fn count_usage(&self, plugins: &mut [PluginRecord]) {
+        for plugin in plugins {
+            let used = self
+                .model_access
+                .usage(&format!("{} {}", plugin.name, plugin.version));
+            plugin.usage = (!used.is_empty()).then_some(used);
+        }
     }
 
     /// Tokens for the servers that name one, by server label, and each configured model
