@@ -99,8 +99,7 @@ impl ModelServer {
                 std::thread::spawn(move || {
                     let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
-                    let request = serve(stream, &reply, delay);
-                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    let request = serve(stream, &reply, delay, &in_flight);
                     if let Some(request) = request {
                         seen.lock().unwrap().push(request);
                     }
@@ -127,8 +126,45 @@ impl ModelServer {
 }
 
 /// Reads one request from `stream` and answers it with `reply` after `delay` (one request per
-/// connection).
-fn serve(stream: std::net::TcpStream, reply: &Reply, delay: Duration) -> Option<Request> {
+/// connection). The request stops counting in `in_flight` just before its reply goes out: a
+/// caller may start its next call as soon as it has read the reply, before this thread runs
+/// again.
+fn serve(
+    stream: std::net::TcpStream,
+    reply: &Reply,
+    delay: Duration,
+    in_flight: &AtomicUsize,
+) -> Option<Request> {
+    let request = read_request(&stream);
+    std::thread::sleep(delay);
+    in_flight.fetch_sub(1, Ordering::SeqCst);
+    let (path, headers, body) = request?;
+    let text = reply.body.to_string();
+    let mut response = format!(
+        "HTTP/1.1 {} Scripted\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        reply.status,
+        text.len()
+    );
+    for (name, value) in &reply.headers {
+        response.push_str(&format!("{name}: {value}\r\n"));
+    }
+    response.push_str("\r\n");
+    response.push_str(&text);
+    let mut stream = stream;
+    let _ = stream.write_all(response.as_bytes());
+    Some(Request {
+        path,
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+        at: std::time::Instant::now(),
+    })
+}
+
+/// The request line's path, the headers (names lower-cased) and the body of one request.
+type RawRequest = (String, Vec<(String, String)>, Vec<u8>);
+
+/// Reads one request from `stream`.
+fn read_request(stream: &std::net::TcpStream) -> Option<RawRequest> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
@@ -151,24 +187,5 @@ fn serve(stream: std::net::TcpStream, reply: &Reply, delay: Duration) -> Option<
         .unwrap_or(0);
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    std::thread::sleep(delay);
-    let text = reply.body.to_string();
-    let mut response = format!(
-        "HTTP/1.1 {} Scripted\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
-        reply.status,
-        text.len()
-    );
-    for (name, value) in &reply.headers {
-        response.push_str(&format!("{name}: {value}\r\n"));
-    }
-    response.push_str("\r\n");
-    response.push_str(&text);
-    let mut stream = stream;
-    let _ = stream.write_all(response.as_bytes());
-    Some(Request {
-        path,
-        headers,
-        body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
-        at: std::time::Instant::now(),
-    })
+    Some((path, headers, body))
 }
