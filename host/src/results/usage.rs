@@ -90,3 +90,61 @@ pub fn trace_usage(trace: &TraceRecord) -> UsageTotals {
     }
     totals
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::trial::TraceEvent;
+    use serde_json::json;
+
+    fn custom(name: &str, data: serde_json::Value) -> TraceEvent {
+        TraceEvent {
+            seq: 0,
+            at_ms: 0,
+            kind: EventKind::Custom {
+                name: name.into(),
+                data,
+            },
+        }
+    }
+
+    #[test]
+    fn a_traces_usage_events_are_summed_and_others_left_out() {
+        let trace = TraceRecord {
+            events: vec![
+                custom(
+                    "usage",
+                    json!({"usage": {"inputTokens": 10, "outputTokens": 2}, "costUsd": 0.25}),
+                ),
+                custom("usage", json!({"usage": {"inputTokens": 5, "outputTokens": 1}})),
+                // Not usage: another custom event, a count that is not a number.
+                custom("usage-ish", json!({"usage": {"inputTokens": 99, "outputTokens": 9}})),
+                custom("usage", json!({"usage": {"inputTokens": "x", "outputTokens": 1}})),
+            ],
+            ..TraceRecord::default()
+        };
+        let totals = trace_usage(&trace);
+        assert_eq!(
+            totals,
+            UsageTotals {
+                calls: 2,
+                input_tokens: 15,
+                output_tokens: 3,
+                cost_usd: Some(0.25),
+            }
+        );
+        let mut sum = UsageTotals::default();
+        sum.merge(&totals);
+        sum.merge(&trace_usage(&TraceRecord::default()));
+        assert_eq!(sum, totals, "an unpriced, empty trace adds nothing");
+        let summary = UsageSummary {
+            variants: [("v".to_string(), totals)].into(),
+            plugins: BTreeMap::new(),
+        };
+        assert_eq!(
+            summary.lines(),
+            ["usage: v: 2 model calls, 15 tokens in, 3 out, $0.2500"]
+        );
+        assert!(UsageSummary::default().lines().is_empty());
+    }
+}
