@@ -116,10 +116,19 @@ mod tests {
                     "usage",
                     json!({"usage": {"inputTokens": 10, "outputTokens": 2}, "costUsd": 0.25}),
                 ),
-                custom("usage", json!({"usage": {"inputTokens": 5, "outputTokens": 1}})),
+                custom(
+                    "usage",
+                    json!({"usage": {"inputTokens": 5, "outputTokens": 1}}),
+                ),
                 // Not usage: another custom event, a count that is not a number.
-                custom("usage-ish", json!({"usage": {"inputTokens": 99, "outputTokens": 9}})),
-                custom("usage", json!({"usage": {"inputTokens": "x", "outputTokens": 1}})),
+                custom(
+                    "usage-ish",
+                    json!({"usage": {"inputTokens": 99, "outputTokens": 9}}),
+                ),
+                custom(
+                    "usage",
+                    json!({"usage": {"inputTokens": "x", "outputTokens": 1}}),
+                ),
             ],
             ..TraceRecord::default()
         };
