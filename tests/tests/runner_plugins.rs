@@ -541,7 +541,7 @@ fn a_provider_limit_holds_across_shards_measured_at_the_model_server() {
 #[test]
 fn provider_slots_are_taken_per_model_call_not_per_trial() {
     // Limit 1, two shards of one trial each. Every reply asks for the `nap` tool, which sleeps
-    // 1.5 s, and each trial makes 2 model calls (maxTurns). With a slot per trial, the second
+    // 1.5 s, and each trial makes 3 model calls (maxTurns). With a slot per trial, the second
     // trial's first call could go out only after the first trial's last one; with a slot per
     // call it goes out while the first trial naps.
     let reply = json!({"content": [{"type": "tool_use", "id": "toolu_1", "name": "slow__nap", "input": {}}],
@@ -559,7 +559,7 @@ fn provider_slots_are_taken_per_model_call_not_per_trial() {
                "providers": {"acme": {"format": "anthropic", "baseUrl": server.url(),
                                       "key": "MODEL_KEY"}},
                "client": "api", "model": "acme/m",
-               "clientOptions": {"maxTurns": 2},
+               "clientOptions": {"maxTurns": 3},
                "servers": {"slow": {"command": "python3", "args": [s(&standin)]}},
                "limits": {"providers": {"acme": 1}}, "concurrency": 1, "timeout": 60}),
         &cases,
@@ -596,7 +596,7 @@ fn provider_slots_are_taken_per_model_call_not_per_trial() {
             .to_string()
     };
     let order: Vec<String> = requests.iter().map(case_of).collect();
-    assert_eq!(order.len(), 4, "{order:?}");
+    assert_eq!(order.len(), 6, "{order:?}");
     let first = order[0].clone();
     let last_of_first = order.iter().rposition(|c| *c == first).unwrap();
     let first_of_other = order.iter().position(|c| *c != first).unwrap();
