@@ -141,8 +141,7 @@ impl ModelServer {
                 std::thread::spawn(move || {
                     let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
-                    let request = serve(stream, |body| respond(index, body), delay);
-                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    let request = serve(stream, |body| respond(index, body), delay, &in_flight);
                     if let Some(request) = request {
                         seen.lock().unwrap().push(request);
                     }
@@ -157,7 +156,7 @@ impl ModelServer {
         self.most_in_flight.load(Ordering::SeqCst)
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://IP:PORT`.
     pub fn url(&self) -> String {
         format!(
             "http://{}",
@@ -172,12 +171,49 @@ impl ModelServer {
 }
 
 /// Reads one request from `stream` and answers it with `respond(body)` after `delay` (one
-/// request per connection).
+/// request per connection). The request stops counting in `in_flight` just before its reply
+/// goes out: a caller may start its next call as soon as it has read the reply, before this
+/// thread runs again.
 fn serve(
     stream: std::net::TcpStream,
     respond: impl FnOnce(&serde_json::Value) -> Reply,
     delay: Duration,
+    in_flight: &AtomicUsize,
 ) -> Option<Request> {
+    let request = read_request(&stream);
+    let body = request
+        .as_ref()
+        .map(|(_, _, body)| serde_json::from_slice(body).unwrap_or(serde_json::Value::Null));
+    let reply = body.as_ref().map(respond);
+    std::thread::sleep(delay);
+    in_flight.fetch_sub(1, Ordering::SeqCst);
+    let ((path, headers, _), body, reply) = (request?, body?, reply?);
+    let text = reply.body.to_string();
+    let mut response = format!(
+        "HTTP/1.1 {} Scripted\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        reply.status,
+        text.len()
+    );
+    for (name, value) in &reply.headers {
+        response.push_str(&format!("{name}: {value}\r\n"));
+    }
+    response.push_str("\r\n");
+    response.push_str(&text);
+    let mut stream = stream;
+    let _ = stream.write_all(response.as_bytes());
+    Some(Request {
+        path,
+        headers,
+        body,
+        at: std::time::Instant::now(),
+    })
+}
+
+/// The request line's path, the headers (names lower-cased) and the body of one request.
+type RawRequest = (String, Vec<(String, String)>, Vec<u8>);
+
+/// Reads one request from `stream`.
+fn read_request(stream: &std::net::TcpStream) -> Option<RawRequest> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
@@ -200,28 +236,7 @@ fn serve(
         .unwrap_or(0);
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-    let reply = respond(&body);
-    std::thread::sleep(delay);
-    let text = reply.body.to_string();
-    let mut response = format!(
-        "HTTP/1.1 {} Scripted\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
-        reply.status,
-        text.len()
-    );
-    for (name, value) in &reply.headers {
-        response.push_str(&format!("{name}: {value}\r\n"));
-    }
-    response.push_str("\r\n");
-    response.push_str(&text);
-    let mut stream = stream;
-    let _ = stream.write_all(response.as_bytes());
-    Some(Request {
-        path,
-        headers,
-        body,
-        at: std::time::Instant::now(),
-    })
+    Some((path, headers, body))
 }
 
 /// The two answers a pairwise judge's request shows, first then second, as the

@@ -173,7 +173,7 @@ echo '{{"case":{{"id":"other","input":"x"}},"variant":"default","trial":0,"trace
 ln -s /etc/passwd "$r/default/c2/0.json"
 echo "$HELLO"
 for k in '{k1}' '{k2}'; do
-  echo '{{"type":"acquire","key":'"$k"',"providers":[],"servers":[]}}'
+  echo '{{"type":"acquire","key":'"$k"',"servers":[]}}'
   read granted
   echo '{{"type":"trial","key":'"$k"',"status":"collected","path":"x"}}'
 done

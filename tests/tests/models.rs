@@ -6,6 +6,7 @@
 use mst_tests::model_server::{ModelServer, Reply};
 use mst_tests::{read_json, Eval, Mst};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// An `api` eval on `model` with `options`, the real time server as `time`, and `cases`.
 fn api_eval(model: &str, options: Value, cases: &[Value]) -> Eval {
@@ -269,6 +270,34 @@ fn an_anthropic_format_model_calls_the_time_server_and_429_is_retried() {
         .map(|e| e["data"]["costUsd"].as_f64().unwrap())
         .unwrap();
     assert!((cost - 0.00081).abs() < 1e-12, "{cost}");
+    // The summary's totals for the variant are the sums of its calls' usage and costs.
+    let costs: f64 = events(&trace)
+        .iter()
+        .filter(|e| e["name"] == "usage")
+        .map(|e| e["data"]["costUsd"].as_f64().unwrap())
+        .sum();
+    let summary = read_json(&eval.run_dir("agent").join("summary.json"));
+    let total = &summary["usage"]["variants"]["default"];
+    assert_eq!(
+        (
+            &total["calls"],
+            &total["inputTokens"],
+            &total["outputTokens"]
+        ),
+        (&json!(2), &json!(320), &json!(39)),
+        "{summary}"
+    );
+    let total_cost = total["costUsd"].as_f64().unwrap();
+    assert!((total_cost - costs).abs() < 1e-12, "{summary}");
+    assert!(
+        (costs - (320.0 * 3.0 + 39.0 * 15.0) / 1e6).abs() < 1e-12,
+        "{costs}"
+    );
+    assert_eq!(
+        run.json()["usage"],
+        summary["usage"],
+        "--json prints it too"
+    );
     key_stays_secret(&eval, &run, KEY);
 }
 
@@ -485,6 +514,95 @@ fn the_rubric_grader_asks_a_model_through_the_host_which_holds_the_key() {
         "{text}"
     );
     key_stays_secret(&eval, &run, KEY);
+}
+
+#[test]
+fn judge_calls_take_provider_slots_and_the_judges_usage_is_counted() {
+    // Six trials graded by the rubric judge on a provider limited to one call at a time, each
+    // reply taking 300 ms: grading runs on a thread per core, so without the limit the calls
+    // would overlap.
+    let server = ModelServer::start_slow(
+        vec![Reply::anthropic_text(
+            "{\"score\": 1, \"reason\": \"fine\"}",
+        )],
+        Duration::from_millis(300),
+    );
+    let rubric = mst_tests::plugin("rubric.wasm");
+    let cases: Vec<Value> = (1..=6)
+        .map(|i| json!({"id": format!("c{i}"), "input": "What time is it?"}))
+        .collect();
+    let eval = Eval::new(
+        json!({"name": "judged", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["echo", "noon"], "input": "none"},
+               "providers": {"acme": {"format": "anthropic", "baseUrl": server.url(), "key": "JUDGE_KEY",
+                                      "prices": {"judge-1": {"input": 1.0, "output": 2.0}}}},
+               "limits": {"providers": {"acme": 1}},
+               "plugins": [{"path": mst_tests::s(&rubric), "allowModel": ["acme"]}],
+               "judges": [{"plugin": "mst/grader/rubric",
+                           "options": {"provider": "acme", "model": "judge-1", "rubric": "Any time."}}],
+               "timeout": 30}),
+        &cases,
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, "JUDGE_KEY=mst-canary-judge-limit\n").unwrap();
+    let secrets = mst_tests::s(&secrets);
+    let run = eval.run(&Mst::new(), &["--secrets-file", secrets]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(server.requests().len(), 6);
+    assert_eq!(server.most_in_flight(), 1, "one judge call at a time");
+
+    // 80 tokens in at $1 and 20 out at $2 per million, six times.
+    let expected = |usage: &Value| {
+        assert_eq!(
+            (
+                &usage["calls"],
+                &usage["inputTokens"],
+                &usage["outputTokens"]
+            ),
+            (&json!(6), &json!(480), &json!(120)),
+            "{usage}"
+        );
+        let cost = usage["costUsd"].as_f64().unwrap();
+        assert!((cost - 6.0 * 0.00012).abs() < 1e-12, "{usage}");
+    };
+    let dir = eval.run_dir("judged");
+    let record = read_json(&dir.join("run.json"));
+    let judge = record["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "mst/grader/rubric")
+        .unwrap();
+    expected(&judge["usage"]);
+    let summary = read_json(&dir.join("summary.json"));
+    let label = format!("mst/grader/rubric {}", judge["version"].as_str().unwrap());
+    expected(&summary["usage"]["plugins"][&label]);
+    assert!(
+        summary["usage"].get("variants").is_none(),
+        "the command agent called no model: {summary}"
+    );
+    assert!(
+        run.stdout.contains(&format!(
+            "usage: plugin {label}: 6 model calls, 480 tokens in, 120 out, $0.0007"
+        )),
+        "{}",
+        run.stdout
+    );
+
+    // `mst grade` counts its own judge calls.
+    let run_id = dir.file_name().unwrap().to_str().unwrap();
+    let regrade = Mst::new().run(&[
+        "grade",
+        run_id,
+        "--results-dir",
+        mst_tests::s(&eval.results()),
+        "--secrets-file",
+        secrets,
+        "--json",
+    ]);
+    assert_eq!(regrade.code, 0, "{}\n{}", regrade.stdout, regrade.stderr);
+    assert_eq!(server.requests().len(), 12);
+    expected(&regrade.json()["usage"]["plugins"][&label]);
 }
 
 #[test]

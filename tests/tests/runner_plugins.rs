@@ -537,3 +537,72 @@ fn a_provider_limit_holds_across_shards_measured_at_the_model_server() {
         "the limit held, and trials did run side by side"
     );
 }
+
+#[test]
+fn provider_slots_are_taken_per_model_call_not_per_trial() {
+    // Limit 1, two shards of one trial each. Every reply asks for the `nap` tool, which sleeps
+    // 1.5 s, and each trial makes 3 model calls (maxTurns). With a slot per trial, the second
+    // trial's first call could go out only after the first trial's last one; with a slot per
+    // call it goes out while the first trial naps.
+    let reply = json!({"content": [{"type": "tool_use", "id": "toolu_1", "name": "slow__nap", "input": {}}],
+                       "stop_reason": "tool_use",
+                       "usage": {"input_tokens": 3, "output_tokens": 2}});
+    let server = ModelServer::start_slow(vec![Reply::ok(reply)], Duration::from_millis(200));
+    let standin = mst_tests::root().join("tests/standins/slow_mcp.py");
+    // By their ids' hashes, `one` runs on shard 1 and `two` on shard 0.
+    let cases = [
+        json!({"id": "one", "input": "case-one"}),
+        json!({"id": "two", "input": "case-two"}),
+    ];
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"],
+               "providers": {"acme": {"format": "anthropic", "baseUrl": server.url(),
+                                      "key": "MODEL_KEY"}},
+               "client": "api", "model": "acme/m",
+               "clientOptions": {"maxTurns": 3},
+               "servers": {"slow": {"command": "python3", "args": [s(&standin)]}},
+               "limits": {"providers": {"acme": 1}}, "concurrency": 1, "timeout": 60}),
+        &cases,
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, "MODEL_KEY=mst-canary-per-call-key\n").unwrap();
+    let run = hostile_run(
+        &Mst::new(),
+        &eval,
+        "shell",
+        &[
+            "--runner-option",
+            "shards=2",
+            "--allow-exec",
+            "sh",
+            "--secrets-file",
+            s(&secrets),
+            "-q",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let machines = read_json(&eval.run_dir("e2e").join("run.json"))["machines"].clone();
+    assert_eq!(
+        machines.as_array().unwrap().len(),
+        2,
+        "one trial per shard: {machines}"
+    );
+    let mut requests = server.requests();
+    requests.sort_by_key(|r| r.at);
+    let case_of = |r: &mst_tests::model_server::Request| {
+        r.body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let order: Vec<String> = requests.iter().map(case_of).collect();
+    assert_eq!(order.len(), 6, "{order:?}");
+    let first = order[0].clone();
+    let last_of_first = order.iter().rposition(|c| *c == first).unwrap();
+    let first_of_other = order.iter().position(|c| *c != first).unwrap();
+    assert!(
+        first_of_other < last_of_first,
+        "the other trial's call went out while {first} was still running: {order:?}"
+    );
+    assert_eq!(server.most_in_flight(), 1, "the limit held: {order:?}");
+}

@@ -19,7 +19,7 @@ use crate::eval::trial::{EventKind, TraceEvent, TraceRecord};
 use crate::model::http::ProviderConfig;
 use crate::model::mock::ScriptedTurn;
 use crate::model::{
-    ModelRef, ModelRequest, Provider, ToolCall, ToolChoice, ToolOutput, ToolSpec, Turn,
+    CallGate, ModelRef, ModelRequest, Provider, ToolCall, ToolChoice, ToolOutput, ToolSpec, Turn,
 };
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
@@ -146,6 +146,7 @@ impl ApiClient {
     async fn agent_loop(
         &self,
         provider: &Provider,
+        gate: &dyn CallGate,
         prompt: String,
         scratch: &Path,
         started: Instant,
@@ -169,7 +170,7 @@ impl ApiClient {
                 temperature: self.options.temperature,
             };
             let reply = provider
-                .complete(&request)
+                .complete(gate, &request)
                 .await
                 .map_err(|e| anyhow::anyhow!("model `{}`: {e}", self.model))?;
             trace.push(self.usage_event(&reply.usage));
@@ -231,12 +232,10 @@ impl ApiClient {
     /// The `usage` event of one model call, with its cost when the model has a price.
     fn usage_event(&self, usage: &crate::model::Usage) -> EventKind {
         let mut data = serde_json::json!({"model": self.model.to_string(), "usage": usage});
-        let price = self
-            .provider
-            .as_ref()
-            .and_then(|p| p.prices.get(&self.model.model));
-        if let Some(price) = price {
-            data["costUsd"] = serde_json::json!(price.cost(usage));
+        if let Some(cost) =
+            crate::model::http::cost(self.provider.as_ref(), &self.model.model, usage)
+        {
+            data["costUsd"] = serde_json::json!(cost);
         }
         EventKind::Custom {
             name: "usage".into(),
@@ -319,7 +318,14 @@ impl Client for ApiClient {
         let prompt = input_text(input.case);
         let outcome = drive(
             input,
-            self.agent_loop(&provider, prompt, input.scratch, started, &mut events),
+            self.agent_loop(
+                &provider,
+                input.calls,
+                prompt,
+                input.scratch,
+                started,
+                &mut events,
+            ),
         );
         trace_of(outcome, events, started)
     }

@@ -314,6 +314,7 @@ mod tests {
             timeout,
             cancel: &AtomicBool::new(false),
             scratch: &std::env::temp_dir(),
+            calls: &crate::model::Unlimited,
         })
     }
 

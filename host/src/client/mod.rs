@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// Everything a client needs to run one trial.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TrialInput<'a> {
     pub case: &'a CaseRecord,
     pub variant: &'a str,
@@ -27,6 +27,8 @@ pub struct TrialInput<'a> {
     /// The trial's own empty working directory, removed when it ends: the agent starts here,
     /// away from the bundle and the other trials' traces.
     pub scratch: &'a std::path::Path,
+    /// Where each model call takes its provider's slot (`limits.providers`).
+    pub calls: &'a dyn crate::model::CallGate,
 }
 
 /// Runs trials. A client never fails: whatever happens becomes the trace's status and events.

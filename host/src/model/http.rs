@@ -78,6 +78,12 @@ pub struct Price {
     pub output: f64,
 }
 
+/// The cost of a call to `model` of `provider` that used `usage`, when the provider has a
+/// price for that model.
+pub fn cost(provider: Option<&ProviderConfig>, model: &str, usage: &Usage) -> Option<f64> {
+    Some(provider?.prices.get(model)?.cost(usage))
+}
+
 impl Price {
     /// The cost of `usage`, in US dollars.
     pub fn cost(&self, usage: &Usage) -> f64 {

@@ -133,21 +133,135 @@ pub enum Provider {
     Http(http::Http),
 }
 
+/// Takes a provider's slot for one model call (`limits.providers`), so that a limit holds
+/// for every call wherever it is made: on a worker (whose gate asks the coordinator) or in the
+/// host (a plugin's call while grading, whose gate is the run's limiter itself).
+pub trait CallGate: Send + Sync {
+    /// Waits for a slot of `provider`; it is held until the returned [`CallSlot`] is dropped,
+    /// also when this future is dropped before it is ready (a trial's deadline).
+    fn acquire<'a>(
+        &'a self,
+        provider: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CallSlot> + Send + 'a>>;
+}
+
+/// A provider slot held for one call; dropping it gives the slot back.
+pub struct CallSlot(Option<Box<dyn FnOnce() + Send>>);
+
+impl CallSlot {
+    /// A slot that runs `release` when dropped.
+    pub fn new(release: impl FnOnce() + Send + 'static) -> Self {
+        CallSlot(Some(Box::new(release)))
+    }
+
+    /// A slot with nothing to give back.
+    pub fn free() -> Self {
+        CallSlot(None)
+    }
+}
+
+impl Drop for CallSlot {
+    fn drop(&mut self) {
+        if let Some(release) = self.0.take() {
+            release();
+        }
+    }
+}
+
+/// The gate of a caller under no limit (a test, a local one-off).
+pub struct Unlimited;
+
+impl CallGate for Unlimited {
+    fn acquire<'a>(
+        &'a self,
+        _provider: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CallSlot> + Send + 'a>> {
+        Box::pin(async { CallSlot::free() })
+    }
+}
+
+/// What a caller's model calls used, summed: calls, tokens, and the cost of those whose model
+/// has a price.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageTotals {
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// US dollars, for the calls whose model has a price; absent when none had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+impl UsageTotals {
+    /// Counts one call's `usage` and its `cost`, if known.
+    pub fn add(&mut self, usage: &Usage, cost: Option<f64>) {
+        self.calls += 1;
+        self.input_tokens += usage.input_tokens;
+        self.output_tokens += usage.output_tokens;
+        if let Some(cost) = cost {
+            *self.cost_usd.get_or_insert(0.0) += cost;
+        }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn merge(&mut self, other: &UsageTotals) {
+        self.calls += other.calls;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        if let Some(cost) = other.cost_usd {
+            *self.cost_usd.get_or_insert(0.0) += cost;
+        }
+    }
+
+    /// Whether nothing was counted.
+    pub fn is_empty(&self) -> bool {
+        self.calls == 0
+    }
+}
+
 /// The model providers a run's plugins may call (the `model` import): the config's providers
 /// with their keys from the secrets file, and the built-in `mock`. Which providers a plugin
-/// may call is its grant's business; this only knows how to reach them.
+/// may call is its grant's business; this knows how to reach them, takes each call's provider
+/// slot through the run's gate, and counts what each plugin used.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelAccess {
     providers: std::collections::BTreeMap<String, http::ProviderConfig>,
     keys: std::collections::BTreeMap<String, Secret>,
+    metering: Metering,
+}
+
+/// The gate plugins' calls go through and the usage they add up to, shared by every copy of
+/// one [`ModelAccess`].
+#[derive(Clone, Default)]
+struct Metering {
+    gate: Option<std::sync::Arc<dyn CallGate>>,
+    /// By plugin (its `name version`).
+    usage: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, UsageTotals>>>,
+}
+
+impl std::fmt::Debug for Metering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metering")
+            .field("gated", &self.gate.is_some())
+            .finish()
+    }
+}
+
+impl PartialEq for Metering {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.usage, &other.usage)
+    }
 }
 
 impl ModelAccess {
     /// Access to `providers`, with each key looked up in `secrets` (one missing leaves that
-    /// provider unreachable, said when it is called).
+    /// provider unreachable, said when it is called); every call takes its provider's slot from
+    /// `gate`.
     pub fn new(
         providers: &std::collections::BTreeMap<String, http::ProviderConfig>,
         secrets: &crate::secrets::Secrets,
+        gate: std::sync::Arc<dyn CallGate>,
     ) -> Self {
         let keys = providers
             .iter()
@@ -156,7 +270,35 @@ impl ModelAccess {
         ModelAccess {
             providers: providers.clone(),
             keys,
+            metering: Metering {
+                gate: Some(gate),
+                usage: Default::default(),
+            },
         }
+    }
+
+    /// The gate every call goes through.
+    pub fn gate(&self) -> &dyn CallGate {
+        match &self.metering.gate {
+            Some(gate) => gate.as_ref(),
+            None => &Unlimited,
+        }
+    }
+
+    /// Counts a call of `plugin` to `model` that used `usage`, with its cost when priced.
+    pub fn count(&self, plugin: &str, model: &ModelRef, usage: &Usage) {
+        let cost = http::cost(self.providers.get(&model.provider), &model.model, usage);
+        let mut totals = self.metering.usage.lock().expect("usage lock");
+        totals
+            .entry(plugin.to_string())
+            .or_default()
+            .add(usage, cost);
+    }
+
+    /// What `plugin` (its `name version`) used so far.
+    pub fn usage(&self, plugin: &str) -> UsageTotals {
+        let totals = self.metering.usage.lock().expect("usage lock");
+        totals.get(plugin).copied().unwrap_or_default()
     }
 
     /// The provider to call for `model`.
@@ -195,11 +337,20 @@ impl Provider {
         }
     }
 
-    /// Calls the model.
-    pub async fn complete(&self, request: &ModelRequest<'_>) -> Result<Reply, ModelError> {
+    /// Calls the model, holding a slot of its provider from `gate` for the call (retries
+    /// included). The built-in `mock` reaches no provider and answers in-process, so it takes
+    /// no slot (and costs no round-trip to the coordinator).
+    pub async fn complete(
+        &self,
+        gate: &dyn CallGate,
+        request: &ModelRequest<'_>,
+    ) -> Result<Reply, ModelError> {
         match self {
             Provider::Mock(mock) => mock.complete(request),
-            Provider::Http(http) => http.complete(request).await,
+            Provider::Http(http) => {
+                let _slot = gate.acquire(&request.model.provider).await;
+                http.complete(request).await
+            }
         }
     }
 }

@@ -221,10 +221,15 @@ impl model::Host for State {
             max_tokens: request.max_tokens.min(MAX_MODEL_TOKENS),
             temperature: request.temperature.map(f64::from),
         };
-        // The call's own deadline bounds the model too.
+        // The call's own deadline bounds the model too, and the wait for its provider's slot
+        // (the run's `limits.providers`, shared with the workers).
         let left = self.deadline.saturating_duration_since(Instant::now());
-        let reply = match tokio::time::timeout(left, provider.complete(&call)).await {
-            Ok(Ok(reply)) => reply,
+        let reply = match tokio::time::timeout(left, provider.complete(access.gate(), &call)).await
+        {
+            Ok(Ok(reply)) => {
+                access.count(&self.identity.label, &model, &reply.usage);
+                reply
+            }
             Ok(Err(e)) => return Err(unavailable(format!("model `{model}`: {e}"))),
             Err(_) => {
                 return Err(unavailable(format!(

@@ -7,6 +7,7 @@
 
 pub mod layout;
 pub mod report;
+pub mod usage;
 
 pub use layout::{trace_path, ResultsRoot, RunDir};
 
@@ -49,6 +50,9 @@ pub struct PluginRecord {
     /// What it received: the declaration intersected with the operator's grants (secret names
     /// only, never values).
     pub granted: crate::plugin::capabilities::Effective,
+    /// What its `model` calls used while this run graded (absent when it made none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::model::UsageTotals>,
 }
 
 /// The git state of the config's repository.
@@ -130,6 +134,9 @@ pub struct Summary {
     /// Per pairwise judge: how its cases ended, counted for its variant `a`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<PairSummary>,
+    /// What the agents' and the plugins' model calls used (absent when none was made).
+    #[serde(default, skip_serializing_if = "usage::UsageSummary::is_empty")]
+    pub usage: usage::UsageSummary,
 }
 
 /// One pairwise judge's cases, counted for variant `a` (a win is a case both orders gave
@@ -213,6 +220,7 @@ impl Summary {
             cases,
             missing,
             pairs: Vec::new(),
+            usage: usage::UsageSummary::default(),
         }
     }
 

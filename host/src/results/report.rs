@@ -46,6 +46,9 @@ pub fn table(summary: &Summary) -> String {
         super::Phase::Partial => "partial (some trials or pairs not graded)",
     };
     let _ = writeln!(out, "collect: {collect}; grade: {grade}");
+    for line in summary.usage.lines() {
+        let _ = writeln!(out, "{line}");
+    }
     out
 }
 

@@ -17,10 +17,10 @@ use crate::eval::plan::Filters;
 use crate::eval::trial::{CaseRecord, TrialKey};
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
+use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary};
 use crate::runner::{self, RunnerOptions};
 use crate::shard::coordinator::{ShardContext, ShardReport, ShardSettings};
-use crate::shard::limits::Limiter;
 use anyhow::{bail, Result};
 use collect::Collection;
 use events::{Reporter, RunEvent};
@@ -111,10 +111,9 @@ pub fn run(
     for line in runner.plan() {
         reporter.event(&RunEvent::RunnerPlan(&line));
     }
-    let limiter = Limiter::new(prepared.config.limits.clone());
     let events = |event| reporter.event(&RunEvent::Shard(event));
     let context = ShardContext {
-        limiter: &limiter,
+        limiter: &prepared.limiter,
         cases: &cases,
         tokens: &tokens,
         settings,
@@ -187,8 +186,10 @@ fn finish(
     let grades = grade::grade_all(&prepared.judges, &dir, &record.trials, Some(cases));
     let pairs = grade::pairwise_all(&prepared.pairwise, &dir, &record.trials, Some(cases));
     record.grade = grade::grade_phase(&grades, &pairs);
+    prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;
-    let summary = Summary::new(&record, &grades).with_pairs(&pairs);
+    let mut summary = Summary::new(&record, &grades).with_pairs(&pairs);
+    summary.usage = UsageSummary::of_run(&dir, &record.trials, &record.plugins);
     dir.write_grades(&grades, &summary)?;
     dir.write_pairwise(&pairs)?;
     Ok(RunOutcome {

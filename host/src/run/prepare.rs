@@ -13,6 +13,7 @@ use crate::plugin::set::{PluginLoader, PluginSet};
 use crate::plugin::{Grants, Limits};
 use crate::results::{GitState, PluginRecord};
 use crate::secrets::Secrets;
+use crate::shard::limits::{HostCalls, Limiter};
 use crate::shard::protocol::{CoordinatorMessage, MAX_LINE_BYTES};
 use crate::shard::tokens::ServerTokens;
 use anyhow::{Context, Result};
@@ -33,6 +34,10 @@ pub struct Prepared {
     pub judges: JudgeSet,
     /// The config's pairwise judges.
     pub pairwise: Vec<PairJudge>,
+    /// The run's `limits`: the coordinators' and the plugins' model calls take room here.
+    pub limiter: Arc<Limiter>,
+    /// How the plugins reach model providers, with what each plugin used.
+    pub model_access: Arc<ModelAccess>,
 }
 
 /// What to load besides the config's own plugins.
@@ -60,7 +65,14 @@ pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> 
         .unwrap_or(Path::new("."))
         .to_path_buf();
     let config_hash = hex::encode(Sha256::digest(&config_bytes));
-    let plugins = load_plugins(home, &config, &base, request)?;
+    let limiter = Arc::new(Limiter::new(config.limits.clone()));
+    // Every plugin granted a model provider reaches it the same way, under the run's limits.
+    let model_access = Arc::new(ModelAccess::new(
+        &config.providers,
+        request.secrets,
+        Arc::new(HostCalls::new(limiter.clone())),
+    ));
+    let plugins = load_plugins(home, &config, &base, request, &model_access)?;
     let cases = dataset::resolve(&config.datasets, &base, &plugins)?;
     let judges = JudgeSet::build(&config, &cases.cases, &plugins)?;
     let pairwise = PairJudge::build_all(&config, &plugins)?;
@@ -72,6 +84,8 @@ pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> 
         cases,
         judges,
         pairwise,
+        limiter,
+        model_access,
     })
 }
 
@@ -80,14 +94,11 @@ fn load_plugins(
     config: &EvalConfig,
     base: &Path,
     request: &PluginRequest<'_>,
+    access: &Arc<ModelAccess>,
 ) -> Result<PluginSet> {
     let loader = PluginLoader::new(home, request.limits)?;
     let mut plugins = PluginSet::default();
-    // Every plugin granted a model provider reaches it the same way.
-    let access = Some(Arc::new(ModelAccess::new(
-        &config.providers,
-        request.secrets,
-    )));
+    let access = Some(access.clone());
     let with_access = |grants: &Grants| Grants {
         model_access: access.clone(),
         ..grants.clone()
@@ -176,8 +187,19 @@ impl Prepared {
                 source,
                 declared: p.info().capabilities.clone(),
                 granted: p.effective_grants().clone(),
+                usage: None,
             })
             .collect()
+    }
+
+    /// Records in `plugins` what each one's model calls used so far (while this run graded).
+    pub fn count_usage(&self, plugins: &mut [PluginRecord]) {
+        for plugin in plugins {
+            let used = self
+                .model_access
+                .usage(&format!("{} {}", plugin.name, plugin.version));
+            plugin.usage = (!used.is_empty()).then_some(used);
+        }
     }
 
     /// Tokens for the servers that name one, by server label, and each configured model

@@ -168,10 +168,14 @@ pub fn regrade(
         .context("a run directory has a name")?;
     regraded.created_at = crate::clock::unix_secs();
     regraded.plugins = prepared.plugin_records();
+    prepared.count_usage(&mut regraded.plugins);
     regraded.grade = super::grade::grade_phase(&grades, &pairs);
     crate::home::create_private_dir(&out.root)?;
     out.write_record(&regraded)?;
-    let summary = Summary::new(&regraded, &grades).with_pairs(&pairs);
+    let mut summary = Summary::new(&regraded, &grades).with_pairs(&pairs);
+    // The agents' usage is the graded run's; the plugins' is this regrade's own.
+    summary.usage =
+        crate::results::usage::UsageSummary::of_run(dir, &regraded.trials, &regraded.plugins);
     out.write_grades(&grades, &summary)?;
     out.write_pairwise(&pairs)?;
     Ok(RunOutcome {

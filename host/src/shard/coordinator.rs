@@ -9,7 +9,7 @@
 //! checks is replaced by the coordinator's own infra record.
 
 use super::bundle::{Bundle, BUNDLE_FILE};
-use super::limits::Limiter;
+use super::limits::{Holder, Limiter};
 use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, WorkerMessage, PROTOCOL,
 };
@@ -214,9 +214,10 @@ enum Input {
     Eof,
 }
 
-/// A trial the worker wants to start, waiting for room within the limits.
+/// A trial the worker wants to start, or a model call it wants to make, waiting for room
+/// within the limits.
 struct WaitingAcquire {
-    key: TrialKey,
+    holder: Holder,
     providers: Vec<String>,
     servers: Vec<String>,
 }
@@ -259,6 +260,8 @@ pub struct ShardSession<'a> {
     acquired: BTreeSet<TrialKey>,
     reported: BTreeSet<TrialKey>,
     waiting: Vec<WaitingAcquire>,
+    /// The model call each running trial holds or waits for a slot for (at most one).
+    calls: BTreeMap<TrialKey, u32>,
     hello_seen: bool,
     last_heard: Instant,
     cancel_sent: Option<Instant>,
@@ -292,6 +295,7 @@ impl<'a> ShardSession<'a> {
             acquired: BTreeSet::new(),
             reported: BTreeSet::new(),
             waiting: Vec::new(),
+            calls: BTreeMap::new(),
             hello_seen: false,
             last_heard: Instant::now(),
             cancel_sent: None,
@@ -459,20 +463,22 @@ impl<'a> ShardSession<'a> {
         None
     }
 
-    /// Grants the waiting acquisitions that fit the limits now.
+    /// Grants the waiting acquisitions that fit the limits now, in the order they came.
     fn grant_waiting(&mut self) {
         let waiting = std::mem::take(&mut self.waiting);
         for acquire in waiting {
             let fits = self.context.limiter.try_acquire(
-                self.bundle.shard,
-                &acquire.key,
+                &acquire.holder,
                 &acquire.providers,
                 &acquire.servers,
             );
-            if fits {
-                self.send(&CoordinatorMessage::Granted { key: acquire.key });
-            } else {
-                self.waiting.push(acquire);
+            match acquire.holder {
+                _ if !fits => self.waiting.push(acquire),
+                Holder::Trial { key, .. } => self.send(&CoordinatorMessage::Granted { key }),
+                Holder::Call { key, call, .. } => {
+                    self.send(&CoordinatorMessage::GrantedCall { key, call })
+                }
+                Holder::Host { .. } => {}
             }
         }
     }
@@ -491,15 +497,12 @@ impl<'a> ShardSession<'a> {
             ))),
             WorkerMessage::Heartbeat { .. } => None,
             WorkerMessage::NeedTokens { servers, .. } => self.on_need_tokens(&servers),
-            WorkerMessage::Acquire {
-                key,
-                providers,
-                servers,
-            } => self.on_acquire(WaitingAcquire {
-                key,
-                providers,
-                servers,
-            }),
+            WorkerMessage::Acquire { key, .. } => self.on_acquire(key),
+            WorkerMessage::AcquireCall { key, call } => self.on_acquire_call(key, call),
+            WorkerMessage::ReleaseCall { key, call } => {
+                self.on_release_call(&key, call);
+                None
+            }
             WorkerMessage::Trial {
                 key, status, error, ..
             } => self.on_trial(key, status, error),
@@ -608,12 +611,11 @@ impl<'a> ShardSession<'a> {
         }
     }
 
-    /// Queues a trial for room under the limits. The resources it takes are the bundle's
-    /// (its variant's model provider and servers), not what the worker says, so a worker cannot slip past a limit
-    /// by naming none; asking twice for one trial is a protocol violation.
-    fn on_acquire(&mut self, mut acquire: WaitingAcquire) -> Option<ShardEnd> {
-        let key = &acquire.key;
-        if !self.planned.contains(key) || self.reported.contains(key) {
+    /// Queues a trial for room under the limits. The servers it takes are the bundle's (its
+    /// variant's), not what the worker says, so a worker cannot slip past a limit by naming
+    /// none; asking twice for one trial is a protocol violation.
+    fn on_acquire(&mut self, key: TrialKey) -> Option<ShardEnd> {
+        if !self.planned.contains(&key) || self.reported.contains(&key) {
             return Some(ShardEnd::Lost(format!(
                 "the worker asked for trial {key}, which this shard does not run"
             )));
@@ -624,12 +626,81 @@ impl<'a> ShardSession<'a> {
             )));
         }
         let variant = self.bundle.variants.get(&key.variant);
-        acquire.providers = variant.map(VariantSpec::providers).unwrap_or_default();
-        acquire.servers = variant.map(VariantSpec::server_labels).unwrap_or_default();
+        let servers = variant.map(VariantSpec::server_labels).unwrap_or_default();
         if self.cancel_sent.is_none() {
-            self.waiting.push(acquire);
+            let shard = self.bundle.shard;
+            self.waiting.push(WaitingAcquire {
+                holder: Holder::Trial { shard, key },
+                providers: Vec::new(),
+                servers,
+            });
         }
         None
+    }
+
+    /// Queues a model call of a running trial for a slot of its provider: the bundle's (the
+    /// variant's model), not one the worker names. A call for a trial not granted or already
+    /// reported, for a variant that calls no provider, or while the trial holds or waits for
+    /// another call's slot (a worker hoarding slots) is a protocol violation.
+    fn on_acquire_call(&mut self, key: TrialKey, call: u32) -> Option<ShardEnd> {
+        let running = self.acquired.contains(&key)
+            && !self.reported.contains(&key)
+            && !self
+                .waiting
+                .iter()
+                .any(|w| matches!(&w.holder, Holder::Trial { key: k, .. } if *k == key));
+        let providers = self
+            .bundle
+            .variants
+            .get(&key.variant)
+            .map(VariantSpec::providers)
+            .unwrap_or_default();
+        let broke = |why: String| {
+            Some(ShardEnd::Lost(format!(
+                "the worker broke {PROTOCOL}: {why}"
+            )))
+        };
+        if !running {
+            return broke(format!(
+                "it asked for a model call slot for trial {key}, which is not running"
+            ));
+        }
+        if providers.is_empty() {
+            return broke(format!(
+                "it asked for a model call slot for trial {key}, whose variant calls no model provider"
+            ));
+        }
+        if let Some(held) = self.calls.get(&key) {
+            return broke(format!(
+                "it asked for a slot for model call {call} of trial {key} while call {held} \
+                 still holds or waits for one"
+            ));
+        }
+        self.calls.insert(key.clone(), call);
+        let shard = self.bundle.shard;
+        self.waiting.push(WaitingAcquire {
+            holder: Holder::Call { shard, key, call },
+            providers,
+            servers: Vec::new(),
+        });
+        None
+    }
+
+    /// Gives back a call's slot, or stops its wait; a call this session does not know (already
+    /// given back with its trial) is nothing to give back.
+    fn on_release_call(&mut self, key: &TrialKey, call: u32) {
+        if self.calls.get(key) != Some(&call) {
+            return;
+        }
+        self.calls.remove(key);
+        let shard = self.bundle.shard;
+        let holder = Holder::Call {
+            shard,
+            key: key.clone(),
+            call,
+        };
+        self.waiting.retain(|w| w.holder != holder);
+        self.context.limiter.release(&holder);
     }
 
     fn on_trial(
@@ -638,7 +709,11 @@ impl<'a> ShardSession<'a> {
         status: Collected,
         error: Option<String>,
     ) -> Option<ShardEnd> {
-        self.context.limiter.release(self.bundle.shard, &key);
+        // The trial's room, and a call slot it still held or waited for, come back.
+        self.context.limiter.release_trial(self.bundle.shard, &key);
+        self.calls.remove(&key);
+        self.waiting
+            .retain(|w| !matches!(&w.holder, Holder::Call { key: k, .. } if *k == key));
         if !self.planned.contains(&key) || !self.reported.insert(key.clone()) {
             return Some(ShardEnd::Lost(format!(
                 "the worker reported trial {key} twice or out of plan"

@@ -1,13 +1,45 @@
-//! Rate limits across all shards: most trials at once per model provider and per MCP server.
-//! Workers `acquire` before each trial; the coordinator grants when every resource the trial
-//! needs has room, and the trial's `trial` message gives the room back.
+//! Rate limits across all shards: most trials at once per MCP server, and most model calls at
+//! once per provider. Workers `acquire` before each trial (its servers) and `acquire-call`
+//! before each model call (its provider); the coordinator grants when every resource has room.
+//! A call's `release-call` gives its slot back, a trial's `trial` message gives back the trial's
+//! and any call slot it still held, and a shard that ends or is lost gives back all of its
+//! room. The host's own model calls (plugins' calls while grading) take slots from the same
+//! limiter through [`HostCalls`].
 
 use crate::eval::config::RateLimits;
 use crate::eval::trial::TrialKey;
+use crate::model::{CallGate, CallSlot};
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// Shared by the coordinators of every shard.
+/// Who holds room.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Holder {
+    /// A trial of a shard: its MCP servers, for the whole trial.
+    Trial { shard: u32, key: TrialKey },
+    /// One model call of a trial: its provider, for that call.
+    Call {
+        shard: u32,
+        key: TrialKey,
+        call: u32,
+    },
+    /// One model call the host itself makes (a plugin's, while grading).
+    Host { call: u64 },
+}
+
+impl Holder {
+    /// The shard and trial this holder belongs to, if any.
+    fn trial(&self) -> Option<(u32, &TrialKey)> {
+        match self {
+            Holder::Trial { shard, key } | Holder::Call { shard, key, .. } => Some((*shard, key)),
+            Holder::Host { .. } => None,
+        }
+    }
+}
+
+/// Shared by the coordinators of every shard and by the host's own model calls.
 pub struct Limiter {
     limits: RateLimits,
     state: Mutex<State>,
@@ -15,11 +47,11 @@ pub struct Limiter {
 
 #[derive(Default)]
 struct State {
-    /// Trials running per `provider:NAME` / `server:NAME`.
+    /// Holders per `provider:NAME` / `server:NAME`.
     in_use: BTreeMap<String, u32>,
-    /// What each granted trial holds.
-    held: BTreeMap<(u32, TrialKey), Vec<String>>,
-    /// The most trials ever running at once per resource (for tests and reports).
+    /// What each holder holds.
+    held: BTreeMap<Holder, Vec<String>>,
+    /// The most holders ever at once per resource (for tests and reports).
     peak: BTreeMap<String, u32>,
 }
 
@@ -49,18 +81,12 @@ impl Limiter {
             .collect()
     }
 
-    /// Grants `key` (of `shard`) its resources if all have room; all or nothing. A key that
-    /// already holds its room is granted again without taking more.
-    pub fn try_acquire(
-        &self,
-        shard: u32,
-        key: &TrialKey,
-        providers: &[String],
-        servers: &[String],
-    ) -> bool {
+    /// Grants `holder` the `providers` and `servers` if all have room; all or nothing. A
+    /// holder that already holds its room is granted again without taking more.
+    pub fn try_acquire(&self, holder: &Holder, providers: &[String], servers: &[String]) -> bool {
         let wanted = self.resources(providers, servers);
         let mut state = self.state.lock().expect("limiter lock");
-        if state.held.contains_key(&(shard, key.clone())) {
+        if state.held.contains_key(holder) {
             return true;
         }
         let full = wanted.iter().any(|(name, limit)| {
@@ -76,18 +102,18 @@ impl Limiter {
             let peak = state.peak.entry(name.clone()).or_default();
             *peak = (*peak).max(now);
         }
-        state.held.insert(
-            (shard, key.clone()),
-            wanted.into_iter().map(|(n, _)| n).collect(),
-        );
+        state
+            .held
+            .insert(holder.clone(), wanted.into_iter().map(|(n, _)| n).collect());
         true
     }
 
-    /// Returns what `key` (of `shard`) held, if anything.
-    pub fn release(&self, shard: u32, key: &TrialKey) {
+    /// Gives back what the holders `which` picks held.
+    fn release_where(&self, which: impl Fn(&Holder) -> bool) {
         let mut state = self.state.lock().expect("limiter lock");
-        if let Some(held) = state.held.remove(&(shard, key.clone())) {
-            for name in held {
+        let holders: Vec<Holder> = state.held.keys().filter(|h| which(h)).cloned().collect();
+        for holder in holders {
+            for name in state.held.remove(&holder).unwrap_or_default() {
                 if let Some(used) = state.in_use.get_mut(&name) {
                     *used = used.saturating_sub(1);
                 }
@@ -95,25 +121,67 @@ impl Limiter {
         }
     }
 
-    /// Releases everything a shard held (when it ends or is lost).
-    pub fn release_shard(&self, shard: u32) {
-        let keys: Vec<TrialKey> = {
-            let state = self.state.lock().expect("limiter lock");
-            state
-                .held
-                .keys()
-                .filter(|(s, _)| *s == shard)
-                .map(|(_, k)| k.clone())
-                .collect()
-        };
-        for key in keys {
-            self.release(shard, &key);
-        }
+    /// Returns what `holder` held, if anything.
+    pub fn release(&self, holder: &Holder) {
+        self.release_where(|h| h == holder);
     }
 
-    /// The most trials that ever ran at once per resource.
+    /// Returns what trial `key` of `shard` held: its own room and its calls' slots.
+    pub fn release_trial(&self, shard: u32, key: &TrialKey) {
+        self.release_where(|h| h.trial() == Some((shard, key)));
+    }
+
+    /// Releases everything a shard held (when it ends or is lost).
+    pub fn release_shard(&self, shard: u32) {
+        self.release_where(|h| h.trial().is_some_and(|(s, _)| s == shard));
+    }
+
+    /// The most holders that ever held each resource at once.
     pub fn peaks(&self) -> BTreeMap<String, u32> {
         self.state.lock().expect("limiter lock").peak.clone()
+    }
+}
+
+/// How often a host call waiting for a provider slot looks again (the coordinators look as
+/// often).
+const HOST_POLL: Duration = Duration::from_millis(10);
+
+/// The host's own model calls (plugins' calls while grading) through the run's [`Limiter`]:
+/// the same slots the workers' calls take.
+pub struct HostCalls {
+    limiter: Arc<Limiter>,
+    next: AtomicU64,
+}
+
+impl HostCalls {
+    /// Calls through `limiter`.
+    pub fn new(limiter: Arc<Limiter>) -> Self {
+        HostCalls {
+            limiter,
+            next: AtomicU64::new(0),
+        }
+    }
+}
+
+impl CallGate for HostCalls {
+    fn acquire<'a>(
+        &'a self,
+        provider: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CallSlot> + Send + 'a>> {
+        let holder = Holder::Host {
+            call: self.next.fetch_add(1, Ordering::Relaxed),
+        };
+        Box::pin(async move {
+            let limiter = self.limiter.clone();
+            let release = holder.clone();
+            // Made before waiting: a call abandoned while it waits holds nothing afterwards.
+            let slot = CallSlot::new(move || limiter.release(&release));
+            let providers = [provider.to_string()];
+            while !self.limiter.try_acquire(&holder, &providers, &[]) {
+                tokio::time::sleep(HOST_POLL).await;
+            }
+            slot
+        })
     }
 }
 
@@ -129,6 +197,13 @@ mod tests {
         }
     }
 
+    fn trial(shard: u32, case: &str) -> Holder {
+        Holder::Trial {
+            shard,
+            key: key(case),
+        }
+    }
+
     #[test]
     fn limits_hold_across_shards_and_release() {
         let limiter = Limiter::new(RateLimits {
@@ -136,22 +211,22 @@ mod tests {
             ..RateLimits::default()
         });
         let time = ["time".to_string()];
-        assert!(limiter.try_acquire(0, &key("a"), &[], &time));
-        assert!(limiter.try_acquire(1, &key("b"), &[], &time));
+        assert!(limiter.try_acquire(&trial(0, "a"), &[], &time));
+        assert!(limiter.try_acquire(&trial(1, "b"), &[], &time));
         assert!(
-            !limiter.try_acquire(2, &key("c"), &[], &time),
+            !limiter.try_acquire(&trial(2, "c"), &[], &time),
             "two at once across shards"
         );
         assert!(
-            limiter.try_acquire(2, &key("d"), &[], &[]),
+            limiter.try_acquire(&trial(2, "d"), &[], &[]),
             "unlimited resources always pass"
         );
-        limiter.release(0, &key("a"));
-        assert!(limiter.try_acquire(2, &key("c"), &[], &time));
+        limiter.release(&trial(0, "a"));
+        assert!(limiter.try_acquire(&trial(2, "c"), &[], &time));
         limiter.release_shard(1);
         limiter.release_shard(2);
         assert_eq!(limiter.peaks()["server:time"], 2);
-        assert!(limiter.try_acquire(3, &key("e"), &[], &time));
+        assert!(limiter.try_acquire(&trial(3, "e"), &[], &time));
     }
 
     #[test]
@@ -161,14 +236,77 @@ mod tests {
             ..RateLimits::default()
         });
         let time = ["time".to_string()];
-        assert!(limiter.try_acquire(0, &key("a"), &[], &time));
-        assert!(limiter.try_acquire(0, &key("a"), &[], &time));
-        limiter.release(0, &key("a"));
-        assert!(limiter.try_acquire(0, &key("b"), &[], &time));
+        assert!(limiter.try_acquire(&trial(0, "a"), &[], &time));
+        assert!(limiter.try_acquire(&trial(0, "a"), &[], &time));
+        limiter.release(&trial(0, "a"));
+        assert!(limiter.try_acquire(&trial(0, "b"), &[], &time));
         assert!(
-            limiter.try_acquire(1, &key("c"), &[], &time),
+            limiter.try_acquire(&trial(1, "c"), &[], &time),
             "a's room came back whole"
         );
-        assert!(!limiter.try_acquire(1, &key("d"), &[], &time));
+        assert!(!limiter.try_acquire(&trial(1, "d"), &[], &time));
+    }
+
+    fn call(shard: u32, case: &str, call: u32) -> Holder {
+        Holder::Call {
+            shard,
+            key: key(case),
+            call,
+        }
+    }
+
+    #[test]
+    fn call_slots_come_back_with_their_trial_and_with_a_lost_shard() {
+        let limiter = Limiter::new(RateLimits {
+            providers: [("acme".to_string(), 1)].into(),
+            ..RateLimits::default()
+        });
+        let acme = ["acme".to_string()];
+        assert!(limiter.try_acquire(&trial(0, "a"), &[], &[]));
+        assert!(limiter.try_acquire(&call(0, "a", 0), &acme, &[]));
+        assert!(
+            !limiter.try_acquire(&call(1, "b", 0), &acme, &[]),
+            "one call at once"
+        );
+        // The trial ended (its `trial` message) while its call slot was still held.
+        limiter.release_trial(0, &key("a"));
+        assert!(limiter.try_acquire(&call(1, "b", 0), &acme, &[]));
+        assert!(
+            !limiter.try_acquire(&call(2, "c", 0), &acme, &[]),
+            "b holds the slot"
+        );
+        // The worker of shard 1 is lost mid-call: its slot is not leaked.
+        limiter.release_shard(1);
+        assert!(limiter.try_acquire(&call(2, "c", 0), &acme, &[]));
+        limiter.release(&call(2, "c", 0));
+        assert!(limiter.try_acquire(&call(2, "c", 1), &acme, &[]));
+        assert_eq!(limiter.peaks()["provider:acme"], 1);
+    }
+
+    #[test]
+    fn host_calls_wait_for_the_slots_workers_hold() {
+        let limiter = Arc::new(Limiter::new(RateLimits {
+            providers: [("acme".to_string(), 1)].into(),
+            ..RateLimits::default()
+        }));
+        let acme = ["acme".to_string()];
+        assert!(limiter.try_acquire(&call(0, "a", 0), &acme, &[]));
+        let host = HostCalls::new(limiter.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let waiting = tokio::time::timeout(Duration::from_millis(100), host.acquire("acme"));
+            assert!(waiting.await.is_err(), "the worker's call holds the slot");
+            limiter.release(&call(0, "a", 0));
+            let slot = host.acquire("acme").await;
+            assert!(
+                !limiter.try_acquire(&call(0, "a", 1), &acme, &[]),
+                "the host's call holds it now"
+            );
+            drop(slot);
+            assert!(limiter.try_acquire(&call(0, "a", 1), &acme, &[]));
+        });
     }
 }

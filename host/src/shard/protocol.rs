@@ -84,18 +84,23 @@ pub enum WorkerMessage {
         servers: Vec<String>,
         reason: TokenReason,
     },
-    /// Asks for room to run a trial under the eval's limits; the worker waits for `granted`.
+    /// Asks for room to run a trial under the eval's server limits; the worker waits for
+    /// `granted`.
     Acquire {
         key: TrialKey,
-        /// Model providers the trial will call.
-        #[serde(default)]
-        providers: Vec<String>,
         /// MCP servers the trial will call.
         #[serde(default)]
         servers: Vec<String>,
     },
+    /// Asks for a slot of the trial's model provider for one model call (`call` numbers the
+    /// trial's calls); the worker waits for `granted-call`. The coordinator takes the provider
+    /// from the bundle, and a trial holds or waits for at most one call slot at a time.
+    AcquireCall { key: TrialKey, call: u32 },
+    /// The model call `call` of the trial ended (or was abandoned while it waited): its slot
+    /// goes back.
+    ReleaseCall { key: TrialKey, call: u32 },
     /// A trial finished and its trace is at `path` (relative to the results directory). Also
-    /// returns the room taken by `acquire`.
+    /// returns the room taken by `acquire`, and any call slot the trial still held.
     Trial {
         key: TrialKey,
         status: Collected,
@@ -146,6 +151,8 @@ pub enum CoordinatorMessage {
     Tokens { tokens: BTreeMap<String, Token> },
     /// The trial may start.
     Granted { key: TrialKey },
+    /// The trial's model call `call` may go out.
+    GrantedCall { key: TrialKey, call: u32 },
     /// Stop: finish or abandon the trial in flight, start no other, clean up, send `done`.
     Cancel { reason: String },
 }
@@ -278,8 +285,15 @@ mod tests {
             },
             WorkerMessage::Acquire {
                 key: key(),
-                providers: vec![],
                 servers: vec!["time".into()],
+            },
+            WorkerMessage::AcquireCall {
+                key: key(),
+                call: 0,
+            },
+            WorkerMessage::ReleaseCall {
+                key: key(),
+                call: 0,
             },
             WorkerMessage::Trial {
                 key: key(),
@@ -318,6 +332,12 @@ mod tests {
         );
         let granted = encode(&CoordinatorMessage::Granted { key: key() });
         assert!(granted.starts_with("{\"type\":\"granted\""), "{granted}");
+        let call = encode(&CoordinatorMessage::GrantedCall {
+            key: key(),
+            call: 3,
+        });
+        assert!(call.starts_with("{\"type\":\"granted-call\""), "{call}");
+        assert!(call.ends_with(",\"call\":3}\n"), "{call}");
     }
 
     #[test]

@@ -11,13 +11,14 @@ use super::protocol::{
 use crate::client::{self, Client, TrialInput};
 use crate::eval::config::{ServerConfig, VariantSpec};
 use crate::eval::trial::{CaseRecord, TrialKey, TrialRecord, TrialStatus};
+use crate::model::{CallGate, CallSlot};
 use crate::results::trace_path;
 use crate::secrets::{Secret, TokenDir};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,6 +48,49 @@ enum Event {
     Finished(TrialKey, Result<Option<TrialStatus>, String>),
 }
 
+/// Model calls waiting for `granted-call`, by trial and call number.
+type PendingCalls = Arc<Mutex<BTreeMap<(TrialKey, u32), tokio::sync::oneshot::Sender<()>>>>;
+
+/// One trial's [`CallGate`]: each model call asks the coordinator for its provider's slot
+/// (`acquire-call`), waits for `granted-call`, and gives it back (`release-call`) when the call
+/// ends or is abandoned while it waits.
+struct TrialCalls {
+    key: TrialKey,
+    wire: Wire,
+    pending: PendingCalls,
+    next: AtomicU32,
+}
+
+impl CallGate for TrialCalls {
+    fn acquire<'a>(
+        &'a self,
+        _provider: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CallSlot> + Send + 'a>> {
+        Box::pin(async move {
+            let (key, call) = (self.key.clone(), self.next.fetch_add(1, Ordering::Relaxed));
+            let (granted, wait) = tokio::sync::oneshot::channel();
+            let slot_of = (key.clone(), call);
+            self.pending
+                .lock()
+                .expect("pending calls lock")
+                .insert(slot_of.clone(), granted);
+            self.wire.send(&WorkerMessage::AcquireCall {
+                key: key.clone(),
+                call,
+            });
+            let (wire, pending) = (self.wire.clone(), self.pending.clone());
+            // Made before waiting, so a call abandoned at the deadline gives its slot back too.
+            let slot = CallSlot::new(move || {
+                pending.lock().expect("pending calls lock").remove(&slot_of);
+                wire.send(&WorkerMessage::ReleaseCall { key, call });
+            });
+            // A coordinator that is gone never answers; the trial ends by cancel or deadline.
+            let _ = wait.await;
+            slot
+        })
+    }
+}
+
 /// Runs one trial and writes its trace; returns the trace's status.
 /// `Ok(None)` when the trial was stopped by `cancel`: it is left missing, to be resumed.
 fn run_trial(
@@ -56,6 +100,7 @@ fn run_trial(
     timeout: Duration,
     results: &Path,
     cancel: &AtomicBool,
+    calls: &dyn CallGate,
 ) -> Result<Option<TrialStatus>, String> {
     let scratch = scratch_dir(results)?;
     let trace = client.run(&TrialInput {
@@ -65,6 +110,7 @@ fn run_trial(
         timeout,
         cancel,
         scratch: scratch.path(),
+        calls,
     });
     let status = trace.status;
     if cancel.load(Ordering::Relaxed) && status != TrialStatus::Completed {
@@ -142,6 +188,8 @@ struct Worker {
     renewal_asked: BTreeSet<String>,
     queue: VecDeque<TrialKey>,
     awaiting: Vec<TrialKey>,
+    /// Running trials' model calls waiting for their provider slot.
+    pending_calls: PendingCalls,
     running: usize,
     counts: DoneCounts,
     cancelled: bool,
@@ -181,6 +229,7 @@ impl Worker {
             expiring: BTreeMap::new(),
             renewal_asked: BTreeSet::new(),
             awaiting: Vec::new(),
+            pending_calls: PendingCalls::default(),
             running: 0,
             counts: DoneCounts::default(),
             cancelled: false,
@@ -279,6 +328,13 @@ impl Worker {
             };
             match event {
                 Event::FromCoordinator(CoordinatorMessage::Granted { key }) => self.on_granted(key),
+                Event::FromCoordinator(CoordinatorMessage::GrantedCall { key, call }) => {
+                    // A call abandoned meanwhile has gone from the map (and said `release-call`).
+                    let mut waiting = self.pending_calls.lock().expect("pending calls lock");
+                    if let Some(granted) = waiting.remove(&(key, call)) {
+                        let _ = granted.send(());
+                    }
+                }
                 Event::FromCoordinator(CoordinatorMessage::Cancel { reason }) => {
                     eprintln!("mst collect: cancelled: {reason}");
                     self.cancel();
@@ -344,7 +400,6 @@ impl Worker {
             let variant = self.bundle.variants.get(&key.variant);
             self.wire.send(&WorkerMessage::Acquire {
                 key: key.clone(),
-                providers: variant.map(VariantSpec::providers).unwrap_or_default(),
                 servers: variant.map(VariantSpec::server_labels).unwrap_or_default(),
             });
             self.awaiting.push(key);
@@ -391,8 +446,22 @@ impl Worker {
         let timeout = Duration::from_millis(self.bundle.timeout_ms);
         let results = self.results.clone();
         let cancel = self.cancel_trials.clone();
+        let calls = TrialCalls {
+            key: key.clone(),
+            wire: self.wire.clone(),
+            pending: self.pending_calls.clone(),
+            next: AtomicU32::new(0),
+        };
         std::thread::spawn(move || {
-            let outcome = run_trial(client.as_ref(), &case, &key, timeout, &results, &cancel);
+            let outcome = run_trial(
+                client.as_ref(),
+                &case,
+                &key,
+                timeout,
+                &results,
+                &cancel,
+                &calls,
+            );
             let _ = events.send(Event::Finished(key, outcome));
         });
     }
