@@ -16,8 +16,9 @@
 //! - [`model`]: what the `api` client's agent loop calls: one request and reply shape, the
 //!   built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files and worker token directories.
-//! - [`files`], [`process`], [`home`], [`clock`]: careful file access; host processes (groups,
-//!   deadlines, capped reads); where mst keeps its state (`$MST_HOME`); wall-clock time.
+//! - [`files`], [`process`], [`home`], [`clock`], [`net`]: careful file access; host processes
+//!   (groups, deadlines, capped reads); where mst keeps its state (`$MST_HOME`); wall-clock
+//!   time; the HTTP client and its capped body reads.
 
 pub mod cli;
 pub mod client;
@@ -27,6 +28,7 @@ pub mod files;
 pub mod grade;
 pub mod home;
 pub mod model;
+pub mod net;
 pub mod plugin;
 pub mod process;
 pub mod results;

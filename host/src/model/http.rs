@@ -78,7 +78,7 @@ impl Http {
         Http {
             config: config.clone(),
             key: key.cloned(),
-            client: reqwest::Client::new(),
+            client: crate::net::builder().build().unwrap_or_default(),
         }
     }
 
@@ -114,13 +114,9 @@ impl Http {
             };
             let wait = match post.send().await {
                 Ok(response) if response.status().is_success() => {
-                    let bytes = response
-                        .bytes()
+                    let bytes = crate::net::read_capped(response, MAX_BODY)
                         .await
                         .map_err(|e| ModelError(format!("reading the reply failed: {e}")))?;
-                    if bytes.len() > MAX_BODY {
-                        return Err(ModelError(format!("the reply is over {MAX_BODY} bytes")));
-                    }
                     let value: Value = serde_json::from_slice(&bytes)
                         .map_err(|e| ModelError(format!("the reply is not JSON: {e}")))?;
                     return match self.config.format {
