@@ -44,6 +44,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("fixture-future-major", "fixtures/future-major.wasm"),
     ("fixture-unknown-world", "fixtures/unknown-world.wasm"),
     ("fixture-canary-grader", "fixtures/canary-grader.wasm"),
+    ("fixture-http-grader", "fixtures/http-grader.wasm"),
 ];
 
 fn root() -> PathBuf {
