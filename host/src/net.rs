@@ -54,3 +54,75 @@ pub async fn read_capped(
     }
     Ok(body)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// A client that reaches loopback directly whatever the environment's proxy settings.
+    fn client() -> reqwest::Client {
+        builder().no_proxy().build().unwrap()
+    }
+
+    /// A one-request server on loopback that sends `head` and then `body_bytes` of body in
+    /// 64 KiB chunks; reports how many body bytes it wrote before the client went away.
+    fn serve(head: &'static str, body_bytes: u64) -> (String, mpsc::Receiver<u64>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let (done, written) = mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(head.as_bytes());
+            let chunk = vec![b'x'; 64 << 10];
+            let mut sent = 0;
+            while sent < body_bytes && stream.write_all(&chunk).is_ok() {
+                sent += chunk.len() as u64;
+            }
+            let _ = done.send(sent);
+        });
+        (url, written)
+    }
+
+    // Several threads: the connection's task must run to close the socket while the test
+    // waits for the server.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_past_the_cap_stops_the_read_there() {
+        let (url, written) = serve("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 1 << 30);
+        let response = client().get(url).send().await.unwrap();
+        let error = read_capped(response, 1 << 20).await.unwrap_err();
+        assert!(
+            matches!(error, BodyError::TooLarge { cap: 1048576 }),
+            "{error}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "the body is larger than the 1048576-byte cap"
+        );
+        // The server saw the client go away long before its gigabyte.
+        let written = tokio::task::spawn_blocking(move || written.recv().unwrap())
+            .await
+            .unwrap();
+        assert!(written < 64 << 20, "{written} bytes were taken");
+    }
+
+    #[tokio::test]
+    async fn a_body_announced_past_the_cap_is_refused_unread() {
+        let head = "HTTP/1.1 200 OK\r\nContent-Length: 2000000\r\nConnection: close\r\n\r\n";
+        let (url, _) = serve(head, 0);
+        let response = client().get(url).send().await.unwrap();
+        let error = read_capped(response, 1 << 20).await.unwrap_err();
+        assert!(matches!(error, BodyError::TooLarge { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_body_within_the_cap_is_read_whole() {
+        let (url, _) = serve("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 3 << 16);
+        let response = client().get(url).send().await.unwrap();
+        assert_eq!(read_capped(response, 1 << 20).await.unwrap().len(), 3 << 16);
+    }
+}

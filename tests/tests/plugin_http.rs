@@ -310,6 +310,7 @@ fn an_endless_body_is_an_error_naming_the_cap_and_reading_stops_there() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
+    eprintln!("an endless body under a 16 MiB cap: the server wrote {written} bytes");
     assert!(written < 64 << 20, "{written} bytes were taken");
 }
 
@@ -342,6 +343,7 @@ fn a_request_lasts_no_longer_than_its_timeout_or_the_calls_time_limit() {
     );
     let message = error_of(&reason, "Unavailable");
     assert!(message.contains("within 500 ms"), "{message}");
+    eprintln!("a 60 s hang under a 500 ms request timeout: mst took {took:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
     // No timeout of its own: the call's 2 s limit ends it, not the server's minute.
     let (reason, took, output) = try_grade(
@@ -349,6 +351,7 @@ fn a_request_lasts_no_longer_than_its_timeout_or_the_calls_time_limit() {
         &["127.0.0.1"],
         &["--plugin-timeout", "2"],
     );
+    eprintln!("a 60 s hang under a 2 s call limit: mst took {took:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
     match reason {
         // The request gave up at the deadline and the fixture still got to answer.

@@ -80,6 +80,13 @@ macro_rules! world_helpers {
             host_secret(name)
         }
 
+        /// Sends one HTTP request through the host to a host the operator granted (see the
+        /// `http` capability): public addresses only unless the grant is the address, redirects
+        /// followed only on the same host, bodies capped at 16 MiB.
+        pub fn http_send(request: &HttpRequest) -> Result<HttpResponse, PluginError> {
+            host_http_send(request)
+        }
+
         /// Runs a host program the operator granted (see the `exec` capability).
         pub fn exec(
             program: &str,

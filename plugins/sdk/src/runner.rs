@@ -23,7 +23,10 @@ pub use bindings::mst::plugin::types::{
     Capability, ErrorCode, ExecRequest, PluginError, PluginInfo,
 };
 
+pub use bindings::mst::plugin::http::{Request as HttpRequest, Response as HttpResponse};
+
 use bindings::mst::plugin::exec::run as host_exec;
+use bindings::mst::plugin::http::send as host_http_send;
 use bindings::mst::plugin::log::log as host_log;
 use bindings::mst::plugin::secrets::get as host_secret;
 
