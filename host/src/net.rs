@@ -46,7 +46,12 @@ pub async fn read_capped(
         return Err(BodyError::TooLarge { cap });
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(BodyError::Read)? {
+    // Errors leave the URL out: a query may carry a key, and callers name the URL themselves.
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| BodyError::Read(e.without_url()))?
+    {
         if body.len() + chunk.len() > cap {
             return Err(BodyError::TooLarge { cap });
         }

@@ -366,3 +366,18 @@ fn a_request_lasts_no_longer_than_its_timeout_or_the_calls_time_limit() {
         ),
     }
 }
+
+#[test]
+fn errors_name_the_url_without_its_query() {
+    const KEY: &str = "query-canary-2e7c";
+    // Nothing listens on the port: the connection is refused.
+    let port = mst_tests::free_port();
+    let url = format!("http://127.0.0.1:{port}/v1?key={KEY}");
+    let (reason, _) = grade(json!({"url": url}), &["127.0.0.1"], &[]);
+    let message = error_of(&reason, "Unavailable");
+    assert!(
+        message.contains(&format!("http://127.0.0.1:{port}/v1")),
+        "{message}"
+    );
+    assert!(!message.contains(KEY), "{message}");
+}

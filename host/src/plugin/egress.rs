@@ -67,7 +67,10 @@ fn parse_url(url: &str) -> Result<Url, PluginError> {
     let invalid = |why: &str| {
         error(
             ErrorCode::InvalidInput,
-            format!("`{url}` is not a usable URL: {why}"),
+            format!(
+                "`{}` is not a usable URL: {why}",
+                super::imports::sanitize(url, 200)
+            ),
         )
     };
     let parsed = Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
@@ -245,6 +248,15 @@ fn request_headers(headers: &[(String, String)]) -> Result<HeaderMap, PluginErro
     Ok(map)
 }
 
+/// `url` for a message: without its query and fragment, which may carry a key the plugin
+/// added (a message can end up in a log).
+fn shown(url: &Url) -> String {
+    let mut url = url.clone();
+    url.set_query(None);
+    url.set_fragment(None);
+    url.to_string()
+}
+
 /// The source chain of an error, for a message that says what actually failed.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -323,7 +335,9 @@ pub async fn send(
             .headers(headers)
             .body(request.body)
             .send()
-            .await?;
+            .await
+            // The URL is in the message already, without its query.
+            .map_err(reqwest::Error::without_url)?;
         let status = response.status().as_u16();
         let headers = response
             .headers()
@@ -350,14 +364,15 @@ pub async fn send(
             }
             Err(error(
                 ErrorCode::Unavailable,
-                format!("HTTP {url}: {}", chain(e.as_ref())),
+                format!("HTTP {}: {}", shown(&url), chain(e.as_ref())),
             ))
         }
         Err(_) => Err(error(
             ErrorCode::Unavailable,
             format!(
-                "HTTP {url}: no complete response within {} ms (the request's timeout or the \
+                "HTTP {}: no complete response within {} ms (the request's timeout or the \
                  call's time limit, whichever is sooner)",
+                shown(&url),
                 timeout.as_millis()
             ),
         )),
