@@ -188,7 +188,8 @@ impl Resolve for GuardedResolver {
 }
 
 /// The redirect rule: follow only to the first URL's own host (an http→https upgrade included,
-/// a downgrade not), when the grants cover the target too, at most [`MAX_REDIRECTS`] times.
+/// a downgrade not), without user info, when the grants cover the target too, at most
+/// [`MAX_REDIRECTS`] times.
 /// Any other redirect is not followed: the plugin receives the 3xx response itself.
 fn redirect_policy(grants: BTreeSet<String>) -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(move |attempt| {
@@ -204,7 +205,8 @@ fn redirect_policy(grants: BTreeSet<String>) -> reqwest::redirect::Policy {
         let same_host = to.host_str() == first.host_str();
         let downgrade = last.scheme() == "https" && to.scheme() == "http";
         let web = matches!(to.scheme(), "http" | "https");
-        if same_host && web && !downgrade && is_granted(&grants, to) {
+        let user_info = !to.username().is_empty() || to.password().is_some();
+        if same_host && web && !downgrade && !user_info && is_granted(&grants, to) {
             attempt.follow()
         } else {
             attempt.stop()
