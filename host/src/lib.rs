@@ -16,9 +16,9 @@
 //! - [`model`]: what the `api` client's agent loop calls: one request and reply shape, the
 //!   built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files and worker token directories.
-//! - [`files`], [`process`], [`home`], [`clock`], [`http_client`]: careful file access; host
-//!   processes (groups, deadlines, capped reads); where mst keeps its state (`$MST_HOME`);
-//!   wall-clock time; HTTP clients built one way.
+//! - [`files`], [`process`], [`home`], [`clock`], [`net`]: careful file access; host processes
+//!   (groups, deadlines, capped reads); where mst keeps its state (`$MST_HOME`); wall-clock
+//!   time; the HTTP client and its capped body reads.
 
 pub mod cli;
 pub mod client;
@@ -27,8 +27,8 @@ pub mod eval;
 pub mod files;
 pub mod grade;
 pub mod home;
-pub mod http_client;
 pub mod model;
+pub mod net;
 pub mod plugin;
 pub mod process;
 pub mod results;

@@ -46,6 +46,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("fixture-unknown-world", "fixtures/unknown-world.wasm"),
     ("fixture-canary-grader", "fixtures/canary-grader.wasm"),
     ("fixture-hostile-pairwise", "fixtures/hostile-pairwise.wasm"),
+    ("fixture-http-grader", "fixtures/http-grader.wasm"),
 ];
 
 fn root() -> PathBuf {

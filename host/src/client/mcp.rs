@@ -112,10 +112,10 @@ pub(super) async fn connect(
                 bail!("no token for secret `{name}` reached this worker");
             }
             // rmcp's own client would panic on a machine without a CA store.
-            let client = crate::http_client::client(|builder| {
+            let client = crate::net::client(|builder| {
                 builder
                     .pool_max_idle_per_host(0)
-                    .redirect(crate::http_client::same_origin_redirects())
+                    .redirect(crate::net::same_origin_redirects())
             })
             .map_err(anyhow::Error::msg)?;
             let transport = rmcp::transport::StreamableHttpClientTransport::with_client(

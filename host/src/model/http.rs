@@ -122,7 +122,7 @@ impl Http {
         Http {
             config: config.clone(),
             key: key.cloned(),
-            client: crate::http_client::client(|builder| builder),
+            client: crate::net::client(|builder| builder),
         }
     }
 
@@ -159,13 +159,9 @@ impl Http {
             };
             let wait = match post.send().await {
                 Ok(response) if response.status().is_success() => {
-                    let bytes = response
-                        .bytes()
+                    let bytes = crate::net::read_capped(response, MAX_BODY)
                         .await
                         .map_err(|e| ModelError(format!("reading the reply failed: {e}")))?;
-                    if bytes.len() > MAX_BODY {
-                        return Err(ModelError(format!("the reply is over {MAX_BODY} bytes")));
-                    }
                     let value: Value = serde_json::from_slice(&bytes)
                         .map_err(|e| ModelError(format!("the reply is not JSON: {e}")))?;
                     return match self.config.format {

@@ -6,14 +6,18 @@
 //!
 //! Exports are async (calls run on a fiber under `tokio::time::timeout`, so a plugin blocked in
 //! a host call is dropped at its time limit), and so are the imports that wait on the host:
-//! `exec.run` and `model.complete`.
+//! `exec.run`, `model.complete` and `http.send`.
 
 /// The `grader` world, and the shared `mst:plugin` types and host interfaces.
 pub mod grader {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "grader",
-        imports: { "mst:plugin/exec.run": async, "mst:plugin/model.complete": async },
+        imports: {
+            "mst:plugin/exec.run": async,
+            "mst:plugin/model.complete": async,
+            "mst:plugin/http.send": async,
+        },
         exports: { default: async },
     });
 }

@@ -128,37 +128,15 @@ impl secrets::Host for State {
     }
 }
 
-/// The host part of an `http://` or `https://` URL, or `None` for anything else.
-fn url_host(url: &str) -> Option<&str> {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    // Userinfo (`user@host`) is refused outright: it makes the host ambiguous to readers.
-    (!authority.is_empty() && !authority.contains('@')).then_some(authority)
-}
-
 impl http::Host for State {
-    fn send(&mut self, request: http::Request) -> Result<http::Response, PluginError> {
-        let Some(host) = url_host(&request.url) else {
-            return Err(PluginError {
-                code: ErrorCode::InvalidInput,
-                message: format!(
-                    "`{}` is not an http:// or https:// URL with a host",
-                    request.url
-                ),
-            });
-        };
-        let bare = host.split(':').next().unwrap_or(host);
-        if !self.grants.http.contains(host) && !self.grants.http.contains(bare) {
-            return Err(denied(
-                format!("HTTP to `{host}` is not granted (declare it and grant it with --allow-http {bare})"),
-            ));
-        }
-        Err(unavailable(format!(
-            "outbound HTTP through the host is part of the ABI but not implemented in mst {} yet",
-            env!("CARGO_PKG_VERSION")
-        )))
+    async fn send(&mut self, request: http::Request) -> Result<http::Response, PluginError> {
+        super::egress::send(
+            &self.identity.label,
+            &self.grants.http,
+            self.deadline,
+            request,
+        )
+        .await
     }
 }
 
@@ -258,16 +236,5 @@ mod tests {
             "reordering marks too"
         );
         assert_eq!(sanitize("abcdef", 3), "abc…");
-    }
-
-    #[test]
-    fn url_hosts() {
-        assert_eq!(
-            url_host("https://api.example.com/v1?q"),
-            Some("api.example.com")
-        );
-        assert_eq!(url_host("http://localhost:8080"), Some("localhost:8080"));
-        assert_eq!(url_host("https://evil@api.example.com/"), None);
-        assert_eq!(url_host("file:///etc/passwd"), None);
     }
 }

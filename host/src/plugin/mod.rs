@@ -9,6 +9,7 @@
 //! - [`capabilities`]: what a plugin declares, what the operator grants, and the intersection.
 //! - [`sandbox`]: per-call limits (memory, time) and the store each call runs in.
 //! - [`imports`]: the host functions a plugin may call (log, exec, secrets, http, model).
+//! - [`egress`]: `http.send`: granted hosts, public addresses, same-host redirects, caps.
 //! - [`manifest`]: the check of a Kubernetes manifest a plugin feeds `kubectl` on stdin.
 //! - [`programs`]: host programs run for a plugin (exec import, command channels).
 //! - [`bindings`]: the typed world bindings generated from `wit/`.
@@ -23,6 +24,7 @@ pub mod bounds;
 pub mod cache;
 pub mod capabilities;
 pub mod check;
+pub mod egress;
 pub mod engine;
 pub mod imports;
 pub mod inspect;

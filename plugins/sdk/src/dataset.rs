@@ -14,15 +14,9 @@ pub mod bindings {
     });
 }
 
-pub use bindings::mst::plugin::exec::ExecOutput;
-pub use bindings::mst::plugin::log::Level;
 pub use bindings::mst::plugin::types::{
     Capability, Case, ErrorCode, ExecRequest, PluginError, PluginInfo,
 };
-
-use bindings::mst::plugin::exec::run as host_exec;
-use bindings::mst::plugin::log::log as host_log;
-use bindings::mst::plugin::secrets::get as host_secret;
 
 /// A dataset resolver: implement this and name the type in
 /// [`export_dataset!`](crate::export_dataset).

@@ -14,16 +14,10 @@ pub mod bindings {
     });
 }
 
-pub use bindings::mst::plugin::exec::ExecOutput;
-pub use bindings::mst::plugin::log::Level;
 pub use bindings::mst::plugin::types::{
     Capability, Case, CustomEvent, ErrorCode, EventKind, ExecRequest, Message, PluginError,
     PluginInfo, Score, ToolCall, ToolResult, Trace, TraceEvent, Trial, TrialStatus,
 };
-
-use bindings::mst::plugin::exec::run as host_exec;
-use bindings::mst::plugin::log::log as host_log;
-use bindings::mst::plugin::secrets::get as host_secret;
 
 /// A grader: implement this and name the type in [`export_grader!`](crate::export_grader).
 pub trait Grader {

@@ -55,6 +55,10 @@ pub mod runner;
 /// has its own bindings), so the helpers are written once as a macro over the module's types.
 macro_rules! world_helpers {
     () => {
+        pub use bindings::mst::plugin::exec::ExecOutput;
+        pub use bindings::mst::plugin::http::{Request as HttpRequest, Response as HttpResponse};
+        pub use bindings::mst::plugin::log::Level;
+
         /// Builds a [`PluginInfo`] with no capabilities and no options schema.
         pub fn info(name: &str, version: &str, description: &str) -> PluginInfo {
             PluginInfo {
@@ -82,12 +86,19 @@ macro_rules! world_helpers {
 
         /// Writes a line to the host's log, tagged with the plugin's name.
         pub fn log(level: Level, message: &str) {
-            host_log(level, message)
+            bindings::mst::plugin::log::log(level, message)
         }
 
         /// The value of a secret the operator granted (see the `secret` capability).
         pub fn secret(name: &str) -> Result<String, PluginError> {
-            host_secret(name)
+            bindings::mst::plugin::secrets::get(name)
+        }
+
+        /// Sends one HTTP request through the host to a host the operator granted (see the
+        /// `http` capability): public addresses only unless the grant is the address, redirects
+        /// followed only on the same host, bodies capped at 16 MiB.
+        pub fn http_send(request: &HttpRequest) -> Result<HttpResponse, PluginError> {
+            bindings::mst::plugin::http::send(request)
         }
 
         /// Runs a host program the operator granted (see the `exec` capability).
@@ -98,7 +109,7 @@ macro_rules! world_helpers {
             timeout_ms: u32,
         ) -> Result<ExecOutput, PluginError> {
             let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-            host_exec(program, &args, stdin, timeout_ms)
+            bindings::mst::plugin::exec::run(program, &args, stdin, timeout_ms)
         }
     };
 }

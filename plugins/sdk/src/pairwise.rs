@@ -19,16 +19,10 @@ pub mod bindings {
 }
 
 pub use bindings::exports::mst::plugin::pairwise::{Preference, Winner};
-pub use bindings::mst::plugin::exec::ExecOutput;
-pub use bindings::mst::plugin::log::Level;
 pub use bindings::mst::plugin::types::{
     Capability, Case, CustomEvent, ErrorCode, EventKind, ExecRequest, Message, PluginError,
     PluginInfo, ToolCall, ToolResult, Trace, TraceEvent, TrialStatus,
 };
-
-use bindings::mst::plugin::exec::run as host_exec;
-use bindings::mst::plugin::log::log as host_log;
-use bindings::mst::plugin::secrets::get as host_secret;
 
 /// A pairwise grader: implement this and name the type in
 /// [`export_pairwise!`](crate::export_pairwise).

@@ -17,15 +17,9 @@ pub mod bindings {
 pub use bindings::exports::mst::plugin::machines::{
     CommandChannel, ContainerSpec, Machine, MachineSpec, RunnerInfo, Shard,
 };
-pub use bindings::mst::plugin::exec::ExecOutput;
-pub use bindings::mst::plugin::log::Level;
 pub use bindings::mst::plugin::types::{
     Capability, ErrorCode, ExecRequest, PluginError, PluginInfo,
 };
-
-use bindings::mst::plugin::exec::run as host_exec;
-use bindings::mst::plugin::log::log as host_log;
-use bindings::mst::plugin::secrets::get as host_secret;
 
 /// A runner: implement this and name the type in [`export_runner!`](crate::export_runner).
 pub trait Runner {

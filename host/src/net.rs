@@ -1,0 +1,185 @@
+//! The HTTP clients mst builds (reqwest with rustls: model providers, streamable-HTTP MCP
+//! servers, plugins' `http.send`) and the one way it reads a body: streamed, and stopped at a
+//! cap, so that a peer sending an endless body costs at most the cap.
+//!
+//! reqwest verifies servers against the machine's CA store, and refuses to build a client on a
+//! machine that has none (a minimal worker image). [`client`] then verifies against Mozilla's
+//! roots, built in, so a worker in any container can reach an `https://` provider; and never
+//! panics: a client that cannot be built is an error for the caller.
+
+use reqwest::redirect::{Attempt, Policy};
+use std::fmt;
+
+/// A client builder with what every mst client shares: rustls and a `mst/VERSION` user agent.
+/// Callers add their own policy (redirects, resolver, proxies) on top.
+pub fn builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().user_agent(concat!("mst/", env!("CARGO_PKG_VERSION")))
+}
+
+/// A client with what every mst client shares ([`builder`]) and `configure`'s settings,
+/// verifying servers against the machine's CA store or, where it has none, against Mozilla's
+/// roots.
+pub fn client(
+    configure: impl Fn(reqwest::ClientBuilder) -> reqwest::ClientBuilder,
+) -> Result<reqwest::Client, String> {
+    configure(builder()).build().or_else(|system| {
+        let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS
+            .iter()
+            .filter_map(|der| reqwest::Certificate::from_der(der).ok());
+        configure(builder())
+            .tls_certs_only(roots)
+            .build()
+            .map_err(|bundled| {
+                format!(
+                    "cannot set up an HTTP client: {system} (with the machine's CA store); \
+                     {bundled} (with Mozilla's roots)"
+                )
+            })
+    })
+}
+
+/// Redirects followed for one request, at most, under [`same_origin_redirects`].
+const MAX_REDIRECTS: usize = 10;
+
+/// Follows a redirect only to the same origin (scheme, host and port), at most
+/// [`MAX_REDIRECTS`] times: a server cannot send a request, and the credentials it carries,
+/// elsewhere.
+pub fn same_origin_redirects() -> Policy {
+    Policy::custom(|attempt: Attempt<'_>| {
+        let first = attempt.previous().first();
+        let same = first.is_some_and(|first| {
+            let next = attempt.url();
+            first.scheme() == next.scheme()
+                && first.host_str() == next.host_str()
+                && first.port_or_known_default() == next.port_or_known_default()
+        });
+        if same && attempt.previous().len() <= MAX_REDIRECTS {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
+}
+
+/// Why a capped body read failed.
+#[derive(Debug)]
+pub enum BodyError {
+    /// The body is longer than `cap` bytes (announced or seen while reading).
+    TooLarge {
+        /// The cap, in bytes.
+        cap: usize,
+    },
+    /// The connection failed while reading.
+    Read(reqwest::Error),
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::TooLarge { cap } => write!(f, "the body is larger than the {cap}-byte cap"),
+            BodyError::Read(e) => write!(f, "reading the body failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+/// Reads `response`'s body chunk by chunk, stopping (and dropping the connection) as soon as
+/// it exceeds `cap` bytes, rather than buffering an unbounded body before checking it.
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+) -> Result<Vec<u8>, BodyError> {
+    // A body announced as too large is refused before any of it is read.
+    if response
+        .content_length()
+        .is_some_and(|length| length > cap as u64)
+    {
+        return Err(BodyError::TooLarge { cap });
+    }
+    let mut body = Vec::new();
+    // Errors leave the URL out: a query may carry a key, and callers name the URL themselves.
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| BodyError::Read(e.without_url()))?
+    {
+        if body.len() + chunk.len() > cap {
+            return Err(BodyError::TooLarge { cap });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// A client that reaches loopback directly whatever the environment's proxy settings.
+    fn client() -> reqwest::Client {
+        builder().no_proxy().build().unwrap()
+    }
+
+    /// A one-request server on loopback that sends `head` and then `body_bytes` of body in
+    /// 64 KiB chunks; reports how many body bytes it wrote before the client went away.
+    fn serve(head: &'static str, body_bytes: u64) -> (String, mpsc::Receiver<u64>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let (done, written) = mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(head.as_bytes());
+            let chunk = vec![b'x'; 64 << 10];
+            let mut sent = 0;
+            while sent < body_bytes && stream.write_all(&chunk).is_ok() {
+                sent += chunk.len() as u64;
+            }
+            let _ = done.send(sent);
+        });
+        (url, written)
+    }
+
+    // Several threads: the connection's task must run to close the socket while the test
+    // waits for the server.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_past_the_cap_stops_the_read_there() {
+        let (url, written) = serve("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 1 << 30);
+        let response = client().get(url).send().await.unwrap();
+        let error = read_capped(response, 1 << 20).await.unwrap_err();
+        assert!(
+            matches!(error, BodyError::TooLarge { cap: 1048576 }),
+            "{error}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "the body is larger than the 1048576-byte cap"
+        );
+        // The server saw the client go away long before its gigabyte.
+        let written = tokio::task::spawn_blocking(move || written.recv().unwrap())
+            .await
+            .unwrap();
+        assert!(written < 64 << 20, "{written} bytes were taken");
+    }
+
+    #[tokio::test]
+    async fn a_body_announced_past_the_cap_is_refused_unread() {
+        let head = "HTTP/1.1 200 OK\r\nContent-Length: 2000000\r\nConnection: close\r\n\r\n";
+        let (url, _) = serve(head, 0);
+        let response = client().get(url).send().await.unwrap();
+        let error = read_capped(response, 1 << 20).await.unwrap_err();
+        assert!(matches!(error, BodyError::TooLarge { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_body_within_the_cap_is_read_whole() {
+        let (url, _) = serve("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 3 << 16);
+        let response = client().get(url).send().await.unwrap();
+        assert_eq!(read_capped(response, 1 << 20).await.unwrap().len(), 3 << 16);
+    }
+}
