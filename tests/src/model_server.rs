@@ -183,41 +183,45 @@ fn serve(
     let request = read_request(&stream);
     let body = request
         .as_ref()
-        .map(|(_, _, body)| serde_json::from_slice(body).unwrap_or(serde_json::Value::Null));
+        .map(|r| serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null));
     let reply = body.as_ref().map(respond);
     std::thread::sleep(delay);
     in_flight.fetch_sub(1, Ordering::SeqCst);
-    let ((path, headers, _), body, reply) = (request?, body?, reply?);
-    let text = reply.body.to_string();
-    let mut response = format!(
-        "HTTP/1.1 {} Scripted\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+    let (request, body, reply) = (request?, body?, reply?);
+    let mut headers = vec![("Content-Type".to_string(), "application/json".to_string())];
+    headers.extend(reply.headers.iter().cloned());
+    write_response(
+        stream,
         reply.status,
-        text.len()
+        &headers,
+        reply.body.to_string().as_bytes(),
     );
-    for (name, value) in &reply.headers {
-        response.push_str(&format!("{name}: {value}\r\n"));
-    }
-    response.push_str("\r\n");
-    response.push_str(&text);
-    let mut stream = stream;
-    let _ = stream.write_all(response.as_bytes());
     Some(Request {
-        path,
-        headers,
+        path: request.path,
+        headers: request.headers,
         body,
         at: std::time::Instant::now(),
     })
 }
 
-/// The request line's path, the headers (names lower-cased) and the body of one request.
-type RawRequest = (String, Vec<(String, String)>, Vec<u8>);
+/// One HTTP/1.1 request as a test server read it.
+#[derive(Debug, Clone)]
+pub struct RawRequest {
+    pub method: String,
+    pub path: String,
+    /// Names lower-cased.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
 
-/// Reads one request from `stream`.
-fn read_request(stream: &std::net::TcpStream) -> Option<RawRequest> {
+/// Reads one request from `stream` (its `Content-Length` body included); `None` when the
+/// client sent no complete request.
+pub fn read_request(stream: &std::net::TcpStream) -> Option<RawRequest> {
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
-    let path = line.split_whitespace().nth(1)?.to_string();
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next()?.to_string(), parts.next()?.to_string());
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
@@ -236,7 +240,32 @@ fn read_request(stream: &std::net::TcpStream) -> Option<RawRequest> {
         .unwrap_or(0);
     let mut body = vec![0; length];
     reader.read_exact(&mut body).ok()?;
-    Some((path, headers, body))
+    Some(RawRequest {
+        method,
+        path,
+        headers,
+        body,
+    })
+}
+
+/// Writes a complete response (`Content-Length` framed, connection closed) to `stream`;
+/// a client that went away is not an error.
+pub fn write_response(
+    mut stream: std::net::TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+) {
+    let mut head = format!(
+        "HTTP/1.1 {status} Scripted\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body);
 }
 
 /// The two answers a pairwise judge's request shows, first then second, as the

@@ -90,11 +90,34 @@ fn containers_of(endpoint: &str, run_id: &str) -> Vec<String> {
 }
 
 fn docker_run(eval: &Eval, mst: &Mst, options: &[String]) -> Run {
-    let mut args = vec!["--runner", "docker"];
+    docker_run_with(eval, mst, &[], options)
+}
+
+/// [`docker_run`] with `extra` arguments before the runner's.
+fn docker_run_with(eval: &Eval, mst: &Mst, extra: &[&str], options: &[String]) -> Run {
+    let mut args = extra.to_vec();
+    args.extend(["--runner", "docker"]);
     for option in options {
         args.extend(["--runner-option", option.as_str()]);
     }
     eval.run(mst, &args)
+}
+
+/// `secrets` (`NAME=value` lines) written to a secrets file in `eval`'s directory, and the
+/// arguments that run it quietly with JSON output.
+fn with_secrets(eval: &Eval, secrets: &str) -> [String; 4] {
+    let file = eval.dir.path().join("secrets.env");
+    std::fs::write(&file, secrets).unwrap();
+    ["--json", "-q", "--secrets-file", s(&file)].map(String::from)
+}
+
+/// The runner options of a kept container on engine `endpoint` from the worker image.
+fn kept_on(endpoint: &str) -> Vec<String> {
+    vec![
+        format!("contexts={endpoint}"),
+        format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION")),
+        "keep=always".into(),
+    ]
 }
 
 fn run_id(eval: &Eval) -> String {
@@ -1039,27 +1062,9 @@ fn secret_env_reaches_the_agent_and_never_the_containers_environment() {
                "judges": [{"assert": "exit-code", "value": 0}], "timeout": 30}),
         &mst_tests::cases(1),
     );
-    let secrets = eval.dir.path().join("secrets.env");
-    std::fs::write(&secrets, format!("AGENT_API_KEY={KEY}\n")).unwrap();
-    let image = format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION"));
-    let context = format!("contexts={a}");
-    let run = eval.run(
-        &mst,
-        &[
-            "--json",
-            "-q",
-            "--secrets-file",
-            s(&secrets),
-            "--runner",
-            "docker",
-            "--runner-option",
-            &context,
-            "--runner-option",
-            &image,
-            "--runner-option",
-            "keep=always",
-        ],
-    );
+    let args = with_secrets(&eval, &format!("AGENT_API_KEY={KEY}\n"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = docker_run_with(&eval, &mst, &args, &kept_on(&a));
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
     let answer: Vec<String> = trace["trace"]["finalText"]
@@ -1120,32 +1125,12 @@ fn an_api_agent_in_containers_reaches_its_model_with_a_key_no_container_shows() 
                "judges": [{"assert": "contains", "value": "Tokyo"}], "timeout": 30}),
         &mst_tests::cases(4),
     );
-    let secrets = eval.dir.path().join("secrets.env");
-    std::fs::write(&secrets, format!("MODEL_KEY={KEY}\n")).unwrap();
-    let image = format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION"));
-    let context = format!("contexts={a}");
-    let run = eval.run(
-        &mst,
-        &[
-            "--json",
-            "-q",
-            "--secrets-file",
-            s(&secrets),
-            "--runner",
-            "docker",
-            "--runner-option",
-            &context,
-            "--runner-option",
-            &image,
-            "--runner-option",
-            "shards=2",
-            // The model is reached over the bridge; the default (`none`) has no egress.
-            "--runner-option",
-            "network=bridge",
-            "--runner-option",
-            "keep=always",
-        ],
-    );
+    let args = with_secrets(&eval, &format!("MODEL_KEY={KEY}\n"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut options = kept_on(&a);
+    // The model is reached over the bridge; the default (`none`) has no egress.
+    options.extend(["shards=2".into(), "network=bridge".into()]);
+    let run = docker_run_with(&eval, &mst, &args, &options);
     let logs = || {
         mst_tests::walk(&eval.results())
             .into_iter()

@@ -2,9 +2,10 @@
 //! the request its options describe to real HTTP servers on loopback in this process, and
 //! reports what it got in its score's reason.
 
+use mst_tests::model_server::{read_request, write_response};
 use mst_tests::{fixture, read_json, s, Eval, Mst};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,53 +87,26 @@ fn serve(
     stopped: &Mutex<Option<u64>>,
     answer: &(dyn Fn(&Seen) -> Answer + Send + Sync),
 ) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut line = String::new();
-    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+    let Some(raw) = read_request(&stream) else {
         return;
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (
-        parts.next().unwrap_or_default().to_string(),
-        parts.next().unwrap_or_default().to_string(),
-    );
-    let mut headers = Vec::new();
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            headers.push((name.trim().to_lowercase(), value.trim().to_string()));
-        }
-    }
-    let length: usize = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).unwrap();
+    };
     let request = Seen {
-        method,
-        path,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
+        method: raw.method,
+        path: raw.path,
+        headers: raw.headers,
+        body: String::from_utf8_lossy(&raw.body).into_owned(),
     };
     seen.lock().unwrap().push(request.clone());
-    let mut stream = stream;
     match answer(&request) {
         Answer::Reply(status, headers, body) => {
-            let mut head = format!(
-                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n",
-                body.len()
-            );
-            for (name, value) in headers {
-                head.push_str(&format!("{name}: {value}\r\n"));
-            }
-            let _ = stream.write_all(format!("{head}\r\n{body}").as_bytes());
+            let headers: Vec<(String, String)> = headers
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), value))
+                .collect();
+            write_response(stream, status, &headers, body.as_bytes());
         }
         Answer::Endless => {
+            let mut stream = stream;
             let head = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
             let _ = stream.write_all(head.as_bytes());
             let chunk = vec![b'x'; 64 << 10];

@@ -34,7 +34,7 @@ mod options;
 pub use options::{parse_options, OptionsError};
 
 mod verdict;
-pub use verdict::json_object;
+pub use verdict::{json_object, rubric_prompt};
 
 #[cfg(feature = "dataset")]
 pub mod dataset;
@@ -132,6 +132,39 @@ macro_rules! model_helpers {
         /// plugin never sees the key.
         pub fn complete(request: &CompletionRequest) -> Result<Completion, PluginError> {
             bindings::mst::plugin::model::complete(request)
+        }
+
+        /// Asks a judge model (`provider`/`model`) once, at temperature 0, with `system` and
+        /// then `prompt`, and reads its verdict: the first JSON object in the reply that is a
+        /// `T` passing `check` ([`crate::json_object`]). A reply without one is an
+        /// `unavailable` error naming the model and `shape` (the reply expected), so the trial
+        /// is not graded rather than decided.
+        pub fn ask_judge<T: serde::de::DeserializeOwned>(
+            (provider, model): (&str, &str),
+            max_tokens: u32,
+            system: &str,
+            prompt: String,
+            shape: &str,
+            check: impl Fn(&T) -> bool,
+        ) -> Result<T, PluginError> {
+            let completion = complete(&CompletionRequest {
+                provider: provider.to_string(),
+                model: model.to_string(),
+                system: Some(system.to_string()),
+                messages: vec![bindings::mst::plugin::types::Message {
+                    role: "user".to_string(),
+                    text: prompt,
+                }],
+                max_tokens,
+                temperature: Some(0.0),
+            })?;
+            crate::json_object(&completion.text, check).ok_or_else(|| {
+                let shown: String = completion.text.chars().take(200).collect();
+                error(
+                    ErrorCode::Unavailable,
+                    format!("the judge ({provider}/{model}) did not reply with {shape}: {shown:?}"),
+                )
+            })
         }
     };
 }

@@ -1,4 +1,4 @@
-//! Reading a structured verdict out of a model's free text.
+//! What an LLM judge is asked, and reading its structured verdict out of its free text.
 
 use serde::de::DeserializeOwned;
 
@@ -19,6 +19,29 @@ pub fn json_object<T: DeserializeOwned>(text: &str, check: impl Fn(&T) -> bool) 
     })
 }
 
+/// The prompt of a judge grading against `rubric`: the rubric, the task (`input`), the
+/// reference answer when there is one, and each answer under its label (e.g. `The answer to
+/// grade`, or `The first answer` and `The second answer`).
+pub fn rubric_prompt(
+    rubric: &str,
+    input: &str,
+    expected: Option<&str>,
+    answers: &[(&str, &str)],
+) -> String {
+    let expected = match expected {
+        Some(expected) => format!("\nA reference answer: {expected}\n"),
+        None => String::new(),
+    };
+    let answers: Vec<String> = answers
+        .iter()
+        .map(|(label, text)| format!("{label}:\n{text}"))
+        .collect();
+    format!(
+        "Rubric:\n{rubric}\n\nThe task given:\n{input}\n{expected}\n{}\n",
+        answers.join("\n\n")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,6 +54,18 @@ mod tests {
 
     fn verdict(text: &str) -> Option<Verdict> {
         json_object(text, |v: &Verdict| (0.0..=1.0).contains(&v.score))
+    }
+
+    #[test]
+    fn a_prompt_shows_the_rubric_task_reference_and_labelled_answers() {
+        assert_eq!(
+            rubric_prompt("Be right.", "2+2?", Some("4"), &[("A", "4"), ("B", "5")]),
+            "Rubric:\nBe right.\n\nThe task given:\n2+2?\n\nA reference answer: 4\n\nA:\n4\n\nB:\n5\n"
+        );
+        assert_eq!(
+            rubric_prompt("R", "T", None, &[("The answer", "x")]),
+            "Rubric:\nR\n\nThe task given:\nT\n\nThe answer:\nx\n"
+        );
     }
 
     #[test]

@@ -10,8 +10,7 @@
 //! is not graded rather than decided. The host asks in both orders and hides the variant names.
 
 use mst_sdk::pairwise::{
-    self, Capability, Case, CompletionRequest, ErrorCode, Message, Pairwise, PluginError,
-    PluginInfo, Preference, Trace, Winner,
+    self, Capability, Case, Pairwise, PluginError, PluginInfo, Preference, Trace, Winner,
 };
 use serde::Deserialize;
 
@@ -71,27 +70,21 @@ fn winner(verdict: &Verdict) -> Option<Winner> {
     }
 }
 
-/// The verdict in the judge's text: a known winner and a confidence in range.
-fn verdict(text: &str) -> Option<(Winner, Verdict)> {
-    let verdict = mst_sdk::json_object(text, |v: &Verdict| {
-        winner(v).is_some() && (0.0..=1.0).contains(&v.confidence)
-    })?;
-    Some((winner(&verdict)?, verdict))
+/// Whether a verdict names a known winner with a confidence in range.
+fn usable(verdict: &Verdict) -> bool {
+    winner(verdict).is_some() && (0.0..=1.0).contains(&verdict.confidence)
 }
 
 /// What the judge is asked.
 fn prompt(options: &Options, case: &Case, first: &Trace, second: &Trace) -> String {
-    let expected = match &case.expected {
-        Some(expected) => format!("\nA reference answer: {expected}\n"),
-        None => String::new(),
-    };
-    format!(
-        "Rubric:\n{}\n\nThe task given:\n{}\n{expected}\nThe first answer:\n{}\n\nThe second \
-         answer:\n{}\n",
-        options.rubric,
-        case.input,
-        pairwise::final_text(first),
-        pairwise::final_text(second)
+    mst_sdk::rubric_prompt(
+        &options.rubric,
+        &case.input,
+        case.expected.as_deref(),
+        &[
+            ("The first answer", pairwise::final_text(first)),
+            ("The second answer", pairwise::final_text(second)),
+        ],
     )
 }
 
@@ -116,28 +109,15 @@ impl Pairwise for PairwiseRubric {
         second: Trace,
     ) -> Result<Preference, PluginError> {
         let options: Options = pairwise::options(options)?;
-        let completion = pairwise::complete(&CompletionRequest {
-            provider: options.provider.clone(),
-            model: options.model.clone(),
-            system: Some(SYSTEM.to_string()),
-            messages: vec![Message {
-                role: "user".to_string(),
-                text: prompt(&options, &case, &first, &second),
-            }],
-            max_tokens: options.max_tokens,
-            temperature: Some(0.0),
-        })?;
-        let Some((winner, verdict)) = verdict(&completion.text) else {
-            let shown: String = completion.text.chars().take(200).collect();
-            return Err(pairwise::error(
-                ErrorCode::Unavailable,
-                format!(
-                    "the judge ({}/{}) did not reply with {{\"winner\": first|second|tie, \
-                     \"reason\"}}: {shown:?}",
-                    options.provider, options.model
-                ),
-            ));
-        };
+        let verdict: Verdict = pairwise::ask_judge(
+            (&options.provider, &options.model),
+            options.max_tokens,
+            SYSTEM,
+            prompt(&options, &case, &first, &second),
+            "{\"winner\": first|second|tie, \"reason\"}",
+            usable,
+        )?;
+        let winner = winner(&verdict).expect("a usable verdict names a winner");
         Ok(Preference {
             winner,
             confidence: verdict.confidence,
@@ -154,6 +134,7 @@ mod tests {
 
     #[test]
     fn verdicts_name_a_known_winner() {
+        let verdict = |text| mst_sdk::json_object(text, usable).map(|v| (winner(&v).unwrap(), v));
         let (w, v) =
             verdict("I pick:\n```json\n{\"winner\": \" Second\", \"reason\": \"shorter\"}\n```")
                 .unwrap();

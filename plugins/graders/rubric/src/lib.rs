@@ -9,10 +9,7 @@
 //! `{"score": 0..1, "reason": "…"}` (anywhere in its text); a reply without one is this
 //! plugin's error, so the trial is not graded rather than failed.
 
-use mst_sdk::grader::{
-    self, Capability, CompletionRequest, ErrorCode, Grader, Message, PluginError, PluginInfo,
-    Score, Trial,
-};
+use mst_sdk::grader::{self, Capability, Grader, PluginError, PluginInfo, Score, Trial};
 use serde::Deserialize;
 
 /// The rubric grader.
@@ -61,22 +58,18 @@ struct Verdict {
     reason: String,
 }
 
-/// The verdict in the judge's text, its score in range.
-fn verdict(text: &str) -> Option<Verdict> {
-    mst_sdk::json_object(text, |v: &Verdict| (0.0..=1.0).contains(&v.score))
+/// Whether a verdict's score is in range.
+fn in_range(verdict: &Verdict) -> bool {
+    (0.0..=1.0).contains(&verdict.score)
 }
 
 /// What the judge is asked.
 fn prompt(options: &Options, trial: &Trial) -> String {
-    let expected = match &trial.case.expected {
-        Some(expected) => format!("\nA reference answer: {expected}\n"),
-        None => String::new(),
-    };
-    format!(
-        "Rubric:\n{}\n\nThe task given:\n{}\n{expected}\nThe answer to grade:\n{}\n",
-        options.rubric,
-        trial.case.input,
-        grader::final_text(trial)
+    mst_sdk::rubric_prompt(
+        &options.rubric,
+        &trial.case.input,
+        trial.case.expected.as_deref(),
+        &[("The answer to grade", grader::final_text(trial))],
     )
 }
 
@@ -96,27 +89,14 @@ impl Grader for Rubric {
 
     fn grade(options: &str, trial: Trial) -> Result<Score, PluginError> {
         let options: Options = grader::options(options)?;
-        let completion = grader::complete(&CompletionRequest {
-            provider: options.provider.clone(),
-            model: options.model.clone(),
-            system: Some(SYSTEM.to_string()),
-            messages: vec![Message {
-                role: "user".to_string(),
-                text: prompt(&options, &trial),
-            }],
-            max_tokens: options.max_tokens,
-            temperature: Some(0.0),
-        })?;
-        let Some(verdict) = verdict(&completion.text) else {
-            let shown: String = completion.text.chars().take(200).collect();
-            return Err(grader::error(
-                ErrorCode::Unavailable,
-                format!(
-                    "the judge ({}/{}) did not reply with {{\"score\", \"reason\"}}: {shown:?}",
-                    options.provider, options.model
-                ),
-            ));
-        };
+        let verdict: Verdict = grader::ask_judge(
+            (&options.provider, &options.model),
+            options.max_tokens,
+            SYSTEM,
+            prompt(&options, &trial),
+            "{\"score\", \"reason\"}",
+            in_range,
+        )?;
         Ok(Score {
             pass: Some(verdict.score >= options.threshold),
             ..grader::score(verdict.score, verdict.reason)
@@ -131,16 +111,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn verdicts_are_found_in_prose_and_fences_and_checked() {
-        let v = verdict("Sure.\n```json\n{\"score\": 0.8, \"reason\": \"close\"}\n```").unwrap();
-        assert_eq!(v.score, 0.8);
-        assert_eq!(v.reason, "close");
-        assert!(verdict("{\"score\": 3, \"reason\": \"too high\"}").is_none());
-        assert!(verdict("{\"grade\": 1} then {\"score\": 1, \"reason\": \"ok\"}").is_some());
-        assert!(verdict("no json here").is_none());
-        assert!(
-            verdict("{\"score\": 0.5}").is_none(),
-            "a reason is required"
+    fn a_score_out_of_range_is_no_verdict() {
+        let verdict = |text| mst_sdk::json_object(text, in_range);
+        assert_eq!(
+            verdict("Sure: {\"score\": 0.8, \"reason\": \"close\"}"),
+            Some(Verdict {
+                score: 0.8,
+                reason: "close".into()
+            })
         );
+        assert!(verdict("{\"score\": 3, \"reason\": \"too high\"}").is_none());
     }
 }
