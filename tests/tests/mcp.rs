@@ -174,7 +174,51 @@ fn mcp_cases_must_name_their_calls() {
 #[test]
 fn a_token_from_the_secrets_file_reaches_the_server_and_nothing_else() {
     const CANARY: &str = "mst-canary-token-8d2f61";
-    // A server that records the first request's head and refuses it.
+    let (port, server) = recording_server();
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({
+        "name": "tokens",
+        "datasets": ["cases.jsonl"],
+        "servers": {"api": {"url": format!("http://127.0.0.1:{port}/mcp"), "token": "API_TOKEN"}},
+        "client": "mcp",
+        "timeout": 20
+    });
+    let (run, results, mst) = run_with_secrets(
+        dir.path(),
+        &config,
+        ECHO_CASE,
+        &format!("API_TOKEN={CANARY}\n"),
+    );
+    let head = server.join().unwrap();
+    assert!(
+        head.contains(&format!("authorization: bearer {}", CANARY.to_lowercase())),
+        "the server got the token: {head}"
+    );
+    assert_eq!(
+        run.code, 1,
+        "the refused trial is an infrastructure failure\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    assert_nowhere(CANARY, &run, &results, &mst);
+    assert!(results.join("tokens").is_dir(), "the run wrote its results");
+
+    // A token the secrets file lacks is a config error before anything runs.
+    let (missing, _, _) = run_with_secrets(dir.path(), &config, ECHO_CASE, "OTHER=1\n");
+    assert_eq!(missing.code, 2);
+    assert!(
+        missing
+            .stderr
+            .contains("servers.api.token names secret `API_TOKEN`"),
+        "{}",
+        missing.stderr
+    );
+}
+
+/// A case calling `echo` on the variant's one server.
+const ECHO_CASE: &str = "{\"id\":\"c\",\"input\":{\"tool\":\"echo\",\"arguments\":{}}}\n";
+
+/// A loopback HTTP server that records the first request's head (lowercased) and refuses it.
+fn recording_server() -> (u16, std::thread::JoinHandle<String>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let server = std::thread::spawn(move || {
@@ -193,83 +237,143 @@ fn a_token_from_the_secrets_file_reaches_the_server_and_nothing_else() {
         );
         String::from_utf8_lossy(&head).to_lowercase()
     });
+    (port, server)
+}
 
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cases.jsonl"),
-        "{\"id\":\"c\",\"input\":{\"tool\":\"echo\",\"arguments\":{}}}\n",
-    )
-    .unwrap();
-    let config = json!({
-        "name": "tokens",
-        "datasets": ["cases.jsonl"],
-        "servers": {"api": {"url": format!("http://127.0.0.1:{port}/mcp"), "token": "API_TOKEN"}},
-        "client": "mcp",
-        "timeout": 20
-    });
-    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
-    let secrets = dir.path().join("secrets.env");
-    std::fs::write(&secrets, format!("API_TOKEN={CANARY}\n")).unwrap();
-    let results = dir.path().join("results");
+/// `canary` is in none of mst's output, result files or home.
+fn assert_nowhere(canary: &str, run: &mst_tests::Run, results: &std::path::Path, mst: &Mst) {
+    assert!(
+        !run.stdout.contains(canary) && !run.stderr.contains(canary),
+        "the secret leaked into mst's output"
+    );
+    assert_eq!(
+        files_containing(results, canary),
+        Vec::<std::path::PathBuf>::new(),
+        "no result file, trace or worker log holds it"
+    );
+    assert_eq!(
+        files_containing(mst.home.path(), canary),
+        Vec::<std::path::PathBuf>::new()
+    );
+}
+
+/// Runs `config` (with `cases`) with `secrets` as the secrets file and `MST_LOG=trace`; returns
+/// the run, its results directory and the `mst` used.
+fn run_with_secrets(
+    dir: &std::path::Path,
+    config: &Value,
+    cases: &str,
+    secrets: &str,
+) -> (mst_tests::Run, std::path::PathBuf, Mst) {
+    std::fs::write(dir.join("cases.jsonl"), cases).unwrap();
+    std::fs::write(dir.join("eval.json"), config.to_string()).unwrap();
+    std::fs::write(dir.join("secrets.env"), secrets).unwrap();
+    let results = dir.join("results");
     let mst = Mst::new();
     let run = mst
         .command(&[
             "run",
             "--config",
-            s(&dir.path().join("eval.json")),
+            s(&dir.join("eval.json")),
             "--results-dir",
             s(&results),
             "--secrets-file",
-            s(&secrets),
+            s(&dir.join("secrets.env")),
         ])
         .env("MST_LOG", "trace")
         .output()
         .unwrap();
-    let run = mst_tests::Run::from(run);
+    (mst_tests::Run::from(run), results, mst)
+}
+
+#[test]
+fn headers_from_secrets_reach_the_http_server_and_nothing_else() {
+    const CANARY: &str = "mst-canary-header-5c0e97";
+    let (port, server) = recording_server();
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({
+        "name": "headers",
+        "datasets": ["cases.jsonl"],
+        "servers": {"api": {
+            "url": format!("http://127.0.0.1:{port}/mcp"),
+            "headers": {"X-Team": "evals"},
+            "headerSecrets": {"X-Api-Key": "API_KEY"}
+        }},
+        "client": "mcp",
+        "timeout": 20
+    });
+    let (run, results, mst) = run_with_secrets(
+        dir.path(),
+        &config,
+        ECHO_CASE,
+        &format!("API_KEY={CANARY}\n"),
+    );
     let head = server.join().unwrap();
     assert!(
-        head.contains(&format!("authorization: bearer {}", CANARY.to_lowercase())),
-        "the server got the token: {head}"
+        head.contains(&format!("x-api-key: {CANARY}")) && head.contains("x-team: evals"),
+        "the server got both headers: {head}"
     );
-    assert_eq!(
-        run.code, 1,
-        "the refused trial is an infrastructure failure\n{}\n{}",
-        run.stdout, run.stderr
-    );
-    assert!(
-        !run.stdout.contains(CANARY) && !run.stderr.contains(CANARY),
-        "the token leaked into mst's output"
-    );
-    assert_eq!(
-        files_containing(&results, CANARY),
-        Vec::<std::path::PathBuf>::new(),
-        "no result file, trace or worker log holds it"
-    );
-    assert_eq!(
-        files_containing(mst.home.path(), CANARY),
-        Vec::<std::path::PathBuf>::new()
-    );
-    assert!(results.join("tokens").is_dir(), "the run wrote its results");
+    assert_eq!(run.code, 1, "the refused trial is infra\n{}", run.stderr);
+    assert_nowhere(CANARY, &run, &results, &mst);
 
-    // A token the secrets file lacks is a config error before anything runs.
-    std::fs::write(&secrets, "OTHER=1\n").unwrap();
-    let missing = mst.run(&[
-        "run",
-        "--config",
-        s(&dir.path().join("eval.json")),
-        "--results-dir",
-        s(&results),
-        "--secrets-file",
-        s(&secrets),
-    ]);
+    // A header secret the secrets file lacks is a config error before anything runs.
+    let (missing, _, _) = run_with_secrets(dir.path(), &config, ECHO_CASE, "OTHER=1\n");
     assert_eq!(missing.code, 2);
     assert!(
         missing
             .stderr
-            .contains("servers.api.token names secret `API_TOKEN`"),
+            .contains("servers.api.headerSecrets.X-Api-Key names secret `API_KEY`"),
         "{}",
         missing.stderr
     );
+}
+
+#[test]
+fn a_stdio_server_gets_env_secrets_and_starts_in_its_cwd() {
+    const CANARY: &str = "mst-canary-env-3b71d4";
+    require("sh", &["-c", "command -v mcp-server-everything"]);
+    require("sh", &["-c", "command -v mcp-server-filesystem"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({
+        "name": "stdio-entries",
+        "datasets": ["cases.jsonl"],
+        "servers": {
+            "everything": {"command": "mcp-server-everything", "args": ["stdio"],
+                           "env": {"MST_PLAIN": "plain-value"},
+                           "envSecrets": {"MST_SERVER_KEY": "SERVER_KEY"}},
+            "fs": {"command": "mcp-server-filesystem", "args": ["."], "cwd": "sub"}
+        },
+        "client": "mcp",
+        "timeout": 30
+    });
+    let cases = "{\"id\":\"c\",\"input\":{\"calls\":[\
+        {\"server\":\"everything\",\"tool\":\"get-env\"},\
+        {\"server\":\"fs\",\"tool\":\"list_allowed_directories\"}]}}\n";
+    let (run, results, mst) = run_with_secrets(
+        dir.path(),
+        &config,
+        cases,
+        &format!("SERVER_KEY={CANARY}\n"),
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_json(&only_run(&results, "stdio-entries").join("default/c/0.json"));
+    let outputs: Vec<&str> = trace["trace"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["output"].as_str())
+        .collect();
+    assert_eq!(outputs.len(), 2, "{trace}");
+    let env: Value = serde_json::from_str(outputs[0]).unwrap();
+    assert_eq!(env["MST_PLAIN"], "plain-value");
+    // The server had the value; what it echoed is redacted before anything is written.
+    assert_eq!(env["MST_SERVER_KEY"], "[redacted:SERVER_KEY]", "{env}");
+    assert!(
+        outputs[1].trim_end().ends_with("/sub"),
+        "the filesystem server's `.` is the trial's `sub`: {}",
+        outputs[1]
+    );
+    assert_nowhere(CANARY, &run, &results, &mst);
 }
 
 #[test]

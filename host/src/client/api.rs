@@ -209,7 +209,7 @@ impl ApiClient {
         let mut sessions = BTreeMap::new();
         let mut tools = Vec::new();
         for (label, config) in &self.servers {
-            let session = connect(config, self.tokens.get(label), scratch)
+            let session = connect(config, label, &self.tokens, scratch)
                 .await
                 .with_context(|| format!("MCP server `{label}`"))?;
             if self.options.tool_choice != ToolChoice::None {

@@ -14,6 +14,7 @@ use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus};
 use crate::process::GroupGuard;
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
+use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -73,25 +74,45 @@ pub(super) struct Session {
     _group: GroupGuard,
 }
 
-/// Starts (stdio) or reaches (streamable HTTP) one MCP server, with its token when it has one.
+/// Starts (stdio) or reaches (streamable HTTP) server `label`, with the secrets its entry
+/// names: its token (under `label`) and its `envSecrets`/`headerSecrets` (`secret:NAME`).
 pub(super) async fn connect(
     config: &ServerConfig,
-    token: Option<&Secret>,
+    label: &str,
+    tokens: &BTreeMap<String, Secret>,
     scratch: &Path,
 ) -> Result<Session> {
+    let secret = |name: &str| {
+        tokens
+            .get(&crate::secrets::secret_token(name))
+            .with_context(|| format!("no value for secret `{name}` reached this worker"))
+    };
     match config {
         ServerConfig::Stdio(server) => {
             let mut command = tokio::process::Command::new(&server.command);
             // In the trial's own directory, like the agent: a server that works on files (a
-            // filesystem server given `.`) sees the trial's files only.
+            // filesystem server given `.`) sees the trial's files only. `cwd` is checked to be
+            // inside it when the config is read.
+            let dir = match &server.cwd {
+                Some(cwd) => {
+                    let dir = scratch.join(cwd);
+                    std::fs::create_dir_all(&dir)
+                        .with_context(|| format!("cannot create its cwd `{cwd}`"))?;
+                    dir
+                }
+                None => scratch.to_path_buf(),
+            };
             command
-                .current_dir(scratch)
+                .current_dir(dir)
                 .args(&server.args)
                 .env_clear()
                 .envs(crate::process::minimal_env())
                 .envs(&server.env)
                 .process_group(0)
                 .kill_on_drop(true);
+            for (var, name) in &server.env_secrets {
+                command.env(var, secret(name)?.expose());
+            }
             let transport = rmcp::transport::TokioChildProcess::new(command)
                 .with_context(|| format!("cannot start `{}`", server.command))?;
             // A helper the server left in its group (launchers such as npx leave one) would
@@ -106,11 +127,30 @@ pub(super) async fn connect(
         ServerConfig::Http(server) => {
             let mut transport_config =
                 StreamableHttpClientTransportConfig::with_uri(server.url.as_str());
-            if let Some(token) = token {
+            if let Some(token) = tokens.get(label) {
                 transport_config = transport_config.auth_header(token.expose());
             } else if let Some(name) = &server.token {
                 bail!("no token for secret `{name}` reached this worker");
             }
+            let mut headers = std::collections::HashMap::new();
+            for (name, value) in &server.headers {
+                headers.insert(
+                    header_name(name)?,
+                    HeaderValue::from_str(value).with_context(|| {
+                        format!("header `{name}` has a value that cannot be sent")
+                    })?,
+                );
+            }
+            for (name, secret_name) in &server.header_secrets {
+                // Not shown in a value's Debug output, so never in an error or log line.
+                let mut value =
+                    HeaderValue::from_str(secret(secret_name)?.expose()).with_context(|| {
+                        format!("secret `{secret_name}` cannot be sent as header `{name}`")
+                    })?;
+                value.set_sensitive(true);
+                headers.insert(header_name(name)?, value);
+            }
+            transport_config = transport_config.custom_headers(headers);
             // rmcp's own client would panic on a machine without a CA store.
             let client = crate::net::client(|builder| {
                 builder
@@ -132,6 +172,12 @@ pub(super) async fn connect(
             })
         }
     }
+}
+
+/// A configured header's name (checked when the config was read).
+fn header_name(name: &str) -> Result<HeaderName> {
+    HeaderName::from_bytes(name.as_bytes())
+        .with_context(|| format!("{name:?} is not a header name"))
 }
 
 fn text_of(result: &rmcp::model::CallToolResult) -> String {
@@ -198,7 +244,7 @@ async fn run_calls(
             )
         })?;
         if !sessions.contains_key(&label) {
-            let session = connect(config, tokens.get(&label), scratch)
+            let session = connect(config, &label, tokens, scratch)
                 .await
                 .with_context(|| format!("MCP server `{label}`"))?;
             sessions.insert(label.clone(), session);

@@ -202,7 +202,8 @@ impl Prepared {
         }
     }
 
-    /// Tokens for the servers that name one, by server label, and each configured model
+    /// Tokens for the servers that name one, by server label, the secrets of servers'
+    /// `envSecrets`/`headerSecrets` and `secretEnv` (`secret:NAME`), and each configured model
     /// provider's key (`provider:NAME`); a secret the secrets file does not hold is a config
     /// error.
     pub fn server_tokens(&self, secrets: &Secrets) -> Result<ServerTokens> {
@@ -216,6 +217,12 @@ impl Prepared {
                     anyhow::bail!("servers.{label}.token names {}", Secrets::missing(name));
                 }
                 names.insert(label.clone(), name.clone());
+            }
+            for (place, name) in server.secrets() {
+                if secrets.get(&name).is_none() {
+                    anyhow::bail!("servers.{label}.{place} names {}", Secrets::missing(&name));
+                }
+                names.insert(crate::secrets::secret_token(&name), name);
             }
         }
         for (name, provider) in &self.config.providers {
