@@ -92,6 +92,56 @@ fn a_verdict_both_orders_agree_on_is_a_win_and_the_judge_never_sees_the_names() 
 }
 
 #[test]
+fn a_baseline_is_recorded_marked_and_paired_with_the_other_variant() {
+    let server = ModelServer::start_with(judge_preferring("UTC+9"));
+    let (eval, secrets) = pairwise_eval(&server.url(), ALPHA, BETA, &cases(&["c1"]));
+    // The pairwise entry names no variants: the baseline against each other one.
+    let mut config = read_json(&eval.config());
+    config["baseline"] = json!("beta");
+    config["pairwise"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("variants");
+    std::fs::write(eval.config(), config.to_string()).unwrap();
+    let mst = Mst::new();
+    let run = eval.run(&mst, &["--secrets-file", s(&secrets)]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    both_orders_seen(&server, 1);
+    let dir = eval.run_dir("paired");
+    assert_eq!(read_json(&dir.join("run.json"))["baseline"], "beta");
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["baseline"], "beta");
+    assert_eq!(
+        summary["pairs"],
+        json!([{"name": "beta-vs-alpha", "a": "beta", "b": "alpha", "wins": 0, "ties": 0,
+                "losses": 1, "notGraded": 0, "notCompared": 0}])
+    );
+    let marked: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.contains("(baseline)"))
+        .collect();
+    assert!(
+        marked.len() == 1 && marked[0].starts_with("beta (baseline)"),
+        "the table marks the baseline: {}",
+        run.stdout
+    );
+
+    // A baseline that is not a variant stops the run before it starts.
+    config["baseline"] = json!("gamma");
+    std::fs::write(eval.config(), config.to_string()).unwrap();
+    let bad = eval.run(&mst, &["--secrets-file", s(&secrets)]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains(
+            "`baseline` names `gamma`, which is not a variant; the variants are alpha, beta"
+        ),
+        "{}",
+        bad.stderr
+    );
+}
+
+#[test]
 fn orders_that_disagree_make_a_tie_with_both_reasons_and_a_broken_verdict_is_not_graded() {
     // Always prefers the answer shown first, saying which that was; on case `c2` it gives no
     // verdict when beta's answer comes first.

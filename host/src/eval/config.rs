@@ -269,7 +269,9 @@ pub struct PairwiseConfig {
     pub name: Option<String>,
     /// An installed pairwise grader's name, or a key of `plugins`.
     pub plugin: String,
-    /// The two variants compared, `[a, b]`; wins are counted for `a`.
+    /// The two variants compared, `[a, b]`; wins are counted for `a`. Left out, the entry
+    /// compares `baseline` with each other variant.
+    #[serde(default)]
     pub variants: Vec<String>,
     /// The plugin's options.
     #[serde(default)]
@@ -438,6 +440,10 @@ pub struct EvalConfig {
     pub variants: BTreeMap<String, VariantConfig>,
     #[serde(default)]
     pub judges: Vec<JudgeConfig>,
+    /// The variant the others are compared with: marked in the summary, and the `a` of a
+    /// pairwise entry that names no `variants`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
     /// Pairwise judges, each comparing two variants case by case.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairwise: Vec<PairwiseConfig>,
@@ -487,6 +493,7 @@ const KNOWN_KEYS: &[&str] = &[
     "variants",
     "judges",
     "pairwise",
+    "baseline",
     "trials",
     "passThreshold",
     "concurrency",
@@ -567,10 +574,11 @@ impl EvalConfig {
     pub fn load(path: &Path) -> Result<(Self, Vec<u8>)> {
         let bytes = std::fs::read(path)
             .with_context(|| format!("cannot read eval config {}", path.display()))?;
-        let config: EvalConfig =
+        let mut config: EvalConfig =
             serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!(explain(path, &e)))?;
         config
-            .validate()
+            .expand_pairwise()
+            .and_then(|()| config.validate())
             .with_context(|| format!("{} is not a valid eval config", path.display()))?;
         Ok((config, bytes))
     }
@@ -607,8 +615,9 @@ impl EvalConfig {
 
     /// Parses config text (for tests and embedded defaults).
     pub fn parse(text: &str, label: &Path) -> Result<Self> {
-        let config: EvalConfig =
+        let mut config: EvalConfig =
             serde_json::from_str(text).map_err(|e| anyhow::anyhow!(explain(label, &e)))?;
+        config.expand_pairwise()?;
         config.validate()?;
         Ok(config)
     }
@@ -685,6 +694,54 @@ impl EvalConfig {
             }
         }
         self.validate_pairwise()
+    }
+
+    /// Checks `baseline` and turns each pairwise entry without `variants` into one judge per
+    /// other variant, `[baseline, other]`, named `name-other` when `name` is given and there
+    /// are several.
+    fn expand_pairwise(&mut self) -> Result<()> {
+        let variants = self.variant_names();
+        if let Some(baseline) = &self.baseline {
+            if !variants.contains(baseline) {
+                bail!(
+                    "`baseline` names `{baseline}`, which is not a variant; the variants are {}",
+                    variants.join(", ")
+                );
+            }
+        }
+        let mut expanded = Vec::new();
+        for (index, pair) in std::mem::take(&mut self.pairwise).into_iter().enumerate() {
+            if !pair.variants.is_empty() {
+                expanded.push(pair);
+                continue;
+            }
+            let Some(baseline) = &self.baseline else {
+                bail!(
+                    "pairwise[{index}] names no `variants`: give two, `[a, b]`, or set `baseline` \
+                     to compare it with each other variant"
+                );
+            };
+            let others: Vec<&String> = variants.iter().filter(|v| *v != baseline).collect();
+            if others.is_empty() {
+                bail!("pairwise[{index}]: `baseline` `{baseline}` is the only variant; there is nothing to compare it with");
+            }
+            let several = others.len() > 1;
+            for other in others {
+                expanded.push(PairwiseConfig {
+                    name: pair.name.as_ref().map(|n| {
+                        if several {
+                            format!("{n}-{other}")
+                        } else {
+                            n.clone()
+                        }
+                    }),
+                    variants: vec![baseline.clone(), other.clone()],
+                    ..pair.clone()
+                });
+            }
+        }
+        self.pairwise = expanded;
+        Ok(())
     }
 
     /// Each pairwise judge names two different configured variants, under a name no other
@@ -904,10 +961,59 @@ mod tests {
                 "pairwise[1]: another pairwise judge is already called `a-vs-b`",
             ),
             (r#"{"variants": ["a", "b"]}"#, "missing field `plugin`"),
+            (
+                r#"{"plugin": "p"}"#,
+                "pairwise[0] names no `variants`: give two, `[a, b]`, or set `baseline`",
+            ),
         ] {
             let got = error(pairwise).unwrap_or_default();
             assert!(got.contains(says), "{pairwise}: {got}");
         }
+    }
+
+    #[test]
+    fn a_baseline_names_a_variant_and_pairs_it_with_each_other_one() {
+        let parse = |extra: &str| {
+            let text = format!(
+                r#"{{"name": "t", "datasets": ["c"], "client": "command",
+                    "variants": {{"base": {{}}, "b": {{}}, "c": {{}}}}{extra}}}"#
+            );
+            EvalConfig::parse(&text, Path::new("e.json")).map_err(|e| format!("{e:#}"))
+        };
+        let err = parse(r#", "baseline": "nope""#).unwrap_err();
+        assert!(
+            err.contains(
+                "`baseline` names `nope`, which is not a variant; the variants are b, base, c"
+            ),
+            "{err}"
+        );
+        let config = parse(
+            r#", "baseline": "base", "pairwise": [{"plugin": "p", "name": "judge"},
+                {"plugin": "q", "variants": ["c", "b"]}]"#,
+        )
+        .unwrap();
+        let pairs: Vec<(String, Vec<String>)> = config
+            .pairwise
+            .iter()
+            .map(|p| (p.display_name(), p.variants.clone()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (
+                    "judge-b".to_string(),
+                    vec!["base".to_string(), "b".to_string()]
+                ),
+                (
+                    "judge-c".to_string(),
+                    vec!["base".to_string(), "c".to_string()]
+                ),
+                ("c-vs-b".to_string(), vec!["c".to_string(), "b".to_string()]),
+            ]
+        );
+        let config = parse(r#", "baseline": "c", "pairwise": [{"plugin": "p"}]"#).unwrap();
+        let names: Vec<String> = config.pairwise.iter().map(|p| p.display_name()).collect();
+        assert_eq!(names, ["c-vs-b", "c-vs-base"]);
     }
 
     #[test]

@@ -101,6 +101,9 @@ pub struct RunRecord {
     /// The command line's filters, so `--resume` plans the same trials.
     pub filters: Filters,
     pub trials: Vec<TrialKey>,
+    /// The config's `baseline` variant, which the others are compared with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
     pub collect: Phase,
     pub grade: Phase,
 }
@@ -126,6 +129,9 @@ pub struct Summary {
     pub eval: String,
     pub collect: Phase,
     pub grade: Phase,
+    /// The run's `baseline` variant, which the others are compared with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
     pub variants: BTreeMap<String, VariantSummary>,
     /// `cases[variant][case]`.
     pub cases: BTreeMap<String, BTreeMap<String, CaseOutcome>>,
@@ -216,6 +222,7 @@ impl Summary {
             eval: record.eval.clone(),
             collect: record.collect,
             grade: record.grade,
+            baseline: record.baseline.clone(),
             variants,
             cases,
             missing,

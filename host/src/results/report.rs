@@ -12,7 +12,11 @@ pub fn table(summary: &Summary) -> String {
         "{:<20} {:>9} {:>7} {:>7} {:>11} {:>11} {:>6}",
         "VARIANT", "PASS RATE", "PASSED", "FAILED", "INCOMPLETE", "NOT GRADED", "INFRA"
     );
-    for (variant, v) in &summary.variants {
+    for (name, v) in &summary.variants {
+        let variant = match &summary.baseline {
+            Some(baseline) if baseline == name => format!("{name} (baseline)"),
+            _ => name.clone(),
+        };
         let rate = v
             .pass_rate
             .map_or("-".to_string(), |r| format!("{:.1}%", r * 100.0));

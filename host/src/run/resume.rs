@@ -69,6 +69,7 @@ pub fn open(
                 plugins: prepared.plugin_records(),
                 filters: request.filters.clone(),
                 trials,
+                baseline: config.baseline.clone(),
                 collect: Phase::Partial,
                 grade: Phase::Partial,
             };
@@ -167,6 +168,8 @@ pub fn regrade(
         .map(|n| n.to_string_lossy().into_owned())
         .context("a run directory has a name")?;
     regraded.created_at = crate::clock::unix_secs();
+    // Like the judges, the baseline is the regrading config's.
+    regraded.baseline = prepared.config.baseline.clone();
     regraded.plugins = prepared.plugin_records();
     prepared.count_usage(&mut regraded.plugins);
     regraded.grade = super::grade::grade_phase(&grades, &pairs);
