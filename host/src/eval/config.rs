@@ -60,7 +60,8 @@ pub struct JudgeConfig {
     /// An installed grader name, or a key of `plugins`.
     #[serde(default)]
     pub plugin: Option<String>,
-    /// A built-in assertion: `contains`, `not-contains`, `equals`, `regex`, `exit-code`.
+    /// A built-in assertion: `contains`, `not-contains`, `equals`, `regex`, `exit-code`, or one on
+    /// tool calls (`tools-called`, `tool-call-count`, `no-tool-errors`, `tool-not-called`).
     #[serde(default)]
     pub assert: Option<String>,
     /// The assertion's value, or the plugin's options.
@@ -231,6 +232,52 @@ pub struct PluginConfig {
     pub allow_env: Vec<String>,
 }
 
+/// `casePass`: `{"rule": "majority"}` or `{"share": S}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CasePassConfig {
+    /// `majority` (the only named rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The share of a case's trials, above 0 and at most 1, that must pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+}
+
+/// How a case's trials make its verdict, once each trial is graded.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum CaseRule {
+    /// More than half of the trials pass (a tie fails).
+    #[default]
+    Majority,
+    /// At least this share of the trials pass.
+    Share(f64),
+}
+
+impl CasePassConfig {
+    /// The rule this entry names; errors name the `casePass` field at fault.
+    pub fn rule(&self) -> Result<CaseRule> {
+        match (self.rule.as_deref(), self.share) {
+            (Some("majority"), None) => Ok(CaseRule::Majority),
+            (None | Some("share"), Some(share)) if share > 0.0 && share <= 1.0 => {
+                Ok(CaseRule::Share(share))
+            }
+            (None | Some("share"), Some(share)) => bail!(
+                "`casePass.share` must be above 0 and at most 1 (the share of a case's trials that must pass), not {share}"
+            ),
+            (Some(other), None) => bail!(
+                "`casePass.rule` is {other:?}; write `{{\"rule\": \"majority\"}}` or `{{\"share\": S}}`"
+            ),
+            (Some(other), Some(_)) => bail!(
+                "`casePass` has both `rule` ({other:?}) and `share`; write `{{\"rule\": \"majority\"}}` or `{{\"share\": S}}`"
+            ),
+            (None, None) => bail!(
+                "`casePass` is empty; write `{{\"rule\": \"majority\"}}` or `{{\"share\": S}}`"
+            ),
+        }
+    }
+}
+
 /// A whole eval config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -261,6 +308,9 @@ pub struct EvalConfig {
     /// Score at or above which a trial passes (default 1.0).
     #[serde(default = "full")]
     pub pass_threshold: f64,
+    /// How a case's trials make its verdict (default: a majority must pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case_pass: Option<CasePassConfig>,
     /// Most trials at once within a shard (default 4).
     #[serde(default = "four")]
     pub concurrency: u32,
@@ -303,6 +353,7 @@ const KNOWN_KEYS: &[&str] = &[
     "pairwise",
     "trials",
     "passThreshold",
+    "casePass",
     "concurrency",
     "timeout",
     "limits",
@@ -455,6 +506,9 @@ impl EvalConfig {
                 self.pass_threshold
             );
         }
+        if let Some(case_pass) = &self.case_pass {
+            case_pass.rule()?;
+        }
         if self.concurrency == 0 {
             bail!("`concurrency` must be at least 1");
         }
@@ -577,6 +631,14 @@ impl EvalConfig {
                 .values()
                 .flat_map(|v| v.judges.iter().flatten()),
         )
+    }
+
+    /// How a case's trials make its verdict (`casePass`; checked by [`Self::validate`]).
+    pub fn case_rule(&self) -> CaseRule {
+        self.case_pass
+            .as_ref()
+            .and_then(|c| c.rule().ok())
+            .unwrap_or_default()
     }
 
     /// The variants to run: the configured ones, or `default`.
@@ -740,6 +802,47 @@ mod tests {
         let config = EvalConfig::parse(text, Path::new("e.json")).unwrap();
         assert!(matches!(config.servers["time"], ServerConfig::Stdio(_)));
         assert!(matches!(config.servers["web"], ServerConfig::Http(_)));
+    }
+
+    #[test]
+    fn case_pass_is_majority_or_a_share() {
+        let parse = |case_pass: &str| {
+            let text = format!(
+                r#"{{"name": "t", "datasets": ["c"], "client": "command", "casePass": {case_pass}}}"#
+            );
+            EvalConfig::parse(&text, Path::new("e.json")).map_err(|e| format!("{e:#}"))
+        };
+        assert_eq!(
+            EvalConfig::parse(MINIMAL, Path::new("e.json"))
+                .unwrap()
+                .case_rule(),
+            CaseRule::Majority
+        );
+        assert_eq!(
+            parse(r#"{"rule": "majority"}"#).unwrap().case_rule(),
+            CaseRule::Majority
+        );
+        assert_eq!(
+            parse(r#"{"share": 0.67}"#).unwrap().case_rule(),
+            CaseRule::Share(0.67)
+        );
+        for (case_pass, says) in [
+            (
+                r#"{"share": 0}"#,
+                "`casePass.share` must be above 0 and at most 1",
+            ),
+            (
+                r#"{"share": 1.5}"#,
+                "`casePass.share` must be above 0 and at most 1",
+            ),
+            (r#"{"rule": "all"}"#, "`casePass.rule` is \"all\""),
+            (r#"{"rule": "majority", "share": 0.5}"#, "has both `rule`"),
+            ("{}", "`casePass` is empty"),
+            (r#"{"shares": 0.5}"#, "unknown field `shares`"),
+        ] {
+            let got = parse(case_pass).unwrap_err();
+            assert!(got.contains(says), "{case_pass}: {got}");
+        }
     }
 
     #[test]
