@@ -239,7 +239,7 @@ pub struct CasePassConfig {
     /// `majority` (the only named rule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
-    /// The share of a case's trials, above 0 and at most 1, that must pass.
+    /// The share of a case's trials, from 0 to 1, that must pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<f64>,
 }
@@ -259,12 +259,19 @@ impl CasePassConfig {
     pub fn rule(&self) -> Result<CaseRule> {
         match (self.rule.as_deref(), self.share) {
             (Some("majority"), None) => Ok(CaseRule::Majority),
-            (None | Some("share"), Some(share)) if share > 0.0 && share <= 1.0 => {
+            (None | Some("share"), Some(share)) if (0.0..=1.0).contains(&share) => {
                 Ok(CaseRule::Share(share))
             }
-            (None | Some("share"), Some(share)) => bail!(
-                "`casePass.share` must be above 0 and at most 1 (the share of a case's trials that must pass), not {share}"
-            ),
+            (None | Some("share"), Some(share)) => {
+                let hint = if (2.0..=100.0).contains(&share) {
+                    format!(" (for {share}% write {})", share / 100.0)
+                } else {
+                    String::new()
+                };
+                bail!(
+                    "`casePass.share` must be between 0 and 1 (the share of a case's trials that must pass), not {share}{hint}"
+                )
+            }
             (Some(other), None) => bail!(
                 "`casePass.rule` is {other:?}; write `{{\"rule\": \"majority\"}}` or `{{\"share\": S}}`"
             ),
@@ -828,13 +835,11 @@ mod tests {
         );
         for (case_pass, says) in [
             (
-                r#"{"share": 0}"#,
-                "`casePass.share` must be above 0 and at most 1",
+                r#"{"share": -0.5}"#,
+                "`casePass.share` must be between 0 and 1",
             ),
-            (
-                r#"{"share": 1.5}"#,
-                "`casePass.share` must be above 0 and at most 1",
-            ),
+            (r#"{"share": 1.5}"#, "must pass), not 1.5"),
+            (r#"{"share": 67}"#, "not 67 (for 67% write 0.67)"),
             (r#"{"rule": "all"}"#, "`casePass.rule` is \"all\""),
             (r#"{"rule": "majority", "share": 0.5}"#, "has both `rule`"),
             ("{}", "`casePass` is empty"),
