@@ -183,7 +183,11 @@ fn a_share_rule_passes_the_case_a_majority_fails() {
         json!({"name": "shares", "datasets": ["cases.jsonl"], "client": "command",
                "clientOptions": {"command": ["sh", "-c", "test $(({trial} % 2)) -eq 0"]},
                "judges": [{"assert": "exit-code", "value": 0}], "trials": 4}),
-        &[json!({"id": "flaky", "input": "x"})],
+        &[
+            json!({"id": "flaky", "input": "x"}),
+            // Its own rule wins over the eval's.
+            json!({"id": "own-rule", "input": "x", "casePass": {"rule": "majority"}}),
+        ],
     );
     let mst = Mst::new();
     let majority = eval.run(&mst, &["--json", "-q"]);
@@ -195,6 +199,7 @@ fn a_share_rule_passes_the_case_a_majority_fails() {
         .as_array()
         .unwrap()
         .iter()
+        .filter(|g| g["key"]["case"] == "flaky")
         .map(|g| g["grade"]["pass"].as_bool().unwrap())
         .collect();
     assert_eq!(passes, [true, false, true, false]);
@@ -214,13 +219,17 @@ fn a_share_rule_passes_the_case_a_majority_fails() {
         s(&results),
         "--json",
     ]);
-    assert_eq!(regrade.code, 0, "{}\n{}", regrade.stdout, regrade.stderr);
+    assert_eq!(regrade.code, 1, "{}\n{}", regrade.stdout, regrade.stderr);
     let regraded = regrade.json();
     assert_eq!(
         regraded["cases"]["default"]["flaky"], "passed",
         "{regraded}"
     );
-    assert_eq!(regraded["variants"]["default"]["passRate"], 1.0);
+    assert_eq!(
+        regraded["cases"]["default"]["own-rule"], "failed",
+        "{regraded}"
+    );
+    assert_eq!(regraded["variants"]["default"]["passRate"], 0.5);
     // A share above what passed fails it again.
     config["casePass"] = json!({"share": 0.75});
     std::fs::write(&share_config, config.to_string()).unwrap();
@@ -235,4 +244,19 @@ fn a_share_rule_passes_the_case_a_majority_fails() {
     ]);
     assert_eq!(strict.code, 1, "{}\n{}", strict.stdout, strict.stderr);
     assert_eq!(strict.json()["cases"]["default"]["flaky"], "failed");
+    // A case's malformed rule stops the run before anything starts, naming the case.
+    std::fs::write(
+        eval.dir.path().join("cases.jsonl"),
+        json!({"id": "bad", "input": "x", "casePass": {"share": 75}}).to_string(),
+    )
+    .unwrap();
+    let bad = eval.run(&mst, &[]);
+    assert_eq!(bad.code, 2, "{}\n{}", bad.stdout, bad.stderr);
+    assert!(
+        bad.stderr
+            .contains("case `bad`: `casePass.share` must be between 0 and 1")
+            && bad.stderr.contains("(for 75% write 0.75)"),
+        "{}",
+        bad.stderr
+    );
 }

@@ -190,8 +190,9 @@ impl Judge {
     }
 }
 
-/// Which judges apply to which trial, and at what pass threshold: a case's own `judges` and
-/// `passThreshold` win over its variant's judges and the config's threshold. Built while the
+/// Which judges apply to which trial, at what pass threshold, and by which rule a case's trials
+/// make its verdict: a case's own `judges`, `passThreshold` and `casePass` win over its
+/// variant's judges and the config's threshold and rule. Built while the
 /// config is checked, so a judge that names a missing plugin, or one of another kind, stops the
 /// run before any machine starts.
 pub struct JudgeSet {
@@ -199,6 +200,8 @@ pub struct JudgeSet {
     by_case: BTreeMap<String, Vec<Judge>>,
     thresholds: BTreeMap<String, f64>,
     threshold: f64,
+    rules: BTreeMap<String, CaseRule>,
+    rule: CaseRule,
 }
 
 impl JudgeSet {
@@ -233,6 +236,7 @@ impl JudgeSet {
         }
         let mut by_case = BTreeMap::new();
         let mut thresholds = BTreeMap::new();
+        let mut rules = BTreeMap::new();
         for case in cases {
             if let Some(configs) = &case.judges {
                 by_case.insert(
@@ -243,13 +247,26 @@ impl JudgeSet {
             if let Some(threshold) = case.pass_threshold {
                 thresholds.insert(case.id.clone(), threshold);
             }
+            if let Some(case_pass) = &case.case_pass {
+                let rule = case_pass
+                    .rule()
+                    .with_context(|| format!("case `{}`", case.id))?;
+                rules.insert(case.id.clone(), rule);
+            }
         }
         Ok(JudgeSet {
             by_variant,
             by_case,
             thresholds,
             threshold: config.pass_threshold,
+            rules,
+            rule: config.case_rule(),
         })
+    }
+
+    /// The rule by which case `case`'s trials make its verdict.
+    pub fn case_rule(&self, case: &str) -> CaseRule {
+        self.rules.get(case).copied().unwrap_or(self.rule)
     }
 
     /// The judges that grade trial `key`.
