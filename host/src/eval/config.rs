@@ -247,7 +247,8 @@ pub struct JudgeConfig {
     /// An installed grader name, or a key of `plugins`.
     #[serde(default)]
     pub plugin: Option<String>,
-    /// A built-in assertion: `contains`, `not-contains`, `equals`, `regex`, `exit-code`.
+    /// A built-in assertion: `contains`, `not-contains`, `equals`, `regex`, `exit-code`, or one on
+    /// tool calls (`tools-called`, `tool-call-count`, `no-tool-errors`, `tool-not-called`).
     #[serde(default)]
     pub assert: Option<String>,
     /// The assertion's value, or the plugin's options.
@@ -419,6 +420,59 @@ pub struct PluginConfig {
     pub allow_env: Vec<String>,
 }
 
+/// `casePass`: `{"rule": "majority"}` or `{"share": S}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CasePassConfig {
+    /// `majority` (the only named rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The share of a case's trials, from 0 to 1, that must pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+}
+
+/// How a case's trials make its verdict, once each trial is graded.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum CaseRule {
+    /// More than half of the trials pass (a tie fails).
+    #[default]
+    Majority,
+    /// At least this share of the trials pass.
+    Share(f64),
+}
+
+impl CasePassConfig {
+    /// The rule this entry names; errors name the `casePass` field at fault.
+    pub fn rule(&self) -> Result<CaseRule> {
+        match (self.rule.as_deref(), self.share) {
+            (Some("majority"), None) => Ok(CaseRule::Majority),
+            (None | Some("share"), Some(share)) if (0.0..=1.0).contains(&share) => {
+                Ok(CaseRule::Share(share))
+            }
+            (None | Some("share"), Some(share)) => {
+                let hint = if (2.0..=100.0).contains(&share) {
+                    format!(" (for {share}% write {})", share / 100.0)
+                } else {
+                    String::new()
+                };
+                bail!(
+                    "`casePass.share` must be between 0 and 1 (the share of a case's trials that must pass), not {share}{hint}"
+                )
+            }
+            (Some(other), None) => bail!(
+                "`casePass.rule` is {other:?}; write `{{\"rule\": \"majority\"}}` or `{{\"share\": S}}`"
+            ),
+            (Some(other), Some(_)) => bail!(
+                "`casePass` has both `rule` ({other:?}) and `share`; write `{{\"rule\": \"majority\"}}` or `{{\"share\": S}}`"
+            ),
+            (None, None) => bail!(
+                "`casePass` is empty; write `{{\"rule\": \"majority\"}}` or `{{\"share\": S}}`"
+            ),
+        }
+    }
+}
+
 /// A whole eval config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -453,6 +507,9 @@ pub struct EvalConfig {
     /// Score at or above which a trial passes (default 1.0).
     #[serde(default = "full")]
     pub pass_threshold: f64,
+    /// How a case's trials make its verdict (default: a majority must pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case_pass: Option<CasePassConfig>,
     /// Most trials at once within a shard (default 4).
     #[serde(default = "four")]
     pub concurrency: u32,
@@ -496,6 +553,7 @@ const KNOWN_KEYS: &[&str] = &[
     "baseline",
     "trials",
     "passThreshold",
+    "casePass",
     "concurrency",
     "timeout",
     "limits",
@@ -653,6 +711,9 @@ impl EvalConfig {
                 "`passThreshold` must be between 0 and 1, not {}",
                 self.pass_threshold
             );
+        }
+        if let Some(case_pass) = &self.case_pass {
+            case_pass.rule()?;
         }
         if self.concurrency == 0 {
             bail!("`concurrency` must be at least 1");
@@ -824,6 +885,14 @@ impl EvalConfig {
                 .values()
                 .flat_map(|v| v.judges.iter().flatten()),
         )
+    }
+
+    /// How a case's trials make its verdict (`casePass`; checked by [`Self::validate`]).
+    pub fn case_rule(&self) -> CaseRule {
+        self.case_pass
+            .as_ref()
+            .and_then(|c| c.rule().ok())
+            .unwrap_or_default()
     }
 
     /// The variants to run: the configured ones, or `default`.
@@ -1098,6 +1167,45 @@ mod tests {
         ] {
             let got = error(entry);
             assert!(got.contains(says), "{entry}: {got}");
+        }
+    }
+
+    #[test]
+    fn case_pass_is_majority_or_a_share() {
+        let parse = |case_pass: &str| {
+            let text = format!(
+                r#"{{"name": "t", "datasets": ["c"], "client": "command", "casePass": {case_pass}}}"#
+            );
+            EvalConfig::parse(&text, Path::new("e.json")).map_err(|e| format!("{e:#}"))
+        };
+        assert_eq!(
+            EvalConfig::parse(MINIMAL, Path::new("e.json"))
+                .unwrap()
+                .case_rule(),
+            CaseRule::Majority
+        );
+        assert_eq!(
+            parse(r#"{"rule": "majority"}"#).unwrap().case_rule(),
+            CaseRule::Majority
+        );
+        assert_eq!(
+            parse(r#"{"share": 0.67}"#).unwrap().case_rule(),
+            CaseRule::Share(0.67)
+        );
+        for (case_pass, says) in [
+            (
+                r#"{"share": -0.5}"#,
+                "`casePass.share` must be between 0 and 1",
+            ),
+            (r#"{"share": 1.5}"#, "must pass), not 1.5"),
+            (r#"{"share": 67}"#, "not 67 (for 67% write 0.67)"),
+            (r#"{"rule": "all"}"#, "`casePass.rule` is \"all\""),
+            (r#"{"rule": "majority", "share": 0.5}"#, "has both `rule`"),
+            ("{}", "`casePass` is empty"),
+            (r#"{"shares": 0.5}"#, "unknown field `shares`"),
+        ] {
+            let got = parse(case_pass).unwrap_err();
+            assert!(got.contains(says), "{case_pass}: {got}");
         }
     }
 

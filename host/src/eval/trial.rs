@@ -52,6 +52,9 @@ pub struct CaseRecord {
     /// Judges for this case, replacing the eval's `judges`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub judges: Option<Vec<crate::eval::config::JudgeConfig>>,
+    /// How this case's trials make its verdict, overriding the eval's `casePass`.
+    #[serde(default, rename = "casePass", skip_serializing_if = "Option::is_none")]
+    pub case_pass: Option<crate::eval::config::CasePassConfig>,
 }
 
 /// How a trial's collection ended.
@@ -278,6 +281,7 @@ impl CaseRecord {
             trials: None,
             pass_threshold: None,
             judges: None,
+            case_pass: None,
         }
     }
 
@@ -321,6 +325,7 @@ impl CaseRecord {
             trials: None,
             pass_threshold: None,
             judges: None,
+            case_pass: None,
         })
     }
 }

@@ -1,12 +1,15 @@
 //! Grading in the coordinator: plugin graders and built-in assertions score each collected
-//! trace; a trial passes by threshold, a case by majority over its repetitions.
+//! trace; a trial passes by threshold, a case by its `casePass` rule (a majority, or a share)
+//! over its repetitions.
 //!
 //! Four outcomes stay apart everywhere: a trial that failed its judges (`failed`), one whose
 //! judge broke (`not-graded`), one whose machine or client broke (`infra`), and one that never
 //! came back (`missing`).
 
 pub mod pairwise;
+pub mod tools;
 
+pub use crate::eval::config::CaseRule;
 use crate::eval::config::EvalConfig;
 use crate::eval::config::JudgeConfig;
 use crate::eval::trial::{CaseRecord, TrialKey};
@@ -31,6 +34,37 @@ pub enum Assertion {
     Regex(regex::Regex),
     /// The program exited with this code.
     ExitCode(i32),
+    /// An assertion on the trace's tool calls.
+    Tools(tools::ToolAssertion),
+}
+
+impl Assertion {
+    /// Checks `record`: whether it passes, and why.
+    fn check(&self, record: &TrialRecord) -> (bool, String) {
+        let answer = record.trace.final_text.as_deref().unwrap_or("");
+        let (ok, reason) = match self {
+            Assertion::Contains(text) => {
+                (answer.contains(text.as_str()), format!("contains {text:?}"))
+            }
+            Assertion::NotContains(text) => (
+                !answer.contains(text.as_str()),
+                format!("does not contain {text:?}"),
+            ),
+            Assertion::Equals(text) => (answer.trim() == text.trim(), format!("equals {text:?}")),
+            Assertion::Regex(re) => (re.is_match(answer), format!("matches /{re}/")),
+            Assertion::ExitCode(code) => (
+                record.trace.exit_code == Some(*code),
+                format!("exit code {code}"),
+            ),
+            // Its reasons say both what was expected and what happened.
+            Assertion::Tools(assertion) => return assertion.check(&record.trace),
+        };
+        if ok {
+            (ok, reason)
+        } else {
+            (ok, format!("expected: {reason}"))
+        }
+    }
 }
 
 /// How a judge scores.
@@ -118,7 +152,13 @@ impl Judge {
             "exit-code" => Assertion::ExitCode(
                 config.value.as_ref().and_then(|v| v.as_i64()).context("the `exit-code` assertion needs an integer `value`")? as i32,
             ),
-            other => bail!("unknown assertion `{other}`; the assertions are contains, not-contains, equals, regex, exit-code"),
+            name if tools::NAMES.contains(&name) => {
+                Assertion::Tools(tools::ToolAssertion::parse(name, config.value.as_ref())?)
+            }
+            other => bail!(
+                "unknown assertion `{other}`; the assertions are contains, not-contains, equals, regex, exit-code, {}",
+                tools::NAMES.join(", ")
+            ),
         };
         Ok(Judge {
             name: config.name.clone().unwrap_or_else(|| assert.to_string()),
@@ -128,7 +168,6 @@ impl Judge {
     }
 
     fn score(&self, record: &TrialRecord, threshold: f64) -> Result<JudgeScore, String> {
-        let answer = record.trace.final_text.as_deref().unwrap_or("");
         let (value, pass, reason) = match &self.kind {
             JudgeKind::Plugin { plugin, options } => {
                 let score = plugin
@@ -138,28 +177,7 @@ impl Judge {
                 (score.value, pass, score.reason)
             }
             JudgeKind::Assert(assertion) => {
-                let (ok, reason) = match assertion {
-                    Assertion::Contains(text) => {
-                        (answer.contains(text.as_str()), format!("contains {text:?}"))
-                    }
-                    Assertion::NotContains(text) => (
-                        !answer.contains(text.as_str()),
-                        format!("does not contain {text:?}"),
-                    ),
-                    Assertion::Equals(text) => {
-                        (answer.trim() == text.trim(), format!("equals {text:?}"))
-                    }
-                    Assertion::Regex(re) => (re.is_match(answer), format!("matches /{re}/")),
-                    Assertion::ExitCode(code) => (
-                        record.trace.exit_code == Some(*code),
-                        format!("exit code {code}"),
-                    ),
-                };
-                let reason = if ok {
-                    reason
-                } else {
-                    format!("expected: {reason}")
-                };
+                let (ok, reason) = assertion.check(record);
                 (if ok { 1.0 } else { 0.0 }, ok, reason)
             }
         };
@@ -172,8 +190,9 @@ impl Judge {
     }
 }
 
-/// Which judges apply to which trial, and at what pass threshold: a case's own `judges` and
-/// `passThreshold` win over its variant's judges and the config's threshold. Built while the
+/// Which judges apply to which trial, at what pass threshold, and by which rule a case's trials
+/// make its verdict: a case's own `judges`, `passThreshold` and `casePass` win over its
+/// variant's judges and the config's threshold and rule. Built while the
 /// config is checked, so a judge that names a missing plugin, or one of another kind, stops the
 /// run before any machine starts.
 pub struct JudgeSet {
@@ -181,6 +200,8 @@ pub struct JudgeSet {
     by_case: BTreeMap<String, Vec<Judge>>,
     thresholds: BTreeMap<String, f64>,
     threshold: f64,
+    rules: BTreeMap<String, CaseRule>,
+    rule: CaseRule,
 }
 
 impl JudgeSet {
@@ -215,6 +236,7 @@ impl JudgeSet {
         }
         let mut by_case = BTreeMap::new();
         let mut thresholds = BTreeMap::new();
+        let mut rules = BTreeMap::new();
         for case in cases {
             if let Some(configs) = &case.judges {
                 by_case.insert(
@@ -225,13 +247,26 @@ impl JudgeSet {
             if let Some(threshold) = case.pass_threshold {
                 thresholds.insert(case.id.clone(), threshold);
             }
+            if let Some(case_pass) = &case.case_pass {
+                let rule = case_pass
+                    .rule()
+                    .with_context(|| format!("case `{}`", case.id))?;
+                rules.insert(case.id.clone(), rule);
+            }
         }
         Ok(JudgeSet {
             by_variant,
             by_case,
             thresholds,
             threshold: config.pass_threshold,
+            rules,
+            rule: config.case_rule(),
         })
+    }
+
+    /// The rule by which case `case`'s trials make its verdict.
+    pub fn case_rule(&self, case: &str) -> CaseRule {
+        self.rules.get(case).copied().unwrap_or(self.rule)
     }
 
     /// The judges that grade trial `key`.
@@ -336,8 +371,8 @@ pub enum CaseOutcome {
     Infra,
 }
 
-/// Combines a case's trial grades (`None` = missing): majority over repetitions.
-pub fn case_outcome(trials: &[Option<&TrialGrade>]) -> CaseOutcome {
+/// Combines a case's trial grades (`None` = missing) by `rule` over its repetitions.
+pub fn case_outcome(trials: &[Option<&TrialGrade>], rule: CaseRule) -> CaseOutcome {
     if trials.iter().any(|t| t.is_none()) {
         return CaseOutcome::Incomplete;
     }
@@ -355,7 +390,12 @@ pub fn case_outcome(trials: &[Option<&TrialGrade>]) -> CaseOutcome {
         .iter()
         .filter(|g| matches!(g, TrialGrade::Graded { pass: true, .. }))
         .count();
-    if passed * 2 > grades.len() {
+    let ok = match rule {
+        CaseRule::Majority => passed * 2 > grades.len(),
+        // The tolerance only absorbs float error at exact shares (3 of 4 at 0.75).
+        CaseRule::Share(share) => passed as f64 >= share * grades.len() as f64 - 1e-9,
+    };
+    if ok {
         CaseOutcome::Passed
     } else {
         CaseOutcome::Failed
@@ -443,22 +483,121 @@ mod tests {
         };
         let infra = TrialGrade::Infra { reason: "r".into() };
         assert_eq!(
-            case_outcome(&[Some(&pass), Some(&pass), Some(&fail)]),
+            case_outcome(&[Some(&pass), Some(&pass), Some(&fail)], CaseRule::Majority),
             CaseOutcome::Passed
         );
         assert_eq!(
-            case_outcome(&[Some(&pass), Some(&fail)]),
+            case_outcome(&[Some(&pass), Some(&fail)], CaseRule::Majority),
             CaseOutcome::Failed,
             "a tie is not a majority"
         );
-        assert_eq!(case_outcome(&[Some(&pass), None]), CaseOutcome::Incomplete);
         assert_eq!(
-            case_outcome(&[Some(&pass), Some(&broken)]),
+            case_outcome(&[Some(&pass), None], CaseRule::Share(0.5)),
+            CaseOutcome::Incomplete
+        );
+        assert_eq!(
+            case_outcome(&[Some(&pass), Some(&broken)], CaseRule::Share(0.5)),
             CaseOutcome::NotGraded
         );
         assert_eq!(
-            case_outcome(&[Some(&infra), Some(&broken)]),
+            case_outcome(&[Some(&infra), Some(&broken)], CaseRule::Majority),
             CaseOutcome::Infra
+        );
+    }
+
+    #[test]
+    fn the_share_rule_passes_a_case_on_a_share_of_its_trials() {
+        let grade = |pass| TrialGrade::Graded {
+            score: f64::from(u8::from(pass)),
+            pass,
+            judges: vec![],
+        };
+        let (pass, fail) = (grade(true), grade(false));
+        // The worked example of docs/results.md: 4 trials, 3 pass.
+        let three_of_four = [Some(&pass), Some(&pass), Some(&pass), Some(&fail)];
+        assert_eq!(
+            case_outcome(&three_of_four, CaseRule::Majority),
+            CaseOutcome::Passed
+        );
+        assert_eq!(
+            case_outcome(&three_of_four, CaseRule::Share(0.75)),
+            CaseOutcome::Passed,
+            "at least the share"
+        );
+        assert_eq!(
+            case_outcome(&three_of_four, CaseRule::Share(0.8)),
+            CaseOutcome::Failed
+        );
+        let two_of_four = [Some(&pass), Some(&fail), Some(&pass), Some(&fail)];
+        assert_eq!(
+            case_outcome(&two_of_four, CaseRule::Majority),
+            CaseOutcome::Failed
+        );
+        assert_eq!(
+            case_outcome(&two_of_four, CaseRule::Share(0.5)),
+            CaseOutcome::Passed
+        );
+        let two_of_three = [Some(&pass), Some(&pass), Some(&fail)];
+        assert_eq!(
+            case_outcome(&two_of_three, CaseRule::Share(0.67)),
+            CaseOutcome::Failed,
+            "2/3 is below 0.67"
+        );
+        assert_eq!(
+            case_outcome(&two_of_three, CaseRule::Share(0.66)),
+            CaseOutcome::Passed
+        );
+    }
+
+    #[test]
+    fn tool_assertions_are_judges_and_bad_values_are_config_errors() {
+        let mut record = record("It is 9:00 in Tokyo", TrialStatus::Completed);
+        record.trace.events.push(crate::eval::trial::TraceEvent {
+            seq: 0,
+            at_ms: 0,
+            kind: crate::eval::trial::EventKind::ToolCall {
+                id: "1".into(),
+                server: Some("time".into()),
+                tool: "get_current_time".into(),
+                arguments: serde_json::json!({"timezone": "Asia/Tokyo"}),
+            },
+        });
+        let judges = vec![
+            judge(
+                r#"{"assert": "tools-called", "value": {"tools": [{"name": "time__get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}]}}"#,
+            ),
+            judge(r#"{"assert": "tool-not-called", "value": "convert_time"}"#),
+        ];
+        match grade_trial(&judges, &record, 1.0) {
+            TrialGrade::Graded { pass, judges, .. } => {
+                assert!(pass, "{judges:?}");
+                assert_eq!(judges[0].judge, "tools-called");
+            }
+            other => panic!("{other:?}"),
+        }
+        let judges = vec![judge(
+            r#"{"assert": "tool-call-count", "value": {"min": 2}}"#,
+        )];
+        match grade_trial(&judges, &record, 1.0) {
+            TrialGrade::Graded { pass, judges, .. } => {
+                assert!(!pass);
+                assert_eq!(judges[0].reason, "expected at least 2 tool calls; made 1");
+            }
+            other => panic!("{other:?}"),
+        }
+        let config: JudgeConfig = serde_json::from_str(
+            r#"{"assert": "tools-called", "value": {"tools": [{"name": 3}]}}"#,
+        )
+        .unwrap();
+        let error = format!(
+            "{:#}",
+            Judge::from_config(&config, &PluginSet::default())
+                .err()
+                .unwrap()
+        );
+        assert!(
+            error.contains("`tools-called` assertion's `value` is not"),
+            "{error}"
         );
     }
 }

@@ -185,8 +185,13 @@ impl PairSummary {
 }
 
 impl Summary {
-    /// Builds the summary from the planned trials and their grades (absent = missing).
-    pub fn new(record: &RunRecord, grades: &BTreeMap<TrialKey, TrialGrade>) -> Self {
+    /// Builds the summary from the planned trials and their grades (absent = missing), each
+    /// case's verdict by its rule (`rule` of the case's id).
+    pub fn new(
+        record: &RunRecord,
+        grades: &BTreeMap<TrialKey, TrialGrade>,
+        rule: impl Fn(&str) -> crate::grade::CaseRule,
+    ) -> Self {
         let mut per_case: BTreeMap<(String, String), Vec<Option<&TrialGrade>>> = BTreeMap::new();
         let mut missing = Vec::new();
         for key in &record.trials {
@@ -202,7 +207,7 @@ impl Summary {
         let mut variants: BTreeMap<String, VariantSummary> = BTreeMap::new();
         let mut cases: BTreeMap<String, BTreeMap<String, CaseOutcome>> = BTreeMap::new();
         for ((variant, case), trials) in per_case {
-            let outcome = crate::grade::case_outcome(&trials);
+            let outcome = crate::grade::case_outcome(&trials, rule(&case));
             let counts = variants.entry(variant.clone()).or_default();
             match outcome {
                 CaseOutcome::Passed => counts.passed += 1,

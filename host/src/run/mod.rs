@@ -188,7 +188,8 @@ fn finish(
     record.grade = grade::grade_phase(&grades, &pairs);
     prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;
-    let mut summary = Summary::new(&record, &grades).with_pairs(&pairs);
+    let mut summary =
+        Summary::new(&record, &grades, |case| prepared.judges.case_rule(case)).with_pairs(&pairs);
     summary.usage = UsageSummary::of_run(&dir, &record.trials, &record.plugins);
     dir.write_grades(&grades, &summary)?;
     dir.write_pairwise(&pairs)?;
