@@ -63,7 +63,8 @@ fn calls_of(
             let why = match input.get("calls") {
                 Some(_) => serde_json::from_value::<Many>(input.clone()).err(),
                 None => serde_json::from_value::<Call>(input.clone()).err(),
-            };
+            }
+            .map(crate::eval::config::suggesting);
             bail!(
                 "the mcp client needs an input `{{\"tool\", \"arguments\"?, \"server\"?}}` or \
                  `{{\"calls\": [ … ]}}`, not {input}{}",
@@ -436,7 +437,7 @@ mod tests {
             (
                 json!({"tool": "now", "argument": {}}),
                 &one,
-                "unknown field `argument`",
+                "unknown field `argument`, expected one of `tool`, `arguments`, `server` (did you mean `arguments`?)",
             ),
             (
                 json!({"calls": [{"tool": "a", "server": "web", "args": {}}]}),

@@ -327,6 +327,13 @@ fn did_you_mean(message: &str) -> Option<String> {
     suggest(key, &known).map(|k| format!(" (did you mean `{k}`?)"))
 }
 
+/// A serde error on a value (no position) with the closest key of its level suggested, for
+/// objects read from within the config such as `clientOptions` and case inputs.
+pub fn suggesting(error: serde_json::Error) -> anyhow::Error {
+    let text = error.to_string();
+    anyhow::anyhow!("{text}{}", did_you_mean(&text).unwrap_or_default())
+}
+
 /// `file:line:column: message (did you mean …?)` for a serde error; `first_line` is the line
 /// the parsed text starts on in `file` (1 for a whole file, the line of a JSONL record).
 pub fn located(file: &Path, first_line: usize, error: &serde_json::Error) -> String {
