@@ -29,9 +29,8 @@ pub struct Cases {
 /// and line; an MST dataset (`{"name", "cases": […]}`) is refused with how to convert it.
 fn parse_cases(text: &str, file: &Path) -> Result<Vec<(CaseRecord, String)>> {
     let at = |line: usize| format!("{}:{line}", file.display());
-    let not_a_case = |first_line: usize, e: serde_json::Error| {
-        anyhow::anyhow!("{} (not a case)", located(file, first_line, &e))
-    };
+    let not_a_case =
+        |first_line: usize, e: serde_json::Error| anyhow::anyhow!(located(file, first_line, &e));
     if file.extension().is_some_and(|e| e == "jsonl") {
         let mut cases = Vec::new();
         for (index, line) in text.lines().enumerate() {
@@ -43,8 +42,7 @@ fn parse_cases(text: &str, file: &Path) -> Result<Vec<(CaseRecord, String)>> {
         }
         return Ok(cases);
     }
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| anyhow::anyhow!(located(file, 1, &e)))?;
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
     if let Some(object) = value.as_object() {
         if object.contains_key("cases") || object.contains_key("$schema") {
             let sign = "a `{\"name\", \"cases\": […]}` object, not a case or an array of cases";
