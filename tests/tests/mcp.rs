@@ -141,37 +141,6 @@ fn the_everything_server_over_streamable_http_and_a_dead_server_is_infra() {
 }
 
 #[test]
-fn mcp_cases_must_name_their_calls() {
-    require("python3", &["-c", "import mcp_server_time"]);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("cases.jsonl"),
-        "{\"id\":\"prose\",\"input\":\"what time is it?\"}\n",
-    )
-    .unwrap();
-    let config = json!({
-        "name": "bad-input",
-        "datasets": ["cases.jsonl"],
-        "servers": {"time": {"command": "python3", "args": ["-m", "mcp_server_time"]}},
-        "client": "mcp"
-    });
-    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
-    let run = Mst::new().run(&[
-        "run",
-        "--config",
-        s(&dir.path().join("eval.json")),
-        "--results-dir",
-        s(&dir.path().join("r")),
-    ]);
-    assert_eq!(run.code, 1, "{}", run.stderr);
-    let trace =
-        read_json(&only_run(&dir.path().join("r"), "bad-input").join("default/prose/0.json"));
-    assert_eq!(trace["trace"]["status"], "infra");
-    let log = trace["trace"]["events"][0]["text"].as_str().unwrap();
-    assert!(log.contains("needs `{\"tool\", \"arguments\"}`"), "{log}");
-}
-
-#[test]
 fn a_token_from_the_secrets_file_reaches_the_server_and_nothing_else() {
     const CANARY: &str = "mst-canary-token-8d2f61";
     let (port, server) = recording_server();

@@ -15,7 +15,6 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum PluginCommand {
@@ -192,15 +191,13 @@ impl SandboxArgs {
     }
 
     pub(crate) fn limits(&self) -> Result<Limits> {
-        if !(self.timeout_secs.is_finite() && self.timeout_secs > 0.0) {
-            bail!("--plugin-timeout must be a positive number of seconds");
-        }
+        let call_timeout = crate::eval::config::seconds("--plugin-timeout", self.timeout_secs)?;
         if self.memory_mib == 0 {
             bail!("--plugin-memory must be at least 1 MiB");
         }
         Ok(Limits {
             memory_bytes: self.memory_mib.saturating_mul(1024 * 1024),
-            call_timeout: Duration::from_secs_f64(self.timeout_secs),
+            call_timeout,
         })
     }
 }

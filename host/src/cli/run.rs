@@ -224,13 +224,6 @@ impl events::Reporter for Reporter {
     }
 }
 
-fn seconds(flag: &str, value: f64) -> Result<std::time::Duration> {
-    if !(value.is_finite() && value > 0.0) {
-        anyhow::bail!("{flag} must be a positive number of seconds");
-    }
-    Ok(std::time::Duration::from_secs_f64(value))
-}
-
 pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     let _ = ctrlc::set_handler(|| {
         if CANCEL.swap(true, Ordering::SeqCst) {
@@ -255,8 +248,8 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         force: args.force,
         secrets: load_secrets(args.secrets_file.as_deref())?,
         shard_settings: Some(ShardSettings {
-            silence: seconds("--silence-limit", args.silence_limit)?,
-            cancel_grace: seconds("--cancel-grace", args.cancel_grace)?,
+            silence: crate::eval::config::seconds("--silence-limit", args.silence_limit)?,
+            cancel_grace: crate::eval::config::seconds("--cancel-grace", args.cancel_grace)?,
             max_shard_copy_bytes: args.max_shard_copy.saturating_mul(1 << 20),
             max_run_copy_bytes: args.max_run_copy.saturating_mul(1 << 20),
             ..ShardSettings::default()

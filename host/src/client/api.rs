@@ -89,6 +89,7 @@ impl ApiClient {
         let model = ModelRef::parse(model)?;
         let options: Options = match &spec.client_options {
             Some(value) => serde_json::from_value(value.clone())
+                .map_err(crate::eval::config::suggesting)
                 .context("clientOptions for the `api` client")?,
             None => serde_json::from_value(serde_json::json!({}))?,
         };

@@ -73,8 +73,9 @@ impl CommandClient {
         let value = options
             .cloned()
             .context("the `command` client needs `clientOptions` with a `command` list")?;
-        let options: Options =
-            serde_json::from_value(value).context("clientOptions for the `command` client")?;
+        let options: Options = serde_json::from_value(value)
+            .map_err(crate::eval::config::suggesting)
+            .context("clientOptions for the `command` client")?;
         if options.command.is_empty() {
             bail!("clientOptions.command is empty: give the program and its arguments");
         }
@@ -303,6 +304,22 @@ mod tests {
     use crate::eval::trial::CaseRecord;
     use serde_json::json;
     use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn a_mistyped_option_is_suggested_from_the_clients_own_options() {
+        let error = |options: serde_json::Value| {
+            let err = CommandClient::new(Some(&options), &BTreeMap::new()).err();
+            format!("{:#}", err.expect("refused"))
+        };
+        let err = error(json!({"command": ["true"], "secretEnvs": {}}));
+        assert!(err.contains("(did you mean `secretEnv`?)"), "{err}");
+        // `model` is a config key, not a `command` option: no suggestion from elsewhere.
+        let err = error(json!({"command": ["true"], "mode": "x"}));
+        assert!(
+            err.contains("unknown field `mode`") && !err.contains("did you mean"),
+            "{err}"
+        );
+    }
 
     fn run(options: serde_json::Value, input: serde_json::Value, timeout: Duration) -> TraceRecord {
         let client = CommandClient::new(Some(&options), &BTreeMap::new()).unwrap();

@@ -35,11 +35,84 @@ struct Call {
     server: Option<String>,
 }
 
+/// `{"calls": [ … ]}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Many {
+    calls: Vec<Call>,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 enum CaseInput {
-    Many { calls: Vec<Call> },
+    Many(Many),
     One(Call),
+}
+
+/// The calls a case's `input` asks for, each with the label of the server it goes to (its
+/// `server`, or the variant's only one). `prepare` checks every case with this before any
+/// machine starts; the trial uses it again to run them.
+fn calls_of(
+    input: &serde_json::Value,
+    servers: &BTreeMap<String, ServerConfig>,
+) -> Result<Vec<(String, Call)>> {
+    let calls = match serde_json::from_value::<CaseInput>(input.clone()) {
+        Ok(CaseInput::Many(Many { calls })) => calls,
+        Ok(CaseInput::One(call)) => vec![call],
+        // The untagged enum's own error says nothing; each shape's says what is wrong.
+        Err(_) => {
+            let why = match input.get("calls") {
+                Some(_) => serde_json::from_value::<Many>(input.clone()).err(),
+                None => serde_json::from_value::<Call>(input.clone()).err(),
+            }
+            .map(crate::eval::config::suggesting);
+            bail!(
+                "the mcp client needs an input `{{\"tool\", \"arguments\"?, \"server\"?}}` or \
+                 `{{\"calls\": [ … ]}}`, not {input}{}",
+                why.map(|e| format!(": {e}")).unwrap_or_default()
+            )
+        }
+    };
+    if calls.is_empty() {
+        bail!("the mcp client's input `calls` is empty: name at least one tool call");
+    }
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(index, call)| {
+            let label = match &call.server {
+                Some(label) if servers.contains_key(label) => label.clone(),
+                Some(label) => bail!(
+                    "call {} names server `{label}`, which the variant does not have; it has {}",
+                    index + 1,
+                    labels(servers)
+                ),
+                None if servers.len() == 1 => servers.keys().next().expect("one server").clone(),
+                None if servers.is_empty() => bail!("the variant has no MCP servers"),
+                None => bail!(
+                    "call {} names no `server`, and the variant has several: {}",
+                    index + 1,
+                    labels(servers)
+                ),
+            };
+            Ok((label, call))
+        })
+        .collect()
+}
+
+/// The servers' labels, for messages.
+fn labels(servers: &BTreeMap<String, ServerConfig>) -> String {
+    let labels: Vec<String> = servers.keys().map(|l| format!("`{l}`")).collect();
+    labels.join(", ")
+}
+
+/// Checks a case's `input` for the `mcp` client with `servers` (the variant's), as the trial
+/// would read it.
+pub fn check_input(
+    input: &serde_json::Value,
+    servers: &BTreeMap<String, ServerConfig>,
+) -> Result<()> {
+    calls_of(input, servers).map(drop)
 }
 
 /// Calls tools on MCP servers.
@@ -220,29 +293,16 @@ pub(super) async fn call_tool(
 async fn run_calls(
     servers: &BTreeMap<String, ServerConfig>,
     tokens: &BTreeMap<String, Secret>,
-    calls: &[Call],
+    calls: &[(String, Call)],
     scratch: &Path,
     started: Instant,
     events: &mut Vec<TraceEvent>,
 ) -> Result<Option<String>> {
     let mut sessions: BTreeMap<String, Session> = BTreeMap::new();
     let mut last = None;
-    for (index, call) in calls.iter().enumerate() {
-        let label = match &call.server {
-            Some(label) => label.clone(),
-            None if servers.len() == 1 => servers.keys().next().expect("one server").clone(),
-            None => bail!(
-                "call {} names no `server`, and the variant has several: {:?}",
-                index + 1,
-                servers.keys().collect::<Vec<_>>()
-            ),
-        };
-        let config = servers.get(&label).with_context(|| {
-            format!(
-                "call {} names server `{label}`, which the variant does not have",
-                index + 1
-            )
-        })?;
+    for (index, (label, call)) in calls.iter().enumerate() {
+        let label = label.clone();
+        let config = &servers[&label];
         if !sessions.contains_key(&label) {
             let session = connect(config, &label, tokens, scratch)
                 .await
@@ -296,11 +356,10 @@ impl Client for McpClient {
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
         let started = Instant::now();
         let mut events = Vec::new();
-        let calls = match serde_json::from_value::<CaseInput>(input.case.input.clone()) {
-            Ok(CaseInput::Many { calls }) => calls,
-            Ok(CaseInput::One(call)) => vec![call],
+        let calls = match calls_of(&input.case.input, &self.servers) {
+            Ok(calls) => calls,
             Err(e) => {
-                let why = anyhow::anyhow!("case `{}`: the mcp client needs `{{\"tool\", \"arguments\"}}` or `{{\"calls\": […]}}`: {e}", input.case.id);
+                let why = e.context(format!("case `{}`", input.case.id));
                 return trace_of(Outcome::Failed(why), events, started);
             }
         };
@@ -392,5 +451,55 @@ pub(super) fn trace_of(
         events,
         exit_code: None,
         duration_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn servers(labels: &[&str]) -> BTreeMap<String, ServerConfig> {
+        let server = |label: &str| {
+            let entry = json!({"url": format!("http://127.0.0.1:1/{label}")});
+            (label.to_string(), serde_json::from_value(entry).unwrap())
+        };
+        labels.iter().map(|l| server(l)).collect()
+    }
+
+    #[test]
+    fn case_inputs_are_checked_as_the_trial_reads_them() {
+        let one = servers(&["time"]);
+        let two = servers(&["time", "web"]);
+        let ok = json!({"tool": "now", "arguments": {"tz": "UTC"}});
+        assert!(check_input(&ok, &one).is_ok());
+        let many =
+            json!({"calls": [{"tool": "a", "server": "web"}, {"tool": "b", "server": "time"}]});
+        let resolved = calls_of(&many, &two).unwrap();
+        let labels: Vec<&str> = resolved.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["web", "time"]);
+        for (input, servers, says) in [
+            (json!("What time is it?"), &one, "needs an input `{\"tool\""),
+            (
+                json!({"tool": "now", "argument": {}}),
+                &one,
+                "unknown field `argument`, expected one of `tool`, `arguments`, `server` (did you mean `arguments`?)",
+            ),
+            (
+                json!({"calls": [{"tool": "a", "server": "web", "args": {}}]}),
+                &two,
+                "unknown field `args`",
+            ),
+            (json!({"calls": []}), &one, "`calls` is empty"),
+            (json!({"tool": "now"}), &two, "call 1 names no `server`"),
+            (
+                json!({"tool": "now", "server": "clock"}),
+                &two,
+                "names server `clock`, which the variant does not have; it has `time`, `web`",
+            ),
+        ] {
+            let err = format!("{:#}", check_input(&input, servers).unwrap_err());
+            assert!(err.contains(says), "{input}: {err}");
+        }
     }
 }

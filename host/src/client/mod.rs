@@ -58,6 +58,21 @@ pub fn client(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<B
     }
 }
 
+/// Checks a case's `input` as `spec`'s client will read it, so that a malformed one is a
+/// dataset error before any machine starts rather than an `infra` trial after the run.
+/// `mcp` parses the tool calls and resolves their servers; `api` refuses an empty prompt;
+/// `command` takes any input (text as itself, other JSON as JSON text, or none at all).
+pub fn check_input(spec: &VariantSpec, input: &serde_json::Value) -> Result<()> {
+    let empty = input.is_null() || input.as_str().is_some_and(|t| t.trim().is_empty());
+    match spec.client.as_str() {
+        "mcp" => mcp::check_input(input, &spec.servers),
+        "api" if empty => bail!(
+            "the `api` client sends the input to the model as the user's message, and it is empty"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// The text a case's input gives a client: a JSON string as itself, anything else as JSON.
 pub fn input_text(case: &CaseRecord) -> String {
     match &case.input {

@@ -117,7 +117,7 @@ impl ServerConfig {
                 .keys()
                 .find(|k| !STDIO_KEYS.contains(&k.as_str()) && !HTTP_KEYS.contains(&k.as_str()));
             let hint = unknown
-                .and_then(|k| closest(k, STDIO_KEYS).or_else(|| closest(k, HTTP_KEYS)))
+                .and_then(|k| suggest(k, STDIO_KEYS).or_else(|| suggest(k, HTTP_KEYS)))
                 .map(|k| format!(" (did you mean `{k}`?)"))
                 .unwrap_or_default();
             return Err(format!(
@@ -129,7 +129,7 @@ impl ServerConfig {
             let suggestion = text
                 .strip_prefix("unknown field `")
                 .and_then(|rest| rest.split('`').next())
-                .and_then(|key| closest(key, keys))
+                .and_then(|key| suggest(key, keys))
                 .map(|k| format!(" (did you mean `{k}`?)"))
                 .unwrap_or_default();
             format!("{place}: {text}{suggestion}")
@@ -538,44 +538,6 @@ fn sixty() -> f64 {
     60.0
 }
 
-/// Keys the config accepts at each level, for suggestions.
-const KNOWN_KEYS: &[&str] = &[
-    "name",
-    "description",
-    "datasets",
-    "servers",
-    "client",
-    "model",
-    "clientOptions",
-    "variants",
-    "judges",
-    "pairwise",
-    "baseline",
-    "trials",
-    "passThreshold",
-    "casePass",
-    "concurrency",
-    "timeout",
-    "limits",
-    "plugins",
-    "command",
-    "args",
-    "env",
-    "url",
-    "plugin",
-    "assert",
-    "value",
-    "options",
-    "weight",
-    "providers",
-    "path",
-    "allowExec",
-    "allowRead",
-    "allowHttp",
-    "allowModel",
-    "allowSecret",
-];
-
 /// Levenshtein distance, for "did you mean".
 fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
@@ -594,37 +556,127 @@ fn distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// The known key closest to `unknown`, if it is close enough to be a typo.
-pub fn suggest(unknown: &str) -> Option<&'static str> {
-    closest(unknown, KNOWN_KEYS)
-}
-
-/// The key of `keys` closest to `unknown`, if it is close enough to be a typo.
-fn closest(unknown: &str, keys: &[&'static str]) -> Option<&'static str> {
-    keys.iter()
+/// The key of `known` closest to `unknown`, if it is close enough to be a typo.
+pub fn suggest<'k>(unknown: &str, known: &[&'k str]) -> Option<&'k str> {
+    known
+        .iter()
         .map(|k| (distance(&unknown.to_lowercase(), &k.to_lowercase()), *k))
         .filter(|(d, k)| *d <= 2.max(k.len() / 4))
         .min()
         .map(|(_, k)| k)
 }
 
-/// Turns serde's message into ours: position, key, suggestion.
-fn explain(file: &Path, error: &serde_json::Error) -> String {
+/// The "did you mean" for serde's unknown-field `message`, chosen among the keys serde lists
+/// as expected there: the keys of that level only, so `mode` inside a server entry is never
+/// taken for the top level's `model`.
+fn did_you_mean(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, expected) = rest.split_once('`')?;
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    suggest(key, &known).map(|k| format!(" (did you mean `{k}`?)"))
+}
+
+/// A serde error on a value (no position) with the closest key of its level suggested, for
+/// objects read from within the config such as `clientOptions` and case inputs.
+pub fn suggesting(error: serde_json::Error) -> anyhow::Error {
+    let text = error.to_string();
+    anyhow::anyhow!("{text}{}", did_you_mean(&text).unwrap_or_default())
+}
+
+/// `file:line:column: message (did you mean …?)` for a serde error; `first_line` is the line
+/// the parsed text starts on in `file` (1 for a whole file, the line of a JSONL record).
+pub fn located(file: &Path, first_line: usize, error: &serde_json::Error) -> String {
     let text = error.to_string();
     let message = text.split(" at line").next().unwrap_or(&text);
-    let mut out = format!(
-        "{}:{}:{}: {message}",
+    format!(
+        "{}:{}:{}: {message}{}",
         file.display(),
-        error.line(),
-        error.column()
-    );
-    if let Some(rest) = message.strip_prefix("unknown field `") {
-        let key = rest.split('`').next().unwrap_or_default();
-        if let Some(known) = suggest(key) {
-            out.push_str(&format!(" (did you mean `{known}`?)"));
+        first_line + error.line().max(1) - 1,
+        error.column(),
+        did_you_mean(message).unwrap_or_default()
+    )
+}
+
+/// The longest duration a config may set, in seconds: one day. Anything longer is almost
+/// always milliseconds written where seconds belong (MST's configs use milliseconds).
+pub const MAX_SECONDS: f64 = 86_400.0;
+
+/// Checks a duration in seconds named `field`: positive, finite and at most a day.
+pub fn seconds(field: &str, value: f64) -> Result<std::time::Duration> {
+    if !(value.is_finite() && value > 0.0) {
+        bail!("{field} must be a positive number of seconds, not {value}");
+    }
+    if value > MAX_SECONDS {
+        bail!(
+            "{field} is {value} seconds, more than a day; MST wrote milliseconds: did you mean {}?",
+            value / 1000.0
+        );
+    }
+    Ok(std::time::Duration::from_secs_f64(value))
+}
+
+/// Top-level keys only MST's eval config has (none is a near-typo of one of ours).
+const MST_ONLY_KEYS: &[&str] = &[
+    "toolMap",
+    "tools",
+    "inputTemplate",
+    "metrics",
+    "results",
+    "maxCases",
+    "maxToolCalls",
+    "requireEvalEndpoint",
+    "filterTags",
+    "run",
+    "temperature",
+    "maxTokens",
+    "redactStoredResponses",
+    "extends",
+    "coworkSetup",
+    "pricing",
+];
+
+/// Why `value` looks like an MST (mcp-server-tester) eval config, if it does: a `$schema`,
+/// an MST-only top-level key, `variants` as an array, or a server entry with `transport` or
+/// `serverUrl`.
+fn mst_config_sign(value: &Value) -> Option<String> {
+    let object = value.as_object()?;
+    if let Some(schema) = object.get("$schema") {
+        return Some(format!("it has a `$schema` ({schema})"));
+    }
+    if let Some(key) = MST_ONLY_KEYS.iter().find(|k| object.contains_key(**k)) {
+        return Some(format!("it has MST's top-level key `{key}`"));
+    }
+    if object.get("variants").is_some_and(Value::is_array) {
+        return Some("its `variants` is an array".into());
+    }
+    let servers = object.get("servers").and_then(Value::as_object)?;
+    servers.iter().find_map(|(label, entry)| {
+        let key = ["transport", "serverUrl"]
+            .into_iter()
+            .find(|k| entry.get(k).is_some())?;
+        Some(format!("server `{label}` has MST's `{key}`"))
+    })
+}
+
+/// The error for a file in MST's format: what it is, why it looks so, and how to convert it.
+pub fn mst_format_error(file: &Path, what: &str, sign: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} is an MST (mcp-server-tester) {what} ({sign}), which mst does not read: convert it \
+         with `mst import mst {}`",
+        file.display(),
+        file.display()
+    )
+}
+
+/// Parses config `text` from `file`: an MST config is refused with how to convert it, and a
+/// serde error names the position and the closest key of its level.
+fn from_text(text: &[u8], file: &Path) -> Result<EvalConfig> {
+    if let Ok(value) = serde_json::from_slice::<Value>(text) {
+        if let Some(sign) = mst_config_sign(&value) {
+            return Err(mst_format_error(file, "eval config", &sign));
         }
     }
-    out
+    serde_json::from_slice(text).map_err(|e| anyhow::anyhow!(located(file, 1, &e)))
 }
 
 impl EvalConfig {
@@ -632,8 +684,7 @@ impl EvalConfig {
     pub fn load(path: &Path) -> Result<(Self, Vec<u8>)> {
         let bytes = std::fs::read(path)
             .with_context(|| format!("cannot read eval config {}", path.display()))?;
-        let mut config: EvalConfig =
-            serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!(explain(path, &e)))?;
+        let mut config = from_text(&bytes, path)?;
         config
             .expand_pairwise()
             .and_then(|()| config.validate())
@@ -651,7 +702,7 @@ impl EvalConfig {
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         };
         let providers: BTreeMap<String, crate::model::http::ProviderConfig> =
-            serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!(explain(path, &e)))?;
+            serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!(located(path, 1, &e)))?;
         for (name, provider) in providers {
             provider
                 .validate(&name, "")
@@ -673,8 +724,7 @@ impl EvalConfig {
 
     /// Parses config text (for tests and embedded defaults).
     pub fn parse(text: &str, label: &Path) -> Result<Self> {
-        let mut config: EvalConfig =
-            serde_json::from_str(text).map_err(|e| anyhow::anyhow!(explain(label, &e)))?;
+        let mut config = from_text(text.as_bytes(), label)?;
         config.expand_pairwise()?;
         config.validate()?;
         Ok(config)
@@ -718,9 +768,7 @@ impl EvalConfig {
         if self.concurrency == 0 {
             bail!("`concurrency` must be at least 1");
         }
-        if !(self.timeout.is_finite() && self.timeout > 0.0) {
-            bail!("`timeout` must be a positive number of seconds");
-        }
+        seconds("`timeout`", self.timeout)?;
         for (name, variant) in &self.variants {
             if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
                 bail!("variant name {name:?} cannot be used as a directory name");
@@ -1233,7 +1281,104 @@ mod tests {
 
     #[test]
     fn suggestions_are_for_typos_only() {
-        assert_eq!(suggest("concurency"), Some("concurrency"));
-        assert_eq!(suggest("zzzzzz"), None);
+        let known = ["concurrency", "trials"];
+        assert_eq!(suggest("concurency", &known), Some("concurrency"));
+        assert_eq!(suggest("zzzzzz", &known), None);
+    }
+
+    /// The error for `text`, which must fail.
+    fn error_of(text: &str) -> String {
+        format!(
+            "{:#}",
+            EvalConfig::parse(text, Path::new("e.json")).unwrap_err()
+        )
+    }
+
+    #[test]
+    fn suggestions_come_from_the_keys_of_the_mistyped_level() {
+        let top = |extra: &str| {
+            error_of(&format!(
+                r#"{{"name": "t", "datasets": ["c"], "client": "command", {extra}}}"#
+            ))
+        };
+        // `mode` is `model` at the top and in a variant, but nothing in a judge.
+        assert!(top(r#""mode": "x""#).contains("(did you mean `model`?)"));
+        let variant = top(r#""variants": {"a": {"mode": "x"}}"#);
+        assert!(variant.contains("(did you mean `model`?)"), "{variant}");
+        let judge = top(r#""judges": [{"assert": "contains", "mode": "x"}]"#);
+        assert!(
+            judge.contains("unknown field `mode`") && !judge.contains("did you mean"),
+            "{judge}"
+        );
+        let judge = top(r#""judges": [{"assert": "contains", "valeu": "x"}]"#);
+        assert!(judge.contains("(did you mean `value`?)"), "{judge}");
+        // `args` belongs to server entries, never to the top level.
+        let arms = top(r#""arms": []"#);
+        assert!(
+            arms.contains("unknown field `arms`") && !arms.contains("did you mean"),
+            "{arms}"
+        );
+        let limits = top(r#""limits": {"server": {}}"#);
+        assert!(limits.contains("(did you mean `servers`?)"), "{limits}");
+    }
+
+    #[test]
+    fn durations_above_a_day_are_taken_for_milliseconds() {
+        let with = |timeout: &str| {
+            EvalConfig::parse(
+                &format!(r#"{{"name": "t", "datasets": ["c"], "client": "command", "timeout": {timeout}}}"#),
+                Path::new("e.json"),
+            )
+            .map(|c| c.timeout)
+            .map_err(|e| format!("{e:#}"))
+        };
+        let err = with("120000").unwrap_err();
+        assert!(
+            err.contains("`timeout` is 120000 seconds")
+                && err.contains("MST wrote milliseconds: did you mean 120?"),
+            "{err}"
+        );
+        assert_eq!(with("86400"), Ok(86400.0));
+        assert!(with("0")
+            .unwrap_err()
+            .contains("positive number of seconds"));
+        let err = seconds("--silence-limit", 90_000.0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean 90?"), "{err}");
+    }
+
+    #[test]
+    fn an_mst_config_is_refused_with_how_to_convert_it() {
+        for (text, sign) in [
+            (
+                r#"{"$schema": "https://example.com/eval-config.schema.json", "name": "t", "datasets": ["c"]}"#,
+                "it has a `$schema`",
+            ),
+            (
+                r#"{"name": "t", "datasets": ["c"], "variants": [{"name": "a"}]}"#,
+                "its `variants` is an array",
+            ),
+            (
+                r#"{"name": "t", "datasets": ["c"], "servers": {"acme": {"transport": "http", "serverUrl": "http://x"}}}"#,
+                "server `acme` has MST's `transport`",
+            ),
+            (
+                r#"{"name": "t", "datasets": ["c"], "client": "command", "inputTemplate": "{{input}}"}"#,
+                "MST's top-level key `inputTemplate`",
+            ),
+        ] {
+            let err = error_of(text);
+            assert!(
+                err.starts_with("e.json is an MST (mcp-server-tester) eval config")
+                    && err.contains(sign)
+                    && err.contains("convert it with `mst import mst e.json`"),
+                "{err}"
+            );
+        }
+        // A near-typo of one of our keys is a typo, not MST.
+        let err =
+            error_of(r#"{"name": "t", "datasets": ["c"], "client": "command", "provider": {}}"#);
+        assert!(err.contains("did you mean `providers`?"), "{err}");
     }
 }

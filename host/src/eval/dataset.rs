@@ -5,7 +5,7 @@
 //! `type` names a dataset plugin, which receives the entry as its options and the named file's
 //! bytes as content.
 
-use super::config::DatasetRef;
+use super::config::{located, mst_format_error, DatasetRef};
 use super::trial::CaseRecord;
 use crate::plugin::set::PluginSet;
 use crate::plugin::Kind;
@@ -18,42 +18,97 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct Cases {
     pub cases: Vec<CaseRecord>,
+    /// Where each case (by id) comes from: `file:line` for files, the plugin and path for a
+    /// dataset plugin's cases.
+    pub origins: BTreeMap<String, String>,
     /// sha256 over the canonical JSON of every case, in order.
     pub content_hash: String,
 }
 
-fn parse_cases(text: &str, file: &Path) -> Result<Vec<CaseRecord>> {
-    let is_jsonl = file.extension().is_some_and(|e| e == "jsonl");
-    if is_jsonl {
+/// The cases in one file, each with where it starts (`file:line`). Every error names the file
+/// and line; an MST dataset (`{"name", "cases": […]}`) is refused with how to convert it.
+fn parse_cases(text: &str, file: &Path) -> Result<Vec<(CaseRecord, String)>> {
+    let at = |line: usize| format!("{}:{line}", file.display());
+    let not_a_case =
+        |first_line: usize, e: serde_json::Error| anyhow::anyhow!(located(file, first_line, &e));
+    if file.extension().is_some_and(|e| e == "jsonl") {
         let mut cases = Vec::new();
         for (index, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let case: CaseRecord = serde_json::from_str(line)
-                .with_context(|| format!("{}:{}: not a case", file.display(), index + 1))?;
-            cases.push(case);
+            let case = serde_json::from_str(line).map_err(|e| not_a_case(index + 1, e))?;
+            cases.push((case, at(index + 1)));
         }
         return Ok(cases);
     }
-    let value: serde_json::Value =
-        serde_json::from_str(text).with_context(|| format!("{} is not JSON", file.display()))?;
-    let items = match value {
-        serde_json::Value::Array(items) => items,
-        object @ serde_json::Value::Object(_) => vec![object],
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
+    if let Some(object) = value.as_object() {
+        if object.contains_key("cases") || object.contains_key("$schema") {
+            let sign = "a `{\"name\", \"cases\": […]}` object, not a case or an array of cases";
+            return Err(mst_format_error(file, "dataset", sign));
+        }
+    }
+    // Parsed again from the text (not the value) so that errors carry their line.
+    match value {
+        serde_json::Value::Array(_) => {
+            let cases: Vec<CaseRecord> =
+                serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
+            let places = element_lines(text).into_iter().map(at);
+            Ok(cases.into_iter().zip(places).collect())
+        }
+        serde_json::Value::Object(_) => {
+            let case = serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
+            Ok(vec![(case, at(first_line(text)))])
+        }
         _ => bail!(
-            "{} must hold a case object or an array of cases",
-            file.display()
+            "{}: must hold a case object or an array of cases",
+            at(first_line(text))
         ),
-    };
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| {
-            serde_json::from_value(item)
-                .with_context(|| format!("{}: case #{} is not a case", file.display(), i + 1))
-        })
-        .collect()
+    }
+}
+
+/// The line the JSON value in `text` starts on.
+fn first_line(text: &str) -> usize {
+    let blank = text.len() - text.trim_start().len();
+    1 + text[..blank].matches('\n').count()
+}
+
+/// The line each element of the top-level array in `text` (valid JSON) starts on.
+fn element_lines(text: &str) -> Vec<usize> {
+    let (mut depth, mut line, mut in_string, mut escaped, mut next) =
+        (0usize, 1, false, false, false);
+    let mut lines = Vec::new();
+    for c in text.chars() {
+        if c == '\n' {
+            line += 1;
+        }
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        // The first character after `[` or a top-level `,` starts an element.
+        if next && !c.is_whitespace() && c != ']' {
+            lines.push(line);
+            next = false;
+        }
+        match c {
+            '"' => in_string = true,
+            '[' | '{' => {
+                depth += 1;
+                next = depth == 1;
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 1 => next = true,
+            _ => {}
+        }
+    }
+    lines
 }
 
 fn read_text(path: &Path) -> Result<String> {
@@ -61,7 +116,7 @@ fn read_text(path: &Path) -> Result<String> {
     String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))
 }
 
-fn load_dir(dir: &Path) -> Result<Vec<CaseRecord>> {
+fn load_dir(dir: &Path) -> Result<Vec<(CaseRecord, String)>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read dataset directory {}", dir.display()))?
         .flatten()
@@ -76,7 +131,7 @@ fn load_dir(dir: &Path) -> Result<Vec<CaseRecord>> {
     Ok(cases)
 }
 
-fn load_path(path: &Path) -> Result<Vec<CaseRecord>> {
+fn load_path(path: &Path) -> Result<Vec<(CaseRecord, String)>> {
     if path.is_dir() {
         load_dir(path)
     } else {
@@ -107,8 +162,8 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Resu
     let mut cases = Vec::new();
     let mut origin: BTreeMap<String, String> = BTreeMap::new();
     for (index, entry) in entries.iter().enumerate() {
-        let (label, found) = match entry {
-            DatasetRef::Path(path) => (path.clone(), load_path(&inside(base, path)?)?),
+        let found = match entry {
+            DatasetRef::Path(path) => load_path(&inside(base, path)?)?,
             DatasetRef::Typed(fields) => {
                 let kind = fields.get("type").and_then(|t| t.as_str()).with_context(|| {
                     format!("datasets[{index}] needs a `type` (`file`, `dir` or a dataset plugin's name)")
@@ -131,7 +186,7 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Resu
                                 "datasets[{index}]: unknown key `{extra}` for a `{kind}` dataset"
                             );
                         }
-                        (path.clone(), load_path(&inside(base, &path)?)?)
+                        load_path(&inside(base, &path)?)?
                     }
                     plugin_name => {
                         if plugins.find(plugin_name).is_none() {
@@ -149,25 +204,21 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Resu
                         };
                         let options = serde_json::to_string(fields)?;
                         let raw = plugin.resolve(&options, content.as_deref())?;
-                        let resolved = raw
-                            .into_iter()
-                            .map(CaseRecord::from_wit)
-                            .collect::<Result<Vec<_>>>()?;
-                        (
-                            format!("{plugin_name}({})", path.unwrap_or_default()),
-                            resolved,
-                        )
+                        let label = format!("{plugin_name}({})", path.unwrap_or_default());
+                        raw.into_iter()
+                            .map(|case| Ok((CaseRecord::from_wit(case)?, label.clone())))
+                            .collect::<Result<Vec<_>>>()?
                     }
                 }
             }
         };
-        for case in found {
+        for (case, place) in found {
             if case.id.is_empty() {
-                bail!("{label}: a case has an empty `id`");
+                bail!("{place}: a case has an empty `id`");
             }
-            if let Some(first) = origin.insert(case.id.clone(), label.clone()) {
+            if let Some(first) = origin.insert(case.id.clone(), place.clone()) {
                 bail!(
-                    "case id `{}` appears twice (in {first} and {label}); ids must be unique",
+                    "case id `{}` appears twice (in {first} and {place}); ids must be unique",
                     case.id
                 );
             }
@@ -184,6 +235,7 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Resu
     }
     Ok(Cases {
         cases,
+        origins: origin,
         content_hash: hex::encode(hasher.finalize()),
     })
 }
@@ -268,5 +320,81 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("acme/dataset/x"), "{err}");
+    }
+
+    /// The error resolving the single file `name` holding `text`.
+    fn error_for(name: &str, text: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(name), text).unwrap();
+        let entry = DatasetRef::Path(name.into());
+        let err = resolve(&[entry], dir.path(), &PluginSet::default()).unwrap_err();
+        format!("{err:#}")
+    }
+
+    #[test]
+    fn every_format_names_the_line() {
+        let array = "[\n  {\"id\": \"a\", \"input\": 1},\n  {\"id\": \"b\",\n   \"inptu\": 2}\n]\n";
+        let err = error_for("cases.json", array);
+        assert!(
+            err.contains("cases.json:4:") && err.contains("(did you mean `input`?)"),
+            "{err}"
+        );
+        let object = "\n{\"id\": \"a\",\n \"input\": 1,\n \"tag\": []}";
+        let err = error_for("one.json", object);
+        assert!(
+            err.contains("one.json:4:") && err.contains("(did you mean `tags`?)"),
+            "{err}"
+        );
+        let err = error_for("broken.json", "[\n{\"id\": \"a\",\n");
+        assert!(err.contains("broken.json:3:"), "{err}");
+        let err = error_for("scalar.json", "\n\n42");
+        assert!(
+            err.contains("scalar.json:3: must hold a case object"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_mst_dataset_is_refused_with_how_to_convert_it() {
+        let mst = r#"{"name": "time", "cases": [{"id": "a", "input": "What time is it?"}]}"#;
+        let err = error_for("time.json", mst);
+        assert!(
+            err.contains("time.json is an MST (mcp-server-tester) dataset")
+                && err.contains("convert it with `mst import mst"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn each_case_knows_its_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[{\"id\": \"a\", \"input\": \"[, {\\\"\"},\n\n {\"id\": \"b\", \"input\": [[1], {\"x\": [2, 3]}]},\n {\"id\": \"c\", \"input\": 3}]";
+        std::fs::write(dir.path().join("cases.json"), text).unwrap();
+        std::fs::write(
+            dir.path().join("more.jsonl"),
+            "\n{\"id\": \"d\", \"input\": 4}\n",
+        )
+        .unwrap();
+        let entries = [
+            DatasetRef::Path("cases.json".into()),
+            DatasetRef::Path("more.jsonl".into()),
+        ];
+        let cases = resolve(&entries, dir.path(), &PluginSet::default()).unwrap();
+        let lines: Vec<String> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|id| {
+                let origin = &cases.origins[*id];
+                origin.rsplit_once('/').unwrap().1.to_string()
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "cases.json:1",
+                "cases.json:3",
+                "cases.json:4",
+                "more.jsonl:2"
+            ]
+        );
     }
 }

@@ -260,13 +260,27 @@ impl Prepared {
         Ok(tokens)
     }
 
-    /// Builds every variant's client once, so that a client that cannot be configured is a
-    /// config error found before any machine exists.
+    /// Builds every variant's client once and checks every case's input against it, so that
+    /// a client that cannot be configured or a case it cannot read is an error found before
+    /// any machine exists.
     pub fn check_clients(&self) -> Result<()> {
         for name in self.config.variant_names() {
             let spec = self.config.variant(&name);
             crate::client::client(&spec, &BTreeMap::new())
                 .with_context(|| format!("variant `{name}`"))?;
+            for case in &self.cases.cases {
+                let place = self
+                    .cases
+                    .origins
+                    .get(&case.id)
+                    .map_or(String::new(), |p| format!(" ({p})"));
+                crate::client::check_input(&spec, &case.input).with_context(|| {
+                    format!(
+                        "case `{}`{place}: its input does not suit variant `{name}`'s `{}` client",
+                        case.id, spec.client
+                    )
+                })?;
+            }
         }
         Ok(())
     }
