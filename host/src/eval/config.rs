@@ -83,8 +83,8 @@ const RESERVED_HEADERS: &[&str] = &[
 
 impl ServerConfig {
     /// Reads the entry of server `label`: with `url` an HTTP server, else a stdio one. An
-    /// unknown key is named, with the closest key of that kind of entry; an MST entry
-    /// (`transport`, `serverUrl`) is recognised and the converter named.
+    /// unknown key is named, with the closest key of that kind of entry. (An MST entry, with
+    /// `transport` or `serverUrl`, is recognised before this, with the whole config.)
     pub fn from_entry(label: &str, entry: Value) -> std::result::Result<Self, String> {
         let place = format!("servers.{label}");
         let Value::Object(map) = &entry else {
@@ -92,16 +92,6 @@ impl ServerConfig {
                 "{place} must be an object: `{{\"command\": …}}` (stdio) or `{{\"url\": …}}` (HTTP)"
             ));
         };
-        if let Some(key) = ["transport", "serverUrl"]
-            .into_iter()
-            .find(|k| map.contains_key(*k))
-        {
-            return Err(format!(
-                "{place} has `{key}`: this looks like an MST server entry; convert it with \
-                 `mst import mst FILE`, or write `{{\"command\": …}}` (stdio) or \
-                 `{{\"url\": …}}` (HTTP)"
-            ));
-        }
         let (parsed, keys) = if map.contains_key("url") {
             (
                 serde_json::from_value(entry.clone()).map(ServerConfig::Http),
@@ -1187,10 +1177,13 @@ mod tests {
             (r#"{"comand": "x"}"#, "did you mean `command`?"),
             (
                 r#"{"transport": "stdio", "command": "x"}"#,
-                "servers.fs has `transport`: this looks like an MST server entry; convert it \
-                 with `mst import mst FILE`",
+                "(server `fs` has MST's `transport`), which mst does not read: convert it with \
+                 `mst import mst e.json`",
             ),
-            (r#"{"serverUrl": "http://h"}"#, "servers.fs has `serverUrl`"),
+            (
+                r#"{"serverUrl": "http://h"}"#,
+                "(server `fs` has MST's `serverUrl`)",
+            ),
             (
                 r#"{"command": "x", "cwd": "/srv"}"#,
                 "servers.fs.cwd is \"/srv\"",
