@@ -58,7 +58,8 @@ pub(crate) struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
-    /// Secrets (JSON object or dotenv): servers' `token`s, model providers' keys, `secretEnv`.
+    /// Secrets (JSON object or dotenv): servers' `token`, `envSecrets` and `headerSecrets`, model
+    /// providers' keys, `secretEnv` (a name written `env:VAR` is read from the environment instead).
     #[arg(long, value_name = "FILE")]
     secrets_file: Option<PathBuf>,
     /// A shard whose worker sends nothing (not even a heartbeat) for this long is lost.
