@@ -4,6 +4,7 @@
 //! The crate is organised one folder per concept, in layers that import only downwards (see
 //! `docs/architecture.md` and ADR 0006), top first:
 //! - [`cli`]: the `mst` command line: parsing, progress, output, exit codes.
+//! - [`import`]: converting evals written for other harnesses (MST) into mst's files.
 //! - [`run`]: orchestration: one run end to end, resume, regrade, the runner dry run.
 //! - [`shard`]: `mst.shard/v1`: protocol, bundle, the coordinator's `ShardSession` and the
 //!   worker.
@@ -27,6 +28,7 @@ pub mod eval;
 pub mod files;
 pub mod grade;
 pub mod home;
+pub mod import;
 pub mod model;
 pub mod net;
 pub mod plugin;

@@ -22,6 +22,7 @@ macro_rules! errln {
     };
 }
 
+mod import;
 mod plugin;
 mod run;
 mod runner;
@@ -57,6 +58,9 @@ enum Command {
     /// List and show stored runs.
     #[command(subcommand)]
     Runs(run::RunsCommand),
+    /// Convert evals written for another harness (`mst import mst FILE`).
+    #[command(subcommand)]
+    Import(import::ImportCommand),
     /// Check, install, inspect and try plugins.
     #[command(subcommand)]
     Plugin(Box<plugin::PluginCommand>),
@@ -163,6 +167,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&home, *args),
         Command::Grade(args) => run::grade(&home, *args),
         Command::Runs(command) => run::runs(command),
+        Command::Import(command) => import::run(command),
         Command::Plugin(command) => plugin::run(&home, *command),
         Command::Runner(command) => runner::run(command),
         Command::Idle => loop {

@@ -1,0 +1,70 @@
+//! `mst import …`: converting evals written for other harnesses into mst's files.
+
+use super::Exit;
+use anyhow::Result;
+use clap::Subcommand;
+use std::path::PathBuf;
+
+/// Exit code when the files are written but some case lost every check in conversion.
+const LOST_CHECKS: u8 = 2;
+
+/// `mst import …`
+#[derive(Subcommand, Debug)]
+pub enum ImportCommand {
+    /// Convert an MST (gleanwork/mcp-server-tester) eval config with its datasets, or a dataset
+    /// alone (2.0, and 1.x with direct-mode cases), into mst's eval.json and .jsonl files, with
+    /// import-report.md listing every rewrite, approximation and dropped feature. Exits 2 when a
+    /// case would lose all its checks.
+    Mst {
+        /// The MST eval config or dataset (JSON).
+        file: PathBuf,
+        /// Where to write the converted files [default: the current directory].
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        out: PathBuf,
+        /// Overwrite files already in --out.
+        #[arg(long)]
+        force: bool,
+        /// Print the report as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a `mst import` command.
+pub fn run(command: ImportCommand) -> Result<u8> {
+    let ImportCommand::Mst {
+        file,
+        out,
+        force,
+        json,
+    } = command;
+    let imported = crate::import::mst::import(&file)?;
+    let written = imported.write(&out, force)?;
+    let report = &imported.report;
+    if json {
+        let value = serde_json::json!({
+            "files": written,
+            "report": out.join(crate::import::REPORT_FILE),
+            "notes": report.notes,
+            "todo": report.todo,
+            "casesWithoutChecks": report.cases_without_checks,
+        });
+        outln!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        out!("{}", report.to_markdown(&written));
+    }
+    if report.cases_without_checks.is_empty() {
+        return Ok(0);
+    }
+    Err(Exit {
+        code: LOST_CHECKS,
+        error: anyhow::anyhow!(
+            "{} case(s) lost every check in conversion and would pass whatever the client does: {} \
+             (add judges to them by hand; see {})",
+            report.cases_without_checks.len(),
+            report.cases_without_checks.join(", "),
+            out.join(crate::import::REPORT_FILE).display()
+        ),
+    }
+    .into())
+}
