@@ -5,10 +5,9 @@
 use mst_tests::{s, Mst, Run};
 use std::path::Path;
 
-/// Writes `files` (name, text) into a fresh directory and runs `mst run` on its `eval.json`.
-/// Asserts exit 2 and that no results directory was made, and returns the run with the
-/// directory (for paths in messages).
-fn refused(files: &[(&str, &str)]) -> (Run, tempfile::TempDir) {
+/// Writes `files` into a temporary directory and runs `mst run` on its `eval.json` with
+/// `extra` arguments, results in `results/` there.
+fn run_in(files: &[(&str, &str)], extra: &[&str]) -> (Run, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     for (name, text) in files {
         let path = dir.path().join(name);
@@ -17,7 +16,16 @@ fn refused(files: &[(&str, &str)]) -> (Run, tempfile::TempDir) {
     }
     let results = dir.path().join("results");
     let config = dir.path().join("eval.json");
-    let run = Mst::new().run(&["run", "--config", s(&config), "--results-dir", s(&results)]);
+    let mut args = vec!["run", "--config", s(&config), "--results-dir", s(&results)];
+    args.extend(extra);
+    (Mst::new().run(&args), dir)
+}
+
+/// [`run_in`] with no arguments, asserting exit 2 and that no results directory was made, and returns the run with the
+/// directory (for paths in messages).
+fn refused(files: &[(&str, &str)]) -> (Run, tempfile::TempDir) {
+    let (run, dir) = run_in(files, &[]);
+    let results = dir.path().join("results");
     assert_eq!(
         run.code, 2,
         "stdout:\n{}\nstderr:\n{}",
@@ -222,4 +230,28 @@ fn a_malformed_mcp_case_input_is_refused_before_any_machine_starts() {
     );
     assert!(!dir.path().join("started").exists());
     assert!(!std::env::current_dir().unwrap().join("started").exists());
+}
+
+#[test]
+fn a_malformed_case_left_out_by_case_does_not_stop_the_run() {
+    let config = r#"{
+  "name": "filtered",
+  "datasets": ["cases.json"],
+  "servers": {"time": {"command": "python3", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}},
+  "client": "mcp",
+  "timeout": 30
+}
+"#;
+    let cases = "[\n  {\"id\": \"good\", \"input\": {\"tool\": \"get_current_time\", \"arguments\": {\"timezone\": \"UTC\"}}},\n  {\"id\": \"prose\", \"input\": \"what time is it?\"}\n]\n";
+    let files = [("eval.json", config), ("cases.json", cases)];
+    let (run, _dir) = run_in(&files, &["--case", "good", "--json", "-q"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.json()["cases"]["default"],
+        serde_json::json!({"good": "passed"})
+    );
+    // Without the filter the same files are refused, naming the case.
+    let (run, _dir) = run_in(&files, &[]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("case `prose`"), "{}", run.stderr);
 }

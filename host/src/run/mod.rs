@@ -77,7 +77,7 @@ pub fn run(
             secrets: &request.secrets,
         },
     )?;
-    prepared.check_clients()?;
+    prepared.check_clients(&request.filters)?;
     let tokens = prepared.server_tokens(&request.secrets)?;
     let runner_options = RunnerOptions::parse(&request.runner_options)?;
     let runner = runner::runner(&request.runner, &runner_options, &prepared.plugins)?;

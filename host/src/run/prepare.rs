@@ -263,12 +263,24 @@ impl Prepared {
     /// Builds every variant's client once and checks every case's input against it, so that
     /// a client that cannot be configured or a case it cannot read is an error found before
     /// any machine exists.
-    pub fn check_clients(&self) -> Result<()> {
+    pub fn check_clients(&self, filters: &crate::eval::plan::Filters) -> Result<()> {
+        // Only what the run was asked for: a broken case or variant left out by `--case` or
+        // `--variant` does not stop it.
+        let wanted =
+            |list: &[String], name: &str| list.is_empty() || list.iter().any(|w| w == name);
         for name in self.config.variant_names() {
+            if !wanted(&filters.variants, &name) {
+                continue;
+            }
             let spec = self.config.variant(&name);
             crate::client::client(&spec, &BTreeMap::new())
                 .with_context(|| format!("variant `{name}`"))?;
-            for case in &self.cases.cases {
+            for case in self
+                .cases
+                .cases
+                .iter()
+                .filter(|c| wanted(&filters.cases, &c.id))
+            {
                 let place = self
                     .cases
                     .origins
