@@ -230,6 +230,11 @@ fn a_share_rule_passes_the_case_a_majority_fails() {
         "{regraded}"
     );
     assert_eq!(regraded["variants"]["default"]["passRate"], 0.5);
+    assert_eq!(
+        regraded["casePass"],
+        json!({"default": {"share": 0.5}, "cases": {"own-rule": {"rule": "majority"}}}),
+        "the summary records the rules that made the verdicts"
+    );
     // A share above what passed fails it again.
     config["casePass"] = json!({"share": 0.75});
     std::fs::write(&share_config, config.to_string()).unwrap();

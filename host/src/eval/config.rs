@@ -422,14 +422,38 @@ pub struct CasePassConfig {
     pub share: Option<f64>,
 }
 
-/// How a case's trials make its verdict, once each trial is graded.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// How a case's trials make its verdict, once each trial is graded. Written as its
+/// `casePass` entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(into = "CasePassConfig", try_from = "CasePassConfig")]
 pub enum CaseRule {
     /// More than half of the trials pass (a tie fails).
     #[default]
     Majority,
     /// At least this share of the trials pass.
     Share(f64),
+}
+
+impl From<CaseRule> for CasePassConfig {
+    fn from(rule: CaseRule) -> Self {
+        match rule {
+            CaseRule::Majority => CasePassConfig {
+                rule: Some("majority".into()),
+                share: None,
+            },
+            CaseRule::Share(share) => CasePassConfig {
+                rule: None,
+                share: Some(share),
+            },
+        }
+    }
+}
+
+impl TryFrom<CasePassConfig> for CaseRule {
+    type Error = anyhow::Error;
+    fn try_from(entry: CasePassConfig) -> Result<Self> {
+        entry.rule()
+    }
 }
 
 impl CasePassConfig {

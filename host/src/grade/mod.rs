@@ -200,8 +200,25 @@ pub struct JudgeSet {
     by_case: BTreeMap<String, Vec<Judge>>,
     thresholds: BTreeMap<String, f64>,
     threshold: f64,
-    rules: BTreeMap<String, CaseRule>,
-    rule: CaseRule,
+    case_pass: CaseRules,
+}
+
+/// How each case's trials make its verdict: the eval's `casePass` rule, and the cases that
+/// set their own. Recorded in `summary.json` as `casePass`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CaseRules {
+    /// The eval's rule.
+    pub default: CaseRule,
+    /// Cases with a rule of their own, by id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cases: BTreeMap<String, CaseRule>,
+}
+
+impl CaseRules {
+    /// The rule of case `case`.
+    pub fn of(&self, case: &str) -> CaseRule {
+        self.cases.get(case).copied().unwrap_or(self.default)
+    }
 }
 
 impl JudgeSet {
@@ -259,14 +276,16 @@ impl JudgeSet {
             by_case,
             thresholds,
             threshold: config.pass_threshold,
-            rules,
-            rule: config.case_rule(),
+            case_pass: CaseRules {
+                default: config.case_rule(),
+                cases: rules,
+            },
         })
     }
 
-    /// The rule by which case `case`'s trials make its verdict.
-    pub fn case_rule(&self, case: &str) -> CaseRule {
-        self.rules.get(case).copied().unwrap_or(self.rule)
+    /// The rules by which cases' trials make their verdicts.
+    pub fn case_rules(&self) -> &CaseRules {
+        &self.case_pass
     }
 
     /// The judges that grade trial `key`.

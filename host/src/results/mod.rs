@@ -135,6 +135,9 @@ pub struct Summary {
     pub variants: BTreeMap<String, VariantSummary>,
     /// `cases[variant][case]`.
     pub cases: BTreeMap<String, BTreeMap<String, CaseOutcome>>,
+    /// The rules that made the case verdicts (`casePass`): the eval's, and cases' own.
+    #[serde(default)]
+    pub case_pass: crate::grade::CaseRules,
     /// Trials whose trace never came back.
     pub missing: Vec<TrialKey>,
     /// Per pairwise judge: how its cases ended, counted for its variant `a`.
@@ -186,11 +189,11 @@ impl PairSummary {
 
 impl Summary {
     /// Builds the summary from the planned trials and their grades (absent = missing), each
-    /// case's verdict by its rule (`rule` of the case's id).
+    /// case's verdict by its rule in `rules`.
     pub fn new(
         record: &RunRecord,
         grades: &BTreeMap<TrialKey, TrialGrade>,
-        rule: impl Fn(&str) -> crate::grade::CaseRule,
+        rules: &crate::grade::CaseRules,
     ) -> Self {
         let mut per_case: BTreeMap<(String, String), Vec<Option<&TrialGrade>>> = BTreeMap::new();
         let mut missing = Vec::new();
@@ -207,7 +210,7 @@ impl Summary {
         let mut variants: BTreeMap<String, VariantSummary> = BTreeMap::new();
         let mut cases: BTreeMap<String, BTreeMap<String, CaseOutcome>> = BTreeMap::new();
         for ((variant, case), trials) in per_case {
-            let outcome = crate::grade::case_outcome(&trials, rule(&case));
+            let outcome = crate::grade::case_outcome(&trials, rules.of(&case));
             let counts = variants.entry(variant.clone()).or_default();
             match outcome {
                 CaseOutcome::Passed => counts.passed += 1,
@@ -230,6 +233,7 @@ impl Summary {
             baseline: record.baseline.clone(),
             variants,
             cases,
+            case_pass: rules.clone(),
             missing,
             pairs: Vec::new(),
             usage: usage::UsageSummary::default(),

@@ -189,7 +189,7 @@ fn finish(
     prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;
     let mut summary =
-        Summary::new(&record, &grades, |case| prepared.judges.case_rule(case)).with_pairs(&pairs);
+        Summary::new(&record, &grades, prepared.judges.case_rules()).with_pairs(&pairs);
     summary.usage = UsageSummary::of_run(&dir, &record.trials, &record.plugins);
     dir.write_grades(&grades, &summary)?;
     dir.write_pairwise(&pairs)?;

@@ -176,7 +176,7 @@ pub fn regrade(
     crate::home::create_private_dir(&out.root)?;
     out.write_record(&regraded)?;
     let mut summary =
-        Summary::new(&regraded, &grades, |case| prepared.judges.case_rule(case)).with_pairs(&pairs);
+        Summary::new(&regraded, &grades, prepared.judges.case_rules()).with_pairs(&pairs);
     // The agents' usage is the graded run's; the plugins' is this regrade's own.
     summary.usage =
         crate::results::usage::UsageSummary::of_run(dir, &regraded.trials, &regraded.plugins);
