@@ -5,6 +5,7 @@
 //! `pairwise.json` (when the eval has pairwise judges), `summary.json`, and
 //! `shards/<n>.worker.log`.
 
+pub mod export;
 pub mod layout;
 pub mod report;
 pub mod usage;
