@@ -256,6 +256,33 @@ fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary()
     let second = export(&mst, &eval.results(), &mst_id, again.path());
     assert_eq!(second.json()["exportedRunId"], id.as_str());
 
+    // A regrade (`RUN_ID.g1`, which holds no traces of its own) exports with the graded run's
+    // traces, its `.g1` kept in the id.
+    let regrade = mst.run(&["grade", &mst_id, "--results-dir", s(&eval.results())]);
+    assert_eq!(regrade.code, 1, "{}\n{}", regrade.stdout, regrade.stderr);
+    let regraded_out = tempfile::tempdir().unwrap();
+    let regraded = export(
+        &mst,
+        &eval.results(),
+        &format!("{mst_id}.g1"),
+        regraded_out.path(),
+    );
+    assert_eq!(regraded.code, 0, "{}\n{}", regraded.stdout, regraded.stderr);
+    let regraded_id = regraded.json()["exportedRunId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(regraded_id.ends_with(".g1"), "{regraded_id}");
+    let regraded_records = validate_all(regraded_out.path());
+    let regraded_base = PathBuf::from("runs").join(&regraded_id);
+    assert_eq!(
+        regraded_records
+            .keys()
+            .filter(|p| p.starts_with(regraded_base.join("traces")))
+            .count(),
+        18
+    );
+
     // The check can fail: a record without a required field, or with a run id outside MST's
     // pattern, is refused.
     let validators = validators();

@@ -131,10 +131,11 @@ impl Stored {
             true => read_json(&pairwise_path)?,
             false => Vec::new(),
         };
+        let traces_dir = dir.traces_dir(&record.run_id);
         let traces = record
             .trials
             .iter()
-            .filter_map(|key| dir.read_trace(key).map(|trace| (key.clone(), trace)))
+            .filter_map(|key| traces_dir.read_trace(key).map(|trace| (key.clone(), trace)))
             .collect();
         let finished_at = std::fs::metadata(&summary_path)
             .and_then(|m| m.modified())
@@ -611,6 +612,7 @@ mod tests {
     fn segments_are_uri_components() {
         assert_eq!(segment("case 1/a*b"), "case%201%2Fa%2Ab");
         assert_eq!(segment(".x."), "%2Ex%2E");
+        assert_eq!(segment(".."), "%2E%2E", "never a parent directory");
         assert_eq!(segment("é"), "%C3%A9");
         let long = segment(&"é".repeat(150));
         assert!(long.len() <= MAX_SEGMENT && long.contains('~'), "{long}");

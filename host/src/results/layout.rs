@@ -143,6 +143,19 @@ impl RunDir {
             .expect("some suffix is free"))
     }
 
+    /// The run directory holding this run's traces: its own, or for a regrade
+    /// (`<run-id>.gN`, which holds no traces) the graded run's beside it.
+    pub fn traces_dir(&self, run_id: &str) -> RunDir {
+        let graded = run_id
+            .rsplit_once(".g")
+            .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|(base, _)| Some(RunDir::new(self.root.parent()?, base)));
+        match graded {
+            Some(dir) if dir.root.is_dir() => dir,
+            _ => self.clone(),
+        }
+    }
+
     /// Every JSON file of a run goes through here: no held secret reaches the disk (a judge's
     /// reason, a machine's error in `run.json`).
     fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
