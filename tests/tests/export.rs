@@ -420,3 +420,49 @@ fn a_bad_format_a_non_empty_out_and_an_unknown_run_are_refused_and_write_nothing
     );
     assert!(!out.exists(), "nothing written for an unknown run");
 }
+
+#[test]
+fn an_infrastructure_failure_exports_as_one_with_its_reason_and_no_score() {
+    let mst = Mst::new();
+    let eval = mst_tests::command_eval(json!(["/nonexistent/agent"]), 1, 20);
+    let run = eval.run(&mst, &["-q"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let out = tempfile::tempdir().unwrap();
+    let exported = export(
+        &mst,
+        &eval.results(),
+        &run_id_of(&eval.run_dir("e2e")),
+        out.path(),
+    );
+    assert_eq!(exported.code, 0, "{}\n{}", exported.stdout, exported.stderr);
+    let id = exported.json()["exportedRunId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let records = validate_all(out.path());
+    let base = PathBuf::from("runs").join(&id);
+    let trial = &records[&base.join("traces/default/c1/0.json")];
+    assert_eq!(trial["infrastructureError"], true, "{trial}");
+    assert!(
+        trial["error"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/agent"),
+        "{trial}"
+    );
+    assert!(
+        !records.keys().any(|p| p.starts_with(base.join("scores"))),
+        "an infra trial has no score"
+    );
+    let case = &records[&base.join("results.json")]["cases"][0];
+    assert_eq!(
+        (&case["pass"], &case["outcome"]),
+        (&json!(false), &json!("infra")),
+        "{case}"
+    );
+    assert_eq!(case["infrastructureErrorCount"], 1);
+    assert_eq!(
+        records[&base.join("summary.json")]["variants"][0]["infra"],
+        1
+    );
+}

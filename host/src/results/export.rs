@@ -33,6 +33,7 @@ const MST_RUN_V1: &str = "mst.run/v1";
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Exported {
+    /// The format written (`mst.run/v1`).
     pub format: String,
     /// The mst run id.
     pub run_id: String,
