@@ -203,18 +203,31 @@ impl Stored {
 }
 
 /// A trial as MST states it.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct TrialFacts {
     pass: bool,
-    #[serde(skip)]
     graded: bool,
     duration_ms: u64,
     infrastructure_error: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     grading_error: Option<String>,
+}
+
+impl TrialFacts {
+    /// The fields a trial record and a case's trial result share; `infra` names the
+    /// infrastructure flag (`infrastructureError` in a trial record, `isInfrastructureError` in
+    /// a case's `trialResults`, as MST names them).
+    fn fields(&self, infra: &str) -> Map<String, Value> {
+        let mut map = Map::new();
+        map.insert("durationMs".into(), json!(self.duration_ms));
+        map.insert(infra.into(), json!(self.infrastructure_error));
+        if let Some(error) = &self.error {
+            map.insert("error".into(), json!(error));
+        }
+        if let Some(error) = &self.grading_error {
+            map.insert("gradingError".into(), json!(error));
+        }
+        map
+    }
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
@@ -289,27 +302,67 @@ fn without_nulls(mut value: Value) -> Value {
     value
 }
 
-fn phase(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Complete => "complete",
-        Phase::Partial => "partial",
-    }
+/// What every file of one export shares.
+struct Target<'a> {
+    /// The exported run id.
+    id: String,
+    /// `runs/<id>`.
+    base: String,
+    /// MST's one dataset: mst resolves every dataset into one case list with one hash.
+    dataset: &'a str,
+    created_at: String,
+    /// `--variant` or `--case` limited the run: MST's partial run (`--trials` changes how
+    /// often, not what, so it only shows in `selection`).
+    filtered: bool,
 }
 
 /// Every file of the `mst.run/v1` export, by path relative to `--out`.
 fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
     let record = &run.record;
     let id = mst_run_id(&record.run_id, record.created_at);
-    let base = format!("runs/{id}");
-    let created_at = crate::clock::utc_rfc3339(record.created_at);
-    // mst resolves every dataset into one case list with one hash: MST's one dataset.
-    let dataset = record.eval.as_str();
-    let variants = run.variants();
-    let mut files = Vec::new();
+    let target = Target {
+        base: format!("runs/{id}"),
+        id,
+        dataset: &record.eval,
+        created_at: crate::clock::utc_rfc3339(record.created_at),
+        filtered: !record.filters.variants.is_empty() || !record.filters.cases.is_empty(),
+    };
+    let mut files = vec![run_file(run, &target)];
+    files.extend(trial_files(run, &target));
+    files.extend(preference_files(run, &target));
+    files.extend(results_and_summary(run, &target));
+    // MST points `latest.json` only at a complete, full run.
+    if record.collect == Phase::Complete && record.grade == Phase::Complete && !target.filtered {
+        files.push((
+            "latest.json".to_string(),
+            envelope(
+                "latest",
+                &target.id,
+                json!({"mstRunId": record.run_id, "createdAt": target.created_at, "path": target.base}),
+            ),
+        ));
+    }
+    files
+}
 
-    let variant_entries: Vec<Value> = variants
-        .iter()
-        .map(|&name| {
+/// The case ids planned, in plan order.
+fn planned_cases(record: &RunRecord) -> Vec<&str> {
+    let mut seen: Vec<&str> = Vec::new();
+    for key in &record.trials {
+        if !seen.contains(&key.case.as_str()) {
+            seen.push(&key.case);
+        }
+    }
+    seen
+}
+
+/// `run.json`.
+fn run_file(run: &Stored, target: &Target<'_>) -> (String, Value) {
+    let record = &run.record;
+    let variants: Vec<Value> = run
+        .variants()
+        .into_iter()
+        .map(|name| {
             let collected = run.traces.iter().find_map(|(k, t)| {
                 (k.variant == name)
                     .then_some(t.collected_by.as_ref())
@@ -322,106 +375,101 @@ fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
             }))
         })
         .collect();
-    let cases: Vec<&str> = {
-        let mut seen: Vec<&str> = Vec::new();
-        for key in &record.trials {
-            if !seen.contains(&key.case.as_str()) {
-                seen.push(&key.case);
-            }
-        }
-        seen
-    };
-    // A run limited to some variants or cases is MST's partial run (`--trials` changes how
-    // often, not what, so it only shows in `selection`).
-    let filtered = !record.filters.variants.is_empty() || !record.filters.cases.is_empty();
-    files.push((
-        format!("{base}/run.json"),
-        envelope(
-            "run",
-            &id,
-            json!({
-                "mstRunId": record.run_id,
-                "evalName": record.eval,
-                "configId": record.eval,
-                "contentHash": record.config_hash,
-                "createdAt": created_at,
-                "finishedAt": crate::clock::utc_rfc3339(run.finished_at),
-                "mst": {"version": record.mst},
-                "baseline": record.baseline,
-                "variants": variant_entries,
-                "datasets": [{"name": dataset, "caseCount": cases.len(), "contentHash": record.dataset_hash}],
-                "partial": filtered,
-                "selection": (filtered || record.filters.trials.is_some()).then(|| without_nulls(json!({
-                    "variants": record.filters.variants, "cases": record.filters.cases,
-                    "trials": record.filters.trials,
-                }))),
-                "redactStoredResponses": false,
-                "environment": {"name": record.runner, "shards": record.shards.max(1), "options": record.runner_options},
-                "phases": {"collect": phase(record.collect), "grade": phase(record.grade)},
-                "configPath": record.config_path,
-                "git": record.git,
-            }),
-        ),
-    ));
+    let filters = &record.filters;
+    let selection = (target.filtered || filters.trials.is_some()).then(|| {
+        without_nulls(json!({
+            "variants": filters.variants, "cases": filters.cases, "trials": filters.trials,
+        }))
+    });
+    let fields = json!({
+        "mstRunId": record.run_id,
+        "evalName": record.eval,
+        "configId": record.eval,
+        "contentHash": record.config_hash,
+        "createdAt": target.created_at,
+        "finishedAt": crate::clock::utc_rfc3339(run.finished_at),
+        "mst": {"version": record.mst},
+        "baseline": record.baseline,
+        "variants": variants,
+        "datasets": [{
+            "name": target.dataset,
+            "caseCount": planned_cases(record).len(),
+            "contentHash": record.dataset_hash,
+        }],
+        "partial": target.filtered,
+        "selection": selection,
+        "redactStoredResponses": false,
+        "environment": {
+            "name": record.runner,
+            "shards": record.shards.max(1),
+            "options": record.runner_options,
+        },
+        "phases": {"collect": record.collect, "grade": record.grade},
+        "configPath": record.config_path,
+        "git": record.git,
+    });
+    (
+        format!("{}/run.json", target.base),
+        envelope("run", &target.id, fields),
+    )
+}
 
-    for key in &record.trials {
-        let Some(facts) = run.trial_facts(key) else {
+/// One trial record per trial that came back, and one score record per judge score.
+fn trial_files(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)> {
+    let mut files = Vec::new();
+    for key in &run.record.trials {
+        let (Some(facts), Some(trace)) = (run.trial_facts(key), run.traces.get(key)) else {
             continue;
         };
-        let trace = &run.traces[key];
         let mut trace_value = serde_json::to_value(&trace.trace).unwrap_or_default();
         if let Value::Object(map) = &mut trace_value {
+            // It is the record's `durationMs`.
             map.remove("durationMs");
         }
-        let mut fields = serde_json::to_value(&facts).unwrap_or_default();
-        if let Value::Object(map) = &mut fields {
-            map.remove("pass");
-            map.extend(
-                json!({
-                    "variant": key.variant, "caseId": key.case, "datasetName": dataset,
-                    "trial": key.trial, "input": trace.case.input, "trace": trace_value,
-                    "collectedBy": trace.collected_by,
-                })
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-            );
-        }
+        let mut fields = facts.fields("infrastructureError");
+        fields.extend(
+            json!({
+                "variant": key.variant, "caseId": key.case, "datasetName": target.dataset,
+                "trial": key.trial, "input": trace.case.input, "trace": trace_value,
+                "collectedBy": trace.collected_by,
+            })
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        );
+        let (variant, case) = (segment(&key.variant), segment(&key.case));
         files.push((
-            format!(
-                "{base}/traces/{}/{}/{}.json",
-                segment(&key.variant),
-                segment(&key.case),
-                key.trial
-            ),
-            envelope("trial", &id, fields),
+            format!("{}/traces/{variant}/{case}/{}.json", target.base, key.trial),
+            envelope("trial", &target.id, Value::Object(fields)),
         ));
-        if let Some(TrialGrade::Graded { judges, .. }) = run.grades.get(key) {
-            for score in judges {
-                files.push((
-                    format!(
-                        "{base}/scores/{}/{}/{}/{}.json",
-                        segment(&score.judge),
-                        segment(&key.variant),
-                        segment(&key.case),
-                        key.trial
-                    ),
-                    envelope(
-                        "score",
-                        &id,
-                        json!({
-                            "grader": score.judge, "variant": key.variant, "caseId": key.case,
-                            "trial": key.trial,
-                            "score": {"pass": score.pass, "score": score.value, "reason": score.reason},
-                        }),
-                    ),
-                ));
-            }
+        let Some(TrialGrade::Graded { judges, .. }) = run.grades.get(key) else {
+            continue;
+        };
+        for score in judges {
+            let fields = json!({
+                "grader": score.judge, "variant": key.variant, "caseId": key.case,
+                "trial": key.trial,
+                "score": {"pass": score.pass, "score": score.value, "reason": score.reason},
+            });
+            files.push((
+                format!(
+                    "{}/scores/{}/{variant}/{case}/{}.json",
+                    target.base,
+                    segment(&score.judge),
+                    key.trial
+                ),
+                envelope("score", &target.id, fields),
+            ));
         }
     }
+    files
+}
 
+/// One preference record per pairwise judge and case.
+fn preference_files(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)> {
+    let mut files = Vec::new();
     for pair in &run.pairs {
-        let (variant, baseline) = candidate_and_baseline(pair, record.baseline.as_deref());
+        let (variant, baseline) = candidate_and_baseline(pair, run.record.baseline.as_deref());
         for case in &pair.cases {
             let winner = match case.outcome {
                 PairOutcome::AWins => Some(pair.a.as_str()),
@@ -429,33 +477,37 @@ fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
                 PairOutcome::Tie => Some("tie"),
                 PairOutcome::NotGraded | PairOutcome::NotCompared => None,
             };
+            let fields = json!({
+                "judge": pair.name, "variant": variant, "baseline": baseline,
+                "caseId": case.case,
+                "preference": without_nulls(json!({
+                    "judge": pair.name, "plugin": pair.plugin, "winner": winner,
+                    "outcome": case.outcome, "trial": case.trial,
+                    "reason": case.reason, "orders": case.orders,
+                })),
+            });
             files.push((
                 format!(
-                    "{base}/scores/{}/{}/{}.json",
+                    "{}/scores/{}/{}/{}.json",
+                    target.base,
                     segment(&pair.name),
                     segment(variant),
                     segment(&case.case)
                 ),
-                envelope(
-                    "preference",
-                    &id,
-                    json!({
-                        "judge": pair.name, "variant": variant, "baseline": baseline,
-                        "caseId": case.case,
-                        "preference": without_nulls(json!({
-                            "judge": pair.name, "plugin": pair.plugin, "winner": winner,
-                            "outcome": case.outcome, "trial": case.trial,
-                            "reason": case.reason, "orders": case.orders,
-                        })),
-                    }),
-                ),
+                envelope("preference", &target.id, fields),
             ));
         }
     }
+    files
+}
 
+/// `results.json` (one result per variant and case) and `summary.json` (per variant).
+fn results_and_summary(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)> {
+    let record = &run.record;
+    let cases = planned_cases(record);
     let mut case_results = Vec::new();
     let mut variant_summaries = Vec::new();
-    for &variant in &variants {
+    for variant in run.variants() {
         let outcomes = run.summary.cases.get(variant);
         let mut case_rates = Vec::new();
         for &case in &cases {
@@ -473,25 +525,21 @@ fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
             let trial_results: Vec<Value> = trials
                 .iter()
                 .map(|(n, f)| {
-                    let mut v = serde_json::to_value(f).unwrap_or_default();
-                    if let Value::Object(map) = &mut v {
-                        map.insert("trial".into(), json!(n));
-                        // MST's own name for the field in a case's trial results.
-                        if let Some(infra) = map.remove("infrastructureError") {
-                            map.insert("isInfrastructureError".into(), infra);
-                        }
-                    }
-                    v
+                    let mut fields = f.fields("isInfrastructureError");
+                    fields.insert("trial".into(), json!(n));
+                    fields.insert("pass".into(), json!(f.pass));
+                    Value::Object(fields)
                 })
                 .collect();
             case_results.push(without_nulls(json!({
-                "id": case, "variant": variant, "datasetName": dataset,
+                "id": case, "variant": variant, "datasetName": target.dataset,
                 "pass": *outcome == CaseOutcome::Passed,
                 "outcome": outcome,
                 "durationMs": trials.iter().map(|(_, f)| f.duration_ms).sum::<u64>(),
                 "plannedTrials": run.trials_of(variant, case).count(),
                 "passRate": rate,
-                "infrastructureErrorCount": trials.iter().filter(|(_, f)| f.infrastructure_error).count(),
+                "infrastructureErrorCount":
+                    trials.iter().filter(|(_, f)| f.infrastructure_error).count(),
                 "trialResults": trial_results,
             })));
         }
@@ -506,23 +554,30 @@ fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
         let pairwise: Vec<Value> = run
             .pairs
             .iter()
-            .filter(|p| candidate_and_baseline(p, record.baseline.as_deref()).0 == variant)
-            .map(|p| {
-                let mut counts = PairSummary::new(p);
-                if p.b == variant {
-                    std::mem::swap(&mut counts.wins, &mut counts.losses);
-                }
-                json!({"judge": p.name, "baseline": candidate_and_baseline(p, record.baseline.as_deref()).1,
-                       "wins": counts.wins, "losses": counts.losses, "ties": counts.ties,
-                       "notGraded": counts.not_graded, "notCompared": counts.not_compared})
+            .filter_map(|p| {
+                let (candidate, baseline) = candidate_and_baseline(p, record.baseline.as_deref());
+                (candidate == variant).then(|| {
+                    // mst counts for `a`; MST for the candidate.
+                    let mut counts = PairSummary::new(p);
+                    if p.b == variant {
+                        std::mem::swap(&mut counts.wins, &mut counts.losses);
+                    }
+                    json!({"judge": p.name, "baseline": baseline, "wins": counts.wins,
+                           "losses": counts.losses, "ties": counts.ties,
+                           "notGraded": counts.not_graded, "notCompared": counts.not_compared})
+                })
             })
             .collect();
+        let total =
+            counts.passed + counts.failed + counts.incomplete + counts.not_graded + counts.infra;
         variant_summaries.push(without_nulls(json!({
             "name": variant,
-            "total": counts.passed + counts.failed + counts.incomplete + counts.not_graded + counts.infra,
+            "total": total,
             "passed": counts.passed, "failed": counts.failed, "incomplete": counts.incomplete,
             "notGraded": counts.not_graded, "infra": counts.infra, "passRate": counts.pass_rate,
-            "metrics": without_nulls(json!({"passed_rate": counts.pass_rate, "trial_pass_rate": trial_pass_rate})),
+            "metrics": without_nulls(json!({
+                "passed_rate": counts.pass_rate, "trial_pass_rate": trial_pass_rate,
+            })),
             "pairwise": (!pairwise.is_empty()).then_some(pairwise),
             "usage": run.summary.usage.variants.get(variant),
         })));
@@ -533,49 +588,34 @@ fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
         .values()
         .fold((0, 0), |(p, f), v| (p + v.passed, f + v.failed));
     let total: usize = run.summary.cases.values().map(BTreeMap::len).sum();
-    files.push((
-        format!("{base}/results.json"),
-        envelope(
-            "results",
-            &id,
-            json!({"mstRunId": record.run_id, "cases": case_results}),
-        ),
-    ));
-    let first_metrics = variant_summaries
+    // As MST does: the run's metrics are its first variant's.
+    let metrics = variant_summaries
         .first()
         .map_or_else(|| json!({}), |v| v["metrics"].clone());
-    files.push((
-        format!("{base}/summary.json"),
-        envelope(
-            "summary",
-            &id,
-            json!({
-                "mstRunId": record.run_id,
-                "configId": record.eval,
-                "contentHash": record.config_hash,
-                "timestamp": created_at,
-                "configName": record.eval,
-                "baseline": record.baseline,
-                "total": total, "passed": passed, "failed": failed,
-                "passRate": (passed + failed > 0).then(|| f64::from(passed) / f64::from(passed + failed)),
-                "partial": filtered,
-                "variants": variant_summaries,
-                "metrics": first_metrics,
-            }),
+    let summary = json!({
+        "mstRunId": record.run_id,
+        "configId": record.eval,
+        "contentHash": record.config_hash,
+        "timestamp": target.created_at,
+        "configName": record.eval,
+        "baseline": record.baseline,
+        "total": total, "passed": passed, "failed": failed,
+        "passRate": (passed + failed > 0).then(|| f64::from(passed) / f64::from(passed + failed)),
+        "partial": target.filtered,
+        "variants": variant_summaries,
+        "metrics": metrics,
+    });
+    let results = json!({"mstRunId": record.run_id, "cases": case_results});
+    vec![
+        (
+            format!("{}/results.json", target.base),
+            envelope("results", &target.id, results),
         ),
-    ));
-    // MST points `latest.json` only at a complete, full run.
-    if record.collect == Phase::Complete && record.grade == Phase::Complete && !filtered {
-        files.push((
-            "latest.json".to_string(),
-            envelope(
-                "latest",
-                &id,
-                json!({"mstRunId": record.run_id, "createdAt": created_at, "path": base}),
-            ),
-        ));
-    }
-    files
+        (
+            format!("{}/summary.json", target.base),
+            envelope("summary", &target.id, summary),
+        ),
+    ]
 }
 
 /// The pair as MST states it: a candidate variant compared with a baseline. The run's baseline
