@@ -1,4 +1,4 @@
-//! `mst import mst`: MST-format fixtures (`tests/data/mst/`, written from MST's published
+//! `mst import mst`: MST-format fixtures (`tests/fixtures/mst-format/`, written from MST's published
 //! schemas) converted by the real `mst` binary, then run end to end: the 2.0 eval on the `api`
 //! client against the real `mcp-server-time` (PyPI) and `mcp-server-everything` (npm), with a
 //! scripted model on loopback standing in for Anthropic and the real rubric plugin installed as
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 const LITERAL_TOKEN: &str = "mst-canary-literal-token-5e1f";
 
 fn mst_fixture(path: &str) -> PathBuf {
-    root().join("tests/data/mst").join(path)
+    root().join("tests/fixtures/mst-format").join(path)
 }
 
 /// `mst import mst FILE --out OUT --json`.

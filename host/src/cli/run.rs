@@ -100,6 +100,22 @@ pub(crate) enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write one run in another tool's run layout: `mst.run/v1` (MST's) into an empty DIR.
+    Export {
+        run_id: String,
+        /// The layout to write; `mst.run/v1` is the only one today.
+        #[arg(long)]
+        format: String,
+        /// Where to write it: a new or empty directory (MST's eval directory: `latest.json`
+        /// and `runs/<id>/`).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+        results_dir: PathBuf,
+        /// Print what was written (run ids, files) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Progress for people: a bar on a terminal, a line per trial otherwise, nothing with --quiet;
@@ -369,6 +385,29 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
             let bytes = crate::files::read_input(&dir.root.join("summary.json"))?;
             let summary: results::Summary = serde_json::from_slice(&bytes)?;
             out!("{}", summary_text(&summary, json, &dir.root));
+            Ok(0)
+        }
+        RunsCommand::Export {
+            run_id,
+            format,
+            out,
+            results_dir,
+            json,
+        } => {
+            let root = ResultsRoot::new(&results_dir);
+            let exported = results::export::export(&root, &run_id, &format, &out)?;
+            if json {
+                outln!("{}", serde_json::to_string_pretty(&exported)?);
+            } else {
+                outln!(
+                    "exported run {} as {} run {} into {} ({} files)",
+                    exported.run_id,
+                    exported.format,
+                    exported.exported_run_id,
+                    exported.out.display(),
+                    exported.files.len()
+                );
+            }
             Ok(0)
         }
     }

@@ -106,30 +106,9 @@ const RUN_FILE: &str = "run.json";
 /// A new run id: UTC time plus a random suffix, sortable by time.
 pub fn new_run_id() -> String {
     let now = crate::clock::since_epoch();
-    let secs = now.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
     let suffix =
         hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(now.as_nanos().to_le_bytes())[..2]);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z-{suffix}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    format!("{}-{suffix}", crate::clock::utc_compact(now.as_secs()))
 }
 
 impl RunDir {
@@ -162,6 +141,19 @@ impl RunDir {
             .map(|n| RunDir::new(runs_dir, &format!("{run_id}.g{n}")))
             .find(|dir| !dir.root.exists())
             .expect("some suffix is free"))
+    }
+
+    /// The run directory holding this run's traces: its own, or for a regrade
+    /// (`<run-id>.gN`, which holds no traces) the graded run's beside it.
+    pub fn traces_dir(&self, run_id: &str) -> RunDir {
+        let graded = run_id
+            .rsplit_once(".g")
+            .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|(base, _)| Some(RunDir::new(self.root.parent()?, base)));
+        match graded {
+            Some(dir) if dir.root.is_dir() => dir,
+            _ => self.clone(),
+        }
     }
 
     /// Every JSON file of a run goes through here: no held secret reaches the disk (a judge's
@@ -282,8 +274,6 @@ mod tests {
 
     #[test]
     fn run_ids_are_utc_timestamps() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_787), (2026, 11, 30));
         let id = new_run_id();
         assert_eq!(id.len(), "20261130T015500Z-abcd".len(), "{id}");
     }
