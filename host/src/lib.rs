@@ -5,6 +5,8 @@
 //! `docs/architecture.md` and ADR 0006), top first:
 //! - [`cli`]: the `mst` command line: parsing, progress, output, exit codes.
 //! - [`import`]: converting evals written for other harnesses (MST) into mst's files.
+//! - [`serve`]: the playground (`mst serve`): sessions on a runner's machines, tasks one at a
+//!   time, live traces, and its HTTP API.
 //! - [`run`]: orchestration: one run end to end, resume, regrade, the runner dry run.
 //! - [`shard`]: `mst.shard/v1`: protocol, bundle, the coordinator's `ShardSession` and the
 //!   worker.
@@ -37,4 +39,5 @@ pub mod results;
 pub mod run;
 pub mod runner;
 pub mod secrets;
+pub mod serve;
 pub mod shard;

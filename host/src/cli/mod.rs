@@ -27,6 +27,7 @@ mod plugin;
 mod run;
 mod runner;
 mod scaffold;
+mod serve;
 
 use crate::home::Home;
 use clap::{Parser, Subcommand};
@@ -55,6 +56,9 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Regrade a stored run's traces into RUN_ID.g1 (then .g2, …).
     Grade(Box<run::GradeArgs>),
+    /// The playground: an HTTP API for sessions on a runner's machines, tasks one at a time,
+    /// live traces.
+    Serve(Box<serve::ServeArgs>),
     /// List and show stored runs.
     #[command(subcommand)]
     Runs(run::RunsCommand),
@@ -167,6 +171,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&home, *args),
         Command::Grade(args) => run::grade(&home, *args),
         Command::Runs(command) => run::runs(command),
+        Command::Serve(args) => serve::run(&home, *args),
         Command::Import(command) => import::run(command),
         Command::Plugin(command) => plugin::run(&home, *command),
         Command::Runner(command) => runner::run(command),

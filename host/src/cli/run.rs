@@ -294,7 +294,7 @@ fn summary_text(summary: &results::Summary, json: bool, dir: &std::path::Path) -
 }
 
 /// The secrets `--secrets-file` names, or none.
-fn load_secrets(path: Option<&std::path::Path>) -> Result<crate::secrets::Secrets> {
+pub(super) fn load_secrets(path: Option<&std::path::Path>) -> Result<crate::secrets::Secrets> {
     path.map_or_else(
         || Ok(crate::secrets::Secrets::default()),
         crate::secrets::Secrets::load,

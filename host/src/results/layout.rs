@@ -7,6 +7,7 @@
 //!                                 grades.json, scores/<judge>.json, summary.json
 //!                                 pairwise.json      pairwise verdicts per pair and case
 //!                                 shards/<n>.worker.log
+//! <results>/<eval>/sessions/<session-id>/          a playground session (`mst serve`)
 //! ```
 
 use super::{RunRecord, Summary};
@@ -58,6 +59,19 @@ impl ResultsRoot {
     /// The directory for run `run_id` of `eval` (which may not exist yet).
     pub fn run(&self, eval: &str, run_id: &str) -> RunDir {
         RunDir::new(&self.runs_dir(eval), run_id)
+    }
+
+    /// The folder holding the playground sessions of `eval` (`mst serve`).
+    pub fn sessions_dir(&self, eval: &str) -> PathBuf {
+        self.base
+            .join(crate::files::path_component(eval))
+            .join("sessions")
+    }
+
+    /// The directory of playground session `id` of `eval`: laid out as a run directory (one
+    /// trace per task), with `session.json` for its record.
+    pub fn session(&self, eval: &str, id: &str) -> RunDir {
+        RunDir::new(&self.sessions_dir(eval), id)
     }
 
     /// Every run directory holding a `run.json`, under any eval.

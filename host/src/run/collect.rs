@@ -45,31 +45,44 @@ pub fn stage_bundles(
         if trials.is_empty() {
             continue;
         }
-        let case_ids: BTreeSet<&str> = trials.iter().map(|k| k.case.as_str()).collect();
-        let variants: BTreeSet<&str> = trials.iter().map(|k| k.variant.as_str()).collect();
-        let bundle = Bundle {
-            protocol: PROTOCOL.to_string(),
-            mst: env!("CARGO_PKG_VERSION").to_string(),
-            run_id: run_id.to_string(),
-            eval: config.name.clone(),
-            shard,
-            shards,
-            concurrency: config.concurrency,
-            timeout_ms: (config.timeout * 1000.0) as u64,
-            heartbeat_ms,
-            variants: variants
-                .iter()
-                .map(|name| (name.to_string(), config.variant(name)))
-                .collect::<BTreeMap<String, VariantSpec>>(),
-            // The machine gets what its client needs, never the answers.
-            cases: case_ids.iter().map(|id| cases[id].for_client()).collect(),
-            trials,
-        };
+        let bundle = bundle(config, run_id, cases, trials, (shard, shards), heartbeat_ms);
         let dir = staging.join(format!("shard-{shard}"));
         crate::files::write_atomic(&dir.join(BUNDLE_FILE), &serde_json::to_vec(&bundle)?)?;
         staged.push(StagedShard { bundle, dir });
     }
     Ok(staged)
+}
+
+/// The bundle of shard `shard` of `shards` that collects `trials`: the variants and cases
+/// they name, as their client sees them.
+pub fn bundle(
+    config: &EvalConfig,
+    run_id: &str,
+    cases: &BTreeMap<&str, &CaseRecord>,
+    trials: Vec<TrialKey>,
+    (shard, shards): (u32, u32),
+    heartbeat_ms: u64,
+) -> Bundle {
+    let case_ids: BTreeSet<&str> = trials.iter().map(|k| k.case.as_str()).collect();
+    let variants: BTreeSet<&str> = trials.iter().map(|k| k.variant.as_str()).collect();
+    Bundle {
+        protocol: PROTOCOL.to_string(),
+        mst: env!("CARGO_PKG_VERSION").to_string(),
+        run_id: run_id.to_string(),
+        eval: config.name.clone(),
+        shard,
+        shards,
+        concurrency: config.concurrency,
+        timeout_ms: (config.timeout * 1000.0) as u64,
+        heartbeat_ms,
+        variants: variants
+            .iter()
+            .map(|name| (name.to_string(), config.variant(name)))
+            .collect::<BTreeMap<String, VariantSpec>>(),
+        // The machine gets what its client needs, never the answers.
+        cases: case_ids.iter().map(|id| cases[id].for_client()).collect(),
+        trials,
+    }
 }
 
 /// What the shards of one collection share.

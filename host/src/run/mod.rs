@@ -105,7 +105,7 @@ pub fn run(
         &cases,
         &to_collect,
         runner_options.shards,
-        (settings.silence.as_millis() as u64 / 4).clamp(50, 5_000),
+        settings.heartbeat_ms(),
         staging.path(),
     )?;
     for line in runner.plan() {

@@ -95,7 +95,7 @@ pub struct MachineRequest<'a> {
 }
 
 /// A runner: makes one machine per shard.
-pub trait Runner: Sync {
+pub trait Runner: Send + Sync {
     /// The runner's name as `--runner` spells it.
     fn name(&self) -> &str;
     /// The most shards it supports.

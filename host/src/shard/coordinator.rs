@@ -57,6 +57,13 @@ impl Default for ShardSettings {
     }
 }
 
+impl ShardSettings {
+    /// How often workers send `heartbeat`: often enough that four fit in the silence limit.
+    pub fn heartbeat_ms(&self) -> u64 {
+        (self.silence.as_millis() as u64 / 4).clamp(50, 5_000)
+    }
+}
+
 /// How a shard ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", content = "reason", rename_all = "kebab-case")]

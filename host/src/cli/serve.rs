@@ -1,0 +1,114 @@
+//! `mst serve`: the playground's HTTP server.
+
+use super::plugin::SandboxArgs;
+use crate::home::Home;
+use crate::serve::{http, Playground, ServeRequest};
+use crate::shard::coordinator::ShardSettings;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `mst serve`.
+#[derive(Args, Debug)]
+pub(crate) struct ServeArgs {
+    /// The eval config: its variants are what sessions run.
+    #[arg(long, short = 'c', default_value = "eval.json")]
+    config: PathBuf,
+    /// Where to listen. Loopback by default; any other address needs --token-file.
+    #[arg(long, default_value = "127.0.0.1:7420", value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// A file holding the access token every request must send as `Authorization: Bearer
+    /// TOKEN` (required off loopback).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Load a plugin (.wasm file or installed name). Repeatable.
+    #[arg(long = "plugin", value_name = "PLUGIN")]
+    plugins: Vec<String>,
+    /// Where machines come from: `local`, `docker`, or a runner plugin's name.
+    #[arg(long, default_value = "local")]
+    runner: String,
+    /// A runner option, key=value. Repeatable.
+    #[arg(long = "runner-option", value_name = "KEY=VALUE")]
+    runner_options: Vec<String>,
+    /// Where sessions are recorded (`<DIR>/<eval>/sessions/<id>/`).
+    #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+    results_dir: PathBuf,
+    /// Secrets (JSON object or dotenv), as for `mst run`.
+    #[arg(long, value_name = "FILE")]
+    secrets_file: Option<PathBuf>,
+    /// A session with no task for this long is closed and its machine disposed of.
+    #[arg(long, default_value_t = 1800.0, value_name = "SECONDS")]
+    idle_ttl: f64,
+    /// A worker that sends nothing for this long is lost.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    silence_limit: f64,
+    /// On close, how long a running task's worker has to stop before it is killed.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    cancel_grace: f64,
+    /// Grants and caps for plugins loaded with --plugin.
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+}
+
+/// Runs `mst serve` until Ctrl-C or SIGTERM, then closes every session.
+pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
+    let token = match &args.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --token-file {}", path.display()))?;
+            let token = text.trim().to_string();
+            if token.len() < 16 {
+                bail!("--token-file {}: the token must be at least 16 characters", path.display());
+            }
+            Some(token)
+        }
+        None if !args.listen.ip().is_loopback() => bail!(
+            "--listen {} is not a loopback address: give --token-file FILE so that only holders \
+             of the token can use the playground",
+            args.listen
+        ),
+        None => None,
+    };
+    let request = ServeRequest {
+        config_path: args.config.clone(),
+        results_base: args.results_dir.clone(),
+        plugins: args.plugins.clone(),
+        plugin_grants: args.sandbox.grants()?,
+        plugin_limits: args.sandbox.limits()?,
+        runner: args.runner.clone(),
+        runner_options: args.runner_options.clone(),
+        secrets: super::run::load_secrets(args.secrets_file.as_deref())?,
+        settings: ShardSettings {
+            silence: crate::eval::config::seconds("--silence-limit", args.silence_limit)?,
+            cancel_grace: crate::eval::config::seconds("--cancel-grace", args.cancel_grace)?,
+            ..ShardSettings::default()
+        },
+        idle_ttl: crate::eval::config::seconds("--idle-ttl", args.idle_ttl)?,
+    };
+    let playground = Arc::new(Playground::start(home, request).map_err(|error| super::Exit { code: 2, error })?);
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let on_signal = stop.clone();
+    let _ = ctrlc::set_handler(move || on_signal.notify_one());
+    let reaper = playground.clone();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(500));
+        reaper.reap();
+    });
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let address = listener.local_addr()?;
+        outln!("mst serve: listening on http://{address}/api/v1/sessions");
+        axum::serve(listener, http::router(playground.clone(), token))
+            .with_graceful_shutdown(async move { stop.notified().await })
+            .await
+            .context("the server failed")
+    })?;
+    playground.close_all("mst serve stopped");
+    Ok(0)
+}

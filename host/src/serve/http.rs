@@ -1,0 +1,145 @@
+//! The playground's HTTP API (axum): `/api/v1/sessions…`, JSON in and out, every error a JSON
+//! `{"error": …}` with the status that fits. Bodies are capped and strictly parsed (an unknown
+//! field is a 400 naming it); with an access token every request must carry it; no CORS
+//! headers are sent, so browsers on other origins cannot call it.
+
+use super::{CreateSession, Playground, ServeError, SubmitTask};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// The largest request body taken.
+pub const MAX_BODY: usize = 256 * 1024;
+
+/// What every handler shares.
+struct Api {
+    playground: Arc<Playground>,
+    /// Required as `Authorization: Bearer TOKEN` when set.
+    token: Option<String>,
+}
+
+type Shared = State<Arc<Api>>;
+
+/// The API's routes over `playground`; with `token`, every request must carry it.
+pub fn router(playground: Arc<Playground>, token: Option<String>) -> Router {
+    let api = Arc::new(Api { playground, token });
+    Router::new()
+        .route("/api/v1/sessions", post(create).get(list))
+        .route("/api/v1/sessions/{id}", get(show).delete(close))
+        .route("/api/v1/sessions/{id}/tasks", post(submit))
+        .route("/api/v1/sessions/{id}/tasks/{task}/trace", get(trace))
+        .fallback(unknown_route)
+        .layer(axum::middleware::from_fn_with_state(api.clone(), authorize))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(api)
+}
+
+/// A JSON response; the text passes through the secret redactor like everything mst prints.
+fn json(status: StatusCode, value: &impl Serialize) -> Response {
+    let text = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
+    let body = crate::secrets::clean_text(&text);
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+impl IntoResponse for ServeError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        json(status, &serde_json::json!({"error": self.message}))
+    }
+}
+
+/// Checks the access token, in constant time.
+async fn authorize(State(api): Shared, headers: HeaderMap, request: Request, next: Next) -> Response {
+    if let Some(token) = &api.token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        let same: bool = subtle::ConstantTimeEq::ct_eq(given.as_bytes(), token.as_bytes()).into();
+        if !same {
+            return ServeError {
+                status: 401,
+                message: "this mst serve needs its access token: send `Authorization: Bearer TOKEN` \
+                          (the token in the file given to --token-file)"
+                    .into(),
+            }
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Parses a JSON body strictly; an empty body is `{}` for requests whose fields are optional.
+fn body<T: serde::de::DeserializeOwned>(body: Result<Bytes, BytesRejection>, what: &str) -> Result<T, ServeError> {
+    let bytes = body.map_err(|e| ServeError {
+        status: e.status().as_u16(),
+        message: match e.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => format!("the {what} body is over {MAX_BODY} bytes"),
+            _ => format!("cannot read the {what} body: {e}"),
+        },
+    })?;
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
+    serde_json::from_slice(bytes).map_err(|e| ServeError::bad_request(format!("the {what} body is not valid: {e}")))
+}
+
+/// Runs blocking playground work (booting, closing) off the async workers.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, ServeError> + Send + 'static) -> Result<T, ServeError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(ServeError { status: 500, message: format!("the request failed: {e}") }))
+}
+
+async fn create(State(api): Shared, request: Result<Bytes, BytesRejection>) -> Result<Response, ServeError> {
+    let request: CreateSession = body(request, "session")?;
+    let playground = api.playground.clone();
+    let view = blocking(move || playground.create_session(request)).await?;
+    Ok(json(StatusCode::CREATED, &view))
+}
+
+async fn list(State(api): Shared) -> Response {
+    json(StatusCode::OK, &serde_json::json!({"sessions": api.playground.list()}))
+}
+
+async fn show(State(api): Shared, Path(id): Path<String>) -> Result<Response, ServeError> {
+    Ok(json(StatusCode::OK, &api.playground.get(&id)?))
+}
+
+async fn close(State(api): Shared, Path(id): Path<String>) -> Result<Response, ServeError> {
+    let playground = api.playground.clone();
+    let view = blocking(move || playground.close(&id)).await?;
+    Ok(json(StatusCode::OK, &view))
+}
+
+async fn submit(State(api): Shared, Path(id): Path<String>, request: Result<Bytes, BytesRejection>) -> Result<Response, ServeError> {
+    let request: SubmitTask = body(request, "task")?;
+    Ok(json(StatusCode::ACCEPTED, &api.playground.submit(&id, request)?))
+}
+
+async fn trace(State(api): Shared, Path((id, task)): Path<(String, String)>, RawQuery(query): RawQuery) -> Result<Response, ServeError> {
+    let mut since = None;
+    for pair in query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("since", value)) => {
+                since = Some(value.parse::<u64>().map_err(|_| {
+                    ServeError::bad_request(format!("`since` must be an event number (0 or more), not {value:?}"))
+                })?)
+            }
+            _ => return Err(ServeError::bad_request(format!("unknown query parameter {pair:?}: the trace takes only `since=N`"))),
+        }
+    }
+    Ok(json(StatusCode::OK, &api.playground.trace(&id, &task, since)?))
+}
+
+async fn unknown_route() -> ServeError {
+    ServeError::not_found(
+        "no such route: the API is under /api/v1/sessions (see docs/serve.md)",
+    )
+}

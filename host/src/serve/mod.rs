@@ -1,0 +1,266 @@
+//! `mst serve`: the playground. A session boots one machine from the eval's runner for one
+//! variant and keeps it; tasks (one trial of the variant's client on an input) run on it one
+//! at a time, each as a one-trial shard over the same channel; each task's trace is followed
+//! live with a `since` cursor and stored like a run's. The HTTP API is in [`http`].
+//!
+//! [`Playground`] owns the sessions; a [`session::Session`] owns its machine, its tasks and
+//! its record under `<results>/<eval>/sessions/<id>/`.
+
+pub mod http;
+pub mod session;
+
+use crate::eval::trial::CaseRecord;
+use crate::home::Home;
+use crate::plugin::capabilities::Grants;
+use crate::plugin::sandbox::Limits;
+use crate::results::ResultsRoot;
+use crate::run::prepare::{self, PluginRequest, Prepared};
+use crate::runner::{self, Runner, RunnerOptions};
+use crate::secrets::Secrets;
+use crate::shard::coordinator::ShardSettings;
+use crate::shard::tokens::ServerTokens;
+use anyhow::Result;
+use serde::Deserialize;
+use session::{Session, SessionView, TaskView, TracePage};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What `mst serve` was started with (the options it shares with `mst run`).
+pub struct ServeRequest {
+    pub config_path: PathBuf,
+    pub results_base: PathBuf,
+    pub plugins: Vec<String>,
+    pub plugin_grants: Grants,
+    pub plugin_limits: Limits,
+    pub runner: String,
+    pub runner_options: Vec<String>,
+    pub secrets: Secrets,
+    pub settings: ShardSettings,
+    /// A session with no task running for this long is closed by the reaper.
+    pub idle_ttl: Duration,
+}
+
+/// An error of the playground's API: an HTTP status and a message that names the fix.
+#[derive(Debug)]
+pub struct ServeError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ServeError {
+    /// 400: the request is wrong.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ServeError {
+            status: 400,
+            message: message.into(),
+        }
+    }
+
+    /// 404: no such session or task.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ServeError {
+            status: 404,
+            message: message.into(),
+        }
+    }
+
+    /// 409: the session is busy or closed.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        ServeError {
+            status: 409,
+            message: message.into(),
+        }
+    }
+
+    /// 502: the runner or the machine failed.
+    pub fn machine(message: impl Into<String>) -> Self {
+        ServeError {
+            status: 502,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status, self.message)
+    }
+}
+
+/// `POST /sessions`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    /// The variant whose client and servers the session runs (default: the eval's baseline,
+    /// or its only variant).
+    #[serde(default)]
+    pub variant: Option<String>,
+}
+
+/// `POST /sessions/{id}/tasks`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitTask {
+    /// What the client receives, as a case's `input`.
+    pub input: serde_json::Value,
+}
+
+/// What every session shares: the prepared eval, the runner, the tokens and the results root.
+pub struct Shared {
+    pub prepared: Prepared,
+    pub runner: Box<dyn Runner>,
+    pub runner_options: RunnerOptions,
+    pub tokens: ServerTokens,
+    pub settings: ShardSettings,
+    pub root: ResultsRoot,
+}
+
+/// The playground: every session of this `mst serve`.
+pub struct Playground {
+    shared: Arc<Shared>,
+    sessions: Mutex<BTreeMap<String, Arc<Session>>>,
+    idle_ttl: Duration,
+}
+
+impl Playground {
+    /// Loads the eval, its plugins and the runner; closes what a previous `mst serve` left
+    /// open under the results directory.
+    pub fn start(home: &Home, request: ServeRequest) -> Result<Self> {
+        let prepared = prepare::prepare(
+            home,
+            &request.config_path,
+            &PluginRequest {
+                extra: &request.plugins,
+                grants: &request.plugin_grants,
+                limits: request.plugin_limits,
+                runner: Some(&request.runner),
+                secrets: &request.secrets,
+            },
+        )?;
+        let tokens = prepared.server_tokens(&request.secrets)?;
+        let runner_options = RunnerOptions::parse(&request.runner_options)?;
+        let runner = runner::runner(&request.runner, &runner_options, &prepared.plugins)?;
+        let root = ResultsRoot::new(&request.results_base);
+        session::recover(&root.sessions_dir(&prepared.config.name));
+        Ok(Playground {
+            shared: Arc::new(Shared {
+                prepared,
+                runner,
+                runner_options,
+                tokens,
+                settings: request.settings,
+                root,
+            }),
+            sessions: Mutex::new(BTreeMap::new()),
+            idle_ttl: request.idle_ttl,
+        })
+    }
+
+    /// Boots a session's machine and records it. Nothing is left behind when it fails.
+    pub fn create_session(&self, request: CreateSession) -> Result<SessionView, ServeError> {
+        let config = &self.shared.prepared.config;
+        let names = config.variant_names();
+        let variant = match request.variant {
+            Some(name) if names.contains(&name) => name,
+            Some(name) => {
+                return Err(ServeError::bad_request(format!(
+                    "`variant` {name:?} is not a variant of eval `{}`; its variants are {}",
+                    config.name,
+                    names.join(", ")
+                )))
+            }
+            None => config
+                .baseline
+                .clone()
+                .unwrap_or_else(|| names[0].clone()),
+        };
+        let spec = config.variant(&variant);
+        crate::client::client(&spec, &BTreeMap::new())
+            .map_err(|e| ServeError::bad_request(format!("variant `{variant}`: {e:#}")))?;
+        let session = Session::boot(self.shared.clone(), &variant)?;
+        let view = session.view();
+        self.sessions
+            .lock()
+            .expect("sessions")
+            .insert(session.id.clone(), Arc::new(session));
+        Ok(view)
+    }
+
+    /// Every session of this process, oldest first.
+    pub fn list(&self) -> Vec<SessionView> {
+        let mut views: Vec<SessionView> = self
+            .sessions
+            .lock()
+            .expect("sessions")
+            .values()
+            .map(|s| s.view())
+            .collect();
+        views.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        views
+    }
+
+    fn session(&self, id: &str) -> Result<Arc<Session>, ServeError> {
+        self.sessions
+            .lock()
+            .expect("sessions")
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ServeError::not_found(format!("no session `{id}`: `GET /api/v1/sessions` lists them")))
+    }
+
+    /// One session's record, state and tasks.
+    pub fn get(&self, id: &str) -> Result<SessionView, ServeError> {
+        Ok(self.session(id)?.view())
+    }
+
+    /// Starts a task on session `id`: 409 while another runs or once the session is closed.
+    pub fn submit(&self, id: &str, request: SubmitTask) -> Result<TaskView, ServeError> {
+        let session = self.session(id)?;
+        let case = CaseRecord::new(String::new(), request.input);
+        let spec = self.shared.prepared.config.variant(&session.variant);
+        crate::client::check_input(&spec, &case.input).map_err(|e| {
+            ServeError::bad_request(format!(
+                "`input` does not suit variant `{}`'s `{}` client: {e:#}",
+                session.variant, spec.client
+            ))
+        })?;
+        session.submit(case.input)
+    }
+
+    /// Task `task`'s events from `since` on (all without it), and whether it has settled.
+    pub fn trace(&self, id: &str, task: &str, since: Option<u64>) -> Result<TracePage, ServeError> {
+        self.session(id)?.trace(task, since)
+    }
+
+    /// Closes session `id`: aborts its task, seals the trace, disposes of the machine.
+    pub fn close(&self, id: &str) -> Result<SessionView, ServeError> {
+        let session = self.session(id)?;
+        session.close("closed by request");
+        Ok(session.view())
+    }
+
+    /// Closes sessions idle past the TTL; called by the reaper thread.
+    pub fn reap(&self) {
+        let idle: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .expect("sessions")
+            .values()
+            .filter(|s| s.idle_for().is_some_and(|d| d >= self.idle_ttl))
+            .cloned()
+            .collect();
+        for session in idle {
+            session.close("idle past the session TTL");
+        }
+    }
+
+    /// Closes every open session (on shutdown).
+    pub fn close_all(&self, why: &str) {
+        let all: Vec<Arc<Session>> = self.sessions.lock().expect("sessions").values().cloned().collect();
+        for session in all {
+            session.close(why);
+        }
+    }
+}

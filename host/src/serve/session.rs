@@ -1,0 +1,562 @@
+//! One playground session: its machine, its tasks run one at a time as one-trial shards on
+//! that machine, each task's live event buffer and sealed trace, and the session's record.
+//!
+//! ```text
+//! <results>/<eval>/sessions/<session-id>/session.json                 the record
+//!                                         <variant>/<task-id>/0.json   one trace per task
+//!                                         shards/0.worker.log          the last task's worker log
+//! ```
+
+use super::{ServeError, Shared};
+use crate::eval::trial::{CaseRecord, TraceEvent, TrialKey, TrialRecord, TrialStatus};
+use crate::results::RunDir;
+use crate::run::collect;
+use crate::runner::channel::Channel;
+use crate::runner::MachineRequest;
+use crate::shard::bundle::{Bundle, BUNDLE_FILE};
+use crate::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The record's name in a session directory.
+const RECORD_FILE: &str = "session.json";
+
+/// How a task ended, or that it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskStatus {
+    Running,
+    Completed,
+    TimedOut,
+    /// Stopped by a close (or the reaper) before it ended.
+    Aborted,
+    /// The machine, the channel or the client failed.
+    Infra,
+}
+
+/// A task as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskView {
+    pub id: String,
+    /// 1 for the session's first task.
+    pub n: u32,
+    pub status: TaskStatus,
+    /// Why it ended as it did, when not completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What was asked: the case input, kept so the task can be graded or exported later.
+    pub input: serde_json::Value,
+    /// Unix seconds.
+    pub started_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+    /// Events recorded so far.
+    pub events: u64,
+    /// The stored trace, relative to the session directory, once the task settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+}
+
+/// Whether a session takes tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatus {
+    /// Ready for a task.
+    Ready,
+    /// A task runs.
+    Busy,
+    /// Closed: the machine is gone.
+    Closed,
+}
+
+/// A session as the API shows it, and as `session.json` records it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    pub id: String,
+    pub eval: String,
+    pub variant: String,
+    pub runner: String,
+    /// The machine, as the runner describes it.
+    pub machine: String,
+    /// Unix seconds.
+    pub created_at: u64,
+    pub status: SessionStatus,
+    /// Why the session closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    /// The machine could not be disposed of: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispose_error: Option<String>,
+    /// The task that runs, if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
+    /// The process that serves the session (a record left open by another process is closed
+    /// at the next start).
+    pub pid: u32,
+    pub tasks: Vec<TaskView>,
+}
+
+/// Task `id`'s events from a cursor.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TracePage {
+    pub task: String,
+    pub status: TaskStatus,
+    /// Events with `seq >= since`, in order.
+    pub events: Vec<TraceEvent>,
+    /// The cursor for the next call: one past the last event returned (or `since`).
+    pub next: u64,
+    /// The task settled: nothing more will come, and the events are the stored trace's.
+    pub done: bool,
+}
+
+/// A task: one trial of the session's client on one input.
+struct Task {
+    id: String,
+    n: u32,
+    key: TrialKey,
+    input: serde_json::Value,
+    started_at: u64,
+    cancel: AtomicBool,
+    live: Mutex<Live>,
+}
+
+/// What a task has recorded: its events (live, then the sealed trace's) and how it ended.
+#[derive(Default)]
+struct Live {
+    events: Vec<TraceEvent>,
+    settled: Option<(TaskStatus, Option<String>, u64)>,
+}
+
+impl Task {
+    fn view(&self) -> TaskView {
+        let live = self.live.lock().expect("task");
+        let (status, reason, ended_at) = match &live.settled {
+            Some((status, reason, at)) => (*status, reason.clone(), Some(*at)),
+            None => (TaskStatus::Running, None, None),
+        };
+        TaskView {
+            id: self.id.clone(),
+            n: self.n,
+            status,
+            reason,
+            input: self.input.clone(),
+            started_at: self.started_at,
+            ended_at,
+            events: live.events.len() as u64,
+            trace: live
+                .settled
+                .as_ref()
+                .map(|_| crate::results::layout::trace_path(&self.key)),
+        }
+    }
+}
+
+/// Mutable state of a session.
+struct State {
+    tasks: Vec<Arc<Task>>,
+    running: Option<(Arc<Task>, std::thread::JoinHandle<()>)>,
+    last_active: Instant,
+    closed: Option<String>,
+    dispose_error: Option<String>,
+    /// A close that could not wait for the running task: the task disposes of the machine
+    /// when it ends.
+    dispose_when_idle: bool,
+}
+
+/// One session: a machine kept for tasks, run one at a time.
+pub struct Session {
+    pub id: String,
+    pub variant: String,
+    shared: Arc<Shared>,
+    dir: RunDir,
+    machine_name: String,
+    created_at: u64,
+    machine: Mutex<Option<Box<dyn Channel>>>,
+    state: Mutex<State>,
+}
+
+/// A new unguessable id: 128 random bits in hex.
+fn new_id() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS has randomness");
+    hex::encode(bytes)
+}
+
+impl Session {
+    /// Makes the machine, checks a worker starts on it (an empty shard: `hello`, then
+    /// `done`), and records the session. A failure disposes of the machine.
+    pub(super) fn boot(shared: Arc<Shared>, variant: &str) -> Result<Session, ServeError> {
+        let id = new_id();
+        let eval = shared.prepared.config.name.clone();
+        let dir = shared.root.session(&eval, &id);
+        let never = AtomicBool::new(false);
+        let request = MachineRequest {
+            run_id: &id,
+            shard: 0,
+            shards: 1,
+            note: &|_: &str| {},
+            cancel: &never,
+        };
+        let mut machine = shared.runner.create_machine(&request).map_err(|e| {
+            ServeError::machine(format!(
+                "runner `{}` could not make a machine: {e:#}",
+                shared.runner.name()
+            ))
+        })?;
+        let machine_name = machine.describe();
+        let boot = run_shard(
+            &shared,
+            (&id, &dir),
+            machine.as_mut(),
+            &BTreeMap::new(),
+            Vec::new(),
+            &never,
+            &|_| {},
+        );
+        if let Err(why) = boot {
+            let _ = machine.dispose(false);
+            let _ = std::fs::remove_dir_all(&dir.root);
+            return Err(ServeError::machine(format!(
+                "the machine from runner `{}` ({machine_name}) did not start a worker: {why}",
+                shared.runner.name()
+            )));
+        }
+        let session = Session {
+            id,
+            variant: variant.to_string(),
+            shared,
+            dir,
+            machine_name,
+            created_at: crate::clock::unix_secs(),
+            machine: Mutex::new(Some(machine)),
+            state: Mutex::new(State {
+                tasks: Vec::new(),
+                running: None,
+                last_active: Instant::now(),
+                closed: None,
+                dispose_error: None,
+                dispose_when_idle: false,
+            }),
+        };
+        session.write_record();
+        Ok(session)
+    }
+
+    /// The session's record, state and tasks.
+    pub fn view(&self) -> SessionView {
+        let state = self.state.lock().expect("session");
+        self.view_of(&state)
+    }
+
+    fn view_of(&self, state: &State) -> SessionView {
+        let running = state.running.as_ref().map(|(task, _)| task.id.clone());
+        SessionView {
+            id: self.id.clone(),
+            eval: self.shared.prepared.config.name.clone(),
+            variant: self.variant.clone(),
+            runner: self.shared.runner.name().to_string(),
+            machine: self.machine_name.clone(),
+            created_at: self.created_at,
+            status: match (&state.closed, &running) {
+                (Some(_), _) => SessionStatus::Closed,
+                (None, Some(_)) => SessionStatus::Busy,
+                (None, None) => SessionStatus::Ready,
+            },
+            ended: state.closed.clone(),
+            dispose_error: state.dispose_error.clone(),
+            running,
+            pid: std::process::id(),
+            tasks: state.tasks.iter().map(|t| t.view()).collect(),
+        }
+    }
+
+    fn write_record(&self) {
+        let view = self.view();
+        let path = self.dir.root.join(RECORD_FILE);
+        let written = serde_json::to_vec_pretty(&view)
+            .map_err(anyhow::Error::from)
+            .and_then(|bytes| crate::files::write_atomic(&path, &bytes));
+        if let Err(e) = written {
+            tracing::warn!("cannot write {}: {e:#}", path.display());
+        }
+    }
+
+    /// How long the session has been idle; `None` while a task runs or once closed.
+    pub(super) fn idle_for(&self) -> Option<Duration> {
+        let state = self.state.lock().expect("session");
+        (state.closed.is_none() && state.running.is_none()).then(|| state.last_active.elapsed())
+    }
+
+    /// Starts a task on `input` (checked by the caller against the client).
+    pub(super) fn submit(self: &Arc<Self>, input: serde_json::Value) -> Result<TaskView, ServeError> {
+        let mut state = self.state.lock().expect("session");
+        if let Some(why) = &state.closed {
+            return Err(ServeError::conflict(format!(
+                "session `{}` is closed ({why}): create a new session",
+                self.id
+            )));
+        }
+        if let Some((task, _)) = &state.running {
+            return Err(ServeError::conflict(format!(
+                "task `{}` is still running on session `{}`: one task at a time per session \
+                 (wait for it, or create another session for parallel tasks)",
+                task.id, self.id
+            )));
+        }
+        let n = state.tasks.len() as u32 + 1;
+        let id = format!("t{n}-{}", &new_id()[..12]);
+        let task = Arc::new(Task {
+            key: TrialKey {
+                variant: self.variant.clone(),
+                case: id.clone(),
+                trial: 0,
+            },
+            id,
+            n,
+            input,
+            started_at: crate::clock::unix_secs(),
+            cancel: AtomicBool::new(false),
+            live: Mutex::new(Live::default()),
+        });
+        let view = task.view();
+        let session = Arc::clone(self);
+        let running = Arc::clone(&task);
+        let handle = std::thread::spawn(move || session.run_task(&running));
+        state.tasks.push(task);
+        state.running = Some((Arc::clone(&state.tasks[n as usize - 1]), handle));
+        state.last_active = Instant::now();
+        drop(state);
+        self.write_record();
+        Ok(view)
+    }
+
+    /// Runs `task` as a one-trial shard on the machine, then settles it.
+    fn run_task(&self, task: &Task) {
+        let case = CaseRecord::new(task.key.case.clone(), task.input.clone());
+        let cases: BTreeMap<&str, &CaseRecord> = [(case.id.as_str(), &case)].into();
+        let on_event = |event: ShardEvent| {
+            if let ShardEvent::TrialInfra { reason, .. } | ShardEvent::TraceRefused { why: reason, .. } = event {
+                let mut live = task.live.lock().expect("task");
+                live.settled.get_or_insert((TaskStatus::Infra, Some(reason), crate::clock::unix_secs()));
+            }
+        };
+        let outcome = {
+            let mut machine = self.machine.lock().expect("machine");
+            match machine.as_mut() {
+                Some(channel) => run_shard(
+                    &self.shared,
+                    (&self.id, &self.dir),
+                    channel.as_mut(),
+                    &cases,
+                    vec![task.key.clone()],
+                    &task.cancel,
+                    &on_event,
+                ),
+                None => Err("the session's machine is gone".to_string()),
+            }
+        };
+        self.settle(task, outcome.err());
+        let dispose = {
+            let mut state = self.state.lock().expect("session");
+            state.running = None;
+            state.last_active = Instant::now();
+            state.dispose_when_idle
+        };
+        if dispose {
+            self.dispose();
+        }
+        self.write_record();
+    }
+
+    /// Settles `task` from its stored trace; without one (aborted, lost), seals what was
+    /// streamed as its trace.
+    fn settle(&self, task: &Task, failure: Option<String>) {
+        let now = crate::clock::unix_secs();
+        let stored = self.dir.read_trace(&task.key);
+        let mut live = task.live.lock().expect("task");
+        match stored {
+            Some(record) => {
+                let status = match record.trace.status {
+                    TrialStatus::Completed => TaskStatus::Completed,
+                    TrialStatus::TimedOut => TaskStatus::TimedOut,
+                    TrialStatus::Infra => TaskStatus::Infra,
+                };
+                let reason = live.settled.take().and_then(|(_, r, _)| r);
+                live.events = record.trace.events;
+                live.settled = Some((status, reason, now));
+            }
+            None => {
+                let (status, reason) = match (task.cancel.load(Ordering::SeqCst), failure) {
+                    (true, _) => (TaskStatus::Aborted, Some("aborted: the session was closed".to_string())),
+                    (false, why) => (
+                        TaskStatus::Infra,
+                        why.or_else(|| live.settled.take().and_then(|(_, r, _)| r))
+                            .or(Some("no trace came back".into())),
+                    ),
+                };
+                // The partial trace is sealed as the task's trace: what was seen stays.
+                let record = TrialRecord {
+                    case: CaseRecord::new(task.key.case.clone(), task.input.clone()),
+                    variant: task.key.variant.clone(),
+                    trial: 0,
+                    trace: crate::eval::trial::TraceRecord {
+                        status: TrialStatus::Infra,
+                        events: live.events.clone(),
+                        ..Default::default()
+                    },
+                    collected_by: None,
+                };
+                let _ = self.dir.write_trace(&task.key, &record);
+                live.settled = Some((status, reason, now));
+            }
+        }
+    }
+
+    /// Task `id`'s events with `seq >= since`.
+    pub(super) fn trace(&self, id: &str, since: Option<u64>) -> Result<TracePage, ServeError> {
+        let task = {
+            let state = self.state.lock().expect("session");
+            state.tasks.iter().find(|t| t.id == id).cloned()
+        };
+        let task = task.ok_or_else(|| {
+            ServeError::not_found(format!("session `{}` has no task `{id}`", self.id))
+        })?;
+        let since = since.unwrap_or(0);
+        let live = task.live.lock().expect("task");
+        let events: Vec<TraceEvent> = live.events.iter().filter(|e| e.seq >= since).cloned().collect();
+        let next = events.last().map_or(since, |e| e.seq + 1);
+        Ok(TracePage {
+            task: task.id.clone(),
+            status: live.settled.as_ref().map_or(TaskStatus::Running, |(s, _, _)| *s),
+            events,
+            next,
+            done: live.settled.is_some(),
+        })
+    }
+
+    /// Closes the session: aborts the running task (its worker gets `cancel`, then the grace,
+    /// then a kill), seals its trace, disposes of the machine and records why. Bounded: a
+    /// task that does not stop in time leaves the disposal to the task's own end.
+    pub(super) fn close(&self, why: &str) {
+        let running = {
+            let mut state = self.state.lock().expect("session");
+            if state.closed.is_some() {
+                return;
+            }
+            state.closed = Some(why.to_string());
+            state.running.take()
+        };
+        if let Some((task, handle)) = running {
+            task.cancel.store(true, Ordering::SeqCst);
+            let limit = Instant::now() + self.shared.settings.cancel_grace + Duration::from_secs(10);
+            while !handle.is_finished() && Instant::now() < limit {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if !handle.is_finished() {
+                let mut state = self.state.lock().expect("session");
+                state.dispose_when_idle = true;
+                state.running = Some((task, handle));
+                drop(state);
+                self.write_record();
+                return;
+            }
+            let _ = handle.join();
+        }
+        self.dispose();
+        self.write_record();
+    }
+
+    /// Disposes of the machine, once.
+    fn dispose(&self) {
+        let machine = self.machine.lock().expect("machine").take();
+        if let Some(mut machine) = machine {
+            if let Err(e) = machine.dispose(false) {
+                self.state.lock().expect("session").dispose_error = Some(format!("{e:#}"));
+            }
+        }
+    }
+}
+
+/// Runs one shard of session `session`'s `trials` on `machine` (traces into `dir`), staged in a temporary directory; `Err` says why
+/// the shard did not end as done.
+fn run_shard(
+    shared: &Shared,
+    (session, dir): (&str, &RunDir),
+    machine: &mut dyn Channel,
+    cases: &BTreeMap<&str, &CaseRecord>,
+    trials: Vec<TrialKey>,
+    cancel: &AtomicBool,
+    events: &(dyn Fn(ShardEvent) + Sync),
+) -> Result<(), String> {
+    let bundle: Bundle = collect::bundle(
+        &shared.prepared.config,
+        session,
+        cases,
+        trials,
+        (0, 1),
+        shared.settings.heartbeat_ms(),
+    );
+    let staging = tempfile::tempdir().map_err(|e| format!("cannot stage the bundle: {e}"))?;
+    serde_json::to_vec(&bundle)
+        .map_err(anyhow::Error::from)
+        .and_then(|bytes| crate::files::write_atomic(&staging.path().join(BUNDLE_FILE), &bytes))
+        .map_err(|e| format!("cannot stage the bundle: {e:#}"))?;
+    std::fs::create_dir_all(&dir.root).map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;
+    let context = ShardContext {
+        limiter: &shared.prepared.limiter,
+        cases,
+        tokens: &shared.tokens,
+        settings: shared.settings,
+        events,
+        cancel,
+        copied: &AtomicU64::new(0),
+    };
+    let report = ShardSession::new(&context, &bundle, dir).run(machine, staging.path());
+    match report.ended {
+        ShardEnd::Done | ShardEnd::DoneCleanupFailed => Ok(()),
+        other => Err(other.to_string()),
+    }
+}
+
+/// Closes the records a previous `mst serve` left open under `sessions_dir`: their process is
+/// gone, and with it the channels to their machines (runners label machines with the session
+/// id, for their own orphan clean-up).
+pub(super) fn recover(sessions_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(sessions_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path().join(RECORD_FILE);
+        let Some(mut view) = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<SessionView>(&bytes).ok())
+        else {
+            continue;
+        };
+        if view.status == SessionStatus::Closed || view.pid == std::process::id() {
+            continue;
+        }
+        view.status = SessionStatus::Closed;
+        view.ended = Some(format!(
+            "interrupted: the mst serve that held it (pid {}) stopped without closing it",
+            view.pid
+        ));
+        for task in &mut view.tasks {
+            if task.status == TaskStatus::Running {
+                task.status = TaskStatus::Aborted;
+                task.reason = Some("interrupted: mst serve stopped".into());
+            }
+        }
+        view.running = None;
+        if let Ok(bytes) = serde_json::to_vec_pretty(&view) {
+            let _ = crate::files::write_atomic(&path, &bytes);
+        }
+    }
+}
