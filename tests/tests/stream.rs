@@ -46,6 +46,33 @@ fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str, limit: Duration) 
     )
 }
 
+/// Checks that the `-v` lines of trial `key` in `lines` are one per event of its sealed
+/// `trace`, in order, each naming the event's seq, time and summary (or saying an event too
+/// large to stream is in the trace): what streamed is what the trace holds.
+fn assert_streamed_is_the_trace(lines: &[String], key: &str, trace: &serde_json::Value) {
+    use mst::eval::trial::TraceEvent;
+    let events: Vec<TraceEvent> =
+        serde_json::from_value(trace["trace"]["events"].clone()).expect("trace events");
+    let head = format!("trial {key} event ");
+    let streamed: Vec<&String> = lines.iter().filter(|l| l.contains(&head)).collect();
+    let all = lines.join("\n");
+    assert_eq!(streamed.len(), events.len(), "{all}");
+    for (line, event) in streamed.iter().zip(&events) {
+        let too_large =
+            mst::shard::protocol::event_bytes(event) > mst::shard::protocol::MAX_EVENT_BYTES;
+        let expected = match too_large {
+            true => format!("{head}{}: too large to stream (see its trace)", event.seq),
+            false => format!(
+                "{head}{} at {} ms: {}",
+                event.seq,
+                event.at_ms,
+                event.summary(200)
+            ),
+        };
+        assert!(line.ends_with(&expected), "{line}\nis not\n{expected}");
+    }
+}
+
 #[test]
 fn a_running_trials_events_are_shown_before_it_ends_and_equal_its_trace() {
     let mst = Mst::new();
@@ -99,23 +126,13 @@ echo "the answer""#,
     let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
     let events = trace["trace"]["events"].as_array().unwrap();
     assert_eq!(events.len(), 4, "{trace}");
-    // One `-v` line per event of the sealed trace, in its order, with its seq and time; none
-    // other. The large one is named, not shown.
+    // One `-v` line per event of the sealed trace, in its order; the large one is named.
+    assert_streamed_is_the_trace(&seen, "default/c1/0", &trace);
     let streamed: Vec<&String> = seen
         .iter()
         .filter(|l| l.contains("trial default/c1/0 event "))
         .collect();
-    assert_eq!(streamed.len(), events.len(), "{stderr}");
-    for (line, event) in streamed.iter().zip(events) {
-        let seq = event["seq"].as_u64().unwrap();
-        if seq == 3 {
-            let head = "trial default/c1/0 event 3: too large to stream";
-            assert!(line.contains(head), "{line}");
-        } else {
-            let head = format!("trial default/c1/0 event {seq} at {} ms: ", event["atMs"]);
-            assert!(line.contains(&head), "{line} for {}", event["type"]);
-        }
-    }
+    assert!(streamed[3].ends_with("event 3: too large to stream (see its trace)"));
     assert!(streamed[0].ends_with("assistant: step one"), "{stderr}");
     assert!(streamed[1].contains("tool-call time/now"), "{stderr}");
     assert!(streamed[2].ends_with("log: warming up"), "{stderr}");
@@ -230,4 +247,25 @@ sleep 10
         "{reason}"
     );
     assert!(!stderr.contains("xxxxxxxxxx"), "{stderr}");
+}
+
+#[test]
+fn an_api_agents_messages_and_usage_stream_as_its_trace_records_them() {
+    let mst = Mst::new();
+    let eval = Eval::new(
+        json!({"name": "agent", "datasets": ["cases.jsonl"], "client": "api",
+               "model": "mock/echo", "timeout": 30,
+               "judges": [{"assert": "exit-code", "value": 0}]}),
+        &[json!({"id": "echo", "input": "Tokyo, please"})],
+    );
+    let run = eval.run(&mst, &["-v"]);
+    let trace = read_json(&eval.run_dir("agent").join("default/echo/0.json"));
+    let lines: Vec<String> = run.stderr.lines().map(str::to_string).collect();
+    // The user's message, the call's usage and the answer.
+    assert_eq!(
+        trace["trace"]["events"].as_array().unwrap().len(),
+        3,
+        "{trace}"
+    );
+    assert_streamed_is_the_trace(&lines, "default/echo/0", &trace);
 }
