@@ -48,15 +48,24 @@ fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str, limit: Duration) 
 
 /// Checks that the `-v` lines of trial `key` in `lines` are one per event of its sealed
 /// `trace`, in order, each naming the event's seq, time and summary (or saying an event too
-/// large to stream is in the trace): what streamed is what the trace holds.
-fn assert_streamed_is_the_trace(lines: &[String], key: &str, trace: &serde_json::Value) {
+/// large to stream is in the trace): what streamed is what the trace holds, all of it unless
+/// the stream was cut at its cap (`whole` false: a prefix of it). Returns how many streamed.
+fn assert_streamed_is_the_trace(
+    lines: &[String],
+    key: &str,
+    trace: &serde_json::Value,
+    whole: bool,
+) -> usize {
     use mst::eval::trial::TraceEvent;
     let events: Vec<TraceEvent> =
         serde_json::from_value(trace["trace"]["events"].clone()).expect("trace events");
     let head = format!("trial {key} event ");
     let streamed: Vec<&String> = lines.iter().filter(|l| l.contains(&head)).collect();
     let all = lines.join("\n");
-    assert_eq!(streamed.len(), events.len(), "{all}");
+    match whole {
+        true => assert_eq!(streamed.len(), events.len(), "{all}"),
+        false => assert!(streamed.len() <= events.len(), "{all}"),
+    }
     for (line, event) in streamed.iter().zip(&events) {
         let too_large =
             mst::shard::protocol::event_bytes(event) > mst::shard::protocol::MAX_EVENT_BYTES;
@@ -71,6 +80,7 @@ fn assert_streamed_is_the_trace(lines: &[String], key: &str, trace: &serde_json:
         };
         assert!(line.ends_with(&expected), "{line}\nis not\n{expected}");
     }
+    streamed.len()
 }
 
 #[test]
@@ -127,7 +137,7 @@ echo "the answer""#,
     let events = trace["trace"]["events"].as_array().unwrap();
     assert_eq!(events.len(), 4, "{trace}");
     // One `-v` line per event of the sealed trace, in its order; the large one is named.
-    assert_streamed_is_the_trace(&seen, "default/c1/0", &trace);
+    assert_streamed_is_the_trace(&seen, "default/c1/0", &trace, true);
     let streamed: Vec<&String> = seen
         .iter()
         .filter(|l| l.contains("trial default/c1/0 event "))
@@ -267,5 +277,29 @@ fn an_api_agents_messages_and_usage_stream_as_its_trace_records_them() {
         3,
         "{trace}"
     );
-    assert_streamed_is_the_trace(&lines, "default/echo/0", &trace);
+    assert_streamed_is_the_trace(&lines, "default/echo/0", &trace, true);
+}
+
+#[test]
+fn a_trial_streams_up_to_its_cap_and_its_trace_keeps_every_event() {
+    let mst = Mst::new();
+    // 5000 events of about 1 KiB: past the 4 MiB a trial may stream.
+    let agent = r#"x=$(head -c 1000 /dev/zero | tr '\0' y); i=0
+while [ $i -lt 5000 ]; do
+  echo '{"type":"custom","name":"step","data":{"i":'$i',"pad":"'$x'"}}'; i=$((i+1))
+done; echo ok"#;
+    let eval = command_eval(json!(["sh", "-c", agent]), 1, 60);
+    let mut config = read_json(&eval.config());
+    config["clientOptions"]["events"] = json!(true);
+    std::fs::write(eval.config(), config.to_string()).unwrap();
+    let run = eval.run(&mst, &["-v"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    assert_eq!(record["machines"][0]["ended"]["status"], "done", "{record}");
+    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    assert_eq!(trace["trace"]["events"].as_array().unwrap().len(), 5000);
+    let lines: Vec<String> = run.stderr.lines().map(str::to_string).collect();
+    let streamed = assert_streamed_is_the_trace(&lines, "default/c1/0", &trace, false);
+    // The honest worker stopped before the cap (about 1.1 KiB a line), not at the first event.
+    assert!((3000..5000).contains(&streamed), "{streamed} streamed");
 }

@@ -160,7 +160,8 @@ pub enum ShardEvent {
     /// A running trial's trace event `seq`, as the worker streamed it (checked: the trial
     /// runs, `seq` is its next, within the caps; redacted like the trace file). `event` is
     /// `None` for an event too large to stream: the trace, once copied back, holds it. The
-    /// events of a trial come in order, from 0 without gaps, and are the trace's events.
+    /// events of a trial come in order, from 0 without gaps, and are the trace's events (a
+    /// prefix of them when the trial passed its stream cap).
     TraceEvent {
         shard: u32,
         key: TrialKey,
