@@ -229,6 +229,9 @@ impl events::Reporter for Reporter {
                     bar.set_length(*total);
                 }
             }
+            RunEvent::Shard(ShardEvent::TraceEvent {
+                key, seq, event, ..
+            }) => trace_event(key, *seq, event.as_ref()),
             RunEvent::Shard(ShardEvent::TrialCollected { key, .. }) => self.trial(key, true),
             RunEvent::Shard(ShardEvent::TrialInfra { key, .. }) => self.trial(key, false),
             RunEvent::Finished(outcome) => self.finished(outcome),
@@ -238,6 +241,22 @@ impl events::Reporter for Reporter {
                 }
             }
         }
+    }
+}
+
+/// Longest a trace event's line at `-v` gets, in characters.
+const EVENT_LINE_CHARS: usize = 200;
+
+/// A running trial's progress, one log line per trace event at `-v` (info), none by default:
+/// through the logger, which redacts and escapes like every other line.
+fn trace_event(key: &TrialKey, seq: u64, event: Option<&crate::eval::trial::TraceEvent>) {
+    match event {
+        Some(event) => tracing::info!(
+            "trial {key} event {seq} at {} ms: {}",
+            event.at_ms,
+            event.summary(EVENT_LINE_CHARS)
+        ),
+        None => tracing::info!("trial {key} event {seq}: too large to stream (see its trace)"),
     }
 }
 

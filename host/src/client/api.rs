@@ -13,9 +13,9 @@
 //! fails, or a server that cannot be reached, makes the trial infra; a tool error is an answer.
 
 use super::mcp::{call_tool, close, connect, drive, trace_of, Session};
-use super::{input_text, Client, TrialInput};
+use super::{input_text, Client, Recorder, TrialInput};
 use crate::eval::config::{ServerConfig, VariantSpec};
-use crate::eval::trial::{EventKind, TraceEvent, TraceRecord};
+use crate::eval::trial::{EventKind, TraceRecord};
 use crate::model::http::ProviderConfig;
 use crate::model::mock::ScriptedTurn;
 use crate::model::{
@@ -150,10 +150,8 @@ impl ApiClient {
         gate: &dyn CallGate,
         prompt: String,
         scratch: &Path,
-        started: Instant,
-        events: &mut Vec<TraceEvent>,
+        trace: &mut Recorder<'_>,
     ) -> Result<Option<String>> {
-        let mut trace = Recorder { started, events };
         let (sessions, tools) = self.open_servers(scratch).await?;
         trace.push(EventKind::Message {
             role: "user".into(),
@@ -185,7 +183,7 @@ impl ApiClient {
                 close(sessions).await;
                 return Ok(reply.text);
             }
-            let outputs = run_tool_calls(&reply.calls, &sessions, &mut trace).await?;
+            let outputs = run_tool_calls(&reply.calls, &sessions, trace).await?;
             turns.push(Turn::Assistant {
                 text: reply.text,
                 calls: reply.calls,
@@ -245,20 +243,6 @@ impl ApiClient {
     }
 }
 
-/// Appends events to a trial's trace, timed from the trial's start.
-struct Recorder<'a> {
-    started: Instant,
-    events: &'a mut Vec<TraceEvent>,
-}
-
-impl Recorder<'_> {
-    fn push(&mut self, kind: EventKind) {
-        let seq = self.events.len() as u64;
-        let at_ms = self.started.elapsed().as_millis() as u64;
-        self.events.push(TraceEvent { seq, at_ms, kind });
-    }
-}
-
 /// Runs the model's tool calls on their servers, in order, recording each call and result;
 /// a name no server has is an error result the model sees.
 async fn run_tool_calls(
@@ -307,27 +291,19 @@ impl Client for ApiClient {
     }
 
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
-        let started = Instant::now();
-        let mut events = Vec::new();
+        let mut trace = Recorder::new(input, Instant::now());
         let provider = match self.provider_for(self.script_for(&input.case.id)) {
             Ok(provider) => provider,
             Err(e) => {
                 let why = e.context(format!("case `{}`", input.case.id));
-                return trace_of(super::mcp::Outcome::Failed(why), events, started);
+                return trace_of(super::mcp::Outcome::Failed(why), trace);
             }
         };
         let prompt = input_text(input.case);
         let outcome = drive(
             input,
-            self.agent_loop(
-                &provider,
-                input.calls,
-                prompt,
-                input.scratch,
-                started,
-                &mut events,
-            ),
+            self.agent_loop(&provider, input.calls, prompt, input.scratch, &mut trace),
         );
-        trace_of(outcome, events, started)
+        trace_of(outcome, trace)
     }
 }

@@ -9,8 +9,8 @@
 //! stderr lines become `log` events, and its exit code is recorded. At the deadline the whole
 //! process group is killed and the trial is `timed-out`.
 
-use super::{input_text, Client, TrialInput};
-use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus};
+use super::{input_text, Client, Recorder, TrialInput};
+use crate::eval::trial::{EventKind, TraceRecord, TrialStatus};
 use crate::process::{read_lines_capped, GroupChild};
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
@@ -107,17 +107,16 @@ fn fill(template: &str, input: &TrialInput<'_>, text: &str) -> String {
         .replace("{trial}", &input.trial.to_string())
 }
 
-fn infra(message: String, started: Instant) -> TraceRecord {
+/// An infra trace: what was recorded, then `message` as its last log event.
+fn infra(mut trace: Recorder<'_>, message: String) -> TraceRecord {
+    trace.push(EventKind::Log { text: message });
+    let duration_ms = trace.started().elapsed().as_millis() as u64;
     TraceRecord {
         status: TrialStatus::Infra,
         final_text: None,
-        events: vec![TraceEvent {
-            seq: 0,
-            at_ms: 0,
-            kind: EventKind::Log { text: message },
-        }],
+        events: trace.into_events(),
         exit_code: None,
-        duration_ms: started.elapsed().as_millis() as u64,
+        duration_ms,
     }
 }
 
@@ -128,18 +127,18 @@ impl Client for CommandClient {
 
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
         let started = Instant::now();
+        let mut trace = Recorder::new(input, started);
         let text = input_text(input.case);
         let (mut child, outputs, readers) = match self.spawn(input, &text, started) {
             Ok(spawned) => spawned,
-            Err(why) => return infra(why, started),
+            Err(why) => return infra(trace, why),
         };
         let deadline = started + input.timeout;
         let mut answer = String::new();
-        let mut events = Vec::new();
         let mut timed_out = false;
         let status = loop {
             if let Ok(output) = outputs.recv_timeout(Duration::from_millis(20)) {
-                self.record(output, &mut answer, &mut events);
+                self.record(output, &mut answer, &mut trace);
             }
             if let Some(status) = child.try_wait() {
                 break status;
@@ -152,7 +151,7 @@ impl Client for CommandClient {
             if input.cancel.load(Ordering::Relaxed) {
                 child.kill_group();
                 child.wait();
-                return infra("cancelled".into(), started);
+                return infra(trace, "cancelled".into());
             }
         };
         // The program is gone; its pipes close once every process of the group is gone. A
@@ -163,18 +162,13 @@ impl Client for CommandClient {
         loop {
             let left = stop_reading.saturating_duration_since(Instant::now());
             match outputs.recv_timeout(left) {
-                Ok(output) => self.record(output, &mut answer, &mut events),
+                Ok(output) => self.record(output, &mut answer, &mut trace),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let text = "the program's output stayed open after it ended (a process \
                                 outside its process group holds it); stopped reading"
                         .to_string();
-                    let (seq, at_ms) = (events.len() as u64, started.elapsed().as_millis());
-                    events.push(TraceEvent {
-                        seq,
-                        at_ms: at_ms as u64,
-                        kind: EventKind::Log { text },
-                    });
+                    trace.push(EventKind::Log { text });
                     break;
                 }
             }
@@ -191,7 +185,7 @@ impl Client for CommandClient {
                 TrialStatus::Completed
             },
             final_text: Some(answer),
-            events,
+            events: trace.into_events(),
             exit_code: status.and_then(|s| s.code()),
             duration_ms: started.elapsed().as_millis() as u64,
         }
@@ -270,17 +264,12 @@ impl CommandClient {
 
     /// One line of output into the answer or the events: stderr lines are `log` events, stdout
     /// lines are answer text (or, with `events`, trace events when they parse as one).
-    fn record(&self, output: Output, answer: &mut String, events: &mut Vec<TraceEvent>) {
-        let seq = events.len() as u64;
+    fn record(&self, output: Output, answer: &mut String, trace: &mut Recorder<'_>) {
         match output {
             Output::Line(line, at) => {
                 if self.options.events {
                     if let Ok(kind) = serde_json::from_str::<EventKind>(&line) {
-                        events.push(TraceEvent {
-                            seq,
-                            at_ms: at.as_millis() as u64,
-                            kind,
-                        });
+                        trace.push_at(at, kind);
                         return;
                     }
                 }
@@ -289,11 +278,7 @@ impl CommandClient {
                     answer.push('\n');
                 }
             }
-            Output::Err(text, at) => events.push(TraceEvent {
-                seq,
-                at_ms: at.as_millis() as u64,
-                kind: EventKind::Log { text },
-            }),
+            Output::Err(text, at) => trace.push_at(at, EventKind::Log { text }),
         }
     }
 }
@@ -301,7 +286,7 @@ impl CommandClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::trial::CaseRecord;
+    use crate::eval::trial::{CaseRecord, TraceEvent};
     use serde_json::json;
     use std::sync::atomic::AtomicBool;
 
@@ -322,6 +307,15 @@ mod tests {
     }
 
     fn run(options: serde_json::Value, input: serde_json::Value, timeout: Duration) -> TraceRecord {
+        run_told(options, input, timeout, &crate::client::NoEvents)
+    }
+
+    fn run_told(
+        options: serde_json::Value,
+        input: serde_json::Value,
+        timeout: Duration,
+        events: &dyn crate::client::EventSink,
+    ) -> TraceRecord {
         let client = CommandClient::new(Some(&options), &BTreeMap::new()).unwrap();
         let case = CaseRecord::new("c1", input);
         client.run(&TrialInput {
@@ -332,7 +326,41 @@ mod tests {
             cancel: &AtomicBool::new(false),
             scratch: &std::env::temp_dir(),
             calls: &crate::model::Unlimited,
+            events,
         })
+    }
+
+    /// Keeps what it hears, with when it heard it.
+    #[derive(Default)]
+    struct Heard(std::sync::Mutex<Vec<(TraceEvent, Instant)>>);
+
+    impl crate::client::EventSink for Heard {
+        fn emit(&self, event: &TraceEvent) {
+            self.0.lock().unwrap().push((event.clone(), Instant::now()));
+        }
+    }
+
+    #[test]
+    fn each_event_is_told_as_it_is_recorded_and_the_trace_is_what_was_told() {
+        let script = r#"echo '{"type":"log","text":"one"}'; sleep 1; echo two >&2; echo answer"#;
+        let heard = Heard::default();
+        let started = Instant::now();
+        let trace = run_told(
+            json!({"command": ["sh", "-c", script], "events": true}),
+            json!(null),
+            Duration::from_secs(10),
+            &heard,
+        );
+        let heard = heard.0.into_inner().unwrap();
+        let told: Vec<TraceEvent> = heard.iter().map(|(e, _)| e.clone()).collect();
+        // The program's own event, then its stderr line.
+        assert_eq!(trace.events.len(), 2, "{:?}", trace.events);
+        assert_eq!(told, trace.events);
+        assert!(
+            heard[0].1 < started + Duration::from_millis(900),
+            "told before the program went on: {:?}",
+            heard[0].1 - started
+        );
     }
 
     #[test]

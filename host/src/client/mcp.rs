@@ -8,9 +8,9 @@
 //! failure; a server that cannot be started or reached is. Each trial starts its servers afresh,
 //! so no state leaks from one trial to the next.
 
-use super::{Client, TrialInput};
+use super::{Client, Recorder, TrialInput};
 use crate::eval::config::ServerConfig;
-use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus};
+use crate::eval::trial::{EventKind, TraceRecord, TrialStatus};
 use crate::process::GroupGuard;
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
@@ -295,8 +295,7 @@ async fn run_calls(
     tokens: &BTreeMap<String, Secret>,
     calls: &[(String, Call)],
     scratch: &Path,
-    started: Instant,
-    events: &mut Vec<TraceEvent>,
+    trace: &mut Recorder<'_>,
 ) -> Result<Option<String>> {
     let mut sessions: BTreeMap<String, Session> = BTreeMap::new();
     let mut last = None;
@@ -311,29 +310,20 @@ async fn run_calls(
         }
         let session = &sessions[&label];
         let id = (index + 1).to_string();
-        let seq = events.len() as u64;
-        events.push(TraceEvent {
-            seq,
-            at_ms: started.elapsed().as_millis() as u64,
-            kind: EventKind::ToolCall {
-                id: id.clone(),
-                server: Some(label.clone()),
-                tool: call.tool.clone(),
-                arguments: serde_json::Value::Object(call.arguments.clone()),
-            },
+        trace.push(EventKind::ToolCall {
+            id: id.clone(),
+            server: Some(label.clone()),
+            tool: call.tool.clone(),
+            arguments: serde_json::Value::Object(call.arguments.clone()),
         });
         let call_started = Instant::now();
         let (output, is_error) =
             call_tool(session, &label, &call.tool, call.arguments.clone()).await?;
-        events.push(TraceEvent {
-            seq: seq + 1,
-            at_ms: started.elapsed().as_millis() as u64,
-            kind: EventKind::ToolResult {
-                id,
-                output: output.clone(),
-                is_error,
-                duration_ms: call_started.elapsed().as_millis() as u64,
-            },
+        trace.push(EventKind::ToolResult {
+            id,
+            output: output.clone(),
+            is_error,
+            duration_ms: call_started.elapsed().as_millis() as u64,
         });
         last = Some(output);
     }
@@ -354,13 +344,12 @@ impl Client for McpClient {
     }
 
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
-        let started = Instant::now();
-        let mut events = Vec::new();
+        let mut trace = Recorder::new(input, Instant::now());
         let calls = match calls_of(&input.case.input, &self.servers) {
             Ok(calls) => calls,
             Err(e) => {
                 let why = e.context(format!("case `{}`", input.case.id));
-                return trace_of(Outcome::Failed(why), events, started);
+                return trace_of(Outcome::Failed(why), trace);
             }
         };
         let outcome = drive(
@@ -370,11 +359,10 @@ impl Client for McpClient {
                 &self.tokens,
                 &calls,
                 input.scratch,
-                started,
-                &mut events,
+                &mut trace,
             ),
         );
-        trace_of(outcome, events, started)
+        trace_of(outcome, trace)
     }
 }
 
@@ -421,13 +409,10 @@ pub(super) fn drive(
     outcome
 }
 
-/// The trace of a trial that ended with `outcome` after recording `events`.
-pub(super) fn trace_of(
-    outcome: Outcome,
-    mut events: Vec<TraceEvent>,
-    started: Instant,
-) -> TraceRecord {
-    let duration_ms = started.elapsed().as_millis() as u64;
+/// The trace of a trial that ended with `outcome` after recording `trace`.
+pub(super) fn trace_of(outcome: Outcome, mut trace: Recorder<'_>) -> TraceRecord {
+    let duration = trace.started().elapsed();
+    let duration_ms = duration.as_millis() as u64;
     let (status, final_text) = match outcome {
         Outcome::Answered(text) => (TrialStatus::Completed, text),
         Outcome::TimedOut => (TrialStatus::TimedOut, None),
@@ -436,19 +421,14 @@ pub(super) fn trace_of(
                 Outcome::Failed(e) => format!("{e:#}"),
                 _ => "cancelled".to_string(),
             };
-            let seq = events.len() as u64;
-            events.push(TraceEvent {
-                seq,
-                at_ms: duration_ms,
-                kind: EventKind::Log { text },
-            });
+            trace.push_at(duration, EventKind::Log { text });
             (TrialStatus::Infra, None)
         }
     };
     TraceRecord {
         status,
         final_text,
-        events,
+        events: trace.into_events(),
         exit_code: None,
         duration_ms,
     }

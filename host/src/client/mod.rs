@@ -7,12 +7,12 @@ pub mod command;
 pub mod mcp;
 
 use crate::eval::config::VariantSpec;
-use crate::eval::trial::{CaseRecord, TraceRecord};
+use crate::eval::trial::{CaseRecord, EventKind, TraceEvent, TraceRecord};
 use crate::secrets::Secret;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Everything a client needs to run one trial.
 #[derive(Clone)]
@@ -29,6 +29,71 @@ pub struct TrialInput<'a> {
     pub scratch: &'a std::path::Path,
     /// Where each model call takes its provider's slot (`limits.providers`).
     pub calls: &'a dyn crate::model::CallGate,
+    /// Hears each trace event the moment the client records it (the worker streams them to
+    /// the coordinator); [`NoEvents`] for callers that only read the finished trace.
+    pub events: &'a dyn EventSink,
+}
+
+/// Hears a trial's trace events as they are recorded, in order: exactly the events of the
+/// trace the client returns, each once (a client records through a [`Recorder`], which
+/// guarantees it).
+pub trait EventSink: Sync {
+    /// One event, just appended to the trace.
+    fn emit(&self, event: &TraceEvent);
+}
+
+/// A sink that hears nothing.
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn emit(&self, _event: &TraceEvent) {}
+}
+
+/// A trial's trace events as a client records them: the one place that numbers an event,
+/// times it from the trial's start, keeps it and tells the trial's [`EventSink`], so what was
+/// streamed is always what the trace holds.
+pub struct Recorder<'a> {
+    started: Instant,
+    events: Vec<TraceEvent>,
+    sink: &'a dyn EventSink,
+}
+
+impl<'a> Recorder<'a> {
+    /// An empty trace for a trial that started at `started`, told to `input.events`.
+    pub fn new(input: &TrialInput<'a>, started: Instant) -> Self {
+        Recorder {
+            started,
+            events: Vec::new(),
+            sink: input.events,
+        }
+    }
+
+    /// Appends an event that happened now.
+    pub fn push(&mut self, kind: EventKind) {
+        self.push_at(self.started.elapsed(), kind);
+    }
+
+    /// Appends an event that happened `at` after the trial started (output read on another
+    /// thread carries its own time).
+    pub fn push_at(&mut self, at: Duration, kind: EventKind) {
+        let event = TraceEvent {
+            seq: self.events.len() as u64,
+            at_ms: at.as_millis() as u64,
+            kind,
+        };
+        self.sink.emit(&event);
+        self.events.push(event);
+    }
+
+    /// When the trial started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The events recorded, in order.
+    pub fn into_events(self) -> Vec<TraceEvent> {
+        self.events
+    }
 }
 
 /// Runs trials. A client never fails: whatever happens becomes the trace's status and events.

@@ -71,7 +71,7 @@ pub enum TrialStatus {
 }
 
 /// What happened in one trace event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum EventKind {
     Message {
@@ -105,7 +105,7 @@ pub enum EventKind {
 }
 
 /// One entry of an append-only trace.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TraceEvent {
     /// Position in the trace, from 0 without gaps: a `since` cursor.
@@ -227,6 +227,51 @@ impl TrialRecord {
 }
 
 impl TraceEvent {
+    /// This event with every secret the process holds replaced, exactly as a trace file
+    /// holding it is redacted (the same JSON redaction), so a streamed event equals the
+    /// stored one.
+    pub fn redacted(&self) -> TraceEvent {
+        let json = serde_json::to_vec(self).expect("trace events serialize");
+        match crate::secrets::redactor().redact_json(&json) {
+            std::borrow::Cow::Borrowed(_) => self.clone(),
+            std::borrow::Cow::Owned(redacted) => {
+                serde_json::from_slice(&redacted).expect("redaction keeps JSON valid")
+            }
+        }
+    }
+
+    /// One line for a person: what happened, cut to about `max` characters.
+    pub fn summary(&self, max: usize) -> String {
+        let line = match &self.kind {
+            EventKind::Message { role, text } => format!("{role}: {text}"),
+            EventKind::ToolCall {
+                server,
+                tool,
+                arguments,
+                ..
+            } => match server {
+                Some(server) => format!("tool-call {server}/{tool} {arguments}"),
+                None => format!("tool-call {tool} {arguments}"),
+            },
+            EventKind::ToolResult {
+                output,
+                is_error,
+                duration_ms,
+                ..
+            } => {
+                let error = if *is_error { " error" } else { "" };
+                format!("tool-result{error} ({duration_ms} ms): {output}")
+            }
+            EventKind::Log { text } => format!("log: {text}"),
+            EventKind::Custom { name, data } => format!("{name}: {data}"),
+        };
+        let line = line.replace('\n', " ");
+        match line.char_indices().nth(max) {
+            Some((cut, _)) => format!("{}…", &line[..cut]),
+            None => line,
+        }
+    }
+
     fn to_wit(&self) -> wit::TraceEvent {
         let kind = match &self.kind {
             EventKind::Message { role, text } => wit::EventKind::Message(wit::Message {

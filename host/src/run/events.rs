@@ -80,6 +80,7 @@ impl RunEvent<'_> {
                 "shard {shard}: cannot dispose of its machine: {why}"
             )),
             RunEvent::Started { .. }
+            | RunEvent::Shard(ShardEvent::TraceEvent { .. })
             | RunEvent::Shard(ShardEvent::TrialCollected { .. })
             | RunEvent::Shard(ShardEvent::TrialInfra { .. })
             | RunEvent::Finished(_) => None,

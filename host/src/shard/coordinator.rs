@@ -15,7 +15,7 @@ use super::protocol::{
 };
 use super::tokens::{renewal_due, ServerTokens};
 use crate::eval::config::VariantSpec;
-use crate::eval::trial::{CaseRecord, CollectedBy, TrialKey, TrialRecord, TrialStatus};
+use crate::eval::trial::{CaseRecord, CollectedBy, TraceEvent, TrialKey, TrialRecord, TrialStatus};
 use crate::results::{trace_path, RunDir};
 use crate::runner::channel::{Channel, Refused};
 use serde::Serialize;
@@ -164,6 +164,17 @@ impl ShardReport {
 /// What happens in a shard, for progress output and the run's reporters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShardEvent {
+    /// A running trial's trace event `seq`, as the worker streamed it (checked: the trial
+    /// runs, `seq` is its next, within the caps; redacted like the trace file). `event` is
+    /// `None` for an event too large to stream: the trace, once copied back, holds it. The
+    /// events of a trial come in order, from 0 without gaps, and are the trace's events (a
+    /// prefix of them when the trial passed its stream cap).
+    TraceEvent {
+        shard: u32,
+        key: TrialKey,
+        seq: u64,
+        event: Option<TraceEvent>,
+    },
     /// A trial's trace was copied back and validated.
     TrialCollected { shard: u32, key: TrialKey },
     /// A trial ended as an infrastructure failure (the worker said so, or its trace was
@@ -269,6 +280,8 @@ pub struct ShardSession<'a> {
     waiting: Vec<WaitingAcquire>,
     /// The model call each running trial holds or waits for a slot for (at most one).
     calls: BTreeMap<TrialKey, u32>,
+    /// What each trial has streamed so far.
+    streams: Streams,
     hello_seen: bool,
     last_heard: Instant,
     cancel_sent: Option<Instant>,
@@ -303,6 +316,7 @@ impl<'a> ShardSession<'a> {
             reported: BTreeSet::new(),
             waiting: Vec::new(),
             calls: BTreeMap::new(),
+            streams: Streams::default(),
             hello_seen: false,
             last_heard: Instant::now(),
             cancel_sent: None,
@@ -513,6 +527,7 @@ impl<'a> ShardSession<'a> {
             WorkerMessage::Trial {
                 key, status, error, ..
             } => self.on_trial(key, status, error),
+            WorkerMessage::Event { .. } => self.on_event(message),
             WorkerMessage::Done { cleanup, .. } => {
                 self.done = Some((cleanup, Instant::now()));
                 None
@@ -650,12 +665,7 @@ impl<'a> ShardSession<'a> {
     /// reported, for a variant that calls no provider, or while the trial holds or waits for
     /// another call's slot (a worker hoarding slots) is a protocol violation.
     fn on_acquire_call(&mut self, key: TrialKey, call: u32) -> Option<ShardEnd> {
-        let running = self.acquired.contains(&key)
-            && !self.reported.contains(&key)
-            && !self
-                .waiting
-                .iter()
-                .any(|w| matches!(&w.holder, Holder::Trial { key: k, .. } if *k == key));
+        let running = self.running(&key);
         let providers = self
             .bundle
             .variants
@@ -689,6 +699,55 @@ impl<'a> ShardSession<'a> {
             holder: Holder::Call { shard, key, call },
             providers,
             servers: Vec::new(),
+        });
+        None
+    }
+
+    /// Whether `key` runs now: granted (asked for and no longer waiting for room) and not yet
+    /// reported.
+    fn running(&self, key: &TrialKey) -> bool {
+        self.acquired.contains(key)
+            && !self.reported.contains(key)
+            && !self
+                .waiting
+                .iter()
+                .any(|w| matches!(&w.holder, Holder::Trial { key: k, .. } if k == key))
+    }
+
+    /// Checks one streamed trace event (an `event` message) and passes it on, redacted as
+    /// the trace file will be. An event for a trial that is not running, out of order, or
+    /// past the caps breaks the protocol, like any other lie about a trial: the shard is lost.
+    fn on_event(&mut self, message: WorkerMessage) -> Option<ShardEnd> {
+        let line_bytes = protocol::encode(&message).len() as u64;
+        let WorkerMessage::Event {
+            key,
+            seq,
+            event,
+            omitted,
+        } = message
+        else {
+            unreachable!("on_event takes `event` messages")
+        };
+        let checked = if self.running(&key) {
+            self.streams
+                .check(&key, seq, event.as_ref(), omitted, line_bytes)
+        } else {
+            Err(format!(
+                "it streamed event {seq} of trial {key}, which is not running"
+            ))
+        };
+        if let Err(why) = checked {
+            return Some(ShardEnd::Lost(format!(
+                "the worker broke {PROTOCOL}: {why}"
+            )));
+        }
+        let shard = self.bundle.shard;
+        let event = event.map(|e| e.redacted());
+        (self.context.events)(ShardEvent::TraceEvent {
+            shard,
+            key,
+            seq,
+            event,
         });
         None
     }
@@ -917,6 +976,62 @@ impl<'a> ShardSession<'a> {
     }
 }
 
+/// What each trial of a shard has streamed: the next `seq` it must send, and the bytes of its
+/// `event` lines so far.
+#[derive(Default)]
+struct Streams(BTreeMap<TrialKey, (u64, u64)>);
+
+impl Streams {
+    /// Checks the trial's next event message (`line_bytes` long, as [`protocol::encode`]
+    /// writes it) against the order and the caps, and counts it; says what is wrong otherwise.
+    fn check(
+        &mut self,
+        key: &TrialKey,
+        seq: u64,
+        event: Option<&TraceEvent>,
+        omitted: Option<u64>,
+        line_bytes: u64,
+    ) -> Result<(), String> {
+        let (next, bytes) = self.0.get(key).copied().unwrap_or((0, 0));
+        if seq != next {
+            return Err(format!(
+                "it streamed event {seq} of trial {key}, whose next event is {next}"
+            ));
+        }
+        match (event, omitted) {
+            (Some(event), None) if event.seq != seq => {
+                return Err(format!(
+                    "its event {seq} of trial {key} says it is event {}",
+                    event.seq
+                ))
+            }
+            (Some(event), None) if protocol::event_bytes(event) > protocol::MAX_EVENT_BYTES => {
+                return Err(format!(
+                    "its event {seq} of trial {key} is {} bytes, over the {}-byte cap for an \
+                     event streamed in full",
+                    protocol::event_bytes(event),
+                    protocol::MAX_EVENT_BYTES
+                ))
+            }
+            (Some(_), None) | (None, Some(_)) => {}
+            _ => {
+                return Err(format!(
+                    "its event {seq} of trial {key} must carry either `event` or `omitted`"
+                ))
+            }
+        }
+        let bytes = bytes + line_bytes;
+        if bytes > protocol::MAX_TRIAL_STREAM_BYTES {
+            return Err(format!(
+                "trial {key} streamed {bytes} bytes of events, over the {}-byte cap per trial",
+                protocol::MAX_TRIAL_STREAM_BYTES
+            ));
+        }
+        self.0.insert(key.clone(), (next + 1, bytes));
+        Ok(())
+    }
+}
+
 /// Writes queued lines to the worker's stdin on a thread of its own, until the queue closes or
 /// the pipe breaks.
 fn spawn_writer(mut stdin: Box<dyn Write + Send>) -> mpsc::Sender<String> {
@@ -950,4 +1065,65 @@ fn spawn_reader(stdout: Box<dyn std::io::Read + Send>) -> mpsc::Receiver<Input> 
         let _ = tx.send(Input::Eof);
     });
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::trial::EventKind;
+
+    fn key(trial: u32) -> TrialKey {
+        TrialKey {
+            variant: "v".into(),
+            case: "c".into(),
+            trial,
+        }
+    }
+
+    fn log(seq: u64, text: &str) -> TraceEvent {
+        TraceEvent {
+            seq,
+            at_ms: 1,
+            kind: EventKind::Log { text: text.into() },
+        }
+    }
+
+    #[test]
+    fn streamed_events_come_in_order_per_trial() {
+        let mut streams = Streams::default();
+        assert!(streams
+            .check(&key(0), 0, Some(&log(0, "a")), None, 10)
+            .is_ok());
+        assert!(streams
+            .check(&key(1), 0, Some(&log(0, "b")), None, 10)
+            .is_ok());
+        assert!(streams.check(&key(0), 1, None, Some(99_999), 10).is_ok());
+        let err = streams
+            .check(&key(0), 3, Some(&log(3, "gap")), None, 10)
+            .unwrap_err();
+        assert!(err.contains("whose next event is 2"), "{err}");
+        let err = streams
+            .check(&key(0), 1, Some(&log(1, "again")), None, 10)
+            .unwrap_err();
+        assert!(err.contains("next event is 2"), "{err}");
+        let err = streams
+            .check(&key(0), 2, Some(&log(5, "lie")), None, 10)
+            .unwrap_err();
+        assert!(err.contains("says it is event 5"), "{err}");
+        let err = streams.check(&key(0), 2, None, None, 10).unwrap_err();
+        assert!(err.contains("either `event` or `omitted`"), "{err}");
+    }
+
+    #[test]
+    fn streamed_events_are_capped_per_event_and_per_trial() {
+        let mut streams = Streams::default();
+        let big = log(0, &"x".repeat(protocol::MAX_EVENT_BYTES));
+        let err = streams.check(&key(0), 0, Some(&big), None, 10).unwrap_err();
+        assert!(err.contains("cap for an event"), "{err}");
+        let half = protocol::MAX_TRIAL_STREAM_BYTES / 2;
+        assert!(streams.check(&key(0), 0, None, Some(1), half).is_ok());
+        assert!(streams.check(&key(0), 1, None, Some(1), half).is_ok());
+        let err = streams.check(&key(0), 2, None, Some(1), 1).unwrap_err();
+        assert!(err.contains("cap per trial"), "{err}");
+    }
 }

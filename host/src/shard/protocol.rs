@@ -3,7 +3,7 @@
 //! `type` field naming the message; unknown types and unknown fields are protocol errors, so
 //! that a worker of another version fails loudly instead of being half understood.
 
-use crate::eval::trial::TrialKey;
+use crate::eval::trial::{TraceEvent, TrialKey};
 use crate::secrets::Secret;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -15,6 +15,21 @@ pub const PROTOCOL: &str = "mst.shard/v1";
 /// The longest line either side accepts; a longer one is a protocol error (a trace never
 /// travels in a message, only its path).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// The largest trace event streamed in full: its JSON (as [`event_bytes`] counts it). A
+/// worker sends a larger one as a stub (`omitted`), and the coordinator loses a shard whose
+/// worker sends one in full.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024;
+
+/// The most one trial may stream: the `event` lines of a trial, as [`encode`] writes them,
+/// added up. A worker stops streaming a trial before it would pass this (the rest is in the
+/// trace it writes), and the coordinator loses a shard whose worker goes past it.
+pub const MAX_TRIAL_STREAM_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The size of `event` as the per-event cap counts it: its JSON, compact.
+pub fn event_bytes(event: &TraceEvent) -> usize {
+    serde_json::to_vec(event).map_or(usize::MAX, |json| json.len())
+}
 
 /// The client a worker drives, as reported in `hello`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +123,20 @@ pub enum WorkerMessage {
         /// Why an `infra` trial failed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+    },
+    /// One event of a running trial's trace, sent the moment the client records it: `seq`
+    /// counts the trial's events from 0 without gaps, and `event` is the trace's event `seq`
+    /// exactly as the trace file will hold it. An event over [`MAX_EVENT_BYTES`] is sent
+    /// without `event` and with `omitted`, its size: the trace file has it. Added within
+    /// `mst.shard/v1` (see docs/protocol.md, "Compatibility").
+    Event {
+        key: TrialKey,
+        seq: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        event: Option<TraceEvent>,
+        /// The size of an event too large to stream, sent instead of it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        omitted: Option<u64>,
     },
     /// The worker is alive; sent at least every heartbeat interval.
     Heartbeat {
@@ -257,6 +286,7 @@ fn classify(error: &serde_json::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eval::trial::EventKind;
 
     fn key() -> TrialKey {
         TrialKey {
@@ -301,6 +331,27 @@ mod tests {
                 path: "baseline/tz-1/2.json".into(),
                 error: None,
             },
+            WorkerMessage::Event {
+                key: key(),
+                seq: 0,
+                event: Some(TraceEvent {
+                    seq: 0,
+                    at_ms: 3,
+                    kind: EventKind::ToolCall {
+                        id: "1".into(),
+                        server: Some("time".into()),
+                        tool: "now".into(),
+                        arguments: serde_json::json!({"tz": "UTC"}),
+                    },
+                }),
+                omitted: None,
+            },
+            WorkerMessage::Event {
+                key: key(),
+                seq: 1,
+                event: None,
+                omitted: Some(70_000),
+            },
             WorkerMessage::Heartbeat { at: 1 },
             WorkerMessage::Done {
                 counts: DoneCounts {
@@ -329,6 +380,20 @@ mod tests {
         assert_eq!(
             line,
             "{\"type\":\"trial\",\"key\":{\"variant\":\"baseline\",\"case\":\"tz-1\",\"trial\":2},\"status\":\"infra\",\"path\":\"p\",\"error\":\"x\"}\n"
+        );
+        let event = encode(&WorkerMessage::Event {
+            key: key(),
+            seq: 0,
+            event: Some(TraceEvent {
+                seq: 0,
+                at_ms: 5,
+                kind: EventKind::Log { text: "hi".into() },
+            }),
+            omitted: None,
+        });
+        assert_eq!(
+            event,
+            "{\"type\":\"event\",\"key\":{\"variant\":\"baseline\",\"case\":\"tz-1\",\"trial\":2},\"seq\":0,\"event\":{\"seq\":0,\"atMs\":5,\"type\":\"log\",\"text\":\"hi\"}}\n"
         );
         let granted = encode(&CoordinatorMessage::Granted { key: key() });
         assert!(granted.starts_with("{\"type\":\"granted\""), "{granted}");

@@ -8,9 +8,9 @@ use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, DoneCounts, Token, TokenReason,
     WorkerMessage, PROTOCOL,
 };
-use crate::client::{self, Client, TrialInput};
+use crate::client::{self, Client, EventSink, TrialInput};
 use crate::eval::config::{ServerConfig, VariantSpec};
-use crate::eval::trial::{CaseRecord, TrialKey, TrialRecord, TrialStatus};
+use crate::eval::trial::{CaseRecord, TraceEvent, TrialKey, TrialRecord, TrialStatus};
 use crate::model::{CallGate, CallSlot};
 use crate::results::trace_path;
 use crate::secrets::{Secret, TokenDir};
@@ -32,9 +32,14 @@ struct Wire(Arc<Mutex<std::io::Stdout>>);
 
 impl Wire {
     fn send(&self, message: &WorkerMessage) {
+        self.send_line(&protocol::encode(message));
+    }
+
+    /// Writes a line [`protocol::encode`] made.
+    fn send_line(&self, line: &str) {
         let mut out = self.0.lock().expect("stdout lock");
         // A closed stdout means the coordinator is gone; the main loop notices on stdin.
-        let _ = out.write_all(protocol::encode(message).as_bytes());
+        let _ = out.write_all(line.as_bytes());
         let _ = out.flush();
     }
 }
@@ -51,17 +56,21 @@ enum Event {
 /// Model calls waiting for `granted-call`, by trial and call number.
 type PendingCalls = Arc<Mutex<BTreeMap<(TrialKey, u32), tokio::sync::oneshot::Sender<()>>>>;
 
-/// One trial's [`CallGate`]: each model call asks the coordinator for its provider's slot
-/// (`acquire-call`), waits for `granted-call`, and gives it back (`release-call`) when the call
-/// ends or is abandoned while it waits.
-struct TrialCalls {
+/// What one running trial says to the coordinator: its model calls' slots (a [`CallGate`]:
+/// each call asks for its provider's slot with `acquire-call`, waits for `granted-call`, and
+/// gives it back with `release-call` when it ends or is abandoned while it waits) and its
+/// trace events as they are recorded (an [`EventSink`]).
+struct TrialLink {
     key: TrialKey,
     wire: Wire,
     pending: PendingCalls,
+    /// The number of the trial's next model call.
     next: AtomicU32,
+    /// Bytes of events streamed so far, or `None` once the stream stopped at its cap.
+    sent: Mutex<Option<u64>>,
 }
 
-impl CallGate for TrialCalls {
+impl CallGate for TrialLink {
     fn acquire<'a>(
         &'a self,
         _provider: &'a str,
@@ -91,6 +100,38 @@ impl CallGate for TrialCalls {
     }
 }
 
+/// One trial's [`EventSink`]: each event the client records goes to the coordinator at once
+/// as an `event` line, redacted as the trace file will be. An event over the per-event cap
+/// goes as a stub; once the trial's stream would pass its cap, the stream stops (the trace
+/// file has every event).
+impl EventSink for TrialLink {
+    fn emit(&self, event: &TraceEvent) {
+        let mut sent = self.sent.lock().expect("stream lock");
+        let Some(so_far) = *sent else {
+            return;
+        };
+        let (seq, event) = (event.seq, event.redacted());
+        let size = protocol::event_bytes(&event);
+        let (event, omitted) = match size > protocol::MAX_EVENT_BYTES {
+            true => (None, Some(size as u64)),
+            false => (Some(event), None),
+        };
+        let line = protocol::encode(&WorkerMessage::Event {
+            key: self.key.clone(),
+            seq,
+            event,
+            omitted,
+        });
+        let total = so_far + line.len() as u64;
+        if total > protocol::MAX_TRIAL_STREAM_BYTES {
+            *sent = None;
+            return;
+        }
+        *sent = Some(total);
+        self.wire.send_line(&line);
+    }
+}
+
 /// Runs one trial and writes its trace; returns the trace's status.
 /// `Ok(None)` when the trial was stopped by `cancel`: it is left missing, to be resumed.
 fn run_trial(
@@ -100,7 +141,7 @@ fn run_trial(
     timeout: Duration,
     results: &Path,
     cancel: &AtomicBool,
-    calls: &dyn CallGate,
+    link: &TrialLink,
 ) -> Result<Option<TrialStatus>, String> {
     let scratch = scratch_dir(results)?;
     let trace = client.run(&TrialInput {
@@ -110,7 +151,8 @@ fn run_trial(
         timeout,
         cancel,
         scratch: scratch.path(),
-        calls,
+        calls: link,
+        events: link,
     });
     let status = trace.status;
     if cancel.load(Ordering::Relaxed) && status != TrialStatus::Completed {
@@ -446,11 +488,12 @@ impl Worker {
         let timeout = Duration::from_millis(self.bundle.timeout_ms);
         let results = self.results.clone();
         let cancel = self.cancel_trials.clone();
-        let calls = TrialCalls {
+        let link = TrialLink {
             key: key.clone(),
             wire: self.wire.clone(),
             pending: self.pending_calls.clone(),
             next: AtomicU32::new(0),
+            sent: Mutex::new(Some(0)),
         };
         std::thread::spawn(move || {
             let outcome = run_trial(
@@ -460,7 +503,7 @@ impl Worker {
                 timeout,
                 &results,
                 &cancel,
-                &calls,
+                &link,
             );
             let _ = events.send(Event::Finished(key, outcome));
         });
