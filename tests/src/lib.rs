@@ -1,12 +1,14 @@
 //! Helpers for the end-to-end tests: where the built `mst` binary and the plugin components
 //! are, a runner that gives each test its own `MST_HOME`, evals and waits shared by the runner
 //! tests, ([`sshd`]) real OpenSSH servers on loopback, and ([`model_server`]) a scripted model
-//! server on loopback (no model provider is reachable from the test machines).
+//! server on loopback (no model provider is reachable from the test machines), and ([`serve`]) a
+//! running `mst serve` called with the real `curl`.
 //!
 //! Build everything first with `cargo xtask test` (or `cargo xtask plugins` and
 //! `cargo build -p mst`); a missing artifact fails the test with that instruction.
 
 pub mod model_server;
+pub mod serve;
 pub mod sshd;
 
 use std::path::{Path, PathBuf};

@@ -61,7 +61,10 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
                 .with_context(|| format!("cannot read --token-file {}", path.display()))?;
             let token = text.trim().to_string();
             if token.len() < 16 {
-                bail!("--token-file {}: the token must be at least 16 characters", path.display());
+                bail!(
+                    "--token-file {}: the token must be at least 16 characters",
+                    path.display()
+                );
             }
             Some(token)
         }
@@ -88,7 +91,8 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         },
         idle_ttl: crate::eval::config::seconds("--idle-ttl", args.idle_ttl)?,
     };
-    let playground = Arc::new(Playground::start(home, request).map_err(|error| super::Exit { code: 2, error })?);
+    let playground =
+        Arc::new(Playground::start(home, request).map_err(|error| super::Exit { code: 2, error })?);
     let stop = Arc::new(tokio::sync::Notify::new());
     let on_signal = stop.clone();
     let _ = ctrlc::set_handler(move || on_signal.notify_one());

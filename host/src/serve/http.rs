@@ -56,7 +56,12 @@ impl IntoResponse for ServeError {
 }
 
 /// Checks the access token, in constant time.
-async fn authorize(State(api): Shared, headers: HeaderMap, request: Request, next: Next) -> Response {
+async fn authorize(
+    State(api): Shared,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
     if let Some(token) = &api.token {
         let given = headers
             .get(header::AUTHORIZATION)
@@ -67,9 +72,10 @@ async fn authorize(State(api): Shared, headers: HeaderMap, request: Request, nex
         if !same {
             return ServeError {
                 status: 401,
-                message: "this mst serve needs its access token: send `Authorization: Bearer TOKEN` \
+                message:
+                    "this mst serve needs its access token: send `Authorization: Bearer TOKEN` \
                           (the token in the file given to --token-file)"
-                    .into(),
+                        .into(),
             }
             .into_response();
         }
@@ -78,7 +84,10 @@ async fn authorize(State(api): Shared, headers: HeaderMap, request: Request, nex
 }
 
 /// Parses a JSON body strictly; an empty body is `{}` for requests whose fields are optional.
-fn body<T: serde::de::DeserializeOwned>(body: Result<Bytes, BytesRejection>, what: &str) -> Result<T, ServeError> {
+fn body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    what: &str,
+) -> Result<T, ServeError> {
     let bytes = body.map_err(|e| ServeError {
         status: e.status().as_u16(),
         message: match e.status() {
@@ -86,18 +95,31 @@ fn body<T: serde::de::DeserializeOwned>(body: Result<Bytes, BytesRejection>, wha
             _ => format!("cannot read the {what} body: {e}"),
         },
     })?;
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &bytes };
-    serde_json::from_slice(bytes).map_err(|e| ServeError::bad_request(format!("the {what} body is not valid: {e}")))
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        &bytes
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|e| ServeError::bad_request(format!("the {what} body is not valid: {e}")))
 }
 
 /// Runs blocking playground work (booting, closing) off the async workers.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, ServeError> + Send + 'static) -> Result<T, ServeError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| Err(ServeError { status: 500, message: format!("the request failed: {e}") }))
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ServeError> + Send + 'static,
+) -> Result<T, ServeError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(ServeError {
+            status: 500,
+            message: format!("the request failed: {e}"),
+        })
+    })
 }
 
-async fn create(State(api): Shared, request: Result<Bytes, BytesRejection>) -> Result<Response, ServeError> {
+async fn create(
+    State(api): Shared,
+    request: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServeError> {
     let request: CreateSession = body(request, "session")?;
     let playground = api.playground.clone();
     let view = blocking(move || playground.create_session(request)).await?;
@@ -105,7 +127,10 @@ async fn create(State(api): Shared, request: Result<Bytes, BytesRejection>) -> R
 }
 
 async fn list(State(api): Shared) -> Response {
-    json(StatusCode::OK, &serde_json::json!({"sessions": api.playground.list()}))
+    json(
+        StatusCode::OK,
+        &serde_json::json!({"sessions": api.playground.list()}),
+    )
 }
 
 async fn show(State(api): Shared, Path(id): Path<String>) -> Result<Response, ServeError> {
@@ -118,28 +143,51 @@ async fn close(State(api): Shared, Path(id): Path<String>) -> Result<Response, S
     Ok(json(StatusCode::OK, &view))
 }
 
-async fn submit(State(api): Shared, Path(id): Path<String>, request: Result<Bytes, BytesRejection>) -> Result<Response, ServeError> {
+async fn submit(
+    State(api): Shared,
+    Path(id): Path<String>,
+    request: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServeError> {
     let request: SubmitTask = body(request, "task")?;
-    Ok(json(StatusCode::ACCEPTED, &api.playground.submit(&id, request)?))
+    Ok(json(
+        StatusCode::ACCEPTED,
+        &api.playground.submit(&id, request)?,
+    ))
 }
 
-async fn trace(State(api): Shared, Path((id, task)): Path<(String, String)>, RawQuery(query): RawQuery) -> Result<Response, ServeError> {
+async fn trace(
+    State(api): Shared,
+    Path((id, task)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ServeError> {
     let mut since = None;
-    for pair in query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+    for pair in query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         match pair.split_once('=') {
             Some(("since", value)) => {
                 since = Some(value.parse::<u64>().map_err(|_| {
-                    ServeError::bad_request(format!("`since` must be an event number (0 or more), not {value:?}"))
+                    ServeError::bad_request(format!(
+                        "`since` must be an event number (0 or more), not {value:?}"
+                    ))
                 })?)
             }
-            _ => return Err(ServeError::bad_request(format!("unknown query parameter {pair:?}: the trace takes only `since=N`"))),
+            _ => {
+                return Err(ServeError::bad_request(format!(
+                    "unknown query parameter {pair:?}: the trace takes only `since=N`"
+                )))
+            }
         }
     }
-    Ok(json(StatusCode::OK, &api.playground.trace(&id, &task, since)?))
+    Ok(json(
+        StatusCode::OK,
+        &api.playground.trace(&id, &task, since)?,
+    ))
 }
 
 async fn unknown_route() -> ServeError {
-    ServeError::not_found(
-        "no such route: the API is under /api/v1/sessions (see docs/serve.md)",
-    )
+    ServeError::not_found("no such route: the API is under /api/v1/sessions (see docs/serve.md)")
 }

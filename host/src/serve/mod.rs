@@ -171,10 +171,7 @@ impl Playground {
                     names.join(", ")
                 )))
             }
-            None => config
-                .baseline
-                .clone()
-                .unwrap_or_else(|| names[0].clone()),
+            None => config.baseline.clone().unwrap_or_else(|| names[0].clone()),
         };
         let spec = config.variant(&variant);
         crate::client::client(&spec, &BTreeMap::new())
@@ -207,7 +204,11 @@ impl Playground {
             .expect("sessions")
             .get(id)
             .cloned()
-            .ok_or_else(|| ServeError::not_found(format!("no session `{id}`: `GET /api/v1/sessions` lists them")))
+            .ok_or_else(|| {
+                ServeError::not_found(format!(
+                    "no session `{id}`: `GET /api/v1/sessions` lists them"
+                ))
+            })
     }
 
     /// One session's record, state and tasks.
@@ -258,7 +259,13 @@ impl Playground {
 
     /// Closes every open session (on shutdown).
     pub fn close_all(&self, why: &str) {
-        let all: Vec<Arc<Session>> = self.sessions.lock().expect("sessions").values().cloned().collect();
+        let all: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .expect("sessions")
+            .values()
+            .cloned()
+            .collect();
         for session in all {
             session.close(why);
         }

@@ -131,6 +131,8 @@ struct Task {
 #[derive(Default)]
 struct Live {
     events: Vec<TraceEvent>,
+    /// Why the coordinator counted the trial as infra, when it did.
+    infra: Option<String>,
     settled: Option<(TaskStatus, Option<String>, u64)>,
 }
 
@@ -295,7 +297,10 @@ impl Session {
     }
 
     /// Starts a task on `input` (checked by the caller against the client).
-    pub(super) fn submit(self: &Arc<Self>, input: serde_json::Value) -> Result<TaskView, ServeError> {
+    pub(super) fn submit(
+        self: &Arc<Self>,
+        input: serde_json::Value,
+    ) -> Result<TaskView, ServeError> {
         let mut state = self.state.lock().expect("session");
         if let Some(why) = &state.closed {
             return Err(ServeError::conflict(format!(
@@ -341,11 +346,16 @@ impl Session {
     fn run_task(&self, task: &Task) {
         let case = CaseRecord::new(task.key.case.clone(), task.input.clone());
         let cases: BTreeMap<&str, &CaseRecord> = [(case.id.as_str(), &case)].into();
-        let on_event = |event: ShardEvent| {
-            if let ShardEvent::TrialInfra { reason, .. } | ShardEvent::TraceRefused { why: reason, .. } = event {
-                let mut live = task.live.lock().expect("task");
-                live.settled.get_or_insert((TaskStatus::Infra, Some(reason), crate::clock::unix_secs()));
+        let on_event = |event: ShardEvent| match event {
+            // An event too large to stream (`None`) shows once the task settles.
+            ShardEvent::TraceEvent {
+                event: Some(event), ..
+            } => task.live.lock().expect("task").events.push(event),
+            ShardEvent::TrialInfra { reason, .. }
+            | ShardEvent::TraceRefused { why: reason, .. } => {
+                task.live.lock().expect("task").infra = Some(reason);
             }
+            _ => {}
         };
         let outcome = {
             let mut machine = self.machine.lock().expect("machine");
@@ -388,16 +398,19 @@ impl Session {
                     TrialStatus::TimedOut => TaskStatus::TimedOut,
                     TrialStatus::Infra => TaskStatus::Infra,
                 };
-                let reason = live.settled.take().and_then(|(_, r, _)| r);
+                let reason = live.infra.take();
                 live.events = record.trace.events;
                 live.settled = Some((status, reason, now));
             }
             None => {
                 let (status, reason) = match (task.cancel.load(Ordering::SeqCst), failure) {
-                    (true, _) => (TaskStatus::Aborted, Some("aborted: the session was closed".to_string())),
+                    (true, _) => (
+                        TaskStatus::Aborted,
+                        Some("aborted: the session was closed".to_string()),
+                    ),
                     (false, why) => (
                         TaskStatus::Infra,
-                        why.or_else(|| live.settled.take().and_then(|(_, r, _)| r))
+                        why.or_else(|| live.infra.take())
                             .or(Some("no trace came back".into())),
                     ),
                 };
@@ -430,11 +443,19 @@ impl Session {
         })?;
         let since = since.unwrap_or(0);
         let live = task.live.lock().expect("task");
-        let events: Vec<TraceEvent> = live.events.iter().filter(|e| e.seq >= since).cloned().collect();
+        let events: Vec<TraceEvent> = live
+            .events
+            .iter()
+            .filter(|e| e.seq >= since)
+            .cloned()
+            .collect();
         let next = events.last().map_or(since, |e| e.seq + 1);
         Ok(TracePage {
             task: task.id.clone(),
-            status: live.settled.as_ref().map_or(TaskStatus::Running, |(s, _, _)| *s),
+            status: live
+                .settled
+                .as_ref()
+                .map_or(TaskStatus::Running, |(s, _, _)| *s),
             events,
             next,
             done: live.settled.is_some(),
@@ -455,7 +476,8 @@ impl Session {
         };
         if let Some((task, handle)) = running {
             task.cancel.store(true, Ordering::SeqCst);
-            let limit = Instant::now() + self.shared.settings.cancel_grace + Duration::from_secs(10);
+            let limit =
+                Instant::now() + self.shared.settings.cancel_grace + Duration::from_secs(10);
             while !handle.is_finished() && Instant::now() < limit {
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -508,7 +530,8 @@ fn run_shard(
         .map_err(anyhow::Error::from)
         .and_then(|bytes| crate::files::write_atomic(&staging.path().join(BUNDLE_FILE), &bytes))
         .map_err(|e| format!("cannot stage the bundle: {e:#}"))?;
-    std::fs::create_dir_all(&dir.root).map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;
+    std::fs::create_dir_all(&dir.root)
+        .map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;
     let context = ShardContext {
         limiter: &shared.prepared.limiter,
         cases,

@@ -1,0 +1,432 @@
+//! `mst serve`, the playground, end to end: the real `mst serve` on a loopback port, called with
+//! the real `curl`, booting machines on the local runner (the Docker runner's session is in
+//! docker.rs) and running a command agent that streams trace events.
+
+use mst_tests::serve::Serve;
+use mst_tests::{read_json, s, Eval, Mst};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// An eval whose command agent runs `script` (sh) with JSON trace events on stdout, and a
+/// second variant `direct` on the `mcp` client.
+fn agent_eval(script: &str, secret_env: Value) -> Eval {
+    Eval::new(
+        json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", script], "events": true, "secretEnv": secret_env},
+               "servers": {"time": {"command": "python3", "args": ["-m", "mcp_server_time"]}},
+               "variants": {"agent": {"servers": []},
+                            "direct": {"client": "mcp", "clientOptions": {}, "servers": ["time"]}},
+               "baseline": "agent", "timeout": 60}),
+        &[json!({"id": "unused", "input": "x"})],
+    )
+}
+
+/// A shell line printing the JSON event `step N` for each N in `range`.
+fn steps(range: std::ops::Range<u32>) -> String {
+    format!(
+        r#"for i in {}; do echo '{{"type":"message","role":"assistant","text":"step '$i'"}}'; sleep 0.02; done"#,
+        range.map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
+    )
+}
+
+fn tasks(session: &str) -> String {
+    format!("/api/v1/sessions/{session}/tasks")
+}
+
+/// The local machine's directory, from a session's `machine` ("local (DIR)").
+fn machine_dir(view: &Value) -> PathBuf {
+    let machine = view["machine"].as_str().unwrap();
+    let dir = machine
+        .strip_prefix("local (")
+        .and_then(|m| m.strip_suffix(')'))
+        .unwrap();
+    PathBuf::from(dir)
+}
+
+fn stored_trace(eval: &Eval, session: &str, task: &str) -> Value {
+    read_json(
+        &eval
+            .results()
+            .join("play/sessions")
+            .join(session)
+            .join("agent")
+            .join(task)
+            .join("0.json"),
+    )
+}
+
+#[test]
+fn tasks_run_one_at_a_time_and_the_cursor_pages_a_live_trace_without_gaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let script = format!(
+        "{}; while [ ! -f {gate} ]; do sleep 0.05; done; {}; cat",
+        steps(0..6),
+        steps(6..12),
+        gate = s(&gate)
+    );
+    let eval = agent_eval(&script, json!({}));
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let session = serve.session("{}");
+    let (status, task) = serve.call("POST", &tasks(&session), Some(r#"{"input": "hello"}"#));
+    assert_eq!(status, 202, "{task}");
+    assert_eq!(
+        (task["n"].as_u64(), task["status"].as_str()),
+        (Some(1), Some("running"))
+    );
+    let id = task["id"].as_str().unwrap().to_string();
+
+    // Live: the first six events arrive while the task still runs (it waits for the gate).
+    let six = |events: &[Value]| events.len() >= 6;
+    let (mut events, page) = serve.follow((&session, &id), 0, Some(&six), Duration::from_secs(30));
+    assert!(!page["done"].as_bool().unwrap(), "{page}");
+    // One task at a time: a second is refused, naming the running one.
+    let (status, refused) = serve.call("POST", &tasks(&session), Some(r#"{"input": "again"}"#));
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains(&id),
+        "{refused}"
+    );
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(
+        (view["status"].as_str(), view["running"].as_str()),
+        (Some("busy"), Some(id.as_str()))
+    );
+
+    std::fs::write(&gate, "").unwrap();
+    let (rest, last) = serve.follow(
+        (&session, &id),
+        events.len() as u64,
+        None,
+        Duration::from_secs(30),
+    );
+    events.extend(rest);
+    assert_eq!(last["status"], "completed", "{last}");
+    // No gaps, no duplicates, in order.
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (0..12).collect::<Vec<u64>>());
+    // After it settled, a replay (no cursor) and the stored trace are what streamed.
+    let (_, replay) = serve.call("GET", &format!("{}/{id}/trace", tasks(&session)), None);
+    assert_eq!(replay["events"], Value::Array(events.clone()));
+    assert!(replay["done"].as_bool().unwrap());
+    assert_eq!(
+        stored_trace(&eval, &session, &id)["trace"]["events"],
+        Value::Array(events)
+    );
+
+    // The next task runs on the same machine.
+    let (status, second) = serve.call("POST", &tasks(&session), Some(r#"{"input": "two"}"#));
+    assert_eq!(status, 202, "{second}");
+    let second = second["id"].as_str().unwrap().to_string();
+    assert_ne!(second, id);
+    let (_, done) = serve.follow((&session, &second), 0, None, Duration::from_secs(30));
+    assert_eq!(done["status"], "completed");
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(view["status"], "ready");
+    let inputs: Vec<&str> = view["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["input"].as_str().unwrap())
+        .collect();
+    assert_eq!(inputs, ["hello", "two"]);
+    let (_, list) = serve.call("GET", "/api/v1/sessions", None);
+    assert_eq!(list["sessions"][0]["id"], session.as_str());
+}
+
+#[test]
+fn closing_aborts_a_running_task_seals_what_it_did_and_disposes_of_the_machine() {
+    let eval = agent_eval(&format!("{}; sleep 600", steps(0..1)), json!({}));
+    let serve = Serve::start(
+        &Mst::new(),
+        &eval.config(),
+        &eval.results(),
+        &["--cancel-grace", "1"],
+    );
+    let busy = serve.session("{}");
+    let (_, task) = serve.call("POST", &tasks(&busy), Some(r#"{"input": "stall"}"#));
+    let id = task["id"].as_str().unwrap().to_string();
+    let one = |events: &[Value]| !events.is_empty();
+    serve.follow((&busy, &id), 0, Some(&one), Duration::from_secs(30));
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{busy}"), None);
+    let machine = machine_dir(&view);
+    assert!(machine.is_dir());
+
+    let asked = Instant::now();
+    let (status, closed) = serve.call("DELETE", &format!("/api/v1/sessions/{busy}"), None);
+    assert_eq!(status, 200, "{closed}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "close took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(
+        (closed["status"].as_str(), closed["ended"].as_str()),
+        (Some("closed"), Some("closed by request"))
+    );
+    assert_eq!(closed["tasks"][0]["status"], "aborted", "{closed}");
+    assert!(
+        !machine.exists(),
+        "the machine {} was disposed of",
+        machine.display()
+    );
+    // The partial trace is sealed: what was seen stays.
+    let stored = stored_trace(&eval, &busy, &id);
+    assert_eq!(stored["trace"]["events"][0]["text"], "step 0", "{stored}");
+    let (_, page) = serve.call("GET", &format!("{}/{id}/trace?since=0", tasks(&busy)), None);
+    assert_eq!(
+        (page["done"].as_bool(), page["status"].as_str()),
+        (Some(true), Some("aborted"))
+    );
+    // Closing again changes nothing; a closed session takes no task.
+    let (status, again) = serve.call("DELETE", &format!("/api/v1/sessions/{busy}"), None);
+    assert_eq!((status, again["status"].as_str()), (200, Some("closed")));
+    let (status, refused) = serve.call("POST", &tasks(&busy), Some(r#"{"input": "x"}"#));
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("is closed"),
+        "{refused}"
+    );
+
+    // An idle session closes at once, and its record says how it ended.
+    let idle = serve.session("{}");
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{idle}"), None);
+    let (status, closed) = serve.call("DELETE", &format!("/api/v1/sessions/{idle}"), None);
+    assert_eq!((status, closed["status"].as_str()), (200, Some("closed")));
+    assert!(!machine_dir(&view).exists());
+    let record = read_json(
+        &eval
+            .results()
+            .join("play/sessions")
+            .join(&idle)
+            .join("session.json"),
+    );
+    assert_eq!(record["ended"], "closed by request");
+}
+
+#[test]
+fn bad_requests_get_the_status_that_fits_and_a_message_naming_the_fix() {
+    let eval = agent_eval("cat", json!({}));
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let expect = |method: &str, path: &str, body: Option<&str>, status: u16, needle: &str| {
+        let (got, answer) = serve.call(method, path, body);
+        assert_eq!(got, status, "{method} {path}: {answer}");
+        let error = answer["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(needle),
+            "{method} {path}: {error:?} lacks {needle:?}"
+        );
+    };
+    expect(
+        "POST",
+        "/api/v1/sessions",
+        Some(r#"{"variant": "nope"}"#),
+        400,
+        "its variants are agent, direct",
+    );
+    expect(
+        "POST",
+        "/api/v1/sessions",
+        Some(r#"{"varient": "agent"}"#),
+        400,
+        "unknown field `varient`",
+    );
+    expect(
+        "POST",
+        "/api/v1/sessions",
+        Some("not json"),
+        400,
+        "not valid",
+    );
+    expect(
+        "GET",
+        "/api/v1/sessions/0123",
+        None,
+        404,
+        "no session `0123`",
+    );
+    expect(
+        "POST",
+        "/api/v1/sessions/0123/tasks",
+        Some(r#"{"input": "x"}"#),
+        404,
+        "no session",
+    );
+    expect("GET", "/api/v1/elsewhere", None, 404, "/api/v1/sessions");
+    let session = serve.session(r#"{"variant": "direct"}"#);
+    expect(
+        "POST",
+        &tasks(&session),
+        Some(r#"{"input": "what time is it?"}"#),
+        400,
+        "does not suit variant `direct`'s `mcp` client",
+    );
+    expect(
+        "POST",
+        &tasks(&session),
+        Some(r#"{}"#),
+        400,
+        "missing field `input`",
+    );
+    let big = format!(r#"{{"input": "{}"}}"#, "x".repeat(300 * 1024));
+    expect(
+        "POST",
+        &tasks(&session),
+        Some(&big),
+        413,
+        "over 262144 bytes",
+    );
+    expect(
+        "GET",
+        &format!("{}/t1/trace?since=abc", tasks(&session)),
+        None,
+        400,
+        "`since` must be",
+    );
+    expect(
+        "GET",
+        &format!("{}/t1/trace?from=3", tasks(&session)),
+        None,
+        400,
+        "only `since=N`",
+    );
+    expect(
+        "GET",
+        &format!("{}/t1/trace", tasks(&session)),
+        None,
+        404,
+        "has no task `t1`",
+    );
+}
+
+#[test]
+fn off_loopback_the_server_needs_its_token_on_every_request() {
+    let eval = agent_eval("cat", json!({}));
+    let mst = Mst::new();
+    let refused = mst.run(&[
+        "serve",
+        "--config",
+        s(&eval.config()),
+        "--listen",
+        "0.0.0.0:0",
+    ]);
+    assert_ne!(refused.code, 0);
+    assert!(
+        refused.stderr.contains("not a loopback address")
+            && refused.stderr.contains("--token-file"),
+        "{}",
+        refused.stderr
+    );
+    let token_file = eval.dir.path().join("token");
+    std::fs::write(&token_file, "mst-serve-token-5b7d9e01\n").unwrap();
+    let mut serve = Serve::start(
+        &mst,
+        &eval.config(),
+        &eval.results(),
+        &["--listen", "0.0.0.0:0", "--token-file", s(&token_file)],
+    );
+    for headers in [
+        vec![],
+        vec!["authorization: Bearer wrong-token-0000000".to_string()],
+    ] {
+        let (status, answer) = serve.call_raw("GET", "/api/v1/sessions", None, &headers);
+        assert_eq!(status, 401, "{answer}");
+        assert!(answer.contains("Authorization: Bearer"), "{answer}");
+    }
+    serve.headers = vec!["authorization: Bearer mst-serve-token-5b7d9e01".into()];
+    let (status, _) = serve.call("GET", "/api/v1/sessions", None);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn idle_sessions_expire_and_a_restart_closes_what_the_last_server_left_open() {
+    let eval = agent_eval("cat", json!({}));
+    let mst = Mst::new();
+    let serve = Serve::start(&mst, &eval.config(), &eval.results(), &["--idle-ttl", "1"]);
+    let session = serve.session("{}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let view = loop {
+        let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+        if view["status"] == "closed" || Instant::now() > deadline {
+            break view;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(view["ended"], "idle past the session TTL", "{view}");
+    assert!(!machine_dir(&view).exists());
+    drop(serve);
+
+    // A server killed outright leaves its session open on disk; the next start closes it.
+    let mut first = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
+    let left = first.session("{}");
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let record = |id: &str| {
+        read_json(
+            &eval
+                .results()
+                .join("play/sessions")
+                .join(id)
+                .join("session.json"),
+        )
+    };
+    assert_eq!(record(&left)["status"], "ready");
+    let _second = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
+    let closed = record(&left);
+    assert_eq!(closed["status"], "closed", "{closed}");
+    assert!(
+        closed["ended"].as_str().unwrap().starts_with("interrupted"),
+        "{closed}"
+    );
+}
+
+#[test]
+fn secrets_reach_the_agent_but_no_response_record_or_trace() {
+    const CANARY: &str = "mst-canary-serve-secret-2c8e";
+    let script = r#"echo '{"type":"message","role":"assistant","text":"token '"$TOKEN"'"}'; echo "answer $TOKEN""#;
+    let eval = agent_eval(script, json!({"TOKEN": "PLAY_TOKEN"}));
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("PLAY_TOKEN={CANARY}\n")).unwrap();
+    let serve = Serve::start(
+        &Mst::new(),
+        &eval.config(),
+        &eval.results(),
+        &["--secrets-file", s(&secrets)],
+    );
+    let session = serve.session("{}");
+    let (_, task) = serve.call("POST", &tasks(&session), Some(r#"{"input": "go"}"#));
+    let id = task["id"].as_str().unwrap().to_string();
+    let (events, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(30));
+    assert_eq!(page["status"], "completed");
+    let shown = Value::Array(events).to_string();
+    assert!(
+        shown.contains("token ") && !shown.contains(CANARY),
+        "{shown}"
+    );
+    // An error that would echo it (a variant named by the secret) does not either.
+    let (status, answer) = serve.call_raw(
+        "POST",
+        "/api/v1/sessions",
+        Some(&format!(r#"{{"variant": "{CANARY}"}}"#)),
+        &[],
+    );
+    assert_eq!(status, 400);
+    assert!(!answer.contains(CANARY), "{answer}");
+    for path in [
+        format!("/api/v1/sessions/{session}"),
+        "/api/v1/sessions".into(),
+        format!("{}/{id}/trace", tasks(&session)),
+    ] {
+        let (_, text) = serve.call_raw("GET", &path, None, &[]);
+        assert!(!text.contains(CANARY), "{path}: {text}");
+    }
+    let stderr = serve.stop();
+    assert!(!stderr.contains(CANARY));
+    assert!(mst_tests::files_containing(&eval.results(), CANARY).is_empty());
+    assert!(files_under(&eval.results()).len() > 1);
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    mst_tests::walk(dir)
+}
