@@ -5,6 +5,7 @@
 //! and what a trial inside a container can and cannot do.
 
 use mst_tests::model_server::{assert_both_orders, judge_preferring, ModelServer, Reply};
+use mst_tests::serve::Serve;
 use mst_tests::{
     assert_resumed, command_eval, read_json, s, wait_for_run, wait_for_traces, walk, Eval, Mst, Run,
 };
@@ -1200,4 +1201,84 @@ fn a_pairwise_run_across_two_variants_on_docker_is_judged_in_both_orders() {
     );
     let id = dir.file_name().unwrap().to_str().unwrap();
     assert!(containers_of(&a, id).is_empty() && containers_of(&b, id).is_empty());
+}
+
+#[test]
+fn a_playground_session_keeps_one_container_for_its_tasks_and_removes_it_on_close() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let agent = r#"echo '{"type":"message","role":"assistant","text":"on '"$(hostname)"'"}'; cat"#;
+    let eval = Eval::new(
+        json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", agent], "events": true}, "timeout": 30}),
+        &[json!({"id": "unused", "input": "x"})],
+    );
+    let mst = Mst::new();
+    let context = format!("contexts={a}");
+    let serve = Serve::start(
+        &mst,
+        &eval.config(),
+        &eval.results(),
+        &["--runner", "docker", "--runner-option", &context],
+    );
+    let session = serve.session("{}");
+    assert_eq!(
+        containers_of(&a, &session).len(),
+        1,
+        "one container, made at create"
+    );
+    let mut hosts = Vec::new();
+    for input in ["one", "two"] {
+        let (status, task) = serve.call(
+            "POST",
+            &format!("/api/v1/sessions/{session}/tasks"),
+            Some(&json!({"input": input}).to_string()),
+        );
+        assert_eq!(status, 202, "{task}");
+        let id = task["id"].as_str().unwrap().to_string();
+        let (events, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(60));
+        assert_eq!(page["status"], "completed", "{page}");
+        hosts.push(events[0]["text"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        hosts[0], hosts[1],
+        "both tasks ran in the session's one container"
+    );
+    let (status, closed) = serve.call("DELETE", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(
+        (status, closed["status"].as_str()),
+        (200, Some("closed")),
+        "{closed}"
+    );
+    assert!(
+        containers_of(&a, &session).is_empty(),
+        "the container was removed"
+    );
+
+    // A machine that cannot start a worker is a 502 naming the runner, and leaves nothing.
+    let missing = Serve::start(
+        &mst,
+        &eval.config(),
+        &eval.results(),
+        &[
+            "--runner",
+            "docker",
+            "--runner-option",
+            &context,
+            "--runner-option",
+            "image=mst-no-such-image:0",
+        ],
+    );
+    let (status, answer) = missing.call("POST", "/api/v1/sessions", Some("{}"));
+    assert_eq!(status, 502, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("runner `docker`"),
+        "{answer}"
+    );
+    let (_, list) = missing.call("GET", "/api/v1/sessions", None);
+    assert_eq!(list["sessions"], json!([]));
 }

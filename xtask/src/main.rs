@@ -8,6 +8,8 @@
 //! - `cargo xtask bench`: plugins, then the plugin host benchmarks, which print their figures.
 //! - `cargo xtask bench run`: end-to-end eval throughput, overhead and peak RSS (release build).
 //! - `cargo xtask bench docker`: Docker shard start-up and a 1,000-trial eval, docker vs local.
+//! - `cargo xtask bench serve`: the playground: POST /sessions to first event (local, Docker), and
+//!   the trace endpoint under load while 10 sessions stream.
 //! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
 //! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
@@ -15,6 +17,7 @@
 //! - `cargo xtask quickstart`: plugins, then the quick-start eval on the local runner.
 
 mod bench_docker;
+mod bench_serve;
 mod engines;
 mod seccomp;
 
@@ -474,6 +477,7 @@ fn main() -> Result<()> {
         "test" => test(),
         "bench" if std::env::args().nth(2).as_deref() == Some("run") => bench_run(),
         "bench" if std::env::args().nth(2).as_deref() == Some("docker") => bench_docker::bench(),
+        "bench" if std::env::args().nth(2).as_deref() == Some("serve") => bench_serve::bench(),
         "bench" => bench(),
         "quickstart" => quickstart(),
         "worker" => build_static_worker(),
