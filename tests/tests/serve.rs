@@ -360,6 +360,9 @@ fn idle_sessions_expire_and_a_restart_closes_what_the_last_server_left_open() {
     // A server killed outright leaves its session open on disk; the next start closes it.
     let mut first = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
     let left = first.session("{}");
+    let (_, view) = first.call("GET", &format!("/api/v1/sessions/{left}"), None);
+    let machine = machine_dir(&view);
+    assert!(machine.is_dir());
     first.child.kill().unwrap();
     first.child.wait().unwrap();
     let record = |id: &str| {

@@ -113,6 +113,10 @@ impl Channel for LocalMachine {
         format!("local ({})", self.root().display())
     }
 
+    fn provenance(&self) -> serde_json::Value {
+        serde_json::json!({"dir": self.root()})
+    }
+
     fn put(&mut self, src: &Path, dest: &str) -> Result<()> {
         let target = self.inside(dest)?;
         copy_dir(src, &target)

@@ -84,6 +84,9 @@ pub struct SessionView {
     pub runner: String,
     /// The machine, as the runner describes it.
     pub machine: String,
+    /// What the runner records about the machine (its image, host or directory).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub placement: serde_json::Value,
     /// Unix seconds.
     pub created_at: u64,
     pub status: SessionStatus,
@@ -179,6 +182,7 @@ pub struct Session {
     shared: Arc<Shared>,
     dir: RunDir,
     machine_name: String,
+    placement: serde_json::Value,
     created_at: u64,
     machine: Mutex<Option<Box<dyn Channel>>>,
     state: Mutex<State>,
@@ -213,6 +217,7 @@ impl Session {
             ))
         })?;
         let machine_name = machine.describe();
+        let placement = machine.provenance();
         let boot = run_shard(
             &shared,
             (&id, &dir),
@@ -236,6 +241,7 @@ impl Session {
             shared,
             dir,
             machine_name,
+            placement,
             created_at: crate::clock::unix_secs(),
             machine: Mutex::new(Some(machine)),
             state: Mutex::new(State {
@@ -265,6 +271,7 @@ impl Session {
             variant: self.variant.clone(),
             runner: self.shared.runner.name().to_string(),
             machine: self.machine_name.clone(),
+            placement: self.placement.clone(),
             created_at: self.created_at,
             status: match (&state.closed, &running) {
                 (Some(_), _) => SessionStatus::Closed,
@@ -549,8 +556,8 @@ fn run_shard(
 }
 
 /// Closes the records a previous `mst serve` left open under `sessions_dir`: their process is
-/// gone, and with it the channels to their machines (runners label machines with the session
-/// id, for their own orphan clean-up).
+/// gone, and with it the channels to their machines. The Docker runner removes the containers
+/// of gone processes when it starts; a local machine's directory is removed here.
 pub(super) fn recover(sessions_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(sessions_dir) else {
         return;
@@ -563,14 +570,24 @@ pub(super) fn recover(sessions_dir: &Path) {
         else {
             continue;
         };
-        if view.status == SessionStatus::Closed || view.pid == std::process::id() {
+        if view.status == SessionStatus::Closed || process_alive(view.pid) {
             continue;
         }
         view.status = SessionStatus::Closed;
-        view.ended = Some(format!(
+        let mut ended = format!(
             "interrupted: the mst serve that held it (pid {}) stopped without closing it",
             view.pid
-        ));
+        );
+        if let Some(dir) = local_machine_dir(&view) {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => ended.push_str("; its machine directory was removed"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    view.dispose_error = Some(format!("cannot remove {}: {e}", dir.display()))
+                }
+            }
+        }
+        view.ended = Some(ended);
         for task in &mut view.tasks {
             if task.status == TaskStatus::Running {
                 task.status = TaskStatus::Aborted;
@@ -582,4 +599,26 @@ pub(super) fn recover(sessions_dir: &Path) {
             let _ = crate::files::write_atomic(&path, &bytes);
         }
     }
+}
+
+/// A local session's machine directory, when the record names one mst could have made: a
+/// `mst-local-*` directory right under the temporary directory. A record is a file on disk:
+/// it must not be able to name any other directory for removal.
+fn local_machine_dir(view: &SessionView) -> Option<std::path::PathBuf> {
+    if view.runner != "local" {
+        return None;
+    }
+    let dir = std::path::PathBuf::from(view.placement.get("dir")?.as_str()?);
+    let name = dir.file_name()?.to_str()?;
+    let made_by_mst = dir.parent() == Some(std::env::temp_dir().as_path())
+        && name.starts_with("mst-local-")
+        && !name.contains("..");
+    (made_by_mst && dir.symlink_metadata().ok()?.is_dir()).then_some(dir)
+}
+
+/// Whether process `pid` runs (another `mst serve` on the same results directory keeps its
+/// sessions).
+fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 checks the process exists and sends nothing.
+    pid == std::process::id() || unsafe { libc::kill(pid as i32, 0) == 0 }
 }
