@@ -17,6 +17,7 @@ fn agent_eval(script: &str, secret_env: Value) -> Eval {
                "servers": {"time": {"command": "python3", "args": ["-m", "mcp_server_time"]}},
                "variants": {"agent": {"servers": []},
                             "direct": {"client": "mcp", "clientOptions": {}, "servers": ["time"]}},
+               "judges": [{"assert": "contains", "value": "hello"}],
                "baseline": "agent", "timeout": 60}),
         &[json!({"id": "unused", "input": "x"})],
     )
@@ -133,6 +134,39 @@ fn tasks_run_one_at_a_time_and_the_cursor_pages_a_live_trace_without_gaps() {
     assert_eq!(inputs, ["hello", "two"]);
     let (_, list) = serve.call("GET", "/api/v1/sessions", None);
     assert_eq!(list["sessions"][0]["id"], session.as_str());
+
+    // What was asked is kept: the tasks are graded later with the eval's judges (`contains
+    // "hello"`: the agent echoes its input), and become cases for a dataset file.
+    let mst = Mst::new();
+    let results = eval.results();
+    let graded = mst.run(&[
+        "grade",
+        &session,
+        "--config",
+        s(&eval.config()),
+        "--results-dir",
+        s(&results),
+        "--json",
+    ]);
+    assert_eq!(graded.code, 1, "{}\n{}", graded.stdout, graded.stderr);
+    assert_eq!(
+        graded.json()["cases"]["agent"],
+        json!({id.as_str(): "passed", second.as_str(): "failed"})
+    );
+    let cases = mst.run(&["runs", "cases", &session, "--results-dir", s(&results)]);
+    assert_eq!(cases.code, 0, "{}", cases.stderr);
+    let lines: Vec<Value> = cases
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            json!({"id": id, "input": "hello"}),
+            json!({"id": second, "input": "two"})
+        ]
+    );
 }
 
 #[test]

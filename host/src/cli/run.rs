@@ -100,6 +100,13 @@ pub(crate) enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print the cases of a run's (or a playground session's) trials as JSONL, one case per
+    /// line, ready for a dataset file.
+    Cases {
+        run_id: String,
+        #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+        results_dir: PathBuf,
+    },
     /// Write one run in another tool's run layout: `mst.run/v1` (MST's) into an empty DIR.
     Export {
         run_id: String,
@@ -404,6 +411,17 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
             let bytes = crate::files::read_input(&dir.root.join("summary.json"))?;
             let summary: results::Summary = serde_json::from_slice(&bytes)?;
             out!("{}", summary_text(&summary, json, &dir.root));
+            Ok(0)
+        }
+        RunsCommand::Cases {
+            run_id,
+            results_dir,
+        } => {
+            let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
+            let record = dir.read_record()?;
+            for case in dir.cases(&record) {
+                outln!("{}", serde_json::to_string(&case)?);
+            }
             Ok(0)
         }
         RunsCommand::Export {

@@ -74,17 +74,20 @@ impl ResultsRoot {
         RunDir::new(&self.sessions_dir(eval), id)
     }
 
-    /// Every run directory holding a `run.json`, under any eval.
+    /// Every run directory holding a `run.json`, under any eval: its runs, and its playground
+    /// sessions (whose tasks are their trials).
     fn run_dirs(&self) -> impl Iterator<Item = RunDir> {
         std::fs::read_dir(&self.base)
             .into_iter()
             .flatten()
             .flatten()
             .flat_map(|eval| {
-                std::fs::read_dir(eval.path().join("runs"))
-                    .into_iter()
-                    .flatten()
-                    .flatten()
+                ["runs", "sessions"].into_iter().flat_map(move |kind| {
+                    std::fs::read_dir(eval.path().join(kind))
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                })
             })
             .map(|run| RunDir { root: run.path() })
             .filter(|dir| dir.root.join(RUN_FILE).is_file())
@@ -155,6 +158,20 @@ impl RunDir {
             .map(|n| RunDir::new(runs_dir, &format!("{run_id}.g{n}")))
             .find(|dir| !dir.root.exists())
             .expect("some suffix is free"))
+    }
+
+    /// The cases of `record`'s trials, once each, in trial order, as their traces hold them
+    /// (a playground session's tasks become cases this way: `mst runs cases SESSION`).
+    pub fn cases(&self, record: &RunRecord) -> Vec<crate::eval::trial::CaseRecord> {
+        let traces = self.traces_dir(&record.run_id);
+        let mut seen = std::collections::BTreeSet::new();
+        record
+            .trials
+            .iter()
+            .filter_map(|key| traces.read_trace(key))
+            .map(|trial| trial.case)
+            .filter(|case| seen.insert(case.id.clone()))
+            .collect()
     }
 
     /// The run directory holding this run's traces: its own, or for a regrade

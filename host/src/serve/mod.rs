@@ -110,6 +110,8 @@ pub struct SubmitTask {
 /// What every session shares: the prepared eval, the runner, the tokens and the results root.
 pub struct Shared {
     pub prepared: Prepared,
+    /// The eval config's path, as given (recorded in each session's `run.json`).
+    pub config_path: PathBuf,
     pub runner: Box<dyn Runner>,
     pub runner_options: RunnerOptions,
     pub tokens: ServerTokens,
@@ -147,6 +149,7 @@ impl Playground {
         Ok(Playground {
             shared: Arc::new(Shared {
                 prepared,
+                config_path: request.config_path.clone(),
                 runner,
                 runner_options,
                 tokens,

@@ -286,14 +286,52 @@ impl Session {
         }
     }
 
+    /// Writes `session.json`, and `run.json` (the settled tasks as the run's trials), which
+    /// makes the session a run to `mst grade`, `mst runs` and `mst runs export`.
     fn write_record(&self) {
         let view = self.view();
         let path = self.dir.root.join(RECORD_FILE);
         let written = serde_json::to_vec_pretty(&view)
             .map_err(anyhow::Error::from)
-            .and_then(|bytes| crate::files::write_atomic(&path, &bytes));
+            .and_then(|bytes| crate::files::write_atomic(&path, &bytes))
+            .and_then(|()| self.dir.write_record(&self.run_record(&view)));
         if let Err(e) = written {
             tracing::warn!("cannot write {}: {e:#}", path.display());
+        }
+    }
+
+    /// The session as a run: its settled tasks are the trials.
+    fn run_record(&self, view: &SessionView) -> crate::results::RunRecord {
+        let prepared = &self.shared.prepared;
+        crate::results::RunRecord {
+            format: crate::results::RUN_FORMAT,
+            run_id: self.id.clone(),
+            eval: view.eval.clone(),
+            mst: env!("CARGO_PKG_VERSION").to_string(),
+            created_at: self.created_at,
+            config_path: self.shared.config_path.display().to_string(),
+            config_hash: prepared.config_hash.clone(),
+            git: None,
+            dataset_hash: prepared.cases.content_hash.clone(),
+            runner: view.runner.clone(),
+            runner_options: self.shared.runner_options.rest.clone(),
+            shards: 1,
+            machines: Vec::new(),
+            plugins: prepared.plugin_records(),
+            filters: Default::default(),
+            trials: view
+                .tasks
+                .iter()
+                .filter(|t| t.status != TaskStatus::Running)
+                .map(|t| TrialKey {
+                    variant: self.variant.clone(),
+                    case: t.id.clone(),
+                    trial: 0,
+                })
+                .collect(),
+            baseline: None,
+            collect: crate::results::Phase::Complete,
+            grade: crate::results::Phase::Partial,
         }
     }
 
