@@ -467,3 +467,45 @@ fn secrets_reach_the_agent_but_no_response_record_or_trace() {
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     mst_tests::walk(dir)
 }
+
+#[test]
+fn a_shared_work_directory_keeps_what_one_task_left_for_the_next() {
+    // The agent keeps a note in its working directory: the first task writes it, a later task
+    // finds it only if the tasks share the directory.
+    let eval = agent_eval(
+        r#"read line; if [ -f note ]; then echo "found $(cat note)"; else echo "$line" > note; echo fresh; fi"#,
+        json!({}),
+    );
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let answers = |body: &str| -> Vec<String> {
+        let session = serve.session(body);
+        ["first", "second"]
+            .iter()
+            .map(|input| {
+                let (_, task) = serve.call(
+                    "POST",
+                    &tasks(&session),
+                    Some(&json!({"input": input}).to_string()),
+                );
+                let id = task["id"].as_str().unwrap().to_string();
+                let (_, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(30));
+                assert_eq!(page["status"], "completed", "{page}");
+                let trace = stored_trace(&eval, &session, &id);
+                trace["trace"]["finalText"]
+                    .as_str()
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(
+        answers(r#"{"sharedWorkdir": true}"#),
+        ["fresh", "found first"]
+    );
+    assert_eq!(
+        answers("{}"),
+        ["fresh", "fresh"],
+        "by default each task starts clean"
+    );
+}

@@ -82,6 +82,7 @@ pub fn bundle(
         // The machine gets what its client needs, never the answers.
         cases: case_ids.iter().map(|id| cases[id].for_client()).collect(),
         trials,
+        workdir: None,
     }
 }
 

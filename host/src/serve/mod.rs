@@ -97,6 +97,10 @@ pub struct CreateSession {
     /// or its only variant).
     #[serde(default)]
     pub variant: Option<String>,
+    /// Every task runs in one work directory on the machine, kept between tasks (default:
+    /// each task in a fresh one of its own).
+    #[serde(default, rename = "sharedWorkdir")]
+    pub shared_workdir: bool,
 }
 
 /// `POST /sessions/{id}/tasks`.
@@ -179,7 +183,7 @@ impl Playground {
         let spec = config.variant(&variant);
         crate::client::client(&spec, &BTreeMap::new())
             .map_err(|e| ServeError::bad_request(format!("variant `{variant}`: {e:#}")))?;
-        let session = Session::boot(self.shared.clone(), &variant)?;
+        let session = Session::boot(self.shared.clone(), &variant, request.shared_workdir)?;
         let view = session.view();
         self.sessions
             .lock()

@@ -22,6 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The name of a session's shared work directory on the machine, beside the worker's results.
+const SHARED_WORKDIR: &str = "workdir";
+
 /// The record's name in a session directory.
 const RECORD_FILE: &str = "session.json";
 
@@ -90,6 +93,9 @@ pub struct SessionView {
     /// Unix seconds.
     pub created_at: u64,
     pub status: SessionStatus,
+    /// Whether tasks share one work directory on the machine.
+    #[serde(default)]
+    pub shared_workdir: bool,
     /// Why the session closed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<String>,
@@ -183,6 +189,8 @@ pub struct Session {
     dir: RunDir,
     machine_name: String,
     placement: serde_json::Value,
+    /// The work directory every task shares on the machine, if the session asked for one.
+    workdir: Option<String>,
     created_at: u64,
     machine: Mutex<Option<Box<dyn Channel>>>,
     state: Mutex<State>,
@@ -198,7 +206,11 @@ fn new_id() -> String {
 impl Session {
     /// Makes the machine, checks a worker starts on it (an empty shard: `hello`, then
     /// `done`), and records the session. A failure disposes of the machine.
-    pub(super) fn boot(shared: Arc<Shared>, variant: &str) -> Result<Session, ServeError> {
+    pub(super) fn boot(
+        shared: Arc<Shared>,
+        variant: &str,
+        shared_workdir: bool,
+    ) -> Result<Session, ServeError> {
         let id = new_id();
         let eval = shared.prepared.config.name.clone();
         let dir = shared.root.session(&eval, &id);
@@ -220,7 +232,7 @@ impl Session {
         let placement = machine.provenance();
         let boot = run_shard(
             &shared,
-            (&id, &dir),
+            (&id, &dir, None),
             machine.as_mut(),
             &BTreeMap::new(),
             Vec::new(),
@@ -242,6 +254,7 @@ impl Session {
             dir,
             machine_name,
             placement,
+            workdir: shared_workdir.then(|| SHARED_WORKDIR.to_string()),
             created_at: crate::clock::unix_secs(),
             machine: Mutex::new(Some(machine)),
             state: Mutex::new(State {
@@ -273,6 +286,7 @@ impl Session {
             machine: self.machine_name.clone(),
             placement: self.placement.clone(),
             created_at: self.created_at,
+            shared_workdir: self.workdir.is_some(),
             status: match (&state.closed, &running) {
                 (Some(_), _) => SessionStatus::Closed,
                 (None, Some(_)) => SessionStatus::Busy,
@@ -407,7 +421,7 @@ impl Session {
             match machine.as_mut() {
                 Some(channel) => run_shard(
                     &self.shared,
-                    (&self.id, &self.dir),
+                    (&self.id, &self.dir, self.workdir.as_deref()),
                     channel.as_mut(),
                     &cases,
                     vec![task.key.clone()],
@@ -555,21 +569,24 @@ impl Session {
 /// the shard did not end as done.
 fn run_shard(
     shared: &Shared,
-    (session, dir): (&str, &RunDir),
+    (session, dir, workdir): (&str, &RunDir, Option<&str>),
     machine: &mut dyn Channel,
     cases: &BTreeMap<&str, &CaseRecord>,
     trials: Vec<TrialKey>,
     cancel: &AtomicBool,
     events: &(dyn Fn(ShardEvent) + Sync),
 ) -> Result<(), String> {
-    let bundle: Bundle = collect::bundle(
-        &shared.prepared.config,
-        session,
-        cases,
-        trials,
-        (0, 1),
-        shared.settings.heartbeat_ms(),
-    );
+    let bundle = Bundle {
+        workdir: workdir.map(str::to_string),
+        ..collect::bundle(
+            &shared.prepared.config,
+            session,
+            cases,
+            trials,
+            (0, 1),
+            shared.settings.heartbeat_ms(),
+        )
+    };
     let staging = tempfile::tempdir().map_err(|e| format!("cannot stage the bundle: {e}"))?;
     serde_json::to_vec(&bundle)
         .map_err(anyhow::Error::from)

@@ -39,4 +39,9 @@ pub struct Bundle {
     pub cases: Vec<CaseRecord>,
     /// The trials to collect, in order.
     pub trials: Vec<TrialKey>,
+    /// A directory beside the results (a plain name) that every trial uses as its scratch
+    /// directory, kept between bundles: a playground session's shared work directory. Without
+    /// it each trial gets a fresh one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
 }

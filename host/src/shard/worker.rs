@@ -139,11 +139,11 @@ fn run_trial(
     case: &CaseRecord,
     key: &TrialKey,
     timeout: Duration,
-    results: &Path,
+    (results, workdir): (&Path, Option<&str>),
     cancel: &AtomicBool,
     link: &TrialLink,
 ) -> Result<Option<TrialStatus>, String> {
-    let scratch = scratch_dir(results)?;
+    let scratch = Scratch::new(results, workdir)?;
     let trace = client.run(&TrialInput {
         case,
         variant: &key.variant,
@@ -171,6 +171,42 @@ fn run_trial(
     crate::files::write_atomic(&results.join(trace_path(key)), &bytes)
         .map_err(|e| format!("{e:#}"))?;
     Ok(Some(status))
+}
+
+/// Where a trial's client runs: a fresh directory of its own (removed after the trial), or the
+/// bundle's shared work directory (kept).
+enum Scratch {
+    Fresh(tempfile::TempDir),
+    Shared(std::path::PathBuf),
+}
+
+impl Scratch {
+    fn new(results: &Path, workdir: Option<&str>) -> Result<Self, String> {
+        let Some(name) = workdir else {
+            return scratch_dir(results).map(Scratch::Fresh);
+        };
+        // The bundle comes from the coordinator, but a name is all it may give.
+        if !crate::files::is_plain_relative(name) || name.contains('/') {
+            return Err(format!(
+                "the bundle's workdir {name:?} is not a plain directory name"
+            ));
+        }
+        let dir = results.with_file_name(name);
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            format!(
+                "cannot make the shared work directory {}: {e}",
+                dir.display()
+            )
+        })?;
+        Ok(Scratch::Shared(dir))
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            Scratch::Fresh(dir) => dir.path(),
+            Scratch::Shared(dir) => dir,
+        }
+    }
 }
 
 /// A fresh, empty directory for one trial's client: in the temporary directory, or, on a
@@ -487,6 +523,7 @@ impl Worker {
         };
         let timeout = Duration::from_millis(self.bundle.timeout_ms);
         let results = self.results.clone();
+        let workdir = self.bundle.workdir.clone();
         let cancel = self.cancel_trials.clone();
         let link = TrialLink {
             key: key.clone(),
@@ -501,7 +538,7 @@ impl Worker {
                 &case,
                 &key,
                 timeout,
-                &results,
+                (&results, workdir.as_deref()),
                 &cancel,
                 &link,
             );
