@@ -9,7 +9,6 @@ use mst::runner::{MachineRequest, Runner};
 use mst::shard::bundle::{Bundle, BUNDLE_FILE};
 use mst::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession, ShardSettings};
 use mst::shard::limits::Limiter;
-use mst::shard::protocol::PROTOCOL;
 use mst::shard::tokens::ServerTokens;
 use mst_tests::{mst_bin, s};
 use std::collections::BTreeMap;
@@ -24,20 +23,9 @@ fn bundle(config: &EvalConfig, task: &str) -> Bundle {
         case: task.into(),
         trial: 0,
     };
-    Bundle {
-        protocol: PROTOCOL.into(),
-        mst: env!("CARGO_PKG_VERSION").into(),
-        run_id: "session".into(),
-        eval: config.name.clone(),
-        shard: 0,
-        shards: 1,
-        concurrency: 1,
-        timeout_ms: 30_000,
-        heartbeat_ms: 200,
-        variants: BTreeMap::from([("default".to_string(), config.variant("default"))]),
-        cases: vec![CaseRecord::new(task, serde_json::json!(task))],
-        trials: vec![key],
-    }
+    let case = CaseRecord::new(task, serde_json::json!(task));
+    let cases = BTreeMap::from([(task, &case)]);
+    mst::run::collect::bundle(config, "session", &cases, vec![key], (0, 1), 200)
 }
 
 #[test]
