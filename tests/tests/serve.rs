@@ -509,3 +509,33 @@ fn a_shared_work_directory_keeps_what_one_task_left_for_the_next() {
         "by default each task starts clean"
     );
 }
+
+#[test]
+fn a_machine_that_died_fails_its_task_as_infra_and_still_closes() {
+    let eval = agent_eval("cat", json!({}));
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let session = serve.session("{}");
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    // The machine goes away under the session (a file where its directory was: nothing can
+    // be put there again).
+    let machine = machine_dir(&view);
+    std::fs::remove_dir_all(&machine).unwrap();
+    std::fs::write(&machine, "gone").unwrap();
+    let (status, task) = serve.call("POST", &tasks(&session), Some(r#"{"input": "hello"}"#));
+    assert_eq!(status, 202, "{task}");
+    let id = task["id"].as_str().unwrap().to_string();
+    let (_, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(60));
+    assert_eq!(page["status"], "infra", "{page}");
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    let reason = view["tasks"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("cannot copy the bundle"), "{view}");
+    let asked = Instant::now();
+    let (status, closed) = serve.call("DELETE", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(
+        (status, closed["status"].as_str()),
+        (200, Some("closed")),
+        "{closed}"
+    );
+    assert!(asked.elapsed() < Duration::from_secs(10));
+    let _ = std::fs::remove_file(&machine);
+}
