@@ -539,3 +539,87 @@ fn a_machine_that_died_fails_its_task_as_infra_and_still_closes() {
     assert!(asked.elapsed() < Duration::from_secs(10));
     let _ = std::fs::remove_file(&machine);
 }
+
+/// `curl -N` reading the trace of `task` as server-sent events, with `headers`.
+fn sse(serve: &Serve, session: &str, task: &str, headers: &[&str]) -> std::process::Child {
+    let mut command = std::process::Command::new("curl");
+    command.args(["-sN", "-H", "accept: text/event-stream"]);
+    for header in headers {
+        command.args(["-H", header]);
+    }
+    command
+        .arg(format!("{}{}/{task}/trace", serve.base, tasks(session)))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The `(event, id)` pairs of a server-sent event stream's text.
+fn sse_events(text: &str) -> Vec<(String, String)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_string))
+            };
+            Some((field("event")?, field("id").unwrap_or_default()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_trace_streams_as_server_sent_events_and_resumes_from_the_last_id() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let script = format!(
+        "{}; while [ ! -f {gate} ]; do sleep 0.05; done; {}; cat",
+        steps(0..3),
+        steps(3..6),
+        gate = s(&gate)
+    );
+    let eval = agent_eval(&script, json!({}));
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let session = serve.session("{}");
+    let (_, task) = serve.call("POST", &tasks(&session), Some(r#"{"input": "hello"}"#));
+    let id = task["id"].as_str().unwrap().to_string();
+    let mut stream = sse(&serve, &session, &id, &[]);
+    let mut reader = std::io::BufReader::new(stream.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.contains("id: 2\n") {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "the stream ended early: {text}"
+        );
+        text.push_str(&line);
+    }
+    assert!(
+        stream.try_wait().unwrap().is_none(),
+        "the stream stays open while the task runs"
+    );
+    std::fs::write(&gate, "").unwrap();
+    std::io::Read::read_to_string(&mut reader, &mut text).unwrap();
+    stream.wait().unwrap();
+    let events = sse_events(&text);
+    let ids: Vec<&str> = events
+        .iter()
+        .filter(|(e, _)| e == "event")
+        .map(|(_, id)| id.as_str())
+        .collect();
+    assert_eq!(ids, ["0", "1", "2", "3", "4", "5"], "{text}");
+    assert_eq!(events.last().unwrap().0, "done");
+    assert!(text.contains(r#""status":"completed""#), "{text}");
+    // A reconnecting client resumes after the last id it saw.
+    let resumed = sse(&serve, &session, &id, &["last-event-id: 3"])
+        .wait_with_output()
+        .unwrap();
+    let events = sse_events(&String::from_utf8_lossy(&resumed.stdout));
+    let ids: Vec<&str> = events
+        .iter()
+        .filter(|(e, _)| e == "event")
+        .map(|(_, id)| id.as_str())
+        .collect();
+    assert_eq!(ids, ["4", "5"]);
+}

@@ -159,6 +159,7 @@ async fn trace(
     State(api): Shared,
     Path((id, task)): Path<(String, String)>,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
 ) -> Result<Response, ServeError> {
     let mut since = None;
     for pair in query
@@ -182,10 +183,83 @@ async fn trace(
             }
         }
     }
-    Ok(json(
-        StatusCode::OK,
-        &api.playground.trace(&id, &task, since)?,
-    ))
+    let page = api.playground.trace(&id, &task, since)?;
+    let wants_stream = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    if !wants_stream {
+        return Ok(json(StatusCode::OK, &page));
+    }
+    // Server-sent events: a reconnecting client's `Last-Event-ID` wins over `since`.
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|seq| seq + 1);
+    let since = resume.or(since).unwrap_or(0);
+    Ok(event_stream(api.playground.clone(), id, task, since).into_response())
+}
+
+/// How often a server-sent event stream looks for new events.
+const STREAM_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// One server-sent event.
+type SseEvent = Result<axum::response::sse::Event, std::convert::Infallible>;
+
+/// The trace as server-sent events from `since`: one `event` per trace event (its `id` the
+/// event's `seq`, its data the event's JSON), then one `done` with the settled status (or one
+/// `error`).
+fn event_stream(
+    playground: Arc<Playground>,
+    session: String,
+    task: String,
+    since: u64,
+) -> axum::response::sse::Sse<impl futures_util::Stream<Item = SseEvent>> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let pages = futures_util::stream::unfold(Some(since), move |next| {
+        let (playground, session, task) = (playground.clone(), session.clone(), task.clone());
+        async move {
+            let mut next = next?;
+            loop {
+                let page = match playground.trace(&session, &task, Some(next)) {
+                    Ok(page) => page,
+                    Err(e) => {
+                        let error = serde_json::json!({"error": e.message}).to_string();
+                        let event = Event::default()
+                            .event("error")
+                            .data(crate::secrets::clean_text(&error));
+                        return Some((vec![event], None));
+                    }
+                };
+                let mut events: Vec<Event> = page
+                    .events
+                    .iter()
+                    .map(|e| {
+                        let data = serde_json::to_string(e).unwrap_or_default();
+                        Event::default()
+                            .event("event")
+                            .id(e.seq.to_string())
+                            .data(crate::secrets::clean_text(&data))
+                    })
+                    .collect();
+                next = page.next;
+                if page.done {
+                    let end = serde_json::json!({"status": page.status, "next": page.next});
+                    events.push(Event::default().event("done").data(end.to_string()));
+                    return Some((events, None));
+                }
+                if !events.is_empty() {
+                    return Some((events, Some(next)));
+                }
+                tokio::time::sleep(STREAM_POLL).await;
+            }
+        }
+    });
+    let events = futures_util::StreamExt::flat_map(pages, |batch| {
+        futures_util::stream::iter(batch.into_iter().map(Ok))
+    });
+    Sse::new(events).keep_alive(KeepAlive::default())
 }
 
 async fn unknown_route() -> ServeError {
