@@ -104,6 +104,10 @@ fn tasks_run_one_at_a_time_and_the_cursor_pages_a_live_trace_without_gaps() {
     );
     events.extend(rest);
     assert_eq!(last["status"], "completed", "{last}");
+    assert_eq!(
+        last["finalText"], "hello",
+        "the answer comes with the last page"
+    );
     // No gaps, no duplicates, in order.
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (0..12).collect::<Vec<u64>>());

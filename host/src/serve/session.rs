@@ -123,6 +123,9 @@ pub struct TracePage {
     pub next: u64,
     /// The task settled: nothing more will come, and the events are the stored trace's.
     pub done: bool,
+    /// The client's answer, once the task settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_text: Option<String>,
 }
 
 /// A task: one trial of the session's client on one input.
@@ -142,6 +145,8 @@ struct Live {
     events: Vec<TraceEvent>,
     /// Why the coordinator counted the trial as infra, when it did.
     infra: Option<String>,
+    /// The stored trace's answer.
+    final_text: Option<String>,
     settled: Option<(TaskStatus, Option<String>, u64)>,
 }
 
@@ -459,6 +464,7 @@ impl Session {
                 };
                 let reason = live.infra.take();
                 live.events = record.trace.events;
+                live.final_text = record.trace.final_text;
                 live.settled = Some((status, reason, now));
             }
             None => {
@@ -518,6 +524,7 @@ impl Session {
             events,
             next,
             done: live.settled.is_some(),
+            final_text: live.final_text.clone(),
         })
     }
 
