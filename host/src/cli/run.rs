@@ -275,21 +275,23 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         eprintln!("\ninterrupted: stopping the shards (Ctrl-C again to quit at once)");
     });
     let request = RunRequest {
-        config_path: args.config.clone(),
-        results_base: args.results_dir.clone(),
-        plugins: args.plugins.clone(),
-        plugin_grants: args.sandbox.grants()?,
-        plugin_limits: args.sandbox.limits()?,
+        setup: crate::run::Setup {
+            config_path: args.config.clone(),
+            results_base: args.results_dir.clone(),
+            plugins: args.plugins.clone(),
+            plugin_grants: args.sandbox.grants()?,
+            plugin_limits: args.sandbox.limits()?,
+            runner: args.runner.clone(),
+            runner_options: args.runner_options.clone(),
+            secrets: load_secrets(args.secrets_file.as_deref())?,
+        },
         filters: crate::eval::plan::Filters {
             variants: args.variants.clone(),
             cases: args.cases.clone(),
             trials: args.trials,
         },
-        runner: args.runner.clone(),
-        runner_options: args.runner_options.clone(),
         resume: args.resume.clone(),
         force: args.force,
-        secrets: load_secrets(args.secrets_file.as_deref())?,
         shard_settings: Some(ShardSettings {
             silence: crate::eval::config::seconds("--silence-limit", args.silence_limit)?,
             cancel_grace: crate::eval::config::seconds("--cancel-grace", args.cancel_grace)?,

@@ -76,14 +76,16 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         None => None,
     };
     let request = ServeRequest {
-        config_path: args.config.clone(),
-        results_base: args.results_dir.clone(),
-        plugins: args.plugins.clone(),
-        plugin_grants: args.sandbox.grants()?,
-        plugin_limits: args.sandbox.limits()?,
-        runner: args.runner.clone(),
-        runner_options: args.runner_options.clone(),
-        secrets: super::run::load_secrets(args.secrets_file.as_deref())?,
+        setup: crate::run::Setup {
+            config_path: args.config.clone(),
+            results_base: args.results_dir.clone(),
+            plugins: args.plugins.clone(),
+            plugin_grants: args.sandbox.grants()?,
+            plugin_limits: args.sandbox.limits()?,
+            runner: args.runner.clone(),
+            runner_options: args.runner_options.clone(),
+            secrets: super::run::load_secrets(args.secrets_file.as_deref())?,
+        },
         settings: ShardSettings {
             silence: crate::eval::config::seconds("--silence-limit", args.silence_limit)?,
             cancel_grace: crate::eval::config::seconds("--cancel-grace", args.cancel_grace)?,

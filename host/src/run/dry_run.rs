@@ -227,18 +227,20 @@ fn one_trial(
         _ => request.plugin.to_string(),
     };
     let run_request = RunRequest {
-        config_path,
-        results_base: dir.path().join("results"),
-        plugins: vec![plugin],
-        plugin_grants: request.grants.clone(),
-        plugin_limits: request.limits,
+        setup: super::Setup {
+            config_path,
+            results_base: dir.path().join("results"),
+            plugins: vec![plugin],
+            plugin_grants: request.grants.clone(),
+            plugin_limits: request.limits,
+            runner: name.to_string(),
+            runner_options,
+            secrets: Default::default(),
+        },
         filters,
-        runner: name.to_string(),
-        runner_options,
         resume: None,
         force: false,
         shard_settings: None,
-        secrets: Default::default(),
     };
     let notes = Notes::default();
     let outcome = run(home, &run_request, &notes, &AtomicBool::new(false))?;

@@ -29,9 +29,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
-/// What the user asked for.
+/// What collecting trials needs, whoever asks (`mst run`, `mst serve`): the eval, its plugins
+/// and secrets, the runner and where results go.
 #[derive(Debug, Clone, Default)]
-pub struct RunRequest {
+pub struct Setup {
     pub config_path: PathBuf,
     /// `.mst/results` unless told otherwise.
     pub results_base: PathBuf,
@@ -39,15 +40,59 @@ pub struct RunRequest {
     pub plugins: Vec<String>,
     pub plugin_grants: Grants,
     pub plugin_limits: Limits,
-    pub filters: Filters,
     pub runner: String,
     pub runner_options: Vec<String>,
+    /// From `--secrets-file`.
+    pub secrets: crate::secrets::Secrets,
+}
+
+/// An eval ready to collect: prepared and checked, its servers' tokens, its runner.
+pub struct Ready {
+    pub prepared: prepare::Prepared,
+    pub tokens: crate::shard::tokens::ServerTokens,
+    pub runner_options: RunnerOptions,
+    pub runner: Box<dyn runner::Runner>,
+}
+
+/// Prepares `setup`'s eval, runs `check` on it (before the runner exists: a config error must
+/// not wait for a runner to reach its hosts), then makes the runner.
+pub fn ready(
+    home: &Home,
+    setup: &Setup,
+    check: impl FnOnce(&prepare::Prepared) -> Result<()>,
+) -> Result<Ready> {
+    let prepared = prepare::prepare(
+        home,
+        &setup.config_path,
+        &PluginRequest {
+            extra: &setup.plugins,
+            grants: &setup.plugin_grants,
+            limits: setup.plugin_limits,
+            runner: Some(&setup.runner),
+            secrets: &setup.secrets,
+        },
+    )?;
+    check(&prepared)?;
+    let tokens = prepared.server_tokens(&setup.secrets)?;
+    let runner_options = RunnerOptions::parse(&setup.runner_options)?;
+    let runner = runner::runner(&setup.runner, &runner_options, &prepared.plugins)?;
+    Ok(Ready {
+        prepared,
+        tokens,
+        runner_options,
+        runner,
+    })
+}
+
+/// What the user asked for.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    pub setup: Setup,
+    pub filters: Filters,
     pub resume: Option<String>,
     /// Resume even when the shard count, runner, datasets or a plugin changed.
     pub force: bool,
     pub shard_settings: Option<ShardSettings>,
-    /// From `--secrets-file`.
-    pub secrets: crate::secrets::Secrets,
 }
 
 /// What a run produced.
@@ -66,22 +111,15 @@ pub fn run(
     reporter: &dyn Reporter,
     cancel: &AtomicBool,
 ) -> Result<RunOutcome> {
-    let prepared = prepare::prepare(
-        home,
-        &request.config_path,
-        &PluginRequest {
-            extra: &request.plugins,
-            grants: &request.plugin_grants,
-            limits: request.plugin_limits,
-            runner: Some(&request.runner),
-            secrets: &request.secrets,
-        },
-    )?;
-    prepared.check_clients(&request.filters)?;
-    let tokens = prepared.server_tokens(&request.secrets)?;
-    let runner_options = RunnerOptions::parse(&request.runner_options)?;
-    let runner = runner::runner(&request.runner, &runner_options, &prepared.plugins)?;
-    let root = ResultsRoot::new(&request.results_base);
+    let Ready {
+        prepared,
+        tokens,
+        runner_options,
+        runner,
+    } = ready(home, &request.setup, |prepared| {
+        prepared.check_clients(&request.filters)
+    })?;
+    let root = ResultsRoot::new(&request.setup.results_base);
     let (dir, mut record) = resume::open(&root, request, &prepared, &runner_options, reporter)?;
 
     let cases: BTreeMap<&str, &CaseRecord> = prepared

@@ -58,11 +58,11 @@ pub fn open(
                 eval: config.name.clone(),
                 mst: env!("CARGO_PKG_VERSION").to_string(),
                 created_at: crate::clock::unix_secs(),
-                config_path: request.config_path.display().to_string(),
+                config_path: request.setup.config_path.display().to_string(),
                 config_hash: prepared.config_hash.clone(),
                 git: prepare::git_state(&prepared.base),
                 dataset_hash: prepared.cases.content_hash.clone(),
-                runner: request.runner.clone(),
+                runner: request.setup.runner.clone(),
                 runner_options: runner_options.rest.clone(),
                 shards: runner_options.shards,
                 machines: Vec::new(),
@@ -96,10 +96,10 @@ fn changes_since(
             record.shards, runner_options.shards
         ));
     }
-    if record.runner != request.runner {
+    if record.runner != request.setup.runner {
         changed.push(format!(
             "the runner changed (`{}` then, `{}` now)",
-            record.runner, request.runner
+            record.runner, request.setup.runner
         ));
     }
     if record.dataset_hash != prepared.cases.content_hash {

@@ -11,12 +11,10 @@ pub mod session;
 
 use crate::eval::trial::CaseRecord;
 use crate::home::Home;
-use crate::plugin::capabilities::Grants;
-use crate::plugin::sandbox::Limits;
 use crate::results::ResultsRoot;
-use crate::run::prepare::{self, PluginRequest, Prepared};
-use crate::runner::{self, Runner, RunnerOptions};
-use crate::secrets::Secrets;
+use crate::run::prepare::Prepared;
+use crate::run::{Ready, Setup};
+use crate::runner::{Runner, RunnerOptions};
 use crate::shard::coordinator::ShardSettings;
 use crate::shard::tokens::ServerTokens;
 use anyhow::Result;
@@ -27,16 +25,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// What `mst serve` was started with (the options it shares with `mst run`).
+/// What `mst serve` was started with.
 pub struct ServeRequest {
-    pub config_path: PathBuf,
-    pub results_base: PathBuf,
-    pub plugins: Vec<String>,
-    pub plugin_grants: Grants,
-    pub plugin_limits: Limits,
-    pub runner: String,
-    pub runner_options: Vec<String>,
-    pub secrets: Secrets,
+    /// What it shares with `mst run`.
+    pub setup: Setup,
     pub settings: ShardSettings,
     /// A session with no task running for this long is closed by the reaper.
     pub idle_ttl: Duration,
@@ -134,26 +126,18 @@ impl Playground {
     /// Loads the eval, its plugins and the runner; closes what a previous `mst serve` left
     /// open under the results directory.
     pub fn start(home: &Home, request: ServeRequest) -> Result<Self> {
-        let prepared = prepare::prepare(
-            home,
-            &request.config_path,
-            &PluginRequest {
-                extra: &request.plugins,
-                grants: &request.plugin_grants,
-                limits: request.plugin_limits,
-                runner: Some(&request.runner),
-                secrets: &request.secrets,
-            },
-        )?;
-        let tokens = prepared.server_tokens(&request.secrets)?;
-        let runner_options = RunnerOptions::parse(&request.runner_options)?;
-        let runner = runner::runner(&request.runner, &runner_options, &prepared.plugins)?;
-        let root = ResultsRoot::new(&request.results_base);
+        let Ready {
+            prepared,
+            tokens,
+            runner_options,
+            runner,
+        } = crate::run::ready(home, &request.setup, |_| Ok(()))?;
+        let root = ResultsRoot::new(&request.setup.results_base);
         session::recover(&root.sessions_dir(&prepared.config.name));
         Ok(Playground {
             shared: Arc::new(Shared {
                 prepared,
-                config_path: request.config_path.clone(),
+                config_path: request.setup.config_path.clone(),
                 runner,
                 runner_options,
                 tokens,
