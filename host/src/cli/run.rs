@@ -17,15 +17,56 @@ use std::sync::Mutex;
 /// Set by Ctrl-C: shards send `cancel`, wait a grace period, then kill.
 static CANCEL: AtomicBool = AtomicBool::new(false);
 
+/// What `mst run` and `mst serve` share: the eval, its plugins and secrets, the runner and
+/// where results go.
+#[derive(Args, Debug)]
+pub(crate) struct SetupArgs {
+    /// The eval config.
+    #[arg(long, short = 'c', default_value = "eval.json")]
+    pub(crate) config: PathBuf,
+    /// Load a plugin (.wasm file or installed name). Repeatable.
+    #[arg(long = "plugin", value_name = "PLUGIN")]
+    plugins: Vec<String>,
+    /// Where machines come from: `local`, `docker`, or a runner plugin's name (loaded with
+    /// --plugin or installed).
+    #[arg(long, default_value = "local")]
+    runner: String,
+    /// A runner option, key=value (`shards`, `keep`, and the runner's own). Repeatable.
+    #[arg(long = "runner-option", value_name = "KEY=VALUE")]
+    runner_options: Vec<String>,
+    /// Where runs (and playground sessions) are stored.
+    #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+    pub(crate) results_dir: PathBuf,
+    /// Secrets (JSON object or dotenv): servers' `token`, `envSecrets` and `headerSecrets`, model
+    /// providers' keys, `secretEnv` (a name written `env:VAR` is read from the environment instead).
+    #[arg(long, value_name = "FILE")]
+    secrets_file: Option<PathBuf>,
+    /// Grants and caps for plugins loaded with --plugin.
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+}
+
+impl SetupArgs {
+    /// The setup these flags describe, its secrets file read.
+    pub(crate) fn setup(&self) -> Result<run::Setup> {
+        Ok(run::Setup {
+            config_path: self.config.clone(),
+            results_base: self.results_dir.clone(),
+            plugins: self.plugins.clone(),
+            plugin_grants: self.sandbox.grants()?,
+            plugin_limits: self.sandbox.limits()?,
+            runner: self.runner.clone(),
+            runner_options: self.runner_options.clone(),
+            secrets: load_secrets(self.secrets_file.as_deref())?,
+        })
+    }
+}
+
 /// `mst run`.
 #[derive(Args, Debug)]
 pub(crate) struct RunArgs {
-    /// The eval config.
-    #[arg(long, short = 'c', default_value = "eval.json")]
-    config: PathBuf,
-    /// Load a plugin (.wasm file or installed name) for this run. Repeatable.
-    #[arg(long = "plugin", value_name = "PLUGIN")]
-    plugins: Vec<String>,
+    #[command(flatten)]
+    setup: SetupArgs,
     /// Run only this variant. Repeatable.
     #[arg(long = "variant")]
     variants: Vec<String>,
@@ -42,26 +83,12 @@ pub(crate) struct RunArgs {
     /// since the run's first collection.
     #[arg(long, requires = "resume")]
     force: bool,
-    /// Where machines come from: `local`, `docker`, or a runner plugin's name (loaded with
-    /// --plugin or installed).
-    #[arg(long, default_value = "local")]
-    runner: String,
-    /// A runner option, key=value (`shards`, `keep`, and the runner's own). Repeatable.
-    #[arg(long = "runner-option", value_name = "KEY=VALUE")]
-    runner_options: Vec<String>,
-    /// Where runs are stored.
-    #[arg(long, default_value = ".mst/results", value_name = "DIR")]
-    results_dir: PathBuf,
     /// Also write a JUnit XML report here.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
-    /// Secrets (JSON object or dotenv): servers' `token`, `envSecrets` and `headerSecrets`, model
-    /// providers' keys, `secretEnv` (a name written `env:VAR` is read from the environment instead).
-    #[arg(long, value_name = "FILE")]
-    secrets_file: Option<PathBuf>,
     /// A shard whose worker sends nothing (not even a heartbeat) for this long is lost.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     silence_limit: f64,
@@ -77,9 +104,6 @@ pub(crate) struct RunArgs {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
-    /// Grants and caps for plugins loaded with --plugin.
-    #[command(flatten)]
-    sandbox: SandboxArgs,
 }
 
 /// `mst runs …`.
@@ -170,7 +194,7 @@ impl Reporter {
             lock: Mutex::new(()),
             json: args.json,
             junit: args.junit.clone(),
-            config: args.config.clone(),
+            config: args.setup.config.clone(),
             failure: Mutex::new(None),
             summary: Mutex::new(String::new()),
         }
@@ -275,16 +299,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         eprintln!("\ninterrupted: stopping the shards (Ctrl-C again to quit at once)");
     });
     let request = RunRequest {
-        setup: crate::run::Setup {
-            config_path: args.config.clone(),
-            results_base: args.results_dir.clone(),
-            plugins: args.plugins.clone(),
-            plugin_grants: args.sandbox.grants()?,
-            plugin_limits: args.sandbox.limits()?,
-            runner: args.runner.clone(),
-            runner_options: args.runner_options.clone(),
-            secrets: load_secrets(args.secrets_file.as_deref())?,
-        },
+        setup: args.setup.setup()?,
         filters: crate::eval::plan::Filters {
             variants: args.variants.clone(),
             cases: args.cases.clone(),
@@ -322,7 +337,7 @@ fn summary_text(summary: &results::Summary, json: bool, dir: &std::path::Path) -
 }
 
 /// The secrets `--secrets-file` names, or none.
-pub(super) fn load_secrets(path: Option<&std::path::Path>) -> Result<crate::secrets::Secrets> {
+fn load_secrets(path: Option<&std::path::Path>) -> Result<crate::secrets::Secrets> {
     path.map_or_else(
         || Ok(crate::secrets::Secrets::default()),
         crate::secrets::Secrets::load,

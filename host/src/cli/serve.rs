@@ -1,6 +1,5 @@
 //! `mst serve`: the playground's HTTP server.
 
-use super::plugin::SandboxArgs;
 use crate::home::Home;
 use crate::serve::{http, Playground, ServeRequest};
 use crate::shard::coordinator::ShardSettings;
@@ -14,9 +13,9 @@ use std::time::Duration;
 /// `mst serve`.
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
-    /// The eval config: its variants are what sessions run.
-    #[arg(long, short = 'c', default_value = "eval.json")]
-    config: PathBuf,
+    /// The eval (its variants are what sessions run), plugins, runner, secrets and results.
+    #[command(flatten)]
+    setup: super::run::SetupArgs,
     /// Where to listen. Loopback by default; any other address needs --token-file.
     #[arg(long, default_value = "127.0.0.1:7420", value_name = "ADDR:PORT")]
     listen: SocketAddr,
@@ -24,21 +23,6 @@ pub(crate) struct ServeArgs {
     /// TOKEN` (required off loopback).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
-    /// Load a plugin (.wasm file or installed name). Repeatable.
-    #[arg(long = "plugin", value_name = "PLUGIN")]
-    plugins: Vec<String>,
-    /// Where machines come from: `local`, `docker`, or a runner plugin's name.
-    #[arg(long, default_value = "local")]
-    runner: String,
-    /// A runner option, key=value. Repeatable.
-    #[arg(long = "runner-option", value_name = "KEY=VALUE")]
-    runner_options: Vec<String>,
-    /// Where sessions are recorded (`<DIR>/<eval>/sessions/<id>/`).
-    #[arg(long, default_value = ".mst/results", value_name = "DIR")]
-    results_dir: PathBuf,
-    /// Secrets (JSON object or dotenv), as for `mst run`.
-    #[arg(long, value_name = "FILE")]
-    secrets_file: Option<PathBuf>,
     /// A session with no task for this long is closed and its machine disposed of.
     #[arg(long, default_value_t = 1800.0, value_name = "SECONDS")]
     idle_ttl: f64,
@@ -48,9 +32,6 @@ pub(crate) struct ServeArgs {
     /// On close, how long a running task's worker has to stop before it is killed.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     cancel_grace: f64,
-    /// Grants and caps for plugins loaded with --plugin.
-    #[command(flatten)]
-    sandbox: SandboxArgs,
 }
 
 /// Runs `mst serve` until Ctrl-C or SIGTERM, then closes every session.
@@ -76,16 +57,7 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         None => None,
     };
     let request = ServeRequest {
-        setup: crate::run::Setup {
-            config_path: args.config.clone(),
-            results_base: args.results_dir.clone(),
-            plugins: args.plugins.clone(),
-            plugin_grants: args.sandbox.grants()?,
-            plugin_limits: args.sandbox.limits()?,
-            runner: args.runner.clone(),
-            runner_options: args.runner_options.clone(),
-            secrets: super::run::load_secrets(args.secrets_file.as_deref())?,
-        },
+        setup: args.setup.setup()?,
         settings: ShardSettings {
             silence: crate::eval::config::seconds("--silence-limit", args.silence_limit)?,
             cancel_grace: crate::eval::config::seconds("--cancel-grace", args.cancel_grace)?,
