@@ -94,6 +94,24 @@ fn export(mst: &Mst, results: &Path, run_id: &str, out: &Path) -> mst_tests::Run
     ])
 }
 
+/// [`export`] of `run_id` into a new directory, which must succeed: the directory, the
+/// exported run's base (`runs/<exported id>`) and every record written, each validated.
+fn export_valid(
+    mst: &Mst,
+    results: &Path,
+    run_id: &str,
+) -> (tempfile::TempDir, PathBuf, BTreeMap<PathBuf, Value>) {
+    let out = tempfile::tempdir().unwrap();
+    let exported = export(mst, results, run_id, out.path());
+    assert_eq!(exported.code, 0, "{}\n{}", exported.stdout, exported.stderr);
+    let id = exported.json()["exportedRunId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let records = validate_all(out.path());
+    (out, PathBuf::from("runs").join(id), records)
+}
+
 /// An eval of two command variants, `steady` (the baseline) failing c2 and `shaky` failing
 /// c2 and c3, three trials of three cases each.
 fn failing_eval() -> Eval {
@@ -260,21 +278,13 @@ fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary()
     // traces, its `.g1` kept in the id.
     let regrade = mst.run(&["grade", &mst_id, "--results-dir", s(&eval.results())]);
     assert_eq!(regrade.code, 1, "{}\n{}", regrade.stdout, regrade.stderr);
-    let regraded_out = tempfile::tempdir().unwrap();
-    let regraded = export(
-        &mst,
-        &eval.results(),
-        &format!("{mst_id}.g1"),
-        regraded_out.path(),
+    let (_regraded_out, regraded_base, regraded_records) =
+        export_valid(&mst, &eval.results(), &format!("{mst_id}.g1"));
+    assert!(
+        regraded_base.to_string_lossy().ends_with(".g1"),
+        "{}",
+        regraded_base.display()
     );
-    assert_eq!(regraded.code, 0, "{}\n{}", regraded.stdout, regraded.stderr);
-    let regraded_id = regraded.json()["exportedRunId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(regraded_id.ends_with(".g1"), "{regraded_id}");
-    let regraded_records = validate_all(regraded_out.path());
-    let regraded_base = PathBuf::from("runs").join(&regraded_id);
     assert_eq!(
         regraded_records
             .keys()
@@ -324,15 +334,7 @@ fn pairwise_verdicts_export_as_preferences_of_the_candidate_against_the_baseline
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let dir = eval.run_dir("paired");
 
-    let out = tempfile::tempdir().unwrap();
-    let exported = export(&mst, &eval.results(), &run_id_of(&dir), out.path());
-    assert_eq!(exported.code, 0, "{}\n{}", exported.stdout, exported.stderr);
-    let id = exported.json()["exportedRunId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let records = validate_all(out.path());
-    let base = PathBuf::from("runs").join(&id);
+    let (out, base, records) = export_valid(&mst, &eval.results(), &run_id_of(&dir));
     for case in ["p1", "p2"] {
         let preference = &records[&base.join(format!("scores/alpha-vs-beta/beta/{case}.json"))];
         assert_eq!(preference["kind"], "preference");
@@ -427,20 +429,8 @@ fn an_infrastructure_failure_exports_as_one_with_its_reason_and_no_score() {
     let eval = mst_tests::command_eval(json!(["/nonexistent/agent"]), 1, 20);
     let run = eval.run(&mst, &["-q"]);
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    let out = tempfile::tempdir().unwrap();
-    let exported = export(
-        &mst,
-        &eval.results(),
-        &run_id_of(&eval.run_dir("e2e")),
-        out.path(),
-    );
-    assert_eq!(exported.code, 0, "{}\n{}", exported.stdout, exported.stderr);
-    let id = exported.json()["exportedRunId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let records = validate_all(out.path());
-    let base = PathBuf::from("runs").join(&id);
+    let (_out, base, records) =
+        export_valid(&mst, &eval.results(), &run_id_of(&eval.run_dir("e2e")));
     let trial = &records[&base.join("traces/default/c1/0.json")];
     assert_eq!(trial["infrastructureError"], true, "{trial}");
     assert!(

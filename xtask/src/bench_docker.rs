@@ -63,8 +63,9 @@ fn timed_run(mst: &Path, dir: &Path, args: &[String]) -> Result<(f64, serde_json
     Ok((wall, record))
 }
 
-/// Runs the benchmark and prints its figures.
-pub fn bench() -> Result<()> {
+/// The debug `mst` (and its static worker) built, the two test engines started, and the worker
+/// image set up on both: what every Docker benchmark starts from.
+pub(crate) fn ready() -> Result<(std::path::PathBuf, engines::Engines)> {
     run(crate::cargo()
         .current_dir(root())
         .args(["build", "-p", "mst"]))?;
@@ -81,6 +82,13 @@ pub fn bench() -> Result<()> {
         "--runner-option",
         &format!("base={}", engines::TEST_IMAGE),
     ]))?;
+    Ok((mst, engines))
+}
+
+/// Runs the benchmark and prints its figures.
+pub fn bench() -> Result<()> {
+    let (mst, engines) = ready()?;
+    let (a, b) = (&engines.endpoints[0], &engines.endpoints[1]);
     let image = format!("mst-worker:{}", env!("CARGO_PKG_VERSION"));
 
     // Bare `docker run --rm IMAGE true`, the floor for any container.

@@ -9,7 +9,7 @@
 //!
 //! It uses the debug build `cargo xtask test` uses (dependencies optimised, mst's own code not).
 
-use crate::{engines, root, run, tempfile_dir};
+use crate::tempfile_dir;
 use anyhow::{bail, Context, Result};
 use std::io::BufRead;
 use std::path::Path;
@@ -142,22 +142,8 @@ fn requests_per_second(child: Child) -> Result<f64> {
 
 /// Runs the benchmark and prints its figures.
 pub fn bench() -> Result<()> {
-    run(crate::cargo()
-        .current_dir(root())
-        .args(["build", "-p", "mst"]))?;
-    crate::build_static_worker()?;
-    let mst = root().join("target/debug/mst");
-    let engines = engines::start(&root())?;
+    let (mst, engines) = crate::bench_docker::ready()?;
     let a = &engines.endpoints[0];
-    run(Command::new(&mst).args([
-        "runner",
-        "setup",
-        "docker",
-        "--runner-option",
-        &format!("contexts={a}"),
-        "--runner-option",
-        &format!("base={}", engines::TEST_IMAGE),
-    ]))?;
     let dir = tempfile_dir("mst-bench-serve")?;
     write_eval(&dir, 0, "0")?;
 
