@@ -1,8 +1,8 @@
-//! `mst serve`: the playground's HTTP server.
+//! `mst serve`: the playground, behind its HTTP API or (with `--mcp`) its MCP tools on stdio.
 
 use super::plugin::SandboxArgs;
 use crate::home::Home;
-use crate::serve::{http, Playground, ServeRequest};
+use crate::serve::{http, mcp, Playground, ServeRequest};
 use crate::shard::coordinator::ShardSettings;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -20,6 +20,11 @@ pub(crate) struct ServeArgs {
     /// Where to listen. Loopback by default; any other address needs --token-file.
     #[arg(long, default_value = "127.0.0.1:7420", value_name = "ADDR:PORT")]
     listen: SocketAddr,
+    /// Serve the playground as MCP tools on stdin/stdout instead of HTTP (for an agent that
+    /// starts `mst serve --mcp` as its MCP server). Ends, closing every session, when stdin
+    /// closes.
+    #[arg(long, conflicts_with_all = ["listen", "token_file"])]
+    mcp: bool,
     /// A file holding the access token every request must send as `Authorization: Bearer
     /// TOKEN` (required off loopback).
     #[arg(long, value_name = "FILE")]
@@ -53,8 +58,11 @@ pub(crate) struct ServeArgs {
     sandbox: SandboxArgs,
 }
 
-/// Runs `mst serve` until Ctrl-C or SIGTERM, then closes every session.
+/// Runs `mst serve` until Ctrl-C or SIGTERM (or, with `--mcp`, until stdin closes), then closes
+/// every session.
 pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
+    // Taken before anything can print: with --mcp, stdout is the protocol's alone.
+    let protocol = if args.mcp { Some(mcp_stdio()?) } else { None };
     let token = match &args.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -102,6 +110,19 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         reaper.reap();
     });
     let runtime = tokio::runtime::Runtime::new()?;
+    if let Some((input, output)) = protocol {
+        let served = runtime.block_on(mcp::serve(
+            playground.clone(),
+            tokio::fs::File::from_std(input),
+            tokio::fs::File::from_std(output),
+            stop,
+        ));
+        playground.close_all("mst serve stopped");
+        // A read of stdin still pending on a blocking thread must not hold the exit up.
+        runtime.shutdown_background();
+        served?;
+        return Ok(0);
+    }
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
@@ -115,4 +136,35 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
     })?;
     playground.close_all("mst serve stopped");
     Ok(0)
+}
+
+/// The protocol's own copies of stdin and stdout for `--mcp`; fd 0 then reads /dev/null and
+/// fd 1 writes to stderr, so a stray print or a child that inherits them cannot corrupt or
+/// steal the protocol's bytes.
+fn mcp_stdio() -> Result<(std::fs::File, std::fs::File)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let take = |fd: i32| -> Result<std::fs::File> {
+        // SAFETY: dup of a descriptor this process holds; the copy is owned by the File.
+        let copy = unsafe { libc::dup(fd) };
+        if copy < 0 {
+            bail!(
+                "--mcp: cannot take fd {fd}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: `copy` is a fresh descriptor nothing else owns.
+        Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(copy) }))
+    };
+    let input = take(0)?;
+    let output = take(1)?;
+    let null = std::fs::File::open("/dev/null").context("--mcp: cannot open /dev/null")?;
+    // SAFETY: dup2 onto the standard descriptors, which stay open (as /dev/null and stderr).
+    let moved = unsafe { libc::dup2(null.as_raw_fd(), 0) >= 0 && libc::dup2(2, 1) >= 0 };
+    if !moved {
+        bail!(
+            "--mcp: cannot set stdin and stdout aside: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok((input, output))
 }
