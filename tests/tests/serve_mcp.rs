@@ -13,11 +13,13 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// An eval whose command agent runs `script` (sh), its stdout read as JSON trace events.
-fn agent_eval(script: &str) -> Eval {
+/// An eval whose command agent runs `script` (sh), its stdout read as JSON trace events, with
+/// `secret_env` (environment variable to secret name).
+fn agent_eval(script: &str, secret_env: Value) -> Eval {
     Eval::new(
         json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
-               "clientOptions": {"command": ["sh", "-c", script], "events": true},
+               "clientOptions": {"command": ["sh", "-c", script], "events": true,
+                                 "secretEnv": secret_env},
                "variants": {"agent": {}}, "baseline": "agent", "timeout": 60}),
         &[json!({"id": "unused", "input": "x"})],
     )
@@ -31,19 +33,18 @@ fn steps(range: std::ops::Range<u32>) -> String {
     )
 }
 
-/// The arguments of `mst serve --mcp` on `eval`.
-fn serve_args(eval: &Eval) -> Vec<String> {
+/// The arguments of `mst serve --mcp` on `eval`, then `extra`.
+fn serve_args(eval: &Eval, extra: &[&str]) -> Vec<String> {
     let (config, results) = (eval.config(), eval.results());
-    [
+    let fixed = [
         "serve",
         "--mcp",
         "--config",
         s(&config),
         "--results-dir",
         s(&results),
-    ]
-    .map(String::from)
-    .to_vec()
+    ];
+    fixed.iter().chain(extra).map(|a| a.to_string()).collect()
 }
 
 /// A session's record, as `mst serve` wrote it under the results directory.
@@ -95,10 +96,10 @@ async fn an_mcp_client_drives_sessions_tasks_and_live_traces_through_the_tools()
         steps(4..8),
         gate = s(&gate)
     );
-    let eval = agent_eval(&script);
+    let eval = agent_eval(&script, json!({}));
     let mst = Mst::new();
     let stderr = tempfile::NamedTempFile::new().unwrap();
-    let command = tokio::process::Command::from(mst.command(&serve_args(&eval)));
+    let command = tokio::process::Command::from(mst.command(&serve_args(&eval, &[])));
     let (transport, _) = TokioChildProcess::builder(command)
         .stderr(stderr.reopen().unwrap())
         .spawn()
@@ -239,17 +240,18 @@ async fn an_mcp_client_drives_sessions_tasks_and_live_traces_through_the_tools()
     client.cancel().await.unwrap();
 }
 
-/// Writes JSON-RPC `messages` to `mst serve --mcp`, then closes its stdin: every line it wrote to
+/// Writes JSON-RPC `messages` to `mst serve --mcp EXTRA…`, then closes its stdin: every line it wrote to
 /// stdout (each parsed), its exit status and its stderr.
 fn raw_session(
     mst: &Mst,
     eval: &Eval,
+    extra: &[&str],
     messages: &[Value],
     answers: usize,
 ) -> (Vec<Value>, bool, String) {
     let stderr = tempfile::NamedTempFile::new().unwrap();
     let mut child = mst
-        .command(&serve_args(eval))
+        .command(&serve_args(eval, extra))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr.reopen().unwrap())
@@ -301,7 +303,10 @@ fn raw_session(
 
 #[test]
 fn stdout_carries_only_the_protocol_and_closing_stdin_closes_every_session() {
-    let eval = agent_eval(&steps(0..2));
+    const CANARY: &str = "mst-canary-serve-mcp-secret-7f3a";
+    let eval = agent_eval(&steps(0..2), json!({"TOKEN": "PLAY_TOKEN"}));
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("PLAY_TOKEN={CANARY}\n")).unwrap();
     let mst = Mst::new();
     let tool = |id: u32, name: &str, arguments: Value| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -314,8 +319,12 @@ fn stdout_carries_only_the_protocol_and_closing_stdin_closes_every_session() {
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         tool(1, "create_session", json!({})),
         tool(2, "no_such_tool", json!({})),
+        // Answers that would echo the secret (a variant, a session named by it) do not.
+        tool(3, "create_session", json!({"variant": CANARY})),
+        tool(4, "submit_task", json!({"session": CANARY, "input": "x"})),
     ];
-    let (answers, exited_ok, stderr) = raw_session(&mst, &eval, &messages, 3);
+    let extra = ["--secrets-file", s(&secrets)];
+    let (answers, exited_ok, stderr) = raw_session(&mst, &eval, &extra, &messages, 5);
     assert!(exited_ok, "{stderr}");
     for answer in &answers {
         assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
@@ -334,6 +343,18 @@ fn stdout_carries_only_the_protocol_and_closing_stdin_closes_every_session() {
             .contains("create_session"),
         "{unknown}"
     );
+    for (answer, status) in [(&answers[3], 400), (&answers[4], 404)] {
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("[redacted:PLAY_TOKEN]") && !text.contains(CANARY),
+            "{text}"
+        );
+        assert_eq!(
+            answer["result"]["structuredContent"]["status"], status,
+            "{answer}"
+        );
+    }
+    assert!(!stderr.contains(CANARY), "{stderr}");
     // Stdin closed: the session was closed and its machine disposed of before mst exited.
     let record = record(&eval, session);
     assert_eq!(record["status"], "closed", "{record}");
@@ -380,7 +401,7 @@ fn inspector(mst: &Mst, eval: &Eval, extra: &[&str]) -> Value {
 
 #[test]
 fn the_published_mcp_inspector_lists_the_six_tools_and_calls_one() {
-    let eval = agent_eval(&steps(0..1));
+    let eval = agent_eval(&steps(0..1), json!({}));
     let mst = Mst::new();
     let listed = inspector(&mst, &eval, &["--method", "tools/list"]);
     let mut names: Vec<&str> = listed["tools"]
