@@ -62,7 +62,11 @@ pub(crate) struct ServeArgs {
 /// every session.
 pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
     // Taken before anything can print: with --mcp, stdout is the protocol's alone.
-    let protocol = if args.mcp { Some(mcp_stdio()?) } else { None };
+    let protocol = if args.mcp {
+        Some(mcp::take_stdio()?)
+    } else {
+        None
+    };
     let token = match &args.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -136,35 +140,4 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
     })?;
     playground.close_all("mst serve stopped");
     Ok(0)
-}
-
-/// The protocol's own copies of stdin and stdout for `--mcp`; fd 0 then reads /dev/null and
-/// fd 1 writes to stderr, so a stray print or a child that inherits them cannot corrupt or
-/// steal the protocol's bytes.
-fn mcp_stdio() -> Result<(std::fs::File, std::fs::File)> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let take = |fd: i32| -> Result<std::fs::File> {
-        // SAFETY: dup of a descriptor this process holds; the copy is owned by the File.
-        let copy = unsafe { libc::dup(fd) };
-        if copy < 0 {
-            bail!(
-                "--mcp: cannot take fd {fd}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        // SAFETY: `copy` is a fresh descriptor nothing else owns.
-        Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(copy) }))
-    };
-    let input = take(0)?;
-    let output = take(1)?;
-    let null = std::fs::File::open("/dev/null").context("--mcp: cannot open /dev/null")?;
-    // SAFETY: dup2 onto the standard descriptors, which stay open (as /dev/null and stderr).
-    let moved = unsafe { libc::dup2(null.as_raw_fd(), 0) >= 0 && libc::dup2(2, 1) >= 0 };
-    if !moved {
-        bail!(
-            "--mcp: cannot set stdin and stdout aside: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok((input, output))
 }

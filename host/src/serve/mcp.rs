@@ -271,3 +271,35 @@ where
     }
     Ok(())
 }
+
+/// The protocol's own copies of stdin and stdout for `--mcp`; fd 0 then reads /dev/null and
+/// fd 1 writes to stderr, so a stray print or a child that inherits them cannot corrupt or
+/// steal the protocol's bytes.
+pub fn take_stdio() -> anyhow::Result<(std::fs::File, std::fs::File)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let take = |fd: i32| -> anyhow::Result<std::fs::File> {
+        // SAFETY: dup of a descriptor this process holds; the copy is owned by the File.
+        let copy = unsafe { libc::dup(fd) };
+        if copy < 0 {
+            anyhow::bail!(
+                "--mcp: cannot take fd {fd}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: `copy` is a fresh descriptor nothing else owns.
+        Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(copy) }))
+    };
+    let input = take(0)?;
+    let output = take(1)?;
+    let null = std::fs::File::open("/dev/null")
+        .map_err(|e| anyhow::anyhow!("--mcp: cannot open /dev/null: {e}"))?;
+    // SAFETY: dup2 onto the standard descriptors, which stay open (as /dev/null and stderr).
+    let moved = unsafe { libc::dup2(null.as_raw_fd(), 0) >= 0 && libc::dup2(2, 1) >= 0 };
+    if !moved {
+        anyhow::bail!(
+            "--mcp: cannot set stdin and stdout aside: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok((input, output))
+}
