@@ -240,14 +240,45 @@ async fn an_mcp_client_drives_sessions_tasks_and_live_traces_through_the_tools()
     client.cancel().await.unwrap();
 }
 
-/// Writes JSON-RPC `messages` to `mst serve --mcp EXTRA…`, then closes its stdin: every line it wrote to
-/// stdout (each parsed), its exit status and its stderr.
+/// How a raw session ends.
+enum End {
+    /// The client closes mst's stdin.
+    CloseStdin,
+    /// mst gets SIGTERM, its stdin still open.
+    Sigterm,
+}
+
+/// Waits until process `pid` catches SIGTERM (its handler is set), so a signal sent then tests
+/// mst and not the default action.
+fn wait_for_sigterm_handler(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let caught = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .unwrap_or(0);
+        if caught & (1 << (libc::SIGTERM - 1)) != 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mst never set its SIGTERM handler"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Writes JSON-RPC `messages` to `mst serve --mcp EXTRA…` (reading the answer to each
+/// request), then ends it as `end` says: every line it wrote to stdout (each parsed), whether
+/// it exited with 0, and its stderr.
 fn raw_session(
     mst: &Mst,
     eval: &Eval,
     extra: &[&str],
     messages: &[Value],
-    answers: usize,
+    end: End,
 ) -> (Vec<Value>, bool, String) {
     let stderr = tempfile::NamedTempFile::new().unwrap();
     let mut child = mst
@@ -270,8 +301,15 @@ fn raw_session(
             lines.push(line);
         }
     }
-    assert_eq!(lines.len(), answers);
-    drop(stdin);
+    // With SIGTERM, stdin stays open until mst exited, so only the signal can have ended it.
+    let mut stdin = Some(stdin);
+    match end {
+        End::CloseStdin => stdin = None,
+        End::Sigterm => {
+            wait_for_sigterm_handler(child.id());
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        }
+    }
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -279,10 +317,11 @@ fn raw_session(
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("mst serve --mcp did not stop when its stdin closed");
+            panic!("mst serve --mcp did not stop at its end");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    drop(stdin);
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
     lines.extend(rest.lines().map(String::from));
@@ -324,7 +363,8 @@ fn stdout_carries_only_the_protocol_and_closing_stdin_closes_every_session() {
         tool(4, "submit_task", json!({"session": CANARY, "input": "x"})),
     ];
     let extra = ["--secrets-file", s(&secrets)];
-    let (answers, exited_ok, stderr) = raw_session(&mst, &eval, &extra, &messages, 5);
+    let (answers, exited_ok, stderr) = raw_session(&mst, &eval, &extra, &messages, End::CloseStdin);
+    assert_eq!(answers.len(), 5);
     assert!(exited_ok, "{stderr}");
     for answer in &answers {
         assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
@@ -454,4 +494,33 @@ fn the_published_mcp_inspector_lists_the_six_tools_and_calls_one() {
     );
     assert_eq!(refused["isError"], true, "{refused}");
     assert_eq!(refused["structuredContent"]["status"], 404, "{refused}");
+}
+
+#[test]
+fn sigterm_stops_it_at_any_point_and_closes_every_session() {
+    let eval = agent_eval("sleep 600", json!({}));
+    let mst = Mst::new();
+    // Before the client said anything: still in the MCP handshake.
+    let (answers, exited_ok, stderr) = raw_session(&mst, &eval, &[], &[], End::Sigterm);
+    assert!(answers.is_empty() && exited_ok, "{answers:?} {stderr}");
+
+    let messages = [
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "raw", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "create_session", "arguments": {}}}),
+    ];
+    let (answers, exited_ok, stderr) = raw_session(&mst, &eval, &[], &messages, End::Sigterm);
+    assert!(exited_ok, "{stderr}");
+    let session = answers[1]["result"]["structuredContent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answers:?}"));
+    let record = record(&eval, session);
+    assert_eq!(
+        (record["status"].as_str(), record["ended"].as_str()),
+        (Some("closed"), Some("mst serve stopped")),
+        "{record}"
+    );
 }

@@ -258,18 +258,22 @@ where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let service = Tools::new(playground)
-        .serve((input, output))
-        .await
-        .map_err(|e| anyhow::anyhow!("the MCP client did not initialize: {e}"))?;
-    let cancel = service.cancellation_token();
+    let served = async {
+        let service = Tools::new(playground)
+            .serve((input, output))
+            .await
+            .map_err(|e| anyhow::anyhow!("the MCP client did not initialize: {e}"))?;
+        service
+            .waiting()
+            .await
+            .map_err(|e| anyhow::anyhow!("the MCP server failed: {e}"))?;
+        Ok(())
+    };
+    // A signal ends it at any point, the handshake included (dropping the service stops it).
     tokio::select! {
-        quit = service.waiting() => {
-            quit.map_err(|e| anyhow::anyhow!("the MCP server failed: {e}"))?;
-        }
-        _ = stop.notified() => cancel.cancel(),
+        served = served => served,
+        _ = stop.notified() => Ok(()),
     }
-    Ok(())
 }
 
 /// The protocol's own copies of stdin and stdout for `--mcp`; fd 0 then reads /dev/null and
