@@ -15,11 +15,24 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Semaphore;
+
+/// The most tool calls that run at once; more wait for one to end.
+pub const MAX_CALLS: u32 = 256;
+
+/// How long the end of `mst serve --mcp` waits for tool calls still running (a machine still
+/// booting) before it closes the sessions without them. rmcp itself waits only 5 s after stdin
+/// closes (2 s after a signal), less than a machine may take to boot.
+const DRAIN: Duration = Duration::from_secs(120);
 
 /// The MCP server over one [`Playground`].
 pub struct Tools {
     playground: Arc<Playground>,
+    /// One permit per running call, held by its blocking work: the end waits for them all,
+    /// so a session that finishes booting after the client left is still closed.
+    calls: Arc<Semaphore>,
 }
 
 /// `submit_task`'s arguments.
@@ -151,16 +164,23 @@ fn args<T: DeserializeOwned>(tool: &str, arguments: Option<JsonObject>) -> Resul
 }
 
 impl Tools {
-    /// The tools over `playground`.
-    pub fn new(playground: Arc<Playground>) -> Self {
-        Tools { playground }
+    /// The tools over `playground`; each call holds a permit of `calls` while it runs.
+    pub fn new(playground: Arc<Playground>, calls: Arc<Semaphore>) -> Self {
+        Tools { playground, calls }
     }
 
     /// Runs tool `name` on a blocking thread: booting and closing machines takes seconds, and
     /// every playground call may wait on a session's lock.
     async fn call(&self, name: String, arguments: Option<JsonObject>) -> CallToolResult {
         let playground = self.playground.clone();
+        let Ok(permit) = self.calls.clone().acquire_owned().await else {
+            return failure(ServeError {
+                status: 503,
+                message: "mst serve is stopping".into(),
+            });
+        };
         let work = move || -> Result<Value, ServeError> {
+            let _running = permit;
             let value = match name.as_str() {
                 "create_session" => {
                     let request: CreateSession = args(&name, arguments)?;
@@ -247,7 +267,9 @@ impl ServerHandler for Tools {
     }
 }
 
-/// Serves the tools over `input`/`output` until the client closes `input` or `stop` fires.
+/// Serves the tools over `input`/`output` until the client closes `input` or `stop` fires,
+/// then waits (up to two minutes) for the tool calls still running, so that the caller's
+/// closing of every session finds the sessions they create.
 pub async fn serve<R, W>(
     playground: Arc<Playground>,
     input: R,
@@ -258,8 +280,9 @@ where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
+    let calls = Arc::new(Semaphore::new(MAX_CALLS as usize));
     let served = async {
-        let service = Tools::new(playground)
+        let service = Tools::new(playground, calls.clone())
             .serve((input, output))
             .await
             .map_err(|e| anyhow::anyhow!("the MCP client did not initialize: {e}"))?;
@@ -270,10 +293,20 @@ where
         Ok(())
     };
     // A signal ends it at any point, the handshake included (dropping the service stops it).
-    tokio::select! {
+    let served = tokio::select! {
         served = served => served,
         _ = stop.notified() => Ok(()),
+    };
+    if tokio::time::timeout(DRAIN, calls.acquire_many(MAX_CALLS))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "a tool call still runs {}s after the MCP client left: closing the sessions without it",
+            DRAIN.as_secs()
+        );
     }
+    served
 }
 
 /// The protocol's own copies of stdin and stdout for `--mcp`; fd 0 then reads /dev/null and
