@@ -138,8 +138,7 @@ pub fn tools() -> Vec<Tool> {
 
 /// A tool's answer: `value` as redacted JSON text, and as structured content.
 fn answer(value: &impl serde::Serialize, is_error: bool) -> CallToolResult {
-    let text = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
-    let text = crate::secrets::clean_text(&text);
+    let text = super::redacted_json(value);
     let mut result = if is_error {
         CallToolResult::error(vec![ContentBlock::text(text.clone())])
     } else {
@@ -176,7 +175,7 @@ impl Tools {
         let Ok(permit) = self.calls.clone().acquire_owned().await else {
             return failure(ServeError {
                 status: 503,
-                message: "mst serve is stopping".into(),
+                message: "mst serve is stopping: start it again for more calls".into(),
             });
         };
         let work = move || -> Result<Value, ServeError> {

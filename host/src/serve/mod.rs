@@ -91,6 +91,13 @@ impl std::fmt::Display for ServeError {
     }
 }
 
+/// `value` as JSON text, through the secret redactor like everything mst prints: the body of
+/// every answer, over HTTP and over MCP.
+pub fn redacted_json(value: &impl serde::Serialize) -> String {
+    let text = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
+    crate::secrets::clean_text(&text)
+}
+
 /// `POST /sessions`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
