@@ -122,8 +122,8 @@ fn build_plugins() -> Result<()> {
     Ok(())
 }
 
-/// The real MCP servers the end-to-end tests use, installed from their registries when missing:
-/// npm packages by the program they install.
+/// The real MCP servers (and the published MCP client) the end-to-end tests use, installed from
+/// their registries when missing: npm packages by the program they install.
 const NPM_SERVERS: &[(&str, &str)] = &[
     (
         "mcp-server-everything",
@@ -133,6 +133,8 @@ const NPM_SERVERS: &[(&str, &str)] = &[
         "mcp-server-filesystem",
         "@modelcontextprotocol/server-filesystem@2026.8.31",
     ),
+    // It declares Node >= 22.7.5 but its CLI runs on Node 20 (npm warns); 2.x needs 22.19.
+    ("mcp-inspector", "@modelcontextprotocol/inspector@0.21.2"),
 ];
 const PYPI_SERVER: &str = "mcp-server-time==2026.10.19";
 

@@ -1,7 +1,7 @@
-//! `mst serve`: the playground's HTTP server.
+//! `mst serve`: the playground, behind its HTTP API or (with `--mcp`) its MCP tools on stdio.
 
 use crate::home::Home;
-use crate::serve::{http, Playground, ServeRequest};
+use crate::serve::{http, mcp, Playground, ServeRequest};
 use crate::shard::coordinator::ShardSettings;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -19,6 +19,11 @@ pub(crate) struct ServeArgs {
     /// Where to listen. Loopback by default; any other address needs --token-file.
     #[arg(long, default_value = "127.0.0.1:7420", value_name = "ADDR:PORT")]
     listen: SocketAddr,
+    /// Serve the playground as MCP tools on stdin/stdout instead of HTTP (for an agent that
+    /// starts `mst serve --mcp` as its MCP server). Ends, closing every session, when stdin
+    /// closes.
+    #[arg(long, conflicts_with_all = ["listen", "token_file"])]
+    mcp: bool,
     /// A file holding the access token every request must send as `Authorization: Bearer
     /// TOKEN` (required off loopback).
     #[arg(long, value_name = "FILE")]
@@ -34,8 +39,15 @@ pub(crate) struct ServeArgs {
     cancel_grace: f64,
 }
 
-/// Runs `mst serve` until Ctrl-C or SIGTERM, then closes every session.
+/// Runs `mst serve` until Ctrl-C or SIGTERM (or, with `--mcp`, until stdin closes), then closes
+/// every session.
 pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
+    // Taken before anything can print: with --mcp, stdout is the protocol's alone.
+    let protocol = if args.mcp {
+        Some(mcp::take_stdio()?)
+    } else {
+        None
+    };
     let token = match &args.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -76,6 +88,19 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         reaper.reap();
     });
     let runtime = tokio::runtime::Runtime::new()?;
+    if let Some((input, output)) = protocol {
+        let served = runtime.block_on(mcp::serve(
+            playground.clone(),
+            tokio::fs::File::from_std(input),
+            tokio::fs::File::from_std(output),
+            stop,
+        ));
+        playground.close_all("mst serve stopped");
+        // A read of stdin still pending on a blocking thread must not hold the exit up.
+        runtime.shutdown_background();
+        served?;
+        return Ok(0);
+    }
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

@@ -43,8 +43,7 @@ pub fn router(playground: Arc<Playground>, token: Option<String>) -> Router {
 
 /// A JSON response; the text passes through the secret redactor like everything mst prints.
 fn json(status: StatusCode, value: &impl Serialize) -> Response {
-    let text = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
-    let body = crate::secrets::clean_text(&text);
+    let body = super::redacted_json(value);
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

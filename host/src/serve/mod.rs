@@ -1,12 +1,14 @@
 //! `mst serve`: the playground. A session boots one machine from the eval's runner for one
 //! variant and keeps it; tasks (one trial of the variant's client on an input) run on it one
 //! at a time, each as a one-trial shard over the same channel; each task's trace is followed
-//! live with a `since` cursor and stored like a run's. The HTTP API is in [`http`].
+//! live with a `since` cursor and stored like a run's. The HTTP API is in [`http`]; the same
+//! operations as MCP tools (`mst serve --mcp`) in [`mcp`].
 //!
 //! [`Playground`] owns the sessions; a [`session::Session`] owns its machine, its tasks and
 //! its record under `<results>/<eval>/sessions/<id>/`.
 
 pub mod http;
+pub mod mcp;
 pub mod session;
 
 use crate::eval::trial::CaseRecord;
@@ -79,6 +81,13 @@ impl std::fmt::Display for ServeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.status, self.message)
     }
+}
+
+/// `value` as JSON text, through the secret redactor like everything mst prints: the body of
+/// every answer, over HTTP and over MCP.
+pub fn redacted_json(value: &impl serde::Serialize) -> String {
+    let text = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
+    crate::secrets::clean_text(&text)
 }
 
 /// `POST /sessions`.
@@ -197,7 +206,8 @@ impl Playground {
             .cloned()
             .ok_or_else(|| {
                 ServeError::not_found(format!(
-                    "no session `{id}`: `GET /api/v1/sessions` lists them"
+                    "no session `{id}`: `GET /api/v1/sessions` (the `list_sessions` tool over MCP) \
+                     lists them"
                 ))
             })
     }
