@@ -89,7 +89,8 @@ pub fn tools() -> Vec<Tool> {
             "Boot a machine for one variant of the eval and keep it for tasks. Returns the \
              session (its `id` is what the other tools take). Many sessions may run at once.",
             schema(
-                json!({"variant": {"type": "string", "description": "The variant whose client and servers the session runs (default: the eval's baseline, or its only variant)."}}),
+                json!({"variant": {"type": "string", "description": "The variant whose client and servers the session runs (default: the eval's baseline, or its only variant)."},
+                       "sharedWorkdir": {"type": "boolean", "description": "Run every task in one work directory on the machine, kept between tasks (default: each task in a fresh one)."}}),
                 &[],
             ),
         ),
