@@ -627,3 +627,55 @@ fn the_trace_streams_as_server_sent_events_and_resumes_from_the_last_id() {
         .collect();
     assert_eq!(ids, ["4", "5"]);
 }
+
+#[test]
+fn a_session_on_a_runner_plugin_whose_dispose_fails_closes_in_bounded_time_and_says_why() {
+    // The hostile runner fixture makes command-channel machines (granted `sh`) and, with
+    // `sleep-dispose`, its `dispose-machine` sleeps two minutes: stopped at the plugin time
+    // limit, the dispose fails.
+    let eval = agent_eval("cat", json!({}));
+    let plugin = mst_tests::fixture("hostile-runner.wasm");
+    let machines = format!("dir={}", s(&eval.dir.path().join("machines")));
+    let serve = Serve::start(
+        &Mst::new(),
+        &eval.config(),
+        &eval.results(),
+        &[
+            "--plugin",
+            s(&plugin),
+            "--runner",
+            "mst/fixture/hostile-runner",
+            "--runner-option",
+            "behaviour=sleep-dispose",
+            "--runner-option",
+            &machines,
+            "--allow-exec",
+            "sh",
+            "--plugin-timeout",
+            "2",
+        ],
+    );
+    let session = serve.session("{}");
+    let (_, task) = serve.call("POST", &tasks(&session), Some(r#"{"input": "hello"}"#));
+    let id = task["id"].as_str().unwrap().to_string();
+    let (_, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(60));
+    assert_eq!(
+        (page["status"].as_str(), page["finalText"].as_str()),
+        (Some("completed"), Some("hello")),
+        "{page}"
+    );
+    let asked = Instant::now();
+    let (status, closed) = serve.call("DELETE", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(
+        (status, closed["status"].as_str()),
+        (200, Some("closed")),
+        "{closed}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "close took {:?}",
+        asked.elapsed()
+    );
+    let why = closed["disposeError"].as_str().unwrap_or_default();
+    assert!(why.contains("time limit of 2.0s"), "{closed}");
+}
