@@ -1,11 +1,51 @@
 //! A running `mst serve` on a loopback port, and calls to its API with the real `curl`.
 
-use crate::{s, Mst};
+use crate::{s, Eval, Mst};
 use serde_json::Value;
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The playground tests' eval `play`: its baseline variant `agent` runs `script` (sh) as a
+/// command agent whose stdout lines that are JSON trace events become events, with
+/// `secret_env` (variable → secret name); a second variant `direct` runs the `mcp` client on
+/// the real `mcp-server-time`; one judge, `contains "hello"`.
+pub fn agent_eval(script: &str, secret_env: Value) -> Eval {
+    Eval::new(
+        serde_json::json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", script], "events": true, "secretEnv": secret_env},
+               "servers": {"time": {"command": "python3", "args": ["-m", "mcp_server_time"]}},
+               "variants": {"agent": {"servers": []},
+                            "direct": {"client": "mcp", "clientOptions": {}, "servers": ["time"]}},
+               "judges": [{"assert": "contains", "value": "hello"}],
+               "baseline": "agent", "timeout": 60}),
+        &[serde_json::json!({"id": "unused", "input": "x"})],
+    )
+}
+
+/// A shell line printing the JSON event `step N` for each N in `range`.
+pub fn steps(range: std::ops::Range<u32>) -> String {
+    format!(
+        r#"for i in {}; do echo '{{"type":"message","role":"assistant","text":"step '$i'"}}'; sleep 0.02; done"#,
+        range.map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
+    )
+}
+
+/// An agent script that prints the events `before`, waits until file `gate` exists, prints the
+/// events `after`, then echoes its input: a task the test holds open as long as it likes.
+pub fn gated_agent(
+    gate: &Path,
+    before: std::ops::Range<u32>,
+    after: std::ops::Range<u32>,
+) -> String {
+    format!(
+        "{}; while [ ! -f {gate} ]; do sleep 0.05; done; {}; cat",
+        steps(before),
+        steps(after),
+        gate = s(gate)
+    )
+}
 
 /// When [`Serve::follow`] may stop: a test of the events gathered so far.
 pub type Reached = dyn Fn(&[Value]) -> bool;

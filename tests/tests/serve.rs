@@ -2,34 +2,11 @@
 //! the real `curl`, booting machines on the local runner (the Docker runner's session is in
 //! docker.rs) and running a command agent that streams trace events.
 
-use mst_tests::serve::Serve;
+use mst_tests::serve::{agent_eval, gated_agent, steps, Serve};
 use mst_tests::{read_json, s, Eval, Mst};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// An eval whose command agent runs `script` (sh) with JSON trace events on stdout, and a
-/// second variant `direct` on the `mcp` client.
-fn agent_eval(script: &str, secret_env: Value) -> Eval {
-    Eval::new(
-        json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
-               "clientOptions": {"command": ["sh", "-c", script], "events": true, "secretEnv": secret_env},
-               "servers": {"time": {"command": "python3", "args": ["-m", "mcp_server_time"]}},
-               "variants": {"agent": {"servers": []},
-                            "direct": {"client": "mcp", "clientOptions": {}, "servers": ["time"]}},
-               "judges": [{"assert": "contains", "value": "hello"}],
-               "baseline": "agent", "timeout": 60}),
-        &[json!({"id": "unused", "input": "x"})],
-    )
-}
-
-/// A shell line printing the JSON event `step N` for each N in `range`.
-fn steps(range: std::ops::Range<u32>) -> String {
-    format!(
-        r#"for i in {}; do echo '{{"type":"message","role":"assistant","text":"step '$i'"}}'; sleep 0.02; done"#,
-        range.map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
-    )
-}
 
 fn tasks(session: &str) -> String {
     format!("/api/v1/sessions/{session}/tasks")
@@ -61,12 +38,7 @@ fn stored_trace(eval: &Eval, session: &str, task: &str) -> Value {
 fn tasks_run_one_at_a_time_and_the_cursor_pages_a_live_trace_without_gaps() {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
-    let script = format!(
-        "{}; while [ ! -f {gate} ]; do sleep 0.05; done; {}; cat",
-        steps(0..6),
-        steps(6..12),
-        gate = s(&gate)
-    );
+    let script = gated_agent(&gate, 0..6, 6..12);
     let eval = agent_eval(&script, json!({}));
     let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
     let session = serve.session("{}");
@@ -577,12 +549,7 @@ fn the_trace_streams_as_server_sent_events_and_resumes_from_the_last_id() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
-    let script = format!(
-        "{}; while [ ! -f {gate} ]; do sleep 0.05; done; {}; cat",
-        steps(0..3),
-        steps(3..6),
-        gate = s(&gate)
-    );
+    let script = gated_agent(&gate, 0..3, 3..6);
     let eval = agent_eval(&script, json!({}));
     let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
     let session = serve.session("{}");

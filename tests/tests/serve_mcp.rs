@@ -2,6 +2,7 @@
 //! as a child process on stdio, driven by real MCP clients (rmcp's, and the raw protocol),
 //! booting machines on the local runner and running a command agent that streams trace events.
 
+use mst_tests::serve::{agent_eval, gated_agent, steps};
 use mst_tests::{read_json, s, Eval, Mst};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
@@ -12,26 +13,6 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-/// An eval whose command agent runs `script` (sh), its stdout read as JSON trace events, with
-/// `secret_env` (environment variable to secret name).
-fn agent_eval(script: &str, secret_env: Value) -> Eval {
-    Eval::new(
-        json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
-               "clientOptions": {"command": ["sh", "-c", script], "events": true,
-                                 "secretEnv": secret_env},
-               "variants": {"agent": {}}, "baseline": "agent", "timeout": 60}),
-        &[json!({"id": "unused", "input": "x"})],
-    )
-}
-
-/// A shell line printing the JSON event `step N` for each N in `range`.
-fn steps(range: std::ops::Range<u32>) -> String {
-    format!(
-        r#"for i in {}; do echo '{{"type":"message","role":"assistant","text":"step '$i'"}}'; done"#,
-        range.map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
-    )
-}
 
 /// The arguments of `mst serve --mcp` on `eval`, then `extra`.
 fn serve_args(eval: &Eval, extra: &[&str]) -> Vec<String> {
@@ -90,12 +71,7 @@ async fn call(
 async fn an_mcp_client_drives_sessions_tasks_and_live_traces_through_the_tools() {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
-    let script = format!(
-        "{}; while [ ! -f {gate} ]; do sleep 0.05; done; {}; cat",
-        steps(0..4),
-        steps(4..8),
-        gate = s(&gate)
-    );
+    let script = gated_agent(&gate, 0..4, 4..8);
     let eval = agent_eval(&script, json!({}));
     let mst = Mst::new();
     let stderr = tempfile::NamedTempFile::new().unwrap();
