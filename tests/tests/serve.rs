@@ -1,6 +1,7 @@
 //! `mst serve`, the playground, end to end: the real `mst serve` on a loopback port, called with
 //! the real `curl`, booting machines on the local runner (the Docker runner's session is in
-//! docker.rs) and running a command agent that streams trace events.
+//! docker.rs), running a command agent that streams trace events, and the `mcp` client on the
+//! real `mcp-server-time`.
 
 use mst_tests::serve::{agent_eval, gated_agent, steps, Serve};
 use mst_tests::{read_json, s, Eval, Mst};
@@ -645,4 +646,28 @@ fn a_session_on_a_runner_plugin_whose_dispose_fails_closes_in_bounded_time_and_s
     );
     let why = closed["disposeError"].as_str().unwrap_or_default();
     assert!(why.contains("time limit of 2.0s"), "{closed}");
+}
+
+#[test]
+fn a_session_calls_a_real_mcp_server_and_streams_the_call() {
+    // Variant `direct`: the `mcp` client on the real `mcp-server-time` (PyPI).
+    let eval = agent_eval("cat", json!({}));
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let session = serve.session(r#"{"variant": "direct"}"#);
+    let input =
+        json!({"input": {"tool": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}});
+    let (status, task) = serve.call("POST", &tasks(&session), Some(&input.to_string()));
+    assert_eq!(status, 202, "{task}");
+    let id = task["id"].as_str().unwrap().to_string();
+    let (events, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(60));
+    assert_eq!(page["status"], "completed", "{page}");
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert!(
+        kinds.contains(&"tool-call") && kinds.contains(&"tool-result"),
+        "{kinds:?}"
+    );
+    assert!(
+        page["finalText"].as_str().unwrap().contains("Asia/Tokyo"),
+        "{page}"
+    );
 }
