@@ -54,6 +54,7 @@ impl Server {
     fn call(&self, method: &str, path: &str, body: &str) -> Result<serde_json::Value> {
         let out = Command::new("curl")
             .args(["-sS", "-X", method, "--data-binary", body])
+            .args(["-H", "content-type: application/json"])
             .arg(format!("{}{path}", self.base))
             .output()
             .context("curl (apt-get install curl)")?;

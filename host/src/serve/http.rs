@@ -61,6 +61,9 @@ async fn authorize(
     request: Request,
     next: Next,
 ) -> Response {
+    if let Err(refused) = from_a_page_elsewhere(&headers, request.method(), api.token.is_some()) {
+        return refused.into_response();
+    }
     if let Some(token) = &api.token {
         let given = headers
             .get(header::AUTHORIZATION)
@@ -80,6 +83,55 @@ async fn authorize(
         }
     }
     next.run(request).await
+}
+
+/// Refuses what a web page on another site could make a browser send. A `POST` must say
+/// `Content-Type: application/json`: a browser sends that cross-origin only after a preflight,
+/// which fails here (no CORS headers), so a page cannot start sessions or tasks with a plain
+/// form or `fetch`. Without a token (loopback), the `Host` must be a loopback name or address,
+/// so a page whose domain re-resolves to 127.0.0.1 (DNS rebinding) is refused too.
+fn from_a_page_elsewhere(
+    headers: &HeaderMap,
+    method: &axum::http::Method,
+    has_token: bool,
+) -> Result<(), ServeError> {
+    if method == axum::http::Method::POST {
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return Err(ServeError {
+                status: 415,
+                message: "send the body as JSON with `Content-Type: application/json`".into(),
+            });
+        }
+    }
+    if !has_token {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let name = match host.strip_prefix('[') {
+            Some(rest) => rest.split(']').next().unwrap_or(""),
+            None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+        };
+        let loopback = name.eq_ignore_ascii_case("localhost")
+            || name
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return Err(ServeError {
+                status: 403,
+                message: format!(
+                    "Host {host:?} is not a loopback name: without --token-file this mst serve \
+                     answers only requests to localhost or a loopback address"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Parses a JSON body strictly; an empty body is `{}` for requests whose fields are optional.
