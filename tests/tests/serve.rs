@@ -268,8 +268,19 @@ fn bad_requests_get_the_status_that_fits_and_a_message_naming_the_fix() {
     // What a page on another site could make a browser send: a form post (no JSON content
     // type), or a request to a name that re-resolves to loopback (DNS rebinding).
     for (headers, status, needle) in [
-        (vec!["content-type: text/plain".to_string()], 415, "Content-Type: application/json"),
-        (vec!["content-type: application/json".into(), "host: evil.example".into()], 403, "not a loopback name"),
+        (
+            vec!["content-type: text/plain".to_string()],
+            415,
+            "Content-Type: application/json",
+        ),
+        (
+            vec![
+                "content-type: application/json".into(),
+                "host: evil.example".into(),
+            ],
+            403,
+            "not a loopback name",
+        ),
     ] {
         let (got, answer) = serve.call_raw("POST", "/api/v1/sessions", Some("{}"), &headers);
         assert_eq!(got, status, "{answer}");
