@@ -174,6 +174,38 @@ fn grants_from(config: &PluginConfig, base: &Path) -> Result<Grants> {
 }
 
 impl Prepared {
+    /// A run record of this eval with nothing collected yet: run `run_id`, made now by
+    /// `runner` from `config_path`, no trials; callers set what their run differs in.
+    pub fn run_record(
+        &self,
+        run_id: &str,
+        config_path: &Path,
+        runner: &str,
+        runner_options: &crate::runner::RunnerOptions,
+    ) -> crate::results::RunRecord {
+        crate::results::RunRecord {
+            format: crate::results::RUN_FORMAT,
+            run_id: run_id.to_string(),
+            eval: self.config.name.clone(),
+            mst: env!("CARGO_PKG_VERSION").to_string(),
+            created_at: crate::clock::unix_secs(),
+            config_path: config_path.display().to_string(),
+            config_hash: self.config_hash.clone(),
+            git: None,
+            dataset_hash: self.cases.content_hash.clone(),
+            runner: runner.to_string(),
+            runner_options: runner_options.rest.clone(),
+            shards: runner_options.shards,
+            machines: Vec::new(),
+            plugins: self.plugin_records(),
+            filters: Default::default(),
+            trials: Vec::new(),
+            baseline: self.config.baseline.clone(),
+            collect: crate::results::Phase::Partial,
+            grade: crate::results::Phase::Partial,
+        }
+    }
+
     /// What `run.json` records of each plugin.
     pub fn plugin_records(&self) -> Vec<PluginRecord> {
         self.plugins

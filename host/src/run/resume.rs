@@ -7,7 +7,7 @@ use super::{RunOutcome, RunRequest};
 use crate::eval::plan;
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
-use crate::results::{self, Phase, ResultsRoot, RunDir, RunRecord, Summary};
+use crate::results::{self, ResultsRoot, RunDir, RunRecord, Summary};
 use crate::runner::RunnerOptions;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -53,25 +53,15 @@ pub fn open(
             let trials = plan::plan(config, &prepared.cases.cases, &request.filters)?;
             let run_id = results::layout::new_run_id();
             let record = RunRecord {
-                format: results::RUN_FORMAT,
-                run_id: run_id.clone(),
-                eval: config.name.clone(),
-                mst: env!("CARGO_PKG_VERSION").to_string(),
-                created_at: crate::clock::unix_secs(),
-                config_path: request.setup.config_path.display().to_string(),
-                config_hash: prepared.config_hash.clone(),
                 git: prepare::git_state(&prepared.base),
-                dataset_hash: prepared.cases.content_hash.clone(),
-                runner: request.setup.runner.clone(),
-                runner_options: runner_options.rest.clone(),
-                shards: runner_options.shards,
-                machines: Vec::new(),
-                plugins: prepared.plugin_records(),
                 filters: request.filters.clone(),
                 trials,
-                baseline: config.baseline.clone(),
-                collect: Phase::Partial,
-                grade: Phase::Partial,
+                ..prepared.run_record(
+                    &run_id,
+                    &request.setup.config_path,
+                    &request.setup.runner,
+                    runner_options,
+                )
             };
             (root.run(&config.name, &run_id), record)
         }

@@ -321,23 +321,10 @@ impl Session {
 
     /// The session as a run: its settled tasks are the trials.
     fn run_record(&self, view: &SessionView) -> crate::results::RunRecord {
-        let prepared = &self.shared.prepared;
+        let shared = &self.shared;
         crate::results::RunRecord {
-            format: crate::results::RUN_FORMAT,
-            run_id: self.id.clone(),
-            eval: view.eval.clone(),
-            mst: env!("CARGO_PKG_VERSION").to_string(),
             created_at: self.created_at,
-            config_path: self.shared.config_path.display().to_string(),
-            config_hash: prepared.config_hash.clone(),
-            git: None,
-            dataset_hash: prepared.cases.content_hash.clone(),
-            runner: view.runner.clone(),
-            runner_options: self.shared.runner_options.rest.clone(),
             shards: 1,
-            machines: Vec::new(),
-            plugins: prepared.plugin_records(),
-            filters: Default::default(),
             trials: view
                 .tasks
                 .iter()
@@ -350,7 +337,12 @@ impl Session {
                 .collect(),
             baseline: None,
             collect: crate::results::Phase::Complete,
-            grade: crate::results::Phase::Partial,
+            ..shared.prepared.run_record(
+                &self.id,
+                &shared.config_path,
+                shared.runner.name(),
+                &shared.runner_options,
+            )
         }
     }
 
