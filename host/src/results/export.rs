@@ -12,12 +12,13 @@
 //!                 results.json, summary.json
 //! ```
 
-use super::{PairSummary, Phase, ResultsRoot, RunDir, RunRecord, Summary};
+use super::stored::StoredRun;
+use super::{PairSummary, Phase, ResultsRoot, RunRecord};
 use crate::eval::trial::{TrialKey, TrialRecord, TrialStatus};
 use crate::grade::pairwise::{PairOutcome, PairResult};
 use crate::grade::{CaseOutcome, TrialGrade};
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -57,7 +58,11 @@ pub fn export(root: &ResultsRoot, run_id: &str, format: &str, out: &Path) -> Res
     }
     refuse_non_empty(out)?;
     let dir = root.find(run_id)?;
-    let stored = Stored::read(&dir)?;
+    let run = StoredRun::read(&dir)?;
+    let stored = Stored {
+        traces: run.read_traces(&dir),
+        run,
+    };
     let files = mst_run_v1(&stored);
     let redactor = crate::secrets::redactor();
     for (path, value) in &files {
@@ -96,86 +101,20 @@ fn refuse_non_empty(out: &Path) -> Result<()> {
     }
 }
 
-/// Everything of a stored run an export reads.
+/// A stored run with the traces an export reads.
 struct Stored {
-    record: RunRecord,
-    summary: Summary,
-    grades: BTreeMap<TrialKey, TrialGrade>,
-    pairs: Vec<PairResult>,
+    run: StoredRun,
     traces: BTreeMap<TrialKey, TrialRecord>,
-    /// When grading last wrote `summary.json` (seconds since the epoch).
-    finished_at: u64,
+}
+
+impl std::ops::Deref for Stored {
+    type Target = StoredRun;
+    fn deref(&self) -> &StoredRun {
+        &self.run
+    }
 }
 
 impl Stored {
-    fn read(dir: &RunDir) -> Result<Self> {
-        let record = dir.read_record()?;
-        let summary_path = dir.root.join("summary.json");
-        let summary: Summary = read_json(&summary_path).with_context(|| {
-            format!(
-                "run `{}` has no readable summary; `mst grade {}` grades it again",
-                record.run_id, record.run_id
-            )
-        })?;
-        #[derive(Deserialize)]
-        struct GradeEntry {
-            key: TrialKey,
-            grade: TrialGrade,
-        }
-        let grades_path = dir.root.join("grades.json");
-        let grades: Vec<GradeEntry> = match grades_path.exists() {
-            true => read_json(&grades_path)?,
-            false => Vec::new(),
-        };
-        let pairwise_path = dir.root.join("pairwise.json");
-        let pairs: Vec<PairResult> = match pairwise_path.exists() {
-            true => read_json(&pairwise_path)?,
-            false => Vec::new(),
-        };
-        let traces_dir = dir.traces_dir(&record.run_id);
-        let traces = record
-            .trials
-            .iter()
-            .filter_map(|key| traces_dir.read_trace(key).map(|trace| (key.clone(), trace)))
-            .collect();
-        let finished_at = std::fs::metadata(&summary_path)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(record.created_at, |d| d.as_secs());
-        Ok(Stored {
-            grades: grades.into_iter().map(|e| (e.key, e.grade)).collect(),
-            record,
-            summary,
-            pairs,
-            traces,
-            finished_at,
-        })
-    }
-
-    /// The variants, the baseline first, then as the plan met them.
-    fn variants(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.record.baseline.iter().map(String::as_str).collect();
-        for key in &self.record.trials {
-            if !names.contains(&key.variant.as_str()) {
-                names.push(&key.variant);
-            }
-        }
-        names
-    }
-
-    /// The planned trials of `case` under `variant`.
-    fn trials_of<'a>(
-        &'a self,
-        variant: &'a str,
-        case: &'a str,
-    ) -> impl Iterator<Item = &'a TrialKey> {
-        self.record
-            .trials
-            .iter()
-            .filter(move |k| k.variant == variant && k.case == case)
-    }
-
     /// One trial's facts as both the trial record and the case result state them.
     fn trial_facts(&self, key: &TrialKey) -> Option<TrialFacts> {
         let trace = self.traces.get(key)?;
@@ -228,11 +167,6 @@ impl TrialFacts {
         }
         map
     }
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let bytes = crate::files::read_input(path)?;
-    serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))
 }
 
 /// An mst run id in MST's pattern (`^\d{8}T\d{6}Z-[0-9a-f]{6}(\.g\d+)?$`). mst's ids have a

@@ -8,6 +8,7 @@
 pub mod export;
 pub mod layout;
 pub mod report;
+pub mod stored;
 pub mod usage;
 
 pub use layout::{trace_path, ResultsRoot, RunDir};

@@ -1,0 +1,102 @@
+//! A stored run read whole: its record, summary, grades and pairwise verdicts, the one reader
+//! that exports, reports and comparisons share.
+
+use super::{RunDir, RunRecord, Summary};
+use crate::eval::trial::{TrialKey, TrialRecord};
+use crate::grade::pairwise::PairResult;
+use crate::grade::TrialGrade;
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Everything of a graded run but its traces (read those with [`StoredRun::read_traces`]).
+pub struct StoredRun {
+    pub record: RunRecord,
+    pub summary: Summary,
+    pub grades: BTreeMap<TrialKey, TrialGrade>,
+    pub pairs: Vec<PairResult>,
+    /// When grading last wrote `summary.json` (seconds since the epoch).
+    pub finished_at: u64,
+}
+
+/// Reads a JSON result file, naming it when it is damaged.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let bytes = crate::files::read_input(path)?;
+    serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))
+}
+
+impl StoredRun {
+    /// Reads the run in `dir`; a run with no summary (never graded, or grading broke) is refused
+    /// with the command that grades it.
+    pub fn read(dir: &RunDir) -> Result<Self> {
+        let record = dir.read_record()?;
+        let summary_path = dir.root.join("summary.json");
+        let summary: Summary = read_json(&summary_path).with_context(|| {
+            format!(
+                "run `{}` has no readable summary; `mst grade {}` grades it again",
+                record.run_id, record.run_id
+            )
+        })?;
+        #[derive(Deserialize)]
+        struct GradeEntry {
+            key: TrialKey,
+            grade: TrialGrade,
+        }
+        let grades_path = dir.root.join("grades.json");
+        let grades: Vec<GradeEntry> = match grades_path.exists() {
+            true => read_json(&grades_path)?,
+            false => Vec::new(),
+        };
+        let pairwise_path = dir.root.join("pairwise.json");
+        let pairs: Vec<PairResult> = match pairwise_path.exists() {
+            true => read_json(&pairwise_path)?,
+            false => Vec::new(),
+        };
+        let finished_at = std::fs::metadata(&summary_path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(record.created_at, |d| d.as_secs());
+        Ok(StoredRun {
+            grades: grades.into_iter().map(|e| (e.key, e.grade)).collect(),
+            record,
+            summary,
+            pairs,
+            finished_at,
+        })
+    }
+
+    /// The traces of the planned trials that came back (a regrade's come from the graded run).
+    pub fn read_traces(&self, dir: &RunDir) -> BTreeMap<TrialKey, TrialRecord> {
+        let traces_dir = dir.traces_dir(&self.record.run_id);
+        self.record
+            .trials
+            .iter()
+            .filter_map(|key| traces_dir.read_trace(key).map(|trace| (key.clone(), trace)))
+            .collect()
+    }
+
+    /// The variants, the baseline first, then as the plan met them.
+    pub fn variants(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.record.baseline.iter().map(String::as_str).collect();
+        for key in &self.record.trials {
+            if !names.contains(&key.variant.as_str()) {
+                names.push(&key.variant);
+            }
+        }
+        names
+    }
+
+    /// The planned trials of `case` under `variant`.
+    pub fn trials_of<'a>(
+        &'a self,
+        variant: &'a str,
+        case: &'a str,
+    ) -> impl Iterator<Item = &'a TrialKey> {
+        self.record
+            .trials
+            .iter()
+            .filter(move |k| k.variant == variant && k.case == case)
+    }
+}
