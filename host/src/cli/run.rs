@@ -89,6 +89,10 @@ pub(crate) struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Follow the run in the web UI at ADDR:PORT (loopback): progress and trials as they
+    /// finish, then the report, served until Ctrl-C.
+    #[arg(long, value_name = "ADDR:PORT")]
+    serve: Option<std::net::SocketAddr>,
     /// A shard whose worker sends nothing (not even a heartbeat) for this long is lost.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     silence_limit: f64,
@@ -315,14 +319,57 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
             ..ShardSettings::default()
         }),
     };
-    let reporter = Reporter::new(&args);
-    let outcome = run::run(home, &request, &reporter, &CANCEL)
+    let following = args
+        .serve
+        .map(|listen| {
+            super::serve::Following::start(listen, ResultsRoot::new(&request.setup.results_base))
+        })
+        .transpose()
         .map_err(|error| super::Exit { code: 2, error })?;
+    let reporter = Reporter::new(&args);
+    let tee = Tee {
+        terminal: &reporter,
+        following: following.as_ref(),
+    };
+    let outcome =
+        run::run(home, &request, &tee, &CANCEL).map_err(|error| super::Exit { code: 2, error })?;
     out!("{}", reporter.summary.lock().expect("summary"));
+    if let Some(following) = &following {
+        following.run.end(None);
+        errln!(
+            "mst run: the report stays at http://{}/#/runs/{} until Ctrl-C",
+            following.address,
+            outcome.record.run_id
+        );
+        while !CANCEL.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
     if let Some(error) = reporter.failure.lock().expect("failure").take() {
         return Err(error);
     }
     Ok(outcome.summary.exit_code())
+}
+
+/// The terminal's reporter and, with `--serve`, the web UI's.
+struct Tee<'a> {
+    terminal: &'a Reporter,
+    following: Option<&'a super::serve::Following>,
+}
+
+impl events::Reporter for Tee<'_> {
+    fn event(&self, event: &RunEvent<'_>) {
+        if let (Some(following), RunEvent::Started { run_id, .. }) = (self.following, event) {
+            errln!(
+                "mst run: follow the run at http://{}/#/runs/{run_id}",
+                following.address
+            );
+        }
+        self.terminal.event(event);
+        if let Some(following) = self.following {
+            following.run.event(event);
+        }
+    }
 }
 
 /// The summary for stdout: JSON, or the table and where the run directory is.
