@@ -110,24 +110,74 @@ fn diff_tells_fixed_broke_flaky_still_failing_added_and_removed_apart() {
     assert_eq!(json["after"]["runId"], b.as_str());
     assert_eq!(json["before"]["datasetHash"].as_str().unwrap().len(), 64);
     assert_eq!(json["datasetsDiffer"], true);
-    let side = |outcome: &str, passed: u32, trials: u32| {
-        json!({"outcome": outcome, "passedTrials": passed, "trials": trials})
-    };
-    let entry = |variant: &str, case: &str, change: &str, before: Value, after: Value| {
-        json!({"variant": variant, "case": case, "change": change, "before": before, "after": after})
-    };
+    let side = |outcome: &str, passed: u32, trials: u32| json!({"outcome": outcome, "passedTrials": passed, "trials": trials});
+    let entry = |variant: &str, case: &str, change: &str, before: Value, after: Value| json!({"variant": variant, "case": case, "change": change, "before": before, "after": after});
     let infra = side("infra", 0, 3);
     let expected = json!([
-        entry("default", "broke", "broke", side("passed", 3, 3), side("failed", 0, 3)),
-        entry("default", "fixed", "fixed", side("failed", 0, 3), side("passed", 3, 3)),
-        entry("default", "flaky", "flaky", side("passed", 3, 3), side("passed", 2, 3)),
-        entry("default", "gone", "removed", side("passed", 3, 3), Value::Null),
+        entry(
+            "default",
+            "broke",
+            "broke",
+            side("passed", 3, 3),
+            side("failed", 0, 3)
+        ),
+        entry(
+            "default",
+            "fixed",
+            "fixed",
+            side("failed", 0, 3),
+            side("passed", 3, 3)
+        ),
+        entry(
+            "default",
+            "flaky",
+            "flaky",
+            side("passed", 3, 3),
+            side("passed", 2, 3)
+        ),
+        entry(
+            "default",
+            "gone",
+            "removed",
+            side("passed", 3, 3),
+            Value::Null
+        ),
         entry("default", "new", "added", Value::Null, side("passed", 3, 3)),
-        entry("default", "same", "unchanged", side("passed", 3, 3), side("passed", 3, 3)),
-        entry("default", "still", "still-failing", side("failed", 0, 3), side("failed", 0, 3)),
-        entry("tool", "broke", "broke", side("passed", 3, 3), infra.clone()),
-        entry("tool", "fixed", "broke", side("passed", 3, 3), infra.clone()),
-        entry("tool", "flaky", "broke", side("passed", 3, 3), infra.clone()),
+        entry(
+            "default",
+            "same",
+            "unchanged",
+            side("passed", 3, 3),
+            side("passed", 3, 3)
+        ),
+        entry(
+            "default",
+            "still",
+            "still-failing",
+            side("failed", 0, 3),
+            side("failed", 0, 3)
+        ),
+        entry(
+            "tool",
+            "broke",
+            "broke",
+            side("passed", 3, 3),
+            infra.clone()
+        ),
+        entry(
+            "tool",
+            "fixed",
+            "broke",
+            side("passed", 3, 3),
+            infra.clone()
+        ),
+        entry(
+            "tool",
+            "flaky",
+            "broke",
+            side("passed", 3, 3),
+            infra.clone()
+        ),
         entry("tool", "gone", "removed", side("passed", 3, 3), Value::Null),
         entry("tool", "new", "added", Value::Null, infra.clone()),
         entry("tool", "same", "broke", side("passed", 3, 3), infra.clone()),
@@ -215,8 +265,12 @@ fn diff_refuses_other_evals_runs_with_no_common_case_and_ungraded_runs() {
     let refused = diff(&mst, results.path(), &a, &b, false);
     assert_eq!(refused.code, 2, "{}", refused.stdout);
     assert!(
-        refused.stderr.contains(&format!("run `{a}` is of eval `e2e`"))
-            && refused.stderr.contains(&format!("run `{b}` of eval `elsewhere`")),
+        refused
+            .stderr
+            .contains(&format!("run `{a}` is of eval `e2e`"))
+            && refused
+                .stderr
+                .contains(&format!("run `{b}` of eval `elsewhere`")),
         "{}",
         refused.stderr
     );
@@ -240,9 +294,9 @@ fn diff_refuses_other_evals_runs_with_no_common_case_and_ungraded_runs() {
     let refused = diff(&mst, results.path(), &a, &c, false);
     assert_eq!(refused.code, 2, "{}", refused.stdout);
     assert!(
-        refused
-            .stderr
-            .contains(&format!("run `{c}` has no readable summary; `mst grade {c}`")),
+        refused.stderr.contains(&format!(
+            "run `{c}` has no readable summary; `mst grade {c}`"
+        )),
         "{}",
         refused.stderr
     );

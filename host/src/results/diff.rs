@@ -182,12 +182,8 @@ impl RunDiff {
             .keys()
             .chain(b.summary.variants.keys())
             .collect();
-        let rate = |run: &StoredRun, name: &str| {
-            run.summary
-                .variants
-                .get(name)
-                .and_then(|v| v.pass_rate)
-        };
+        let rate =
+            |run: &StoredRun, name: &str| run.summary.variants.get(name).and_then(|v| v.pass_rate);
         let variants = names
             .into_iter()
             .map(|name| {
@@ -237,7 +233,8 @@ impl RunDiff {
                 "the datasets differ: cases only in one run are listed as added or removed"
             );
         }
-        let percent = |rate: Option<f64>| rate.map_or("-".to_string(), |r| format!("{:.1}%", r * 100.0));
+        let percent =
+            |rate: Option<f64>| rate.map_or("-".to_string(), |r| format!("{:.1}%", r * 100.0));
         for v in &self.variants {
             let delta = v
                 .delta
@@ -306,7 +303,10 @@ fn side(run: &StoredRun, variant: &str, case: &str) -> Option<CaseSide> {
     let (mut passed_trials, mut trials) = (0, 0);
     for key in run.trials_of(variant, case) {
         trials += 1;
-        if matches!(run.grades.get(key), Some(TrialGrade::Graded { pass: true, .. })) {
+        if matches!(
+            run.grades.get(key),
+            Some(TrialGrade::Graded { pass: true, .. })
+        ) {
             passed_trials += 1;
         }
     }
@@ -511,7 +511,8 @@ mod tests {
             names.iter().map(|n| ("v", n.as_str(), passes)).collect();
         let b: Vec<(&str, &str, &[Option<bool>])> =
             names.iter().map(|n| ("v", n.as_str(), fails)).collect();
-        let diff = RunDiff::between(&stored("a", "e", "h", &a), &stored("b", "e", "h", &b)).unwrap();
+        let diff =
+            RunDiff::between(&stored("a", "e", "h", &a), &stored("b", "e", "h", &b)).unwrap();
         let text = diff.text();
         assert!(text.contains("c19") && !text.contains("c20"), "{text}");
         assert!(text.contains("  ... and 5 more\n"), "{text}");

@@ -95,7 +95,10 @@ pub fn failures(summary: &Summary, grades: &BTreeMap<TrialKey, TrialGrade>) -> S
             .push(Some(grade));
     }
     for key in &summary.missing {
-        trials.entry((&key.variant, &key.case)).or_default().push(None);
+        trials
+            .entry((&key.variant, &key.case))
+            .or_default()
+            .push(None);
     }
     let cases_with = |wanted: CaseOutcome| {
         summary.cases.iter().flat_map(move |(variant, cases)| {
@@ -164,8 +167,10 @@ pub fn failures(summary: &Summary, grades: &BTreeMap<TrialKey, TrialGrade>) -> S
     let infra: Vec<String> = causes
         .iter()
         .map(|(reason, keys)| {
-            let mut cases: Vec<(&str, &str)> =
-                keys.iter().map(|k| (k.variant.as_str(), k.case.as_str())).collect();
+            let mut cases: Vec<(&str, &str)> = keys
+                .iter()
+                .map(|k| (k.variant.as_str(), k.case.as_str()))
+                .collect();
             cases.dedup();
             let first = format!("{}/{}", cases[0].0, cases[0].1);
             let more = match cases.len() {
@@ -357,7 +362,10 @@ mod tests {
             }
         };
         add(key("v", "ok", 0), Some(graded(true, "fine")));
-        add(key("v", "bad", 0), Some(graded(false, "no Tokyo\nsecond line")));
+        add(
+            key("v", "bad", 0),
+            Some(graded(false, "no Tokyo\nsecond line")),
+        );
         add(key("v", "bad", 1), Some(graded(true, "fine")));
         add(key("v", "bad", 2), Some(graded(false, "other")));
         let broken = TrialGrade::NotGraded {
@@ -408,11 +416,17 @@ missing (1 trial):
         let planned: Vec<TrialKey> = grades.keys().cloned().collect();
         let text = failures(&summary(&planned, &grades), &grades);
         assert_eq!(text.matches("trials failed").count(), 19, "{text}");
-        assert!(text.contains("1 trial: docker: no such image (w/c00)"), "{text}");
+        assert!(
+            text.contains("1 trial: docker: no such image (w/c00)"),
+            "{text}"
+        );
         assert!(
             text.ends_with("... and 11 more: `mst report r1` shows them all\n"),
             "{text}"
         );
-        assert_eq!(failures(&summary(&[], &BTreeMap::new()), &BTreeMap::new()), "");
+        assert_eq!(
+            failures(&summary(&[], &BTreeMap::new()), &BTreeMap::new()),
+            ""
+        );
     }
 }
