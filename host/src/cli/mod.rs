@@ -59,7 +59,7 @@ enum Command {
     /// The playground: an HTTP API for sessions on a runner's machines, tasks one at a time,
     /// live traces.
     Serve(Box<serve::ServeArgs>),
-    /// List and show stored runs.
+    /// List, show, compare and export stored runs.
     #[command(subcommand)]
     Runs(run::RunsCommand),
     /// Convert evals written for another harness (`mst import mst FILE`).
