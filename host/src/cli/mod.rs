@@ -62,7 +62,7 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Write a run's report: one self-contained HTML file to open anywhere, offline.
     Report(report::ReportArgs),
-    /// List and show stored runs.
+    /// List, show, compare and export stored runs.
     #[command(subcommand)]
     Runs(run::RunsCommand),
     /// Convert evals written for another harness (`mst import mst FILE`).

@@ -29,7 +29,7 @@ fn text(value: &str) -> String {
 /// The whole report of `run`, compared with `diff` when given. Each trace sits in its own
 /// inert `<script type="application/json">` element, parsed only when its trial is opened, so a
 /// run of 10,000 trials opens as fast as its table renders.
-pub fn report(run: &LoadedRun, diff: Option<serde_json::Value>) -> String {
+pub fn report(run: &LoadedRun, diff: Option<crate::results::diff::RunDiff>) -> String {
     let mut view = run.view();
     view.diff = diff;
     let title = format!(
@@ -85,13 +85,18 @@ pub struct Written {
 pub const REPORT_FILE: &str = "report.html";
 
 /// Writes the report of the run in `dir` to `out` (its run directory's `report.html` when
-/// `None`), compared with `diff` when given.
+/// `None`), compared with the run in `baseline` when given (`mst runs diff`'s comparison; runs of
+/// another eval, or with no case in common, are refused).
 pub fn write(
     dir: &crate::results::RunDir,
     out: Option<&std::path::Path>,
-    diff: Option<serde_json::Value>,
+    baseline: Option<&crate::results::RunDir>,
 ) -> anyhow::Result<Written> {
+    use crate::results::{diff::RunDiff, stored::StoredRun};
     let run = LoadedRun::read(dir)?;
+    let diff = baseline
+        .map(|before| RunDiff::between(&StoredRun::read(before)?, &run.run))
+        .transpose()?;
     let page = report(&run, diff);
     let path = out.map_or_else(|| dir.root.join(REPORT_FILE), std::path::Path::to_path_buf);
     crate::files::write_atomic(&path, page.as_bytes())?;

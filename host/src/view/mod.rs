@@ -74,7 +74,7 @@ pub struct RunView<'a> {
     pub pairs: &'a [PairResult],
     /// The comparison with `--baseline`, when one was given.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub diff: Option<serde_json::Value>,
+    pub diff: Option<crate::results::diff::RunDiff>,
 }
 
 /// A stored run read whole for a view: the run and its traces.

@@ -149,16 +149,16 @@ var MstReport = (function () {
       return [badge(s.outcome), s.trials !== undefined ? ' ' + s.passedTrials + '/' + s.trials : ''];
     }
     return h('section', { id: 'diff', 'aria-labelledby': 'diff-h' },
-      h('h2', { id: 'diff-h' }, 'Compared with ', d.before && d.before.runId ? d.before.runId : 'the baseline'),
+      h('h2', { id: 'diff-h' }, 'Compared with run ', d.before.runId),
       d.datasetsDiffer ? h('p', { 'class': 'notice' }, 'The two runs used different datasets.') : null,
-      d.variants ? table('Pass rate per variant', ['Variant', 'Before', 'After', 'Change'],
-        Object.keys(d.variants).map(function (v) {
-          var x = d.variants[v];
+      table('Pass rate per variant', ['Variant', 'Before', 'After', 'Change'],
+        d.variants.map(function (x) {
+          var v = x.variant;
           return h('tr', { 'data-variant': v }, h('th', { scope: 'row' }, v),
             num('before', rate(x.before)), num('after', rate(x.after)),
             num('delta', x.delta === null || x.delta === undefined ? '\u2013' :
               (x.delta >= 0 ? '+' : '') + (x.delta * 100).toFixed(1) + ' pts'));
-        })) : null,
+        })),
       order.filter(function (c) { return byChange[c]; }).map(function (c) {
         return h('details', { open: c === 'broke' || c === 'fixed', 'data-change': c },
           h('summary', null, c.replace('-', ' '), ': ', h('span', { 'data-count': c }, String(byChange[c].length))),
