@@ -6,7 +6,8 @@
 //! - [`cli`]: the `mst` command line: parsing, progress, output, exit codes.
 //! - [`import`]: converting evals written for other harnesses (MST) into mst's files.
 //! - [`serve`]: the playground (`mst serve`): sessions on a runner's machines, tasks one at a
-//!   time, live traces, and its HTTP API.
+//!   time, live traces, and its HTTP API and web UI.
+//! - [`view`]: results for people: the self-contained HTML report and the web UI's pages.
 //! - [`run`]: orchestration: one run end to end, resume, regrade, the runner dry run.
 //! - [`shard`]: `mst.shard/v1`: protocol, bundle, the coordinator's `ShardSession` and the
 //!   worker.
@@ -41,3 +42,4 @@ pub mod runner;
 pub mod secrets;
 pub mod serve;
 pub mod shard;
+pub mod view;

@@ -92,7 +92,7 @@ impl Serve {
                 std::fs::read_to_string(stderr.path()).unwrap_or_default()
             );
         };
-        let base = rest.trim_end_matches("/api/v1/sessions").to_string();
+        let base = rest.trim_end_matches('/').to_string();
         Serve {
             child,
             _stdout: stdout,

@@ -407,6 +407,14 @@ fn grade_regrades_stored_traces_into_a_new_run() {
         "{}",
         again.stdout
     );
+    // The regrade lists what did not pass, with the stricter judge's reason.
+    assert!(
+        again
+            .stdout
+            .contains("failed (3 cases):\n  default  c1  1/1 trials failed: contains: "),
+        "{}",
+        again.stdout
+    );
 }
 
 #[test]
@@ -461,4 +469,82 @@ fn a_broken_judge_makes_trials_not_graded_and_the_run_exit_2() {
             .contains("invalid options"),
         "{grades}"
     );
+}
+
+#[test]
+fn the_summary_lists_what_did_not_pass_grouped_with_reasons_and_capped() {
+    let mst = Mst::new();
+    // 30 cases answered wrongly (failed), one with nothing to compare with (not graded: the
+    // judge errs), one right; variant `broken` cannot start its agent (infra, every case).
+    let mut cases: Vec<Value> = (1..=30)
+        .map(|i| json!({"id": format!("c{i:02}"), "input": "an answer", "expected": "Tokyo"}))
+        .collect();
+    cases.push(json!({"id": "unjudged", "input": "x"}));
+    cases.push(json!({"id": "right", "input": "Tokyo", "expected": "Tokyo"}));
+    let mut with_broken = config(json!(["cat"]));
+    with_broken["judges"] = json!([{"name": "mentions", "plugin": s(&plugin("contains.wasm"))}]);
+    with_broken["variants"] = json!({
+        "default": {},
+        "broken": {"clientOptions": {"command": ["/nonexistent/agent"]}}
+    });
+    with_broken["concurrency"] = json!(4);
+    let eval = Eval::new(with_broken, &cases);
+    let run = eval.run(&mst, &["-q"]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("e2e");
+    let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let listed = |stdout: &str| -> Vec<String> {
+        let start = stdout.find("\nfailed (").expect("a failure list");
+        stdout[start..].lines().map(str::to_string).collect()
+    };
+    let lines = listed(&run.stdout);
+    let reason = "mentions: found 0 of 1; missing \"Tokyo\"";
+    let mut expected = vec![String::new(), "failed (30 cases):".to_string()];
+    for i in 1..=18 {
+        expected.push(format!("  default  c{i:02}  1/1 trials failed: {reason}"));
+    }
+    expected.extend([String::new(), "not graded (1 case):".into()]);
+    assert_eq!(lines[..expected.len()], expected[..], "{}", run.stdout);
+    let broken_judge = &lines[expected.len()];
+    assert!(
+        broken_judge.starts_with(
+            "  default  unjudged  1/1 trials not graded: judge `mentions`: plugin mst/grader/contains"
+        ) && broken_judge.contains("(invalid options): no text to look for"),
+        "{}",
+        run.stdout
+    );
+    expected.push(broken_judge.clone());
+    let rest = lines[expected.len()..].join("\n");
+    assert!(
+        rest.starts_with("\ninfra (32 trials):\n  32 trials: cannot start `/nonexistent/agent`: ")
+            && rest.contains("(broken/c01 and 31 other cases)"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        rest.ends_with(&format!(
+            "... and 12 more: `mst report {id}` shows them all\nresults: {}",
+            dir.display()
+        )),
+        "{}",
+        run.stdout
+    );
+
+    // `runs show` lists the same, and the HTML report once the run has one.
+    std::fs::write(dir.join("report.html"), "<html></html>").unwrap();
+    let results = eval.results();
+    let show = mst.run(&["runs", "show", &id, "--results-dir", s(&results)]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert_eq!(listed(&show.stdout)[..expected.len()], expected[..]);
+    assert!(
+        show.stdout.contains(&format!(
+            "shows them all\nreport: {}\nresults: ",
+            dir.join("report.html").display()
+        )),
+        "{}",
+        show.stdout
+    );
+    // The JSON stays summary.json's shape.
+    let json = mst.run(&["runs", "show", &id, "--results-dir", s(&results), "--json"]);
+    assert_eq!(json.json(), read_json(&dir.join("summary.json")));
 }

@@ -44,7 +44,7 @@ impl Server {
         let base = line
             .trim()
             .strip_prefix("mst serve: listening on ")
-            .and_then(|l| l.strip_suffix("/api/v1/sessions"))
+            .and_then(|l| l.strip_suffix('/'))
             .with_context(|| format!("mst serve did not start: {line}"))?
             .to_string();
         Ok(Server { child, base })

@@ -24,6 +24,7 @@ macro_rules! errln {
 
 mod import;
 mod plugin;
+mod report;
 mod run;
 mod runner;
 mod scaffold;
@@ -59,7 +60,9 @@ enum Command {
     /// The playground: an HTTP API for sessions on a runner's machines, tasks one at a time,
     /// live traces.
     Serve(Box<serve::ServeArgs>),
-    /// List and show stored runs.
+    /// Write a run's report: one self-contained HTML file to open anywhere, offline.
+    Report(report::ReportArgs),
+    /// List, show, compare and export stored runs.
     #[command(subcommand)]
     Runs(run::RunsCommand),
     /// Convert evals written for another harness (`mst import mst FILE`).
@@ -170,6 +173,7 @@ pub fn main() -> ExitCode {
     let result = home.and_then(|home| match cli.command {
         Command::Run(args) => run::run(&home, *args),
         Command::Grade(args) => run::grade(&home, *args),
+        Command::Report(args) => report::report(args),
         Command::Runs(command) => run::runs(command),
         Command::Serve(args) => serve::run(&home, *args),
         Command::Import(command) => import::run(command),

@@ -89,6 +89,10 @@ pub(crate) struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Follow the run in the web UI at ADDR:PORT (loopback): progress and trials as they
+    /// finish, then the report, served until Ctrl-C.
+    #[arg(long, value_name = "ADDR:PORT")]
+    serve: Option<std::net::SocketAddr>,
     /// A shard whose worker sends nothing (not even a heartbeat) for this long is lost.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     silence_limit: f64,
@@ -116,7 +120,7 @@ pub(crate) enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show one run's summary.
+    /// Show one run's summary and what did not pass.
     Show {
         run_id: String,
         #[arg(long, default_value = ".mst/results", value_name = "DIR")]
@@ -130,6 +134,20 @@ pub(crate) enum RunsCommand {
         run_id: String,
         #[arg(long, default_value = ".mst/results", value_name = "DIR")]
         results_dir: PathBuf,
+    },
+    /// What changed from RUN_A to RUN_B (two runs of one eval), per variant and case: broke,
+    /// fixed, flaky, still failing, added, removed. Exit 1 when a case broke, 2 when the runs
+    /// cannot be compared.
+    Diff {
+        /// The earlier run (before).
+        run_a: String,
+        /// The later run (after).
+        run_b: String,
+        #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+        results_dir: PathBuf,
+        /// Print the comparison as JSON (`docs/results.md`).
+        #[arg(long)]
+        json: bool,
     },
     /// Write one run in another tool's run layout: `mst.run/v1` (MST's) into an empty DIR.
     Export {
@@ -214,7 +232,7 @@ impl Reporter {
                 *self.failure.lock().expect("failure") = Some(e);
             }
         }
-        let mut text = summary_text(&outcome.summary, self.json, &outcome.dir.root);
+        let mut text = summary_text(&outcome.summary, self.json, &outcome.dir);
         if !self.json && !outcome.summary.missing.is_empty() {
             text.push_str(&format!(
                 "resume:  mst run --config {} --resume {}\n",
@@ -315,25 +333,77 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
             ..ShardSettings::default()
         }),
     };
-    let reporter = Reporter::new(&args);
-    let outcome = run::run(home, &request, &reporter, &CANCEL)
+    let following = args
+        .serve
+        .map(|listen| {
+            super::serve::Following::start(listen, ResultsRoot::new(&request.setup.results_base))
+        })
+        .transpose()
         .map_err(|error| super::Exit { code: 2, error })?;
+    let reporter = Reporter::new(&args);
+    let tee = Tee {
+        terminal: &reporter,
+        following: following.as_ref(),
+    };
+    let outcome =
+        run::run(home, &request, &tee, &CANCEL).map_err(|error| super::Exit { code: 2, error })?;
     out!("{}", reporter.summary.lock().expect("summary"));
+    if let Some(following) = &following {
+        following.run.end(None);
+        errln!(
+            "mst run: the report stays at http://{}/#/runs/{} until Ctrl-C",
+            following.address,
+            outcome.record.run_id
+        );
+        while !CANCEL.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
     if let Some(error) = reporter.failure.lock().expect("failure").take() {
         return Err(error);
     }
     Ok(outcome.summary.exit_code())
 }
 
-/// The summary for stdout: JSON, or the table and where the run directory is.
-fn summary_text(summary: &results::Summary, json: bool, dir: &std::path::Path) -> String {
-    match json {
-        true => {
-            let text = serde_json::to_string_pretty(summary).expect("summaries serialize");
-            format!("{text}\n")
+/// The terminal's reporter and, with `--serve`, the web UI's.
+struct Tee<'a> {
+    terminal: &'a Reporter,
+    following: Option<&'a super::serve::Following>,
+}
+
+impl events::Reporter for Tee<'_> {
+    fn event(&self, event: &RunEvent<'_>) {
+        if let (Some(following), RunEvent::Started { run_id, .. }) = (self.following, event) {
+            errln!(
+                "mst run: follow the run at http://{}/#/runs/{run_id}",
+                following.address
+            );
         }
-        false => format!("{}results: {}\n", report::table(summary), dir.display()),
+        self.terminal.event(event);
+        if let Some(following) = self.following {
+            following.run.event(event);
+        }
     }
+}
+
+/// The summary for stdout: JSON, or the table, what did not pass (from the stored grades),
+/// the HTML report when the run has one, and where the run directory is.
+fn summary_text(summary: &results::Summary, json: bool, dir: &results::RunDir) -> String {
+    if json {
+        let text = serde_json::to_string_pretty(summary).expect("summaries serialize");
+        return format!("{text}\n");
+    }
+    let mut text = report::table(summary);
+    match results::stored::StoredRun::read(dir) {
+        Ok(stored) => text.push_str(&report::failures(summary, &stored.grades)),
+        Err(e) => text.push_str(&format!("\n(no list of failures: {e:#})\n")),
+    }
+    let html = dir.root.join("report.html");
+    if html.is_file() {
+        text.push_str(&format!("report: {}\n", html.display()));
+    }
+    text.push_str(&format!("results: {}\n", dir.root.display()));
+    text
 }
 
 /// The secrets `--secrets-file` names, or none.
@@ -380,7 +450,7 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
     .map_err(|error| super::Exit { code: 2, error })?;
     out!(
         "{}",
-        summary_text(&outcome.summary, args.json, &outcome.dir.root)
+        summary_text(&outcome.summary, args.json, &outcome.dir)
     );
     if !args.json {
         outln!("regraded into {}", outcome.record.run_id);
@@ -425,9 +495,8 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
             json,
         } => {
             let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
-            let bytes = crate::files::read_input(&dir.root.join("summary.json"))?;
-            let summary: results::Summary = serde_json::from_slice(&bytes)?;
-            out!("{}", summary_text(&summary, json, &dir.root));
+            let stored = results::stored::StoredRun::read(&dir)?;
+            out!("{}", summary_text(&stored.summary, json, &dir));
             Ok(0)
         }
         RunsCommand::Cases {
@@ -440,6 +509,25 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
                 outln!("{}", serde_json::to_string(&case)?);
             }
             Ok(0)
+        }
+        RunsCommand::Diff {
+            run_a,
+            run_b,
+            results_dir,
+            json,
+        } => {
+            let compared = (|| {
+                let root = ResultsRoot::new(&results_dir);
+                let a = results::stored::StoredRun::read(&root.find(&run_a)?)?;
+                let b = results::stored::StoredRun::read(&root.find(&run_b)?)?;
+                results::diff::RunDiff::between(&a, &b)
+            })();
+            let diff = compared.map_err(|error| super::Exit { code: 2, error })?;
+            match json {
+                true => outln!("{}", serde_json::to_string_pretty(&diff)?),
+                false => out!("{}", diff.text()),
+            }
+            Ok(u8::from(diff.broke()))
         }
         RunsCommand::Export {
             run_id,

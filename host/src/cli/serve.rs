@@ -1,6 +1,8 @@
 //! `mst serve`: the playground, behind its HTTP API or (with `--mcp`) its MCP tools on stdio.
 
 use crate::home::Home;
+use crate::results::ResultsRoot;
+use crate::serve::live::{LiveRun, LiveRuns};
 use crate::serve::{http, mcp, Playground, ServeRequest};
 use crate::shard::coordinator::ShardSettings;
 use anyhow::{bail, Context, Result};
@@ -68,8 +70,11 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         ),
         None => None,
     };
+    let setup = args.setup.setup()?;
+    let live = Arc::new(LiveRuns::starting(home, &setup));
+    let results = ResultsRoot::new(&setup.results_base);
     let request = ServeRequest {
-        setup: args.setup.setup()?,
+        setup,
         settings: ShardSettings {
             silence: crate::eval::config::seconds("--silence-limit", args.silence_limit)?,
             cancel_grace: crate::eval::config::seconds("--cancel-grace", args.cancel_grace)?,
@@ -101,17 +106,96 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         served?;
         return Ok(0);
     }
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
-        let address = listener.local_addr()?;
-        outln!("mst serve: listening on http://{address}/api/v1/sessions");
-        axum::serve(listener, http::router(playground.clone(), token))
-            .with_graceful_shutdown(async move { stop.notified().await })
-            .await
-            .context("the server failed")
-    })?;
+    let served = http::Served {
+        playground: Some(playground.clone()),
+        live: live.clone(),
+        results,
+    };
+    runtime.block_on(serve_http(args.listen, served, token, stop))?;
+    live.stop_all();
     playground.close_all("mst serve stopped");
     Ok(0)
+}
+
+/// Serves `served` (the web UI and the API) on `listen` until `stop` is notified; the first line
+/// on stdout says where.
+async fn serve_http(
+    listen: SocketAddr,
+    served: http::Served,
+    token: Option<String>,
+    stop: Arc<tokio::sync::Notify>,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let address = listener.local_addr()?;
+    outln!("mst serve: listening on http://{address}/");
+    axum::serve(listener, http::router(served, token))
+        .with_graceful_shutdown(async move { stop.notified().await })
+        .await
+        .context("the server failed")
+}
+
+/// The web UI following one run, served from a thread of its own (`mst run --serve`) until
+/// dropped.
+pub(crate) struct Following {
+    /// The run, heard as a reporter.
+    pub run: Arc<LiveRun>,
+    /// Where the UI is.
+    pub address: SocketAddr,
+    stop: Arc<tokio::sync::Notify>,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Following {
+    /// Serves the web UI on `listen` (loopback only: it has no token) for the run `run` will
+    /// hear, and the stored runs under `results`.
+    pub(crate) fn start(listen: SocketAddr, results: ResultsRoot) -> Result<Self> {
+        if !listen.ip().is_loopback() {
+            bail!(
+                "--serve {listen} is not a loopback address: `mst run --serve` has no access \
+                 token; use `mst serve --token-file` to serve other hosts"
+            );
+        }
+        let run = Arc::new(LiveRun::default());
+        let live = Arc::new(LiveRuns::default());
+        live.track(run.clone());
+        let served = http::Served {
+            playground: None,
+            live,
+            results,
+        };
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let on_stop = stop.clone();
+        let runtime = tokio::runtime::Runtime::new()?;
+        // Bound here, so a port in use is an error before the run starts.
+        let listener = std::net::TcpListener::bind(listen)
+            .with_context(|| format!("cannot listen on {listen} (--serve)"))?;
+        let address = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                axum::serve(listener, http::router(served, None))
+                    .with_graceful_shutdown(async move { on_stop.notified().await })
+                    .await
+                    .context("the server failed")
+            })
+        });
+        Ok(Following {
+            run,
+            address,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.stop.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }

@@ -3,8 +3,10 @@
 //! `.mst/results/<eval>/runs/<run-id>/` holds `run.json` (provenance and phases), one trace per
 //! trial at `<variant>/<case>/<trial>.json`, `scores/<judge>.json`, `grades.json`,
 //! `pairwise.json` (when the eval has pairwise judges), `summary.json`, and
-//! `shards/<n>.worker.log`. [`export`] rewrites a stored run in another tool's layout.
+//! `shards/<n>.worker.log`. [`export`] rewrites a stored run in another tool's layout; [`diff`]
+//! compares two runs of one eval.
 
+pub mod diff;
 pub mod export;
 pub mod layout;
 pub mod report;

@@ -1,7 +1,9 @@
 //! Reports for people and CI systems: the summary table and JUnit XML.
 
 use super::Summary;
-use crate::grade::CaseOutcome;
+use crate::eval::trial::TrialKey;
+use crate::grade::{CaseOutcome, TrialGrade};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// The summary table printed at the end of a run.
@@ -52,6 +54,186 @@ pub fn table(summary: &Summary) -> String {
     let _ = writeln!(out, "collect: {collect}; grade: {grade}");
     for line in summary.usage.lines() {
         let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// Lines of the failure list shown before "... and N more" (about a screenful).
+const FAILURE_LINES: usize = 20;
+
+/// Characters of a judge's reason or an infra cause kept on its line.
+const REASON_CHARS: usize = 160;
+
+/// The first line of `text`, cut to [`REASON_CHARS`].
+fn one_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("").trim();
+    match line.char_indices().nth(REASON_CHARS) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_string(),
+    }
+}
+
+/// `n` and `one` made plural unless it is 1.
+fn plural(n: usize, one: &str) -> String {
+    match n {
+        1 => format!("1 {one}"),
+        n => format!("{n} {one}s"),
+    }
+}
+
+/// What did not pass, for the end of a run's output: the failed, not-graded, infra and
+/// missing groups (each case with its variant, trial count and first reason; infra trials
+/// grouped by identical cause), at most [`FAILURE_LINES`] lines shared fairly between the
+/// groups, then how many more `mst report` shows. Empty when everything passed.
+pub fn failures(summary: &Summary, grades: &BTreeMap<TrialKey, TrialGrade>) -> String {
+    // Every planned trial of each case: graded ones and missing ones.
+    let mut trials: BTreeMap<(&str, &str), Vec<Option<&TrialGrade>>> = BTreeMap::new();
+    for (key, grade) in grades {
+        trials
+            .entry((&key.variant, &key.case))
+            .or_default()
+            .push(Some(grade));
+    }
+    for key in &summary.missing {
+        trials
+            .entry((&key.variant, &key.case))
+            .or_default()
+            .push(None);
+    }
+    let cases_with = |wanted: CaseOutcome| {
+        summary.cases.iter().flat_map(move |(variant, cases)| {
+            cases
+                .iter()
+                .filter(move |(_, outcome)| **outcome == wanted)
+                .map(move |(case, _)| (variant.as_str(), case.as_str()))
+        })
+    };
+    let of = |variant: &str, case: &str| trials.get(&(variant, case)).cloned().unwrap_or_default();
+    let mut failed = Vec::new();
+    for (variant, case) in cases_with(CaseOutcome::Failed) {
+        let trials = of(variant, case);
+        let fails: Vec<&Vec<crate::grade::JudgeScore>> = trials
+            .iter()
+            .filter_map(|g| match g {
+                Some(TrialGrade::Graded {
+                    pass: false,
+                    judges,
+                    ..
+                }) => Some(judges),
+                _ => None,
+            })
+            .collect();
+        let reason = fails
+            .iter()
+            .find_map(|judges| judges.iter().find(|j| !j.pass))
+            .map_or(String::new(), |j| {
+                format!(": {}: {}", j.judge, one_line(&j.reason))
+            });
+        failed.push(format!(
+            "{variant}  {case}  {}/{} trials failed{reason}",
+            fails.len(),
+            trials.len()
+        ));
+    }
+    let mut not_graded = Vec::new();
+    for (variant, case) in cases_with(CaseOutcome::NotGraded) {
+        let trials = of(variant, case);
+        let broken: Vec<(&String, &String)> = trials
+            .iter()
+            .filter_map(|g| match g {
+                Some(TrialGrade::NotGraded { judge, error }) => Some((judge, error)),
+                _ => None,
+            })
+            .collect();
+        let reason = broken.first().map_or(String::new(), |(judge, error)| {
+            format!(": judge `{judge}`: {}", one_line(error))
+        });
+        not_graded.push(format!(
+            "{variant}  {case}  {}/{} trials not graded{reason}",
+            broken.len(),
+            trials.len()
+        ));
+    }
+    // One line per cause, the commonest first: a broken runner shows as one big line.
+    let mut causes: BTreeMap<String, Vec<&TrialKey>> = BTreeMap::new();
+    for (key, grade) in grades {
+        if let TrialGrade::Infra { reason } = grade {
+            causes.entry(one_line(reason)).or_default().push(key);
+        }
+    }
+    let infra_trials: usize = causes.values().map(Vec::len).sum();
+    let mut causes: Vec<(String, Vec<&TrialKey>)> = causes.into_iter().collect();
+    causes.sort_by_key(|(_, keys)| std::cmp::Reverse(keys.len()));
+    let infra: Vec<String> = causes
+        .iter()
+        .map(|(reason, keys)| {
+            let mut cases: Vec<(&str, &str)> = keys
+                .iter()
+                .map(|k| (k.variant.as_str(), k.case.as_str()))
+                .collect();
+            cases.dedup();
+            let first = format!("{}/{}", cases[0].0, cases[0].1);
+            let more = match cases.len() {
+                1 => String::new(),
+                n => format!(" and {}", plural(n - 1, "other case")),
+            };
+            format!("{}: {reason} ({first}{more})", plural(keys.len(), "trial"))
+        })
+        .collect();
+    let mut missing = Vec::new();
+    for (variant, case) in cases_with(CaseOutcome::Incomplete) {
+        let trials = of(variant, case);
+        let absent = trials.iter().filter(|g| g.is_none()).count();
+        missing.push(format!(
+            "{variant}  {case}  {absent}/{} trials missing",
+            trials.len()
+        ));
+    }
+    let groups = [
+        (format!("failed ({})", plural(failed.len(), "case")), failed),
+        (
+            format!("not graded ({})", plural(not_graded.len(), "case")),
+            not_graded,
+        ),
+        (format!("infra ({})", plural(infra_trials, "trial")), infra),
+        (
+            format!("missing ({})", plural(summary.missing.len(), "trial")),
+            missing,
+        ),
+    ];
+    // Shares dealt one line at a time, so a long group never hides the others.
+    let mut shown = [0usize; 4];
+    let mut budget = FAILURE_LINES;
+    while budget > 0 {
+        let before = budget;
+        for (share, (_, lines)) in shown.iter_mut().zip(&groups) {
+            if budget > 0 && *share < lines.len() {
+                *share += 1;
+                budget -= 1;
+            }
+        }
+        if budget == before {
+            break;
+        }
+    }
+    let mut out = String::new();
+    let mut hidden = 0;
+    for ((header, lines), share) in groups.iter().zip(shown) {
+        if lines.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\n{header}:");
+        for line in &lines[..share] {
+            let _ = writeln!(out, "  {line}");
+        }
+        hidden += lines.len() - share;
+    }
+    if hidden > 0 {
+        let _ = writeln!(
+            out,
+            "... and {hidden} more: `mst report {}` shows them all",
+            summary.run_id
+        );
     }
     out
 }
@@ -120,4 +302,131 @@ pub fn junit(summary: &Summary) -> String {
     }
     out.push_str("</testsuites>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grade::{CaseRules, JudgeScore};
+    use crate::results::RunRecord;
+
+    fn key(variant: &str, case: &str, trial: u32) -> TrialKey {
+        TrialKey {
+            variant: variant.into(),
+            case: case.into(),
+            trial,
+        }
+    }
+
+    fn graded(pass: bool, reason: &str) -> TrialGrade {
+        TrialGrade::Graded {
+            score: 0.0,
+            pass,
+            judges: vec![
+                JudgeScore {
+                    judge: "exit".into(),
+                    value: 1.0,
+                    pass: true,
+                    reason: "exit code 0".into(),
+                },
+                JudgeScore {
+                    judge: "mentions".into(),
+                    value: 0.0,
+                    pass,
+                    reason: reason.into(),
+                },
+            ],
+        }
+    }
+
+    /// The summary of `planned` trials, `grades` holding those that came back.
+    fn summary(planned: &[TrialKey], grades: &BTreeMap<TrialKey, TrialGrade>) -> Summary {
+        let record: RunRecord = serde_json::from_value(serde_json::json!({
+            "runId": "r1", "eval": "e", "mst": "0", "createdAt": 0, "configPath": "eval.json",
+            "configHash": "c", "datasetHash": "d", "runner": "local", "runnerOptions": {},
+            "shards": 1, "machines": [], "plugins": [], "filters": {"variants": [], "cases": [],
+            "trials": null}, "trials": planned, "collect": "partial", "grade": "complete"
+        }))
+        .unwrap();
+        Summary::new(&record, grades, &CaseRules::default())
+    }
+
+    #[test]
+    fn failures_are_grouped_with_their_first_reason_and_infra_causes_merged() {
+        let mut grades = BTreeMap::new();
+        let mut planned = Vec::new();
+        let mut add = |k: TrialKey, g: Option<TrialGrade>| {
+            planned.push(k.clone());
+            if let Some(g) = g {
+                grades.insert(k, g);
+            }
+        };
+        add(key("v", "ok", 0), Some(graded(true, "fine")));
+        add(
+            key("v", "bad", 0),
+            Some(graded(false, "no Tokyo\nsecond line")),
+        );
+        add(key("v", "bad", 1), Some(graded(true, "fine")));
+        add(key("v", "bad", 2), Some(graded(false, "other")));
+        let broken = TrialGrade::NotGraded {
+            judge: "rubric".into(),
+            error: "the model said 500".into(),
+        };
+        add(key("v", "judge", 0), Some(broken));
+        for case in ["i1", "i2"] {
+            for trial in 0..2 {
+                let reason = "cannot start `/no/agent`: not found".to_string();
+                add(key("w", case, trial), Some(TrialGrade::Infra { reason }));
+            }
+        }
+        let other = TrialGrade::Infra {
+            reason: "cancelled".into(),
+        };
+        add(key("w", "i3", 0), Some(other));
+        add(key("v", "gone", 0), None);
+        add(key("v", "gone", 1), Some(graded(true, "fine")));
+        let text = failures(&summary(&planned, &grades), &grades);
+        let expected = "
+failed (1 case):
+  v  bad  2/3 trials failed: mentions: no Tokyo
+
+not graded (1 case):
+  v  judge  1/1 trials not graded: judge `rubric`: the model said 500
+
+infra (5 trials):
+  4 trials: cannot start `/no/agent`: not found (w/i1 and 1 other case)
+  1 trial: cancelled (w/i3)
+
+missing (1 trial):
+  v  gone  1/2 trials missing
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_long_list_is_capped_fairly_and_counts_the_rest() {
+        let mut grades = BTreeMap::new();
+        for i in 0..30 {
+            grades.insert(key("v", &format!("c{i:02}"), 0), graded(false, "wrong"));
+        }
+        let infra = TrialGrade::Infra {
+            reason: "docker: no such image".into(),
+        };
+        grades.insert(key("w", "c00", 0), infra);
+        let planned: Vec<TrialKey> = grades.keys().cloned().collect();
+        let text = failures(&summary(&planned, &grades), &grades);
+        assert_eq!(text.matches("trials failed").count(), 19, "{text}");
+        assert!(
+            text.contains("1 trial: docker: no such image (w/c00)"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("... and 11 more: `mst report r1` shows them all\n"),
+            "{text}"
+        );
+        assert_eq!(
+            failures(&summary(&[], &BTreeMap::new()), &BTreeMap::new()),
+            ""
+        );
+    }
 }

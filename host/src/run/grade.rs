@@ -179,6 +179,27 @@ pub fn grade_phase(grades: &BTreeMap<TrialKey, TrialGrade>, pairs: &[PairResult]
     }
 }
 
+/// Writes a graded run's result files: grades, scores and summary, the pairwise verdicts, and
+/// the report (`report.html`) people open.
+pub(super) fn write_results(
+    dir: &crate::results::RunDir,
+    grades: &BTreeMap<TrialKey, TrialGrade>,
+    summary: &crate::results::Summary,
+    pairs: &[PairResult],
+) -> anyhow::Result<()> {
+    dir.write_grades(grades, summary)?;
+    dir.write_pairwise(pairs)?;
+    // The report is read from the files just written; a run whose report cannot be written
+    // still has all its results, so that is a warning, not a failed run.
+    if let Err(e) = crate::view::html::write(dir, None, None) {
+        tracing::warn!(
+            "the report of {} was not written: {e:#}",
+            dir.root.display()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

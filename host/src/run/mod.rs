@@ -229,8 +229,7 @@ fn finish(
     let mut summary =
         Summary::new(&record, &grades, prepared.judges.case_rules()).with_pairs(&pairs);
     summary.usage = UsageSummary::of_run(&dir, &record.trials, &record.plugins);
-    dir.write_grades(&grades, &summary)?;
-    dir.write_pairwise(&pairs)?;
+    grade::write_results(&dir, &grades, &summary, &pairs)?;
     Ok(RunOutcome {
         dir,
         record,

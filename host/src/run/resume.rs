@@ -170,8 +170,7 @@ pub fn regrade(
     // The agents' usage is the graded run's; the plugins' is this regrade's own.
     summary.usage =
         crate::results::usage::UsageSummary::of_run(dir, &regraded.trials, &regraded.plugins);
-    out.write_grades(&grades, &summary)?;
-    out.write_pairwise(&pairs)?;
+    super::grade::write_results(&out, &grades, &summary, &pairs)?;
     Ok(RunOutcome {
         dir: out,
         record: regraded,

@@ -1,9 +1,13 @@
-//! The playground's HTTP API (axum): `/api/v1/sessions…`, JSON in and out, every error a JSON
-//! `{"error": …}` with the status that fits. Bodies are capped and strictly parsed (an unknown
-//! field is a 400 naming it); with an access token every request must carry it; no CORS
-//! headers are sent, so browsers on other origins cannot call it.
+//! The HTTP side of `mst serve` (axum): the API under `/api/v1/` (the playground's sessions, the
+//! stored runs, live runs), JSON in and out, every error a JSON `{"error": …}` with the status
+//! that fits; and the web UI at `/`, pages embedded in the binary that call that API. Bodies
+//! are capped and strictly parsed (an unknown field is a 400 naming it); with an access token
+//! every API request must carry it (the UI's pages hold no data and are served without it); no
+//! CORS headers are sent, so browsers on other origins cannot call it.
 
+use super::live::{LiveRuns, StartRun};
 use super::{CreateSession, Playground, ServeError, SubmitTask};
+use crate::results::ResultsRoot;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
@@ -18,23 +22,49 @@ use std::sync::Arc;
 /// The largest request body taken.
 pub const MAX_BODY: usize = 256 * 1024;
 
+/// What a server serves: the playground (absent under `mst run --serve`, which follows one run),
+/// the live runs, and the stored runs.
+pub struct Served {
+    pub playground: Option<Arc<Playground>>,
+    pub live: Arc<LiveRuns>,
+    pub results: ResultsRoot,
+}
+
 /// What every handler shares.
 struct Api {
-    playground: Arc<Playground>,
+    served: Served,
     /// Required as `Authorization: Bearer TOKEN` when set.
     token: Option<String>,
 }
 
 type Shared = State<Arc<Api>>;
 
-/// The API's routes over `playground`; with `token`, every request must carry it.
-pub fn router(playground: Arc<Playground>, token: Option<String>) -> Router {
-    let api = Arc::new(Api { playground, token });
+impl Api {
+    fn playground(&self) -> Result<Arc<Playground>, ServeError> {
+        self.served.playground.clone().ok_or_else(|| {
+            ServeError::not_found(
+                "this server follows one run (`mst run --serve`) and has no playground; start                  `mst serve` for sessions",
+            )
+        })
+    }
+}
+
+/// The routes of `served`; with `token`, every API request must carry it.
+pub fn router(served: Served, token: Option<String>) -> Router {
+    let api = Arc::new(Api { served, token });
     Router::new()
+        .route("/", get(|| async { super::ui::page() }))
+        .route("/ui/{asset}", get(super::ui::asset))
+        .route("/api/v1/info", get(info))
         .route("/api/v1/sessions", post(create).get(list))
         .route("/api/v1/sessions/{id}", get(show).delete(close))
         .route("/api/v1/sessions/{id}/tasks", post(submit))
         .route("/api/v1/sessions/{id}/tasks/{task}/trace", get(trace))
+        .route("/api/v1/sessions/{id}/tasks/{task}/abort", post(abort))
+        .route("/api/v1/runs", get(runs).post(start_run))
+        .route("/api/v1/runs/{id}", get(run_view))
+        .route("/api/v1/runs/{id}/live", get(live_run))
+        .route("/api/v1/runs/{id}/trials/{index}", get(run_trial))
         .fallback(unknown_route)
         .layer(axum::middleware::from_fn_with_state(api.clone(), authorize))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -64,7 +94,8 @@ async fn authorize(
     if let Err(refused) = from_a_page_elsewhere(&headers, request.method(), api.token.is_some()) {
         return refused.into_response();
     }
-    if let Some(token) = &api.token {
+    let page = !request.uri().path().starts_with("/api/");
+    if let Some(token) = api.token.as_ref().filter(|_| !page) {
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -172,24 +203,24 @@ async fn create(
     request: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServeError> {
     let request: CreateSession = body(request, "session")?;
-    let playground = api.playground.clone();
+    let playground = api.playground()?;
     let view = blocking(move || playground.create_session(request)).await?;
     Ok(json(StatusCode::CREATED, &view))
 }
 
-async fn list(State(api): Shared) -> Response {
-    json(
+async fn list(State(api): Shared) -> Result<Response, ServeError> {
+    Ok(json(
         StatusCode::OK,
-        &serde_json::json!({"sessions": api.playground.list()}),
-    )
+        &serde_json::json!({"sessions": api.playground()?.list()}),
+    ))
 }
 
 async fn show(State(api): Shared, Path(id): Path<String>) -> Result<Response, ServeError> {
-    Ok(json(StatusCode::OK, &api.playground.get(&id)?))
+    Ok(json(StatusCode::OK, &api.playground()?.get(&id)?))
 }
 
 async fn close(State(api): Shared, Path(id): Path<String>) -> Result<Response, ServeError> {
-    let playground = api.playground.clone();
+    let playground = api.playground()?;
     let view = blocking(move || playground.close(&id)).await?;
     Ok(json(StatusCode::OK, &view))
 }
@@ -202,7 +233,17 @@ async fn submit(
     let request: SubmitTask = body(request, "task")?;
     Ok(json(
         StatusCode::ACCEPTED,
-        &api.playground.submit(&id, request)?,
+        &api.playground()?.submit(&id, request)?,
+    ))
+}
+
+async fn abort(
+    State(api): Shared,
+    Path((id, task)): Path<(String, String)>,
+) -> Result<Response, ServeError> {
+    Ok(json(
+        StatusCode::ACCEPTED,
+        &api.playground()?.abort(&id, &task)?,
     ))
 }
 
@@ -212,29 +253,9 @@ async fn trace(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ServeError> {
-    let mut since = None;
-    for pair in query
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=') {
-            Some(("since", value)) => {
-                since = Some(value.parse::<u64>().map_err(|_| {
-                    ServeError::bad_request(format!(
-                        "`since` must be an event number (0 or more), not {value:?}"
-                    ))
-                })?)
-            }
-            _ => {
-                return Err(ServeError::bad_request(format!(
-                    "unknown query parameter {pair:?}: the trace takes only `since=N`"
-                )))
-            }
-        }
-    }
-    let page = api.playground.trace(&id, &task, since)?;
+    let since = since_param(query.as_deref())?;
+    let playground = api.playground()?;
+    let page = playground.trace(&id, &task, since)?;
     let wants_stream = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -249,7 +270,7 @@ async fn trace(
         .and_then(|v| v.parse::<u64>().ok())
         .map(|seq| seq + 1);
     let since = resume.or(since).unwrap_or(0);
-    Ok(event_stream(api.playground.clone(), id, task, since).into_response())
+    Ok(event_stream(playground, id, task, since).into_response())
 }
 
 /// How often a server-sent event stream looks for new events.
@@ -314,5 +335,119 @@ fn event_stream(
 }
 
 async fn unknown_route() -> ServeError {
-    ServeError::not_found("no such route: the API is under /api/v1/sessions (see docs/serve.md)")
+    ServeError::not_found(
+        "no such route: the API is under /api/v1/ (sessions, runs; see docs/serve.md), the web \
+         UI at /",
+    )
+}
+
+/// `GET /api/v1/info`: what this server serves, for the UI.
+async fn info(State(api): Shared) -> Response {
+    let playground = api.served.playground.as_ref().map(|p| p.info());
+    json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "playground": playground,
+            "canStartRuns": api.served.live.can_start(),
+        }),
+    )
+}
+
+/// `GET /api/v1/runs`: the stored runs and sessions (newest first), and the live runs.
+async fn runs(State(api): Shared) -> Result<Response, ServeError> {
+    let root = api.served.results.clone();
+    let stored = blocking(move || Ok(root.list())).await?;
+    let stored: Vec<serde_json::Value> = stored
+        .iter()
+        .rev()
+        .map(|r| {
+            serde_json::json!({"runId": r.run_id, "eval": r.eval, "createdAt": r.created_at,
+                "trials": r.trials.len(), "collect": r.collect, "grade": r.grade,
+                "runner": r.runner})
+        })
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({"runs": stored, "live": api.served.live.list()}),
+    ))
+}
+
+/// `POST /api/v1/runs`: starts a batch run of the served eval; 202 once it is prepared.
+async fn start_run(
+    State(api): Shared,
+    request: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServeError> {
+    let request: StartRun = body(request, "run")?;
+    let live = api.served.live.clone();
+    let state = blocking(move || live.start(request)).await?;
+    Ok(json(StatusCode::ACCEPTED, &state))
+}
+
+/// `GET /api/v1/runs/{id}/live?since=N`: a live run's progress, its finished trials from `since`.
+async fn live_run(
+    State(api): Shared,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ServeError> {
+    let since = since_param(query.as_deref())?.unwrap_or(0);
+    let run = api.served.live.get(&id).ok_or_else(|| {
+        ServeError::not_found(format!(
+            "run `{id}` is not live here: `GET /api/v1/runs/{id}` shows it once stored"
+        ))
+    })?;
+    Ok(json(StatusCode::OK, &run.snapshot(since as usize)))
+}
+
+/// The stored run `id`, read whole for a view.
+async fn loaded(api: &Api, id: String) -> Result<Arc<crate::view::LoadedRun>, ServeError> {
+    let root = api.served.results.clone();
+    blocking(move || {
+        let dir = root
+            .find(&id)
+            .map_err(|e| ServeError::not_found(format!("{e:#}")))?;
+        crate::view::LoadedRun::read(&dir)
+            .map(Arc::new)
+            .map_err(|e| ServeError::conflict(format!("{e:#}")))
+    })
+    .await
+}
+
+/// `GET /api/v1/runs/{id}`: the run as the report shows it (`mst.view/v1`).
+async fn run_view(State(api): Shared, Path(id): Path<String>) -> Result<Response, ServeError> {
+    let run = loaded(&api, id).await?;
+    Ok(json(StatusCode::OK, &run.view()))
+}
+
+/// `GET /api/v1/runs/{id}/trials/{index}`: the trace of the run's `index`th planned trial.
+async fn run_trial(
+    State(api): Shared,
+    Path((id, index)): Path<(String, usize)>,
+) -> Result<Response, ServeError> {
+    let run = loaded(&api, id.clone()).await?;
+    let trace = run.trace(index).ok_or_else(|| {
+        ServeError::not_found(format!("run `{id}` has no trace for trial {index}"))
+    })?;
+    Ok(json(StatusCode::OK, trace))
+}
+
+/// The query's `since=N`, the only parameter a cursor-paged endpoint takes.
+fn since_param(query: Option<&str>) -> Result<Option<u64>, ServeError> {
+    let mut since = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("since", value)) => {
+                since = Some(value.parse::<u64>().map_err(|_| {
+                    ServeError::bad_request(format!(
+                        "`since` must be a number (0 or more), not {value:?}"
+                    ))
+                })?)
+            }
+            _ => {
+                return Err(ServeError::bad_request(format!(
+                    "unknown query parameter {pair:?}: this takes only `since=N`"
+                )))
+            }
+        }
+    }
+    Ok(since)
 }

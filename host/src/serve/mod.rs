@@ -8,8 +8,10 @@
 //! its record under `<results>/<eval>/sessions/<id>/`.
 
 pub mod http;
+pub mod live;
 pub mod mcp;
 pub mod session;
+pub mod ui;
 
 use crate::eval::trial::CaseRecord;
 use crate::home::Home;
@@ -234,6 +236,22 @@ impl Playground {
     /// Task `task`'s events from `since` on (all without it), and whether it has settled.
     pub fn trace(&self, id: &str, task: &str, since: Option<u64>) -> Result<TracePage, ServeError> {
         self.session(id)?.trace(task, since)
+    }
+
+    /// Aborts task `task` of session `id` while it runs; the session stays open.
+    pub fn abort(&self, id: &str, task: &str) -> Result<TaskView, ServeError> {
+        self.session(id)?.abort(task)
+    }
+
+    /// What the web UI needs to offer sessions: the eval, its variants and the runner.
+    pub fn info(&self) -> serde_json::Value {
+        let config = &self.shared.prepared.config;
+        serde_json::json!({
+            "eval": config.name,
+            "variants": config.variant_names(),
+            "baseline": config.baseline,
+            "runner": self.shared.runner.name(),
+        })
     }
 
     /// Closes session `id`: aborts its task, seals the trace, disposes of the machine.

@@ -136,7 +136,17 @@ struct Task {
     input: serde_json::Value,
     started_at: u64,
     cancel: AtomicBool,
+    /// Why `cancel` was set (an abort, the session's close).
+    cancelled_because: Mutex<String>,
     live: Mutex<Live>,
+}
+
+impl Task {
+    /// Tells the task's worker to stop, and why (for its record).
+    fn cancel(&self, why: &str) {
+        *self.cancelled_because.lock().expect("task") = why.to_string();
+        self.cancel.store(true, Ordering::SeqCst);
+    }
 }
 
 /// What a task has recorded: its events (live, then the sealed trace's) and how it ended.
@@ -384,6 +394,7 @@ impl Session {
             input,
             started_at: crate::clock::unix_secs(),
             cancel: AtomicBool::new(false),
+            cancelled_because: Mutex::new(String::new()),
             live: Mutex::new(Live::default()),
         });
         let view = task.view();
@@ -463,7 +474,10 @@ impl Session {
                 let (status, reason) = match (task.cancel.load(Ordering::SeqCst), failure) {
                     (true, _) => (
                         TaskStatus::Aborted,
-                        Some("aborted: the session was closed".to_string()),
+                        Some(format!(
+                            "aborted: {}",
+                            task.cancelled_because.lock().expect("task")
+                        )),
                     ),
                     (false, why) => (
                         TaskStatus::Infra,
@@ -486,6 +500,28 @@ impl Session {
                 let _ = self.dir.write_trace(&task.key, &record);
                 live.settled = Some((status, reason, now));
             }
+        }
+    }
+
+    /// Aborts task `id` while it runs: its worker gets `cancel` (then the grace, then a kill),
+    /// its partial trace is sealed as `aborted`, and the session stays open for the next task.
+    pub(super) fn abort(&self, id: &str) -> Result<TaskView, ServeError> {
+        let state = self.state.lock().expect("session");
+        match &state.running {
+            Some((task, _)) if task.id == id => {
+                task.cancel("aborted by request");
+                Ok(task.view())
+            }
+            _ => match state.tasks.iter().find(|t| t.id == id) {
+                Some(task) => Err(ServeError::conflict(format!(
+                    "task `{id}` is not running (it ended {}); nothing to abort",
+                    serde_json::to_value(task.view().status).unwrap_or_default()
+                ))),
+                None => Err(ServeError::not_found(format!(
+                    "session `{}` has no task `{id}`",
+                    self.id
+                ))),
+            },
         }
     }
 
@@ -533,7 +569,7 @@ impl Session {
             state.running.take()
         };
         if let Some((task, handle)) = running {
-            task.cancel.store(true, Ordering::SeqCst);
+            task.cancel("the session was closed");
             let limit =
                 Instant::now() + self.shared.settings.cancel_grace + Duration::from_secs(10);
             while !handle.is_finished() && Instant::now() < limit {

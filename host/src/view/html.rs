@@ -1,0 +1,109 @@
+//! The self-contained report file: the page script, its styles, the run's view and every trace
+//! inlined into one HTML file that makes no network request when opened (its Content Security
+//! Policy forbids any), so it can be mailed, attached to CI, or opened offline.
+
+use super::LoadedRun;
+use std::fmt::Write as _;
+
+/// The page script every view shares: renders a [`super::RunView`].
+pub const REPORT_JS: &str = include_str!("assets/report.js");
+/// The styles every view shares.
+pub const STYLE_CSS: &str = include_str!("assets/style.css");
+
+/// JSON made safe inside a `<script>` element: `<` never appears raw, so no `</script>` or
+/// `<!--` in a trace can end the element (JSON allows `\u003c` wherever `<` may be).
+pub fn script_json(value: &impl serde::Serialize) -> String {
+    let json = serde_json::to_string(value).unwrap_or_else(|_| "null".to_string());
+    json.replace('<', "\\u003c")
+}
+
+/// Text made safe in HTML.
+fn text(value: &str) -> String {
+    value
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The whole report of `run`, compared with `diff` when given. Each trace sits in its own
+/// inert `<script type="application/json">` element, parsed only when its trial is opened, so a
+/// run of 10,000 trials opens as fast as its table renders.
+pub fn report(run: &LoadedRun, diff: Option<crate::results::diff::RunDiff>) -> String {
+    let mut view = run.view();
+    view.diff = diff;
+    let title = format!(
+        "mst report: {} {}",
+        run.run.record.eval, run.run.record.run_id
+    );
+    let mut out = String::with_capacity(1 << 20);
+    let _ = write!(
+        out,
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n\
+         <title>{}</title>\n<style>\n{STYLE_CSS}</style>\n</head>\n<body>\n\
+         <main id=\"app\"><noscript>This report needs JavaScript to draw its tables; its data \
+         is in the page source.</noscript></main>\n\
+         <script type=\"application/json\" id=\"mst-view\">{}</script>\n",
+        text(&title),
+        script_json(&view)
+    );
+    for (index, trace) in run.traces_in_order().enumerate() {
+        if let Some(trace) = trace {
+            let _ = writeln!(
+                out,
+                "<script type=\"application/json\" id=\"mst-trace-{index}\">{}</script>",
+                script_json(trace)
+            );
+        }
+    }
+    let _ = write!(
+        out,
+        "<script>\n{REPORT_JS}</script>\n<script>\nMstReport.render(document.getElementById('app'), \
+         JSON.parse(document.getElementById('mst-view').textContent), function (index) {{\n  \
+         var element = document.getElementById('mst-trace-' + index);\n  \
+         return Promise.resolve(element ? JSON.parse(element.textContent) : null);\n}});\n\
+         </script>\n</body>\n</html>\n"
+    );
+    // Results are redacted as they are written; a secret held now (one added since) is too.
+    crate::secrets::redactor().redact(&out).into_owned()
+}
+
+/// What `mst report` wrote.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Written {
+    pub run_id: String,
+    pub path: std::path::PathBuf,
+    pub bytes: u64,
+    pub trials: usize,
+}
+
+/// The report's name in a run directory, where `mst run` and `mst grade` leave one.
+pub const REPORT_FILE: &str = "report.html";
+
+/// Writes the report of the run in `dir` to `out` (its run directory's `report.html` when
+/// `None`), compared with the run in `baseline` when given (`mst runs diff`'s comparison; runs of
+/// another eval, or with no case in common, are refused).
+pub fn write(
+    dir: &crate::results::RunDir,
+    out: Option<&std::path::Path>,
+    baseline: Option<&crate::results::RunDir>,
+) -> anyhow::Result<Written> {
+    use crate::results::{diff::RunDiff, stored::StoredRun};
+    let run = LoadedRun::read(dir)?;
+    let diff = baseline
+        .map(|before| RunDiff::between(&StoredRun::read(before)?, &run.run))
+        .transpose()?;
+    let page = report(&run, diff);
+    let path = out.map_or_else(|| dir.root.join(REPORT_FILE), std::path::Path::to_path_buf);
+    crate::files::write_atomic(&path, page.as_bytes())?;
+    Ok(Written {
+        run_id: run.run.record.run_id.clone(),
+        path,
+        bytes: page.len() as u64,
+        trials: run.run.record.trials.len(),
+    })
+}

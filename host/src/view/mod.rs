@@ -1,0 +1,173 @@
+//! Views of results for people: the self-contained HTML report (`mst report`) and the web UI of
+//! `mst serve`. Both draw one data shape, [`RunView`], with one page script
+//! (`assets/report.js`), so a run looks the same in a file opened offline and in the browser tab
+//! of a server.
+
+pub mod html;
+
+use crate::eval::trial::{TrialKey, TrialRecord};
+use crate::grade::pairwise::PairResult;
+use crate::grade::{JudgeScore, TrialGrade};
+use crate::results::stored::StoredRun;
+use crate::results::{RunDir, Summary};
+use anyhow::Result;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The data format a page reads; a page refuses another.
+pub const VIEW_FORMAT: &str = "mst.view/v1";
+
+/// How one trial ended, the four outcomes of a run kept apart (`passed` and `failed` are both
+/// graded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrialOutcome {
+    Passed,
+    Failed,
+    NotGraded,
+    Infra,
+    Missing,
+}
+
+/// One trial as a row of the page: what the tables, filters and search read. Its whole trace is
+/// fetched apart, when the row is opened.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrialRow<'a> {
+    pub variant: &'a str,
+    pub case: &'a str,
+    pub trial: u32,
+    pub outcome: TrialOutcome,
+    /// The weighted score, when graded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Every judge's score and reason, when graded.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub judges: &'a [JudgeScore],
+    /// Why it is not graded (the judge and its error) or an infrastructure failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    /// The case's tags, from its trace.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub tags: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// How many events its trace holds (0 when missing).
+    pub events: usize,
+    /// Whether a trace came back (a missing trial has none to open).
+    pub has_trace: bool,
+}
+
+/// A run as the pages show it: its provenance, its summary exactly as `summary.json` holds it,
+/// one row per planned trial (in plan order) and the pairwise verdicts.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunView<'a> {
+    pub format: &'static str,
+    /// `run.json` without its list of trials (the rows carry them).
+    pub run: serde_json::Value,
+    pub summary: &'a Summary,
+    pub trials: Vec<TrialRow<'a>>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub pairs: &'a [PairResult],
+    /// The comparison with `--baseline`, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<crate::results::diff::RunDiff>,
+}
+
+/// A stored run read whole for a view: the run and its traces.
+pub struct LoadedRun {
+    pub run: StoredRun,
+    pub traces: BTreeMap<TrialKey, TrialRecord>,
+}
+
+impl LoadedRun {
+    /// Reads the run in `dir` with its traces.
+    pub fn read(dir: &RunDir) -> Result<Self> {
+        let run = StoredRun::read(dir)?;
+        let traces = run.read_traces(dir);
+        Ok(LoadedRun { run, traces })
+    }
+
+    /// The view of this run.
+    pub fn view(&self) -> RunView<'_> {
+        let mut run = serde_json::to_value(&self.run.record).unwrap_or_default();
+        if let Some(map) = run.as_object_mut() {
+            map.remove("trials");
+        }
+        RunView {
+            format: VIEW_FORMAT,
+            run,
+            summary: &self.run.summary,
+            trials: self
+                .run
+                .record
+                .trials
+                .iter()
+                .map(|key| self.row(key))
+                .collect(),
+            pairs: &self.run.pairs,
+            diff: None,
+        }
+    }
+
+    /// The trace of the `index`th planned trial, if it came back.
+    pub fn trace(&self, index: usize) -> Option<&TrialRecord> {
+        self.traces.get(self.run.record.trials.get(index)?)
+    }
+
+    /// The traces in plan order (`None` for a missing trial), as the rows are.
+    pub fn traces_in_order(&self) -> impl Iterator<Item = Option<&TrialRecord>> {
+        self.run
+            .record
+            .trials
+            .iter()
+            .map(|key| self.traces.get(key))
+    }
+
+    fn row<'a>(&'a self, key: &'a TrialKey) -> TrialRow<'a> {
+        let trace = self.traces.get(key);
+        let grade = self.run.grades.get(key);
+        let (outcome, score, judges, cause) = match grade {
+            Some(TrialGrade::Graded {
+                score,
+                pass,
+                judges,
+            }) => (
+                match pass {
+                    true => TrialOutcome::Passed,
+                    false => TrialOutcome::Failed,
+                },
+                Some(*score),
+                judges.as_slice(),
+                None,
+            ),
+            Some(TrialGrade::NotGraded { judge, error }) => (
+                TrialOutcome::NotGraded,
+                None,
+                &[][..],
+                Some(format!("{judge}: {error}")),
+            ),
+            Some(TrialGrade::Infra { reason }) => {
+                (TrialOutcome::Infra, None, &[][..], Some(reason.clone()))
+            }
+            None => (TrialOutcome::Missing, None, &[][..], None),
+        };
+        TrialRow {
+            variant: &key.variant,
+            case: &key.case,
+            trial: key.trial,
+            outcome,
+            score,
+            judges,
+            cause,
+            tags: trace.map_or(&[][..], |t| t.case.tags.as_slice()),
+            duration_ms: trace.map(|t| t.trace.duration_ms),
+            exit_code: trace.and_then(|t| t.trace.exit_code),
+            events: trace.map_or(0, |t| t.trace.events.len()),
+            has_trace: trace.is_some(),
+        }
+    }
+}
