@@ -2,11 +2,13 @@
 //! are, a runner that gives each test its own `MST_HOME`, evals and waits shared by the runner
 //! tests, ([`sshd`]) real OpenSSH servers on loopback, and ([`model_server`]) a scripted model
 //! server on loopback (no model provider is reachable from the test machines), and ([`serve`]) a
-//! running `mst serve` called with the real `curl`.
+//! running `mst serve` called with the real `curl`, and ([`browser`]) a real headless Chromium
+//! for tests that look at pages, with screenshots in `target/test-output/<test>/`.
 //!
 //! Build everything first with `cargo xtask test` (or `cargo xtask plugins` and
 //! `cargo build -p mst`); a missing artifact fails the test with that instruction.
 
+pub mod browser;
 pub mod model_server;
 pub mod serve;
 pub mod sshd;
@@ -32,15 +34,19 @@ fn must_exist(path: PathBuf) -> PathBuf {
     path
 }
 
+/// The cargo target directory (`$CARGO_TARGET_DIR`, else `target/` in the repository).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
 /// The built `mst` binary (`$MST_BIN`, else `target/debug/mst`).
 pub fn mst_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("MST_BIN") {
         return must_exist(PathBuf::from(bin));
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
-    must_exist(target.join("debug").join("mst"))
+    must_exist(target_dir().join("debug").join("mst"))
 }
 
 /// A first-party plugin from `plugins/dist`, e.g. `plugin("contains.wasm")`.

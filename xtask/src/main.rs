@@ -222,6 +222,11 @@ fn test() -> Result<()> {
         ("ssh", "openssh-client"),
     ])?;
     ensure_ssh_test_user();
+    // The browser tests drive a real headless Chromium through chromedriver.
+    engines::ensure_packages(&[
+        ("/usr/bin/chromium", "chromium"),
+        ("/usr/bin/chromedriver", "chromium-driver"),
+    ])?;
     let engines = engines::start(&root())?;
     let result = run(cargo()
         .current_dir(root())
@@ -230,7 +235,8 @@ fn test() -> Result<()> {
         .env("MST_TEST_DOCKER_B", &engines.endpoints[1])
         .env("MST_TEST_IMAGE", engines::TEST_IMAGE)
         .env("MST_REQUIRE_DOCKER", "1")
-        .env("MST_REQUIRE_SSHD", "1"));
+        .env("MST_REQUIRE_SSHD", "1")
+        .env("MST_REQUIRE_BROWSER", "1"));
     drop(engines);
     result
 }
