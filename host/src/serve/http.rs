@@ -418,16 +418,30 @@ async fn run_view(State(api): Shared, Path(id): Path<String>) -> Result<Response
     Ok(json(StatusCode::OK, &run.view()))
 }
 
-/// `GET /api/v1/runs/{id}/trials/{index}`: the trace of the run's `index`th planned trial.
+/// `GET /api/v1/runs/{id}/trials/{index}`: the trace of the run's `index`th planned trial (read
+/// alone: opening one trial of a large run reads one file).
 async fn run_trial(
     State(api): Shared,
     Path((id, index)): Path<(String, usize)>,
 ) -> Result<Response, ServeError> {
-    let run = loaded(&api, id.clone()).await?;
-    let trace = run.trace(index).ok_or_else(|| {
-        ServeError::not_found(format!("run `{id}` has no trace for trial {index}"))
-    })?;
-    Ok(json(StatusCode::OK, trace))
+    let root = api.served.results.clone();
+    let trace = blocking(move || {
+        let dir = root
+            .find(&id)
+            .map_err(|e| ServeError::not_found(format!("{e:#}")))?;
+        let record = dir
+            .read_record()
+            .map_err(|e| ServeError::conflict(format!("{e:#}")))?;
+        record
+            .trials
+            .get(index)
+            .and_then(|key| dir.traces_dir(&record.run_id).read_trace(key))
+            .ok_or_else(|| {
+                ServeError::not_found(format!("run `{id}` has no trace for trial {index}"))
+            })
+    })
+    .await?;
+    Ok(json(StatusCode::OK, &trace))
 }
 
 /// The query's `since=N`, the only parameter a cursor-paged endpoint takes.

@@ -107,3 +107,22 @@ pub fn write(
         trials: run.run.record.trials.len(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_in_a_script_element_never_holds_a_raw_angle_bracket() {
+        let hostile = serde_json::json!({"text": "</script><script>alert(1)</script><!--"});
+        let inlined = script_json(&hostile);
+        assert!(!inlined.contains('<'), "{inlined}");
+        let back: serde_json::Value = serde_json::from_str(&inlined).unwrap();
+        assert_eq!(back, hostile);
+    }
+
+    #[test]
+    fn text_is_escaped_for_html() {
+        assert_eq!(text("<a href=\"x\">&</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;");
+    }
+}

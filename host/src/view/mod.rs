@@ -113,11 +113,6 @@ impl LoadedRun {
         }
     }
 
-    /// The trace of the `index`th planned trial, if it came back.
-    pub fn trace(&self, index: usize) -> Option<&TrialRecord> {
-        self.traces.get(self.run.record.trials.get(index)?)
-    }
-
     /// The traces in plan order (`None` for a missing trial), as the rows are.
     pub fn traces_in_order(&self) -> impl Iterator<Item = Option<&TrialRecord>> {
         self.run
