@@ -523,15 +523,18 @@ fn the_summary_lists_what_did_not_pass_grouped_with_reasons_and_capped() {
     );
     assert!(
         rest.ends_with(&format!(
-            "... and 12 more: `mst report {id}` shows them all\nresults: {}",
+            "... and 12 more: `mst report {id}` shows them all\nreport: {}\nresults: {}",
+            dir.join("report.html").display(),
             dir.display()
         )),
         "{}",
         run.stdout
     );
 
-    // `runs show` lists the same, and the HTML report once the run has one.
-    std::fs::write(dir.join("report.html"), "<html></html>").unwrap();
+    // `runs show` lists the same, and the HTML report the run left.
+    assert!(std::fs::read_to_string(dir.join("report.html"))
+        .unwrap()
+        .starts_with("<!doctype html>"));
     let results = eval.results();
     let show = mst.run(&["runs", "show", &id, "--results-dir", s(&results)]);
     assert_eq!(show.code, 0, "{}", show.stderr);
