@@ -102,6 +102,32 @@ impl WebDriverCompatibleCommand for BrowserLog {
     }
 }
 
+/// A Chrome DevTools Protocol command through chromedriver's `goog/cdp/execute` endpoint, for
+/// what WebDriver has no command for.
+#[derive(Debug)]
+struct Cdp {
+    command: &'static str,
+    params: serde_json::Value,
+}
+
+impl WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = serde_json::json!({"cmd": self.command, "params": self.params});
+        (http::Method::POST, Some(body.to_string()))
+    }
+}
+
 /// A headless Chromium session. Every method panics with what it was doing when the browser
 /// fails, as a test should.
 pub struct Browser {
@@ -340,6 +366,18 @@ impl Browser {
         self.runtime
             .block_on(self.client().execute(js, vec![]))
             .unwrap_or_else(|e| panic!("running script {js:?}: {e}"))
+    }
+
+    /// Runs `js` in every page opened from now on, before the page's own scripts: to observe
+    /// what a page does while it loads (a timing, a first render).
+    pub fn on_new_document(&self, js: &str) {
+        let command = Cdp {
+            command: "Page.addScriptToEvaluateOnNewDocument",
+            params: serde_json::json!({"source": js}),
+        };
+        self.runtime
+            .block_on(self.client().issue_cmd(command))
+            .unwrap_or_else(|e| panic!("adding a script to every new document: {e}"));
     }
 
     /// Resizes the window (CSS pixels of the outer window).

@@ -101,7 +101,7 @@ fn a_served_page_is_clicked_typed_into_read_and_photographed() {
 }
 
 #[test]
-fn a_file_page_opens_and_its_console_errors_are_read() {
+fn a_file_page_opens_with_a_script_run_before_its_own_and_its_console_errors_are_read() {
     let Some(browser) = Browser::try_start() else {
         return;
     };
@@ -110,13 +110,19 @@ fn a_file_page_opens_and_its_console_errors_are_read() {
     std::fs::write(
         &page,
         r#"<!doctype html><body><p id="msg">from a file</p>
-        <script>console.error('mst-canary-console'); document.body.dataset.ready = '1'; undefinedFunction()</script></body>"#,
+        <script>document.body.dataset.probe = window.mstProbe; console.error('mst-canary-console'); document.body.dataset.ready = '1'; undefinedFunction()</script></body>"#,
     )
     .unwrap();
+    // Runs before the page's own script, which reads what it set.
+    browser.on_new_document("window.mstProbe = 'set before the page'");
     browser.goto(&format!("file://{}", page.display()));
     browser.wait_for("#msg");
     assert_eq!(browser.text("#msg"), "from a file");
     assert_eq!(browser.eval("return document.body.dataset.ready"), "1");
+    assert_eq!(
+        browser.attr("body", "data-probe").as_deref(),
+        Some("set before the page")
+    );
     let errors = browser.console_errors();
     assert!(
         errors.iter().any(|e| e.contains("mst-canary-console")),
