@@ -4,7 +4,7 @@
 //!
 //! Each [`Browser`] has its own chromedriver on a free loopback port, its own Chromium profile
 //! in a temporary directory, and its own output directory for screenshots
-//! ([`test_output_dir`]). Dropping it ends the session and kills chromedriver's whole process
+//! ([`crate::test_output_dir`]). Dropping it ends the session and kills chromedriver's whole process
 //! group, Chromium included.
 //!
 //! When Chromium or chromedriver is missing, [`Browser::try_start`] skips (prints a note and
@@ -37,27 +37,6 @@ pub fn available() -> bool {
         );
     }
     present
-}
-
-/// The running test's name: libtest runs each test on a thread named after it.
-pub fn current_test_name() -> String {
-    std::thread::current()
-        .name()
-        .unwrap_or("unnamed")
-        .replace("::", ".")
-}
-
-/// `target/test-output/<test name>/`, created: where a test leaves what a person may want to
-/// look at afterwards (screenshots; docs take theirs from here).
-pub fn test_output_dir() -> PathBuf {
-    output_dir(&current_test_name())
-}
-
-/// `target/test-output/<name>/`, created.
-pub fn output_dir(name: &str) -> PathBuf {
-    let dir = crate::target_dir().join("test-output").join(name);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    dir
 }
 
 /// Chromium's switches. Without the background-networking ones Chromium opens connections of
@@ -139,10 +118,10 @@ pub struct Browser {
 }
 
 impl Browser {
-    /// Starts a browser whose screenshots go to [`test_output_dir`]; panics when Chromium is
+    /// Starts a browser whose screenshots go to [`crate::test_output_dir`]; panics when Chromium is
     /// missing (see [`Browser::try_start`] to skip instead).
     pub fn start() -> Browser {
-        Browser::start_with_output(test_output_dir())
+        Browser::start_with_output(crate::test_output_dir())
     }
 
     /// [`Browser::start`], or `None` with a note on stderr when Chromium or chromedriver is

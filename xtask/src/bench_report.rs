@@ -156,7 +156,7 @@ pub fn bench() -> Result<()> {
         }
     };
     let dir = tempfile_dir("mst-bench-report")?;
-    let shots = mst_tests::browser::output_dir("bench-report");
+    let shots = mst_tests::output_dir("bench-report");
     for cases in [50, 500] {
         let trials = cases * TRIALS * 2;
         let eval = dir.join(format!("{trials}"));
