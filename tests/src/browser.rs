@@ -258,8 +258,9 @@ impl Browser {
             });
             match visible {
                 Ok(true) => return,
-                // Not there yet, or gone while looked at (the page re-rendered): look again.
-                Ok(false) | Err(fantoccini::error::CmdError::Standard(_)) => {}
+                Ok(false) => {}
+                // Gone while looked at (the page re-rendered): look again.
+                Err(e) if e.is_stale_element_reference() => {}
                 Err(e) => panic!("waiting for `{css}`: {e}"),
             }
             assert!(

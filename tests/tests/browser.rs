@@ -137,7 +137,7 @@ fn a_file_page_opens_with_a_script_run_before_its_own_and_its_console_errors_are
 }
 
 #[test]
-fn waiting_for_what_never_shows_names_it_and_quotes_the_page() {
+fn a_wait_that_runs_out_names_the_selector_and_quotes_the_page_and_a_bad_selector_fails_at_once() {
     let Some(browser) = Browser::try_start() else {
         return;
     };
@@ -149,6 +149,15 @@ fn waiting_for_what_never_shows_names_it_and_quotes_the_page() {
     let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(message.contains("`#nowhere`"), "{message}");
     assert!(message.contains("before"), "{message}");
+
+    // A selector that is not CSS fails at once, as itself, not as a wait that ran out.
+    let started = std::time::Instant::now();
+    let failed =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| browser.wait_for("#go[")))
+            .expect_err("an invalid selector fails");
+    let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("invalid selector"), "{message}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
 
 #[test]
