@@ -1,0 +1,485 @@
+//! The pages, in a real headless Chromium (`mst_tests::browser`): the report `mst report`
+//! writes, opened from a file; the web UI of `mst serve` (the stored runs, a run started from the
+//! page and followed live, the playground end to end); and `mst run --serve`. Every number the
+//! pages show is checked against `summary.json`, and each page is saved as a screenshot under
+//! `target/test-output/<test>/`.
+
+use mst_tests::browser::Browser;
+use mst_tests::serve::{agent_eval, gated_agent, Serve};
+use mst_tests::{read_json, s, Eval, Mst};
+use serde_json::{json, Value};
+use std::io::BufRead;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// An eval whose `agent` streams a tool call and its result, then echoes its input (judged by
+/// `contains "hello"`), and whose `broken` variant cannot start its client (infra). One case's
+/// input would end a `<script>` element if a page put it there as markup.
+fn web_eval() -> Eval {
+    let agent = r#"echo '{"type":"tool-call","id":"c1","tool":"lookup","arguments":{"q":"weather"}}'; echo '{"type":"tool-result","id":"c1","output":"sunny"}'; cat"#;
+    Eval::new(
+        json!({"name": "web", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", agent], "events": true},
+               "variants": {"agent": {},
+                            "broken": {"clientOptions": {"command": ["/nonexistent/agent"]}}},
+               "judges": [{"assert": "contains", "value": "hello"}], "trials": 2}),
+        &[
+            json!({"id": "greets", "input": "hello world", "tags": ["smoke"]}),
+            json!({"id": "waves", "input": "bye"}),
+            json!({"id": "markup", "input": "hello </script><script>document.title='owned'</script>"}),
+        ],
+    )
+}
+
+/// An eval of one variant whose agent streams `before` events, holds until `gate` exists,
+/// streams `after`, then echoes its input (`hello`, which its judge wants).
+fn gated_eval(gate: &Path, before: std::ops::Range<u32>, after: std::ops::Range<u32>) -> Eval {
+    Eval::new(
+        json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", gated_agent(gate, before, after)],
+                                 "events": true},
+               "judges": [{"assert": "contains", "value": "hello"}], "timeout": 60}),
+        &[json!({"id": "greet", "input": "hello"})],
+    )
+}
+
+/// Waits until `ready` holds on the page, or fails naming `what`.
+fn until(browser: &Browser, what: &str, ready: impl Fn(&Browser) -> bool) {
+    let start = Instant::now();
+    while !ready(browser) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}; the page says:\n{}",
+            browser.page_text(2000)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn count(browser: &Browser, css: &str) -> usize {
+    browser
+        .eval(&format!(
+            "return document.querySelectorAll({}).length",
+            json!(css)
+        ))
+        .as_u64()
+        .unwrap() as usize
+}
+
+/// Every number of the variants table, the missing count and each case's outcome per variant
+/// are `summary.json`'s.
+fn assert_page_matches_summary(browser: &Browser, summary: &Value) {
+    for (variant, counts) in summary["variants"].as_object().unwrap() {
+        let row = format!("#variants tr[data-variant='{variant}']");
+        for (field, key) in [
+            ("passed", "passed"),
+            ("failed", "failed"),
+            ("incomplete", "incomplete"),
+            ("notGraded", "not-graded"),
+            ("infra", "infra"),
+        ] {
+            let shown = browser.text(&format!("{row} td[data-count='{key}']"));
+            assert_eq!(shown, counts[field].to_string(), "{variant} {field}");
+        }
+        let rate = browser.text(&format!("{row} td[data-count='pass-rate']"));
+        let expected = counts["passRate"]
+            .as_f64()
+            .map_or("\u{2013}".to_string(), |r| format!("{:.1}%", r * 100.0));
+        assert_eq!(rate, expected, "{variant} pass rate");
+    }
+    assert_eq!(
+        browser.text("#variants [data-count='missing']"),
+        summary["missing"].as_array().unwrap().len().to_string()
+    );
+    for (variant, cases) in summary["cases"].as_object().unwrap() {
+        for (case, outcome) in cases.as_object().unwrap() {
+            let cell = format!(
+                "#cases-table tr[data-case='{case}'] td[data-variant='{variant}'] [data-outcome]"
+            );
+            assert_eq!(
+                browser.attr(&cell, "data-outcome").as_deref(),
+                outcome.as_str(),
+                "{variant}/{case}"
+            );
+        }
+    }
+}
+
+/// The run's summary, from its directory.
+fn stored_summary(results: &Path, eval: &str, run_id: &str) -> Value {
+    read_json(
+        &results
+            .join(eval)
+            .join("runs")
+            .join(run_id)
+            .join("summary.json"),
+    )
+}
+
+#[test]
+fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_narrow_window() {
+    let eval = web_eval();
+    let mst = Mst::new();
+    let run = eval.run(&mst, &["--json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let summary = run.json();
+    let run_id = summary["runId"].as_str().unwrap();
+    let results = eval.results();
+    // Every run leaves its report beside its results.
+    assert!(results
+        .join("web/runs")
+        .join(run_id)
+        .join("report.html")
+        .is_file());
+
+    let out = eval.dir.path().join("shared/report.html");
+    let written = mst.run(&[
+        "report",
+        run_id,
+        "--out",
+        s(&out),
+        "--results-dir",
+        s(&results),
+        "--json",
+    ]);
+    assert_eq!(written.code, 0, "{}", written.stderr);
+    assert_eq!(written.json()["trials"], 12);
+    assert_eq!(
+        written.json()["bytes"].as_u64().unwrap(),
+        std::fs::metadata(&out).unwrap().len()
+    );
+
+    let browser = Browser::start();
+    browser.goto(&format!("file://{}", s(&out)));
+    browser.wait_for("body[data-ready='1']");
+    browser.screenshot("report-overview");
+    assert_page_matches_summary(&browser, &summary);
+    // Self-contained: nothing was fetched to draw it.
+    assert_eq!(
+        browser.eval("return performance.getEntriesByType('resource').length"),
+        json!(0)
+    );
+    // Infra failures, grouped by their cause: one line for the broken client's six trials.
+    let infra = browser.texts("#infra li");
+    assert_eq!(infra.len(), 1, "{infra:?}");
+    assert!(
+        infra[0].starts_with("6 trials (broken)") && infra[0].contains("/nonexistent/agent"),
+        "{infra:?}"
+    );
+
+    // Filters: the failed trials are the two of `waves` under `agent`.
+    browser.click("#filter-outcome option[value='failed']");
+    until(&browser, "the failed trials", |b| {
+        count(b, "#trials-table tbody tr") == 2
+    });
+    let rows = browser.texts("#trials-table tbody tr");
+    assert!(
+        rows.iter()
+            .all(|r| r.starts_with("waves") && r.contains("expected: contains \"hello\"")),
+        "{rows:?}"
+    );
+    // By keyboard: Enter on a trial's link opens its whole trace.
+    browser.press_enter("#trials-table tbody tr a.open-trial");
+    browser.wait_for("#trace [data-event-kind='tool-result']");
+    let call = browser.text("#trace [data-event-kind='tool-call']");
+    assert!(
+        call.contains("lookup") && call.contains("weather"),
+        "{call}"
+    );
+    assert!(browser
+        .text("#trace [data-event-kind='tool-result']")
+        .contains("sunny"));
+    assert!(browser
+        .text("#trace [data-judge='contains']")
+        .contains("expected: contains \"hello\""));
+    assert_eq!(browser.text("#final-text"), "bye");
+
+    // The search box, and hostile text staying text: the markup case's answer is shown as
+    // written, and its script never ran.
+    browser.click("#filter-outcome option[value='']");
+    browser.fill("#search", "markup");
+    until(&browser, "the markup case's trials", |b| {
+        count(b, "#trials-table tbody tr") == 4
+    });
+    browser.click("#trials-table tbody tr[data-trial-index] a.open-trial");
+    browser.wait_for("#final-text");
+    assert_eq!(
+        browser.text("#final-text"),
+        "hello </script><script>document.title='owned'</script>"
+    );
+    assert_ne!(browser.eval("return document.title"), json!("owned"));
+    browser.screenshot("report");
+
+    // A narrow window: the page reflows, only tables scroll sideways in their own boxes.
+    browser.set_window_size(390, 844);
+    assert_eq!(
+        browser.eval("return document.documentElement.scrollWidth <= window.innerWidth + 1"),
+        json!(true)
+    );
+    browser.screenshot("report-narrow");
+    assert_eq!(browser.console_errors(), Vec::<String>::new());
+
+    // Against a baseline: the judge now wants "bye", so two cases broke and one was fixed; the
+    // page says what `mst runs diff` says.
+    let config = std::fs::read_to_string(eval.config()).unwrap();
+    std::fs::write(eval.config(), config.replace("\"hello\"", "\"bye\"")).unwrap();
+    let second = eval.run(&mst, &["--json"]);
+    let after = second.json()["runId"].as_str().unwrap().to_string();
+    let diff = mst.run(&[
+        "runs",
+        "diff",
+        run_id,
+        &after,
+        "--results-dir",
+        s(&results),
+        "--json",
+    ]);
+    assert_eq!(diff.code, 1, "{}", diff.stderr);
+    let counts = diff.json()["counts"].clone();
+    assert_eq!(
+        (counts["broke"].as_u64(), counts["fixed"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let compared = eval.dir.path().join("compared.html");
+    let written = mst.run(&[
+        "report",
+        &after,
+        "--baseline",
+        run_id,
+        "--out",
+        s(&compared),
+        "--results-dir",
+        s(&results),
+    ]);
+    assert_eq!(written.code, 0, "{}", written.stderr);
+    browser.set_window_size(1280, 900);
+    browser.goto(&format!("file://{}", s(&compared)));
+    browser.wait_for("body[data-ready='1'] #diff");
+    for change in ["broke", "fixed", "still-failing"] {
+        assert_eq!(
+            browser.text(&format!("#diff [data-count='{change}']")),
+            counts[change].to_string(),
+            "{change}"
+        );
+    }
+    assert_eq!(
+        browser.text("#diff tr[data-variant='agent'] td[data-count='delta']"),
+        "-33.3 pts"
+    );
+    browser.screenshot("report-baseline");
+    // A run of another eval is no baseline.
+    let other = Eval::new(
+        json!({"name": "other", "datasets": ["cases.jsonl"], "client": "command",
+        "clientOptions": {"command": ["cat"]}}),
+        &[json!({"id": "greets", "input": "hi"})],
+    );
+    let other_run = mst.run(&[
+        "run",
+        "--config",
+        s(&other.config()),
+        "--results-dir",
+        s(&results),
+        "--json",
+    ]);
+    let other_id = other_run.json()["runId"].as_str().unwrap().to_string();
+    let refused = mst.run(&[
+        "report",
+        &after,
+        "--baseline",
+        &other_id,
+        "--results-dir",
+        s(&results),
+    ]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("other"), "{}", refused.stderr);
+}
+
+#[test]
+fn the_web_ui_lists_stored_runs_and_follows_a_run_started_from_the_page_until_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let eval = gated_eval(&gate, 0..3, 3..5);
+    let mst = Mst::new();
+    let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#/runs", serve.base));
+    browser.wait_for("#start-run");
+    assert_eq!(browser.texts("#runs-table tbody tr").len(), 0);
+
+    // Started from the page: the trial holds at the gate, so the run is seen running, with the
+    // events it streamed so far.
+    browser.click("#start-run");
+    browser.wait_for("#live");
+    until(&browser, "the running trial's events", |b| {
+        b.texts("#live-running li")
+            .iter()
+            .any(|l| l.contains("3 events") && l.contains("step 2"))
+    });
+    assert!(browser.text("#live-h").ends_with("(running)"));
+    browser.screenshot("live-run");
+    std::fs::write(&gate, "").unwrap();
+
+    // Once graded, the page becomes the run's report, drawn from the API.
+    browser.wait_for_within("#variants", Duration::from_secs(90));
+    let run_id = browser
+        .eval("return location.hash.split('/')[2]")
+        .as_str()
+        .unwrap()
+        .to_string();
+    let summary = stored_summary(&eval.results(), "play", &run_id);
+    assert_page_matches_summary(&browser, &summary);
+    browser.click("#trials-table tbody tr a.open-trial");
+    browser.wait_for("#trace [data-event-kind='message']");
+    assert_eq!(count(&browser, "#trace [data-event-kind='message']"), 5);
+
+    // The runs page lists it, and opens it.
+    browser.goto(&format!("{}/#/runs", serve.base));
+    browser.wait_for(&format!("#runs-table tr[data-run='{run_id}'] a"));
+    browser.click(&format!("#runs-table tr[data-run='{run_id}'] a"));
+    browser.wait_for("body[data-ready='1'] #variants");
+    assert_page_matches_summary(&browser, &summary);
+    browser.screenshot("run-report");
+    assert_eq!(browser.console_errors(), Vec::<String>::new());
+    serve.stop();
+}
+
+#[test]
+fn the_playground_runs_in_the_page_live_one_task_at_a_time_with_abort_and_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let eval = agent_eval(&gated_agent(&gate, 0..4, 4..6), json!({}));
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#/playground", serve.base));
+    browser.wait_for("#boot");
+    assert_eq!(browser.text("#boot-runner"), "local");
+    browser.click("#boot-variant option[value='agent']");
+    browser.click("#boot");
+    browser.wait_for("#task-input");
+    until(&browser, "the session's state", |b| {
+        b.attr("#session-state", "data-status").as_deref() == Some("ready")
+    });
+
+    // A task: its events appear while it runs (it holds at the gate).
+    browser.fill("#task-input", "hello");
+    browser.click("#submit-task");
+    until(&browser, "four live events", |b| {
+        count(b, "#tasks .card ol.events li") == 4
+    });
+    assert_eq!(
+        browser
+            .attr("#tasks .card [data-status]", "data-status")
+            .as_deref(),
+        Some("running")
+    );
+    // A second task while the first runs: the 409, said plainly.
+    browser.fill("#task-input", "again");
+    browser.click("#submit-task");
+    browser.wait_for("#task-message .notice");
+    let refused = browser.text("#task-message .notice");
+    assert!(
+        refused.starts_with("Not started:") && refused.contains("one task at a time"),
+        "{refused}"
+    );
+    browser.screenshot("playground");
+
+    std::fs::write(&gate, "").unwrap();
+    until(&browser, "the task to complete", |b| {
+        b.attr("#tasks .card [data-status]", "data-status")
+            .as_deref()
+            == Some("completed")
+    });
+    assert_eq!(
+        browser.text("#tasks .card .final-text"),
+        "again".replace("again", "hello")
+    );
+    assert_eq!(count(&browser, "#tasks .card ol.events li"), 6);
+
+    // Abort: a held task stops, and the session stays open.
+    std::fs::remove_file(&gate).unwrap();
+    browser.fill("#task-input", "held");
+    browser.click("#submit-task");
+    until(&browser, "a second card", |b| count(b, "#tasks .card") == 2);
+    browser.wait_for("#tasks .card .abort");
+    browser.click("#tasks .card .abort");
+    until(&browser, "the task to be aborted", |b| {
+        b.attr("#tasks .card [data-status]", "data-status")
+            .as_deref()
+            == Some("aborted")
+    });
+    let session = browser
+        .eval("return location.hash.split('/')[2]")
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(view["status"], "ready", "{view}");
+    assert_eq!(view["tasks"][1]["reason"], "aborted: aborted by request");
+
+    browser.click("#close-session");
+    until(&browser, "the session to close", |b| {
+        b.attr("#session-state", "data-status").as_deref() == Some("closed")
+    });
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(view["status"], "closed");
+    // Chromium logs the refused submit's 409 itself; nothing else went wrong on the page.
+    let errors: Vec<String> = browser
+        .console_errors()
+        .into_iter()
+        .filter(|e| !e.contains("status of 409"))
+        .collect();
+    assert_eq!(errors, Vec::<String>::new());
+    serve.stop();
+}
+
+#[test]
+fn mst_run_serve_shows_the_run_live_then_its_report_until_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let eval = gated_eval(&gate, 0..2, 2..3);
+    let mst = Mst::new();
+    let mut child = mst
+        .command(&eval.args(&["--serve", "127.0.0.1:0"]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut url = String::new();
+    while url.is_empty() {
+        let mut line = String::new();
+        assert_ne!(stderr.read_line(&mut line).unwrap(), 0, "mst run ended");
+        if let Some(rest) = line.trim().strip_prefix("mst run: follow the run at ") {
+            url = rest.to_string();
+        }
+    }
+    // Whatever else it says goes on being read, so its pipe never fills.
+    let rest = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let browser = Browser::start();
+    browser.goto(&url);
+    until(&browser, "the running trial", |b| {
+        b.texts("#live-running li")
+            .iter()
+            .any(|l| l.contains("step 1"))
+    });
+    assert_eq!(browser.text("#live [data-count='total']"), "1");
+    std::fs::write(&gate, "").unwrap();
+    browser.wait_for_within("#variants", Duration::from_secs(60));
+    let run_id = url.rsplit('/').next().unwrap();
+    assert_page_matches_summary(&browser, &stored_summary(&eval.results(), "play", run_id));
+
+    // It keeps serving the report until Ctrl-C, then exits as the run did (its case passed).
+    assert!(child.try_wait().unwrap().is_none());
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let said = rest.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!("the report stays at {url}")),
+        "{said}"
+    );
+}
