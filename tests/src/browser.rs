@@ -4,12 +4,12 @@
 //!
 //! Each [`Browser`] has its own chromedriver on a free loopback port, its own Chromium profile
 //! in a temporary directory, and its own output directory for screenshots
-//! ([`crate::test_output_dir`]). Dropping it ends the session and kills chromedriver's whole process
-//! group, Chromium included.
+//! ([`crate::test_output_dir`]). Dropping it ends the session and kills chromedriver's whole
+//! process group, Chromium included.
 //!
 //! When Chromium or chromedriver is missing, [`Browser::try_start`] skips (prints a note and
 //! returns `None`) unless `MST_REQUIRE_BROWSER` is set, as `cargo xtask test` sets it; then it
-//! fails, naming the packages to install.
+//! fails, naming the packages to install, as [`Browser::start`] always does.
 
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
