@@ -4,12 +4,12 @@
 //!
 //! Each [`Browser`] has its own chromedriver on a free loopback port, its own Chromium profile
 //! in a temporary directory, and its own output directory for screenshots
-//! ([`test_output_dir`]). Dropping it ends the session and kills chromedriver's whole process
-//! group, Chromium included.
+//! ([`crate::test_output_dir`]). Dropping it ends the session and kills chromedriver's whole
+//! process group, Chromium included.
 //!
 //! When Chromium or chromedriver is missing, [`Browser::try_start`] skips (prints a note and
 //! returns `None`) unless `MST_REQUIRE_BROWSER` is set, as `cargo xtask test` sets it; then it
-//! fails, naming the packages to install.
+//! fails, naming the packages to install, as [`Browser::start`] always does.
 
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -37,27 +37,6 @@ pub fn available() -> bool {
         );
     }
     present
-}
-
-/// The running test's name: libtest runs each test on a thread named after it.
-pub fn current_test_name() -> String {
-    std::thread::current()
-        .name()
-        .unwrap_or("unnamed")
-        .replace("::", ".")
-}
-
-/// `target/test-output/<test name>/`, created: where a test leaves what a person may want to
-/// look at afterwards (screenshots; docs take theirs from here).
-pub fn test_output_dir() -> PathBuf {
-    output_dir(&current_test_name())
-}
-
-/// `target/test-output/<name>/`, created.
-pub fn output_dir(name: &str) -> PathBuf {
-    let dir = crate::target_dir().join("test-output").join(name);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    dir
 }
 
 /// Chromium's switches. Without the background-networking ones Chromium opens connections of
@@ -102,6 +81,32 @@ impl WebDriverCompatibleCommand for BrowserLog {
     }
 }
 
+/// A Chrome DevTools Protocol command through chromedriver's `goog/cdp/execute` endpoint, for
+/// what WebDriver has no command for.
+#[derive(Debug)]
+struct Cdp {
+    command: &'static str,
+    params: serde_json::Value,
+}
+
+impl WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = serde_json::json!({"cmd": self.command, "params": self.params});
+        (http::Method::POST, Some(body.to_string()))
+    }
+}
+
 /// A headless Chromium session. Every method panics with what it was doing when the browser
 /// fails, as a test should.
 pub struct Browser {
@@ -113,10 +118,10 @@ pub struct Browser {
 }
 
 impl Browser {
-    /// Starts a browser whose screenshots go to [`test_output_dir`]; panics when Chromium is
+    /// Starts a browser whose screenshots go to [`crate::test_output_dir`]; panics when Chromium is
     /// missing (see [`Browser::try_start`] to skip instead).
     pub fn start() -> Browser {
-        Browser::start_with_output(test_output_dir())
+        Browser::start_with_output(crate::test_output_dir())
     }
 
     /// [`Browser::start`], or `None` with a note on stderr when Chromium or chromedriver is
@@ -253,8 +258,9 @@ impl Browser {
             });
             match visible {
                 Ok(true) => return,
-                // Not there yet, or gone while looked at (the page re-rendered): look again.
-                Ok(false) | Err(fantoccini::error::CmdError::Standard(_)) => {}
+                Ok(false) => {}
+                // Gone while looked at (the page re-rendered): look again.
+                Err(e) if e.is_stale_element_reference() => {}
                 Err(e) => panic!("waiting for `{css}`: {e}"),
             }
             assert!(
@@ -340,6 +346,18 @@ impl Browser {
         self.runtime
             .block_on(self.client().execute(js, vec![]))
             .unwrap_or_else(|e| panic!("running script {js:?}: {e}"))
+    }
+
+    /// Runs `js` in every page opened from now on, before the page's own scripts: to observe
+    /// what a page does while it loads (a timing, a first render).
+    pub fn on_new_document(&self, js: &str) {
+        let command = Cdp {
+            command: "Page.addScriptToEvaluateOnNewDocument",
+            params: serde_json::json!({"source": js}),
+        };
+        self.runtime
+            .block_on(self.client().issue_cmd(command))
+            .unwrap_or_else(|e| panic!("adding a script to every new document: {e}"));
     }
 
     /// Resizes the window (CSS pixels of the outer window).

@@ -41,6 +41,27 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
+/// The running test's name: libtest runs each test on a thread named after it.
+pub fn current_test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .replace("::", ".")
+}
+
+/// `target/test-output/<test name>/`, created: where a test leaves what a person may want to
+/// look at afterwards (screenshots; docs take theirs from here).
+pub fn test_output_dir() -> PathBuf {
+    output_dir(&current_test_name())
+}
+
+/// `target/test-output/<name>/`, created.
+pub fn output_dir(name: &str) -> PathBuf {
+    let dir = target_dir().join("test-output").join(name);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
 /// The built `mst` binary (`$MST_BIN`, else `target/debug/mst`).
 pub fn mst_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("MST_BIN") {

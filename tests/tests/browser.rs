@@ -101,7 +101,7 @@ fn a_served_page_is_clicked_typed_into_read_and_photographed() {
 }
 
 #[test]
-fn a_file_page_opens_and_its_console_errors_are_read() {
+fn a_file_page_opens_with_a_script_run_before_its_own_and_its_console_errors_are_read() {
     let Some(browser) = Browser::try_start() else {
         return;
     };
@@ -110,13 +110,19 @@ fn a_file_page_opens_and_its_console_errors_are_read() {
     std::fs::write(
         &page,
         r#"<!doctype html><body><p id="msg">from a file</p>
-        <script>console.error('mst-canary-console'); document.body.dataset.ready = '1'; undefinedFunction()</script></body>"#,
+        <script>document.body.dataset.probe = window.mstProbe; console.error('mst-canary-console'); document.body.dataset.ready = '1'; undefinedFunction()</script></body>"#,
     )
     .unwrap();
+    // Runs before the page's own script, which reads what it set.
+    browser.on_new_document("window.mstProbe = 'set before the page'");
     browser.goto(&format!("file://{}", page.display()));
     browser.wait_for("#msg");
     assert_eq!(browser.text("#msg"), "from a file");
     assert_eq!(browser.eval("return document.body.dataset.ready"), "1");
+    assert_eq!(
+        browser.attr("body", "data-probe").as_deref(),
+        Some("set before the page")
+    );
     let errors = browser.console_errors();
     assert!(
         errors.iter().any(|e| e.contains("mst-canary-console")),
@@ -131,7 +137,7 @@ fn a_file_page_opens_and_its_console_errors_are_read() {
 }
 
 #[test]
-fn waiting_for_what_never_shows_names_it_and_quotes_the_page() {
+fn a_wait_that_runs_out_names_the_selector_and_quotes_the_page_and_a_bad_selector_fails_at_once() {
     let Some(browser) = Browser::try_start() else {
         return;
     };
@@ -143,6 +149,15 @@ fn waiting_for_what_never_shows_names_it_and_quotes_the_page() {
     let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(message.contains("`#nowhere`"), "{message}");
     assert!(message.contains("before"), "{message}");
+
+    // A selector that is not CSS fails at once, as itself, not as a wait that ran out.
+    let started = std::time::Instant::now();
+    let failed =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| browser.wait_for("#go[")))
+            .expect_err("an invalid selector fails");
+    let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("invalid selector"), "{message}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
 
 #[test]

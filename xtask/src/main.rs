@@ -10,6 +10,8 @@
 //! - `cargo xtask bench docker`: Docker shard start-up and a 1,000-trial eval, docker vs local.
 //! - `cargo xtask bench serve`: the playground: POST /sessions to first event (local, Docker), and
 //!   the trace endpoint under load while 10 sessions stream.
+//! - `cargo xtask bench report`: `mst report` at 1,000 and 10,000 trials (time, size) and its
+//!   page's load time in headless Chromium.
 //! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
 //! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
@@ -17,6 +19,7 @@
 //! - `cargo xtask quickstart`: plugins, then the quick-start eval on the local runner.
 
 mod bench_docker;
+mod bench_report;
 mod bench_serve;
 mod engines;
 mod seccomp;
@@ -486,6 +489,7 @@ fn main() -> Result<()> {
         "bench" if std::env::args().nth(2).as_deref() == Some("run") => bench_run(),
         "bench" if std::env::args().nth(2).as_deref() == Some("docker") => bench_docker::bench(),
         "bench" if std::env::args().nth(2).as_deref() == Some("serve") => bench_serve::bench(),
+        "bench" if std::env::args().nth(2).as_deref() == Some("report") => bench_report::bench(),
         "bench" => bench(),
         "quickstart" => quickstart(),
         "worker" => build_static_worker(),
@@ -512,7 +516,9 @@ fn main() -> Result<()> {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask <plugins|test|bench [run]|quickstart|lint>");
+            eprintln!(
+                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report]|quickstart|lint|worker|engines|seccomp>"
+            );
             std::process::exit(2)
         }
     }

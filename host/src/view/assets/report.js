@@ -99,7 +99,7 @@ var MstReport = (function () {
       h('h2', { id: 'variants-h' }, 'Variants'),
       table('Cases per outcome. The pass rate is passed / (passed + failed): incomplete, ' +
         'not-graded and infra cases are left out.', heads, rows),
-      h('p', null, h('span', { 'class': 'badge o-missing' }, MARK.missing + ' '),
+      h('p', null, h('span', { 'class': 'badge o-missing' }, MARK.missing), ' ',
         h('span', { 'data-count': 'missing' }, String(s.missing.length)),
         ' trials missing (their trace never came back)'),
       (s.usage && s.usage.plugins && Object.keys(s.usage.plugins).length) ?
