@@ -483,3 +483,55 @@ fn mst_run_serve_shows_the_run_live_then_its_report_until_ctrl_c() {
         "{said}"
     );
 }
+
+#[test]
+fn the_report_shows_pairwise_verdicts_with_each_orders_reason() {
+    let server = mst_tests::model_server::ModelServer::start_with(
+        mst_tests::model_server::judge_preferring("UTC+9"),
+    );
+    let cases: Vec<Value> = ["c1", "c2"]
+        .iter()
+        .map(|id| json!({"id": id, "input": format!("What is Tokyo's UTC offset? ({id})")}))
+        .collect();
+    let (eval, secrets) = mst_tests::pairwise_eval(
+        &server.url(),
+        "alpha: Tokyo is UTC+9",
+        "beta: Tokyo is UTC+8",
+        &cases,
+    );
+    let mst = Mst::new();
+    let run = eval.run(&mst, &["-q", "--json", "--secrets-file", s(&secrets)]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let summary = run.json();
+    let dir = eval.run_dir("paired");
+    let browser = Browser::start();
+    browser.goto(&format!("file://{}", s(&dir.join("report.html"))));
+    browser.wait_for("body[data-ready='1'] #pairs");
+    let pair = &summary["pairs"][0];
+    let row = "#pairs tr[data-pair='alpha-vs-beta']";
+    for (field, key) in [
+        ("wins", "wins"),
+        ("ties", "ties"),
+        ("losses", "losses"),
+        ("notGraded", "not-graded"),
+        ("notCompared", "not-compared"),
+    ] {
+        assert_eq!(
+            browser.text(&format!("{row} td[data-count='{key}']")),
+            pair[field].to_string(),
+            "{field}"
+        );
+    }
+    assert_eq!(pair["wins"], 2);
+    browser.click("#pairs details summary");
+    let verdicts = browser.texts("#pairs details tbody tr");
+    assert_eq!(verdicts.len(), 2, "{verdicts:?}");
+    assert!(
+        verdicts.iter().all(|v| v.contains("a-wins")
+            && v.contains("alpha then beta: first")
+            && v.contains("it says UTC+9")),
+        "{verdicts:?}"
+    );
+    assert_page_matches_summary(&browser, &summary);
+    assert_eq!(browser.console_errors(), Vec::<String>::new());
+}

@@ -17,6 +17,9 @@ use std::sync::Mutex;
 /// Set by Ctrl-C: shards send `cancel`, wait a grace period, then kill.
 static CANCEL: AtomicBool = AtomicBool::new(false);
 
+/// Set once the run is over and `--serve` only serves its report: Ctrl-C then just stops that.
+static SERVING_ONLY: AtomicBool = AtomicBool::new(false);
+
 /// What `mst run` and `mst serve` share: the eval, its plugins and secrets, the runner and
 /// where results go.
 #[derive(Args, Debug)]
@@ -314,7 +317,9 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         if CANCEL.swap(true, Ordering::SeqCst) {
             std::process::exit(130);
         }
-        eprintln!("\ninterrupted: stopping the shards (Ctrl-C again to quit at once)");
+        if !SERVING_ONLY.load(Ordering::SeqCst) {
+            eprintln!("\ninterrupted: stopping the shards (Ctrl-C again to quit at once)");
+        }
     });
     let request = RunRequest {
         setup: args.setup.setup()?,
@@ -349,6 +354,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         run::run(home, &request, &tee, &CANCEL).map_err(|error| super::Exit { code: 2, error })?;
     out!("{}", reporter.summary.lock().expect("summary"));
     if let Some(following) = &following {
+        SERVING_ONLY.store(true, Ordering::SeqCst);
         following.run.end(None);
         errln!(
             "mst run: the report stays at http://{}/#/runs/{} until Ctrl-C",

@@ -123,6 +123,9 @@ mod tests {
 
     #[test]
     fn text_is_escaped_for_html() {
-        assert_eq!(text("<a href=\"x\">&</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;");
+        assert_eq!(
+            text("<a href=\"x\">&</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;"
+        );
     }
 }
