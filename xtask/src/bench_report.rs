@@ -117,6 +117,21 @@ fn report(bin: &Path, dir: &Path, run_id: &str, out: &Path) -> Result<(f64, u64,
     Ok((took, field("bytes")?, field("trials")?))
 }
 
+/// Runs `command` to success; milliseconds it took.
+fn timed(mut command: Command) -> Result<f64> {
+    let started = Instant::now();
+    let output = command.output()?;
+    let took = started.elapsed().as_secs_f64() * 1e3;
+    if !output.status.success() {
+        bail!(
+            "{command:?} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(took)
+}
+
 /// Records when the report marks itself rendered, as soon as it does: a mutation observer
 /// installed before the page's own scripts run.
 const READY_PROBE: &str = "new MutationObserver(function (_, observer) {
@@ -185,6 +200,25 @@ pub fn bench() -> Result<()> {
             times.iter().copied().fold(0.0, f64::max),
             bytes as f64 / 1024.0,
             bytes as f64 / trials as f64
+        );
+        // The comparison of the run with itself: every case compared, none changed.
+        let mut diffs = Vec::new();
+        for _ in 0..3 {
+            diffs.push(timed(mst(
+                &bin,
+                &eval,
+                &["runs", "diff", &run_id, &run_id, "--json"],
+            ))?);
+        }
+        let baseline = timed({
+            let mut command = mst(&bin, &eval, &["report", &run_id, "--baseline", &run_id]);
+            command.arg("--out").arg(eval.join("compared.html"));
+            command
+        })?;
+        println!(
+            "{trials:>6} trials: `mst runs diff` {:.0} ms (median of 3), `mst report --baseline` {:.0} ms",
+            median(diffs),
+            baseline
         );
         if trials < 10_000 {
             continue;
