@@ -336,8 +336,8 @@ fn event_stream(
 
 async fn unknown_route() -> ServeError {
     ServeError::not_found(
-        "no such route: the API is under /api/v1/ (sessions, runs; see docs/serve.md), the web \
-         UI at /",
+        "no such route: the API is /api/v1/sessions… and /api/v1/runs… (see docs/serve.md), the \
+         web UI is at /",
     )
 }
 
