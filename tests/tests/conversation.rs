@@ -6,8 +6,13 @@
 
 use mst_tests::serve::{agent_eval, Serve};
 use mst_tests::{s, Eval, Mst};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
 /// The agent CLI: reads its input on stdin; with `--resume ID` continues thread `ID` (copied
@@ -52,7 +57,8 @@ impl Chat {
             json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
                    "clientOptions": {"command": ["sh", s(&script)], "env": env,
                                      "resume": {"capture": "^session: (\\S+)$", "arg": ["--resume", "{token}"]}},
-                   "variants": {"chat": {}},
+                   "variants": {"chat": {}, "plain": {"clientOptions": {"command": ["cat"]}}},
+                   "baseline": "chat",
                    "judges": [{"assert": "contains", "value": "alpha"}],
                    "timeout": 60}),
             &[json!({"id": "unused", "input": "x"})],
@@ -383,4 +389,100 @@ fn a_client_that_cannot_resume_is_refused_at_create_before_any_machine_is_made()
         .filter(|e| e.file_name().to_string_lossy().starts_with("mst-local-"))
         .count();
     assert_eq!(made, 1, "the local runner makes its machines in TMPDIR");
+}
+
+/// Calls MCP tool `tool` with `arguments`: the result's JSON and whether it is an error.
+async fn tool(
+    client: &RunningService<RoleClient, ()>,
+    tool: &str,
+    arguments: Value,
+) -> (Value, bool) {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    let result: CallToolResult = client
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
+    let text = &result.content[0].as_text().expect("text content").text;
+    let value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{tool}: {e}: {text}"));
+    (value, result.is_error.unwrap_or(false))
+}
+
+/// Submits a turn over MCP and reads its trace until it settles: its id and its thread.
+async fn mcp_turn(
+    client: &RunningService<RoleClient, ()>,
+    session: &str,
+    arguments: Value,
+) -> (String, Vec<String>) {
+    let mut arguments = arguments;
+    arguments["session"] = json!(session);
+    let (task, is_error) = tool(client, "submit_task", arguments).await;
+    assert!(!is_error, "{task}");
+    let id = task["id"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (page, _) = tool(
+            client,
+            "read_task_trace",
+            json!({"session": session, "task": id}),
+        )
+        .await;
+        if page["done"] == json!(true) {
+            assert_eq!(page["status"], "completed", "{page}");
+            return (id, thread(&page));
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_twins_take_conversation_and_fresh() {
+    let chat = Chat::new();
+    let mst = Mst::new();
+    let (config, results) = (chat.eval.config(), chat.eval.results());
+    let args = [
+        "serve",
+        "--mcp",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(&results),
+    ];
+    let command = tokio::process::Command::from(mst.command(&args));
+    let (transport, _) = TokioChildProcess::builder(command)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start mst serve --mcp");
+    let client = ().serve(transport).await.expect("mst serve --mcp initializes");
+
+    let (refused, is_error) = tool(
+        &client,
+        "create_session",
+        json!({"variant": "plain", "conversation": true}),
+    )
+    .await;
+    assert!(is_error, "{refused}");
+    assert_eq!(refused["status"], 400);
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("variant `plain` cannot hold a conversation"),
+        "{refused}"
+    );
+    let (view, is_error) = tool(&client, "create_session", json!({"conversation": true})).await;
+    assert!(!is_error, "{view}");
+    assert_eq!(view["conversation"], true);
+    let session = view["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        mcp_turn(&client, &session, json!({"input": "alpha"})).await,
+        ("turn-1".to_string(), vec!["alpha".to_string()])
+    );
+    let (_, thread) = mcp_turn(&client, &session, json!({"input": "bravo"})).await;
+    assert_eq!(thread, ["alpha", "bravo"]);
+    let (_, thread) = mcp_turn(&client, &session, json!({"input": "new", "fresh": true})).await;
+    assert_eq!(thread, ["new"]);
+    client.cancel().await.unwrap();
 }
