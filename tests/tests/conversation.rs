@@ -262,6 +262,24 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
         "{}",
         cases.stderr
     );
+    let out = tempfile::tempdir().unwrap();
+    let exported = mst.run(&[
+        "runs",
+        "export",
+        &session,
+        "--format",
+        "mst.run/v1",
+        "--out",
+        s(&out.path().join("x")),
+        "--results-dir",
+        s(&results),
+    ]);
+    assert_ne!(exported.code, 0);
+    assert!(
+        exported.stderr.contains("cannot be exported as cases"),
+        "{}",
+        exported.stderr
+    );
     assert_eq!(cases.stdout, "");
 
     // The canary: no token ever reached a file of the results, mst serve's stderr or an answer.
