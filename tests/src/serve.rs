@@ -67,6 +67,18 @@ impl Serve {
     /// Starts `mst serve --config CONFIG --listen 127.0.0.1:0 --results-dir RESULTS EXTRA…` and
     /// waits for the line that says where it listens.
     pub fn start(mst: &Mst, config: &Path, results: &Path, extra: &[&str]) -> Serve {
+        Self::start_with_env(mst, config, results, extra, &[])
+    }
+
+    /// As [`Serve::start`], with `env` set for mst serve (e.g. its `TMPDIR`, where the local
+    /// runner makes machines).
+    pub fn start_with_env(
+        mst: &Mst,
+        config: &Path,
+        results: &Path,
+        extra: &[&str],
+        env: &[(&str, &Path)],
+    ) -> Serve {
         let mut args = vec!["serve", "--config", s(config), "--results-dir", s(results)];
         if !extra.contains(&"--listen") {
             args.extend(["--listen", "127.0.0.1:0"]);
@@ -75,6 +87,7 @@ impl Serve {
         let stderr = tempfile::NamedTempFile::new().expect("a temp file");
         let mut child = mst
             .command(&args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr.reopen().expect("reopen the temp file"))
             .spawn()

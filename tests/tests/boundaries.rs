@@ -481,3 +481,33 @@ fn a_token_that_expires_mid_run_is_renewed_from_the_secrets_file() {
         assert!(!run.stderr.contains(canary) && !run.stdout.contains(canary));
     }
 }
+
+#[test]
+fn a_resume_token_outside_a_conversation_loses_the_shard_without_echoing_it() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["cat"]), 1, 30);
+    // A batch run's trial is no conversation turn: a worker may not hand its coordinator a
+    // token to carry (into the next bundle's agent argv) from there.
+    let script = r#"echo "$HELLO"
+k='{"variant":"default","case":"c1","trial":0}'
+echo '{"type":"acquire","key":'"$k"',"servers":[]}'
+read granted
+echo '{"type":"resume-token","key":'"$k"',"token":"canary-resume-batch"}'
+sleep 5
+"#;
+    let worker = stand_in_worker(eval.dir.path(), "resume.sh", script);
+    let run = eval.run(&mst, &["-q", "--runner-option", &worker]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let reason = record["machines"][0]["ended"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("it sent a resume token outside a conversation turn"),
+        "{reason}"
+    );
+    assert!(!record.to_string().contains("canary-resume-batch"));
+    assert!(
+        !run.stderr.contains("canary-resume-batch"),
+        "{}",
+        run.stderr
+    );
+}

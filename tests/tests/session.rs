@@ -65,6 +65,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         settings: ShardSettings::default(),
         events: &events,
         cancel: &cancel,
+        resume: None,
         copied: &AtomicU64::new(0),
     };
     let results = tempfile::tempdir().unwrap();

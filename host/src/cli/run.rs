@@ -511,6 +511,9 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
         } => {
             let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
             let record = dir.read_record()?;
+            record
+                .refuse_conversation("read as cases")
+                .map_err(|error| super::Exit { code: 2, error })?;
             for case in dir.cases(&record) {
                 outln!("{}", serde_json::to_string(&case)?);
             }

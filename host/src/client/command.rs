@@ -5,11 +5,14 @@
 //! input reaches the program), `events` (when true, stdout lines that are JSON trace events,
 //! `{"type": "tool-call", …}`, become trace events instead of answer text), `env` (its
 //! environment besides [`crate::process::MINIMAL_ENV`]: nothing else of the worker's reaches
-//! it) and `cwd`. The program's stdout (minus event lines) is the final answer, its
+//! it), `cwd`, and `resume` (`{"capture": REGEX, "arg": [..., "{token}"]}`: in a playground
+//! conversation, the token REGEX finds in the stdout lines is captured, and the next turn
+//! appends `arg` with the token to the command; see [`crate::eval::config::Resume`]). The program's stdout (minus event lines) is the final answer, its
 //! stderr lines become `log` events, and its exit code is recorded. At the deadline the whole
 //! process group is killed and the trial is `timed-out`.
 
-use super::{input_text, Client, Recorder, TrialInput};
+use super::{input_text, Client, Recorder, ResumeSink, TrialInput, RESUME_TOKEN};
+use crate::eval::config::Resume;
 use crate::eval::trial::{EventKind, TraceRecord, TrialStatus};
 use crate::process::{read_lines_capped, GroupChild};
 use crate::secrets::Secret;
@@ -54,6 +57,9 @@ struct Options {
     #[serde(default, rename = "secretEnv")]
     secret_env: BTreeMap<String, String>,
     cwd: Option<String>,
+    /// Checked by [`Resume::parse`].
+    #[serde(default)]
+    resume: Option<serde_json::Value>,
 }
 
 /// Runs a program per trial.
@@ -61,6 +67,10 @@ pub struct CommandClient {
     options: Options,
     /// The `secretEnv` values the worker has received, by variable.
     secret_values: BTreeMap<String, Secret>,
+    /// How a conversation continues, when `clientOptions.resume` says.
+    resume: Option<Resume>,
+    /// The conversation to continue, when the worker was handed one ([`RESUME_TOKEN`]).
+    resume_token: Option<Secret>,
 }
 
 impl CommandClient {
@@ -87,9 +97,18 @@ impl CommandClient {
                 Some((var.clone(), value.clone()))
             })
             .collect();
+        let resume = options
+            .resume
+            .as_ref()
+            .map(|value| Resume::parse(value, "clientOptions.resume"))
+            .transpose()?;
         Ok(Self {
             options,
             secret_values,
+            resume_token: resume
+                .as_ref()
+                .and_then(|_| tokens.get(RESUME_TOKEN).cloned()),
+            resume,
         })
     }
 }
@@ -138,7 +157,7 @@ impl Client for CommandClient {
         let mut timed_out = false;
         let status = loop {
             if let Ok(output) = outputs.recv_timeout(Duration::from_millis(20)) {
-                self.record(output, &mut answer, &mut trace);
+                self.record(output, input.resume, &mut answer, &mut trace);
             }
             if let Some(status) = child.try_wait() {
                 break status;
@@ -162,7 +181,7 @@ impl Client for CommandClient {
         loop {
             let left = stop_reading.saturating_duration_since(Instant::now());
             match outputs.recv_timeout(left) {
-                Ok(output) => self.record(output, &mut answer, &mut trace),
+                Ok(output) => self.record(output, input.resume, &mut answer, &mut trace),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let text = "the program's output stayed open after it ended (a process \
@@ -213,12 +232,18 @@ impl CommandClient {
         } else {
             ""
         };
-        let argv: Vec<String> = self
+        let mut argv: Vec<String> = self
             .options
             .command
             .iter()
             .map(|a| fill(a, input, argv_text))
             .collect();
+        // Only inside a conversation: a batch trial never continues anything.
+        if let (Some(resume), Some(token), Some(_)) =
+            (&self.resume, &self.resume_token, input.resume)
+        {
+            argv.extend(resume.args(token.expose()));
+        }
         let mut command = Command::new(&argv[0]);
         command
             .args(&argv[1..])
@@ -264,9 +289,22 @@ impl CommandClient {
 
     /// One line of output into the answer or the events: stderr lines are `log` events, stdout
     /// lines are answer text (or, with `events`, trace events when they parse as one).
-    fn record(&self, output: Output, answer: &mut String, trace: &mut Recorder<'_>) {
+    /// In a conversation turn, a line holding a resume token goes to `resume` first, so the
+    /// token is held for redaction before the line is recorded anywhere.
+    fn record(
+        &self,
+        output: Output,
+        resume: Option<&dyn ResumeSink>,
+        answer: &mut String,
+        trace: &mut Recorder<'_>,
+    ) {
         match output {
             Output::Line(line, at) => {
+                if let (Some(sink), Some(token)) =
+                    (resume, self.resume.as_ref().and_then(|r| r.capture(&line)))
+                {
+                    sink.token(Secret::new(token));
+                }
                 if self.options.events {
                     if let Ok(kind) = serde_json::from_str::<EventKind>(&line) {
                         trace.push_at(at, kind);
@@ -327,6 +365,7 @@ mod tests {
             scratch: &std::env::temp_dir(),
             calls: &crate::model::Unlimited,
             events,
+            resume: None,
         })
     }
 

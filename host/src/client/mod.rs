@@ -32,6 +32,8 @@ pub struct TrialInput<'a> {
     /// Hears each trace event the moment the client records it (the worker streams them to
     /// the coordinator); [`NoEvents`] for callers that only read the finished trace.
     pub events: &'a dyn EventSink,
+    /// In a conversation turn, hears the resume tokens the client captures; `None` elsewhere.
+    pub resume: Option<&'a dyn ResumeSink>,
 }
 
 /// Hears a trial's trace events as they are recorded, in order: exactly the events of the
@@ -40,6 +42,18 @@ pub struct TrialInput<'a> {
 pub trait EventSink: Sync {
     /// One event, just appended to the trace.
     fn emit(&self, event: &TraceEvent);
+}
+
+/// The token under which a conversation's held resume token reaches a worker, among its
+/// tokens (over its stdin, never in the bundle): the `command` client with
+/// `clientOptions.resume` continues that conversation.
+pub const RESUME_TOKEN: &str = "conversation:resume";
+
+/// Hears the resume tokens a client sees during a conversation turn, in order (the last one
+/// wins: agent CLIs mint a new id on each resumed run).
+pub trait ResumeSink: Sync {
+    /// One token, just seen in the client's output.
+    fn token(&self, token: Secret);
 }
 
 /// A sink that hears nothing.

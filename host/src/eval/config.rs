@@ -305,6 +305,81 @@ pub struct RateLimits {
     pub servers: BTreeMap<String, u32>,
 }
 
+/// The placeholder in `clientOptions.resume.arg` that the held resume token replaces.
+pub const RESUME_PLACEHOLDER: &str = "{token}";
+
+/// A `command` client's `clientOptions.resume`, as written: how an agent CLI continues a
+/// conversation. `capture` is matched against each stdout line of the client (its first
+/// capture group, or the whole match without one, is the token; the last one of a turn wins);
+/// `arg` is appended to the command on the next turn, `{token}` replaced by the token.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeConfig {
+    capture: String,
+    arg: Vec<String>,
+}
+
+/// A checked `clientOptions.resume`: the compiled pattern and the arguments.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    pub capture: regex::Regex,
+    pub arg: Vec<String>,
+}
+
+/// The largest compiled `resume.capture` pattern, in bytes (the regex crate's own measure).
+const MAX_RESUME_REGEX_BYTES: usize = 1 << 20;
+
+impl Resume {
+    /// Reads and checks `value`, the `resume` of some `clientOptions`; errors name `place`
+    /// (e.g. `clientOptions.resume`) and its field.
+    pub fn parse(value: &Value, place: &str) -> Result<Self> {
+        let config: ResumeConfig = serde_json::from_value(value.clone())
+            .map_err(suggesting)
+            .with_context(|| {
+                format!(
+                    "{place} must be {{\"capture\": REGEX, \"arg\": [\"--resume\", \"{RESUME_PLACEHOLDER}\"]}}"
+                )
+            })?;
+        let capture = regex::RegexBuilder::new(&config.capture)
+            .size_limit(MAX_RESUME_REGEX_BYTES)
+            .build()
+            .with_context(|| format!("{place}.capture is not a valid regular expression"))?;
+        if config.arg.is_empty() {
+            bail!(
+                "{place}.arg is empty: give the arguments that continue a conversation, with \
+                 `{RESUME_PLACEHOLDER}` where the token goes (e.g. [\"--resume\", \"{RESUME_PLACEHOLDER}\"])"
+            );
+        }
+        if !config.arg.iter().any(|a| a.contains(RESUME_PLACEHOLDER)) {
+            bail!(
+                "{place}.arg {:?} does not hold `{RESUME_PLACEHOLDER}`: without it the next turn \
+                 cannot name the conversation to continue",
+                config.arg
+            );
+        }
+        Ok(Resume {
+            capture,
+            arg: config.arg,
+        })
+    }
+
+    /// The arguments that continue the conversation `token` names.
+    pub fn args(&self, token: &str) -> Vec<String> {
+        self.arg
+            .iter()
+            .map(|a| a.replace(RESUME_PLACEHOLDER, token))
+            .collect()
+    }
+
+    /// The token `line` holds, if the pattern matches it: its first capture group, or the
+    /// whole match without one.
+    pub fn capture(&self, line: &str) -> Option<String> {
+        let found = self.capture.captures(line)?;
+        let token = found.get(1).or_else(|| found.get(0))?.as_str();
+        (!token.is_empty()).then(|| token.to_string())
+    }
+}
+
 /// The clients a config may name (see `crate::client`).
 pub const CLIENTS: [&str; 3] = ["command", "mcp", "api"];
 
@@ -349,6 +424,17 @@ impl VariantSpec {
             .chain(self.servers.values().flat_map(ServerConfig::secrets))
             .map(|(_, name)| crate::secrets::secret_token(&name));
         servers.chain(provider).chain(secrets).collect()
+    }
+
+    /// The `command` client's `clientOptions.resume`, checked; `None` for other clients and
+    /// when it is not set.
+    pub fn resume(&self) -> Result<Option<Resume>> {
+        self.client_options
+            .as_ref()
+            .filter(|_| self.client == "command")
+            .and_then(|o| o.get("resume"))
+            .map(|value| Resume::parse(value, "clientOptions.resume"))
+            .transpose()
     }
 
     /// The `command` client's `secretEnv`: (variable, secret name) pairs.
@@ -801,6 +887,27 @@ impl EvalConfig {
                 }
             }
         }
+        for name in self.variant_names() {
+            let own = self
+                .variants
+                .get(&name)
+                .is_some_and(|v| v.client_options.is_some());
+            let place = match own {
+                true => format!("variants.{name}.clientOptions.resume"),
+                false => "clientOptions.resume".to_string(),
+            };
+            let spec = self.variant(&name);
+            if let Some(value) = spec.client_options.as_ref().and_then(|o| o.get("resume")) {
+                if spec.client != "command" {
+                    bail!(
+                        "{place} is set, but variant `{name}` uses the `{}` client: only the \
+                         `command` client resumes conversations this way",
+                        spec.client
+                    );
+                }
+                Resume::parse(value, &place)?;
+            }
+        }
         for server in self.limits.servers.keys() {
             if !self.servers.contains_key(server) {
                 bail!("limits.servers names `{server}`, which is not in `servers`");
@@ -1100,6 +1207,79 @@ mod tests {
             let got = error(pairwise).unwrap_or_default();
             assert!(got.contains(says), "{pairwise}: {got}");
         }
+    }
+
+    #[test]
+    fn a_bad_resume_is_refused_naming_its_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("eval.json");
+        let load = |options: &str, variants: &str| {
+            let text = format!(
+                r#"{{"name": "t", "datasets": ["c"], "client": "command",
+                    "clientOptions": {options}{variants}}}"#
+            );
+            std::fs::write(&file, text).unwrap();
+            EvalConfig::load(&file).map_err(|e| format!("{e:#}"))
+        };
+        let good = r#"{"command": ["cli"], "resume": {"capture": "^session: (\\S+)$", "arg": ["--resume", "{token}"]}}"#;
+        let (config, _) = load(good, "").unwrap();
+        let resume = config.variant("default").resume().unwrap().unwrap();
+        assert_eq!(resume.capture("session: abc-1").as_deref(), Some("abc-1"));
+        assert_eq!(resume.capture("no session here"), None);
+        assert_eq!(resume.args("abc-1"), ["--resume", "abc-1"]);
+        let whole = Resume::parse(
+            &serde_json::json!({"capture": "id-[0-9]+", "arg": ["-r={token}"]}),
+            "x",
+        )
+        .unwrap();
+        assert_eq!(whole.capture("got id-42 ok").as_deref(), Some("id-42"));
+        for (options, says) in [
+            (
+                r#"{"command": ["cli"], "resume": {"capture": "(", "arg": ["{token}"]}}"#,
+                "clientOptions.resume.capture is not a valid regular expression",
+            ),
+            (
+                r#"{"command": ["cli"], "resume": {"capture": "x", "arg": []}}"#,
+                "clientOptions.resume.arg is empty",
+            ),
+            (
+                r#"{"command": ["cli"], "resume": {"capture": "x", "arg": ["--resume"]}}"#,
+                "clientOptions.resume.arg [\"--resume\"] does not hold `{token}`",
+            ),
+            (
+                r#"{"command": ["cli"], "resume": {"capture": "x", "arg": ["{token}"], "args": 1}}"#,
+                "unknown field `args`",
+            ),
+            (
+                r#"{"command": ["cli"], "resume": {"arg": ["{token}"]}}"#,
+                "missing field `capture`",
+            ),
+        ] {
+            let err = load(options, "").unwrap_err();
+            assert!(err.contains(says), "{options}: {err}");
+            assert!(
+                err.contains(&file.display().to_string()),
+                "names the file: {err}"
+            );
+        }
+        let err = load(
+            r#"{"command": ["cli"]}"#,
+            r#", "variants": {"plain": {}, "chat": {"clientOptions": {"command": ["c"], "resume": {"capture": "x", "arg": []}}}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("variants.chat.clientOptions.resume.arg is empty"),
+            "{err}"
+        );
+        let err = load(
+            r#"{"resume": {"capture": "x", "arg": ["{token}"]}}"#,
+            r#", "variants": {"m": {"client": "mcp"}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("clientOptions.resume is set, but variant `m` uses the `mcp` client"),
+            "{err}"
+        );
     }
 
     #[test]

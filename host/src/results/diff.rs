@@ -393,6 +393,7 @@ mod tests {
             baseline: None,
             collect: Phase::Complete,
             grade: Phase::Complete,
+            conversation: false,
         };
         let mut grades = BTreeMap::new();
         for (variant, case, passes) in trials {

@@ -58,6 +58,8 @@ pub fn export(root: &ResultsRoot, run_id: &str, format: &str, out: &Path) -> Res
     }
     refuse_non_empty(out)?;
     let dir = root.find(run_id)?;
+    dir.read_record()?
+        .refuse_conversation("exported as cases")?;
     let run = StoredRun::read(&dir)?;
     let stored = Stored {
         traces: run.read_traces(&dir),

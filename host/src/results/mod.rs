@@ -110,6 +110,27 @@ pub struct RunRecord {
     pub baseline: Option<String>,
     pub collect: Phase,
     pub grade: Phase,
+    /// A playground conversation session: its turns are dependent evidence, never cases, so
+    /// it lists no trials and cannot be graded or read as cases.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub conversation: bool,
+}
+
+impl RunRecord {
+    /// Refuses `doing` (e.g. `graded`) on a playground conversation session: its turns depend
+    /// on each other, so they are evidence of one conversation, never cases.
+    pub fn refuse_conversation(&self, doing: &str) -> anyhow::Result<()> {
+        if self.conversation {
+            anyhow::bail!(
+                "`{}` is a playground conversation session: its turns continue one another, so \
+                 they are not cases and cannot be {doing}; read its turns with `mst serve` \
+                 (`GET /api/v1/sessions/{}`) or in its session.json",
+                self.run_id,
+                self.run_id
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Per variant: how many cases ended each way.

@@ -83,6 +83,7 @@ pub fn bundle(
         cases: case_ids.iter().map(|id| cases[id].for_client()).collect(),
         trials,
         workdir: None,
+        conversation: None,
     }
 }
 

@@ -83,6 +83,8 @@ impl RunEvent<'_> {
             | RunEvent::Shard(ShardEvent::TraceEvent { .. })
             | RunEvent::Shard(ShardEvent::TrialCollected { .. })
             | RunEvent::Shard(ShardEvent::TrialInfra { .. })
+            // Only conversation turns send one (a batch run's bundle refuses it); never shown.
+            | RunEvent::Shard(ShardEvent::ResumeToken { .. })
             | RunEvent::Finished(_) => None,
         }
     }

@@ -157,6 +157,7 @@ pub fn run(
         settings,
         events: &events,
         cancel,
+        resume: None,
         copied: &AtomicU64::new(0),
     };
     let collection = Collection {

@@ -203,6 +203,7 @@ impl Prepared {
             baseline: self.config.baseline.clone(),
             collect: crate::results::Phase::Partial,
             grade: crate::results::Phase::Partial,
+            conversation: false,
         }
     }
 

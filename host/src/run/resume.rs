@@ -125,6 +125,7 @@ pub fn regrade(
     secrets: &crate::secrets::Secrets,
 ) -> Result<RunOutcome> {
     let record = dir.read_record()?;
+    record.refuse_conversation("graded")?;
     let config_path = config_path
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from(&record.config_path));

@@ -41,6 +41,8 @@ pub struct Tools {
 struct SubmitArgs {
     session: String,
     input: Value,
+    #[serde(default)]
+    fresh: bool,
 }
 
 /// `read_task_trace`'s arguments.
@@ -90,7 +92,8 @@ pub fn tools() -> Vec<Tool> {
              session (its `id` is what the other tools take). Many sessions may run at once.",
             schema(
                 json!({"variant": {"type": "string", "description": "The variant whose client and servers the session runs (default: the eval's baseline, or its only variant)."},
-                       "sharedWorkdir": {"type": "boolean", "description": "Run every task in one work directory on the machine, kept between tasks (default: each task in a fresh one)."}}),
+                       "sharedWorkdir": {"type": "boolean", "description": "Run every task in one work directory on the machine, kept between tasks (default: each task in a fresh one)."},
+                       "conversation": {"type": "boolean", "description": "Make the session a conversation: each task is a turn that continues the last (the variant's client must be able to resume; a `command` client with `clientOptions.resume`). Chosen here, never changed."}}),
                 &[],
             ),
         ),
@@ -101,7 +104,8 @@ pub fn tools() -> Vec<Tool> {
              time per session: submitting while one runs is an error naming it.",
             schema(
                 json!({"session": session,
-                       "input": {"description": "What the client receives, as a dataset case's `input` (a string or JSON)."}}),
+                       "input": {"description": "What the client receives, as a dataset case's `input` (a string or JSON)."},
+                       "fresh": {"type": "boolean", "description": "In a conversation session: start a new thread (the work directory and its files are kept)."}}),
                 &["session", "input"],
             ),
         ),
@@ -188,9 +192,13 @@ impl Tools {
                 }
                 "submit_task" => {
                     let a: SubmitArgs = args(&name, arguments)?;
-                    serde_json::to_value(
-                        playground.submit(&a.session, SubmitTask { input: a.input })?,
-                    )
+                    serde_json::to_value(playground.submit(
+                        &a.session,
+                        SubmitTask {
+                            input: a.input,
+                            fresh: a.fresh,
+                        },
+                    )?)
                 }
                 "read_task_trace" => {
                     let a: TraceArgs = args(&name, arguments)?;

@@ -104,6 +104,10 @@ pub struct CreateSession {
     /// each task in a fresh one of its own).
     #[serde(default, rename = "sharedWorkdir")]
     pub shared_workdir: bool,
+    /// Each task is a turn continuing one conversation of the client (which must be able to
+    /// resume); chosen at boot, never changed. Implies a shared work directory.
+    #[serde(default)]
+    pub conversation: bool,
 }
 
 /// `POST /sessions/{id}/tasks`.
@@ -112,6 +116,37 @@ pub struct CreateSession {
 pub struct SubmitTask {
     /// What the client receives, as a case's `input`.
     pub input: serde_json::Value,
+    /// In a conversation session, start a new thread: drop the held resume token, keep the
+    /// work directory. A 400 on other sessions.
+    #[serde(default)]
+    pub fresh: bool,
+}
+
+/// Checks, before any machine is made, that variant `variant`'s client can continue a
+/// conversation: a turn that silently started afresh would be a lie.
+fn can_converse(variant: &str, spec: &crate::eval::config::VariantSpec) -> Result<(), ServeError> {
+    let refuse = |why: String| {
+        ServeError::bad_request(format!(
+            "variant `{variant}` cannot hold a conversation: {why}"
+        ))
+    };
+    match spec.client.as_str() {
+        "command" => match spec.resume() {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(refuse(
+                "its `command` client has no `clientOptions.resume`, which a conversation needs \
+                 to continue the agent's thread: add `\"resume\": {\"capture\": REGEX, \
+                 \"arg\": [\"--resume\", \"{token}\"]}` (see docs/config.md)"
+                    .into(),
+            )),
+            Err(e) => Err(refuse(format!("{e:#}"))),
+        },
+        other => Err(refuse(format!(
+            "its `{other}` client cannot continue a conversation yet (only a `command` client \
+             with `clientOptions.resume` can); use another variant, or a session without \
+             `conversation`"
+        ))),
+    }
 }
 
 /// What every session shares: the prepared eval, the runner, the tokens and the results root.
@@ -178,7 +213,15 @@ impl Playground {
         let spec = config.variant(&variant);
         crate::client::client(&spec, &BTreeMap::new())
             .map_err(|e| ServeError::bad_request(format!("variant `{variant}`: {e:#}")))?;
-        let session = Session::boot(self.shared.clone(), &variant, request.shared_workdir)?;
+        if request.conversation {
+            can_converse(&variant, &spec)?;
+        }
+        let session = Session::boot(
+            self.shared.clone(),
+            &variant,
+            request.shared_workdir,
+            request.conversation,
+        )?;
         let view = session.view();
         self.sessions
             .lock()
@@ -222,6 +265,12 @@ impl Playground {
     /// Starts a task on session `id`: 409 while another runs or once the session is closed.
     pub fn submit(&self, id: &str, request: SubmitTask) -> Result<TaskView, ServeError> {
         let session = self.session(id)?;
+        if request.fresh && !session.is_conversation() {
+            return Err(ServeError::bad_request(format!(
+                "`fresh` starts a new thread of a conversation, and session `{id}` is not one \
+                 (create it with `\"conversation\": true`)"
+            )));
+        }
         let case = CaseRecord::new(String::new(), request.input);
         let spec = self.shared.prepared.config.variant(&session.variant);
         crate::client::check_input(&spec, &case.input).map_err(|e| {
@@ -230,7 +279,7 @@ impl Playground {
                 session.variant, spec.client
             ))
         })?;
-        session.submit(case.input)
+        session.submit(case.input, request.fresh)
     }
 
     /// Task `task`'s events from `since` on (all without it), and whether it has settled.

@@ -6,6 +6,10 @@
 //!                                         <variant>/<task-id>/0.json   one trace per task
 //!                                         shards/0.worker.log          the last task's worker log
 //! ```
+//!
+//! A conversation session (chosen at boot) runs each task as a turn, `turn-<n>`, continuing
+//! one conversation of the client: the worker reports the resume token the client captured,
+//! the session keeps it in memory only, and hands it to the next turn's worker over its stdin.
 
 use super::{ServeError, Shared};
 use crate::eval::trial::{CaseRecord, TraceEvent, TrialKey, TrialRecord, TrialStatus};
@@ -13,7 +17,8 @@ use crate::results::RunDir;
 use crate::run::collect;
 use crate::runner::channel::Channel;
 use crate::runner::MachineRequest;
-use crate::shard::bundle::{Bundle, BUNDLE_FILE};
+use crate::secrets::Secret;
+use crate::shard::bundle::{Bundle, Turn, BUNDLE_FILE};
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -54,6 +59,9 @@ pub struct TaskView {
     pub reason: Option<String>,
     /// What was asked: the case input, kept so the task can be graded or exported later.
     pub input: serde_json::Value,
+    /// A conversation turn that started a new thread (`fresh`): it did not resume.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh: bool,
     /// Unix seconds.
     pub started_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +104,9 @@ pub struct SessionView {
     /// Whether tasks share one work directory on the machine.
     #[serde(default)]
     pub shared_workdir: bool,
+    /// Whether the session is a conversation: each task a turn continuing the last.
+    #[serde(default)]
+    pub conversation: bool,
     /// Why the session closed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<String>,
@@ -135,6 +146,11 @@ struct Task {
     key: TrialKey,
     input: serde_json::Value,
     started_at: u64,
+    /// A conversation turn: whether it starts a new thread, and the resume token it
+    /// continues (none on a first or fresh turn).
+    turn: Option<(bool, Option<Secret>)>,
+    /// The resume token the turn's client captured, once the coordinator has it.
+    captured: Mutex<Option<Secret>>,
     cancel: AtomicBool,
     /// Why `cancel` was set (an abort, the session's close).
     cancelled_because: Mutex<String>,
@@ -173,6 +189,7 @@ impl Task {
             status,
             reason,
             input: self.input.clone(),
+            fresh: self.turn.as_ref().is_some_and(|(fresh, _)| *fresh),
             started_at: self.started_at,
             ended_at,
             events: live.events.len() as u64,
@@ -204,8 +221,12 @@ pub struct Session {
     dir: RunDir,
     machine_name: String,
     placement: serde_json::Value,
-    /// The work directory every task shares on the machine, if the session asked for one.
+    /// The work directory every task shares on the machine, if the session asked for one (a
+    /// conversation always has one).
     workdir: Option<String>,
+    /// A conversation session: its held resume token (memory only, never recorded), which
+    /// the next turn continues.
+    conversation: Option<Mutex<Option<Secret>>>,
     created_at: u64,
     machine: Mutex<Option<Box<dyn Channel>>>,
     state: Mutex<State>,
@@ -225,6 +246,7 @@ impl Session {
         shared: Arc<Shared>,
         variant: &str,
         shared_workdir: bool,
+        conversation: bool,
     ) -> Result<Session, ServeError> {
         let id = new_id();
         let eval = shared.prepared.config.name.clone();
@@ -247,7 +269,7 @@ impl Session {
         let placement = machine.provenance();
         let boot = run_shard(
             &shared,
-            (&id, &dir, None),
+            (&id, &dir, None, None),
             machine.as_mut(),
             &BTreeMap::new(),
             Vec::new(),
@@ -269,7 +291,9 @@ impl Session {
             dir,
             machine_name,
             placement,
-            workdir: shared_workdir.then(|| SHARED_WORKDIR.to_string()),
+            // A conversation's agent keys its own state off its working directory.
+            workdir: (shared_workdir || conversation).then(|| SHARED_WORKDIR.to_string()),
+            conversation: conversation.then(|| Mutex::new(None)),
             created_at: crate::clock::unix_secs(),
             machine: Mutex::new(Some(machine)),
             state: Mutex::new(State {
@@ -302,6 +326,7 @@ impl Session {
             placement: self.placement.clone(),
             created_at: self.created_at,
             shared_workdir: self.workdir.is_some(),
+            conversation: self.conversation.is_some(),
             status: match (&state.closed, &running) {
                 (Some(_), _) => SessionStatus::Closed,
                 (None, Some(_)) => SessionStatus::Busy,
@@ -329,16 +354,18 @@ impl Session {
         }
     }
 
-    /// The session as a run: its settled tasks are the trials.
+    /// The session as a run: its settled tasks are the trials. A conversation's turns are
+    /// dependent evidence, not cases: its run lists no trials, and says it is a conversation.
     fn run_record(&self, view: &SessionView) -> crate::results::RunRecord {
         let shared = &self.shared;
         crate::results::RunRecord {
             created_at: self.created_at,
             shards: 1,
+            conversation: view.conversation,
             trials: view
                 .tasks
                 .iter()
-                .filter(|t| t.status != TaskStatus::Running)
+                .filter(|t| t.status != TaskStatus::Running && !view.conversation)
                 .map(|t| TrialKey {
                     variant: self.variant.clone(),
                     case: t.id.clone(),
@@ -362,10 +389,18 @@ impl Session {
         (state.closed.is_none() && state.running.is_none()).then(|| state.last_active.elapsed())
     }
 
-    /// Starts a task on `input` (checked by the caller against the client).
+    /// Whether the session is a conversation.
+    pub(super) fn is_conversation(&self) -> bool {
+        self.conversation.is_some()
+    }
+
+    /// Starts a task on `input` (checked by the caller against the client); in a
+    /// conversation, a turn that continues the held resume token, or (`fresh`) drops it and
+    /// starts a new thread in the same work directory.
     pub(super) fn submit(
         self: &Arc<Self>,
         input: serde_json::Value,
+        fresh: bool,
     ) -> Result<TaskView, ServeError> {
         let mut state = self.state.lock().expect("session");
         if let Some(why) = &state.closed {
@@ -382,7 +417,18 @@ impl Session {
             )));
         }
         let n = state.tasks.len() as u32 + 1;
-        let id = format!("t{n}-{}", &new_id()[..12]);
+        // Taken under the state lock: no turn runs, so none can capture a token meanwhile.
+        let turn = self.conversation.as_ref().map(|held| {
+            let mut held = held.lock().expect("resume token");
+            if fresh {
+                *held = None;
+            }
+            (fresh, held.clone())
+        });
+        let id = match turn {
+            Some(_) => format!("turn-{n}"),
+            None => format!("t{n}-{}", &new_id()[..12]),
+        };
         let task = Arc::new(Task {
             key: TrialKey {
                 variant: self.variant.clone(),
@@ -393,6 +439,8 @@ impl Session {
             n,
             input,
             started_at: crate::clock::unix_secs(),
+            turn,
+            captured: Mutex::new(None),
             cancel: AtomicBool::new(false),
             cancelled_because: Mutex::new(String::new()),
             live: Mutex::new(Live::default()),
@@ -422,6 +470,10 @@ impl Session {
             | ShardEvent::TraceRefused { why: reason, .. } => {
                 task.live.lock().expect("task").infra = Some(reason);
             }
+            // The last one wins: a resumed agent mints a new id for the thread.
+            ShardEvent::ResumeToken { token, .. } => {
+                *task.captured.lock().expect("task") = Some(token);
+            }
             _ => {}
         };
         let outcome = {
@@ -429,7 +481,12 @@ impl Session {
             match machine.as_mut() {
                 Some(channel) => run_shard(
                     &self.shared,
-                    (&self.id, &self.dir, self.workdir.as_deref()),
+                    (
+                        &self.id,
+                        &self.dir,
+                        self.workdir.as_deref(),
+                        task.turn.as_ref().map(|(_, token)| token.as_ref()),
+                    ),
                     channel.as_mut(),
                     &cases,
                     vec![task.key.clone()],
@@ -440,6 +497,14 @@ impl Session {
             }
         };
         self.settle(task, outcome.err());
+        // A turn that captured no token (it failed, or the agent printed none) leaves the
+        // held one: the next turn continues the same thread.
+        if let (Some(held), Some(token)) = (
+            &self.conversation,
+            task.captured.lock().expect("task").take(),
+        ) {
+            *held.lock().expect("resume token") = Some(token);
+        }
         let dispose = {
             let mut state = self.state.lock().expect("session");
             state.running = None;
@@ -600,11 +665,13 @@ impl Session {
     }
 }
 
-/// Runs one shard of session `session`'s `trials` on `machine` (traces into `dir`), staged in a temporary directory; `Err` says why
-/// the shard did not end as done.
+/// Runs one shard of session `session`'s `trials` on `machine` (traces into `dir`, the
+/// clients in `workdir` when shared), staged in a temporary directory; a conversation turn
+/// (`turn`) hands its worker the resume token it continues, if any. `Err` says why the shard
+/// did not end as done.
 fn run_shard(
     shared: &Shared,
-    (session, dir, workdir): (&str, &RunDir, Option<&str>),
+    (session, dir, workdir, turn): (&str, &RunDir, Option<&str>, Option<Option<&Secret>>),
     machine: &mut dyn Channel,
     cases: &BTreeMap<&str, &CaseRecord>,
     trials: Vec<TrialKey>,
@@ -613,6 +680,9 @@ fn run_shard(
 ) -> Result<(), String> {
     let bundle = Bundle {
         workdir: workdir.map(str::to_string),
+        conversation: turn.map(|token| Turn {
+            resume: token.is_some(),
+        }),
         ..collect::bundle(
             &shared.prepared.config,
             session,
@@ -636,6 +706,7 @@ fn run_shard(
         settings: shared.settings,
         events,
         cancel,
+        resume: turn.flatten(),
         copied: &AtomicU64::new(0),
     };
     let report = ShardSession::new(&context, &bundle, dir).run(machine, staging.path());

@@ -44,4 +44,18 @@ pub struct Bundle {
     /// it each trial gets a fresh one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// Set for a playground conversation's turn: the worker reports the resume token its
+    /// client captures (`resume-token`). Never the token itself: that travels on stdin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<Turn>,
+}
+
+/// A conversation turn, as its bundle describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Turn {
+    /// The coordinator holds a resume token for this turn: the worker asks for it
+    /// ([`crate::client::RESUME_TOKEN`], with `need-tokens`) before the trial, and the client
+    /// continues that conversation. False on a conversation's first turn and after `fresh`.
+    pub resume: bool,
 }

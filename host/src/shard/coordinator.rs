@@ -199,6 +199,13 @@ pub enum ShardEvent {
     },
     /// The worker asked for a token no secret provides.
     NoToken { shard: u32, server: String },
+    /// A conversation turn's client captured a resume token (checked: a conversation bundle,
+    /// the trial runs, the size cap). The value is held for redaction; keep it in memory only.
+    ResumeToken {
+        shard: u32,
+        key: TrialKey,
+        token: crate::secrets::Secret,
+    },
     /// The worker called a trial infra (`claim`), but the trace it wrote says the client ran:
     /// the trace counts, and the claim is told.
     InfraClaimOverruled {
@@ -220,6 +227,9 @@ pub struct ShardContext<'a> {
     pub settings: ShardSettings,
     pub events: &'a (dyn Fn(ShardEvent) + Sync),
     pub cancel: &'a AtomicBool,
+    /// A conversation's held resume token, handed to a worker whose bundle says
+    /// `conversation.resume` when it asks for [`crate::client::RESUME_TOKEN`].
+    pub resume: Option<&'a crate::secrets::Secret>,
     /// Bytes copied back by all shards so far, against `settings.max_run_copy_bytes`.
     pub copied: &'a AtomicU64,
 }
@@ -528,6 +538,7 @@ impl<'a> ShardSession<'a> {
                 key, status, error, ..
             } => self.on_trial(key, status, error),
             WorkerMessage::Event { .. } => self.on_event(message),
+            WorkerMessage::ResumeToken { key, token } => self.on_resume_token(key, token),
             WorkerMessage::Done { cleanup, .. } => {
                 self.done = Some((cleanup, Instant::now()));
                 None
@@ -568,11 +579,14 @@ impl<'a> ShardSession<'a> {
     /// Answers `need-tokens` with the tokens this run holds, only over stdin, and only for
     /// servers of this shard's bundle: asking for any other is a protocol violation.
     fn on_need_tokens(&mut self, servers: &[String]) -> Option<ShardEnd> {
+        let resumes = self.bundle.conversation.is_some_and(|turn| turn.resume);
         let bundled = |server: &String| {
-            self.bundle
-                .variants
-                .values()
-                .any(|v| v.servers.contains_key(server) || v.token_names().contains(server))
+            (resumes && server == crate::client::RESUME_TOKEN)
+                || self
+                    .bundle
+                    .variants
+                    .values()
+                    .any(|v| v.servers.contains_key(server) || v.token_names().contains(server))
         };
         if let Some(stranger) = servers.iter().find(|s| !bundled(s)) {
             return Some(ShardEnd::Lost(format!(
@@ -582,7 +596,14 @@ impl<'a> ShardSession<'a> {
         }
         let mut granted = BTreeMap::new();
         for server in servers {
-            match self.context.tokens.token(server) {
+            let token = match server == crate::client::RESUME_TOKEN {
+                true => self.context.resume.map(|value| Token {
+                    value: value.clone(),
+                    expires_at: None,
+                }),
+                false => self.context.tokens.token(server),
+            };
+            match token {
                 Some(token) => {
                     granted.insert(server.clone(), token);
                 }
@@ -748,6 +769,39 @@ impl<'a> ShardSession<'a> {
             key,
             seq,
             event,
+        });
+        None
+    }
+
+    /// Checks a `resume-token` and passes it on: only a conversation turn's running trial may
+    /// send one, within the size cap; anything else breaks the protocol and loses the shard.
+    fn on_resume_token(
+        &mut self,
+        key: TrialKey,
+        token: crate::secrets::Secret,
+    ) -> Option<ShardEnd> {
+        let refused = if self.bundle.conversation.is_none() {
+            Some("it sent a resume token outside a conversation turn".to_string())
+        } else if !self.running(&key) {
+            Some(format!(
+                "it sent a resume token for trial {key}, which is not running"
+            ))
+        } else {
+            protocol::check_resume_token(token.expose())
+                .err()
+                .map(|why| format!("it sent {why}"))
+        };
+        if let Some(why) = refused {
+            return Some(ShardEnd::Lost(format!(
+                "the worker broke {PROTOCOL}: {why}"
+            )));
+        }
+        // From now on nothing this process writes or answers holds it.
+        crate::secrets::hold("resume token", &token);
+        (self.context.events)(ShardEvent::ResumeToken {
+            shard: self.bundle.shard,
+            key,
+            token,
         });
         None
     }

@@ -26,6 +26,24 @@ pub const MAX_EVENT_BYTES: usize = 16 * 1024;
 /// trace it writes), and the coordinator loses a shard whose worker goes past it.
 pub const MAX_TRIAL_STREAM_BYTES: u64 = 4 * 1024 * 1024;
 
+/// The longest resume token a worker may report (`resume-token`).
+pub const MAX_RESUME_TOKEN_BYTES: usize = 1024;
+
+/// Whether `token` may be a conversation's resume token: 1 to [`MAX_RESUME_TOKEN_BYTES`]
+/// bytes, no control characters (it becomes an argument of the agent's next command).
+pub fn check_resume_token(token: &str) -> Result<(), String> {
+    if token.is_empty() || token.len() > MAX_RESUME_TOKEN_BYTES {
+        return Err(format!(
+            "a resume token of {} bytes (1 to {MAX_RESUME_TOKEN_BYTES} are allowed)",
+            token.len()
+        ));
+    }
+    if token.chars().any(char::is_control) {
+        return Err("a resume token holding control characters".into());
+    }
+    Ok(())
+}
+
 /// The size of `event` as the per-event cap counts it: its JSON, compact.
 pub fn event_bytes(event: &TraceEvent) -> usize {
     serde_json::to_vec(event).map_or(usize::MAX, |json| json.len())
@@ -137,6 +155,15 @@ pub enum WorkerMessage {
         /// The size of an event too large to stream, sent instead of it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         omitted: Option<u64>,
+    },
+    /// In a conversation turn (the bundle's `conversation`), the resume token the running
+    /// trial's client captured last; sent before the trial's `trial`. The coordinator keeps it
+    /// in memory only and hands it to the next turn's worker as the token
+    /// [`crate::client::RESUME_TOKEN`]. Added within `mst.shard/v1` (see docs/protocol.md).
+    ResumeToken {
+        key: TrialKey,
+        #[serde(with = "secret_string")]
+        token: Secret,
     },
     /// The worker is alive; sent at least every heartbeat interval.
     Heartbeat {
@@ -353,6 +380,10 @@ mod tests {
                 omitted: Some(70_000),
             },
             WorkerMessage::Heartbeat { at: 1 },
+            WorkerMessage::ResumeToken {
+                key: key(),
+                token: Secret::new("resume-1"),
+            },
             WorkerMessage::Done {
                 counts: DoneCounts {
                     collected: 1,
@@ -403,6 +434,22 @@ mod tests {
         });
         assert!(call.starts_with("{\"type\":\"granted-call\""), "{call}");
         assert!(call.ends_with(",\"call\":3}\n"), "{call}");
+    }
+
+    #[test]
+    fn a_resume_token_is_capped_and_plain() {
+        assert!(check_resume_token("3f1c-9a").is_ok());
+        assert!(check_resume_token(&"x".repeat(MAX_RESUME_TOKEN_BYTES)).is_ok());
+        assert!(check_resume_token(&"x".repeat(MAX_RESUME_TOKEN_BYTES + 1)).is_err());
+        assert!(check_resume_token("").is_err());
+        assert!(check_resume_token("a\nb").is_err());
+        // Its wire form carries it; its Debug never shows it.
+        let message = WorkerMessage::ResumeToken {
+            key: key(),
+            token: Secret::new("tok-RESUME"),
+        };
+        assert!(!format!("{message:?}").contains("tok-RESUME"));
+        assert!(encode(&message).starts_with("{\"type\":\"resume-token\""));
     }
 
     #[test]

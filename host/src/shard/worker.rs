@@ -68,6 +68,21 @@ struct TrialLink {
     next: AtomicU32,
     /// Bytes of events streamed so far, or `None` once the stream stopped at its cap.
     sent: Mutex<Option<u64>>,
+    /// In a conversation turn, the last resume token the client captured.
+    resume: Mutex<Option<Secret>>,
+}
+
+/// A conversation turn's resume tokens: each valid one is held for redaction at once (the
+/// trace and the streamed events never hold it) and the last one is kept, for `resume-token`.
+impl client::ResumeSink for TrialLink {
+    fn token(&self, token: Secret) {
+        // A token the coordinator would refuse is not kept: the next turn starts fresh.
+        if protocol::check_resume_token(token.expose()).is_err() {
+            return;
+        }
+        crate::secrets::hold("resume token", &token);
+        *self.resume.lock().expect("resume lock") = Some(token);
+    }
 }
 
 impl CallGate for TrialLink {
@@ -139,7 +154,7 @@ fn run_trial(
     case: &CaseRecord,
     key: &TrialKey,
     timeout: Duration,
-    (results, workdir): (&Path, Option<&str>),
+    (results, workdir, conversation): (&Path, Option<&str>, bool),
     cancel: &AtomicBool,
     link: &TrialLink,
 ) -> Result<Option<TrialStatus>, String> {
@@ -153,6 +168,7 @@ fn run_trial(
         scratch: scratch.path(),
         calls: link,
         events: link,
+        resume: conversation.then_some(link as &dyn client::ResumeSink),
     });
     let status = trace.status;
     if cancel.load(Ordering::Relaxed) && status != TrialStatus::Completed {
@@ -341,13 +357,16 @@ impl Worker {
             shard: self.bundle.shard,
         });
         // Servers whose config names a token, and model providers' keys: the worker asks for
-        // them before any trial.
-        let token_servers: BTreeSet<String> = self
+        // them before any trial; and a conversation's resume token, when one is held.
+        let mut token_servers: BTreeSet<String> = self
             .bundle
             .variants
             .values()
             .flat_map(VariantSpec::token_names)
             .collect();
+        if self.bundle.conversation.is_some_and(|turn| turn.resume) {
+            token_servers.insert(client::RESUME_TOKEN.to_string());
+        }
         if !token_servers.is_empty() {
             self.tokens_ready = false;
             self.wire.send(&WorkerMessage::NeedTokens {
@@ -531,17 +550,26 @@ impl Worker {
             pending: self.pending_calls.clone(),
             next: AtomicU32::new(0),
             sent: Mutex::new(Some(0)),
+            resume: Mutex::new(None),
         };
+        let conversation = self.bundle.conversation.is_some();
         std::thread::spawn(move || {
             let outcome = run_trial(
                 client.as_ref(),
                 &case,
                 &key,
                 timeout,
-                (&results, workdir.as_deref()),
+                (&results, workdir.as_deref(), conversation),
                 &cancel,
                 &link,
             );
+            // Before the trial's `trial`, while the coordinator still counts it running.
+            if let Some(token) = link.resume.lock().expect("resume lock").take() {
+                link.wire.send(&WorkerMessage::ResumeToken {
+                    key: key.clone(),
+                    token,
+                });
+            }
             let _ = events.send(Event::Finished(key, outcome));
         });
     }
@@ -598,6 +626,7 @@ impl Worker {
                     .map(|p| p.key.clone()),
             })
             .or_else(|| crate::secrets::secret_of_token(server).map(str::to_string))
+            .or_else(|| (server == client::RESUME_TOKEN).then(|| "resume token".to_string()))
             .unwrap_or_else(|| format!("token of {server}"))
     }
 

@@ -1,0 +1,506 @@
+//! Conversations in the playground, end to end: the real `mst serve` on a loopback port,
+//! called with the real `curl`, booting a local machine, and a scripted agent CLI that keeps
+//! one thread file per session id and resumes with `--resume ID` (minting a new id on each
+//! run, as `claude -p --resume` does). The resume token goes from the worker to the session's
+//! memory and back to the next turn's worker over its stdin, and nowhere else.
+
+use mst_tests::serve::{agent_eval, Serve};
+use mst_tests::{s, Eval, Mst};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+/// The agent CLI: reads its input on stdin; with `--resume ID` continues thread `ID` (copied
+/// to a new id), without it starts a new one; appends its input to the thread, prints a decoy
+/// `session:` line then the real one (the last wins), then the thread so far as its answer.
+/// Every id it mints goes to `$MINTED` (outside the results), its arguments to `$ARGV`; it
+/// says on stderr how many threads its working directory holds; input `wait` holds the turn
+/// until `$GATE` exists.
+const AGENT: &str = r#"set -e
+input=$(cat)
+mint() { echo "canary-resume-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"; }
+echo "$*" >> "$ARGV"
+if [ "$input" = "wait" ]; then while [ ! -f "$GATE" ]; do sleep 0.05; done; fi
+mkdir -p threads
+decoy=$(mint); token=$(mint)
+echo "$decoy" >> "$MINTED"; echo "$token" >> "$MINTED"
+if [ "$1" = "--resume" ]; then
+  [ -f "threads/$2" ] || { echo "no thread $2" >&2; exit 3; }
+  cp "threads/$2" "threads/$token"
+fi
+printf '%s\n' "$input" >> "threads/$token"
+echo "session: $decoy"
+echo "session: $token"
+cat "threads/$token"
+echo "threads kept: $(ls threads | wc -l | tr -d ' ')" >&2
+"#;
+
+/// A test's agent and what it leaves outside the results: the ids it minted, its arguments.
+struct Chat {
+    eval: Eval,
+    dir: tempfile::TempDir,
+}
+
+impl Chat {
+    fn new() -> Chat {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("agent.sh");
+        std::fs::write(&script, AGENT).unwrap();
+        let env = json!({"MINTED": s(&dir.path().join("minted")), "ARGV": s(&dir.path().join("argv")),
+                         "GATE": s(&dir.path().join("gate"))});
+        let eval = Eval::new(
+            json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
+                   "clientOptions": {"command": ["sh", s(&script)], "env": env,
+                                     "resume": {"capture": "^session: (\\S+)$", "arg": ["--resume", "{token}"]}},
+                   "variants": {"chat": {}, "plain": {"clientOptions": {"command": ["cat"]}}},
+                   "baseline": "chat",
+                   "judges": [{"assert": "contains", "value": "alpha"}],
+                   "timeout": 60}),
+            &[json!({"id": "unused", "input": "x"})],
+        );
+        Chat { eval, dir }
+    }
+
+    fn minted(&self) -> Vec<String> {
+        lines(&self.dir.path().join("minted"))
+    }
+
+    fn argv(&self) -> Vec<String> {
+        lines(&self.dir.path().join("argv"))
+    }
+
+    fn open_gate(&self) {
+        std::fs::write(self.dir.path().join("gate"), "").unwrap();
+    }
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn tasks(session: &str) -> String {
+    format!("/api/v1/sessions/{session}/tasks")
+}
+
+/// Every API answer of a test, as text, for the canary check.
+#[derive(Default)]
+struct Answers(std::cell::RefCell<Vec<String>>);
+
+impl Answers {
+    fn call(&self, serve: &Serve, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, value) = serve.call(method, path, body);
+        self.0.borrow_mut().push(value.to_string());
+        (status, value)
+    }
+
+    /// Submits `body` as a turn and follows it to its end: the turn's id and last page.
+    fn turn(&self, serve: &Serve, session: &str, body: &str) -> (String, Value) {
+        let (status, task) = self.call(serve, "POST", &tasks(session), Some(body));
+        assert_eq!(status, 202, "{task}");
+        let id = task["id"].as_str().unwrap().to_string();
+        let (events, page) = serve.follow((session, &id), 0, None, Duration::from_secs(60));
+        self.0.borrow_mut().push(Value::Array(events).to_string());
+        self.0.borrow_mut().push(page.to_string());
+        assert_eq!(page["status"], "completed", "{page}");
+        (id, page)
+    }
+}
+
+/// The thread the agent answered with: its answer without the `session:` lines.
+fn thread(page: &Value) -> Vec<String> {
+    page["finalText"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("session: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every file under `dir`, recursively.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        match entry.file_type().unwrap().is_dir() {
+            true => found.extend(files(&path)),
+            false => found.push(path),
+        }
+    }
+    found
+}
+
+#[test]
+fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_same_workdir() {
+    let chat = Chat::new();
+    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let api = Answers::default();
+    let (status, view) = api.call(
+        &serve,
+        "POST",
+        "/api/v1/sessions",
+        Some(r#"{"conversation": true}"#),
+    );
+    assert_eq!(status, 201, "{view}");
+    assert_eq!(
+        (&view["conversation"], &view["sharedWorkdir"]),
+        (&json!(true), &json!(true)),
+        "a conversation always shares its work directory: {view}"
+    );
+    let session = view["id"].as_str().unwrap().to_string();
+
+    let (first, page) = api.turn(&serve, &session, r#"{"input": "alpha"}"#);
+    assert_eq!(first, "turn-1");
+    assert_eq!(thread(&page), ["alpha"]);
+    let answer = page["finalText"].as_str().unwrap();
+    assert!(
+        answer.starts_with("session: ") && !answer.contains("canary-resume-"),
+        "the id lines stay in the answer, redacted: {answer}"
+    );
+    let (second, page) = api.turn(&serve, &session, r#"{"input": "bravo"}"#);
+    assert_eq!(second, "turn-2");
+    assert_eq!(thread(&page), ["alpha", "bravo"]);
+    let (third, page) = api.turn(&serve, &session, r#"{"input": "charlie"}"#);
+    assert_eq!(third, "turn-3");
+    assert_eq!(thread(&page), ["alpha", "bravo", "charlie"], "{page}");
+    // Each turn resumed the last id the turn before printed (not its decoy, not an older one).
+    let minted = chat.minted();
+    assert_eq!(minted.len(), 6, "{minted:?}");
+    assert_eq!(
+        chat.argv(),
+        [
+            String::new(),
+            format!("--resume {}", minted[1]),
+            format!("--resume {}", minted[3])
+        ]
+    );
+
+    // A new thread: the held token is dropped, the work directory and its threads are kept.
+    let (fresh, page) = api.turn(&serve, &session, r#"{"input": "delta", "fresh": true}"#);
+    assert_eq!(fresh, "turn-4");
+    assert_eq!(thread(&page), ["delta"], "{page}");
+    assert_eq!(chat.argv()[3], "", "a fresh turn does not resume");
+    let (_, trace) = api.call(
+        &serve,
+        "GET",
+        &format!("{}/{fresh}/trace", tasks(&session)),
+        None,
+    );
+    let logs: Vec<&str> = trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .collect();
+    assert!(
+        logs.contains(&"threads kept: 4"),
+        "the threads of turns 1-3 are still in the work directory: {logs:?}"
+    );
+    // And the turn after it continues the new thread.
+    let (_, page) = api.turn(&serve, &session, r#"{"input": "echo"}"#);
+    assert_eq!(thread(&page), ["delta", "echo"]);
+
+    let (_, view) = api.call(&serve, "GET", &format!("/api/v1/sessions/{session}"), None);
+    let turns: Vec<(&str, bool)> = view["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["id"].as_str().unwrap(), t["fresh"] == json!(true)))
+        .collect();
+    assert_eq!(
+        turns,
+        [
+            ("turn-1", false),
+            ("turn-2", false),
+            ("turn-3", false),
+            ("turn-4", true),
+            ("turn-5", false)
+        ]
+    );
+    let (_, closed) = api.call(
+        &serve,
+        "DELETE",
+        &format!("/api/v1/sessions/{session}"),
+        None,
+    );
+    assert_eq!(closed["status"], "closed");
+    let stderr = serve.stop();
+
+    // Turns are not cases: grading them or reading them as cases is refused.
+    let mst = Mst::new();
+    let results = chat.eval.results();
+    let graded = mst.run(&[
+        "grade",
+        &session,
+        "--config",
+        s(&chat.eval.config()),
+        "--results-dir",
+        s(&results),
+    ]);
+    assert_eq!(graded.code, 2, "{}\n{}", graded.stdout, graded.stderr);
+    assert!(
+        graded
+            .stderr
+            .contains("is a playground conversation session")
+            && graded.stderr.contains("cannot be graded"),
+        "{}",
+        graded.stderr
+    );
+    let cases = mst.run(&["runs", "cases", &session, "--results-dir", s(&results)]);
+    assert_eq!(cases.code, 2, "{}", cases.stderr);
+    assert!(
+        cases.stderr.contains("cannot be read as cases"),
+        "{}",
+        cases.stderr
+    );
+    let out = tempfile::tempdir().unwrap();
+    let exported = mst.run(&[
+        "runs",
+        "export",
+        &session,
+        "--format",
+        "mst.run/v1",
+        "--out",
+        s(&out.path().join("x")),
+        "--results-dir",
+        s(&results),
+    ]);
+    assert_ne!(exported.code, 0);
+    assert!(
+        exported.stderr.contains("cannot be exported as cases"),
+        "{}",
+        exported.stderr
+    );
+    assert_eq!(cases.stdout, "");
+
+    // The canary: no token ever reached a file of the results, mst serve's stderr or an answer.
+    let minted = chat.minted();
+    assert_eq!(minted.len(), 10);
+    let stored = files(&results);
+    assert!(
+        stored.iter().any(|f| f.ends_with("chat/turn-3/0.json")),
+        "each turn's trace is stored: {stored:?}"
+    );
+    let answers = api.0.borrow();
+    for token in &minted {
+        for file in &stored {
+            let bytes = std::fs::read(file).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(token.as_str()),
+                "{} holds a resume token",
+                file.display()
+            );
+        }
+        assert!(!stderr.contains(token.as_str()), "stderr: {stderr}");
+        for answer in answers.iter() {
+            assert!(!answer.contains(token.as_str()), "an answer: {answer}");
+        }
+    }
+}
+
+#[test]
+fn a_second_turn_while_one_runs_is_refused_and_fresh_needs_a_conversation() {
+    let chat = Chat::new();
+    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let session = serve.session(r#"{"conversation": true}"#);
+    let (status, running) = serve.call("POST", &tasks(&session), Some(r#"{"input": "wait"}"#));
+    assert_eq!(status, 202, "{running}");
+    assert_eq!(running["id"], "turn-1");
+    let (status, refused) = serve.call("POST", &tasks(&session), Some(r#"{"input": "next"}"#));
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("turn-1"),
+        "{refused}"
+    );
+    chat.open_gate();
+    let (_, page) = serve.follow((&session, "turn-1"), 0, None, Duration::from_secs(60));
+    assert_eq!(page["status"], "completed", "{page}");
+    let (status, next) = serve.call("POST", &tasks(&session), Some(r#"{"input": "next"}"#));
+    assert_eq!(
+        (status, next["id"].as_str()),
+        (202, Some("turn-2")),
+        "{next}"
+    );
+    let (_, page) = serve.follow((&session, "turn-2"), 0, None, Duration::from_secs(60));
+    assert_eq!(page["status"], "completed", "{page}");
+
+    // `fresh` means nothing outside a conversation.
+    let plain = serve.session("{}");
+    let (status, refused) = serve.call(
+        "POST",
+        &tasks(&plain),
+        Some(r#"{"input": "x", "fresh": true}"#),
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("is not one (create it with `\"conversation\": true`)"),
+        "{refused}"
+    );
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{plain}"), None);
+    assert_eq!(view["tasks"], json!([]), "nothing ran");
+}
+
+#[test]
+fn a_client_that_cannot_resume_is_refused_at_create_before_any_machine_is_made() {
+    // `agent` is a command client without `resume`; `direct` is the `mcp` client.
+    let eval = agent_eval("cat", json!({}));
+    let tmp = tempfile::tempdir().unwrap();
+    let serve = Serve::start_with_env(
+        &Mst::new(),
+        &eval.config(),
+        &eval.results(),
+        &[],
+        &[("TMPDIR", tmp.path())],
+    );
+    let (status, refused) = serve.call(
+        "POST",
+        "/api/v1/sessions",
+        Some(r#"{"conversation": true}"#),
+    );
+    assert_eq!(status, 400, "{refused}");
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains("variant `agent` cannot hold a conversation")
+            && error.contains("`command` client has no `clientOptions.resume`"),
+        "{error}"
+    );
+    let (status, refused) = serve.call(
+        "POST",
+        "/api/v1/sessions",
+        Some(r#"{"variant": "direct", "conversation": true}"#),
+    );
+    assert_eq!(status, 400, "{refused}");
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains("variant `direct` cannot hold a conversation")
+            && error.contains("its `mcp` client cannot continue a conversation yet"),
+        "{error}"
+    );
+    // No machine was made, nothing recorded.
+    let made: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("mst-local-"))
+        .collect();
+    assert_eq!(made, Vec::<String>::new());
+    assert!(!eval.results().join("play/sessions").exists());
+    let (_, list) = serve.call("GET", "/api/v1/sessions", None);
+    assert_eq!(list["sessions"], json!([]));
+    // The same server makes a machine for a session that is not a conversation.
+    serve.session("{}");
+    let made = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("mst-local-"))
+        .count();
+    assert_eq!(made, 1, "the local runner makes its machines in TMPDIR");
+}
+
+/// Calls MCP tool `tool` with `arguments`: the result's JSON and whether it is an error.
+async fn tool(
+    client: &RunningService<RoleClient, ()>,
+    tool: &str,
+    arguments: Value,
+) -> (Value, bool) {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    let result: CallToolResult = client
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
+    let text = &result.content[0].as_text().expect("text content").text;
+    let value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{tool}: {e}: {text}"));
+    (value, result.is_error.unwrap_or(false))
+}
+
+/// Submits a turn over MCP and reads its trace until it settles: its id and its thread.
+async fn mcp_turn(
+    client: &RunningService<RoleClient, ()>,
+    session: &str,
+    arguments: Value,
+) -> (String, Vec<String>) {
+    let mut arguments = arguments;
+    arguments["session"] = json!(session);
+    let (task, is_error) = tool(client, "submit_task", arguments).await;
+    assert!(!is_error, "{task}");
+    let id = task["id"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (page, _) = tool(
+            client,
+            "read_task_trace",
+            json!({"session": session, "task": id}),
+        )
+        .await;
+        if page["done"] == json!(true) {
+            assert_eq!(page["status"], "completed", "{page}");
+            return (id, thread(&page));
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_twins_take_conversation_and_fresh() {
+    let chat = Chat::new();
+    let mst = Mst::new();
+    let (config, results) = (chat.eval.config(), chat.eval.results());
+    let args = [
+        "serve",
+        "--mcp",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(&results),
+    ];
+    let command = tokio::process::Command::from(mst.command(&args));
+    let (transport, _) = TokioChildProcess::builder(command)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start mst serve --mcp");
+    let client = ().serve(transport).await.expect("mst serve --mcp initializes");
+
+    let (refused, is_error) = tool(
+        &client,
+        "create_session",
+        json!({"variant": "plain", "conversation": true}),
+    )
+    .await;
+    assert!(is_error, "{refused}");
+    assert_eq!(refused["status"], 400);
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("variant `plain` cannot hold a conversation"),
+        "{refused}"
+    );
+    let (view, is_error) = tool(&client, "create_session", json!({"conversation": true})).await;
+    assert!(!is_error, "{view}");
+    assert_eq!(view["conversation"], true);
+    let session = view["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        mcp_turn(&client, &session, json!({"input": "alpha"})).await,
+        ("turn-1".to_string(), vec!["alpha".to_string()])
+    );
+    let (_, thread) = mcp_turn(&client, &session, json!({"input": "bravo"})).await;
+    assert_eq!(thread, ["alpha", "bravo"]);
+    let (_, thread) = mcp_turn(&client, &session, json!({"input": "new", "fresh": true})).await;
+    assert_eq!(thread, ["new"]);
+    client.cancel().await.unwrap();
+}
