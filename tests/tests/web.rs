@@ -535,3 +535,89 @@ fn the_report_shows_pairwise_verdicts_with_each_orders_reason() {
     assert_page_matches_summary(&browser, &summary);
     assert_eq!(browser.console_errors(), Vec::<String>::new());
 }
+
+/// An agent CLI that resumes: `--resume ID` continues thread `ID` (under a new id, as agent
+/// CLIs do), without it a new thread starts; it prints `session: ID` and answers with the
+/// thread so far, one message a line.
+const RESUMING_AGENT: &str = r#"input=$(cat)
+token="t$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+mkdir -p threads
+if [ "$1" = "--resume" ]; then cp "threads/$2" "threads/$token"; fi
+printf '%s\n' "$input" >> "threads/$token"
+echo "session: $token"
+cat "threads/$token""#;
+
+#[test]
+fn a_conversation_reads_as_a_chat_in_the_page_and_fresh_starts_a_new_thread() {
+    let eval = Eval::new(
+        json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
+               // `agent` is the script's $0: the resume arguments follow it.
+               "clientOptions": {"command": ["sh", "-c", RESUMING_AGENT, "agent"],
+                                 "resume": {"capture": "^session: (\\S+)$", "arg": ["--resume", "{token}"]}},
+               "variants": {"chat": {}, "plain": {"clientOptions": {"command": ["cat"]}}},
+               "baseline": "chat", "timeout": 60}),
+        &[json!({"id": "unused", "input": "x"})],
+    );
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#/playground", serve.base));
+    browser.wait_for("#boot-conversation");
+
+    // A client that cannot resume is refused before any machine, and the page says why.
+    browser.click("#boot-variant option[value='plain']");
+    browser.click("#boot-conversation");
+    browser.click("#boot");
+    until(&browser, "the refusal", |b| {
+        b.text("#boot-status")
+            .contains("cannot hold a conversation")
+    });
+    let (_, list) = serve.call("GET", "/api/v1/sessions", None);
+    assert_eq!(list["sessions"], json!([]));
+    // Chromium logs the refused request itself (and reading the log empties it).
+    let logged = browser.console_errors();
+    assert!(
+        logged.len() == 1 && logged[0].contains("status of 400"),
+        "{logged:?}"
+    );
+
+    browser.click("#boot-variant option[value='chat']");
+    browser.click("#boot");
+    browser.wait_for("#task-fresh");
+    assert!(browser.text("h1").starts_with("Conversation "));
+    let reply = |b: &Browser, n: usize| {
+        b.texts("#tasks .turn .bubble.reply.final-text")
+            .get(n)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut said = Vec::new();
+    for (n, message) in ["alpha", "beta"].iter().enumerate() {
+        browser.fill("#task-input", message);
+        browser.click("#submit-task");
+        said.push(*message);
+        // The answer is the agent's stdout: its session line (the token hidden), then the
+        // thread. Newest first: this turn's reply is the first card's.
+        let expected = format!("session: [redacted:resume token]\n{}", said.join("\n"));
+        until(&browser, "the reply", |b| {
+            count(b, "#tasks .turn .final-text") == n + 1 && reply(b, 0) == expected
+        });
+    }
+    // The message and the reply are bubbles; the events are folded beneath.
+    assert_eq!(browser.texts("#tasks .turn .bubble.user")[0], "beta");
+    assert_eq!(
+        browser.attr("#tasks .turn details.turn-events", "open"),
+        None
+    );
+    // A new thread: the reply holds only the new message.
+    browser.fill("#task-input", "gamma");
+    browser.click("#task-fresh");
+    browser.click("#submit-task");
+    until(&browser, "the fresh reply", |b| {
+        count(b, "#tasks .turn .final-text") == 3
+            && reply(b, 0) == "session: [redacted:resume token]\ngamma"
+    });
+    assert!(browser.text("#tasks .turn h3").contains("(a new thread)"));
+    browser.screenshot("conversation");
+    assert_eq!(browser.console_errors(), Vec::<String>::new());
+    serve.stop();
+}

@@ -168,6 +168,7 @@
         return h('option', { value: v, selected: v === p.baseline }, v);
       }));
       var shared = h('input', { type: 'checkbox', id: 'boot-shared' });
+      var conversation = h('input', { type: 'checkbox', id: 'boot-conversation' });
       var status = h('p', { id: 'boot-status', role: 'status' });
       var boot = h('button', {
         type: 'submit', id: 'boot', 'class': 'primary'
@@ -177,7 +178,9 @@
           e.preventDefault();
           boot.disabled = true;
           status.textContent = 'Booting a machine on ' + p.runner + '\u2026';
-          api('POST', '/api/v1/sessions', { variant: variant.value, sharedWorkdir: shared.checked }).then(function (s) {
+          var body = { variant: variant.value, sharedWorkdir: shared.checked };
+          if (conversation.checked) body.conversation = true;
+          api('POST', '/api/v1/sessions', body).then(function (s) {
             location.hash = '#/playground/' + encodeURIComponent(s.id);
           }, function (e) { boot.disabled = false; status.textContent = e.message; });
         }
@@ -186,6 +189,7 @@
         h('label', null, 'Variant', variant),
         h('p', { 'class': 'meta' }, 'Runner: ', h('strong', { id: 'boot-runner' }, p.runner), ' (chosen when mst serve started: --runner)'),
         h('label', null, h('span', null, shared, ' every task in one shared work directory')),
+        h('label', null, h('span', null, conversation, ' a conversation: each task is a turn continuing one thread (the client must declare how it resumes)')),
         h('div', null, boot), status);
       box.appendChild(form);
       return api('GET', '/api/v1/sessions').then(function (list) {
@@ -206,6 +210,11 @@
     var message = h('div', { id: 'task-message', role: 'alert' });
     var input = h('textarea', { id: 'task-input', 'aria-describedby': 'task-help' });
     var asJson = h('input', { type: 'checkbox', id: 'task-json' });
+    var fresh = h('input', { type: 'checkbox', id: 'task-fresh' });
+    var freshLabel = h('label', { hidden: true }, h('span', null, fresh, ' start a new thread (the work directory stays)'));
+    var chat = false;
+    var inputLabel = h('span', null, 'Task input');
+    var listHeading = h('h2', null, 'Tasks, newest first');
     var submit = h('button', { type: 'submit', id: 'submit-task', 'class': 'primary' }, 'Run task');
     var closeButton = h('button', { type: 'button', id: 'close-session', onclick: closeSession }, 'Close session');
     var head = h('div', null);
@@ -217,8 +226,12 @@
     }
     function drawHead(s) {
       while (head.firstChild) head.removeChild(head.firstChild);
-      head.appendChild(h('h1', null, 'Session ', s.id));
-      head.appendChild(h('p', { 'class': 'meta' }, 'variant ', s.variant, ' \u00b7 machine ', s.machine || '\u2013',
+      chat = !!s.conversation;
+      freshLabel.hidden = !chat;
+      inputLabel.textContent = chat ? 'Message' : 'Task input';
+      listHeading.textContent = chat ? 'Turns, newest first' : 'Tasks, newest first';
+      head.appendChild(h('h1', null, chat ? 'Conversation ' : 'Session ', s.id));
+      head.appendChild(h('p', { 'class': 'meta' }, 'variant ', s.variant, chat ? ' \u00b7 conversation' : '', ' \u00b7 machine ', s.machine || '\u2013',
         ' \u00b7 ', h('span', { id: 'session-state', 'data-status': s.status }, s.status, s.ended ? ': ' + s.ended : '')));
       submit.disabled = s.status === 'closed';
       closeButton.disabled = s.status === 'closed';
@@ -244,10 +257,20 @@
             .catch(function (e) { abort.disabled = false; say('error', e.message); });
         }
       }, 'Abort');
-      var card = h('article', { 'class': 'card', 'data-task': task.id, 'aria-label': 'Task ' + task.n },
-        h('h3', null, 'Task ', String(task.n), ' ', status, ' ', abort),
-        h('details', null, h('summary', null, 'Input'), h('pre', null, JSON.stringify(task.input, null, 2))),
-        events, answer);
+      var count = h('span', { 'class': 'event-count' }, '0');
+      // A conversation reads as a chat: the message, the reply prominent, the tool calls and
+      // other events folded beneath.
+      var card = chat
+        ? h('article', { 'class': 'card turn', 'data-task': task.id, 'aria-label': 'Turn ' + task.n },
+          h('h3', null, 'Turn ', String(task.n), task.fresh ? ' (a new thread)' : '', ' ', status, ' ', abort),
+          h('div', { 'class': 'bubble user' }, typeof task.input === 'string' ? task.input : JSON.stringify(task.input, null, 2)),
+          answer,
+          h('details', { 'class': 'turn-events' }, h('summary', null, 'Tool calls and events (', count, ')'), events))
+        : h('article', { 'class': 'card', 'data-task': task.id, 'aria-label': 'Task ' + task.n },
+          h('h3', null, 'Task ', String(task.n), ' ', status, ' ', abort),
+          h('details', null, h('summary', null, 'Input'), h('pre', null, JSON.stringify(task.input, null, 2))),
+          events, answer);
+      if (chat) answer.appendChild(h('div', { 'class': 'bubble reply pending' }, '\u2026'));
       cards.insertBefore(card, cards.firstChild);
       followed[task.id] = true;
       var since = 0;
@@ -255,13 +278,16 @@
         api('GET', '/api/v1/sessions/' + encodeURIComponent(id) + '/tasks/' + encodeURIComponent(task.id) + '/trace?since=' + since)
           .then(function (page) {
             page.events.forEach(function (e) { events.appendChild(MstReport.eventItem(e)); });
+            count.textContent = String(events.children.length);
             since = page.next;
             status.setAttribute('data-status', page.status);
             status.replaceChildren(badgeFor(page.status));
             if (page.done) {
               abort.remove();
-              answer.replaceChildren(h('h4', null, 'Answer'), h('pre', { 'class': 'final-text' },
-                page.finalText === undefined ? '(none)' : page.finalText));
+              var text = page.finalText === undefined ? '(no answer)' : page.finalText;
+              answer.replaceChildren(chat
+                ? h('div', { 'class': 'bubble reply final-text' }, text)
+                : h('div', null, h('h4', null, 'Answer'), h('pre', { 'class': 'final-text' }, text)));
               submit.disabled = false;
             } else later(poll, 300);
           }, function (e) { say('error', e.message); });
@@ -276,7 +302,10 @@
         try { value = JSON.parse(value); } catch (err) { say('error', 'The input is not valid JSON: ' + err.message); return; }
       }
       say();
-      api('POST', '/api/v1/sessions/' + encodeURIComponent(id) + '/tasks', { input: value }).then(function (task) {
+      var body = { input: value };
+      if (chat && fresh.checked) body.fresh = true;
+      api('POST', '/api/v1/sessions/' + encodeURIComponent(id) + '/tasks', body).then(function (task) {
+        fresh.checked = false;
         follow(task);
       }, function (err) {
         if (err.status === 409) say('error', 'Not started: ' + err.message);
@@ -286,12 +315,13 @@
 
     box.appendChild(head);
     box.appendChild(h('form', { 'class': 'form-grid', onsubmit: send, 'aria-label': 'New task' },
-      h('label', null, 'Task input', input),
+      h('label', null, inputLabel, input),
       h('p', { id: 'task-help', 'class': 'meta' }, 'Sent as the case input: text, or JSON when ticked. One task runs at a time.'),
       h('label', null, h('span', null, asJson, ' the input is JSON')),
+      freshLabel,
       h('div', null, submit, ' ', closeButton)));
     box.appendChild(message);
-    box.appendChild(h('h2', null, 'Tasks, newest first'));
+    box.appendChild(listHeading);
     box.appendChild(cards);
     api('GET', '/api/v1/sessions/' + encodeURIComponent(id)).then(function (s) {
       drawHead(s);
