@@ -36,6 +36,13 @@ pub(crate) struct ServeArgs {
     /// A worker that sends nothing for this long is lost.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     silence_limit: f64,
+    /// The most tokens (in and out, as the traces' usage events count them) all sessions
+    /// together may spend; a session's own `budget` is reserved out of it.
+    #[arg(long, value_name = "TOKENS")]
+    budget_tokens: Option<u64>,
+    /// The most US dollars all sessions together may spend (calls to priced models).
+    #[arg(long, value_name = "USD")]
+    budget_cost: Option<f64>,
     /// On close, how long a running task's worker has to stop before it is killed.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     cancel_grace: f64,
@@ -81,6 +88,15 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
             ..ShardSettings::default()
         },
         idle_ttl: crate::eval::config::seconds("--idle-ttl", args.idle_ttl)?,
+        budget: match args.budget_cost {
+            Some(cost) if !(cost.is_finite() && cost >= 0.0) => {
+                bail!("--budget-cost must be a number of US dollars ≥ 0, not {cost}")
+            }
+            cost_usd => crate::serve::budget::Limit {
+                tokens: args.budget_tokens,
+                cost_usd,
+            },
+        },
     };
     let playground =
         Arc::new(Playground::start(home, request).map_err(|error| super::Exit { code: 2, error })?);

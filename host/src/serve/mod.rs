@@ -7,6 +7,7 @@
 //! [`Playground`] owns the sessions; a [`session::Session`] owns its machine, its tasks and
 //! its record under `<results>/<eval>/sessions/<id>/`.
 
+pub mod budget;
 pub mod http;
 pub mod live;
 pub mod mcp;
@@ -36,6 +37,8 @@ pub struct ServeRequest {
     pub settings: ShardSettings,
     /// A session with no task running for this long is closed by the reaper.
     pub idle_ttl: Duration,
+    /// What all sessions together may spend on models (`--budget-tokens`, `--budget-cost`).
+    pub budget: budget::Limit,
 }
 
 /// An error of the playground's API: an HTTP status and a message that names the fix.
@@ -108,6 +111,9 @@ pub struct CreateSession {
     /// resume); chosen at boot, never changed. Implies a shared work directory.
     #[serde(default)]
     pub conversation: bool,
+    /// What the session's tasks may spend on models, reserved out of the server's budget.
+    #[serde(default)]
+    pub budget: Option<budget::Limit>,
 }
 
 /// `POST /sessions/{id}/tasks`.
@@ -166,6 +172,7 @@ pub struct Playground {
     shared: Arc<Shared>,
     sessions: Mutex<BTreeMap<String, Arc<Session>>>,
     idle_ttl: Duration,
+    budgets: budget::Budgets,
 }
 
 impl Playground {
@@ -192,6 +199,7 @@ impl Playground {
             }),
             sessions: Mutex::new(BTreeMap::new()),
             idle_ttl: request.idle_ttl,
+            budgets: budget::Budgets::new(request.budget),
         })
     }
 
@@ -216,17 +224,29 @@ impl Playground {
         if request.conversation {
             can_converse(&variant, &spec)?;
         }
-        let session = Session::boot(
+        let limit = request.budget.unwrap_or_default();
+        limit.check("`budget`").map_err(ServeError::bad_request)?;
+        // Reserved before the machine is made; given back if making it fails.
+        let reservation = self.budgets.reserve(limit)?;
+        let session = match Session::boot(
             self.shared.clone(),
             &variant,
             request.shared_workdir,
             request.conversation,
-        )?;
-        let view = session.view();
+        ) {
+            Ok(session) => session,
+            Err(e) => {
+                self.budgets.release(reservation);
+                return Err(e);
+            }
+        };
+        self.budgets.open(&session.id, reservation);
+        let session = Arc::new(session);
+        let view = self.view(&session);
         self.sessions
             .lock()
             .expect("sessions")
-            .insert(session.id.clone(), Arc::new(session));
+            .insert(session.id.clone(), session);
         Ok(view)
     }
 
@@ -259,7 +279,48 @@ impl Playground {
 
     /// One session's record, state and tasks.
     pub fn get(&self, id: &str) -> Result<SessionView, ServeError> {
-        Ok(self.session(id)?.view())
+        Ok(self.view(self.session(id)?.as_ref()))
+    }
+
+    /// `session` as the API shows it, with its budget and spend.
+    fn view(&self, session: &Session) -> SessionView {
+        self.count_spend(session);
+        let mut view = session.view();
+        view.budget = self.budgets.view(&session.id);
+        view
+    }
+
+    /// Counts what `session`'s settled tasks used that is not counted yet: their traces'
+    /// `usage` events, as the stored traces hold them.
+    fn count_spend(&self, session: &Session) {
+        let dir = self
+            .shared
+            .root
+            .session(&self.shared.prepared.config.name, &session.id);
+        for task in session.view().tasks {
+            if task.status == session::TaskStatus::Running
+                || self.budgets.charged(&session.id, &task.id)
+            {
+                continue;
+            }
+            let key = crate::eval::trial::TrialKey {
+                variant: session.variant.clone(),
+                case: task.id.clone(),
+                trial: 0,
+            };
+            let usage = dir
+                .read_trace(&key)
+                .map(|record| crate::results::usage::trace_usage(&record.trace))
+                .unwrap_or_default();
+            self.budgets.charge(&session.id, &task.id, &usage);
+        }
+    }
+
+    /// Closes `session`'s account once it is closed: what it reserved and did not spend
+    /// returns to the server.
+    fn settle_account(&self, session: &Session) {
+        self.count_spend(session);
+        self.budgets.close(&session.id);
     }
 
     /// Starts a task on session `id`: 409 while another runs or once the session is closed.
@@ -271,6 +332,8 @@ impl Playground {
                  (create it with `\"conversation\": true`)"
             )));
         }
+        self.count_spend(&session);
+        self.budgets.admit(id)?;
         let case = CaseRecord::new(String::new(), request.input);
         let spec = self.shared.prepared.config.variant(&session.variant);
         crate::client::check_input(&spec, &case.input).map_err(|e| {
@@ -300,6 +363,7 @@ impl Playground {
             "variants": config.variant_names(),
             "baseline": config.baseline,
             "runner": self.shared.runner.name(),
+            "budget": self.budgets.server_view(),
         })
     }
 
@@ -307,7 +371,8 @@ impl Playground {
     pub fn close(&self, id: &str) -> Result<SessionView, ServeError> {
         let session = self.session(id)?;
         session.close("closed by request");
-        Ok(session.view())
+        self.settle_account(&session);
+        Ok(self.view(&session))
     }
 
     /// Closes sessions idle past the TTL; called by the reaper thread.
@@ -322,6 +387,7 @@ impl Playground {
             .collect();
         for session in idle {
             session.close("idle past the session TTL");
+            self.settle_account(&session);
         }
     }
 
@@ -336,6 +402,7 @@ impl Playground {
             .collect();
         for session in all {
             session.close(why);
+            self.settle_account(&session);
         }
     }
 }

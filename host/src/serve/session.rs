@@ -120,6 +120,9 @@ pub struct SessionView {
     /// at the next start).
     pub pid: u32,
     pub tasks: Vec<TaskView>,
+    /// What the session may spend on models and has spent (the playground fills it in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::budget::BudgetView>,
 }
 
 /// Task `id`'s events from a cursor.
@@ -337,6 +340,7 @@ impl Session {
             running,
             pid: std::process::id(),
             tasks: state.tasks.iter().map(|t| t.view()).collect(),
+            budget: None,
         }
     }
 
@@ -530,7 +534,14 @@ impl Session {
                     TrialStatus::TimedOut => TaskStatus::TimedOut,
                     TrialStatus::Infra => TaskStatus::Infra,
                 };
-                let reason = live.infra.take();
+                let reason = live.infra.take().or_else(|| {
+                    (status == TaskStatus::TimedOut).then(|| {
+                        format!(
+                            "past its time budget: the eval's `timeout` of {} s",
+                            self.shared.prepared.config.timeout
+                        )
+                    })
+                });
                 live.events = record.trace.events;
                 live.final_text = record.trace.final_text;
                 live.settled = Some((status, reason, now));
