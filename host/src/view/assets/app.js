@@ -232,7 +232,11 @@
       listHeading.textContent = chat ? 'Turns, newest first' : 'Tasks, newest first';
       head.appendChild(h('h1', null, chat ? 'Conversation ' : 'Session ', s.id));
       head.appendChild(h('p', { 'class': 'meta' }, 'variant ', s.variant, chat ? ' \u00b7 conversation' : '', ' \u00b7 machine ', s.machine || '\u2013',
-        ' \u00b7 ', h('span', { id: 'session-state', 'data-status': s.status }, s.status, s.ended ? ': ' + s.ended : '')));
+        ' \u00b7 ', h('span', { id: 'session-state', 'data-status': s.status }, s.status, s.ended ? ': ' + s.ended : ''),
+        s.budget ? h('span', { id: 'session-budget' }, ' \u00b7 spent ', String(s.budget.spent.tokens), ' tokens',
+          s.budget.spent.costUsd ? ' ($' + s.budget.spent.costUsd.toFixed(4) + ')' : '',
+          (s.budget.limit || {}).tokens !== undefined ? ' of ' + s.budget.limit.tokens : '',
+          (s.budget.limit || {}).costUsd !== undefined ? ' (budget $' + s.budget.limit.costUsd + ')' : '') : null));
       submit.disabled = s.status === 'closed';
       closeButton.disabled = s.status === 'closed';
     }
@@ -289,6 +293,8 @@
                 ? h('div', { 'class': 'bubble reply final-text' }, text)
                 : h('div', null, h('h4', null, 'Answer'), h('pre', { 'class': 'final-text' }, text)));
               submit.disabled = false;
+              // What it spent shows in the session's line.
+              api('GET', '/api/v1/sessions/' + encodeURIComponent(id)).then(drawHead, function () {});
             } else later(poll, 300);
           }, function (e) { say('error', e.message); });
       }
