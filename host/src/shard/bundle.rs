@@ -51,11 +51,18 @@ pub struct Bundle {
 }
 
 /// A conversation turn, as its bundle describes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Turn {
     /// The coordinator holds a resume token for this turn: the worker asks for it
     /// ([`crate::client::RESUME_TOKEN`], with `need-tokens`) before the trial, and the client
     /// continues that conversation. False on a conversation's first turn and after `fresh`.
     pub resume: bool,
+    /// An `api` client's conversation so far: its completed turns, oldest first, which the
+    /// model sees before this turn's message. The conversation's own content (already in its
+    /// turns' traces), never a secret; capped by mst serve
+    /// (docs/serve.md, Conversations). Empty on a first or fresh turn and for
+    /// `command` clients, which resume by token instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<crate::client::Exchange>,
 }
