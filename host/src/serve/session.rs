@@ -496,11 +496,9 @@ impl Session {
         (n, input): (u32, &serde_json::Value),
         fresh: bool,
     ) -> Result<TurnStart, ServeError> {
-        if fresh {
-            *thread = Thread::default();
-        }
+        let kept: &[Exchange] = if fresh { &[] } else { &thread.history };
         if self.keeps_history {
-            let history: usize = thread.history.iter().map(Exchange::bytes).sum();
+            let history: usize = kept.iter().map(Exchange::bytes).sum();
             let message = text_of(input).len();
             if history + message > MAX_HISTORY_BYTES {
                 return Err(ServeError::too_large(format!(
@@ -511,6 +509,10 @@ impl Session {
                     self.id
                 )));
             }
+        }
+        // Only a turn that starts drops the thread.
+        if fresh {
+            *thread = Thread::default();
         }
         Ok(TurnStart {
             fresh,
