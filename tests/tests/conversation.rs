@@ -507,6 +507,9 @@ async fn the_mcp_twins_take_conversation_and_fresh() {
     client.cancel().await.unwrap();
 }
 
+/// Longer than an `api` conversation's turn may take (its eval's `timeout`).
+const SLOW: Duration = Duration::from_secs(12);
+
 /// The made-up fact the model states on the first turn, and must recall only from history.
 const CODE_WORD: &str = "PLUM-7";
 
@@ -531,8 +534,9 @@ fn messages(body: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A scripted model: "remember" gets the code word, "fail" a 500, "what was the code word?"
-/// whatever code word its earlier messages hold (or "I don't know"), anything else "ok".
+/// A scripted model: "remember" gets the code word, "fail" a 500, "slow" an answer after
+/// [`SLOW`] (past the turn's deadline), "what was the code word?" whatever code word its
+/// earlier messages hold (or "I don't know"), anything else "ok".
 fn recalling_model() -> mst_tests::model_server::ModelServer {
     use mst_tests::model_server::{ModelServer, Reply};
     ModelServer::start_with(|body| {
@@ -540,6 +544,10 @@ fn recalling_model() -> mst_tests::model_server::ModelServer {
         let (_, last) = said.pop().unwrap();
         if last.contains("fail") {
             return Reply::status(500, &[]);
+        }
+        if last.contains("slow") {
+            std::thread::sleep(SLOW);
+            return Reply::anthropic_text("Late: the code word is PLUM-9.");
         }
         if last.contains("what was the code word?") {
             let known = said
@@ -565,7 +573,7 @@ fn api_chat(server: &mst_tests::model_server::ModelServer) -> (Eval, Serve) {
                "client": "api", "model": "acme/test-model",
                "clientOptions": {"system": "You keep code words.", "maxTokens": 100},
                "judges": [{"assert": "contains", "value": "PLUM"}],
-               "timeout": 60}),
+               "timeout": 8}),
         &[json!({"id": "unused", "input": "x"})],
     );
     let secrets = eval.dir.path().join("secrets.env");
@@ -608,31 +616,45 @@ fn an_api_conversation_sends_the_model_its_completed_turns_and_fresh_forgets_the
         "a first turn has no history"
     );
 
-    // A failed turn (the model answers 500, past its retries) adds nothing to the thread.
+    // A failed turn (the model answers 500, past its retries) and a timed-out one add
+    // nothing to the thread.
     let page = api_turn(&serve, &session, "This one will fail.", false);
     assert_eq!(page["status"], "infra", "{page}");
-    let sent = model.requests().len();
+    let page = api_turn(&serve, &session, "This one is too slow.", false);
+    assert_eq!(page["status"], "timed-out", "{page}");
 
     let page = api_turn(&serve, &session, "Now, what was the code word?", false);
     assert_eq!(page["status"], "completed", "{page}");
     let answer = page["finalText"].as_str().unwrap();
     assert!(
         answer.contains(CODE_WORD),
-        "turn 3 recalls turn 1: {answer}"
+        "turn 4 recalls turn 1: {answer}"
     );
-    let requests = model.requests();
-    assert_eq!(requests.len(), sent + 1, "one model call for turn 3");
+    // The slow request is recorded only once answered: find turn 4's by what it asked.
+    let asked = |question: &str| -> Vec<Value> {
+        let requests = model.requests().into_iter();
+        requests
+            .map(|r| r.body)
+            .filter(|body| {
+                messages(body)
+                    .last()
+                    .is_some_and(|(_, text)| text == question)
+            })
+            .collect()
+    };
+    let requests = asked("Now, what was the code word?");
+    assert_eq!(requests.len(), 1, "one model call for turn 4");
     assert_eq!(
-        messages(&requests[sent].body),
+        messages(&requests[0]),
         [
             user("Please remember a code word."),
             assistant(&reply),
             user("Now, what was the code word?")
         ],
-        "turn 1's message and answer, in order, then turn 3's; not the failed turn"
+        "turn 1's message and answer, in order, then turn 4's; not the failed or slow turn"
     );
-    assert_eq!(requests[sent].body["system"], "You keep code words.");
-    let (_, trace) = serve.call("GET", &format!("{}/turn-3/trace", tasks(&session)), None);
+    assert_eq!(requests[0]["system"], "You keep code words.");
+    let (_, trace) = serve.call("GET", &format!("{}/turn-4/trace", tasks(&session)), None);
     let said: Vec<&Value> = trace["events"]
         .as_array()
         .unwrap()
@@ -650,15 +672,15 @@ fn an_api_conversation_sends_the_model_its_completed_turns_and_fresh_forgets_the
     let page = api_turn(&serve, &session, "So, what was the code word?", true);
     assert_eq!(page["status"], "completed", "{page}");
     assert_eq!(page["finalText"], "I don't know.", "{page}");
-    let last = model.requests().pop().unwrap();
+    let last = asked("So, what was the code word?");
     assert_eq!(
-        messages(&last.body),
+        messages(&last[0]),
         [user("So, what was the code word?")],
         "a fresh turn sends no earlier turn"
     );
     let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
     assert_eq!(view["conversation"], true, "{view}");
-    assert_eq!(view["tasks"][3]["fresh"], true, "{view}");
+    assert_eq!(view["tasks"][4]["fresh"], true, "{view}");
 }
 
 #[test]
