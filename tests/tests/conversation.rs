@@ -2,7 +2,9 @@
 //! called with the real `curl`, booting a local machine, and a scripted agent CLI that keeps
 //! one thread file per session id and resumes with `--resume ID` (minting a new id on each
 //! run, as `claude -p --resume` does). The resume token goes from the worker to the session's
-//! memory and back to the next turn's worker over its stdin, and nowhere else.
+//! memory and back to the next turn's worker over its stdin, and nowhere else. An `api`
+//! conversation against the loopback model server: each turn's model sees the completed turns
+//! before it (history kept in the session's memory, sent in the bundle), capped.
 
 use mst_tests::serve::{agent_eval, Serve};
 use mst_tests::{s, Eval, Mst};
@@ -385,7 +387,7 @@ fn a_client_that_cannot_resume_is_refused_at_create_before_any_machine_is_made()
     let error = refused["error"].as_str().unwrap();
     assert!(
         error.contains("variant `direct` cannot hold a conversation")
-            && error.contains("its `mcp` client cannot continue a conversation yet"),
+            && error.contains("its `mcp` client cannot continue a conversation ("),
         "{error}"
     );
     // No machine was made, nothing recorded.
@@ -503,4 +505,214 @@ async fn the_mcp_twins_take_conversation_and_fresh() {
     let (_, thread) = mcp_turn(&client, &session, json!({"input": "new", "fresh": true})).await;
     assert_eq!(thread, ["new"]);
     client.cancel().await.unwrap();
+}
+
+/// Longer than an `api` conversation's turn may take (its eval's `timeout`).
+const SLOW: Duration = Duration::from_secs(12);
+
+/// The made-up fact the model states on the first turn, and must recall only from history.
+const CODE_WORD: &str = "PLUM-7";
+
+/// The text of each message of an `anthropic`-format request, in order, as (role, text).
+fn messages(body: &Value) -> Vec<(String, String)> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let text = match &m["content"] {
+                Value::String(text) => text.clone(),
+                parts => parts
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect(),
+            };
+            (m["role"].as_str().unwrap().to_string(), text)
+        })
+        .collect()
+}
+
+/// A scripted model: "remember" gets the code word, "fail" a 500, "slow" an answer after
+/// [`SLOW`] (past the turn's deadline), "what was the code word?" whatever code word its
+/// earlier messages hold (or "I don't know"), anything else "ok".
+fn recalling_model() -> mst_tests::model_server::ModelServer {
+    use mst_tests::model_server::{ModelServer, Reply};
+    ModelServer::start_with(|body| {
+        let mut said = messages(body);
+        let (_, last) = said.pop().unwrap();
+        if last.contains("fail") {
+            return Reply::status(500, &[]);
+        }
+        if last.contains("slow") {
+            std::thread::sleep(SLOW);
+            return Reply::anthropic_text("Late: the code word is PLUM-9.");
+        }
+        if last.contains("what was the code word?") {
+            let known = said
+                .iter()
+                .find_map(|(_, text)| text.find("PLUM-").map(|at| text[at..at + 6].to_string()));
+            return Reply::anthropic_text(&match known {
+                Some(word) => format!("You told me: the code word is {word}."),
+                None => "I don't know.".into(),
+            });
+        }
+        if last.contains("remember") {
+            return Reply::anthropic_text(&format!("Noted: the code word is {CODE_WORD}."));
+        }
+        Reply::anthropic_text("ok")
+    })
+}
+
+/// `mst serve` on an `api` eval whose model is `server` (keyed from a secrets file).
+fn api_chat(server: &mst_tests::model_server::ModelServer) -> (Eval, Serve) {
+    let eval = Eval::new(
+        json!({"name": "talk", "datasets": ["cases.jsonl"],
+               "providers": {"acme": {"format": "anthropic", "baseUrl": server.url(), "key": "MODEL_KEY"}},
+               "client": "api", "model": "acme/test-model",
+               "clientOptions": {"system": "You keep code words.", "maxTokens": 100},
+               "judges": [{"assert": "contains", "value": "PLUM"}],
+               "timeout": 8}),
+        &[json!({"id": "unused", "input": "x"})],
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, "MODEL_KEY=mst-canary-key-conversation\n").unwrap();
+    let serve = Serve::start(
+        &Mst::new(),
+        &eval.config(),
+        &eval.results(),
+        &["--secrets-file", s(&secrets)],
+    );
+    (eval, serve)
+}
+
+/// Submits `input` (fresh when asked) and follows the turn to its end: its last page.
+fn api_turn(serve: &Serve, session: &str, input: &str, fresh: bool) -> Value {
+    let body = json!({"input": input, "fresh": fresh}).to_string();
+    let (status, task) = serve.call("POST", &tasks(session), Some(&body));
+    assert_eq!(status, 202, "{task}");
+    let id = task["id"].as_str().unwrap();
+    serve
+        .follow((session, id), 0, None, Duration::from_secs(60))
+        .1
+}
+
+#[test]
+fn an_api_conversation_sends_the_model_its_completed_turns_and_fresh_forgets_them() {
+    let model = recalling_model();
+    let (_eval, serve) = api_chat(&model);
+    let session = serve.session(r#"{"conversation": true}"#);
+    let user = |text: &str| ("user".to_string(), text.to_string());
+    let assistant = |text: &str| ("assistant".to_string(), text.to_string());
+
+    let page = api_turn(&serve, &session, "Please remember a code word.", false);
+    assert_eq!(page["status"], "completed", "{page}");
+    let reply = page["finalText"].as_str().unwrap().to_string();
+    assert!(reply.contains(CODE_WORD), "{reply}");
+    assert_eq!(
+        messages(&model.requests()[0].body).len(),
+        1,
+        "a first turn has no history"
+    );
+
+    // A failed turn (the model answers 500, past its retries) and a timed-out one add
+    // nothing to the thread.
+    let page = api_turn(&serve, &session, "This one will fail.", false);
+    assert_eq!(page["status"], "infra", "{page}");
+    let page = api_turn(&serve, &session, "This one is too slow.", false);
+    assert_eq!(page["status"], "timed-out", "{page}");
+
+    let page = api_turn(&serve, &session, "Now, what was the code word?", false);
+    assert_eq!(page["status"], "completed", "{page}");
+    let answer = page["finalText"].as_str().unwrap();
+    assert!(
+        answer.contains(CODE_WORD),
+        "turn 4 recalls turn 1: {answer}"
+    );
+    // The slow request is recorded only once answered: find turn 4's by what it asked.
+    let asked = |question: &str| -> Vec<Value> {
+        let requests = model.requests().into_iter();
+        requests
+            .map(|r| r.body)
+            .filter(|body| {
+                messages(body)
+                    .last()
+                    .is_some_and(|(_, text)| text == question)
+            })
+            .collect()
+    };
+    let requests = asked("Now, what was the code word?");
+    assert_eq!(requests.len(), 1, "one model call for turn 4");
+    assert_eq!(
+        messages(&requests[0]),
+        [
+            user("Please remember a code word."),
+            assistant(&reply),
+            user("Now, what was the code word?")
+        ],
+        "turn 1's message and answer, in order, then turn 4's; not the failed or slow turn"
+    );
+    assert_eq!(requests[0]["system"], "You keep code words.");
+    let (_, trace) = serve.call("GET", &format!("{}/turn-4/trace", tasks(&session)), None);
+    let said: Vec<&Value> = trace["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "log")
+        .map(|e| &e["text"])
+        .collect();
+    assert!(
+        said.iter()
+            .any(|t| t.as_str().unwrap().contains("its 1 earlier turn(s)")),
+        "the trace says the turn continued one earlier turn: {trace}"
+    );
+
+    // A new thread: the same question finds nothing to recall.
+    let page = api_turn(&serve, &session, "So, what was the code word?", true);
+    assert_eq!(page["status"], "completed", "{page}");
+    assert_eq!(page["finalText"], "I don't know.", "{page}");
+    let last = asked("So, what was the code word?");
+    assert_eq!(
+        messages(&last[0]),
+        [user("So, what was the code word?")],
+        "a fresh turn sends no earlier turn"
+    );
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(view["conversation"], true, "{view}");
+    assert_eq!(view["tasks"][4]["fresh"], true, "{view}");
+}
+
+#[test]
+fn an_api_turn_past_the_history_cap_is_refused_until_a_fresh_thread() {
+    let model = recalling_model();
+    let (_eval, serve) = api_chat(&model);
+    let session = serve.session(r#"{"conversation": true}"#);
+    // Three 200,000-byte messages pass the 512 KiB cap on the third turn.
+    let long = |n: u32| format!("turn {n}: {}", "x".repeat(200_000));
+    for n in 1..=2 {
+        let page = api_turn(&serve, &session, &long(n), false);
+        assert_eq!(page["status"], "completed", "{page}");
+    }
+    let body = json!({"input": long(3)}).to_string();
+    let (status, refused) = serve.call("POST", &tasks(&session), Some(&body));
+    assert_eq!(status, 413, "{refused}");
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains("turn 3 of conversation")
+            && error.contains("over the 524288 bytes")
+            && error.contains("\"fresh\": true"),
+        "{error}"
+    );
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(
+        (view["tasks"].as_array().unwrap().len(), &view["status"]),
+        (2, &json!("ready")),
+        "the refused turn was never started: {view}"
+    );
+    assert_eq!(model.requests().len(), 2);
+    // A new thread carries no history: the same message is taken.
+    let page = api_turn(&serve, &session, &long(3), true);
+    assert_eq!(page["status"], "completed", "{page}");
+    assert_eq!(messages(&model.requests()[2].body).len(), 1);
 }

@@ -8,12 +8,16 @@
 //! `temperature`, `toolChoice` (`auto`, `required`, `none`: no tools offered), and for
 //! `mock/script`, `mockScript` (a list of turns, or an object of lists by case id).
 //!
+//! In a playground conversation the model sees the earlier turns first (each user message and
+//! final answer, [`super::Exchange`]; the trace says how many in a `log` event), then the new
+//! message.
+//!
 //! The trace records the user message, every assistant message, tool call and tool result as
 //! events, and each model call's token usage as a `custom` event named `usage`. A model that
 //! fails, or a server that cannot be reached, makes the trial infra; a tool error is an answer.
 
 use super::mcp::{call_tool, close, connect, drive, trace_of, Session};
-use super::{input_text, Client, Recorder, TrialInput};
+use super::{input_text, Client, Exchange, Recorder, TrialInput};
 use crate::eval::config::{ServerConfig, VariantSpec};
 use crate::eval::trial::{EventKind, TraceRecord};
 use crate::model::http::ProviderConfig;
@@ -143,21 +147,40 @@ impl ApiClient {
         }
     }
 
-    /// The loop: servers and their tools, then model calls and tool calls until an answer.
+    /// The loop: servers and their tools, then model calls and tool calls until an answer;
+    /// the model sees a conversation's `history` before `prompt`.
     async fn agent_loop(
         &self,
         provider: &Provider,
-        gate: &dyn CallGate,
+        (gate, history): (&dyn CallGate, &[Exchange]),
         prompt: String,
         scratch: &Path,
         trace: &mut Recorder<'_>,
     ) -> Result<Option<String>> {
         let (sessions, tools) = self.open_servers(scratch).await?;
+        let mut turns = Vec::with_capacity(history.len() * 2 + 1);
+        if !history.is_empty() {
+            // The earlier turns are in their own traces: this one only says they were sent.
+            trace.push(EventKind::Log {
+                text: format!(
+                    "continues a conversation: the model sees its {} earlier turn(s) (each \
+                     message and final answer) before this message",
+                    history.len()
+                ),
+            });
+        }
+        for exchange in history {
+            turns.push(Turn::User(exchange.user.clone()));
+            turns.push(Turn::Assistant {
+                text: Some(exchange.assistant.clone()),
+                calls: Vec::new(),
+            });
+        }
         trace.push(EventKind::Message {
             role: "user".into(),
             text: prompt.clone(),
         });
-        let mut turns = vec![Turn::User(prompt)];
+        turns.push(Turn::User(prompt));
         for _ in 0..self.options.max_turns {
             let request = ModelRequest {
                 model: &self.model,
@@ -302,7 +325,13 @@ impl Client for ApiClient {
         let prompt = input_text(input.case);
         let outcome = drive(
             input,
-            self.agent_loop(&provider, input.calls, prompt, input.scratch, &mut trace),
+            self.agent_loop(
+                &provider,
+                (input.calls, input.history),
+                prompt,
+                input.scratch,
+                &mut trace,
+            ),
         );
         trace_of(outcome, trace)
     }

@@ -366,6 +366,7 @@ mod tests {
             calls: &crate::model::Unlimited,
             events,
             resume: None,
+            history: &[],
         })
     }
 

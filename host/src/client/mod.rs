@@ -34,6 +34,28 @@ pub struct TrialInput<'a> {
     pub events: &'a dyn EventSink,
     /// In a conversation turn, hears the resume tokens the client captures; `None` elsewhere.
     pub resume: Option<&'a dyn ResumeSink>,
+    /// In a conversation turn of a client that is handed its history (the `api` client),
+    /// the earlier completed turns, oldest first; empty elsewhere.
+    pub history: &'a [Exchange],
+}
+
+/// One completed turn of a conversation, as a chat client keeps it: the user's message (the
+/// turn's input as the client renders it, [`input_text`]) and the assistant's final answer.
+/// The turn's tool calls and results are left out: a chat client shows the model its earlier
+/// turns as the thread the user saw, and the tool traffic (often the bulk) is in the turn's
+/// trace.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Exchange {
+    pub user: String,
+    pub assistant: String,
+}
+
+impl Exchange {
+    /// Its size as the cap on a conversation's history counts it: the two texts' bytes.
+    pub fn bytes(&self) -> usize {
+        self.user.len() + self.assistant.len()
+    }
 }
 
 /// Hears a trial's trace events as they are recorded, in order: exactly the events of the
@@ -154,7 +176,12 @@ pub fn check_input(spec: &VariantSpec, input: &serde_json::Value) -> Result<()> 
 
 /// The text a case's input gives a client: a JSON string as itself, anything else as JSON.
 pub fn input_text(case: &CaseRecord) -> String {
-    match &case.input {
+    text_of(&case.input)
+}
+
+/// An input as a client renders it to text: a string as it is, anything else as JSON.
+pub fn text_of(input: &serde_json::Value) -> String {
+    match input {
         serde_json::Value::String(text) => text.clone(),
         other => other.to_string(),
     }

@@ -93,7 +93,7 @@ pub fn tools() -> Vec<Tool> {
             schema(
                 json!({"variant": {"type": "string", "description": "The variant whose client and servers the session runs (default: the eval's baseline, or its only variant)."},
                        "sharedWorkdir": {"type": "boolean", "description": "Run every task in one work directory on the machine, kept between tasks (default: each task in a fresh one)."},
-                       "conversation": {"type": "boolean", "description": "Make the session a conversation: each task is a turn that continues the last (the variant's client must be able to resume; a `command` client with `clientOptions.resume`). Chosen here, never changed."}}),
+                       "conversation": {"type": "boolean", "description": "Make the session a conversation: each task is a turn that continues the last (the variant's client must be able to continue one: a `command` client with `clientOptions.resume`, or an `api` client). Chosen here, never changed."}}),
                 &[],
             ),
         ),

@@ -73,6 +73,14 @@ impl ServeError {
         }
     }
 
+    /// 413: what the request asks for is over a cap.
+    pub fn too_large(message: impl Into<String>) -> Self {
+        ServeError {
+            status: 413,
+            message: message.into(),
+        }
+    }
+
     /// 502: the runner or the machine failed.
     pub fn machine(message: impl Into<String>) -> Self {
         ServeError {
@@ -147,10 +155,12 @@ fn can_converse(variant: &str, spec: &crate::eval::config::VariantSpec) -> Resul
             )),
             Err(e) => Err(refuse(format!("{e:#}"))),
         },
+        // The history of its completed turns goes to each turn's model.
+        "api" => Ok(()),
         other => Err(refuse(format!(
-            "its `{other}` client cannot continue a conversation yet (only a `command` client \
-             with `clientOptions.resume` can); use another variant, or a session without \
-             `conversation`"
+            "its `{other}` client cannot continue a conversation (a `command` client with \
+             `clientOptions.resume` or an `api` client can); use another variant, or a session \
+             without `conversation`"
         ))),
     }
 }

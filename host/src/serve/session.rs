@@ -10,8 +10,11 @@
 //! A conversation session (chosen at boot) runs each task as a turn, `turn-<n>`, continuing
 //! one conversation of the client: the worker reports the resume token the client captured,
 //! the session keeps it in memory only, and hands it to the next turn's worker over its stdin.
+//! An `api` client's conversation is continued by its history instead: the session keeps each
+//! completed turn's message and answer in memory and sends them in the next turn's bundle.
 
 use super::{ServeError, Shared};
+use crate::client::{text_of, Exchange};
 use crate::eval::trial::{CaseRecord, TraceEvent, TrialKey, TrialRecord, TrialStatus};
 use crate::results::RunDir;
 use crate::run::collect;
@@ -29,6 +32,12 @@ use std::time::{Duration, Instant};
 
 /// The name of a session's shared work directory on the machine, beside the worker's results.
 const SHARED_WORKDIR: &str = "workdir";
+
+/// The most an `api` conversation's history and the new turn's message may hold together
+/// (bytes of text): past it the turn is refused (413), and `fresh` starts a new thread. Turns
+/// are never dropped silently: a model that lost the start of the thread would answer as if it
+/// had it.
+pub const MAX_HISTORY_BYTES: usize = 512 * 1024;
 
 /// The record's name in a session directory.
 const RECORD_FILE: &str = "session.json";
@@ -149,15 +158,33 @@ struct Task {
     key: TrialKey,
     input: serde_json::Value,
     started_at: u64,
-    /// A conversation turn: whether it starts a new thread, and the resume token it
-    /// continues (none on a first or fresh turn).
-    turn: Option<(bool, Option<Secret>)>,
+    /// A conversation turn: what it continues.
+    turn: Option<TurnStart>,
     /// The resume token the turn's client captured, once the coordinator has it.
     captured: Mutex<Option<Secret>>,
     cancel: AtomicBool,
     /// Why `cancel` was set (an abort, the session's close).
     cancelled_because: Mutex<String>,
     live: Mutex<Live>,
+}
+
+/// What a conversation turn continues, taken when it is submitted.
+struct TurnStart {
+    /// It starts a new thread (`fresh`).
+    fresh: bool,
+    /// The resume token it continues (a `command` client's; none on a first or fresh turn).
+    token: Option<Secret>,
+    /// The earlier completed turns (an `api` client's; empty on a first or fresh turn).
+    history: Vec<Exchange>,
+}
+
+/// A conversation's thread, in memory only: what its next turn continues.
+#[derive(Default)]
+struct Thread {
+    /// The last resume token a `command` client captured (never recorded).
+    token: Option<Secret>,
+    /// The completed turns so far, kept only for a client handed its history (`api`).
+    history: Vec<Exchange>,
 }
 
 impl Task {
@@ -192,7 +219,7 @@ impl Task {
             status,
             reason,
             input: self.input.clone(),
-            fresh: self.turn.as_ref().is_some_and(|(fresh, _)| *fresh),
+            fresh: self.turn.as_ref().is_some_and(|turn| turn.fresh),
             started_at: self.started_at,
             ended_at,
             events: live.events.len() as u64,
@@ -227,9 +254,12 @@ pub struct Session {
     /// The work directory every task shares on the machine, if the session asked for one (a
     /// conversation always has one).
     workdir: Option<String>,
-    /// A conversation session: its held resume token (memory only, never recorded), which
-    /// the next turn continues.
-    conversation: Option<Mutex<Option<Secret>>>,
+    /// A conversation session: its thread (memory only, never recorded), which the next turn
+    /// continues.
+    conversation: Option<Mutex<Thread>>,
+    /// The variant's client is handed the conversation's history (`api`): the thread keeps
+    /// each completed turn.
+    keeps_history: bool,
     created_at: u64,
     machine: Mutex<Option<Box<dyn Channel>>>,
     state: Mutex<State>,
@@ -287,6 +317,7 @@ impl Session {
                 shared.runner.name()
             )));
         }
+        let keeps_history = shared.prepared.config.variant(variant).client == "api";
         let session = Session {
             id,
             variant: variant.to_string(),
@@ -296,7 +327,8 @@ impl Session {
             placement,
             // A conversation's agent keys its own state off its working directory.
             workdir: (shared_workdir || conversation).then(|| SHARED_WORKDIR.to_string()),
-            conversation: conversation.then(|| Mutex::new(None)),
+            conversation: conversation.then(|| Mutex::new(Thread::default())),
+            keeps_history,
             created_at: crate::clock::unix_secs(),
             machine: Mutex::new(Some(machine)),
             state: Mutex::new(State {
@@ -421,14 +453,13 @@ impl Session {
             )));
         }
         let n = state.tasks.len() as u32 + 1;
-        // Taken under the state lock: no turn runs, so none can capture a token meanwhile.
-        let turn = self.conversation.as_ref().map(|held| {
-            let mut held = held.lock().expect("resume token");
-            if fresh {
-                *held = None;
+        // Taken under the state lock: no turn runs, so none can change the thread meanwhile.
+        let turn = match &self.conversation {
+            Some(thread) => {
+                Some(self.start_turn(&mut thread.lock().expect("thread"), (n, &input), fresh)?)
             }
-            (fresh, held.clone())
-        });
+            None => None,
+        };
         let id = match turn {
             Some(_) => format!("turn-{n}"),
             None => format!("t{n}-{}", &new_id()[..12]),
@@ -461,6 +492,39 @@ impl Session {
         Ok(view)
     }
 
+    /// Starts turn `n` on `input` from `thread` (a new thread when `fresh`); refuses (413) an
+    /// `api` turn whose history and message would be over [`MAX_HISTORY_BYTES`].
+    fn start_turn(
+        &self,
+        thread: &mut Thread,
+        (n, input): (u32, &serde_json::Value),
+        fresh: bool,
+    ) -> Result<TurnStart, ServeError> {
+        let kept: &[Exchange] = if fresh { &[] } else { &thread.history };
+        if self.keeps_history {
+            let history: usize = kept.iter().map(Exchange::bytes).sum();
+            let message = text_of(input).len();
+            if history + message > MAX_HISTORY_BYTES {
+                return Err(ServeError::too_large(format!(
+                    "turn {n} of conversation `{}` would send the model {history} bytes of \
+                     earlier turns and a {message}-byte message, over the {MAX_HISTORY_BYTES} \
+                     bytes a conversation's history may hold: start a new thread with \
+                     `\"fresh\": true` (the work directory stays), or send a shorter message",
+                    self.id
+                )));
+            }
+        }
+        // Only a turn that starts drops the thread.
+        if fresh {
+            *thread = Thread::default();
+        }
+        Ok(TurnStart {
+            fresh,
+            token: thread.token.clone(),
+            history: thread.history.clone(),
+        })
+    }
+
     /// Runs `task` as a one-trial shard on the machine, then settles it.
     fn run_task(&self, task: &Task) {
         let case = CaseRecord::new(task.key.case.clone(), task.input.clone());
@@ -489,7 +553,9 @@ impl Session {
                         &self.id,
                         &self.dir,
                         self.workdir.as_deref(),
-                        task.turn.as_ref().map(|(_, token)| token.as_ref()),
+                        task.turn
+                            .as_ref()
+                            .map(|turn| (turn.token.as_ref(), turn.history.as_slice())),
                     ),
                     channel.as_mut(),
                     &cases,
@@ -501,13 +567,24 @@ impl Session {
             }
         };
         self.settle(task, outcome.err());
-        // A turn that captured no token (it failed, or the agent printed none) leaves the
-        // held one: the next turn continues the same thread.
-        if let (Some(held), Some(token)) = (
-            &self.conversation,
-            task.captured.lock().expect("task").take(),
-        ) {
-            *held.lock().expect("resume token") = Some(token);
+        if let Some(thread) = &self.conversation {
+            let mut thread = thread.lock().expect("thread");
+            // A turn that captured no token (it failed, or the agent printed none) leaves the
+            // held one: the next turn continues the same thread.
+            if let Some(token) = task.captured.lock().expect("task").take() {
+                thread.token = Some(token);
+            }
+            // Only a completed turn with an answer is part of the thread: an aborted, failed
+            // or timed-out one never reached the user as a reply.
+            let live = task.live.lock().expect("task");
+            if let (true, Some((TaskStatus::Completed, ..)), Some(answer)) =
+                (self.keeps_history, &live.settled, &live.final_text)
+            {
+                thread.history.push(Exchange {
+                    user: text_of(&task.input),
+                    assistant: answer.clone(),
+                });
+            }
         }
         let dispose = {
             let mut state = self.state.lock().expect("session");
@@ -676,13 +753,16 @@ impl Session {
     }
 }
 
+/// A conversation turn as a shard sends it: the resume token it continues, and the history.
+type TurnOf<'a> = (Option<&'a Secret>, &'a [Exchange]);
+
 /// Runs one shard of session `session`'s `trials` on `machine` (traces into `dir`, the
 /// clients in `workdir` when shared), staged in a temporary directory; a conversation turn
-/// (`turn`) hands its worker the resume token it continues, if any. `Err` says why the shard
-/// did not end as done.
+/// (`turn`) hands its worker the resume token it continues, if any, and its bundle carries the
+/// history. `Err` says why the shard did not end as done.
 fn run_shard(
     shared: &Shared,
-    (session, dir, workdir, turn): (&str, &RunDir, Option<&str>, Option<Option<&Secret>>),
+    (session, dir, workdir, turn): (&str, &RunDir, Option<&str>, Option<TurnOf<'_>>),
     machine: &mut dyn Channel,
     cases: &BTreeMap<&str, &CaseRecord>,
     trials: Vec<TrialKey>,
@@ -691,8 +771,9 @@ fn run_shard(
 ) -> Result<(), String> {
     let bundle = Bundle {
         workdir: workdir.map(str::to_string),
-        conversation: turn.map(|token| Turn {
+        conversation: turn.map(|(token, history)| Turn {
             resume: token.is_some(),
+            history: history.to_vec(),
         }),
         ..collect::bundle(
             &shared.prepared.config,
@@ -717,7 +798,7 @@ fn run_shard(
         settings: shared.settings,
         events,
         cancel,
-        resume: turn.flatten(),
+        resume: turn.and_then(|(token, _)| token),
         copied: &AtomicU64::new(0),
     };
     let report = ShardSession::new(&context, &bundle, dir).run(machine, staging.path());

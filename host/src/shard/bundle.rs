@@ -51,11 +51,52 @@ pub struct Bundle {
 }
 
 /// A conversation turn, as its bundle describes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Turn {
     /// The coordinator holds a resume token for this turn: the worker asks for it
     /// ([`crate::client::RESUME_TOKEN`], with `need-tokens`) before the trial, and the client
     /// continues that conversation. False on a conversation's first turn and after `fresh`.
     pub resume: bool,
+    /// An `api` client's conversation so far: its completed turns, oldest first, which the
+    /// model sees before this turn's message. The conversation's own content (already in its
+    /// turns' traces), never a secret; capped by mst serve
+    /// (docs/serve.md, Conversations). Empty on a first or fresh turn and for
+    /// `command` clients, which resume by token instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<crate::client::Exchange>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Exchange;
+
+    #[test]
+    fn a_turn_without_history_is_the_part_one_bundle_and_one_with_it_round_trips() {
+        let token_only = Turn {
+            resume: true,
+            history: Vec::new(),
+        };
+        assert_eq!(
+            serde_json::to_value(&token_only).unwrap(),
+            serde_json::json!({"resume": true}),
+            "a command client's turn carries no history field"
+        );
+        let with_history = Turn {
+            resume: false,
+            history: vec![Exchange {
+                user: "remember PLUM-7".into(),
+                assistant: "noted".into(),
+            }],
+        };
+        let text = serde_json::to_string(&with_history).unwrap();
+        assert_eq!(
+            text,
+            r#"{"resume":false,"history":[{"user":"remember PLUM-7","assistant":"noted"}]}"#
+        );
+        assert_eq!(serde_json::from_str::<Turn>(&text).unwrap(), with_history);
+        let stray = r#"{"resume":false,"history":[{"user":"a","assistant":"b","tools":[]}]}"#;
+        assert!(serde_json::from_str::<Turn>(stray).is_err());
+    }
 }

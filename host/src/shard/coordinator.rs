@@ -579,7 +579,11 @@ impl<'a> ShardSession<'a> {
     /// Answers `need-tokens` with the tokens this run holds, only over stdin, and only for
     /// servers of this shard's bundle: asking for any other is a protocol violation.
     fn on_need_tokens(&mut self, servers: &[String]) -> Option<ShardEnd> {
-        let resumes = self.bundle.conversation.is_some_and(|turn| turn.resume);
+        let resumes = self
+            .bundle
+            .conversation
+            .as_ref()
+            .is_some_and(|turn| turn.resume);
         let bundled = |server: &String| {
             (resumes && server == crate::client::RESUME_TOKEN)
                 || self

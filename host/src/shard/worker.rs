@@ -154,7 +154,7 @@ fn run_trial(
     case: &CaseRecord,
     key: &TrialKey,
     timeout: Duration,
-    (results, workdir, conversation): (&Path, Option<&str>, bool),
+    (results, workdir, conversation, history): (&Path, Option<&str>, bool, &[client::Exchange]),
     cancel: &AtomicBool,
     link: &TrialLink,
 ) -> Result<Option<TrialStatus>, String> {
@@ -169,6 +169,7 @@ fn run_trial(
         calls: link,
         events: link,
         resume: conversation.then_some(link as &dyn client::ResumeSink),
+        history,
     });
     let status = trace.status;
     if cancel.load(Ordering::Relaxed) && status != TrialStatus::Completed {
@@ -364,7 +365,12 @@ impl Worker {
             .values()
             .flat_map(VariantSpec::token_names)
             .collect();
-        if self.bundle.conversation.is_some_and(|turn| turn.resume) {
+        if self
+            .bundle
+            .conversation
+            .as_ref()
+            .is_some_and(|turn| turn.resume)
+        {
             token_servers.insert(client::RESUME_TOKEN.to_string());
         }
         if !token_servers.is_empty() {
@@ -553,13 +559,19 @@ impl Worker {
             resume: Mutex::new(None),
         };
         let conversation = self.bundle.conversation.is_some();
+        let history = self
+            .bundle
+            .conversation
+            .as_ref()
+            .map(|turn| turn.history.clone())
+            .unwrap_or_default();
         std::thread::spawn(move || {
             let outcome = run_trial(
                 client.as_ref(),
                 &case,
                 &key,
                 timeout,
-                (&results, workdir.as_deref(), conversation),
+                (&results, workdir.as_deref(), conversation, &history),
                 &cancel,
                 &link,
             );

@@ -189,7 +189,7 @@
         h('label', null, 'Variant', variant),
         h('p', { 'class': 'meta' }, 'Runner: ', h('strong', { id: 'boot-runner' }, p.runner), ' (chosen when mst serve started: --runner)'),
         h('label', null, h('span', null, shared, ' every task in one shared work directory')),
-        h('label', null, h('span', null, conversation, ' a conversation: each task is a turn continuing one thread (the client must declare how it resumes)')),
+        h('label', null, h('span', null, conversation, ' a conversation: each task is a turn continuing one thread (an api client, or a command client that declares how it resumes)')),
         h('div', null, boot), status);
       box.appendChild(form);
       return api('GET', '/api/v1/sessions').then(function (list) {
