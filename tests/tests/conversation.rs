@@ -716,3 +716,218 @@ fn an_api_turn_past_the_history_cap_is_refused_until_a_fresh_thread() {
     assert_eq!(page["status"], "completed", "{page}");
     assert_eq!(messages(&model.requests()[2].body).len(), 1);
 }
+
+#[test]
+fn a_conversation_exported_as_a_case_replays_its_turns_in_a_batch_run() {
+    let chat = Chat::new();
+    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let api = Answers::default();
+    let (_, view) = api.call(
+        &serve,
+        "POST",
+        "/api/v1/sessions",
+        Some(r#"{"conversation": true}"#),
+    );
+    let session = view["id"].as_str().unwrap().to_string();
+    api.turn(&serve, &session, r#"{"input": "zulu"}"#);
+    api.turn(&serve, &session, r#"{"input": "alpha", "fresh": true}"#);
+    api.turn(&serve, &session, r#"{"input": "bravo"}"#);
+    let export = format!("/api/v1/sessions/{session}/export");
+
+    // The thread of the last turn, since its `fresh`: alpha, bravo.
+    let (status, exported) = api.call(
+        &serve,
+        "POST",
+        &export,
+        Some(r#"{"dataset": "kept.jsonl", "case": "kept-thread"}"#),
+    );
+    assert_eq!(status, 201, "{exported}");
+    let dataset = chat.eval.dir.path().join("kept.jsonl");
+    let stored: Vec<Value> = lines(&dataset)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0]["id"], "kept-thread");
+    assert_eq!(stored[0]["input"], json!({"turns": ["alpha", "bravo"]}));
+    assert_eq!(
+        stored[0]["metadata"]["exportedFrom"],
+        json!({"session": session, "tasks": ["turn-2", "turn-3"]})
+    );
+    // The same id again, a path for a name, a task that is not there: refused.
+    let (status, _) = api.call(
+        &serve,
+        "POST",
+        &export,
+        Some(r#"{"dataset": "kept.jsonl", "case": "kept-thread"}"#),
+    );
+    assert_eq!(status, 409);
+    let (status, refused) = api.call(
+        &serve,
+        "POST",
+        &export,
+        Some(r#"{"dataset": "../kept.jsonl"}"#),
+    );
+    assert_eq!(status, 400, "{refused}");
+    let (status, _) = api.call(
+        &serve,
+        "POST",
+        &export,
+        Some(r#"{"dataset": "kept.jsonl", "task": "turn-9"}"#),
+    );
+    assert_eq!(status, 404);
+    // Turn 1 alone is its own thread.
+    let (status, _) = api.call(
+        &serve,
+        "POST",
+        &export,
+        Some(r#"{"dataset": "kept.jsonl", "task": "turn-1"}"#),
+    );
+    assert_eq!(status, 201);
+    assert_eq!(
+        serde_json::from_str::<Value>(&lines(&dataset)[1]).unwrap()["input"],
+        json!({"turns": ["zulu"]})
+    );
+    serve.stop();
+
+    // The exported case in a batch run: one trial replays both turns, resuming the thread.
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(chat.eval.config()).unwrap()).unwrap();
+    config["datasets"] = json!(["kept.jsonl"]);
+    let replay = chat.eval.dir.path().join("replay.json");
+    std::fs::write(&replay, config.to_string()).unwrap();
+    let results = chat.dir.path().join("replayed");
+    let before = chat.minted().len();
+    let run = Mst::new().run(&[
+        "run",
+        "--config",
+        s(&replay),
+        "--variant",
+        "chat",
+        "--case",
+        "kept-thread",
+        "--results-dir",
+        s(&results),
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let trace: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            results
+                .join("play/runs")
+                .join(run.json()["runId"].as_str().unwrap())
+                .join("chat/kept-thread/0.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        thread(&json!({"finalText": trace["trace"]["finalText"]})),
+        ["alpha", "bravo"],
+        "{trace}"
+    );
+    let logs: Vec<&str> = trace["trace"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .filter(|t| t.starts_with("turn "))
+        .collect();
+    assert_eq!(logs, ["turn 1 of 2", "turn 2 of 2"]);
+    // The second turn resumed the token the first printed last; no token reached a file.
+    let minted = chat.minted();
+    assert_eq!(minted.len(), before + 4);
+    assert_eq!(
+        chat.argv()[chat.argv().len() - 1],
+        format!("--resume {}", minted[before + 1])
+    );
+    for file in files(&results) {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for token in &minted {
+            assert!(
+                !text.contains(token.as_str()),
+                "{} holds a token",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_tasks_input_exports_as_a_case_and_only_a_completed_task_does() {
+    let chat = Chat::new();
+    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let api = Answers::default();
+    let session = serve.session(r#"{"variant": "plain"}"#);
+    let export = format!("/api/v1/sessions/{session}/export");
+    let (status, refused) = api.call(
+        &serve,
+        "POST",
+        &export,
+        Some(r#"{"dataset": "kept.jsonl"}"#),
+    );
+    assert_eq!(status, 409, "nothing completed yet: {refused}");
+    let (task, _) = api.turn(&serve, &session, r#"{"input": {"question": "hello"}}"#);
+    let (status, exported) = api.call(
+        &serve,
+        "POST",
+        &export,
+        Some(r#"{"dataset": "kept.jsonl"}"#),
+    );
+    assert_eq!(status, 201, "{exported}");
+    let case = &exported["case"];
+    assert_eq!(case["input"], json!({"question": "hello"}));
+    assert_eq!(case["id"], format!("{}-{task}", &session[..8]));
+    assert_eq!(
+        serde_json::from_str::<Value>(&lines(&chat.eval.dir.path().join("kept.jsonl"))[0]).unwrap(),
+        *case
+    );
+    serve.stop();
+}
+
+#[test]
+fn an_exported_api_conversation_replays_with_its_history_in_a_batch_run() {
+    let model = recalling_model();
+    let (eval, serve) = api_chat(&model);
+    let session = serve.session(r#"{"conversation": true}"#);
+    for question in [
+        "Please remember a code word.",
+        "Now, what was the code word?",
+    ] {
+        assert_eq!(
+            api_turn(&serve, &session, question, false)["status"],
+            "completed"
+        );
+    }
+    let (status, exported) = serve.call(
+        "POST",
+        &format!("/api/v1/sessions/{session}/export"),
+        Some(r#"{"dataset": "kept.jsonl", "case": "recall"}"#),
+    );
+    assert_eq!(status, 201, "{exported}");
+    serve.stop();
+    let asked_before = model.requests().len();
+
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(eval.config()).unwrap()).unwrap();
+    config["datasets"] = json!(["kept.jsonl"]);
+    std::fs::write(eval.config(), config.to_string()).unwrap();
+    let secrets = eval.dir.path().join("secrets.env");
+    let run = eval.run(&Mst::new(), &["--secrets-file", s(&secrets), "--json"]);
+    // The judge wants PLUM: the replayed second turn recalls what the first was told.
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let requests: Vec<Value> = model.requests()[asked_before..]
+        .iter()
+        .map(|r| r.body.clone())
+        .collect();
+    assert_eq!(requests.len(), 2, "one model call per turn");
+    let second: Vec<(String, String)> = messages(&requests[1]);
+    assert_eq!(
+        second.len(),
+        3,
+        "the first turn, its reply, the question: {second:?}"
+    );
+    assert_eq!(second[0].1, "Please remember a code word.");
+    assert!(second[1].1.contains(CODE_WORD), "{second:?}");
+    assert_eq!(second[2].1, "Now, what was the code word?");
+}

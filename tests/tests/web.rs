@@ -617,6 +617,16 @@ fn a_conversation_reads_as_a_chat_in_the_page_and_fresh_starts_a_new_thread() {
             && reply(b, 0) == "session: [redacted:resume token]\ngamma"
     });
     assert!(browser.text("#tasks .turn h3").contains("(a new thread)"));
+    // Kept as a case: the thread since `fresh`, one turn.
+    browser.click("#export");
+    until(&browser, "the export", |b| {
+        b.texts("#task-message .notice")
+            .first()
+            .is_some_and(|t| t.starts_with("Kept as case "))
+    });
+    let kept = std::fs::read_to_string(eval.dir.path().join("playground.jsonl")).unwrap();
+    let case: Value = serde_json::from_str(kept.trim()).unwrap();
+    assert_eq!(case["input"], json!({"turns": ["gamma"]}));
     browser.screenshot("conversation");
     assert_eq!(browser.console_errors(), Vec::<String>::new());
     serve.stop();

@@ -322,17 +322,51 @@ impl Client for ApiClient {
                 return trace_of(super::mcp::Outcome::Failed(why), trace);
             }
         };
-        let prompt = input_text(input.case);
-        let outcome = drive(
-            input,
-            self.agent_loop(
-                &provider,
-                (input.calls, input.history),
-                prompt,
-                input.scratch,
-                &mut trace,
-            ),
-        );
+        // A batch trial of a conversation case (exported from the playground) replays its
+        // turns, each with the earlier ones as its history; a playground turn is one turn.
+        let replayed = match input.resume {
+            None => super::conversation_turns(&input.case.input),
+            Some(_) => None,
+        };
+        let outcome = drive(input, async {
+            let Some(turns) = replayed else {
+                let prompt = input_text(input.case);
+                return self
+                    .agent_loop(
+                        &provider,
+                        (input.calls, input.history),
+                        prompt,
+                        input.scratch,
+                        &mut trace,
+                    )
+                    .await;
+            };
+            let mut history: Vec<Exchange> = Vec::new();
+            let mut answer = None;
+            for (n, turn) in turns.iter().enumerate() {
+                let text = format!("turn {} of {}", n + 1, turns.len());
+                trace.push(EventKind::Log { text });
+                let prompt = super::text_of(turn);
+                answer = self
+                    .agent_loop(
+                        &provider,
+                        (input.calls, &history),
+                        prompt.clone(),
+                        input.scratch,
+                        &mut trace,
+                    )
+                    .await?;
+                match &answer {
+                    Some(reply) => history.push(Exchange {
+                        user: prompt,
+                        assistant: reply.clone(),
+                    }),
+                    // A turn without an answer ends the replay: the next has nothing to follow.
+                    None => break,
+                }
+            }
+            Ok(answer)
+        });
         trace_of(outcome, trace)
     }
 }

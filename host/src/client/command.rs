@@ -145,19 +145,125 @@ impl Client for CommandClient {
     }
 
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
+        // A batch trial of a conversation case (exported from the playground) replays its
+        // turns; a playground turn is one turn.
+        if input.resume.is_none() && self.resume.is_some() {
+            if let Some(turns) = super::conversation_turns(&input.case.input) {
+                return self.replay(input, turns);
+            }
+        }
         let started = Instant::now();
         let mut trace = Recorder::new(input, started);
+        let resume_with = input
+            .resume
+            .and(self.resume_token.as_ref())
+            .map(Secret::expose);
         let text = input_text(input.case);
-        let (mut child, outputs, readers) = match self.spawn(input, &text, started) {
-            Ok(spawned) => spawned,
-            Err(why) => return infra(trace, why),
-        };
         let deadline = started + input.timeout;
+        match self.run_program(
+            input,
+            &text,
+            resume_with,
+            input.resume,
+            deadline,
+            &mut trace,
+        ) {
+            Ok(end) => end.into_trace(trace, started),
+            Err(why) => infra(trace, why),
+        }
+    }
+}
+
+/// The last resume token a replayed turn printed, held for redaction the moment it is seen,
+/// as a playground turn's is.
+#[derive(Default)]
+struct LastToken(std::sync::Mutex<Option<Secret>>);
+
+impl ResumeSink for LastToken {
+    fn token(&self, token: Secret) {
+        crate::secrets::hold("resume token", &token);
+        *self.0.lock().expect("token") = Some(token);
+    }
+}
+
+/// How one run of the program ended.
+struct ProgramEnd {
+    answer: String,
+    exit_code: Option<i32>,
+    timed_out: bool,
+}
+
+impl ProgramEnd {
+    fn into_trace(self, trace: Recorder<'_>, started: Instant) -> TraceRecord {
+        TraceRecord {
+            status: if self.timed_out {
+                TrialStatus::TimedOut
+            } else {
+                TrialStatus::Completed
+            },
+            final_text: Some(self.answer),
+            events: trace.into_events(),
+            exit_code: self.exit_code,
+            duration_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+impl CommandClient {
+    /// Replays a conversation case in one trial: each turn runs the program on the turn's
+    /// input, continuing the thread with the token the previous turn printed (as the
+    /// playground does), under the trial's one deadline. The answer is the last turn's; a turn
+    /// that times out or exits non-zero ends the replay there.
+    fn replay(&self, input: &TrialInput<'_>, turns: &[serde_json::Value]) -> TraceRecord {
+        let started = Instant::now();
+        let deadline = started + input.timeout;
+        let mut trace = Recorder::new(input, started);
+        let sink = LastToken::default();
+        let mut last = None;
+        for (n, turn) in turns.iter().enumerate() {
+            let text = format!("turn {} of {}", n + 1, turns.len());
+            trace.push(EventKind::Log { text });
+            let token = sink.0.lock().expect("token").clone();
+            let end = match self.run_program(
+                input,
+                &super::text_of(turn),
+                token.as_ref().map(Secret::expose),
+                Some(&sink),
+                deadline,
+                &mut trace,
+            ) {
+                Ok(end) => end,
+                Err(why) => return infra(trace, why),
+            };
+            let stop = end.timed_out || end.exit_code != Some(0);
+            last = Some(end);
+            if stop {
+                break;
+            }
+        }
+        last.expect("a conversation case has turns")
+            .into_trace(trace, started)
+    }
+
+    /// Runs the program once on `text` (continuing `resume_with`'s thread when given) until
+    /// it ends or `deadline`; its output goes to `trace` and the answer. `Err` when it could
+    /// not start or the shard was cancelled.
+    fn run_program(
+        &self,
+        input: &TrialInput<'_>,
+        text: &str,
+        resume_with: Option<&str>,
+        sink: Option<&dyn ResumeSink>,
+        deadline: Instant,
+        trace: &mut Recorder<'_>,
+    ) -> Result<ProgramEnd, String> {
+        let started = trace.started();
+        let (mut child, outputs, readers) = self.spawn(input, text, resume_with, started)?;
         let mut answer = String::new();
         let mut timed_out = false;
         let status = loop {
             if let Ok(output) = outputs.recv_timeout(Duration::from_millis(20)) {
-                self.record(output, input.resume, &mut answer, &mut trace);
+                self.record(output, sink, &mut answer, trace);
             }
             if let Some(status) = child.try_wait() {
                 break status;
@@ -170,7 +276,7 @@ impl Client for CommandClient {
             if input.cancel.load(Ordering::Relaxed) {
                 child.kill_group();
                 child.wait();
-                return infra(trace, "cancelled".into());
+                return Err("cancelled".into());
             }
         };
         // The program is gone; its pipes close once every process of the group is gone. A
@@ -181,7 +287,7 @@ impl Client for CommandClient {
         loop {
             let left = stop_reading.saturating_duration_since(Instant::now());
             match outputs.recv_timeout(left) {
-                Ok(output) => self.record(output, input.resume, &mut answer, &mut trace),
+                Ok(output) => self.record(output, sink, &mut answer, trace),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let text = "the program's output stayed open after it ended (a process \
@@ -197,17 +303,11 @@ impl Client for CommandClient {
         if answer.ends_with('\n') {
             answer.pop();
         }
-        TraceRecord {
-            status: if timed_out {
-                TrialStatus::TimedOut
-            } else {
-                TrialStatus::Completed
-            },
-            final_text: Some(answer),
-            events: trace.into_events(),
+        Ok(ProgramEnd {
+            answer,
             exit_code: status.and_then(|s| s.code()),
-            duration_ms: started.elapsed().as_millis() as u64,
-        }
+            timed_out,
+        })
     }
 }
 
@@ -225,6 +325,7 @@ impl CommandClient {
         &self,
         input: &TrialInput<'_>,
         text: &str,
+        resume_with: Option<&str>,
         started: Instant,
     ) -> Result<Spawned, String> {
         let argv_text = if self.options.input == InputMode::Argv {
@@ -238,11 +339,9 @@ impl CommandClient {
             .iter()
             .map(|a| fill(a, input, argv_text))
             .collect();
-        // Only inside a conversation: a batch trial never continues anything.
-        if let (Some(resume), Some(token), Some(_)) =
-            (&self.resume, &self.resume_token, input.resume)
-        {
-            argv.extend(resume.args(token.expose()));
+        // Only when continuing a thread: a playground turn's, or a replayed conversation's.
+        if let (Some(resume), Some(token)) = (&self.resume, resume_with) {
+            argv.extend(resume.args(token));
         }
         let mut command = Command::new(&argv[0]);
         command

@@ -179,6 +179,15 @@ pub fn input_text(case: &CaseRecord) -> String {
     text_of(&case.input)
 }
 
+/// The turns of a conversation case, `{"turns": [...]}` (what the playground exports, and a
+/// batch trial replays in order, continuing the thread): each turn's input as a case input.
+/// `None` for any other input.
+pub fn conversation_turns(input: &serde_json::Value) -> Option<&[serde_json::Value]> {
+    let object = input.as_object()?;
+    let turns = object.get("turns")?.as_array()?;
+    (object.len() == 1 && !turns.is_empty()).then_some(turns.as_slice())
+}
+
 /// An input as a client renders it to text: a string as it is, anything else as JSON.
 pub fn text_of(input: &serde_json::Value) -> String {
     match input {

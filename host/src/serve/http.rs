@@ -6,7 +6,7 @@
 //! CORS headers are sent, so browsers on other origins cannot call it.
 
 use super::live::{LiveRuns, StartRun};
-use super::{CreateSession, Playground, ServeError, SubmitTask};
+use super::{CreateSession, ExportCase, Playground, ServeError, SubmitTask};
 use crate::results::ResultsRoot;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -61,6 +61,7 @@ pub fn router(served: Served, token: Option<String>) -> Router {
         .route("/api/v1/sessions/{id}/tasks", post(submit))
         .route("/api/v1/sessions/{id}/tasks/{task}/trace", get(trace))
         .route("/api/v1/sessions/{id}/tasks/{task}/abort", post(abort))
+        .route("/api/v1/sessions/{id}/export", post(export))
         .route("/api/v1/runs", get(runs).post(start_run))
         .route("/api/v1/runs/{id}", get(run_view))
         .route("/api/v1/runs/{id}/live", get(live_run))
@@ -235,6 +236,17 @@ async fn submit(
         StatusCode::ACCEPTED,
         &api.playground()?.submit(&id, request)?,
     ))
+}
+
+async fn export(
+    State(api): Shared,
+    Path(id): Path<String>,
+    request: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServeError> {
+    let request: ExportCase = body(request, "export")?;
+    let playground = api.playground()?;
+    let exported = blocking(move || playground.export(&id, request)).await?;
+    Ok(json(StatusCode::CREATED, &exported))
 }
 
 async fn abort(

@@ -136,6 +136,22 @@ pub struct SubmitTask {
     pub fresh: bool,
 }
 
+/// `POST /sessions/{id}/export`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportCase {
+    /// The dataset file to append the case to: a `.jsonl` file name in the eval config's
+    /// directory (created when missing).
+    pub dataset: String,
+    /// The case's id (default: the session's id, shortened, and the task's).
+    #[serde(default)]
+    pub case: Option<String>,
+    /// The task (a conversation's turn) to export (default: the last completed one). A
+    /// conversation exports the thread up to that turn.
+    #[serde(default)]
+    pub task: Option<String>,
+}
+
 /// Checks, before any machine is made, that variant `variant`'s client can continue a
 /// conversation: a turn that silently started afresh would be a lie.
 fn can_converse(variant: &str, spec: &crate::eval::config::VariantSpec) -> Result<(), ServeError> {
@@ -358,6 +374,108 @@ impl Playground {
     /// Task `task`'s events from `since` on (all without it), and whether it has settled.
     pub fn trace(&self, id: &str, task: &str, since: Option<u64>) -> Result<TracePage, ServeError> {
         self.session(id)?.trace(task, since)
+    }
+
+    /// Writes session `id`'s task, or a conversation's thread up to a turn, as a case of a
+    /// dataset file beside the eval config, so what was found in the playground becomes a
+    /// regression case: a task's input as the case's input; a conversation's completed turns
+    /// since its last `fresh` as `{"turns": [...]}`, which a batch run replays as one trial.
+    pub fn export(&self, id: &str, request: ExportCase) -> Result<serde_json::Value, ServeError> {
+        let name = &request.dataset;
+        let plain = name.ends_with(".jsonl")
+            && !name.starts_with('.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !plain {
+            return Err(ServeError::bad_request(format!(
+                "`dataset` {name:?} must be a plain `.jsonl` file name (letters, digits, `.`, \
+                 `_`, `-`): the case goes into that file beside the eval config"
+            )));
+        }
+        let session = self.session(id)?;
+        let view = session.view();
+        let completed = |t: &&TaskView| t.status == session::TaskStatus::Completed;
+        let target = match &request.task {
+            Some(task) => view.tasks.iter().find(|t| &t.id == task).ok_or_else(|| {
+                ServeError::not_found(format!("session `{id}` has no task `{task}`"))
+            })?,
+            None => view.tasks.iter().rev().find(completed).ok_or_else(|| {
+                ServeError::conflict(format!(
+                    "session `{id}` has no completed task to export yet"
+                ))
+            })?,
+        };
+        if !completed(&target) {
+            return Err(ServeError::conflict(format!(
+                "task `{}` did not complete ({}): only a completed task is exported",
+                target.id,
+                serde_json::to_value(target.status).unwrap_or_default()
+            )));
+        }
+        let (input, tasks) = if view.conversation {
+            // The thread the turn belongs to: back to turn 1 or the last `fresh` turn.
+            let upto = view
+                .tasks
+                .iter()
+                .position(|t| t.id == target.id)
+                .unwrap_or(0);
+            let start = view.tasks[..=upto]
+                .iter()
+                .rposition(|t| t.fresh)
+                .unwrap_or(0);
+            let thread: Vec<&TaskView> =
+                view.tasks[start..=upto].iter().filter(completed).collect();
+            (
+                serde_json::json!({"turns": thread.iter().map(|t| &t.input).collect::<Vec<_>>()}),
+                thread.iter().map(|t| t.id.clone()).collect::<Vec<_>>(),
+            )
+        } else {
+            (target.input.clone(), vec![target.id.clone()])
+        };
+        let case_id = request
+            .case
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", &id[..id.len().min(8)], target.id));
+        let mut case = CaseRecord::new(case_id.clone(), input);
+        case.metadata = Some(serde_json::json!({"exportedFrom": {"session": id, "tasks": tasks}}));
+        let dir = self
+            .shared
+            .config_path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let path = dir.join(name);
+        let existing = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => {
+                return Err(ServeError::machine(format!(
+                    "cannot read {}: {e}",
+                    path.display()
+                )))
+            }
+        };
+        let taken = existing.lines().any(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .is_ok_and(|c| c["id"].as_str() == Some(case_id.as_str()))
+        });
+        if taken {
+            return Err(ServeError::conflict(format!(
+                "{} already holds a case `{case_id}`: give the export another `case` id",
+                path.display()
+            )));
+        }
+        let line = serde_json::to_string(&case).map_err(|e| ServeError::machine(e.to_string()))?;
+        let mut text = existing;
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&crate::secrets::redactor().redact(&line));
+        text.push('\n');
+        crate::files::write_atomic(&path, text.as_bytes())
+            .map_err(|e| ServeError::machine(format!("cannot write {}: {e:#}", path.display())))?;
+        Ok(serde_json::json!({"dataset": path, "case": case}))
     }
 
     /// Aborts task `task` of session `id` while it runs; the session stays open.

@@ -327,6 +327,19 @@
       freshLabel,
       h('div', null, submit, ' ', closeButton)));
     box.appendChild(message);
+    // Keep what was good: the last completed task, or the conversation's thread, as a case.
+    var datasetName = h('input', { id: 'export-dataset', value: 'playground.jsonl', 'aria-describedby': 'export-help' });
+    box.appendChild(h('form', {
+      'class': 'filters', 'aria-label': 'Keep as a case', onsubmit: function (e) {
+        e.preventDefault();
+        api('POST', '/api/v1/sessions/' + encodeURIComponent(id) + '/export', { dataset: datasetName.value }).then(function (done) {
+          say('info', 'Kept as case ' + done.case.id + ' in ' + done.dataset + '.');
+        }, function (err) { say('error', 'Not kept: ' + err.message); });
+      }
+    },
+      h('label', null, 'Dataset file beside the eval', datasetName),
+      h('button', { type: 'submit', id: 'export' }, 'Keep as a case'),
+      h('span', { id: 'export-help', 'class': 'meta' }, 'the last completed task, or the conversation so far, as a regression case')));
     box.appendChild(listHeading);
     box.appendChild(cards);
     api('GET', '/api/v1/sessions/' + encodeURIComponent(id)).then(function (s) {
