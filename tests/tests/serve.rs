@@ -694,3 +694,31 @@ fn a_session_calls_a_real_mcp_server_and_streams_the_call() {
         "{page}"
     );
 }
+
+#[test]
+fn the_runs_api_refuses_bad_requests_with_the_status_that_fits() {
+    let eval = agent_eval("cat", json!({}));
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let status = |method: &str, path: &str, body: Option<&str>| {
+        let (status, text) = serve.call_raw(method, path, body, &[]);
+        (status, text)
+    };
+    // An unknown field of a run request; a run that is not stored or live; a cursor that is
+    // not a number; a trial index that is not one; a path for a dataset name.
+    let (code, text) = status("POST", "/api/v1/runs", Some(r#"{"variant": "agent"}"#));
+    assert_eq!(code, 400, "{text}");
+    assert!(text.contains("variant"), "{text}");
+    let (code, text) = status("GET", "/api/v1/runs/no-such-run", None);
+    assert_eq!(code, 404, "{text}");
+    let (code, text) = status("GET", "/api/v1/runs/no-such-run/live?since=x", None);
+    assert_eq!(code, 400, "{text}");
+    let (code, text) = status("GET", "/api/v1/runs/no-such-run/live", None);
+    assert_eq!(code, 404, "{text}");
+    let (code, _) = status("GET", "/api/v1/runs/no-such-run/trials/first", None);
+    assert_eq!(code, 400);
+    let (code, text) = status("GET", "/ui/../../etc/passwd", None);
+    assert_eq!(code, 404, "{text}");
+    let (code, text) = status("GET", "/ui/secret.js", None);
+    assert_eq!(code, 404, "{text}");
+    serve.stop();
+}

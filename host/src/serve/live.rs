@@ -286,7 +286,11 @@ impl LiveRuns {
             let outcome = crate::run::run(&home, &run_request, reporter.as_ref(), &cancel);
             reporter.end(outcome.err().map(|e| format!("{e:#}")));
         });
-        self.threads.lock().expect("live runs").push(thread);
+        let mut threads = self.threads.lock().expect("live runs");
+        // Runs that ended need no joining at shutdown.
+        threads.retain(|t| !t.is_finished());
+        threads.push(thread);
+        drop(threads);
         self.track(live.clone());
         let state = live.wait_named(START_WAIT);
         match (&state.run_id, &state.error) {
