@@ -306,10 +306,15 @@ impl Browser {
 
     /// Attribute `name` of the first element matching `css` (`None` when it has none).
     pub fn attr(&self, css: &str, name: &str) -> Option<String> {
-        let element = self.find(css);
-        self.runtime
-            .block_on(element.attr(name))
-            .unwrap_or_else(|e| panic!("attribute {name} of `{css}`: {e}"))
+        self.find(css);
+        // Read in one script: a page that redraws the element between a find and a read
+        // (the playground's session line, after each task) leaves no stale reference.
+        let script = format!(
+            "var e = document.querySelector({}); return e ? e.getAttribute({}) : null",
+            serde_json::json!(css),
+            serde_json::json!(name)
+        );
+        self.eval(&script).as_str().map(str::to_string)
     }
 
     /// Clicks the first element matching `css`.
