@@ -1,7 +1,7 @@
 //! The playground's budgets, end to end on the real `mst serve`: a server budget sessions
 //! reserve out of, a session's own budget, 402 before anything runs (a create before any
 //! machine, a task before any worker), a failed create giving its reservation back, and a turn
-//! past its time budget failing while its session goes on. The agent is a command client that
+//! past its time or token budget failing while its session goes on. The agent is a command client that
 //! reports its model use as `usage` events, as an agent's trace does.
 
 use mst_tests::serve::Serve;
@@ -9,9 +9,10 @@ use mst_tests::{Eval, Mst};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// An agent reporting 30 tokens in and 10 out per task, that sleeps 30 s on input `slow`.
+/// An agent reporting 30 tokens in and 10 out per task, that sleeps 30 s on input `slow`, and
+/// on input `greedy` reports 40 tokens more before it sleeps.
 fn spending_eval() -> Eval {
-    let agent = r#"input=$(cat); echo '{"type":"custom","name":"usage","data":{"usage":{"inputTokens":30,"outputTokens":10}}}'; if [ "$input" = slow ]; then sleep 30; fi; echo "$input""#;
+    let agent = r#"input=$(cat); usage='{"type":"custom","name":"usage","data":{"usage":{"inputTokens":30,"outputTokens":10}}}'; echo "$usage"; if [ "$input" = greedy ]; then echo "$usage"; echo thinking; sleep 30; fi; if [ "$input" = slow ]; then sleep 30; fi; echo "$input""#;
     Eval::new(
         json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
                "clientOptions": {"command": ["sh", "-c", agent], "events": true},
@@ -173,6 +174,45 @@ fn a_turn_past_its_time_budget_fails_with_its_cause_and_the_session_goes_on() {
         view["tasks"][1]["reason"],
         "past its time budget: the eval's `timeout` of 2 s"
     );
+    let third = run_task(&serve, &session, "again");
+    assert_eq!(
+        (&third["status"], &third["finalText"]),
+        (&json!("completed"), &json!("again"))
+    );
+    serve.stop();
+}
+
+#[test]
+fn a_turn_past_its_token_budget_is_stopped_as_it_runs_and_the_session_goes_on() {
+    let eval = spending_eval();
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let (status, bad) = serve.call("POST", "/api/v1/sessions", Some(r#"{"turnTokens": 0}"#));
+    assert_eq!(status, 400, "{bad}");
+    assert!(
+        bad["error"].as_str().unwrap().contains("`turnTokens`"),
+        "{bad}"
+    );
+    let session = serve.session(r#"{"turnTokens": 50}"#);
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(view["turnTokens"], 50, "{view}");
+    // 40 tokens: within the turn's 50.
+    assert_eq!(run_task(&serve, &session, "hello")["status"], "completed");
+    // 80 tokens, then 30 s of sleep: stopped as the second report arrives, well before the
+    // eval's 2 s deadline would have ended it as timed-out.
+    let greedy = run_task(&serve, &session, "greedy");
+    assert_eq!(greedy["status"], "over-budget", "{greedy}");
+    assert_eq!(
+        greedy["finalText"], "thinking",
+        "what it said is kept: {greedy}"
+    );
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    let reason = "past its token budget: its model calls used 80 tokens, over the 50 it may use";
+    assert_eq!(view["tasks"][1]["reason"], reason, "{view}");
+    let id = greedy["task"].as_str().unwrap();
+    let (_, trace) = serve.call("GET", &format!("{}/{id}/trace", tasks(&session)), None);
+    let last = trace["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["text"], format!("stopped: {reason}"), "{trace}");
+    // The session goes on.
     let third = run_task(&serve, &session, "again");
     assert_eq!(
         (&third["status"], &third["finalText"]),

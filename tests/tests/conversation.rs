@@ -558,6 +558,15 @@ fn recalling_model() -> mst_tests::model_server::ModelServer {
                 None => "I don't know.".into(),
             });
         }
+        // A turn that never ends by itself: every call asks for a tool that does not exist
+        // (an error result the model sees), 100 tokens a call.
+        if said.iter().any(|(_, text)| text.contains("keep calling"))
+            || last.contains("keep calling")
+        {
+            return Reply::ok(json!({"content": [{"type": "tool_use", "id": "call-1",
+                                                 "name": "nowhere__tool", "input": {}}],
+                                    "usage": {"input_tokens": 80, "output_tokens": 20}}));
+        }
         if last.contains("remember") {
             return Reply::anthropic_text(&format!("Noted: the code word is {CODE_WORD}."));
         }
@@ -681,6 +690,48 @@ fn an_api_conversation_sends_the_model_its_completed_turns_and_fresh_forgets_the
     let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
     assert_eq!(view["conversation"], true, "{view}");
     assert_eq!(view["tasks"][4]["fresh"], true, "{view}");
+}
+
+#[test]
+fn an_api_turn_past_its_token_budget_makes_no_further_call_and_the_conversation_goes_on() {
+    let model = recalling_model();
+    let (_eval, serve) = api_chat(&model);
+    let session = serve.session(r#"{"conversation": true, "turnTokens": 250}"#);
+    let page = api_turn(&serve, &session, "Please remember a code word.", false);
+    assert_eq!(page["status"], "completed", "{page}");
+
+    // 100 tokens a call: the third call takes the turn past 250, and no fourth is made,
+    // though `maxTurns` (10) would allow it.
+    let before = model.requests().len();
+    let page = api_turn(&serve, &session, "Now keep calling tools.", false);
+    assert_eq!(page["status"], "over-budget", "{page}");
+    assert_eq!(
+        model.requests().len() - before,
+        3,
+        "three model calls, then stopped"
+    );
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    assert_eq!(
+        view["tasks"][1]["reason"],
+        "past its token budget: its model calls used 300 tokens, over the 250 it may use",
+        "{view}"
+    );
+
+    // The next turn runs, and the stopped one is not part of the thread.
+    let page = api_turn(&serve, &session, "Now, what was the code word?", false);
+    assert_eq!(page["status"], "completed", "{page}");
+    assert!(
+        page["finalText"].as_str().unwrap().contains(CODE_WORD),
+        "{page}"
+    );
+    let last = model.requests().pop().unwrap().body;
+    let said: Vec<String> = messages(&last).into_iter().map(|(_, text)| text).collect();
+    assert_eq!(
+        said.len(),
+        3,
+        "turn 1 and its answer, then turn 3: {said:?}"
+    );
+    assert!(!said.iter().any(|t| t.contains("keep calling")), "{said:?}");
 }
 
 #[test]

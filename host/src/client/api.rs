@@ -202,7 +202,9 @@ impl ApiClient {
                     text: text.clone(),
                 });
             }
-            if reply.calls.is_empty() {
+            // Past the token budget the loop makes no further call: the trial ends stopped
+            // (`Recorder::finish`), with what the model said last.
+            if reply.calls.is_empty() || trace.past_budget().is_some() {
                 close(sessions).await;
                 return Ok(reply.text);
             }
@@ -357,6 +359,7 @@ impl Client for ApiClient {
                     )
                     .await?;
                 match &answer {
+                    _ if trace.past_budget().is_some() => break,
                     Some(reply) => history.push(Exchange {
                         user: prompt,
                         assistant: reply.clone(),

@@ -129,14 +129,7 @@ fn fill(template: &str, input: &TrialInput<'_>, text: &str) -> String {
 /// An infra trace: what was recorded, then `message` as its last log event.
 fn infra(mut trace: Recorder<'_>, message: String) -> TraceRecord {
     trace.push(EventKind::Log { text: message });
-    let duration_ms = trace.started().elapsed().as_millis() as u64;
-    TraceRecord {
-        status: TrialStatus::Infra,
-        final_text: None,
-        events: trace.into_events(),
-        exit_code: None,
-        duration_ms,
-    }
+    trace.finish(TrialStatus::Infra, None, None)
 }
 
 impl Client for CommandClient {
@@ -168,7 +161,7 @@ impl Client for CommandClient {
             deadline,
             &mut trace,
         ) {
-            Ok(end) => end.into_trace(trace, started),
+            Ok(end) => end.into_trace(trace),
             Err(why) => infra(trace, why),
         }
     }
@@ -190,22 +183,17 @@ impl ResumeSink for LastToken {
 struct ProgramEnd {
     answer: String,
     exit_code: Option<i32>,
-    timed_out: bool,
+    /// A limit stopped it: the deadline, or the token budget.
+    stopped: bool,
 }
 
 impl ProgramEnd {
-    fn into_trace(self, trace: Recorder<'_>, started: Instant) -> TraceRecord {
-        TraceRecord {
-            status: if self.timed_out {
-                TrialStatus::TimedOut
-            } else {
-                TrialStatus::Completed
-            },
-            final_text: Some(self.answer),
-            events: trace.into_events(),
-            exit_code: self.exit_code,
-            duration_ms: started.elapsed().as_millis() as u64,
-        }
+    fn into_trace(self, trace: Recorder<'_>) -> TraceRecord {
+        let status = match self.stopped {
+            true => TrialStatus::TimedOut,
+            false => TrialStatus::Completed,
+        };
+        trace.finish(status, Some(self.answer), self.exit_code)
     }
 }
 
@@ -235,14 +223,14 @@ impl CommandClient {
                 Ok(end) => end,
                 Err(why) => return infra(trace, why),
             };
-            let stop = end.timed_out || end.exit_code != Some(0);
+            let stop = end.stopped || end.exit_code != Some(0);
             last = Some(end);
             if stop {
                 break;
             }
         }
         last.expect("a conversation case has turns")
-            .into_trace(trace, started)
+            .into_trace(trace)
     }
 
     /// Runs the program once on `text` (continuing `resume_with`'s thread when given) until
@@ -260,7 +248,7 @@ impl CommandClient {
         let started = trace.started();
         let (mut child, outputs, readers) = self.spawn(input, text, resume_with, started)?;
         let mut answer = String::new();
-        let mut timed_out = false;
+        let mut stopped = false;
         let status = loop {
             if let Ok(output) = outputs.recv_timeout(Duration::from_millis(20)) {
                 self.record(output, sink, &mut answer, trace);
@@ -268,9 +256,10 @@ impl CommandClient {
             if let Some(status) = child.try_wait() {
                 break status;
             }
-            if Instant::now() >= deadline {
+            // The token budget is checked as the agent reports its usage, not after it ends.
+            if Instant::now() >= deadline || trace.past_budget().is_some() {
                 child.kill_group();
-                timed_out = true;
+                stopped = true;
                 break child.wait();
             }
             if input.cancel.load(Ordering::Relaxed) {
@@ -306,7 +295,7 @@ impl CommandClient {
         Ok(ProgramEnd {
             answer,
             exit_code: status.and_then(|s| s.code()),
-            timed_out,
+            stopped,
         })
     }
 }
@@ -444,14 +433,14 @@ mod tests {
     }
 
     fn run(options: serde_json::Value, input: serde_json::Value, timeout: Duration) -> TraceRecord {
-        run_told(options, input, timeout, &crate::client::NoEvents)
+        run_told(options, input, timeout, (&crate::client::NoEvents, None))
     }
 
     fn run_told(
         options: serde_json::Value,
         input: serde_json::Value,
         timeout: Duration,
-        events: &dyn crate::client::EventSink,
+        (events, token_budget): (&dyn crate::client::EventSink, Option<u64>),
     ) -> TraceRecord {
         let client = CommandClient::new(Some(&options), &BTreeMap::new()).unwrap();
         let case = CaseRecord::new("c1", input);
@@ -466,6 +455,7 @@ mod tests {
             events,
             resume: None,
             history: &[],
+            token_budget,
         })
     }
 
@@ -488,7 +478,7 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(10),
-            &heard,
+            (&heard, None),
         );
         let heard = heard.0.into_inner().unwrap();
         let told: Vec<TraceEvent> = heard.iter().map(|(e, _)| e.clone()).collect();
@@ -553,6 +543,54 @@ mod tests {
             started.elapsed() < Duration::from_secs(10),
             "the pipes closed: the group is dead"
         );
+    }
+
+    #[test]
+    fn an_agent_past_its_token_budget_is_stopped_as_it_reports_the_usage() {
+        let usage = |n: u32| {
+            format!(
+                r#"echo '{{"type":"custom","name":"usage","data":{{"usage":{{"inputTokens":{n},"outputTokens":10}}}}}}'"#
+            )
+        };
+        // 110 tokens, within 150; then 220 in all, past it; the agent would go on for 30 s.
+        let script = format!(
+            "{}; echo partial; {}; sleep 30; echo done",
+            usage(100),
+            usage(100)
+        );
+        let started = Instant::now();
+        let trace = run_told(
+            json!({"command": ["sh", "-c", script], "events": true}),
+            json!(null),
+            Duration::from_secs(60),
+            (&crate::client::NoEvents, Some(150)),
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "stopped as the usage came, not at the end: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(trace.status, TrialStatus::TimedOut);
+        let stopped = trace.stopped.as_deref().unwrap_or_default();
+        assert!(
+            stopped.contains("past its token budget")
+                && stopped.contains("220 tokens, over the 150"),
+            "{stopped}"
+        );
+        assert_eq!(trace.final_text.as_deref(), Some("partial"));
+        assert!(trace.events.iter().any(
+            |e| matches!(&e.kind, EventKind::Log { text } if text == &format!("stopped: {stopped}"))
+        ));
+        // Within the budget, the same agent is not stopped.
+        let script = format!("{}; echo whole", usage(100));
+        let trace = run_told(
+            json!({"command": ["sh", "-c", script], "events": true}),
+            json!(null),
+            Duration::from_secs(60),
+            (&crate::client::NoEvents, Some(150)),
+        );
+        assert_eq!(trace.status, TrialStatus::Completed);
+        assert_eq!(trace.stopped, None);
     }
 
     #[test]

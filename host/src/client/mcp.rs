@@ -411,8 +411,6 @@ pub(super) fn drive(
 
 /// The trace of a trial that ended with `outcome` after recording `trace`.
 pub(super) fn trace_of(outcome: Outcome, mut trace: Recorder<'_>) -> TraceRecord {
-    let duration = trace.started().elapsed();
-    let duration_ms = duration.as_millis() as u64;
     let (status, final_text) = match outcome {
         Outcome::Answered(text) => (TrialStatus::Completed, text),
         Outcome::TimedOut => (TrialStatus::TimedOut, None),
@@ -421,17 +419,11 @@ pub(super) fn trace_of(outcome: Outcome, mut trace: Recorder<'_>) -> TraceRecord
                 Outcome::Failed(e) => format!("{e:#}"),
                 _ => "cancelled".to_string(),
             };
-            trace.push_at(duration, EventKind::Log { text });
+            trace.push(EventKind::Log { text });
             (TrialStatus::Infra, None)
         }
     };
-    TraceRecord {
-        status,
-        final_text,
-        events: trace.into_events(),
-        exit_code: None,
-        duration_ms,
-    }
+    trace.finish(status, final_text, None)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ pub mod command;
 pub mod mcp;
 
 use crate::eval::config::VariantSpec;
-use crate::eval::trial::{CaseRecord, EventKind, TraceEvent, TraceRecord};
+use crate::eval::trial::{CaseRecord, EventKind, TraceEvent, TraceRecord, TrialStatus};
 use crate::secrets::Secret;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
@@ -37,6 +37,10 @@ pub struct TrialInput<'a> {
     /// In a conversation turn of a client that is handed its history (the `api` client),
     /// the earlier completed turns, oldest first; empty elsewhere.
     pub history: &'a [Exchange],
+    /// The most tokens the trial's model calls may use, as its `usage` events count them (a
+    /// playground turn's `turnTokens`): past it the client stops the trial, which ends
+    /// `timed-out` with the cause in the trace's `stopped`. `None`: no limit.
+    pub token_budget: Option<u64>,
 }
 
 /// One completed turn of a conversation, as a chat client keeps it: the user's message (the
@@ -87,11 +91,16 @@ impl EventSink for NoEvents {
 
 /// A trial's trace events as a client records them: the one place that numbers an event,
 /// times it from the trial's start, keeps it and tells the trial's [`EventSink`], so what was
-/// streamed is always what the trace holds.
+/// streamed is always what the trace holds. It also counts the tokens of the `usage` events
+/// against the trial's token budget, so every client enforces it the same way: the client
+/// asks [`Recorder::past_budget`] as it goes and stops, and [`Recorder::finish`] records why.
 pub struct Recorder<'a> {
     started: Instant,
     events: Vec<TraceEvent>,
     sink: &'a dyn EventSink,
+    token_budget: Option<u64>,
+    /// Tokens (in and out) the `usage` events recorded so far count.
+    tokens: u64,
 }
 
 impl<'a> Recorder<'a> {
@@ -101,6 +110,45 @@ impl<'a> Recorder<'a> {
             started,
             events: Vec::new(),
             sink: input.events,
+            token_budget: input.token_budget,
+            tokens: 0,
+        }
+    }
+
+    /// Why the trial must stop, once its `usage` events count more tokens than its budget.
+    pub fn past_budget(&self) -> Option<String> {
+        let budget = self.token_budget.filter(|budget| self.tokens > *budget)?;
+        Some(format!(
+            "past its token budget: its model calls used {} tokens, over the {budget} it may use",
+            self.tokens
+        ))
+    }
+
+    /// The trace, ended with `status`: a trial past its token budget is `timed-out`, whatever
+    /// its client made of being stopped, with the cause logged and in `stopped`.
+    pub fn finish(
+        mut self,
+        status: TrialStatus,
+        final_text: Option<String>,
+        exit_code: Option<i32>,
+    ) -> TraceRecord {
+        let stopped = self.past_budget();
+        let status = match &stopped {
+            Some(why) => {
+                self.push(EventKind::Log {
+                    text: format!("stopped: {why}"),
+                });
+                TrialStatus::TimedOut
+            }
+            None => status,
+        };
+        TraceRecord {
+            status,
+            final_text,
+            exit_code,
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            events: self.events,
+            stopped,
         }
     }
 
@@ -112,6 +160,12 @@ impl<'a> Recorder<'a> {
     /// Appends an event that happened `at` after the trial started (output read on another
     /// thread carries its own time).
     pub fn push_at(&mut self, at: Duration, kind: EventKind) {
+        if let Some((usage, _)) = kind.usage() {
+            self.tokens = self
+                .tokens
+                .saturating_add(usage.input_tokens)
+                .saturating_add(usage.output_tokens);
+        }
         let event = TraceEvent {
             seq: self.events.len() as u64,
             at_ms: at.as_millis() as u64,
@@ -124,11 +178,6 @@ impl<'a> Recorder<'a> {
     /// When the trial started.
     pub fn started(&self) -> Instant {
         self.started
-    }
-
-    /// The events recorded, in order.
-    pub fn into_events(self) -> Vec<TraceEvent> {
-        self.events
     }
 }
 

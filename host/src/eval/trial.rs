@@ -64,7 +64,8 @@ pub enum TrialStatus {
     /// The client ran to completion.
     #[default]
     Completed,
-    /// The trial's deadline passed.
+    /// The trial's deadline passed, or another limit stopped it (the trace's `stopped` says
+    /// which).
     TimedOut,
     /// The machine, channel or client failed.
     Infra,
@@ -104,6 +105,27 @@ pub enum EventKind {
     },
 }
 
+impl EventKind {
+    /// A model call's usage, when this is a `usage` event (`custom`, `{"usage": {"inputTokens",
+    /// "outputTokens"}, "costUsd"?}`, as the `api` client records and agents report): the
+    /// tokens and the cost, if known. `None` for any other event or one that does not read as
+    /// usage.
+    pub fn usage(&self) -> Option<(crate::model::Usage, Option<f64>)> {
+        let EventKind::Custom { name, data } = self else {
+            return None;
+        };
+        if name != "usage" {
+            return None;
+        }
+        let tokens = |field: &str| data["usage"][field].as_u64();
+        let usage = crate::model::Usage {
+            input_tokens: tokens("inputTokens")?,
+            output_tokens: tokens("outputTokens")?,
+        };
+        Some((usage, data["costUsd"].as_f64().filter(|c| c.is_finite())))
+    }
+}
+
 /// One entry of an append-only trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -130,6 +152,10 @@ pub struct TraceRecord {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub duration_ms: u64,
+    /// Why a limit other than the deadline stopped the trial (status `timed-out`): a
+    /// playground turn past its token budget. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// One repetition of one case under one variant.

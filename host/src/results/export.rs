@@ -125,7 +125,10 @@ impl Stored {
             || matches!(grade, Some(TrialGrade::Infra { .. }));
         let error = match (grade, trace.trace.status) {
             (Some(TrialGrade::Infra { reason }), _) => Some(reason.clone()),
-            (_, TrialStatus::TimedOut) => Some("the trial's deadline passed".to_string()),
+            (_, TrialStatus::TimedOut) => Some(
+                (trace.trace.stopped.clone())
+                    .unwrap_or_else(|| "the trial's deadline passed".to_string()),
+            ),
             _ => None,
         };
         let grading_error = match grade {

@@ -3,8 +3,8 @@
 //! plugins' (their `model` calls, counted by the host while it graded).
 
 use super::{PluginRecord, RunDir};
-use crate::eval::trial::{EventKind, TraceRecord, TrialKey};
-use crate::model::{Usage, UsageTotals};
+use crate::eval::trial::{TraceRecord, TrialKey};
+use crate::model::UsageTotals;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -69,24 +69,8 @@ impl UsageSummary {
 /// The sum of a trace's `usage` events; one that does not read as usage is left out.
 pub fn trace_usage(trace: &TraceRecord) -> UsageTotals {
     let mut totals = UsageTotals::default();
-    for event in &trace.events {
-        let EventKind::Custom { name, data } = &event.kind else {
-            continue;
-        };
-        if name != "usage" {
-            continue;
-        }
-        let tokens = |field: &str| data["usage"][field].as_u64();
-        let (Some(input_tokens), Some(output_tokens)) =
-            (tokens("inputTokens"), tokens("outputTokens"))
-        else {
-            continue;
-        };
-        let usage = Usage {
-            input_tokens,
-            output_tokens,
-        };
-        totals.add(&usage, data["costUsd"].as_f64().filter(|c| c.is_finite()));
+    for (usage, cost) in trace.events.iter().filter_map(|e| e.kind.usage()) {
+        totals.add(&usage, cost);
     }
     totals
 }
@@ -94,7 +78,7 @@ pub fn trace_usage(trace: &TraceRecord) -> UsageTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::trial::TraceEvent;
+    use crate::eval::trial::{EventKind, TraceEvent};
     use serde_json::json;
 
     fn custom(name: &str, data: serde_json::Value) -> TraceEvent {

@@ -84,6 +84,7 @@ pub fn bundle(
         trials,
         workdir: None,
         conversation: None,
+        token_budget: None,
     }
 }
 

@@ -93,7 +93,10 @@ pub fn tools() -> Vec<Tool> {
             schema(
                 json!({"variant": {"type": "string", "description": "The variant whose client and servers the session runs (default: the eval's baseline, or its only variant)."},
                        "sharedWorkdir": {"type": "boolean", "description": "Run every task in one work directory on the machine, kept between tasks (default: each task in a fresh one)."},
-                       "conversation": {"type": "boolean", "description": "Make the session a conversation: each task is a turn that continues the last (the variant's client must be able to continue one: a `command` client with `clientOptions.resume`, or an `api` client). Chosen here, never changed."}}),
+                       "conversation": {"type": "boolean", "description": "Make the session a conversation: each task is a turn that continues the last (the variant's client must be able to continue one: a `command` client with `clientOptions.resume`, or an `api` client). Chosen here, never changed."},
+                       "budget": {"type": "object", "description": "What the session's tasks may spend on models, reserved out of the server's budget: `tokens`, `costUsd` (US dollars), either or both.",
+                                  "properties": {"tokens": {"type": "integer", "minimum": 0}, "costUsd": {"type": "number", "minimum": 0}}, "additionalProperties": false},
+                       "turnTokens": {"type": "integer", "minimum": 1, "description": "The most tokens one task (a turn) may use: a task past it is stopped, ends `over-budget`, and the session goes on."}}),
                 &[],
             ),
         ),

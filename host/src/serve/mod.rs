@@ -122,6 +122,11 @@ pub struct CreateSession {
     /// What the session's tasks may spend on models, reserved out of the server's budget.
     #[serde(default)]
     pub budget: Option<budget::Limit>,
+    /// The most tokens one task (a conversation's turn) may use, as its `usage` events count
+    /// them: the worker stops a task past it, which ends `over-budget`, and the session goes
+    /// on.
+    #[serde(default, rename = "turnTokens")]
+    pub turn_tokens: Option<u64>,
 }
 
 /// `POST /sessions/{id}/tasks`.
@@ -233,7 +238,7 @@ impl Playground {
     pub fn create_session(&self, request: CreateSession) -> Result<SessionView, ServeError> {
         let config = &self.shared.prepared.config;
         let names = config.variant_names();
-        let variant = match request.variant {
+        let variant = match request.variant.clone() {
             Some(name) if names.contains(&name) => name,
             Some(name) => {
                 return Err(ServeError::bad_request(format!(
@@ -252,14 +257,14 @@ impl Playground {
         }
         let limit = request.budget.unwrap_or_default();
         limit.check("`budget`").map_err(ServeError::bad_request)?;
+        if request.turn_tokens == Some(0) {
+            return Err(ServeError::bad_request(
+                "`turnTokens` must be at least 1 (leave it out for no limit on a turn)",
+            ));
+        }
         // Reserved before the machine is made; given back if making it fails.
         let reservation = self.budgets.reserve(limit)?;
-        let session = match Session::boot(
-            self.shared.clone(),
-            &variant,
-            request.shared_workdir,
-            request.conversation,
-        ) {
+        let session = match Session::boot(self.shared.clone(), &variant, &request) {
             Ok(session) => session,
             Err(e) => {
                 self.budgets.release(reservation);

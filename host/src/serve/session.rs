@@ -49,6 +49,8 @@ pub enum TaskStatus {
     Running,
     Completed,
     TimedOut,
+    /// Stopped past its token budget (the session's `turnTokens`).
+    OverBudget,
     /// Stopped by a close (or the reaper) before it ended.
     Aborted,
     /// The machine, the channel or the client failed.
@@ -116,6 +118,9 @@ pub struct SessionView {
     /// Whether the session is a conversation: each task a turn continuing the last.
     #[serde(default)]
     pub conversation: bool,
+    /// The most tokens one task (a turn) may use, when the session set `turnTokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_tokens: Option<u64>,
     /// Why the session closed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<String>,
@@ -260,6 +265,8 @@ pub struct Session {
     /// The variant's client is handed the conversation's history (`api`): the thread keeps
     /// each completed turn.
     keeps_history: bool,
+    /// The most tokens one task may use (`turnTokens`).
+    turn_tokens: Option<u64>,
     created_at: u64,
     machine: Mutex<Option<Box<dyn Channel>>>,
     state: Mutex<State>,
@@ -278,31 +285,34 @@ impl Session {
     pub(super) fn boot(
         shared: Arc<Shared>,
         variant: &str,
-        shared_workdir: bool,
-        conversation: bool,
+        request: &super::CreateSession,
     ) -> Result<Session, ServeError> {
+        let (shared_workdir, conversation) = (request.shared_workdir, request.conversation);
         let id = new_id();
         let eval = shared.prepared.config.name.clone();
         let dir = shared.root.session(&eval, &id);
         let never = AtomicBool::new(false);
-        let request = MachineRequest {
+        let machine_request = MachineRequest {
             run_id: &id,
             shard: 0,
             shards: 1,
             note: &|_: &str| {},
             cancel: &never,
         };
-        let mut machine = shared.runner.create_machine(&request).map_err(|e| {
-            ServeError::machine(format!(
-                "runner `{}` could not make a machine: {e:#}",
-                shared.runner.name()
-            ))
-        })?;
+        let mut machine = shared
+            .runner
+            .create_machine(&machine_request)
+            .map_err(|e| {
+                ServeError::machine(format!(
+                    "runner `{}` could not make a machine: {e:#}",
+                    shared.runner.name()
+                ))
+            })?;
         let machine_name = machine.describe();
         let placement = machine.provenance();
         let boot = run_shard(
             &shared,
-            (&id, &dir, None, None),
+            (&id, &dir, None, None, None),
             machine.as_mut(),
             &BTreeMap::new(),
             Vec::new(),
@@ -329,6 +339,7 @@ impl Session {
             workdir: (shared_workdir || conversation).then(|| SHARED_WORKDIR.to_string()),
             conversation: conversation.then(|| Mutex::new(Thread::default())),
             keeps_history,
+            turn_tokens: request.turn_tokens,
             created_at: crate::clock::unix_secs(),
             machine: Mutex::new(Some(machine)),
             state: Mutex::new(State {
@@ -362,6 +373,7 @@ impl Session {
             created_at: self.created_at,
             shared_workdir: self.workdir.is_some(),
             conversation: self.conversation.is_some(),
+            turn_tokens: self.turn_tokens,
             status: match (&state.closed, &running) {
                 (Some(_), _) => SessionStatus::Closed,
                 (None, Some(_)) => SessionStatus::Busy,
@@ -556,6 +568,7 @@ impl Session {
                         task.turn
                             .as_ref()
                             .map(|turn| (turn.token.as_ref(), turn.history.as_slice())),
+                        self.turn_tokens,
                     ),
                     channel.as_mut(),
                     &cases,
@@ -619,6 +632,11 @@ impl Session {
                         )
                     })
                 });
+                // A limit other than the deadline says which.
+                let (status, reason) = match record.trace.stopped {
+                    Some(why) => (TaskStatus::OverBudget, Some(why)),
+                    None => (status, reason),
+                };
                 live.events = record.trace.events;
                 live.final_text = record.trace.final_text;
                 live.settled = Some((status, reason, now));
@@ -756,13 +774,23 @@ impl Session {
 /// A conversation turn as a shard sends it: the resume token it continues, and the history.
 type TurnOf<'a> = (Option<&'a Secret>, &'a [Exchange]);
 
+/// Whose shard it is: the session, its run directory, its shared work directory, the
+/// conversation turn it runs, and its tasks' token budget.
+type ShardOf<'a> = (
+    &'a str,
+    &'a RunDir,
+    Option<&'a str>,
+    Option<TurnOf<'a>>,
+    Option<u64>,
+);
+
 /// Runs one shard of session `session`'s `trials` on `machine` (traces into `dir`, the
 /// clients in `workdir` when shared), staged in a temporary directory; a conversation turn
 /// (`turn`) hands its worker the resume token it continues, if any, and its bundle carries the
 /// history. `Err` says why the shard did not end as done.
 fn run_shard(
     shared: &Shared,
-    (session, dir, workdir, turn): (&str, &RunDir, Option<&str>, Option<TurnOf<'_>>),
+    (session, dir, workdir, turn, token_budget): ShardOf<'_>,
     machine: &mut dyn Channel,
     cases: &BTreeMap<&str, &CaseRecord>,
     trials: Vec<TrialKey>,
@@ -770,6 +798,7 @@ fn run_shard(
     events: &(dyn Fn(ShardEvent) + Sync),
 ) -> Result<(), String> {
     let bundle = Bundle {
+        token_budget,
         workdir: workdir.map(str::to_string),
         conversation: turn.map(|(token, history)| Turn {
             resume: token.is_some(),

@@ -48,6 +48,12 @@ pub struct Bundle {
     /// client captures (`resume-token`). Never the token itself: that travels on stdin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<Turn>,
+    /// The most tokens each trial's model calls may use, as its `usage` events count them (a
+    /// playground session's `turnTokens`): the worker stops a trial past it, which ends
+    /// `timed-out` with the cause in its trace's `stopped`. Added within `mst.shard/v1`
+    /// (see docs/protocol.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_budget: Option<u64>,
 }
 
 /// A conversation turn, as its bundle describes it.

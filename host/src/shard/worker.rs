@@ -147,6 +147,20 @@ impl EventSink for TrialLink {
     }
 }
 
+/// What the bundle says of every trial besides its key and case.
+struct TrialSetting<'a> {
+    /// Where traces are written.
+    results: &'a Path,
+    /// The bundle's shared work directory, if it has one.
+    workdir: Option<&'a str>,
+    /// A conversation turn: the client reports the resume tokens it captures.
+    conversation: bool,
+    /// An `api` conversation's earlier turns.
+    history: &'a [client::Exchange],
+    /// The bundle's `tokenBudget`.
+    token_budget: Option<u64>,
+}
+
 /// Runs one trial and writes its trace; returns the trace's status.
 /// `Ok(None)` when the trial was stopped by `cancel`: it is left missing, to be resumed.
 fn run_trial(
@@ -154,11 +168,12 @@ fn run_trial(
     case: &CaseRecord,
     key: &TrialKey,
     timeout: Duration,
-    (results, workdir, conversation, history): (&Path, Option<&str>, bool, &[client::Exchange]),
+    setting: &TrialSetting<'_>,
     cancel: &AtomicBool,
     link: &TrialLink,
 ) -> Result<Option<TrialStatus>, String> {
-    let scratch = Scratch::new(results, workdir)?;
+    let results = setting.results;
+    let scratch = Scratch::new(results, setting.workdir)?;
     let trace = client.run(&TrialInput {
         case,
         variant: &key.variant,
@@ -168,8 +183,11 @@ fn run_trial(
         scratch: scratch.path(),
         calls: link,
         events: link,
-        resume: conversation.then_some(link as &dyn client::ResumeSink),
-        history,
+        resume: setting
+            .conversation
+            .then_some(link as &dyn client::ResumeSink),
+        history: setting.history,
+        token_budget: setting.token_budget,
     });
     let status = trace.status;
     if cancel.load(Ordering::Relaxed) && status != TrialStatus::Completed {
@@ -565,13 +583,21 @@ impl Worker {
             .as_ref()
             .map(|turn| turn.history.clone())
             .unwrap_or_default();
+        let token_budget = self.bundle.token_budget;
         std::thread::spawn(move || {
+            let setting = TrialSetting {
+                results: &results,
+                workdir: workdir.as_deref(),
+                conversation,
+                history: &history,
+                token_budget,
+            };
             let outcome = run_trial(
                 client.as_ref(),
                 &case,
                 &key,
                 timeout,
-                (&results, workdir.as_deref(), conversation, &history),
+                &setting,
                 &cancel,
                 &link,
             );

@@ -350,7 +350,7 @@
 
   // A task's status, drawn like the nearest run outcome (a task is not graded).
   function badgeFor(status) {
-    var outcome = { completed: 'passed', running: 'incomplete', 'timed-out': 'failed', aborted: 'missing', infra: 'infra' }[status] || 'missing';
+    var outcome = { completed: 'passed', running: 'incomplete', 'timed-out': 'failed', 'over-budget': 'failed', aborted: 'missing', infra: 'infra' }[status] || 'missing';
     return badge(outcome, status);
   }
 
