@@ -231,3 +231,34 @@ impl Drop for Serve {
         }
     }
 }
+
+/// Calls MCP tool `tool` of `mst serve --mcp` with `arguments`: the result's JSON (its text)
+/// and whether it is an error.
+pub async fn mcp_call(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    tool: &str,
+    arguments: Value,
+) -> (Value, bool) {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    let result: rmcp::model::CallToolResult = client
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new(tool.to_string()).with_arguments(arguments),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: a protocol error instead of a tool result: {e}"));
+    let text = result.content[0]
+        .as_text()
+        .expect("text content")
+        .text
+        .clone();
+    let value: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{tool}: {e}: {text}"));
+    assert_eq!(
+        result.structured_content.as_ref(),
+        Some(&value),
+        "{tool}: the structured content is the text's JSON"
+    );
+    (value, result.is_error.unwrap_or(false))
+}

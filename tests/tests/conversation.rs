@@ -6,9 +6,8 @@
 //! conversation against the loopback model server: each turn's model sees the completed turns
 //! before it (history kept in the session's memory, sent in the bundle), capped.
 
-use mst_tests::serve::{agent_eval, Serve};
+use mst_tests::serve::{agent_eval, mcp_call as tool, Serve};
 use mst_tests::{s, Eval, Mst};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
@@ -409,24 +408,6 @@ fn a_client_that_cannot_resume_is_refused_at_create_before_any_machine_is_made()
         .filter(|e| e.file_name().to_string_lossy().starts_with("mst-local-"))
         .count();
     assert_eq!(made, 1, "the local runner makes its machines in TMPDIR");
-}
-
-/// Calls MCP tool `tool` with `arguments`: the result's JSON and whether it is an error.
-async fn tool(
-    client: &RunningService<RoleClient, ()>,
-    tool: &str,
-    arguments: Value,
-) -> (Value, bool) {
-    let Value::Object(arguments) = arguments else {
-        panic!("arguments must be an object")
-    };
-    let result: CallToolResult = client
-        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: {e}"));
-    let text = &result.content[0].as_text().expect("text content").text;
-    let value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{tool}: {e}: {text}"));
-    (value, result.is_error.unwrap_or(false))
 }
 
 /// Submits a turn over MCP and reads its trace until it settles: its id and its thread.

@@ -2,12 +2,10 @@
 //! as a child process on stdio, driven by real MCP clients (rmcp's, and the raw protocol),
 //! booting machines on the local runner and running a command agent that streams trace events.
 
-use mst_tests::serve::{agent_eval, gated_agent, steps};
+use mst_tests::serve::{agent_eval, gated_agent, mcp_call as call, steps};
 use mst_tests::{read_json, s, Eval, Mst};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::ServiceExt;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -37,34 +35,6 @@ fn record(eval: &Eval, session: &str) -> Value {
             .join(session)
             .join("session.json"),
     )
-}
-
-/// Calls `tool` with `arguments`: the result's JSON (its text) and whether it is an error.
-async fn call(
-    client: &RunningService<RoleClient, ()>,
-    tool: &str,
-    arguments: Value,
-) -> (Value, bool) {
-    let Value::Object(arguments) = arguments else {
-        panic!("arguments must be an object")
-    };
-    let result: CallToolResult = client
-        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: a protocol error instead of a tool result: {e}"));
-    let text = result.content[0]
-        .as_text()
-        .expect("text content")
-        .text
-        .clone();
-    let value: Value =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{tool}: {e}: {text}"));
-    assert_eq!(
-        result.structured_content.as_ref(),
-        Some(&value),
-        "{tool}: the structured content is the text's JSON"
-    );
-    (value, result.is_error.unwrap_or(false))
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -238,7 +238,9 @@ pub fn failures(summary: &Summary, grades: &BTreeMap<TrialKey, TrialGrade>) -> S
     out
 }
 
-fn escape(text: &str) -> String {
+/// `text` made safe as XML or HTML text and attribute values: the five markup characters
+/// escaped, and control characters (which XML 1.0 forbids) dropped but for newline and tab.
+pub fn escape(text: &str) -> String {
     text.chars()
         .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
         .map(|c| match c {

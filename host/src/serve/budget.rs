@@ -136,13 +136,6 @@ pub struct Budgets {
     ledger: Mutex<Ledger>,
 }
 
-fn refused(message: String) -> ServeError {
-    ServeError {
-        status: 402,
-        message,
-    }
-}
-
 impl Budgets {
     /// The budgets under the server's `limit` (unlimited when it limits nothing).
     pub fn new(server: Limit) -> Self {
@@ -163,7 +156,7 @@ impl Budgets {
         };
         if let (Some(total), Some(asked)) = (self.server.tokens, limit.tokens) {
             if committed.tokens + asked > total {
-                return Err(refused(format!(
+                return Err(ServeError::payment_required(format!(
                     "a session budget of {asked} tokens is more than this server has left: \
                      {} of its {total} are spent or held by open sessions; ask for less, or \
                      close a session",
@@ -173,7 +166,7 @@ impl Budgets {
         }
         if let (Some(total), Some(asked)) = (self.server.cost_usd, limit.cost_usd) {
             if committed.cost_usd + asked > total {
-                return Err(refused(format!(
+                return Err(ServeError::payment_required(format!(
                     "a session budget of ${asked} is more than this server has left: ${:.4} of \
                      its ${total} is spent or held by open sessions; ask for less, or close a \
                      session",
@@ -237,7 +230,7 @@ impl Budgets {
             return Ok(());
         };
         if account.spent.reaches(account.limit) {
-            return Err(refused(format!(
+            return Err(ServeError::payment_required(format!(
                 "session `{id}` has spent its budget ({} tokens, ${:.4} of {}): open a new \
                  session, with a budget, to go on",
                 account.spent.tokens,
@@ -258,7 +251,7 @@ impl Budgets {
         };
         let committed = ledger.committed();
         if committed.reaches(uncovered) {
-            return Err(refused(format!(
+            return Err(ServeError::payment_required(format!(
                 "this server's budget ({}) is spent or held by open sessions ({} tokens, \
                  ${:.4}): close sessions, or restart mst serve with a larger budget",
                 describe(self.server),

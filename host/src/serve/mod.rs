@@ -49,44 +49,42 @@ pub struct ServeError {
 }
 
 impl ServeError {
-    /// 400: the request is wrong.
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    /// An error with any `status`.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
         ServeError {
-            status: 400,
+            status,
             message: message.into(),
         }
+    }
+
+    /// 400: the request is wrong.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, message)
+    }
+
+    /// 402: a budget is spent, or cannot cover what is asked.
+    pub fn payment_required(message: impl Into<String>) -> Self {
+        Self::new(402, message)
     }
 
     /// 404: no such session or task.
     pub fn not_found(message: impl Into<String>) -> Self {
-        ServeError {
-            status: 404,
-            message: message.into(),
-        }
+        Self::new(404, message)
     }
 
     /// 409: the session is busy or closed.
     pub fn conflict(message: impl Into<String>) -> Self {
-        ServeError {
-            status: 409,
-            message: message.into(),
-        }
+        Self::new(409, message)
     }
 
     /// 413: what the request asks for is over a cap.
     pub fn too_large(message: impl Into<String>) -> Self {
-        ServeError {
-            status: 413,
-            message: message.into(),
-        }
+        Self::new(413, message)
     }
 
     /// 502: the runner or the machine failed.
     pub fn machine(message: impl Into<String>) -> Self {
-        ServeError {
-            status: 502,
-            message: message.into(),
-        }
+        Self::new(502, message)
     }
 }
 

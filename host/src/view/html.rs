@@ -3,6 +3,7 @@
 //! Policy forbids any), so it can be mailed, attached to CI, or opened offline.
 
 use super::LoadedRun;
+use crate::results::report::escape as text;
 use std::fmt::Write as _;
 
 /// The page script every view shares: renders a [`super::RunView`].
@@ -15,15 +16,6 @@ pub const STYLE_CSS: &str = include_str!("assets/style.css");
 pub fn script_json(value: &impl serde::Serialize) -> String {
     let json = serde_json::to_string(value).unwrap_or_else(|_| "null".to_string());
     json.replace('<', "\\u003c")
-}
-
-/// Text made safe in HTML.
-fn text(value: &str) -> String {
-    value
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// The whole report of `run`, compared with `diff` when given. Each trace sits in its own
