@@ -78,14 +78,39 @@ pub fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
     write(path, bytes, true)
 }
 
+/// Like [`write_atomic`] for a file written piece by piece: `write` streams it (buffered) into
+/// a temporary file beside `path`, which replaces `path` only once `write` succeeded. Nothing
+/// the size of the file is held in memory.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    stream(path, false, write)
+}
+
 fn write(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
+    stream(path, durable, |out| out.write_all(bytes))
+}
+
+fn stream(
+    path: &Path,
+    durable: bool,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
     let dir = path
         .parent()
         .context("a file to write has a parent directory")?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)
+    let file = tempfile::NamedTempFile::new_in(dir)
         .with_context(|| format!("cannot write in {}", dir.display()))?;
-    file.write_all(bytes)?;
+    let mut out = std::io::BufWriter::new(file);
+    write(&mut out)
+        .and_then(|()| out.flush())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let file = out
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("cannot write {}", path.display()))?;
     if durable {
         file.as_file().sync_data()?;
     }

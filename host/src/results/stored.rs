@@ -67,6 +67,12 @@ impl StoredRun {
         })
     }
 
+    /// The trace of planned trial `key`, when it came back (a regrade's comes from the graded
+    /// run).
+    pub fn read_trace(&self, dir: &RunDir, key: &TrialKey) -> Option<TrialRecord> {
+        dir.traces_dir(&self.record.run_id).read_trace(key)
+    }
+
     /// The traces of the planned trials that came back (a regrade's come from the graded run).
     pub fn read_traces(&self, dir: &RunDir) -> BTreeMap<TrialKey, TrialRecord> {
         let traces_dir = dir.traces_dir(&self.record.run_id);

@@ -4,7 +4,6 @@
 
 use super::LoadedRun;
 use crate::results::report::escape as text;
-use std::fmt::Write as _;
 
 /// The page script every view shares: renders a [`super::RunView`].
 pub const REPORT_JS: &str = include_str!("assets/report.js");
@@ -18,19 +17,28 @@ pub fn script_json(value: &impl serde::Serialize) -> String {
     json.replace('<', "\\u003c")
 }
 
-/// The whole report of `run`, compared with `diff` when given. Each trace sits in its own
-/// inert `<script type="application/json">` element, parsed only when its trial is opened, so a
-/// run of 10,000 trials opens as fast as its table renders.
-pub fn report(run: &LoadedRun, diff: Option<crate::results::diff::RunDiff>) -> String {
+/// Writes the whole report of `run` (stored in `dir`) to `out`, compared with `diff` when
+/// given. Each trace sits in its own inert `<script type="application/json">` element, parsed
+/// only when its trial is opened, so a run of 10,000 trials opens as fast as its table renders;
+/// and each is read from `dir`, written and dropped in turn, so writing the report holds the
+/// view in memory, never the traces.
+pub fn report(
+    run: &LoadedRun,
+    dir: &crate::results::RunDir,
+    diff: Option<crate::results::diff::RunDiff>,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    // Results are redacted as they are written; a secret held now (one added since) is too.
+    // Each piece is a whole JSON document or fixed markup, so no secret spans two.
+    let redactor = crate::secrets::redactor();
+    let mut put = |piece: &str| out.write_all(redactor.redact(piece).as_bytes());
     let mut view = run.view();
     view.diff = diff;
     let title = format!(
         "mst report: {} {}",
         run.run.record.eval, run.run.record.run_id
     );
-    let mut out = String::with_capacity(1 << 20);
-    let _ = write!(
-        out,
+    put(&format!(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
@@ -41,26 +49,23 @@ pub fn report(run: &LoadedRun, diff: Option<crate::results::diff::RunDiff>) -> S
          <script type=\"application/json\" id=\"mst-view\">{}</script>\n",
         text(&title),
         script_json(&view)
-    );
-    for (index, trace) in run.traces_in_order().enumerate() {
-        if let Some(trace) = trace {
-            let _ = writeln!(
-                out,
-                "<script type=\"application/json\" id=\"mst-trace-{index}\">{}</script>",
-                script_json(trace)
-            );
+    ))?;
+    drop(view);
+    for (index, key) in run.run.record.trials.iter().enumerate() {
+        if let Some(trace) = run.run.read_trace(dir, key) {
+            put(&format!(
+                "<script type=\"application/json\" id=\"mst-trace-{index}\">{}</script>\n",
+                script_json(&trace)
+            ))?;
         }
     }
-    let _ = write!(
-        out,
+    put(&format!(
         "<script>\n{REPORT_JS}</script>\n<script>\nMstReport.render(document.getElementById('app'), \
          JSON.parse(document.getElementById('mst-view').textContent), function (index) {{\n  \
          var element = document.getElementById('mst-trace-' + index);\n  \
          return Promise.resolve(element ? JSON.parse(element.textContent) : null);\n}});\n\
          </script>\n</body>\n</html>\n"
-    );
-    // Results are redacted as they are written; a secret held now (one added since) is too.
-    crate::secrets::redactor().redact(&out).into_owned()
+    ))
 }
 
 /// What `mst report` wrote.
@@ -89,13 +94,12 @@ pub fn write(
     let diff = baseline
         .map(|before| RunDiff::between(&StoredRun::read(before)?, &run.run))
         .transpose()?;
-    let page = report(&run, diff);
     let path = out.map_or_else(|| dir.root.join(REPORT_FILE), std::path::Path::to_path_buf);
-    crate::files::write_atomic(&path, page.as_bytes())?;
+    crate::files::write_atomic_with(&path, |out| report(&run, dir, diff, out))?;
     Ok(Written {
         run_id: run.run.record.run_id.clone(),
+        bytes: std::fs::metadata(&path).map_or(0, |m| m.len()),
         path,
-        bytes: page.len() as u64,
         trials: run.run.record.trials.len(),
     })
 }

@@ -77,18 +77,43 @@ pub struct RunView<'a> {
     pub diff: Option<crate::results::diff::RunDiff>,
 }
 
-/// A stored run read whole for a view: the run and its traces.
+/// What a row shows of a trial's trace, kept instead of the trace: a view of 100,000 trials
+/// holds these, and reads each trace again only to write it out or when it is opened.
+struct TraceFacts {
+    tags: Vec<String>,
+    duration_ms: u64,
+    exit_code: Option<i32>,
+    events: usize,
+}
+
+impl TraceFacts {
+    fn of(record: TrialRecord) -> Self {
+        TraceFacts {
+            tags: record.case.tags,
+            duration_ms: record.trace.duration_ms,
+            exit_code: record.trace.exit_code,
+            events: record.trace.events.len(),
+        }
+    }
+}
+
+/// A stored run read for a view: the run, and what its rows show of each trace.
 pub struct LoadedRun {
     pub run: StoredRun,
-    pub traces: BTreeMap<TrialKey, TrialRecord>,
+    facts: BTreeMap<TrialKey, TraceFacts>,
 }
 
 impl LoadedRun {
-    /// Reads the run in `dir` with its traces.
+    /// Reads the run in `dir`, and its traces one at a time.
     pub fn read(dir: &RunDir) -> Result<Self> {
         let run = StoredRun::read(dir)?;
-        let traces = run.read_traces(dir);
-        Ok(LoadedRun { run, traces })
+        let facts = run
+            .record
+            .trials
+            .iter()
+            .filter_map(|key| Some((key.clone(), TraceFacts::of(run.read_trace(dir, key)?))))
+            .collect();
+        Ok(LoadedRun { run, facts })
     }
 
     /// The view of this run.
@@ -113,17 +138,8 @@ impl LoadedRun {
         }
     }
 
-    /// The traces in plan order (`None` for a missing trial), as the rows are.
-    pub fn traces_in_order(&self) -> impl Iterator<Item = Option<&TrialRecord>> {
-        self.run
-            .record
-            .trials
-            .iter()
-            .map(|key| self.traces.get(key))
-    }
-
     fn row<'a>(&'a self, key: &'a TrialKey) -> TrialRow<'a> {
-        let trace = self.traces.get(key);
+        let trace = self.facts.get(key);
         let grade = self.run.grades.get(key);
         let (outcome, score, judges, cause) = match grade {
             Some(TrialGrade::Graded {
@@ -158,10 +174,10 @@ impl LoadedRun {
             score,
             judges,
             cause,
-            tags: trace.map_or(&[][..], |t| t.case.tags.as_slice()),
-            duration_ms: trace.map(|t| t.trace.duration_ms),
-            exit_code: trace.and_then(|t| t.trace.exit_code),
-            events: trace.map_or(0, |t| t.trace.events.len()),
+            tags: trace.map_or(&[][..], |t| t.tags.as_slice()),
+            duration_ms: trace.map(|t| t.duration_ms),
+            exit_code: trace.and_then(|t| t.exit_code),
+            events: trace.map_or(0, |t| t.events),
             has_trace: trace.is_some(),
         }
     }
