@@ -12,7 +12,8 @@
 //!   the trace endpoint under load while 10 sessions stream.
 //! - `cargo xtask bench report`: `mst report` at 1,000 and 10,000 trials (time, size) and its
 //!   page's load time in headless Chromium.
-//! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
+//! - `cargo xtask lint`: the WIT versioning policy (`wit_semver`), then rustfmt and clippy
+//!   (warnings are errors) over both workspaces.
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
 //! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
 //! - `cargo xtask seccomp`: regenerate `docker/seccomp.json` from the kernel's syscall table.
@@ -23,6 +24,7 @@ mod bench_report;
 mod bench_serve;
 mod engines;
 mod seccomp;
+mod wit_semver;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -267,6 +269,10 @@ fn ensure_ssh_test_user() {
 
 /// Formatting and clippy (warnings are errors) for both workspaces.
 fn lint() -> Result<()> {
+    // The live WIT against each released version: cheap, and the most important to see first.
+    for line in wit_semver::check(&root().join("wit"))? {
+        eprintln!("xtask: WIT {line}");
+    }
     ensure_wasm_target()?;
     run(cargo()
         .current_dir(root())
