@@ -50,13 +50,49 @@ fn version_of(group: &UnresolvedPackageGroup, dir: &Path) -> Result<Version> {
     })
 }
 
-/// Whether a component shaped like world `prev` still fits where world `new` is expected.
-fn fits(resolve: &Resolve, prev: WorldId, new: WorldId) -> Result<()> {
+/// The version an addition to `version` needs: the next one on its track.
+fn next_on_track(version: &Version) -> Version {
+    match version.major {
+        0 => Version::new(0, version.minor, version.patch + 1),
+        major => Version::new(major, version.minor + 1, 0),
+    }
+}
+
+/// The first version of the track after `version`'s.
+fn next_track(version: &Version) -> Version {
+    match version.major {
+        0 => Version::new(0, version.minor + 1, 0),
+        major => Version::new(major + 1, 0, 0),
+    }
+}
+
+/// Whether a component shaped like world `prev` (called `world`) still fits where world `new`
+/// is expected; the error is the validator's finding, which names the interface and the item.
+fn fits(resolve: &Resolve, world: &str, prev: WorldId, new: WorldId) -> Result<(), String> {
     // `semver_check` takes the resolve by value because it erases versions in it.
     wit_component::semver_check(resolve.clone(), prev, new).map_err(|e| {
-        // The interesting part is the validator's message at the end of the chain.
-        anyhow::anyhow!("{}", format!("{e:#}").replace('\n', " "))
+        let text = format!("{:#}", e).replace('\n', " ");
+        // Drop what is the same for every finding: the check's own preamble, the synthetic
+        // import of the whole world, and the offset into a component that exists only here.
+        let text = text
+            .replace(
+                "new world is not semver-compatible with the previous world: ",
+                "",
+            )
+            .replace(&format!("type mismatch for import `{world}` "), "");
+        match text.rfind(" (at offset 0x") {
+            Some(at) if text.ends_with(')') => text[..at].to_string(),
+            _ => text,
+        }
     })
+}
+
+/// Adds `finding` for `world`, or the world to an identical finding already made.
+fn note(found: &mut Vec<(Vec<String>, String)>, world: &str, finding: String) {
+    match found.iter_mut().find(|(_, f)| *f == finding) {
+        Some((worlds, _)) => worlds.push(world.to_string()),
+        None => found.push((vec![world.to_string()], finding)),
+    }
 }
 
 /// One released version and the live one, loaded side by side.
@@ -92,43 +128,70 @@ impl Pair {
         })
     }
 
-    /// The problems found comparing the two, each naming the world and what broke.
+    /// The problems found comparing the two, each naming the worlds and what broke.
     fn problems(&self, released: &Version, live: &Version) -> Vec<String> {
         let old = &self.resolve.packages[self.released];
         let new = &self.resolve.packages[self.live];
         let same_version = released == live;
-        let mut problems = Vec::new();
+        let mut found = Vec::new();
         for (name, &prev) in &old.worlds {
             let Some(&next) = new.worlds.get(name) else {
-                problems.push(format!(
-                    "world `{name}` of mst:plugin@{released} is gone from the live WIT: plugins \
-                     built for it would no longer load (a removal needs a new major version)"
-                ));
+                note(
+                    &mut found,
+                    name,
+                    format!(
+                        "gone from the live WIT: plugins built for mst:plugin@{released} would \
+                         no longer load (a removal needs a new track, {})",
+                        next_track(released)
+                    ),
+                );
                 continue;
             };
-            if let Err(why) = fits(&self.resolve, prev, next) {
-                problems.push(format!(
-                    "world `{name}`: the live WIT (@{live}) breaks plugins built against the \
-                     released @{released}: {why} (restore the item, or move to a new major \
-                     version and keep bindings for @{released}, see docs/plugins.md)"
-                ));
-            } else if same_version && fits(&self.resolve, next, prev).is_err() {
-                problems.push(format!(
-                    "world `{name}`: the live WIT adds to mst:plugin@{released}, which is \
-                     released and frozen: bump the package version in wit/*.wit (and the host's \
-                     ABI table) so plugins using the addition say they need it"
-                ));
+            if let Err(why) = fits(&self.resolve, name, prev, next) {
+                note(
+                    &mut found,
+                    name,
+                    format!(
+                        "the live WIT (@{live}) breaks plugins built against the released \
+                         @{released}: {why}; restore the item, or move to a new track ({}) and \
+                         keep bindings for @{released} (docs/plugins.md, \"Versioning policy\")",
+                        next_track(released)
+                    ),
+                );
+            } else if same_version && fits(&self.resolve, name, next, prev).is_err() {
+                note(
+                    &mut found,
+                    name,
+                    format!(
+                        "the live WIT adds to mst:plugin@{released}, which is released and \
+                         frozen: bump the package version in wit/*.wit to {} (and add it to the \
+                         host's RELEASES table) so plugins using the addition say they need it",
+                        next_on_track(released)
+                    ),
+                );
             }
         }
         if same_version {
             for name in new.worlds.keys().filter(|n| !old.worlds.contains_key(*n)) {
-                problems.push(format!(
-                    "world `{name}` is new in mst:plugin@{released}, which is released and \
-                     frozen: bump the package version in wit/*.wit"
-                ));
+                note(
+                    &mut found,
+                    name,
+                    format!(
+                        "new in mst:plugin@{released}, which is released and frozen: bump the \
+                         package version in wit/*.wit to {}",
+                        next_on_track(released)
+                    ),
+                );
             }
         }
-        problems
+        found
+            .into_iter()
+            .map(|(worlds, finding)| {
+                let worlds: Vec<String> = worlds.iter().map(|w| format!("`{w}`")).collect();
+                let label = if worlds.len() == 1 { "world" } else { "worlds" };
+                format!("{label} {}: {finding}", worlds.join(", "))
+            })
+            .collect()
     }
 }
 
@@ -290,7 +353,7 @@ mod tests {
         );
         let unbumped = error(tmp.path());
         assert!(
-            unbumped.contains("adds to mst:plugin@0.1.0") && unbumped.contains("bump"),
+            unbumped.contains("adds to mst:plugin@0.1.0") && unbumped.contains("to 0.1.1"),
             "{unbumped}"
         );
         bump(tmp.path(), "0.1.1");
@@ -309,7 +372,15 @@ mod tests {
         bump(tmp.path(), "0.1.1");
         let err = error(tmp.path());
         assert!(err.contains("breaks plugins built against"), "{err}");
-        assert!(err.contains("`log`"), "names the removed function: {err}");
+        assert!(
+            err.contains("missing expected export `log`"),
+            "names the removed function: {err}"
+        );
+        assert!(
+            err.contains("worlds `dataset`, `grader`, `pairwise-grader`, `runner`: "),
+            "one finding for every world it breaks: {err}"
+        );
+        assert!(err.contains("new track (0.2.0)"), "{err}");
     }
 
     #[test]
@@ -342,6 +413,23 @@ mod tests {
         assert!(
             err.contains("mst:plugin/exec") && err.contains("exec-output"),
             "names the interface and the record: {err}"
+        );
+    }
+
+    #[test]
+    fn a_removed_world_fails_naming_it() {
+        let tmp = copy_of_repo_wit();
+        let path = tmp.path().join("dataset.wit");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let world = text
+            .find("world dataset {")
+            .expect("dataset.wit has its world");
+        std::fs::write(&path, &text[..world]).unwrap();
+        bump(tmp.path(), "0.1.1");
+        let err = error(tmp.path());
+        assert!(
+            err.contains("world `dataset`: gone from the live WIT"),
+            "{err}"
         );
     }
 
