@@ -607,6 +607,23 @@ mod tests {
             "the bindings are generated from wit/, so its version is the host's newest ABI"
         );
         assert_eq!(CURRENT.mst_plugin_ranges(), [">=0.1.0, <=0.1.0"]);
+        // What shipped is frozen, so `cargo xtask lint` keeps the live WIT compatible with it.
+        // (This build's own newest version may still be in the making.)
+        let released = concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/released");
+        for release in &RELEASES[..RELEASES.len() - 1] {
+            for abi in release.mst_plugin {
+                let frozen = std::path::Path::new(released).join(abi);
+                assert!(
+                    frozen.is_dir(),
+                    "mst {} shipped {abi}: freeze it",
+                    release.mst
+                );
+            }
+        }
+        for abi in &CURRENT.mst_plugin[..CURRENT.mst_plugin.len() - 1] {
+            assert!(std::path::Path::new(released).join(abi).is_dir(), "{abi}");
+        }
+        assert!(std::path::Path::new(released).join("0.1.0").is_dir());
     }
 
     /// A release that kept the 0.1 bindings when it moved to 0.2 loads both tracks.
