@@ -344,6 +344,19 @@ fn check_json_is_the_pinned_v1_schema() {
     assert_eq!(keys(&broken["problems"][0]), ["message", "severity"]);
     assert_eq!(broken["problems"][0]["severity"], "error");
     assert!(broken.get("cache").is_none() && broken.get("options_schema").is_none());
+
+    // Every field is documented where CI authors read the schema.
+    let docs = std::fs::read_to_string(mst_tests::root().join("docs/plugins.md")).unwrap();
+    let start = docs
+        .find("### The JSON report: `mst.plugin-check/v1`")
+        .unwrap();
+    let section = &docs[start..start + docs[start..].find("### In CI").unwrap()];
+    for key in keys(&report).into_iter().chain(keys(&report["host"])) {
+        assert!(
+            section.contains(&format!("`{key}`")),
+            "docs/plugins.md does not document `{key}`"
+        );
+    }
 }
 
 #[test]
