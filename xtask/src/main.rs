@@ -14,6 +14,7 @@
 //!   page's load time in headless Chromium.
 //! - `cargo xtask lint`: the WIT versioning policy (`wit_semver`), then rustfmt and clippy
 //!   (warnings are errors) over both workspaces.
+//! - `cargo xtask wit [DIR]`: the WIT versioning policy alone, on `wit/` or a copy in DIR.
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
 //! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
 //! - `cargo xtask seccomp`: regenerate `docker/seccomp.json` from the kernel's syscall table.
@@ -270,11 +271,17 @@ fn ensure_ssh_test_user() {
 }
 
 /// Formatting and clippy (warnings are errors) for both workspaces.
-fn lint() -> Result<()> {
-    // The live WIT against each released version: cheap, and the most important to see first.
-    for line in wit_semver::check(&root().join("wit"))? {
+/// The WIT versioning policy on `wit` (the live WIT and its `released/` copies).
+fn wit_policy(wit: &Path) -> Result<()> {
+    for line in wit_semver::check(wit)? {
         eprintln!("xtask: WIT {line}");
     }
+    Ok(())
+}
+
+fn lint() -> Result<()> {
+    // The live WIT against each released version: cheap, and the most important to see first.
+    wit_policy(&root().join("wit"))?;
     ensure_wasm_target()?;
     run(cargo()
         .current_dir(root())
@@ -512,6 +519,12 @@ fn main() -> Result<()> {
             Ok(())
         }
         "lint" => lint(),
+        "wit" => wit_policy(
+            &std::env::args()
+                .nth(2)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root().join("wit")),
+        ),
         "seccomp" => seccomp::generate(
             Path::new("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
             &root().join("docker/seccomp.json"),
@@ -525,7 +538,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report]|quickstart|lint|worker|engines|seccomp>"
+                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report]|quickstart|lint|wit [DIR]|worker|engines|seccomp>"
             );
             std::process::exit(2)
         }
