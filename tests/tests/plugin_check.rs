@@ -243,3 +243,161 @@ fn an_info_export_sleeping_in_a_host_call_is_stopped_at_the_time_limit() {
         "took {elapsed:?}"
     );
 }
+
+/// The WIT semver policy's proof: a grader built against the frozen `wit/released/0.1.0`
+/// (not the live WIT) still checks, loads and runs on this host, host import included.
+#[test]
+fn a_plugin_built_against_the_released_0_1_0_wit_loads_and_runs() {
+    let mst = Mst::new();
+    let path = fixture("released-0-1-0.wasm");
+    let check = mst.run(&["plugin", "check", s(&path), "--json"]);
+    assert_eq!(check.code, 0, "{}{}", check.stdout, check.stderr);
+    let report = check.json();
+    assert_eq!(report["compatible"], true);
+    assert_eq!(report["name"], "mst/fixture/released-0-1-0");
+    let imports: Vec<&str> = report["imports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert!(imports.contains(&"mst:plugin/log@0.1.0"), "{imports:?}");
+
+    let graded = mst.run(&["plugin", "grade", s(&path), "--answer", "hello", "--json"]);
+    assert_eq!(graded.code, 0, "{}{}", graded.stdout, graded.stderr);
+    let score = graded.json();
+    assert_eq!(score["value"], 1.0);
+    assert_eq!(score["reason"], "mst:plugin@0.1.0 grader saw: hello");
+    assert!(
+        graded.stderr.contains("grading 5 bytes"),
+        "its log import reached the host's log: {}",
+        graded.stderr
+    );
+}
+
+/// Sorted keys of a JSON object.
+fn keys(value: &serde_json::Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// `--json` is a stable schema CI scripts parse: this pins its field set (docs/plugins.md,
+/// "Checking"). A change here must be a deliberate schema change, documented there.
+#[test]
+fn check_json_is_the_pinned_v1_schema() {
+    let mst = Mst::new();
+    let run = mst.run(&["plugin", "check", s(&plugin("json.wasm")), "--json"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["schema"], "mst.plugin-check/v1");
+    assert_eq!(
+        keys(&report),
+        [
+            "cache",
+            "capabilities",
+            "compatible",
+            "description",
+            "digest",
+            "exports",
+            "file",
+            "host",
+            "imports",
+            "kind",
+            "name",
+            "options_schema",
+            "problems",
+            "readable",
+            "schema",
+            "size",
+            "version",
+        ]
+    );
+    assert_eq!(
+        keys(&report["host"]),
+        ["mst", "mst_plugin", "mst_plugin_ranges", "wasi"]
+    );
+    assert_eq!(
+        report["host"]["mst_plugin_ranges"],
+        serde_json::json!([">=0.1.0, <=0.1.0"])
+    );
+    assert_eq!(
+        keys(&report["exports"][0]),
+        ["interface", "name", "package", "version"]
+    );
+
+    // A failing report: the problems' fields, and the optional fields left out.
+    let broken = mst.run(&[
+        "plugin",
+        "check",
+        s(&fixture("future-major.wasm")),
+        "--json",
+    ]);
+    assert_eq!(broken.code, 1, "{}", broken.stdout);
+    let broken = broken.json();
+    assert_eq!(broken["schema"], "mst.plugin-check/v1");
+    assert_eq!(keys(&broken["problems"][0]), ["message", "severity"]);
+    assert_eq!(broken["problems"][0]["severity"], "error");
+    assert!(broken.get("cache").is_none() && broken.get("options_schema").is_none());
+
+    // Every field is documented where CI authors read the schema.
+    let docs = std::fs::read_to_string(mst_tests::root().join("docs/plugins.md")).unwrap();
+    let start = docs
+        .find("### The JSON report: `mst.plugin-check/v1`")
+        .unwrap();
+    let section = &docs[start..start + docs[start..].find("### In CI").unwrap()];
+    for key in keys(&report).into_iter().chain(keys(&report["host"])) {
+        assert!(
+            section.contains(&format!("`{key}`")),
+            "docs/plugins.md does not document `{key}`"
+        );
+    }
+}
+
+#[test]
+fn host_version_checks_against_a_known_release_and_names_the_known_ones() {
+    let mst = Mst::new();
+    let released = fixture("released-0-1-0.wasm");
+    let run = mst.run(&[
+        "plugin",
+        "check",
+        s(&released),
+        "--host-version",
+        "0.1.0",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(run.json()["host"]["mst"], "0.1.0");
+
+    let future = mst.run(&[
+        "plugin",
+        "check",
+        s(&fixture("future-major.wasm")),
+        "--host-version",
+        "0.1.0",
+    ]);
+    assert_eq!(future.code, 1, "{}", future.stdout);
+    assert!(
+        future.stdout.contains("does not fit") && future.stdout.contains("0.1.x up to 0.1.0"),
+        "{}",
+        future.stdout
+    );
+
+    let unknown = mst.run(&["plugin", "check", s(&released), "--host-version", "9.9.9"]);
+    assert_eq!(unknown.code, 2, "{}", unknown.stdout);
+    assert!(
+        unknown.stderr.contains("--host-version 9.9.9")
+            && unknown.stderr.contains("knows the plugin ABI of mst 0.1.0"),
+        "{}",
+        unknown.stderr
+    );
+    assert!(
+        unknown.stdout.is_empty(),
+        "no report for an unknown release"
+    );
+}

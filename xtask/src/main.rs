@@ -12,7 +12,9 @@
 //!   the trace endpoint under load while 10 sessions stream.
 //! - `cargo xtask bench report`: `mst report` at 1,000 and 10,000 trials (time, size) and its
 //!   page's load time in headless Chromium.
-//! - `cargo xtask lint`: rustfmt and clippy (warnings are errors) over both workspaces.
+//! - `cargo xtask lint`: the WIT versioning policy (`wit_semver`), then rustfmt and clippy
+//!   (warnings are errors) over both workspaces.
+//! - `cargo xtask wit [DIR]`: the WIT versioning policy alone, on `wit/` or a copy in DIR.
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
 //! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
 //! - `cargo xtask seccomp`: regenerate `docker/seccomp.json` from the kernel's syscall table.
@@ -23,6 +25,7 @@ mod bench_report;
 mod bench_serve;
 mod engines;
 mod seccomp;
+mod wit_semver;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -53,6 +56,8 @@ const PLUGINS: &[(&str, &str)] = &[
     ("fixture-canary-grader", "fixtures/canary-grader.wasm"),
     ("fixture-hostile-pairwise", "fixtures/hostile-pairwise.wasm"),
     ("fixture-http-grader", "fixtures/http-grader.wasm"),
+    // Built against the frozen wit/released/0.1.0 (the WIT semver policy's proof).
+    ("fixture-released-0-1-0", "fixtures/released-0-1-0.wasm"),
 ];
 
 fn root() -> PathBuf {
@@ -266,7 +271,17 @@ fn ensure_ssh_test_user() {
 }
 
 /// Formatting and clippy (warnings are errors) for both workspaces.
+/// The WIT versioning policy on `wit` (the live WIT and its `released/` copies).
+fn wit_policy(wit: &Path) -> Result<()> {
+    for line in wit_semver::check(wit)? {
+        eprintln!("xtask: WIT {line}");
+    }
+    Ok(())
+}
+
 fn lint() -> Result<()> {
+    // The live WIT against each released version: cheap, and the most important to see first.
+    wit_policy(&root().join("wit"))?;
     ensure_wasm_target()?;
     run(cargo()
         .current_dir(root())
@@ -504,6 +519,12 @@ fn main() -> Result<()> {
             Ok(())
         }
         "lint" => lint(),
+        "wit" => wit_policy(
+            &std::env::args()
+                .nth(2)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root().join("wit")),
+        ),
         "seccomp" => seccomp::generate(
             Path::new("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
             &root().join("docker/seccomp.json"),
@@ -517,7 +538,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report]|quickstart|lint|worker|engines|seccomp>"
+                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report]|quickstart|lint|wit [DIR]|worker|engines|seccomp>"
             );
             std::process::exit(2)
         }

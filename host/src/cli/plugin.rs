@@ -6,6 +6,7 @@ use crate::files::read_input;
 use crate::home::Home;
 use crate::plugin::capabilities::GrantLists;
 use crate::plugin::check::CheckReport;
+use crate::plugin::inspect::HostRelease;
 use crate::plugin::installed::{InstallStore, InstalledPlugin, PluginSource};
 use crate::plugin::loaded::{FailedStep, LoadError};
 use crate::plugin::set::PluginLoader;
@@ -71,9 +72,13 @@ pub(crate) enum PluginCommand {
 pub(crate) struct CheckArgs {
     /// The .wasm file, or an installed plugin's name.
     plugin: String,
-    /// Print one JSON object instead of a report.
+    /// Print one JSON object (schema `mst.plugin-check/v1`) instead of a report.
     #[arg(long)]
     json: bool,
+    /// Check against the plugin ABI of mst VERSION (a release this binary knows) instead of
+    /// this mst's own.
+    #[arg(long, value_name = "VERSION", conflicts_with = "dry_run")]
+    host_version: Option<String>,
     /// For a runner plugin, then: one machine, one trial (`sh -c cat` on the machine, or
     /// --case of --config), dispose, each step timed. Exit 1 if any step fails.
     #[arg(long)]
@@ -261,13 +266,28 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
     let CheckArgs {
         plugin,
         json,
+        host_version,
         dry_run,
         runner_options,
         config,
         case,
         sandbox,
     } = args;
-    let report = check(home, &plugin, sandbox.limits()?)?;
+    // An unknown release is a usage error, found before the plugin is even read.
+    let release = match host_version.as_deref().map(HostRelease::find).transpose() {
+        Ok(release) => release,
+        Err(message) => {
+            return Err(Exit {
+                code: 2,
+                error: anyhow::anyhow!(message),
+            }
+            .into())
+        }
+    };
+    let mut report = check(home, &plugin, sandbox.limits()?)?;
+    if let Some(release) = release {
+        report = report.for_release(release);
+    }
     let dry = match dry_run && report.compatible {
         false => None,
         true if report.kind != Some(Kind::Runner) => {

@@ -7,6 +7,21 @@
 //! Exports are async (calls run on a fiber under `tokio::time::timeout`, so a plugin blocked in
 //! a host call is dropped at its time limit), and so are the imports that wait on the host:
 //! `exec.run`, `model.complete` and `http.send`.
+//!
+//! One version today. These bindings come from the live `wit/` (`mst:plugin@`[`super::ABI_VERSION`])
+//! and serve every version on its track, because a version on the same track only adds
+//! (docs/plugins.md, "Versioning policy"; `cargo xtask lint` enforces it). When the host moves
+//! to a new track it keeps the old one's bindings, structured as Zed's extension host does
+//! (`crates/extension_host/src/wasm_host/wit/since_v*.rs`), so the table
+//! [`super::inspect::RELEASES`] can list both tracks:
+//!
+//! - one module per track, `since_v0_1_0`, `since_v0_2_0`, …, each with its `MIN_VERSION` and a
+//!   `bindgen!` over its frozen `wit/released/<version>/`; `latest` re-exports the newest;
+//! - an older module's `with:` points every interface that did not change at `latest`'s, and
+//!   its host-import traits convert their arguments to `latest`'s types and forward to
+//!   `latest`'s implementation, so the host's logic exists once;
+//! - `WorldPre` gains a variant per module; a load picks the module whose track the
+//!   component's export names carry, and its typed calls convert results up to `latest`.
 
 /// The `grader` world, and the shared `mst:plugin` types and host interfaces.
 pub mod grader {

@@ -1,14 +1,15 @@
 //! The static ABI check: read a component's imports and exports without compiling or running
 //! it, and decide whether this host can load it.
 //!
-//! Compatibility follows semver on the WIT package version. The host implements
-//! `mst:plugin@ABI_VERSION`; a plugin built against `V` fits when `V` is on the same
-//! compatibility track (same major, or same minor while the major is 0) and not newer than the
-//! host. WASI 0.2 interfaces are provided up to `WASI_VERSION`.
-
-use super::{ABI_VERSION, WASI_VERSION};
+//! Compatibility follows semver on the WIT package version (docs/plugins.md, "Versioning
+//! policy"). Each mst release loads `mst:plugin` up to a newest version on each track it keeps
+//! bindings for; a plugin built against `V` fits when `V` is on one of those tracks (same major,
+//! or same minor while the major is 0) and not newer than the release's newest on it. WASI 0.2
+//! interfaces are provided up to the release's WASI version. [`RELEASES`] records this for every
+//! shipped mst, so `mst plugin check --host-version` can answer for another release.
 use semver::Version;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::fmt;
 use wasmparser::{Encoding, Parser, Payload};
 
@@ -185,6 +186,85 @@ impl Assessment {
     }
 }
 
+/// One shipped mst release and the plugin ABI it loads: a row of [`RELEASES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostRelease {
+    /// The mst version.
+    pub mst: &'static str,
+    /// The newest `mst:plugin` version on each track the release has bindings for, oldest
+    /// track first. It loads a plugin built against any version on one of these tracks that
+    /// is not newer than the one listed.
+    pub mst_plugin: &'static [&'static str],
+    /// The newest WASI 0.2 release it provides.
+    pub wasi: &'static str,
+}
+
+/// Every shipped mst release, oldest first; the last row is this build. The single source of
+/// the host's ABI range: [`super::ABI_VERSION`] and [`super::WASI_VERSION`] are read from it.
+/// A release that moves `mst:plugin` to a new version adds a row (and, for a new track, keeps
+/// the old track listed while its bindings stay: see `bindings`).
+pub const RELEASES: &[HostRelease] = &[HostRelease {
+    mst: "0.1.0",
+    mst_plugin: &["0.1.0"],
+    wasi: "0.2.12",
+}];
+
+/// This build's row of [`RELEASES`].
+pub const CURRENT: HostRelease = RELEASES[RELEASES.len() - 1];
+
+impl HostRelease {
+    /// The newest `mst:plugin` version this release loads.
+    pub const fn newest_abi(&self) -> &'static str {
+        self.mst_plugin[self.mst_plugin.len() - 1]
+    }
+
+    /// The row for mst `version`, or an error listing the releases this binary knows.
+    pub fn find(version: &str) -> Result<&'static HostRelease, String> {
+        let wanted = version.strip_prefix('v').unwrap_or(version);
+        RELEASES.iter().find(|r| r.mst == wanted).ok_or_else(|| {
+            let known: Vec<&str> = RELEASES.iter().map(|r| r.mst).collect();
+            format!(
+                "--host-version {version}: this mst ({}) knows the plugin ABI of mst {} only; \
+                 check with that mst's own binary, or use a newer mst",
+                CURRENT.mst,
+                known.join(", ")
+            )
+        })
+    }
+
+    /// The `mst:plugin` versions it accepts, one semver range per track, e.g.
+    /// `>=0.1.0, <=0.1.3`.
+    pub fn mst_plugin_ranges(&self) -> Vec<String> {
+        self.mst_plugin
+            .iter()
+            .map(|newest| {
+                let v = Version::parse(newest).expect("RELEASES holds semver");
+                let first = match v.major {
+                    0 => Version::new(0, v.minor, 0),
+                    major => Version::new(major, 0, 0),
+                };
+                format!(">={first}, <={v}")
+            })
+            .collect()
+    }
+
+    fn abi_versions(&self) -> Vec<Version> {
+        self.mst_plugin
+            .iter()
+            .map(|v| Version::parse(v).expect("RELEASES holds semver"))
+            .collect()
+    }
+
+    /// How messages name the host: this build, or another release asked about.
+    fn who(&self) -> Cow<'static, str> {
+        if *self == CURRENT {
+            Cow::Borrowed("this host")
+        } else {
+            Cow::Owned(format!("mst {}", self.mst))
+        }
+    }
+}
+
 /// Interfaces of `mst:plugin` that the host provides to plugins.
 const HOST_INTERFACES: &[&str] = &["types", "log", "exec", "secrets", "http", "model"];
 /// Interfaces of `mst:plugin` that the host knows how to call.
@@ -246,10 +326,6 @@ pub fn version_fits(plugin: &Version, host: &Version) -> bool {
     same_track && plugin <= host
 }
 
-fn abi_version() -> Version {
-    Version::parse(ABI_VERSION).expect("ABI_VERSION is semver")
-}
-
 fn track(version: &Version) -> String {
     if version.major == 0 {
         format!("0.{}.x", version.minor)
@@ -258,49 +334,78 @@ fn track(version: &Version) -> String {
     }
 }
 
-/// Checks one versioned item against the version the host has for its package.
-fn check_version(item: &Item, host: &Version, what: &str, problems: &mut Vec<Problem>) {
+/// `0.1.x up to 0.1.3, 0.2.x up to 0.2.0`.
+fn supported(hosts: &[Version]) -> String {
+    hosts
+        .iter()
+        .map(|h| format!("{} up to {h}", track(h)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Checks one versioned item against the versions `who` has for its package (newest per
+/// track).
+fn check_version(
+    item: &Item,
+    hosts: &[Version],
+    who: &str,
+    what: &str,
+    problems: &mut Vec<Problem>,
+) {
     let package = item.package.as_deref().unwrap_or_default();
+    let newest = hosts.last().expect("a release supports some version");
     match &item.version {
         None => problems.push(Problem::error(format!(
-            "{what} `{}` without a package version; this host needs {package}@{} (build with the WIT \
-             package from this mst release)",
+            "{what} `{}` without a package version; {who} needs {package}@{} (build with the WIT \
+             package from that mst release)",
             item.name,
-            track(host)
+            track(newest)
         ))),
-        Some(v) if !version_fits(v, host) => problems.push(Problem::error(format!(
-            "{what} `{}`, but this host supports {package}@{} up to {host}; rebuild the plugin \
-             against {package}@{host}{}",
-            item.name,
-            track(host),
-            if v > host { " or upgrade mst" } else { "" }
-        ))),
+        Some(v) if !hosts.iter().any(|h| version_fits(v, h)) => {
+            problems.push(Problem::error(format!(
+                "{what} `{}`, but {who} supports {package}@{}; rebuild the plugin against \
+                 {package}@{newest}{}",
+                item.name,
+                supported(hosts),
+                if v > newest { " or upgrade mst" } else { "" }
+            )))
+        }
         Some(_) => {}
     }
 }
 
 impl Surface {
-    /// Decides whether the host can load this component, and what kind it is.
+    /// Decides whether this host can load this component, and what kind it is.
     pub fn assess(&self) -> Assessment {
-        let abi = abi_version();
-        let wasi = Version::parse(WASI_VERSION).expect("WASI_VERSION is semver");
+        self.assess_for(&CURRENT)
+    }
+
+    /// Decides whether mst `release` can load this component, and what kind it is.
+    pub fn assess_for(&self, release: &HostRelease) -> Assessment {
+        let abis = release.abi_versions();
+        let abi = abis
+            .last()
+            .expect("a release supports some version")
+            .clone();
+        let wasi = [Version::parse(release.wasi).expect("RELEASES holds semver")];
+        let who = release.who();
         let mut problems = Vec::new();
 
         for item in &self.imports {
             match (item.package.as_deref(), item.interface.as_deref()) {
                 (Some("mst:plugin"), Some(iface)) if HOST_INTERFACES.contains(&iface) => {
-                    check_version(item, &abi, "imports", &mut problems)
+                    check_version(item, &abis, &who, "imports", &mut problems)
                 }
                 (Some(pkg), Some(_)) if WASI_PACKAGES.contains(&pkg) => {
-                    check_version(item, &wasi, "imports", &mut problems)
+                    check_version(item, &wasi, &who, "imports", &mut problems)
                 }
                 _ => problems.push(Problem::error(format!(
-                    "imports `{}`, which this host does not provide (it provides mst:plugin/{{{}}}@{} \
+                    "imports `{}`, which {who} does not provide (it provides mst:plugin/{{{}}}@{} \
                      and WASI {})",
                     item.name,
                     HOST_INTERFACES.join(","),
                     track(&abi),
-                    track(&wasi)
+                    track(&wasi[0])
                 ))),
             }
         }
@@ -310,7 +415,7 @@ impl Surface {
         for item in &self.exports {
             match (item.package.as_deref(), item.interface.as_deref()) {
                 (Some("mst:plugin"), Some(iface)) if PLUGIN_INTERFACES.contains(&iface) => {
-                    check_version(item, &abi, "exports", &mut problems);
+                    check_version(item, &abis, &who, "exports", &mut problems);
                     has_plugin_export |= iface == "plugin";
                     kinds.extend(Kind::from_interface(iface));
                 }
@@ -487,5 +592,81 @@ mod tests {
             inspect(b"\0asm\x0d\0\x01\0\xff").unwrap_err(),
             Unreadable::Malformed(_)
         ));
+    }
+
+    #[test]
+    fn the_release_table_is_this_build_and_the_live_wit() {
+        assert_eq!(CURRENT.mst, env!("CARGO_PKG_VERSION"), "add a RELEASES row");
+        let wit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/types.wit"))
+            .unwrap();
+        assert!(
+            wit.contains(&format!(
+                "package mst:plugin@{};",
+                super::super::ABI_VERSION
+            )),
+            "the bindings are generated from wit/, so its version is the host's newest ABI"
+        );
+        assert_eq!(CURRENT.mst_plugin_ranges(), [">=0.1.0, <=0.1.0"]);
+        // What shipped is frozen, so `cargo xtask lint` keeps the live WIT compatible with it.
+        // (This build's own newest version may still be in the making.)
+        let released = concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/released");
+        for release in &RELEASES[..RELEASES.len() - 1] {
+            for abi in release.mst_plugin {
+                let frozen = std::path::Path::new(released).join(abi);
+                assert!(
+                    frozen.is_dir(),
+                    "mst {} shipped {abi}: freeze it",
+                    release.mst
+                );
+            }
+        }
+        for abi in &CURRENT.mst_plugin[..CURRENT.mst_plugin.len() - 1] {
+            assert!(std::path::Path::new(released).join(abi).is_dir(), "{abi}");
+        }
+        assert!(std::path::Path::new(released).join("0.1.0").is_dir());
+    }
+
+    /// A release that kept the 0.1 bindings when it moved to 0.2 loads both tracks.
+    #[test]
+    fn a_release_with_two_tracks_loads_both_and_says_so() {
+        let release = HostRelease {
+            mst: "9.0.0",
+            mst_plugin: &["0.1.3", "0.2.0"],
+            wasi: "0.2.12",
+        };
+        assert_eq!(
+            release.mst_plugin_ranges(),
+            [">=0.1.0, <=0.1.3", ">=0.2.0, <=0.2.0"]
+        );
+        for fits in ["0.1.0", "0.1.3", "0.2.0"] {
+            let grader = surface(
+                &[],
+                &[
+                    &format!("mst:plugin/plugin@{fits}"),
+                    &format!("mst:plugin/grading@{fits}"),
+                ],
+            );
+            assert!(grader.assess_for(&release).compatible(), "{fits}");
+        }
+        let verdict = surface(
+            &[],
+            &["mst:plugin/plugin@0.3.0", "mst:plugin/grading@0.3.0"],
+        )
+        .assess_for(&release);
+        assert!(!verdict.compatible());
+        assert!(
+            verdict.problems.iter().any(|p| p
+                .message
+                .contains("mst 9.0.0 supports mst:plugin@0.1.x up to 0.1.3, 0.2.x up to 0.2.0")),
+            "{:?}",
+            verdict.problems
+        );
+    }
+
+    #[test]
+    fn an_unknown_release_lists_the_known_ones() {
+        assert_eq!(HostRelease::find("v0.1.0"), Ok(&RELEASES[0]));
+        let err = HostRelease::find("0.0.9").unwrap_err();
+        assert!(err.contains("0.0.9") && err.contains("mst 0.1.0"), "{err}");
     }
 }

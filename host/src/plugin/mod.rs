@@ -41,8 +41,10 @@ pub use inspect::{Kind, Surface};
 pub use loaded::{CallError, LoadedPlugin};
 pub use sandbox::Limits;
 
-/// The version of the `mst:plugin` WIT package this host implements.
-pub const ABI_VERSION: &str = "0.1.0";
+/// The version of the `mst:plugin` WIT package this host implements (from the release table
+/// [`inspect::RELEASES`]).
+pub const ABI_VERSION: &str = inspect::CURRENT.newest_abi();
 
-/// The newest WASI 0.2 release whose interfaces this host provides to plugins.
-pub const WASI_VERSION: &str = "0.2.12";
+/// The newest WASI 0.2 release whose interfaces this host provides to plugins (from
+/// [`inspect::RELEASES`]).
+pub const WASI_VERSION: &str = inspect::CURRENT.wasi;
