@@ -323,4 +323,25 @@ fn an_installed_runner_is_found_by_its_plain_name() {
         "{}",
         unknown.stderr
     );
+
+    // A second installed runner with the same last part (its record copied under another
+    // namespace) makes the plain name ambiguous; the full name still works.
+    let plugins = mst.home.path().join("plugins");
+    let copy = plugins.join("acme/fixture/hostile-runner/0.1.0");
+    std::fs::create_dir_all(&copy).unwrap();
+    let original = plugins.join("mst/fixture/hostile-runner/0.1.0");
+    std::fs::copy(original.join("plugin.wasm"), copy.join("plugin.wasm")).unwrap();
+    let mut record = mst_tests::read_json(&original.join("manifest.json"));
+    record["name"] = json!("acme/fixture/hostile-runner");
+    std::fs::write(copy.join("manifest.json"), record.to_string()).unwrap();
+    let ambiguous = eval.run(&mst, &["--runner", "hostile-runner"]);
+    assert_ne!(ambiguous.code, 0);
+    assert!(
+        ambiguous.stderr.contains(
+            "runner `hostile-runner` is ambiguous: it could be acme/fixture/hostile-runner or \
+             mst/fixture/hostile-runner"
+        ),
+        "{}",
+        ambiguous.stderr
+    );
 }
