@@ -325,6 +325,9 @@ pub fn push(
     annotations: BTreeMap<String, String>,
     access: &Access,
 ) -> Result<String> {
+    if reference.reference.tag().is_none() || reference.reference.digest().is_some() {
+        bail!("{reference}: push to a tag (oci://REGISTRY/REPOSITORY:TAG), not a digest");
+    }
     let client = client(reference, access)?;
     let auth = auth(reference.registry(), access)?;
     let config = serde_json::to_vec(&ArtifactConfig {
