@@ -24,9 +24,18 @@ pub fn available() -> bool {
     present
 }
 
+/// An address of this machine that is not loopback (the one its route out would use), if any.
+pub fn outside_address() -> Option<std::net::IpAddr> {
+    // Connecting a UDP socket sends nothing; it only picks the route and so the source address.
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
 /// One running registry.
 pub struct Registry {
-    /// `127.0.0.1:PORT`.
+    /// `HOST:PORT`, `127.0.0.1:PORT` unless started with [`Registry::start_on`].
     pub addr: String,
     dir: tempfile::TempDir,
     child: Child,
@@ -35,18 +44,23 @@ pub struct Registry {
 impl Registry {
     /// A registry anyone may push to and pull from.
     pub fn start() -> Registry {
-        Self::start_with(None)
+        Self::start_with("127.0.0.1", None)
     }
 
     /// A registry that wants HTTP basic auth as `user` with `password` (bcrypt in htpasswd).
     pub fn start_with_login(user: &str, password: &str) -> Registry {
-        Self::start_with(Some((user, password)))
+        Self::start_with("127.0.0.1", Some((user, password)))
     }
 
-    fn start_with(login: Option<(&str, &str)>) -> Registry {
+    /// A plain-HTTP registry on `ip`, an address of this machine other than loopback.
+    pub fn start_on(ip: std::net::IpAddr) -> Registry {
+        Self::start_with(&ip.to_string(), None)
+    }
+
+    fn start_with(host: &str, login: Option<(&str, &str)>) -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let port = crate::free_port();
-        let addr = format!("127.0.0.1:{port}");
+        let addr = format!("{host}:{port}");
         let storage = dir.path().join("storage");
         let mut config = format!(
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
@@ -87,7 +101,14 @@ impl Registry {
             .stderr(log)
             .spawn()
             .unwrap();
-        crate::wait_for_port(port, "docker-registry");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "docker-registry did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         Registry { addr, dir, child }
     }
 

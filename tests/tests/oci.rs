@@ -1,5 +1,6 @@
 //! Plugins through a real OCI registry on loopback (Debian's `docker-registry`): push,
-//! verified install, digest pins in eval configs, a tampered blob, a missing tag, a login from
+//! verified install, digest pins in eval configs, a tampered blob, a missing tag, TLS off
+//! loopback, a login from
 //! a secrets file or the Docker config that never lands in mst's files; and installed runner
 //! plugins found by their plain name.
 
@@ -173,6 +174,39 @@ fn a_tampered_blob_and_a_missing_tag_are_refused() {
     );
     let list = mst.run(&["plugin", "list", "--json"]).json();
     assert_eq!(list, json!([]), "nothing is installed");
+}
+
+#[test]
+fn a_registry_off_loopback_is_only_spoken_to_over_tls() {
+    if !registry::available() {
+        return;
+    }
+    let Some(ip) = registry::outside_address() else {
+        eprintln!("skipped: this machine has no address but loopback");
+        return;
+    };
+    // A plain-HTTP registry on a real interface: mst must not fall back to plain HTTP.
+    let registry = Registry::start_on(ip);
+    let (mst, docker) = (Mst::new(), tempfile::tempdir().unwrap());
+    let reference = registry.reference("mst/contains:0.1.0");
+    let contains = plugin("contains.wasm");
+    let pushed = mst_with(
+        &mst,
+        docker.path(),
+        &["plugin", "push", s(&contains), &reference],
+    );
+    assert_ne!(pushed.code, 0, "{}", pushed.stdout);
+    assert!(
+        pushed
+            .stderr
+            .contains(&format!("https://{}/v2/", registry.addr)),
+        "{}",
+        pushed.stderr
+    );
+    assert!(
+        !registry.storage().join("docker").exists(),
+        "the plain-HTTP registry stored something"
+    );
 }
 
 #[test]
