@@ -1,6 +1,5 @@
-//! Plugins through a real OCI registry on loopback (Debian's `docker-registry`): push,
-//! verified install, digest pins in eval configs, a tampered blob, a missing tag, TLS off
-//! loopback, a login from
+//! Plugins through a real OCI registry (Debian's `docker-registry`): push, verified install,
+//! digest pins in eval configs, a tampered blob, a missing tag, TLS off loopback, a login from
 //! a secrets file or the Docker config that never lands in mst's files; and installed runner
 //! plugins found by their plain name.
 
