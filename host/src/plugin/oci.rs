@@ -440,6 +440,19 @@ mod tests {
     }
 
     #[test]
+    fn docker_config_keys_are_matched_by_host() {
+        assert_eq!(
+            docker_key_host("https://index.docker.io/v1/"),
+            "index.docker.io"
+        );
+        assert_eq!(docker_key_host("http://127.0.0.1:5000"), "127.0.0.1:5000");
+        assert_eq!(
+            docker_key_host("registry.example.com"),
+            "registry.example.com"
+        );
+    }
+
+    #[test]
     fn plain_http_only_on_loopback() {
         for local in [
             "127.0.0.1:5000",
