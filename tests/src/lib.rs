@@ -3,13 +3,15 @@
 //! tests, ([`sshd`]) real OpenSSH servers on loopback, and ([`model_server`]) a scripted model
 //! server on loopback (no model provider is reachable from the test machines), and ([`serve`]) a
 //! running `mst serve` called with the real `curl`, and ([`browser`]) a real headless Chromium
-//! for tests that look at pages, with screenshots in `target/test-output/<test>/`.
+//! for tests that look at pages, with screenshots in `target/test-output/<test>/`, and
+//! ([`registry`]) a real OCI registry on loopback.
 //!
 //! Build everything first with `cargo xtask test` (or `cargo xtask plugins` and
 //! `cargo build -p mst`); a missing artifact fails the test with that instruction.
 
 pub mod browser;
 pub mod model_server;
+pub mod registry;
 pub mod serve;
 pub mod sshd;
 

@@ -235,6 +235,11 @@ fn test() -> Result<()> {
         ("/usr/bin/chromium", "chromium"),
         ("/usr/bin/chromedriver", "chromium-driver"),
     ])?;
+    // The OCI tests (tests/tests/oci.rs) push to and pull from a real registry on loopback.
+    engines::ensure_packages(&[
+        ("/usr/bin/docker-registry", "docker-registry"),
+        ("/usr/bin/htpasswd", "apache2-utils"),
+    ])?;
     let engines = engines::start(&root())?;
     let result = run(cargo()
         .current_dir(root())
@@ -244,7 +249,8 @@ fn test() -> Result<()> {
         .env("MST_TEST_IMAGE", engines::TEST_IMAGE)
         .env("MST_REQUIRE_DOCKER", "1")
         .env("MST_REQUIRE_SSHD", "1")
-        .env("MST_REQUIRE_BROWSER", "1"));
+        .env("MST_REQUIRE_BROWSER", "1")
+        .env("MST_REQUIRE_REGISTRY", "1"));
     drop(engines);
     result
 }

@@ -1,4 +1,5 @@
-//! `mst plugin …`: check, install, list, info, remove, new, and trying a plugin on one input.
+//! `mst plugin …`: check, install (from a file or an OCI registry), push, list, info, remove,
+//! new, and trying a plugin on one input.
 
 use super::{scaffold, Exit};
 use crate::eval::trial::{CaseRecord, TrialRecord};
@@ -7,8 +8,9 @@ use crate::home::Home;
 use crate::plugin::capabilities::GrantLists;
 use crate::plugin::check::CheckReport;
 use crate::plugin::inspect::HostRelease;
-use crate::plugin::installed::{InstallStore, InstalledPlugin, PluginSource};
+use crate::plugin::installed::{InstallStore, InstalledPlugin, Origin, PluginSource};
 use crate::plugin::loaded::{FailedStep, LoadError};
+use crate::plugin::oci;
 use crate::plugin::set::PluginLoader;
 use crate::plugin::{Grants, Kind, Limits, LoadedPlugin, PluginHost};
 use crate::run::dry_run::{self, DryRunRequest};
@@ -21,15 +23,29 @@ use std::path::{Path, PathBuf};
 pub(crate) enum PluginCommand {
     /// Is this component compatible with this mst? Exit 0 yes, 1 no, 2 not a component.
     Check(CheckArgs),
-    /// Check a component and store it by name, version and digest.
+    /// Check a component and store it by name, version and digest: a .wasm file, or
+    /// oci://REGISTRY/REPOSITORY:TAG pulled and verified.
     Install {
-        /// The .wasm file.
-        file: PathBuf,
+        /// The .wasm file, or an oci:// reference.
+        plugin: String,
         /// Replace an installed build of the same name and version.
         #[arg(long)]
         force: bool,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Check a component and push it to an OCI registry as a wasm artifact.
+    Push {
+        /// The .wasm file (or an installed plugin's name).
+        plugin: String,
+        /// Where: oci://REGISTRY/REPOSITORY:TAG.
+        reference: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
     /// List installed plugins.
     List {
@@ -136,6 +152,27 @@ pub(crate) struct CallArgs {
     json: bool,
     #[command(flatten)]
     sandbox: SandboxArgs,
+}
+
+/// How `mst plugin push` and `install oci://…` reach a registry.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct RegistryArgs {
+    /// The registry login: a secrets file (JSON or dotenv) with OCI_USERNAME and OCI_PASSWORD.
+    /// Without it, the Docker config's `auths` entry for the registry, else none.
+    #[arg(long = "secrets-file", value_name = "FILE")]
+    secrets_file: Option<PathBuf>,
+    /// Trust the CA certificates in this PEM file for the registry's TLS, besides the system's.
+    #[arg(long = "ca", value_name = "FILE")]
+    ca: Option<PathBuf>,
+}
+
+impl RegistryArgs {
+    fn access(&self) -> oci::Access {
+        oci::Access {
+            secrets_file: self.secrets_file.clone(),
+            ca_file: self.ca.clone(),
+        }
+    }
 }
 
 /// Kinds `mst plugin new` can scaffold.
@@ -246,7 +283,18 @@ fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> 
 pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
     match command {
         PluginCommand::Check(args) => check_command(home, args),
-        PluginCommand::Install { file, force, json } => install(home, &file, force, json),
+        PluginCommand::Install {
+            plugin,
+            force,
+            json,
+            registry,
+        } => install(home, &plugin, force, json, &registry.access()),
+        PluginCommand::Push {
+            plugin,
+            reference,
+            json,
+            registry,
+        } => push(home, &plugin, &reference, json, &registry.access()),
         PluginCommand::List { json } => list(home, json),
         PluginCommand::Info { plugin, json } => info(home, &plugin, json),
         PluginCommand::Remove { plugin, json } => remove(home, &plugin, json),
@@ -332,22 +380,26 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
     })
 }
 
-/// `mst plugin install`.
-fn install(home: &Home, file: &Path, force: bool, json: bool) -> Result<u8> {
-    let report = check(home, &file.to_string_lossy(), Limits::default())?;
-    if !report.compatible {
-        eprint!("{}", report.render());
-        return Err(Exit {
-            code: report.exit_code(),
-            error: anyhow::anyhow!(
-                "not installed: {} is not compatible with this mst",
-                file.display()
-            ),
-        }
-        .into());
-    }
-    let bytes = read_input(file)?;
-    let installed = store(home).install(&bytes, &report, force)?;
+/// `mst plugin install`: a file, or an OCI reference pulled and verified.
+fn install(home: &Home, plugin: &str, force: bool, json: bool, access: &oci::Access) -> Result<u8> {
+    let (bytes, source) = if plugin.starts_with(oci::SCHEME) {
+        let reference = oci::OciRef::parse(plugin)?;
+        let pulled = oci::pull(&reference, access)?;
+        let sha256 = crate::plugin::loaded::digest(&pulled.bytes);
+        let source = Origin::Oci {
+            reference: reference.to_string(),
+            manifest_digest: pulled.manifest_digest,
+            sha256,
+        };
+        (pulled.bytes, source)
+    } else {
+        let file = Path::new(plugin);
+        let bytes = read_input(file).map_err(|error| Exit { code: 2, error })?;
+        let path = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+        (bytes, Origin::File { path })
+    };
+    let report = checked(home, &bytes, plugin, "installed")?;
+    let installed = store(home).install(&bytes, &report, source, force)?;
     if json {
         print_json(&installed_json(&installed))?;
     } else {
@@ -362,6 +414,67 @@ fn install(home: &Home, file: &Path, force: bool, json: bool) -> Result<u8> {
     Ok(0)
 }
 
+/// The check report of `bytes` (named `label`), which must be compatible: otherwise the report
+/// goes to stderr and the error says the plugin was not `what` (installed, pushed).
+fn checked(home: &Home, bytes: &[u8], label: &str, what: &str) -> Result<CheckReport> {
+    let report = check_bytes(home, bytes, label, Limits::default())?;
+    if !report.compatible {
+        eprint!("{}", report.render());
+        return Err(Exit {
+            code: report.exit_code(),
+            error: anyhow::anyhow!("not {what}: {label} is not compatible with this mst"),
+        }
+        .into());
+    }
+    Ok(report)
+}
+
+/// `mst plugin push`: checks the plugin, then pushes it as a wasm OCI artifact.
+fn push(
+    home: &Home,
+    plugin: &str,
+    reference: &str,
+    json: bool,
+    access: &oci::Access,
+) -> Result<u8> {
+    let reference = oci::OciRef::parse(reference)?;
+    let (bytes, label) = source(home, plugin)
+        .and_then(|source| source.read())
+        .map_err(|error| Exit { code: 2, error })?;
+    let report = checked(home, &bytes, &label, "pushed")?;
+    // Standard OCI annotations, so registries and other tools show what the artifact is.
+    let annotations = [
+        ("org.opencontainers.image.title", report.name.clone()),
+        ("org.opencontainers.image.version", report.version.clone()),
+        (
+            "org.opencontainers.image.description",
+            report.description.clone(),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| Some((key.to_string(), value?)))
+    .collect();
+    let manifest_digest = oci::push(&bytes, &reference, annotations, access)?;
+    if json {
+        print_json(&json!({
+            "reference": reference.to_string(),
+            "pinned": reference.with_digest(&manifest_digest),
+            "manifestDigest": manifest_digest,
+            "sha256": report.digest,
+            "name": report.name,
+            "version": report.version,
+        }))?;
+    } else {
+        outln!(
+            "pushed {} {} to {reference} (manifest {manifest_digest}, component sha256:{})",
+            report.name.as_deref().unwrap_or_default(),
+            report.version.as_deref().unwrap_or_default(),
+            report.digest
+        );
+    }
+    Ok(0)
+}
+
 /// `mst plugin list`.
 fn list(home: &Home, json: bool) -> Result<u8> {
     let plugins = store(home).list()?;
@@ -371,17 +484,18 @@ fn list(home: &Home, json: bool) -> Result<u8> {
         outln!("no plugins installed in {}", home.plugins_dir().display());
     } else {
         outln!(
-            "{:<32} {:<10} {:<16} {:<20} CAPABILITIES",
+            "{:<32} {:<10} {:<16} {:<20} {:<24} SOURCE",
             "NAME",
             "VERSION",
             "KIND",
-            "DIGEST"
+            "DIGEST",
+            "CAPABILITIES"
         );
         for p in &plugins {
             let m = &p.manifest;
             let caps: Vec<String> = m.capabilities.iter().map(|c| c.to_string()).collect();
             outln!(
-                "{:<32} {:<10} {:<16} sha256:{:<13} {}",
+                "{:<32} {:<10} {:<16} sha256:{:<13} {:<24} {}",
                 m.name,
                 m.version,
                 m.kind.as_str(),
@@ -390,7 +504,10 @@ fn list(home: &Home, json: bool) -> Result<u8> {
                     "none".into()
                 } else {
                     caps.join(", ")
-                }
+                },
+                m.source
+                    .as_ref()
+                    .map_or_else(|| "unknown".to_string(), |s| s.to_string())
             );
         }
     }
@@ -416,6 +533,9 @@ fn info(home: &Home, plugin: &str, json: bool) -> Result<u8> {
                 print_json(&value)?;
             } else {
                 outln!("installed at {}", installed.wasm_path().display());
+                if let Some(source) = &installed.manifest.source {
+                    outln!("installed from {source}");
+                }
                 out!("{}", installed.manifest.check.render());
             }
             Ok(0)
@@ -560,9 +680,14 @@ fn check(home: &Home, spec: &str, limits: Limits) -> Result<CheckReport> {
     let (bytes, label) = source(home, spec)
         .and_then(|source| source.read())
         .map_err(|error| Exit { code: 2, error })?;
+    check_bytes(home, &bytes, &label, limits)
+}
+
+/// The check report of a component's `bytes`, named `label` in it.
+fn check_bytes(home: &Home, bytes: &[u8], label: &str, limits: Limits) -> Result<CheckReport> {
     let host = host(home)?;
-    let loaded = LoadedPlugin::load(&host, &bytes, &label, &Grants::default(), limits);
-    Ok(CheckReport::new(&label, bytes.len() as u64, &loaded))
+    let loaded = LoadedPlugin::load(&host, bytes, label, &Grants::default(), limits);
+    Ok(CheckReport::new(label, bytes.len() as u64, &loaded))
 }
 
 fn installed_json(plugin: &InstalledPlugin) -> serde_json::Value {
@@ -577,5 +702,6 @@ fn installed_json(plugin: &InstalledPlugin) -> serde_json::Value {
         "capabilities": m.capabilities,
         "installedAt": m.installed_at,
         "path": plugin.wasm_path(),
+        "source": m.source,
     })
 }

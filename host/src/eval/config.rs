@@ -476,12 +476,19 @@ pub enum PluginRef {
     Detailed(PluginConfig),
 }
 
-/// `{"path": "./judge.wasm", "allowExec": ["git"], …}`.
+/// `{"path": "./judge.wasm", "allowExec": ["git"], …}`, or
+/// `{"plugin": "oci://…", "sha256": "…"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginConfig {
-    /// A `.wasm` path (relative to the config) or an installed name.
+    /// A `.wasm` path (relative to the config), an installed name, or the `oci://…`
+    /// reference a plugin was installed from; also written `plugin`.
+    #[serde(alias = "plugin")]
     pub path: String,
+    /// The component's sha256 (hex, `sha256:` allowed): any other build is refused before
+    /// anything runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     #[serde(default)]
     pub allow_exec: Vec<String>,
     #[serde(default)]
@@ -852,6 +859,20 @@ impl EvalConfig {
         }
         for (name, provider) in &self.providers {
             provider.validate(name, "providers.")?;
+        }
+        for (index, plugin) in self.plugins.iter().enumerate() {
+            if let PluginRef::Detailed(PluginConfig {
+                sha256: Some(pin), ..
+            }) = plugin
+            {
+                let hex = pin.strip_prefix("sha256:").unwrap_or(pin);
+                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    bail!(
+                        "`plugins[{index}].sha256` is {pin:?}: write the component's sha256 as 64 \
+                         hex digits (`mst plugin list` shows it)"
+                    );
+                }
+            }
         }
         if self.trials == 0 {
             bail!("`trials` must be at least 1");

@@ -31,6 +31,43 @@ pub struct Manifest {
     pub installed_at: u64,
     /// The check report the plugin passed at install time.
     pub check: CheckReport,
+    /// Where it was installed from (absent in records written before mst kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Origin>,
+}
+
+/// Where an installed plugin came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Origin {
+    /// A `.wasm` file, by the absolute path it was installed from.
+    File {
+        /// The file's path.
+        path: PathBuf,
+    },
+    /// An OCI registry.
+    #[serde(rename_all = "camelCase")]
+    Oci {
+        /// The `oci://…` reference it was installed by.
+        reference: String,
+        /// The manifest's digest, `sha256:…`: what the reference pointed at when installed.
+        manifest_digest: String,
+        /// The component's sha256 (the layer digest, verified against the bytes).
+        sha256: String,
+    },
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::File { path } => write!(f, "{}", path.display()),
+            Origin::Oci {
+                reference,
+                manifest_digest,
+                ..
+            } => write!(f, "{reference} ({manifest_digest})"),
+        }
+    }
 }
 
 /// One installed plugin.
@@ -94,12 +131,13 @@ impl InstallStore {
         Self { dir }
     }
 
-    /// Stores a checked, compatible component. Refuses to replace a different build of the
-    /// same name and version unless `force`.
+    /// Stores a checked, compatible component that came from `source`. Refuses to replace a
+    /// different build of the same name and version unless `force`.
     pub fn install(
         &self,
         bytes: &[u8],
         report: &CheckReport,
+        source: Origin,
         force: bool,
     ) -> Result<InstalledPlugin> {
         let (Some(name), Some(version), Some(kind), true) = (
@@ -122,10 +160,12 @@ impl InstallStore {
             .context("refusing to install: the plugin's version is not semver")?;
         let target = self.dir.join(name).join(version.to_string());
         if let Ok(existing) = self.read(&target) {
+            // The same build again is a no-op, except that a new source is recorded.
             if existing.manifest.digest == report.digest {
-                return Ok(existing);
-            }
-            if !force {
+                if existing.manifest.source.as_ref() == Some(&source) {
+                    return Ok(existing);
+                }
+            } else if !force {
                 bail!(
                     "{name} {version} is already installed with another digest (sha256:{}); bump \
                      the plugin's version, or pass --force to replace it",
@@ -148,6 +188,7 @@ impl InstallStore {
             capabilities: report.capabilities.clone(),
             installed_at: crate::clock::unix_secs(),
             check: report.clone(),
+            source: Some(source),
         };
         std::fs::write(
             staging.path().join(MANIFEST_FILE),
@@ -235,6 +276,64 @@ impl InstallStore {
         Ok(newest.expect("matching returns at least one plugin"))
     }
 
+    /// The plugin installed from `reference` (`oci://…`), the latest installed if the tag was
+    /// installed more than once.
+    pub fn find_oci(&self, reference: &str) -> Result<InstalledPlugin> {
+        self.list()?
+            .into_iter()
+            .filter(|p| {
+                matches!(&p.manifest.source, Some(Origin::Oci { reference: r, .. }) if r == reference)
+            })
+            .max_by_key(|p| p.manifest.installed_at)
+            .with_context(|| {
+                format!("`{reference}` is not installed: run `mst plugin install {reference}` first")
+            })
+    }
+
+    /// The installed runner `name` names: its full name (`acme/runner/ssh`, `@version`
+    /// allowed) or its last part alone (`ssh`) when one installed runner has it. An unknown or
+    /// ambiguous name is an error listing the installed runners.
+    pub fn find_runner(&self, name: &str) -> Result<InstalledPlugin> {
+        let runners: Vec<InstalledPlugin> = self
+            .list()?
+            .into_iter()
+            .filter(|p| p.manifest.kind == Kind::Runner)
+            .collect();
+        let (base, version) = name.split_once('@').unwrap_or((name, ""));
+        let mut found: Vec<&InstalledPlugin> = runners
+            .iter()
+            .filter(|p| {
+                let m = &p.manifest;
+                let short = m.name.rsplit('/').next().unwrap_or_default();
+                (m.name == base || short == base) && (version.is_empty() || m.version == version)
+            })
+            .collect();
+        let names: std::collections::BTreeSet<&str> =
+            found.iter().map(|p| p.manifest.name.as_str()).collect();
+        let installed = || {
+            let all: std::collections::BTreeSet<&str> =
+                runners.iter().map(|p| p.manifest.name.as_str()).collect();
+            if all.is_empty() {
+                "no runner plugins are installed".to_string()
+            } else {
+                let all: Vec<&str> = all.into_iter().collect();
+                format!("the installed runners are {}", all.join(", "))
+            }
+        };
+        match names.len() {
+            0 => bail!(
+                "unknown runner `{name}`: the built-in runners are `local` and `docker`, and {}; \
+                 load another with --plugin FILE or install it with `mst plugin install`",
+                installed()
+            ),
+            1 => Ok(found.pop().expect("one name was found").clone()),
+            _ => bail!(
+                "runner `{name}` is ambiguous: it could be {}; give the full name",
+                names.into_iter().collect::<Vec<_>>().join(" or ")
+            ),
+        }
+    }
+
     /// Removes `name` (every version) or `name@version`; returns what was removed.
     pub fn remove(&self, spec: &str) -> Result<Vec<InstalledPlugin>> {
         let doomed = self.matching(spec)?;
@@ -257,9 +356,15 @@ pub enum PluginSource {
 }
 
 impl PluginSource {
-    /// Resolves `reference`: an existing path (relative to `base`) or a name ending in `.wasm`
-    /// is a file; anything else is an installed plugin's name.
+    /// Resolves `reference`: `oci://…` is the plugin installed from that reference; an existing
+    /// path (relative to `base`) or a name ending in `.wasm` is a file; anything else is an
+    /// installed plugin's name.
     pub fn find(store: &InstallStore, base: &Path, reference: &str) -> Result<Self> {
+        if reference.starts_with(super::oci::SCHEME) {
+            return Ok(PluginSource::Installed(Box::new(
+                store.find_oci(reference)?,
+            )));
+        }
         let path = base.join(reference);
         if path.exists() || reference.ends_with(".wasm") {
             return Ok(PluginSource::File(path));

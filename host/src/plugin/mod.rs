@@ -15,7 +15,8 @@
 //! - [`bindings`]: the typed world bindings generated from `wit/`.
 //! - [`bounds`]: caps on everything a plugin returns.
 //! - [`loaded`]: a compiled, checked plugin and its typed calls.
-//! - [`installed`]: the install store under `$MST_HOME/plugins`.
+//! - [`installed`]: the install store under `$MST_HOME/plugins`, and where each plugin came from.
+//! - [`oci`]: plugins pushed to and installed from OCI registries, always verified.
 //! - [`set`]: loading plugins by reference, and the typed set of plugins one run uses.
 //! - [`check`]: the report `mst plugin check` prints.
 
@@ -31,6 +32,7 @@ pub mod inspect;
 pub mod installed;
 pub mod loaded;
 pub mod manifest;
+pub mod oci;
 pub mod programs;
 pub mod sandbox;
 pub mod set;

@@ -37,6 +37,11 @@ impl PluginLoader {
         &self.host
     }
 
+    /// The install store plugins are found in.
+    pub fn store(&self) -> &InstallStore {
+        &self.store
+    }
+
     /// Where `reference` comes from: a file (relative to `base`) or an installed plugin.
     pub fn source(&self, base: &Path, reference: &str) -> Result<PluginSource> {
         PluginSource::find(&self.store, base, reference)
@@ -46,7 +51,30 @@ impl PluginLoader {
     /// carrying its [`LoadError`](super::loaded::LoadError), which callers may downcast for the
     /// step that failed.
     pub fn load(&self, base: &Path, reference: &str, grants: &Grants) -> Result<LoadedPlugin> {
+        self.load_pinned(base, reference, None, grants)
+    }
+
+    /// [`load`](Self::load), refusing a component whose sha256 is not `pin` (hex, with or
+    /// without `sha256:`) before any of it runs.
+    pub fn load_pinned(
+        &self,
+        base: &Path,
+        reference: &str,
+        pin: Option<&str>,
+        grants: &Grants,
+    ) -> Result<LoadedPlugin> {
         let (bytes, label) = self.source(base, reference)?.read()?;
+        if let Some(pin) = pin {
+            let pin = pin.strip_prefix("sha256:").unwrap_or(pin);
+            let actual = super::loaded::digest(&bytes);
+            if !actual.eq_ignore_ascii_case(pin) {
+                bail!(
+                    "{label} has sha256 {actual}, but the config pins sha256 {pin}: refusing to \
+                     run a plugin other than the pinned one (install the pinned build, or update \
+                     the pin if the change is wanted)"
+                );
+            }
+        }
         LoadedPlugin::load(&self.host, &bytes, &label, grants, self.limits)
             .map_err(|failure| anyhow::Error::new(*failure))
     }
@@ -61,16 +89,17 @@ pub struct PluginSet {
 }
 
 impl PluginSet {
-    /// Loads `reference` into the set; `source` records how it was asked for (for `run.json`).
+    /// Loads `reference` into the set, refused unless its sha256 is `pin` when one is given;
+    /// `source` records how it was asked for (for `run.json`).
     pub fn load(
         &mut self,
         loader: &PluginLoader,
         base: &Path,
-        reference: &str,
+        (reference, pin): (&str, Option<&str>),
         grants: &Grants,
         source: serde_json::Value,
     ) -> Result<Arc<LoadedPlugin>> {
-        let plugin = Arc::new(loader.load(base, reference, grants)?);
+        let plugin = Arc::new(loader.load_pinned(base, reference, pin, grants)?);
         // A runner's plan says this with everything else it may run (see `runner::plugin`).
         if plugin.kind() != Kind::Runner {
             for grant in &plugin.effective_grants().exec {
@@ -97,9 +126,16 @@ impl PluginSet {
     ) -> Result<()> {
         if !self.by_ref.contains_key(reference) {
             let source = serde_json::json!("installed");
-            self.load(loader, base, reference, grants, source)?;
+            self.load(loader, base, (reference, None), grants, source)?;
         }
         Ok(())
+    }
+
+    /// Makes `alias` (a runner's short name) name the plugin `reference` already names.
+    pub fn alias(&mut self, alias: &str, reference: &str) {
+        if let Some(plugin) = self.by_ref.get(reference).cloned() {
+            self.by_ref.insert(alias.to_string(), plugin);
+        }
     }
 
     /// The plugin `reference` names, whatever its kind.

@@ -9,6 +9,7 @@ use crate::grade::JudgeSet;
 use crate::home::Home;
 use crate::model::ModelAccess;
 use crate::plugin::capabilities::GrantLists;
+use crate::plugin::installed::PluginSource;
 use crate::plugin::set::{PluginLoader, PluginSet};
 use crate::plugin::{Grants, Limits};
 use crate::results::{GitState, PluginRecord};
@@ -105,16 +106,17 @@ fn load_plugins(
     };
     let extra_grants = with_access(request.grants);
     for reference in &config.plugins {
-        let (path, grants) = match reference {
-            PluginRef::Name(name) => (name.clone(), Grants::default()),
+        let (path, pin, grants) = match reference {
+            PluginRef::Name(name) => (name.clone(), None, Grants::default()),
             PluginRef::Detailed(detail) => (
                 detail.path.clone(),
+                detail.sha256.as_deref(),
                 with_access(&grants_from(detail, base)?),
             ),
         };
         let source = serde_json::to_value(reference)?;
         plugins
-            .load(&loader, base, &path, &grants, source)
+            .load(&loader, base, (&path, pin), &grants, source)
             .with_context(|| format!("plugin `{path}`"))?;
     }
     let cwd = std::env::current_dir()?;
@@ -123,7 +125,7 @@ fn load_plugins(
             .load(
                 &loader,
                 &cwd,
-                reference,
+                (reference, None),
                 &extra_grants,
                 serde_json::json!("--plugin"),
             )
@@ -142,17 +144,25 @@ fn load_plugins(
             .load_if_missing(&loader, base, &pair.plugin, &Grants::default())
             .with_context(|| format!("pairwise[{index}].plugin names `{}`", pair.plugin))?;
     }
-    // A name that is neither loaded nor installed is left to the runner lookup, which says
-    // what the runners are.
-    let known = |r: &&str| plugins.find(r).is_some() || loader.source(&cwd, r).is_ok();
+    // `--runner` names a loaded plugin, a file, or an installed runner by its full name or
+    // its last part alone (`ssh` for `acme/runner/ssh`).
     if let Some(runner) = request
         .runner
         .filter(|r| !crate::runner::BUILT_IN.contains(r))
-        .filter(known)
+        .filter(|r| plugins.find(r).is_none())
     {
+        let file = matches!(loader.source(&cwd, runner), Ok(PluginSource::File(_)));
+        let reference = match file || runner.starts_with(crate::plugin::oci::SCHEME) {
+            true => runner.to_string(),
+            false => {
+                let found = loader.store().find_runner(runner)?;
+                format!("{}@{}", found.manifest.name, found.manifest.version)
+            }
+        };
         plugins
-            .load_if_missing(&loader, &cwd, runner, &extra_grants)
+            .load_if_missing(&loader, &cwd, &reference, &extra_grants)
             .with_context(|| format!("--runner {runner}"))?;
+        plugins.alias(runner, &reference);
     }
     Ok(plugins)
 }
