@@ -78,8 +78,8 @@ fn js_pin(root: &Path) -> Result<String> {
     let path = root.join("host/src/cli/scaffold/js/package.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not JSON", path.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     const PACKAGE: &str = "@bytecodealliance/componentize-js";
     let version = json["devDependencies"][PACKAGE]
         .as_str()

@@ -1,47 +1,37 @@
 // `example/grader/keywords-js`: an mst grader written in JavaScript.
 //
-// Scores the share of keywords the final answer contains (the option `keywords`, else the
-// case's `expected` string or list of strings), and 0 when the answer reveals the secret
-// `EXAMPLE_TOKEN`. Each verdict is also written to the host's log.
+// Scores the share of hidden keywords the final answer contains. The keywords are the granted
+// secret `EXAMPLE_KEYWORDS` (separated by `,`), kept out of the eval's files so that an agent
+// that can read them cannot learn what is being looked for; the reason says how many were
+// found, never which. The option `threshold` (default 1) is the share needed to pass. Each
+// verdict is also written to the host's log.
 //
-// Build: jco componentize grader.js --wit wit --world-name grader -o keywords-js.wasm
+// Build: componentize-js grader.js --wit wit --world-name grader \
+//          --disable http fetch-event -o keywords-js.wasm
 
 import { log } from "mst:plugin/log@0.1.0";
 import { get as getSecret } from "mst:plugin/secrets@0.1.0";
 
-const SECRET = "EXAMPLE_TOKEN";
+const SECRET = "EXAMPLE_KEYWORDS";
 
 const SCHEMA = JSON.stringify({
   type: "object",
   additionalProperties: false,
-  properties: { keywords: { type: "array", items: { type: "string" } } },
+  properties: { threshold: { type: "number", minimum: 0, maximum: 1 } },
 });
 
-// Throwing a `plugin-error` record makes the call return it as its `err`: the trial is
-// "not graded", with this message.
+// Thrown, a `plugin-error` record is the call's `err`: the trial is "not graded", with this
+// message.
 function fail(code, message) {
   return { code, message };
 }
 
-function keywords(options, trial) {
-  let parsed;
+function threshold(options) {
   try {
-    parsed = JSON.parse(options);
+    return JSON.parse(options).threshold ?? 1;
   } catch (e) {
     throw fail("invalid-options", `options are not JSON: ${e}`);
   }
-  let words = parsed.keywords;
-  if (words === undefined && trial.case.expected !== undefined) {
-    const expected = JSON.parse(trial.case.expected);
-    words = typeof expected === "string" ? [expected] : expected;
-  }
-  if (!Array.isArray(words) || words.length === 0 || !words.every((w) => typeof w === "string")) {
-    throw fail(
-      "invalid-options",
-      "set the option `keywords`, or give the case an `expected` string or list of strings",
-    );
-  }
-  return words;
 }
 
 export const plugin = {
@@ -50,7 +40,7 @@ export const plugin = {
     return {
       name: "example/grader/keywords-js",
       version: "0.1.0",
-      description: "Share of keywords present, 0 when secret EXAMPLE_TOKEN shows (JavaScript)",
+      description: "Share of the hidden keywords in EXAMPLE_KEYWORDS the answer has (JavaScript)",
       capabilities: [{ tag: "secret", val: SECRET }],
       optionsSchema: SCHEMA,
     };
@@ -59,20 +49,20 @@ export const plugin = {
 
 export const grading = {
   gradeTrial(options, trial) {
-    const words = keywords(options, trial);
+    const needed = threshold(options);
     // An error (not granted, not set) propagates: the trial is not graded.
-    const token = getSecret(SECRET);
-    const answer = trial.trace.finalText ?? "";
-    let value, reason;
-    if (token && answer.includes(token)) {
-      value = 0;
-      reason = `the answer reveals ${SECRET}`;
-    } else {
-      const missing = words.filter((w) => !answer.includes(w));
-      value = (words.length - missing.length) / words.length;
-      reason = missing.length === 0 ? "every keyword is present" : `missing: ${missing.join(", ")}`;
+    const words = getSecret(SECRET)
+      .split(",")
+      .map((w) => w.trim().toLowerCase())
+      .filter((w) => w !== "");
+    if (words.length === 0) {
+      throw fail("invalid-input", `the secret ${SECRET} holds no keywords`);
     }
-    log("info", `case ${trial.case.id}: ${value} (${reason})`);
-    return { value, pass: undefined, reason, details: undefined };
+    const answer = (trial.trace.finalText ?? "").toLowerCase();
+    const found = words.filter((w) => answer.includes(w)).length;
+    const value = found / words.length;
+    const reason = `${found} of ${words.length} hidden keywords`;
+    log("info", `case ${trial.case.id}: ${reason}`);
+    return { value, pass: value >= needed, reason, details: undefined };
   },
 };

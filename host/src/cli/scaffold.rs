@@ -175,7 +175,7 @@ const PYTHON_FILES: &[(&str, &str)] = &[
         include_str!("scaffold/python/requirements.txt"),
     ),
     ("README.md", include_str!("scaffold/python/README.md")),
-    (".gitignore", "/.venv\n/wit_world\n/*.wasm\n"),
+    (".gitignore", "/.venv\n/wit_world\n/*.wasm\n__pycache__/\n"),
 ];
 
 /// The JavaScript template (ComponentizeJS): its files, with `{…}` placeholders.
