@@ -199,6 +199,7 @@ pub(crate) enum Lang {
 }
 
 /// What `mst plugin new` made: how to build it and where the component lands.
+#[derive(Debug)]
 pub(crate) struct Project {
     /// The command that builds the component, run in the project's directory.
     pub build: &'static str,
