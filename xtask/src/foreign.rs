@@ -146,35 +146,34 @@ pub fn build_examples(root: &Path) -> Result<()> {
     let js = ensure_componentize_js(root)?;
     std::fs::create_dir_all(root.join("plugins/dist/examples"))?;
     for example in EXAMPLES {
-        // Relative to the repository: ComponentizeJS reads files through a WASI layer that
-        // sees only paths below its working directory.
-        let source = Path::new("examples/plugins").join(example.dir);
-        let out = Path::new("plugins/dist").join(example.out);
+        let source = root.join("examples/plugins").join(example.dir);
+        let out = root.join("plugins/dist").join(example.out);
         let mut command = match example.toolchain {
             Toolchain::Python => {
                 // componentize-py finds the module on its working directory's path.
                 let mut command = Command::new(&python);
                 command
-                    .current_dir(root.join(&source))
+                    .current_dir(&source)
                     .arg("-d")
                     .arg(root.join("wit"))
                     .args(["-w", example.world, "componentize", example.source, "-o"])
-                    .arg(root.join(&out));
+                    .arg(&out);
                 command
             }
             Toolchain::Js => {
                 let mut command = Command::new(&js);
                 command
-                    .current_dir(root)
                     .arg(source.join(example.source))
-                    .args(["--wit", "wit", "--world-name", example.world])
+                    .arg("--wit")
+                    .arg(root.join("wit"))
+                    .args(["--world-name", example.world])
                     .args(["--disable", "http", "fetch-event", "-o"])
                     .arg(&out);
                 command
             }
         };
         super::run(&mut command)?;
-        if !root.join(&out).is_file() {
+        if !out.is_file() {
             bail!("{} did not produce {}", example.dir, out.display());
         }
     }

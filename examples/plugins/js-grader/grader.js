@@ -6,8 +6,9 @@
 // found, never which. The option `threshold` (default 1) is the share needed to pass. Each
 // verdict is also written to the host's log.
 //
-// Build: componentize-js grader.js --wit wit --world-name grader \
-//          --disable http fetch-event -o keywords-js.wasm
+// Built by `cargo xtask plugins` into plugins/dist/examples/keywords-js.wasm; by hand, here:
+//   componentize-js grader.js --wit ../../../wit --world-name grader \
+//     --disable http fetch-event -o keywords-js.wasm
 
 import { log } from "mst:plugin/log@0.1.0";
 import { get as getSecret } from "mst:plugin/secrets@0.1.0";

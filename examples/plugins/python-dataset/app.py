@@ -4,7 +4,8 @@ Reads a CSV file with a header row: `id` and `input` columns, and optionally `ex
 `tags` (separated by `;`). Every value is text. Options: `path` (the host reads the file and
 passes its bytes), `type`, and `delimiter` (one character, default `,`).
 
-Build: componentize-py -d wit -w dataset componentize app -o csv-py.wasm
+Built by `cargo xtask plugins` into plugins/dist/examples/csv-py.wasm; by hand, here:
+    componentize-py -d ../../../wit -w dataset componentize app -o csv-py.wasm
 """
 
 import csv

@@ -6,7 +6,8 @@ ends with `signature HEX`, HMAC-SHA256 of `CASE:VARIANT:TRIAL:SCORE` (the score 
 verdict this grader gave from one edited in the results afterwards. Each verdict is also
 written to the host's log.
 
-Build: componentize-py -d wit -w grader componentize app -o answer-py.wasm
+Built by `cargo xtask plugins` into plugins/dist/examples/answer-py.wasm; by hand, here:
+    componentize-py -d ../../../wit -w grader componentize app -o answer-py.wasm
 """
 
 import hashlib
