@@ -1,7 +1,9 @@
 //! `cargo xtask`: the project's build and test entry points, so that a fresh machine needs only
 //! cargo and rustup.
 //!
-//! - `cargo xtask plugins`: build the guest SDK's plugins and test fixtures to `plugins/dist/`.
+//! - `cargo xtask plugins`: build the guest SDK's plugins and test fixtures to `plugins/dist/`,
+//!   and the Python and JavaScript examples (installing their toolchains into
+//!   `target/toolchains/` when missing).
 //! - `cargo xtask test`: plugins, the static worker, the real MCP servers and two real Docker
 //!   engines the tests use (installed when missing), then every test (plugin unit tests
 //!   natively, host, end to end).
@@ -24,6 +26,7 @@ mod bench_docker;
 mod bench_report;
 mod bench_serve;
 mod engines;
+mod foreign;
 mod seccomp;
 mod wit_semver;
 
@@ -126,6 +129,8 @@ fn build_plugins() -> Result<()> {
         std::fs::copy(&built, dist.join(out))
             .with_context(|| format!("cannot copy {}", built.display()))?;
     }
+    // The Python and JavaScript examples, with their toolchains (issue 15).
+    foreign::build_examples(&root())?;
     eprintln!("xtask: plugins are in {}", dist.display());
     Ok(())
 }

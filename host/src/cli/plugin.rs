@@ -76,6 +76,10 @@ pub(crate) enum PluginCommand {
         /// The namespace in the plugin's name (`NAMESPACE/grader/NAME`).
         #[arg(long, default_value = "local")]
         namespace: String,
+        /// The language: Rust (the SDK), Python (componentize-py) or JavaScript
+        /// (ComponentizeJS).
+        #[arg(long, value_enum, default_value_t = scaffold::Lang::Rust)]
+        lang: scaffold::Lang,
     },
     /// Score one trial with a grader: from a trial JSON file, or a final answer given inline.
     Grade(GradeArgs),
@@ -303,7 +307,8 @@ pub(crate) fn run(home: &Home, command: PluginCommand) -> Result<u8> {
             name,
             dir,
             namespace,
-        } => new_plugin(&name, dir, &namespace),
+            lang,
+        } => new_plugin(&name, dir, &namespace, lang),
         PluginCommand::Grade(args) => grade(home, args),
         PluginCommand::Resolve(args) => resolve(home, args),
     }
@@ -557,21 +562,22 @@ fn remove(home: &Home, plugin: &str, json: bool) -> Result<u8> {
 }
 
 /// `mst plugin new`.
-fn new_plugin(name: &str, dir: Option<PathBuf>, namespace: &str) -> Result<u8> {
+fn new_plugin(
+    name: &str,
+    dir: Option<PathBuf>,
+    namespace: &str,
+    lang: scaffold::Lang,
+) -> Result<u8> {
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
-    scaffold::new_grader(&dir, namespace, name)?;
+    let project = scaffold::new_grader(&dir, namespace, name, lang)?;
     outln!(
         "created grader `{namespace}/grader/{name}` in {}",
         dir.display()
     );
+    outln!("build it:  cd {} && {}", dir.display(), project.build);
     outln!(
-        "build it:  cd {} && cargo build --release --target wasm32-wasip2",
-        dir.display()
-    );
-    outln!(
-        "check it:  mst plugin check {}/target/wasm32-wasip2/release/{}.wasm",
-        dir.display(),
-        name.replace('-', "_")
+        "check it:  mst plugin check {}",
+        dir.join(&project.artifact).display()
     );
     Ok(0)
 }

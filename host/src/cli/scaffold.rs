@@ -1,6 +1,8 @@
-//! `mst plugin new`: a plugin project that builds on its own, with the SDK and the WIT package
-//! of this mst release vendored into it (the SDK is not on crates.io, and vendoring pins the
-//! ABI the plugin was written against).
+//! `mst plugin new`: a plugin project that builds on its own, with the WIT package of this mst
+//! release (and for Rust, the SDK) vendored into it: the SDK is not on crates.io, and vendoring
+//! pins the ABI the plugin was written against. Rust templates are below; the Python and
+//! JavaScript ones are files in `scaffold/`, which `cargo xtask plugins` also reads for the
+//! toolchain versions it installs (one pin for templates, examples and tests).
 
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -164,6 +166,47 @@ Unit tests run natively: `cargo test`. `mst-sdk/` is the SDK and WIT package of 
 release that created this project.
 "#;
 
+/// The Python template (componentize-py): its files, with `{…}` placeholders.
+const PYTHON_FILES: &[(&str, &str)] = &[
+    ("app.py", include_str!("scaffold/python/app.py")),
+    ("build.sh", include_str!("scaffold/python/build.sh")),
+    (
+        "requirements.txt",
+        include_str!("scaffold/python/requirements.txt"),
+    ),
+    ("README.md", include_str!("scaffold/python/README.md")),
+    (".gitignore", "/.venv\n/wit_world\n/*.wasm\n__pycache__/\n"),
+];
+
+/// The JavaScript template (ComponentizeJS): its files, with `{…}` placeholders.
+const JS_FILES: &[(&str, &str)] = &[
+    ("grader.js", include_str!("scaffold/js/grader.js")),
+    ("package.json", include_str!("scaffold/js/package.json")),
+    ("README.md", include_str!("scaffold/js/README.md")),
+    (".gitignore", "/node_modules\n/*.wasm\n"),
+];
+
+/// The language of a new plugin project.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Lang {
+    /// Rust, with the mst SDK (`cargo build --target wasm32-wasip2`).
+    #[default]
+    Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript, built with ComponentizeJS.
+    Js,
+}
+
+/// What `mst plugin new` made: how to build it and where the component lands.
+#[derive(Debug)]
+pub(crate) struct Project {
+    /// The command that builds the component, run in the project's directory.
+    pub build: &'static str,
+    /// The built component, relative to the project's directory.
+    pub artifact: String,
+}
+
 fn valid_project_name(name: &str) -> bool {
     name.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
         && name
@@ -173,8 +216,9 @@ fn valid_project_name(name: &str) -> bool {
         && name.len() <= 64
 }
 
-/// Writes a new grader project for `namespace/grader/name` into `dir`, which must not exist.
-pub(crate) fn new_grader(dir: &Path, namespace: &str, name: &str) -> Result<()> {
+/// Writes a new grader project for `namespace/grader/name` in `lang` into `dir`, which must
+/// not exist.
+pub(crate) fn new_grader(dir: &Path, namespace: &str, name: &str, lang: Lang) -> Result<Project> {
     if !valid_project_name(name) {
         bail!("`{name}` is not a plugin name: use lowercase letters, digits and dashes, starting with a letter");
     }
@@ -194,25 +238,68 @@ pub(crate) fn new_grader(dir: &Path, namespace: &str, name: &str) -> Result<()> 
             .replace("{plugin}", &plugin)
             .replace("{crate}", &name.replace('-', "_"))
     };
-    let mut files: Vec<(String, String)> = vec![
-        ("Cargo.toml".into(), fill(GRADER_MANIFEST)),
-        ("src/lib.rs".into(), fill(GRADER_LIB)),
-        ("README.md".into(), fill(README)),
-        (".gitignore".into(), "/target\n".into()),
-        ("mst-sdk/Cargo.toml".into(), SDK_MANIFEST.into()),
-    ];
-    files.extend(
+    let template = |files: &[(&str, &str)]| -> Vec<(String, String)> {
+        files
+            .iter()
+            .map(|(path, text)| (path.to_string(), fill(text)))
+            .collect()
+    };
+    // The WIT package alone, as the SDK vendors it, for the toolchains that read WIT.
+    let wit = || {
         SDK_FILES
             .iter()
-            .map(|(path, text)| (format!("mst-sdk/{path}"), text.to_string())),
-    );
+            .filter(|(path, _)| path.starts_with("wit/"))
+            .map(|(path, text)| (path.to_string(), text.to_string()))
+    };
+    let (files, project) = match lang {
+        Lang::Rust => {
+            let mut files: Vec<(String, String)> = vec![
+                ("Cargo.toml".into(), fill(GRADER_MANIFEST)),
+                ("src/lib.rs".into(), fill(GRADER_LIB)),
+                ("README.md".into(), fill(README)),
+                (".gitignore".into(), "/target\n".into()),
+                ("mst-sdk/Cargo.toml".into(), SDK_MANIFEST.into()),
+            ];
+            files.extend(
+                SDK_FILES
+                    .iter()
+                    .map(|(path, text)| (format!("mst-sdk/{path}"), text.to_string())),
+            );
+            let project = Project {
+                build: "cargo build --release --target wasm32-wasip2",
+                artifact: format!(
+                    "target/wasm32-wasip2/release/{}.wasm",
+                    name.replace('-', "_")
+                ),
+            };
+            (files, project)
+        }
+        Lang::Python => {
+            let mut files = template(PYTHON_FILES);
+            files.extend(wit());
+            let project = Project {
+                build: "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt && PATH=\"$PWD/.venv/bin:$PATH\" sh build.sh",
+                artifact: format!("{name}.wasm"),
+            };
+            (files, project)
+        }
+        Lang::Js => {
+            let mut files = template(JS_FILES);
+            files.extend(wit());
+            let project = Project {
+                build: "npm install && npm run build",
+                artifact: format!("{name}.wasm"),
+            };
+            (files, project)
+        }
+    };
     for (path, text) in files {
         let path = dir.join(path);
         std::fs::create_dir_all(path.parent().expect("files have a parent"))
             .with_context(|| format!("cannot create {}", dir.display()))?;
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    Ok(())
+    Ok(project)
 }
 
 #[cfg(test)]
@@ -234,8 +321,8 @@ mod tests {
     #[test]
     fn refuses_bad_names_and_existing_dirs() {
         let tmp = tempfile::tempdir().unwrap();
-        assert!(new_grader(&tmp.path().join("x"), "local", "Bad_Name").is_err());
-        assert!(new_grader(tmp.path(), "local", "ok")
+        assert!(new_grader(&tmp.path().join("x"), "local", "Bad_Name", Lang::Rust).is_err());
+        assert!(new_grader(tmp.path(), "local", "ok", Lang::Python)
             .unwrap_err()
             .to_string()
             .contains("already exists"));
@@ -245,7 +332,7 @@ mod tests {
     fn writes_a_complete_project() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("exact");
-        new_grader(&dir, "acme", "exact").unwrap();
+        new_grader(&dir, "acme", "exact", Lang::Rust).unwrap();
         let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap();
         assert!(lib.contains("\"acme/grader/exact\""));
         for file in [
@@ -255,6 +342,35 @@ mod tests {
             "mst-sdk/wit/types.wit",
         ] {
             assert!(dir.join(file).is_file(), "{file}");
+        }
+    }
+
+    #[test]
+    fn python_and_js_projects_get_the_wit_package_and_their_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (lang, source) in [(Lang::Python, "app.py"), (Lang::Js, "grader.js")] {
+            let dir = tmp.path().join(format!("{lang:?}"));
+            let project = new_grader(&dir, "acme", "exact-answer", lang).unwrap();
+            assert_eq!(project.artifact, "exact-answer.wasm");
+            let text = std::fs::read_to_string(dir.join(source)).unwrap();
+            assert!(text.contains("\"acme/grader/exact-answer\""), "{source}");
+            for file in [
+                "README.md",
+                "wit/types.wit",
+                "wit/grader.wit",
+                "wit/host.wit",
+            ] {
+                assert!(dir.join(file).is_file(), "{lang:?}: {file}");
+            }
+            // No placeholder is left unfilled.
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                if entry.path().is_file() {
+                    let text = std::fs::read_to_string(entry.path()).unwrap();
+                    for token in ["{name}", "{plugin}", "{crate}"] {
+                        assert!(!text.contains(token), "{:?}: {token}", entry.path());
+                    }
+                }
+            }
         }
     }
 }
