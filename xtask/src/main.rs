@@ -43,6 +43,8 @@ const PLUGINS: &[(&str, &str)] = &[
     ("runner-image", "image-runner.wasm"),
     ("runner-ssh", "ssh-runner.wasm"),
     ("runner-kubernetes", "kubernetes-runner.wasm"),
+    // Shards in Slurm jobs (issue 19).
+    ("runner-slurm", "slurm-runner.wasm"),
     ("fixture-hostile", "fixtures/hostile.wasm"),
     ("fixture-hostile-runner", "fixtures/hostile-runner.wasm"),
     ("fixture-hostile-dataset", "fixtures/hostile-dataset.wasm"),
