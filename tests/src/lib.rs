@@ -11,6 +11,7 @@
 pub mod browser;
 pub mod model_server;
 pub mod serve;
+pub mod slurm;
 pub mod sshd;
 
 use std::path::{Path, PathBuf};
