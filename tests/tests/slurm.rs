@@ -290,3 +290,74 @@ fn a_queued_job_is_shown_waiting_and_counts_against_ready_only_when_asked() {
         run.stderr
     );
 }
+
+#[test]
+fn jobs_of_an_mst_that_died_are_cancelled_by_the_next_run() {
+    if !slurm::available() {
+        return;
+    }
+    let cluster = Cluster::start(2);
+    let mst = Mst::new();
+    let eval = command_eval(
+        json!(["sh", "-c", "read q; sleep 0.5; echo \"$q\""]),
+        16,
+        30,
+    );
+    let mut args = eval.args(&[]);
+    args.extend(slurm_args(&["shards=2", "time=10"]));
+    let mut child = mst
+        .command(&args)
+        .env("SLURM_CONF", cluster.conf())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = wait_for_run(&eval.results(), "e2e");
+    let id = run_id(&dir);
+    wait_for_traces(&dir, 2, Duration::from_secs(60));
+    // The coordinator dies outright: nothing of it disposes of its jobs.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let ours = |cluster: &Cluster| -> Vec<String> {
+        cluster
+            .live_jobs()
+            .into_iter()
+            .filter(|j| j.contains(&format!("|mst-{id}-")))
+            .collect()
+    };
+    assert_eq!(ours(&cluster).len(), 2, "{:?}", cluster.jobs());
+
+    // The next run (here the resume of the same one) cancels them first, then finishes it.
+    let resumed = eval_on(
+        &mst,
+        &cluster,
+        &eval,
+        &["shards=2", "time=10"],
+        &["--resume", &id],
+    );
+    assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
+    assert!(
+        resumed
+            .stderr
+            .contains("released 2 of 2 machine(s) left by an mst that is gone"),
+        "{}",
+        resumed.stderr
+    );
+    assert!(ours(&cluster).is_empty(), "{:?}", cluster.jobs());
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["missing"], json!([]), "{summary}");
+    // Nothing left to release: the dead mst's record went with its jobs.
+    let again = eval_on(
+        &mst,
+        &cluster,
+        &command_eval(json!(["true"]), 1, 30),
+        &[],
+        &[],
+    );
+    assert!(
+        !again.stderr.contains("left by an mst that is gone"),
+        "{}",
+        again.stderr
+    );
+}
