@@ -232,6 +232,11 @@ fn test() -> Result<()> {
         ("/usr/bin/chromium", "chromium"),
         ("/usr/bin/chromedriver", "chromium-driver"),
     ])?;
+    // The Slurm runner's tests start their own single-node cluster (tests/src/slurm.rs).
+    engines::ensure_packages(&[
+        ("/usr/sbin/slurmctld", "slurm-wlm"),
+        ("/usr/sbin/munged", "munge"),
+    ])?;
     let engines = engines::start(&root())?;
     let result = run(cargo()
         .current_dir(root())
@@ -241,6 +246,7 @@ fn test() -> Result<()> {
         .env("MST_TEST_IMAGE", engines::TEST_IMAGE)
         .env("MST_REQUIRE_DOCKER", "1")
         .env("MST_REQUIRE_SSHD", "1")
+        .env("MST_REQUIRE_SLURM", "1")
         .env("MST_REQUIRE_BROWSER", "1"));
     drop(engines);
     result
