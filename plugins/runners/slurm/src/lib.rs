@@ -101,9 +101,10 @@ const POLL_MS: u64 = 2_000;
 /// Cap on one `squeue`, `scancel` or `srun` the plugin runs itself.
 const CALL_MS: u32 = 30_000;
 
-/// The remote command lines of the put and get templates, declared word for word.
-const PUT: &str = "tar -xf - -C {workdir}";
-const GET: &str = "tar -cf - -C {workdir} {src}";
+/// The put and get steps, word for word: `srun` runs them without a shell, so none is declared
+/// (a declared `sh` would let a step read any command from stdin).
+const PUT: &[&str] = &["tar", "-xf", "-", "-C", "{workdir}"];
+const GET: &[&str] = &["tar", "-cf", "-", "-C", "{workdir}", "{src}"];
 /// What `squeue` prints per job: id, state, reason, nodes.
 const FORMAT: &str = "--format=%i|%T|%r|%N";
 
@@ -126,8 +127,8 @@ const SALLOC_PATTERNS: &[&str] = &[
 ];
 
 /// `srun` arguments: steps in an existing allocation (or `--test-only` for the options
-/// check), running only the worker (`{command}`), `tar` in the work directory, `mkdir` and
-/// `rm` of the shard's own directory.
+/// check), running only the worker (`{command}`), `tar` into and out of the work directory,
+/// `mkdir` and `rm` of a shard's directory (`…/mst-…`).
 const SRUN_PATTERNS: &[&str] = &[
     "--jobid=*",
     "--overlap",
@@ -147,10 +148,13 @@ const SRUN_PATTERNS: &[&str] = &[
     "--",
     "{command}",
     "true",
-    "sh",
-    "-c",
-    PUT,
-    GET,
+    "tar",
+    "-xf",
+    "-cf",
+    "-",
+    "-C",
+    "{workdir}",
+    "{src}",
     "mkdir",
     "-m0700",
     "rm",
@@ -440,8 +444,8 @@ impl Runner for Slurm {
             description: format!("job {} {} on {} (slurm)", job.id, job.name, queued.nodes),
             spec: MachineSpec::Command(CommandChannel {
                 exec: job.template(&["--chdir={workdir}", "--", "{command}"]),
-                put: job.template(&["--", "sh", "-c", PUT]),
-                get: job.template(&["--", "sh", "-c", GET]),
+                put: job.template(&[&["--"], PUT].concat()),
+                get: job.template(&[&["--"], GET].concat()),
                 workdir: job.dir.clone(),
             }),
         })
@@ -517,8 +521,8 @@ mod tests {
         };
         for template in [
             job.template(&["--chdir={workdir}", "--", "{command}"]),
-            job.template(&["--", "sh", "-c", PUT]),
-            job.template(&["--", "sh", "-c", GET]),
+            job.template(&[&["--"], PUT].concat()),
+            job.template(&[&["--"], GET].concat()),
             job.template(&["--", "rm", "-rf", &job.dir]),
         ] {
             assert_eq!(template[0], "srun");
