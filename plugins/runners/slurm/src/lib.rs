@@ -22,6 +22,7 @@ use mst_sdk::runner::{
     PluginError, PluginInfo, Runner, Shard,
 };
 use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
 /// The `slurm` runner.
 pub struct Slurm;
@@ -97,7 +98,7 @@ const SCHEMA: &str = r#"{
 /// the queue instead (the host kills it; the job stays queued under its unique name).
 const SUBMIT_MS: u32 = 5_000;
 /// How often a queued job is looked at.
-const POLL_MS: u64 = 2_000;
+const POLL: Duration = Duration::from_secs(1);
 /// Cap on one `squeue`, `scancel` or `srun` the plugin runs itself.
 const CALL_MS: u32 = 30_000;
 
@@ -300,24 +301,27 @@ fn now_ms() -> u64 {
         .unwrap_or_default()
 }
 
-/// Waits for the job named `name` to run. `submitted` is what `salloc` left: when no job has
-/// that name, its error is the one to report.
+/// Waits for the job named `name` to run. `submitted` is what `salloc` left (when no job has
+/// that name, its error is the one to report); `since` is when it was started, so the queue
+/// time `salloc` itself waited counts too.
 fn wait_running(
     name: &str,
-    submitted: Result<String, PluginError>,
+    submitted: Result<(), PluginError>,
+    since: Instant,
     options: &Options,
 ) -> Result<Queued, PluginError> {
     let mut last_reason = String::new();
-    let (mut queued_ms, mut starting_ms) = (0u64, 0u64);
-    let limit_ms = u64::from(options.ready_timeout) * 1000;
+    // When the job left the queue (configuring: nodes booting, prologs), if it has.
+    let mut dequeued: Option<Instant> = None;
+    let limit = Duration::from_secs(options.ready_timeout.into());
     loop {
         let Some(job) = lookup(name)? else {
             return Err(match submitted {
                 Err(e) => runner::error(e.code, format!("Slurm refused the job: {}", e.message)),
-                Ok(_) => unavailable(format!("job {name} left the queue before it started")),
+                Ok(()) => unavailable(format!("job {name} left the queue before it started")),
             });
         };
-        let waited = match job.state.as_str() {
+        match job.state.as_str() {
             "RUNNING" => return Ok(job),
             "PENDING" | "REQUEUED" | "RESIZING" | "SUSPENDED" => {
                 if job.reason != last_reason {
@@ -331,24 +335,23 @@ fn wait_running(
                     );
                     last_reason = job.reason.clone();
                 }
-                &mut queued_ms
             }
-            "CONFIGURING" => &mut starting_ms,
+            "CONFIGURING" => {
+                dequeued.get_or_insert_with(Instant::now);
+            }
             state => {
                 return Err(unavailable(format!(
                     "job {} ({name}) ended {state} ({}) before it started",
                     job.id, job.reason
                 )))
             }
+        }
+        let counted = match (options.queue_counts_as_ready, dequeued) {
+            (true, _) => since.elapsed(),
+            (false, Some(at)) => at.elapsed(),
+            (false, None) => Duration::ZERO,
         };
-        *waited += POLL_MS;
-        let counted = starting_ms
-            + if options.queue_counts_as_ready {
-                queued_ms
-            } else {
-                0
-            };
-        if counted > limit_ms {
+        if counted > limit {
             let job_ref = Job {
                 id: job.id.clone(),
                 name: name.into(),
@@ -360,7 +363,7 @@ fn wait_running(
                 job.id, options.ready_timeout, job.state, job.reason
             )));
         }
-        std::thread::sleep(std::time::Duration::from_millis(POLL_MS));
+        std::thread::sleep(POLL);
     }
 }
 
@@ -414,8 +417,9 @@ impl Runner for Slurm {
         // Granted quickly, salloc returns; still queued, it is stopped at SUBMIT_MS (killed:
         // the job stays queued) and the queue is watched instead, so the wait can be shown.
         let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let since = Instant::now();
         let submitted = match runner::exec("salloc", &arg_refs, &[], SUBMIT_MS) {
-            Ok(out) if out.status == 0 => Ok(String::new()),
+            Ok(out) if out.status == 0 => Ok(()),
             Ok(out) => Err(unavailable(format!(
                 "salloc exited with {}: {}",
                 out.status,
@@ -423,7 +427,7 @@ impl Runner for Slurm {
             ))),
             Err(e) => Err(e),
         };
-        let queued = wait_running(&name, submitted, &options)?;
+        let queued = wait_running(&name, submitted, since, &options)?;
         let job = Job {
             dir: format!(
                 "{}/mst-{run_id}-{}-{}",
