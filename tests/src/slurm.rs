@@ -242,6 +242,22 @@ impl Drop for Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // Step daemons outlive slurmd (a `slurmstepd` still reporting a step's end would wait
+        // for it forever), and so may what they ran: everything that inherited this cluster's
+        // configuration goes.
+        let ours = format!("SLURM_CONF={}", crate::s(&self.conf()));
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            if environ.split(|b| *b == 0).any(|v| v == ours.as_bytes()) {
+                // SAFETY: kill(2) on a process of this test's cluster.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
     }
 }
 
