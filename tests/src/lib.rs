@@ -13,6 +13,7 @@ pub mod browser;
 pub mod model_server;
 pub mod registry;
 pub mod serve;
+pub mod slurm;
 pub mod sshd;
 
 use std::path::{Path, PathBuf};

@@ -49,6 +49,8 @@ const PLUGINS: &[(&str, &str)] = &[
     ("runner-image", "image-runner.wasm"),
     ("runner-ssh", "ssh-runner.wasm"),
     ("runner-kubernetes", "kubernetes-runner.wasm"),
+    // Shards in Slurm jobs (issue 19).
+    ("runner-slurm", "slurm-runner.wasm"),
     ("fixture-hostile", "fixtures/hostile.wasm"),
     ("fixture-hostile-runner", "fixtures/hostile-runner.wasm"),
     ("fixture-hostile-dataset", "fixtures/hostile-dataset.wasm"),
@@ -245,6 +247,11 @@ fn test() -> Result<()> {
         ("/usr/bin/docker-registry", "docker-registry"),
         ("/usr/bin/htpasswd", "apache2-utils"),
     ])?;
+    // The Slurm runner's tests start their own single-node cluster (tests/src/slurm.rs).
+    engines::ensure_packages(&[
+        ("/usr/sbin/slurmctld", "slurm-wlm"),
+        ("/usr/sbin/munged", "munge"),
+    ])?;
     let engines = engines::start(&root())?;
     let result = run(cargo()
         .current_dir(root())
@@ -255,7 +262,8 @@ fn test() -> Result<()> {
         .env("MST_REQUIRE_DOCKER", "1")
         .env("MST_REQUIRE_SSHD", "1")
         .env("MST_REQUIRE_BROWSER", "1")
-        .env("MST_REQUIRE_REGISTRY", "1"));
+        .env("MST_REQUIRE_REGISTRY", "1")
+        .env("MST_REQUIRE_SLURM", "1"));
     drop(engines);
     result
 }

@@ -1,6 +1,6 @@
 //! Host programs run on a plugin's behalf, through the `exec` import or a runner plugin's
 //! command channel. Both go through here so the rules are the same: no shell, an environment
-//! of `PATH`, `HOME` and `KUBECONFIG` only (never the operator's secrets); the process rules
+//! of `PATH`, `HOME`, `KUBECONFIG` and `SLURM_CONF` only (never the operator's secrets); the process rules
 //! (own group, deadline, capped output) are [`crate::process`]'s.
 
 use crate::process::{run_to_end_in, RunningGroup};
@@ -20,10 +20,11 @@ pub struct Output {
 }
 
 /// The environment variables a host program gets: where to find programs and their own
-/// configuration (`ssh` reads `~/.ssh`, `kubectl` `~/.kube/config` or `$KUBECONFIG`). Nothing
+/// configuration (`ssh` reads `~/.ssh`, `kubectl` `~/.kube/config` or `$KUBECONFIG`, Slurm's
+/// commands `$SLURM_CONF` when the cluster's is not in `/etc/slurm`). Nothing
 /// else of the host's environment, where secrets live, reaches them; `SSH_AUTH_SOCK` is left
 /// out on purpose: it would lend the operator's whole agent (use the ssh runner's `identity`).
-pub const PASSED_ENV: [&str; 3] = ["PATH", "HOME", "KUBECONFIG"];
+pub const PASSED_ENV: [&str; 4] = ["PATH", "HOME", "KUBECONFIG", "SLURM_CONF"];
 
 /// `program` with `args`, no shell, only [`PASSED_ENV`] in its environment. Start it through
 /// [`crate::process`] (as [`run`] and command channels do), so that a timeout stops everything

@@ -13,6 +13,7 @@ pub mod archive;
 pub mod channel;
 pub mod command;
 pub mod docker;
+pub mod ledger;
 pub mod local;
 pub mod plugin;
 pub mod worker_binary;

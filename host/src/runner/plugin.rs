@@ -4,13 +4,15 @@
 //! through the same checks as `--runner docker` options, a network besides `none` must be the
 //! operator's, and its context must be one local engine). A command channel is run by
 //! [`CommandMachine`] with the programs the plugin declared and the operator granted. Either
-//! way the host keeps the protocol, tokens, limits, copy-back and clean-up.
+//! way the host keeps the protocol, tokens, limits, copy-back and clean-up, and a [`Ledger`] of
+//! the plugin's machines, so that a run releases those an mst that died left behind.
 
 use super::channel::{Channel, Process};
 use super::command::CommandMachine;
 use super::docker::context::spec_endpoint;
 use super::docker::options::DockerOptions;
 use super::docker::DockerRunner;
+use super::ledger::Ledger;
 use super::{MachineRequest, Runner};
 use crate::plugin::bindings::{Machine, MachineSpec, Shard};
 use crate::plugin::capabilities::broad_grant_warning;
@@ -31,6 +33,10 @@ pub struct PluginRunner {
     network: Option<String>,
     /// Docker runners by the container settings they serve, made on first use.
     docker: Mutex<BTreeMap<String, Arc<DockerRunner>>>,
+    /// This process's record of the plugin's machines (none without an mst home).
+    ledger: Option<Arc<Ledger>>,
+    /// What releasing the machines of a dead mst did, for the plan.
+    released: Vec<String>,
 }
 
 /// `key=value` options as a JSON object: values that parse as JSON numbers or booleans become
@@ -78,12 +84,21 @@ impl PluginRunner {
             .with_context(|| format!("runner plugin `{name}`"))?
             .max_shards
             .unwrap_or(u32::MAX);
+        let ledger = crate::home::Home::from_env()
+            .ok()
+            .map(|home| Arc::new(Ledger::open(home.root(), &name)));
+        let released = ledger
+            .as_ref()
+            .map(|ledger| release_orphans(&plugin, ledger))
+            .unwrap_or_default();
         Ok(PluginRunner {
             plugin,
             options: text,
             max_shards,
             network: options.get("network").cloned(),
             docker: Mutex::new(BTreeMap::new()),
+            ledger,
+            released,
         })
     }
 
@@ -153,6 +168,30 @@ impl PluginRunner {
     }
 }
 
+/// Disposes of the machines an mst that is gone left in `ledger`, through the plugin (the
+/// Docker runner does the same for containers); what happened, as plan lines.
+fn release_orphans(plugin: &LoadedPlugin, ledger: &Ledger) -> Vec<String> {
+    let name = &plugin.info().name;
+    let orphans = ledger.take_orphans();
+    if orphans.is_empty() {
+        return Vec::new();
+    }
+    let failed: Vec<String> = orphans
+        .iter()
+        .filter_map(|id| plugin.dispose_machine(id, false).err())
+        .map(|e| {
+            format!("warning: runner plugin `{name}`: a machine left by an mst that is gone: {e}")
+        })
+        .collect();
+    let mut lines = vec![format!(
+        "runner plugin `{name}`: released {} of {} machine(s) left by an mst that is gone",
+        orphans.len() - failed.len(),
+        orphans.len()
+    )];
+    lines.extend(failed);
+    lines
+}
+
 impl Runner for PluginRunner {
     fn name(&self) -> &str {
         &self.plugin.info().name
@@ -181,6 +220,7 @@ impl Runner for PluginRunner {
                 plan.push(format!("  warning: {warning}"));
             }
         }
+        plan.extend(self.released.iter().cloned());
         plan
     }
 
@@ -202,6 +242,11 @@ impl Runner for PluginRunner {
             .plugin
             .create_machine(&shard, &self.options)
             .with_context(|| format!("runner plugin `{name}`: create-machine"))?;
+        // Written down before anything else can fail or hang: if this mst dies from here on,
+        // the next run releases the machine.
+        if let Some(ledger) = &self.ledger {
+            ledger.add(&id);
+        }
         let inner = match &spec {
             MachineSpec::Container(spec) => self
                 .docker_for(spec)
@@ -218,6 +263,9 @@ impl Runner for PluginRunner {
             Err(e) => {
                 // The plugin may have reserved something: give it back.
                 let _ = self.plugin.dispose_machine(&id, false);
+                if let Some(ledger) = &self.ledger {
+                    ledger.remove(&id);
+                }
                 return Err(e);
             }
         };
@@ -226,6 +274,7 @@ impl Runner for PluginRunner {
             plugin: self.plugin.clone(),
             id,
             description,
+            ledger: self.ledger.clone(),
         }))
     }
 }
@@ -236,6 +285,7 @@ struct PluginMachine {
     plugin: Arc<LoadedPlugin>,
     id: String,
     description: String,
+    ledger: Option<Arc<Ledger>>,
 }
 
 impl Channel for PluginMachine {
@@ -261,6 +311,10 @@ impl Channel for PluginMachine {
         // The plugin releases its side even when the host's side failed.
         let inner = self.inner.dispose(keep);
         let released = self.plugin.dispose_machine(&self.id, keep);
+        // Released, kept on purpose, or failed and reported below: no later run's to release.
+        if let Some(ledger) = &self.ledger {
+            ledger.remove(&self.id);
+        }
         let kept = inner?;
         if let Err(e) = released {
             // Still say where a kept machine is.
