@@ -313,6 +313,20 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Asserts that no work directory of run `id` is left in `/tmp`, where the ssh and slurm
+/// runners make them on their (here, this) machine: dispose removed them all.
+pub fn assert_no_work_dirs_left(id: &str) {
+    let leftovers: Vec<_> = std::fs::read_dir("/tmp")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(id))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "work directories removed: {leftovers:?}"
+    );
+}
+
 /// Waits until the run directory `dir` holds `n` traces, failing the test after `limit`.
 pub fn wait_for_traces(dir: &Path, n: usize, limit: Duration) {
     let started = Instant::now();

@@ -28,6 +28,15 @@ fn push(mst: &Mst, docker: &Path, reference: &str, extra: &[&str]) -> serde_json
     pushed.json()
 }
 
+/// The contains grader pushed to `registry` as `mst/contains:0.1.0` by a fresh `mst` with an
+/// empty Docker config: the mst, the config's directory, the reference and the push's JSON.
+fn contains_pushed(registry: &Registry) -> (Mst, tempfile::TempDir, String, serde_json::Value) {
+    let (mst, docker) = (Mst::new(), tempfile::tempdir().unwrap());
+    let reference = registry.reference("mst/contains:0.1.0");
+    let pushed = push(&mst, docker.path(), &reference, &[]);
+    (mst, docker, reference, pushed)
+}
+
 /// An eval whose judge is the plugin config entry `entry` (which names `reference`).
 fn pinned_eval(reference: &str, entry: serde_json::Value) -> Eval {
     let mut eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 2, 30);
@@ -46,9 +55,7 @@ fn push_install_pin_and_list_the_source() {
         return;
     }
     let registry = Registry::start();
-    let (mst, docker) = (Mst::new(), tempfile::tempdir().unwrap());
-    let reference = registry.reference("mst/contains:0.1.0");
-    let pushed = push(&mst, docker.path(), &reference, &[]);
+    let (mst, docker, reference, pushed) = contains_pushed(&registry);
     let manifest_digest = pushed["manifestDigest"].as_str().unwrap().to_string();
     let sha256 = pushed["sha256"].as_str().unwrap().to_string();
 
@@ -142,9 +149,7 @@ fn a_tampered_blob_and_a_missing_tag_are_refused() {
         return;
     }
     let registry = Registry::start();
-    let (mst, docker) = (Mst::new(), tempfile::tempdir().unwrap());
-    let reference = registry.reference("mst/contains:0.1.0");
-    let pushed = push(&mst, docker.path(), &reference, &[]);
+    let (mst, docker, reference, pushed) = contains_pushed(&registry);
 
     let missing = registry.reference("mst/contains:9.9.9");
     let run = mst_with(&mst, docker.path(), &["plugin", "install", &missing]);

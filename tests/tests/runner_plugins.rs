@@ -266,15 +266,7 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
         "two shards per host: {machines:?}"
     );
     let id = run_id(&eval.run_dir("e2e"));
-    let leftovers: Vec<_> = std::fs::read_dir("/tmp")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().contains(&id))
-        .collect();
-    assert!(
-        leftovers.is_empty(),
-        "work directories removed: {leftovers:?}"
-    );
+    mst_tests::assert_no_work_dirs_left(&id);
 
     // The dry run of the same plugin and options: one machine, one trial, dispose.
     let mut args = vec![

@@ -44,6 +44,33 @@ fn run_id(dir: &std::path::Path) -> String {
     dir.file_name().unwrap().to_str().unwrap().to_string()
 }
 
+/// A 16-trial run in 2 shards (`time=10`) on `cluster`, started in the background (its output
+/// piped) and under way: its first 2 traces are in. The process, the eval, its run directory
+/// and its id.
+fn two_shards_under_way(
+    mst: &Mst,
+    cluster: &Cluster,
+) -> (std::process::Child, Eval, std::path::PathBuf, String) {
+    let eval = command_eval(
+        json!(["sh", "-c", "read q; sleep 0.5; echo \"$q\""]),
+        16,
+        30,
+    );
+    let mut args = eval.args(&[]);
+    args.extend(slurm_args(&["shards=2", "time=10"]));
+    let child = mst
+        .command(&args)
+        .env("SLURM_CONF", cluster.conf())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = wait_for_run(&eval.results(), "e2e");
+    let id = run_id(&dir);
+    wait_for_traces(&dir, 2, Duration::from_secs(60));
+    (child, eval, dir, id)
+}
+
 /// Waits up to `limit` for `ready`, panicking with `what`.
 fn wait_until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
     let started = Instant::now();
@@ -63,8 +90,16 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
 
     // 3 shards, each its own job: every trial passes, each job was named and commented with
     // the run id, and none is left running nor any work directory left on the node.
+    // The node has 2 CPUs: the third job waits in the queue until one of the others ends, so
+    // the plugin's time limit (which bounds the wait) must cover a slow, busy machine.
     let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 9, 30);
-    let run = eval_on(&mst, &cluster, &eval, &["shards=3", "time=10"], &[]);
+    let run = eval_on(
+        &mst,
+        &cluster,
+        &eval,
+        &["shards=3", "time=10"],
+        &["--plugin-timeout", "120"],
+    );
     assert_eq!(
         run.code,
         0,
@@ -102,15 +137,7 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
         );
     }
     assert!(cluster.live_jobs().is_empty(), "{:?}", cluster.live_jobs());
-    let leftovers: Vec<_> = std::fs::read_dir("/tmp")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().contains(&id))
-        .collect();
-    assert!(
-        leftovers.is_empty(),
-        "work directories removed: {leftovers:?}"
-    );
+    mst_tests::assert_no_work_dirs_left(&id);
 
     // What it declares: exactly Slurm's four commands, none with an option wildcard or a
     // shell, and nothing `plugin check` warns about.
@@ -186,23 +213,7 @@ fn a_job_cancelled_mid_run_leaves_its_trials_missing_and_resume_collects_them() 
     }
     let cluster = Cluster::start(2);
     let mst = Mst::new();
-    let eval = command_eval(
-        json!(["sh", "-c", "read q; sleep 0.5; echo \"$q\""]),
-        16,
-        30,
-    );
-    let mut args = eval.args(&[]);
-    args.extend(slurm_args(&["shards=2", "time=10"]));
-    let child = mst
-        .command(&args)
-        .env("SLURM_CONF", cluster.conf())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let dir = wait_for_run(&eval.results(), "e2e");
-    let id = run_id(&dir);
-    wait_for_traces(&dir, 2, Duration::from_secs(60));
+    let (child, eval, dir, id) = two_shards_under_way(&mst, &cluster);
     // Someone else's `scancel` (as a time limit, a preemption or a node failure would).
     let victim = cluster
         .live_jobs()
@@ -331,23 +342,7 @@ fn jobs_of_an_mst_that_died_are_cancelled_by_the_next_run() {
     }
     let cluster = Cluster::start(2);
     let mst = Mst::new();
-    let eval = command_eval(
-        json!(["sh", "-c", "read q; sleep 0.5; echo \"$q\""]),
-        16,
-        30,
-    );
-    let mut args = eval.args(&[]);
-    args.extend(slurm_args(&["shards=2", "time=10"]));
-    let mut child = mst
-        .command(&args)
-        .env("SLURM_CONF", cluster.conf())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let dir = wait_for_run(&eval.results(), "e2e");
-    let id = run_id(&dir);
-    wait_for_traces(&dir, 2, Duration::from_secs(60));
+    let (mut child, eval, dir, id) = two_shards_under_way(&mst, &cluster);
     // The coordinator dies outright: nothing of it disposes of its jobs.
     child.kill().unwrap();
     child.wait().unwrap();
