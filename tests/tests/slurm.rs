@@ -139,8 +139,8 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
     assert!(cluster.live_jobs().is_empty(), "{:?}", cluster.live_jobs());
     mst_tests::assert_no_work_dirs_left(&id);
 
-    // What it declares: exactly Slurm's four commands, none with an option wildcard or a
-    // shell, and nothing `plugin check` warns about.
+    // What it declares: exactly Slurm's four commands (and `tar`, for a shared filesystem),
+    // none with an option wildcard or a shell, and nothing `plugin check` warns about.
     let check = mst.run(&[
         "plugin",
         "check",
@@ -154,7 +154,7 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
         .iter()
         .map(|c| c["program"].as_str().unwrap())
         .collect();
-    assert_eq!(programs, ["salloc", "srun", "squeue", "scancel"]);
+    assert_eq!(programs, ["salloc", "srun", "squeue", "scancel", "tar"]);
     for capability in capabilities {
         let args: Vec<&str> = capability["args"]
             .as_array()
@@ -186,7 +186,11 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
     ] {
         assert!(dry.stdout.contains(step), "{step}: {}", dry.stdout);
     }
-    assert!(dry.stdout.contains("(slurm)"), "{}", dry.stdout);
+    assert!(
+        dry.stdout.contains("(slurm, files through srun)"),
+        "{}",
+        dry.stdout
+    );
     assert!(cluster.live_jobs().is_empty(), "{:?}", cluster.live_jobs());
 
     // A partition the cluster does not have: refused before any job or trial, in Slurm's
@@ -307,8 +311,10 @@ fn a_queued_job_is_shown_waiting_and_counts_against_ready_only_when_asked() {
     // By default the queue does not count: the run waits, says why, and starts when the node
     // is free.
     let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 1, 30);
+    // (8 s, not 3: the ready timeout also covers placing the 80 MB debug worker once the job
+    // runs, which a busy machine can take seconds over.)
     let mut args = eval.args(&["--plugin-timeout", "60"]);
-    args.extend(slurm_args(&["readyTimeout=3"]));
+    args.extend(slurm_args(&["readyTimeout=8"]));
     let child = mst
         .command(&args)
         .env("SLURM_CONF", cluster.conf())
@@ -323,7 +329,7 @@ fn a_queued_job_is_shown_waiting_and_counts_against_ready_only_when_asked() {
             .any(|j| j.contains("|mst-") && j.contains("|PENDING|Resources|"))
     });
     // Past the ready timeout while queued, then the node frees up.
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(10));
     let status = cluster.command("scancel").arg("--name=blocker").status();
     assert!(status.unwrap().success());
     let run: Run = child.wait_with_output().unwrap().into();
@@ -388,4 +394,46 @@ fn jobs_of_an_mst_that_died_are_cancelled_by_the_next_run() {
         "{}",
         again.stderr
     );
+}
+
+#[test]
+fn on_a_shared_filesystem_the_files_move_with_a_local_tar_once_it_is_granted() {
+    if !slurm::available() {
+        return;
+    }
+    // One node, this host: its /tmp is as shared as a cluster's scratch filesystem.
+    let cluster = Cluster::start(2);
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 4, 30);
+    let options = ["shards=2", "time=10", "sharedFilesystem=true"];
+    // Without `tar` granted, the bundle cannot be placed: the shards are lost, their trials
+    // missing, and the message names the grant.
+    let refused = eval_on(&mst, &cluster, &eval, &options, &[]);
+    assert_eq!(refused.code, 2, "{}\n{}", refused.stdout, refused.stderr);
+    assert!(
+        refused.stderr.contains("--allow-exec tar"),
+        "{}",
+        refused.stderr
+    );
+    assert!(cluster.live_jobs().is_empty(), "{:?}", cluster.live_jobs());
+    std::fs::remove_dir_all(eval.results()).unwrap();
+
+    let run = eval_on(&mst, &cluster, &eval, &options, &["--allow-exec", "tar"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("e2e");
+    let record = read_json(&dir.join("run.json"));
+    let machines = record["machines"].as_array().unwrap();
+    assert_eq!(machines.len(), 2, "{machines:?}");
+    for machine in machines {
+        assert!(
+            machine["machine"]
+                .as_str()
+                .unwrap()
+                .contains("shared filesystem"),
+            "{machine}"
+        );
+    }
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["variants"]["default"]["passed"], 4, "{summary}");
+    assert!(cluster.live_jobs().is_empty(), "{:?}", cluster.live_jobs());
 }

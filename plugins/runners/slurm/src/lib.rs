@@ -44,6 +44,10 @@ struct Options {
     ready_timeout: u32,
     #[serde(default)]
     queue_counts_as_ready: bool,
+    /// `workdir` is on a filesystem this host and the nodes share: the bundle and traces move
+    /// with a local `tar`, not through a step of the job.
+    #[serde(default)]
+    shared_filesystem: bool,
 }
 
 /// A time limit: minutes (`time=30` arrives as a number), or Slurm's own syntax
@@ -90,7 +94,8 @@ const SCHEMA: &str = r#"{
     "gpus": {"type": "integer", "minimum": 0, "maximum": 1024},
     "workdir": {"type": "string", "pattern": "^/[A-Za-z0-9/._-]*$"},
     "readyTimeout": {"type": "integer", "minimum": 1, "maximum": 86400},
-    "queueCountsAsReady": {"type": "boolean"}
+    "queueCountsAsReady": {"type": "boolean"},
+    "sharedFilesystem": {"type": "boolean"}
   }
 }"#;
 
@@ -164,6 +169,9 @@ const SRUN_PATTERNS: &[&str] = &[
     "/*/mst-*",
 ];
 
+/// Local `tar` arguments, with `sharedFilesystem`: exactly the put and get steps.
+const TAR_PATTERNS: &[&str] = &["-x", "-c", "-C", "{workdir}", "{src}"];
+
 /// `squeue` arguments: one job, looked up by its name.
 const SQUEUE_PATTERNS: &[&str] = &["--noheader", "--name=mst-*", FORMAT];
 
@@ -207,6 +215,11 @@ impl Job {
     fn cancel(&self) -> Result<(), PluginError> {
         run("scancel", &["--quiet".into(), self.id.clone()]).map(|_| ())
     }
+}
+
+/// `words` as an argv.
+fn words(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| w.to_string()).collect()
 }
 
 /// Runs a granted program; an error naming it and its stderr when it fails.
@@ -386,6 +399,8 @@ impl Runner for Slurm {
                 exec("srun", SRUN_PATTERNS),
                 exec("squeue", SQUEUE_PATTERNS),
                 exec("scancel", SCANCEL_PATTERNS),
+                // Used only with `sharedFilesystem`, and only then must it be granted.
+                exec("tar", TAR_PATTERNS),
             ],
             options_schema: Some(SCHEMA.replace("NAME", NAME)),
         }
@@ -444,13 +459,26 @@ impl Runner for Slurm {
             let _ = job.cancel();
             return Err(e);
         }
+        // On a shared filesystem the files are written and read where they are, by this host;
+        // otherwise they travel through a step of the job.
+        let (put, get, moved) = match options.shared_filesystem {
+            true => (words(PUT), words(GET), "shared filesystem"),
+            false => (
+                job.template(&[&["--"], PUT].concat()),
+                job.template(&[&["--"], GET].concat()),
+                "files through srun",
+            ),
+        };
         Ok(Machine {
             id: serde_json::to_string(&job).expect("serializable"),
-            description: format!("job {} {} on {} (slurm)", job.id, job.name, queued.nodes),
+            description: format!(
+                "job {} {} on {} (slurm, {moved})",
+                job.id, job.name, queued.nodes
+            ),
             spec: MachineSpec::Command(CommandChannel {
                 exec: job.template(&["--chdir={workdir}", "--", "{command}"]),
-                put: job.template(&[&["--"], PUT].concat()),
-                get: job.template(&[&["--"], GET].concat()),
+                put,
+                get,
                 workdir: job.dir.clone(),
             }),
         })
@@ -532,6 +560,11 @@ mod tests {
         ] {
             assert_eq!(template[0], "srun");
             declared(SRUN_PATTERNS, &template[1..]);
+        }
+        // With a shared filesystem, the local `tar` of the put and get steps.
+        for template in [words(PUT), words(GET)] {
+            assert_eq!(template[0], "tar");
+            declared(TAR_PATTERNS, &template[1..]);
         }
         let id = serde_json::to_string(&job).unwrap();
         assert_eq!(serde_json::from_str::<Job>(&id).unwrap(), job);
