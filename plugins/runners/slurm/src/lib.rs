@@ -4,15 +4,17 @@
 //! returns a command channel whose templates are steps inside that allocation
 //! (`srun --jobid=… --overlap`): the host places its worker in the job, talks the shard protocol
 //! over the step's stdin and stdout, and moves the bundle and traces as tar streams through
-//! steps too, so no filesystem shared with the nodes is assumed. `dispose-machine` removes the
-//! work directory and cancels the job.
+//! steps too, so no filesystem shared with the nodes is assumed (with `sharedFilesystem`, they
+//! are a local `tar` into the shared `workdir` instead). `dispose-machine` removes the work
+//! directory and cancels the job.
 //!
 //! Options (see [`SCHEMA`]): `partition`, `account`, `qos`, `constraint`, `time` (Slurm's
 //! syntax), `cpus`, `memory` (Slurm's `--mem`), `gpus`, `workdir` (the directory on the node
 //! under which each shard gets its own, default `/tmp`), `readyTimeout` (seconds a started job
 //! has to become usable, default 120), `queueCountsAsReady` (also count the time a job waits in
 //! the queue against `readyTimeout`; default false: a job waits as long as the plugin call may,
-//! `--plugin-timeout`).
+//! `--plugin-timeout`), `sharedFilesystem` (`workdir` is shared between this host and the
+//! nodes: put and get run a local `tar`, which must be granted too).
 //!
 //! `check-options` asks Slurm whether it would accept the job (`srun --test-only`), so a
 //! partition, account or QoS that does not exist is refused before any machine or trial.
