@@ -313,6 +313,16 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The machines `run.json` (`record`) says were lost.
+pub fn lost_machines(record: &serde_json::Value) -> Vec<&serde_json::Value> {
+    record["machines"]
+        .as_array()
+        .expect("run.json lists its machines")
+        .iter()
+        .filter(|m| m["ended"]["status"] == "lost")
+        .collect()
+}
+
 /// Asserts that no work directory of run `id` is left in `/tmp`, where the ssh and slurm
 /// runners make them on their (here, this) machine: dispose removed them all.
 pub fn assert_no_work_dirs_left(id: &str) {

@@ -308,12 +308,7 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     let first: Run = child.wait_with_output().unwrap().into();
     assert_eq!(first.code, 2, "partial\n{}", first.stderr);
     let record = read_json(&dir.join("run.json"));
-    let lost: Vec<&serde_json::Value> = record["machines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["ended"]["status"] == "lost")
-        .collect();
+    let lost = mst_tests::lost_machines(&record);
     assert_eq!(lost.len(), 1, "{}", record["machines"]);
     assert!(lost[0]["machine"].as_str().unwrap().contains(&b.host()));
     let missing = read_json(&dir.join("summary.json"))["missing"]

@@ -71,6 +71,11 @@ fn two_shards_under_way(
     (child, eval, dir, id)
 }
 
+/// An eval of `n` cases whose client echoes each case's input back (so every trial passes).
+fn echo_eval(n: usize) -> Eval {
+    command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), n, 30)
+}
+
 /// Waits up to `limit` for `ready`, panicking with `what`.
 fn wait_until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
     let started = Instant::now();
@@ -92,7 +97,7 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
     // the run id, and none is left running nor any work directory left on the node.
     // The node has 2 CPUs: the third job waits in the queue until one of the others ends, so
     // the plugin's time limit (which bounds the wait) must cover a slow, busy machine.
-    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 9, 30);
+    let eval = echo_eval(9);
     let run = eval_on(
         &mst,
         &cluster,
@@ -196,7 +201,7 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
     // A partition the cluster does not have: refused before any job or trial, in Slurm's
     // words, naming the option.
     let before = cluster.jobs().len();
-    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 3, 30);
+    let eval = echo_eval(3);
     let run = eval_on(&mst, &cluster, &eval, &["shards=3", "partition=nope"], &[]);
     assert_ne!(run.code, 0, "{}", run.stderr);
     assert!(
@@ -237,12 +242,7 @@ fn a_job_cancelled_mid_run_leaves_its_trials_missing_and_resume_collects_them() 
     let missing = summary["missing"].as_array().unwrap().len();
     assert!((1..16).contains(&missing), "{missing}: {summary}");
     let record = read_json(&dir.join("run.json"));
-    let lost: Vec<&serde_json::Value> = record["machines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["ended"]["status"] == "lost")
-        .collect();
+    let lost = mst_tests::lost_machines(&record);
     assert_eq!(lost.len(), 1, "{}", record["machines"]);
     assert!(lost[0]["machine"]
         .as_str()
@@ -283,7 +283,7 @@ fn a_queued_job_is_shown_waiting_and_counts_against_ready_only_when_asked() {
     assert!(blocker.status.success(), "{:?}", blocker);
 
     // Asked to: 3 s of queueing is the ready timeout; the job is cancelled, the trial missing.
-    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 1, 30);
+    let eval = echo_eval(1);
     let run = eval_on(
         &mst,
         &cluster,
@@ -310,7 +310,7 @@ fn a_queued_job_is_shown_waiting_and_counts_against_ready_only_when_asked() {
 
     // By default the queue does not count: the run waits, says why, and starts when the node
     // is free.
-    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 1, 30);
+    let eval = echo_eval(1);
     // (8 s, not 3: the ready timeout also covers placing the 80 MB debug worker once the job
     // runs, which a busy machine can take seconds over.)
     let mut args = eval.args(&["--plugin-timeout", "60"]);
@@ -404,7 +404,7 @@ fn on_a_shared_filesystem_the_files_move_with_a_local_tar_once_it_is_granted() {
     // One node, this host: its /tmp is as shared as a cluster's scratch filesystem.
     let cluster = Cluster::start(2);
     let mst = Mst::new();
-    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 4, 30);
+    let eval = echo_eval(4);
     let options = ["shards=2", "time=10", "sharedFilesystem=true"];
     // Without `tar` granted, the bundle cannot be placed: the shards are lost, their trials
     // missing, and the message names the grant.

@@ -594,6 +594,42 @@ mod tests {
     }
 
     #[test]
+    fn hostile_usage_reports_neither_wrap_the_count_nor_stop_an_agent_within_its_budget() {
+        // Usage that does not read as tokens (text, negative) counts nothing; two reports at
+        // u64::MAX saturate instead of wrapping round to a small count that would pass.
+        let script = r#"echo '{"type":"custom","name":"usage","data":{"usage":{"inputTokens":"lots","outputTokens":-5}}}'; echo '{"type":"custom","name":"usage","data":{"usage":{"inputTokens":18446744073709551615,"outputTokens":18446744073709551615}}}'; echo '{"type":"custom","name":"usage","data":{"usage":{"inputTokens":18446744073709551615,"outputTokens":2}}}'; sleep 30"#;
+        let started = Instant::now();
+        let trace = run_told(
+            json!({"command": ["sh", "-c", script], "events": true}),
+            json!(null),
+            Duration::from_secs(60),
+            (&crate::client::NoEvents, Some(100)),
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "stopped at once"
+        );
+        assert_eq!(trace.status, TrialStatus::TimedOut);
+        let stopped = trace.stopped.unwrap_or_default();
+        assert!(
+            stopped.contains("used 18446744073709551615 tokens, over the 100"),
+            "{stopped}"
+        );
+        // The unreadable report alone stops nothing.
+        let script = r#"echo '{"type":"custom","name":"usage","data":{"usage":{"inputTokens":"lots","outputTokens":-5}}}'; echo done"#;
+        let trace = run_told(
+            json!({"command": ["sh", "-c", script], "events": true}),
+            json!(null),
+            Duration::from_secs(60),
+            (&crate::client::NoEvents, Some(1)),
+        );
+        assert_eq!(
+            (trace.status, trace.stopped),
+            (TrialStatus::Completed, None)
+        );
+    }
+
+    #[test]
     fn a_missing_program_is_infra() {
         let trace = run(
             json!({"command": ["/nonexistent/agent"]}),

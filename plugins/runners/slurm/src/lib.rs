@@ -118,14 +118,8 @@ const GET: &[&str] = &["tar", "-c", "-C", "{workdir}", "{src}"];
 /// What `squeue` prints per job: id, state, reason, nodes.
 const FORMAT: &str = "--format=%i|%T|%r|%N";
 
-/// `salloc` arguments: the allocation's fixed shape, its name and comment (the run id, so
-/// operators find it in `squeue`), and one pattern per resource option.
-const SALLOC_PATTERNS: &[&str] = &[
-    "--no-shell",
-    "--job-name=mst-*",
-    "--comment=mst.run=*",
-    "--nodes=1",
-    "--ntasks=1",
+/// One pattern per resource option ([`resources`]), which `salloc` and `srun --test-only` take.
+const RESOURCE_PATTERNS: &[&str] = &[
     "--partition=*",
     "--account=*",
     "--qos=*",
@@ -136,8 +130,18 @@ const SALLOC_PATTERNS: &[&str] = &[
     "--gpus=*",
 ];
 
-/// `srun` arguments: steps in an existing allocation (or `--test-only` for the options
-/// check), running only the worker (`{command}`), `tar` into and out of the work directory,
+/// `salloc` arguments besides the resources: the allocation's fixed shape, its name and
+/// comment (the run id, so operators find it in `squeue`).
+const SALLOC_PATTERNS: &[&str] = &[
+    "--no-shell",
+    "--job-name=mst-*",
+    "--comment=mst.run=*",
+    "--nodes=1",
+    "--ntasks=1",
+];
+
+/// `srun` arguments besides the resources: steps in an existing allocation (or `--test-only`
+/// for the options check), running only the worker (`{command}`), `tar` into and out of the work directory,
 /// `mkdir` and `rm` of a shard's directory (`…/mst-…`).
 const SRUN_PATTERNS: &[&str] = &[
     "--jobid=*",
@@ -146,14 +150,6 @@ const SRUN_PATTERNS: &[&str] = &[
     "--ntasks=1",
     "--quiet",
     "--test-only",
-    "--partition=*",
-    "--account=*",
-    "--qos=*",
-    "--constraint=*",
-    "--time=*",
-    "--cpus-per-task=*",
-    "--mem=*",
-    "--gpus=*",
     "--chdir={workdir}",
     "--",
     "{command}",
@@ -170,6 +166,11 @@ const SRUN_PATTERNS: &[&str] = &[
     "-rf",
     "/*/mst-*",
 ];
+
+/// `patterns` and the resource options'.
+fn with_resources(patterns: &[&'static str]) -> Vec<&'static str> {
+    [patterns, RESOURCE_PATTERNS].concat()
+}
 
 /// Local `tar` arguments, with `sharedFilesystem`: exactly the put and get steps.
 const TAR_PATTERNS: &[&str] = &["-x", "-c", "-C", "{workdir}", "{src}"];
@@ -397,8 +398,8 @@ impl Runner for Slurm {
             description: "Shards in Slurm jobs: salloc, then srun steps inside the allocation"
                 .into(),
             capabilities: vec![
-                exec("salloc", SALLOC_PATTERNS),
-                exec("srun", SRUN_PATTERNS),
+                exec("salloc", &with_resources(SALLOC_PATTERNS)),
+                exec("srun", &with_resources(SRUN_PATTERNS)),
                 exec("squeue", SQUEUE_PATTERNS),
                 exec("scancel", SCANCEL_PATTERNS),
                 // Used only with `sharedFilesystem`, and only then must it be granted.
@@ -547,8 +548,8 @@ mod tests {
         .unwrap();
         let args = resources(&options);
         assert!(args.contains(&"--gpus=1".to_string()), "{args:?}");
-        declared(SALLOC_PATTERNS, &args);
-        declared(SRUN_PATTERNS, &args);
+        declared(&with_resources(SALLOC_PATTERNS), &args);
+        declared(&with_resources(SRUN_PATTERNS), &args);
         let job = Job {
             id: "42".into(),
             name: "mst-r-0-abc".into(),
@@ -561,7 +562,7 @@ mod tests {
             job.template(&["--", "rm", "-rf", &job.dir]),
         ] {
             assert_eq!(template[0], "srun");
-            declared(SRUN_PATTERNS, &template[1..]);
+            declared(&with_resources(SRUN_PATTERNS), &template[1..]);
         }
         // With a shared filesystem, the local `tar` of the put and get steps.
         for template in [words(PUT), words(GET)] {
