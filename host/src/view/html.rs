@@ -19,11 +19,12 @@ pub fn script_json(value: &impl serde::Serialize) -> String {
 
 /// Writes the whole report of `run` (stored in `dir`) to `out`, compared with `diff` when
 /// given. Each trace sits in its own inert `<script type="application/json">` element, parsed
-/// only when its trial is opened, so a run of 10,000 trials opens as fast as its table renders;
-/// and each is read from `dir`, written and dropped in turn, so writing the report holds the
-/// view in memory, never the traces.
+/// only when its trial is opened, so a run of 10,000 trials opens as fast as its table renders.
+/// Each trace is read from `dir` once, written and dropped in turn, and the view (whose rows
+/// need only each trace's facts) follows them: writing the report holds the view in memory,
+/// never the traces.
 pub fn report(
-    run: &LoadedRun,
+    run: crate::results::stored::StoredRun,
     dir: &crate::results::RunDir,
     diff: Option<crate::results::diff::RunDiff>,
     out: &mut dyn std::io::Write,
@@ -32,12 +33,7 @@ pub fn report(
     // Each piece is a whole JSON document or fixed markup, so no secret spans two.
     let redactor = crate::secrets::redactor();
     let mut put = |piece: &str| out.write_all(redactor.redact(piece).as_bytes());
-    let mut view = run.view();
-    view.diff = diff;
-    let title = format!(
-        "mst report: {} {}",
-        run.run.record.eval, run.run.record.run_id
-    );
+    let title = format!("mst report: {} {}", run.record.eval, run.record.run_id);
     put(&format!(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
@@ -45,20 +41,21 @@ pub fn report(
          style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n\
          <title>{}</title>\n<style>\n{STYLE_CSS}</style>\n</head>\n<body>\n\
          <main id=\"app\"><noscript>This report needs JavaScript to draw its tables; its data \
-         is in the page source.</noscript></main>\n\
-         <script type=\"application/json\" id=\"mst-view\">{}</script>\n",
+         is in the page source.</noscript></main>\n",
         text(&title),
+    ))?;
+    let run = LoadedRun::gather(run, dir, |index, trace| {
+        put(&format!(
+            "<script type=\"application/json\" id=\"mst-trace-{index}\">{}</script>\n",
+            script_json(trace)
+        ))
+    })?;
+    let mut view = run.view();
+    view.diff = diff;
+    put(&format!(
+        "<script type=\"application/json\" id=\"mst-view\">{}</script>\n",
         script_json(&view)
     ))?;
-    drop(view);
-    for (index, key) in run.run.record.trials.iter().enumerate() {
-        if let Some(trace) = run.run.read_trace(dir, key) {
-            put(&format!(
-                "<script type=\"application/json\" id=\"mst-trace-{index}\">{}</script>\n",
-                script_json(&trace)
-            ))?;
-        }
-    }
     put(&format!(
         "<script>\n{REPORT_JS}</script>\n<script>\nMstReport.render(document.getElementById('app'), \
          JSON.parse(document.getElementById('mst-view').textContent), function (index) {{\n  \
@@ -90,17 +87,18 @@ pub fn write(
     baseline: Option<&crate::results::RunDir>,
 ) -> anyhow::Result<Written> {
     use crate::results::{diff::RunDiff, stored::StoredRun};
-    let run = LoadedRun::read(dir)?;
+    let run = StoredRun::read(dir)?;
     let diff = baseline
-        .map(|before| RunDiff::between(&StoredRun::read(before)?, &run.run))
+        .map(|before| RunDiff::between(&StoredRun::read(before)?, &run))
         .transpose()?;
     let path = out.map_or_else(|| dir.root.join(REPORT_FILE), std::path::Path::to_path_buf);
-    crate::files::write_atomic_with(&path, |out| report(&run, dir, diff, out))?;
+    let (run_id, trials) = (run.record.run_id.clone(), run.record.trials.len());
+    crate::files::write_atomic_with(&path, |out| report(run, dir, diff, out))?;
     Ok(Written {
-        run_id: run.run.record.run_id.clone(),
+        run_id,
         bytes: std::fs::metadata(&path).map_or(0, |m| m.len()),
         path,
-        trials: run.run.record.trials.len(),
+        trials,
     })
 }
 

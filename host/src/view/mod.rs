@@ -106,13 +106,24 @@ pub struct LoadedRun {
 impl LoadedRun {
     /// Reads the run in `dir`, and its traces one at a time.
     pub fn read(dir: &RunDir) -> Result<Self> {
-        let run = StoredRun::read(dir)?;
-        let facts = run
-            .record
-            .trials
-            .iter()
-            .filter_map(|key| Some((key.clone(), TraceFacts::of(run.read_trace(dir, key)?))))
-            .collect();
+        Self::gather(StoredRun::read(dir)?, dir, |_, _| Ok(()))
+    }
+
+    /// `run` with its traces read from `dir` one at a time, in plan order: each is handed to
+    /// `each` (with its index in the plan) and then dropped, only its row's facts kept, so a
+    /// caller that writes the traces out reads each once.
+    pub fn gather<E>(
+        run: StoredRun,
+        dir: &RunDir,
+        mut each: impl FnMut(usize, &TrialRecord) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Self, E> {
+        let mut facts = BTreeMap::new();
+        for (index, key) in run.record.trials.iter().enumerate() {
+            if let Some(trace) = run.read_trace(dir, key) {
+                each(index, &trace)?;
+                facts.insert(key.clone(), TraceFacts::of(trace));
+            }
+        }
         Ok(LoadedRun { run, facts })
     }
 
