@@ -521,6 +521,13 @@ fn the_summary_lists_what_did_not_pass_grouped_with_reasons_and_capped() {
         "{}",
         run.stdout
     );
+    // The last line says where the time went (collection, then the grading left after it).
+    let (rest, time) = rest.rsplit_once('\n').expect("a time line");
+    assert!(
+        time.starts_with("time:    collected in ") && time.contains("graded as they arrived"),
+        "{}",
+        run.stdout
+    );
     assert!(
         rest.ends_with(&format!(
             "... and 12 more: `mst report {id}` shows them all\nreport: {}\nresults: {}",

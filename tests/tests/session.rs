@@ -67,6 +67,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         cancel: &cancel,
         resume: None,
         copied: &AtomicU64::new(0),
+        stored: None,
     };
     let results = tempfile::tempdir().unwrap();
     let run_dir = RunDir {

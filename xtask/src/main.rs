@@ -14,6 +14,8 @@
 //!   the trace endpoint under load while 10 sessions stream.
 //! - `cargo xtask bench report`: `mst report` at 1,000 and 10,000 trials (time, size) and its
 //!   page's load time in headless Chromium.
+//! - `cargo xtask bench peers`: mst against promptfoo, Inspect AI and a process-spawning floor
+//!   on the same eval (wall, CPU, peak RSS, per-trial cost); the table to `target/peers/results.md`.
 //! - `cargo xtask lint`: the WIT versioning policy (`wit_semver`), then rustfmt and clippy
 //!   (warnings are errors) over both workspaces.
 //! - `cargo xtask wit [DIR]`: the WIT versioning policy alone, on `wit/` or a copy in DIR.
@@ -23,6 +25,7 @@
 //! - `cargo xtask quickstart`: plugins, then the quick-start eval on the local runner.
 
 mod bench_docker;
+mod bench_peers;
 mod bench_report;
 mod bench_serve;
 mod engines;
@@ -524,6 +527,7 @@ fn main() -> Result<()> {
         "bench" if std::env::args().nth(2).as_deref() == Some("docker") => bench_docker::bench(),
         "bench" if std::env::args().nth(2).as_deref() == Some("serve") => bench_serve::bench(),
         "bench" if std::env::args().nth(2).as_deref() == Some("report") => bench_report::bench(),
+        "bench" if std::env::args().nth(2).as_deref() == Some("peers") => bench_peers::bench(),
         "bench" => bench(),
         "quickstart" => quickstart(),
         "worker" => build_static_worker(),
@@ -557,7 +561,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report]|quickstart|lint|wit [DIR]|worker|engines|seccomp>"
+                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report|peers]|quickstart|lint|wit [DIR]|worker|engines|seccomp>"
             );
             std::process::exit(2)
         }

@@ -236,6 +236,9 @@ impl Reporter {
             }
         }
         let mut text = summary_text(&outcome.summary, self.json, &outcome.dir);
+        if let (false, Some(timings)) = (self.json, &outcome.record.timings) {
+            text.push_str(&timing_line(timings));
+        }
         if !self.json && !outcome.summary.missing.is_empty() {
             text.push_str(&format!(
                 "resume:  mst run --config {} --resume {}\n",
@@ -410,6 +413,16 @@ fn summary_text(summary: &results::Summary, json: bool, dir: &results::RunDir) -
     }
     text.push_str(&format!("results: {}\n", dir.root.display()));
     text
+}
+
+/// Where the run's time went, one line: collection, and the grading left once it ended.
+fn timing_line(timings: &results::Timings) -> String {
+    format!(
+        "time:    collected in {:.2} s, {} trials graded as they arrived; grading after: {:.2} s\n",
+        timings.collect_ms as f64 / 1e3,
+        timings.graded_while_collecting,
+        timings.grade_after_ms as f64 / 1e3
+    )
 }
 
 /// The secrets `--secrets-file` names, or none.

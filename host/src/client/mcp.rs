@@ -375,17 +375,27 @@ pub(super) enum Outcome {
     Failed(anyhow::Error),
 }
 
-/// Runs an async trial body on a runtime of its own, until it ends, the trial's deadline
-/// passes, or the shard is cancelled. Dropping the runtime drops the body's sessions, which
-/// kills stdio servers (`kill_on_drop`, and their process groups).
+thread_local! {
+    /// The trial thread's async runtime, kept between trials while no task outlives one.
+    static TRIAL_RUNTIME: std::cell::RefCell<Option<tokio::runtime::Runtime>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs an async trial body on this thread's trial runtime, until it ends, the trial's
+/// deadline passes, or the shard is cancelled. A body that leaves tasks behind (an MCP
+/// session's transport, say) has its runtime dropped with them, which kills stdio servers
+/// (`kill_on_drop`, and their process groups); a clean one's runtime serves the next trial, so
+/// an in-process trial does not pay for a new runtime (an epoll set, timers) each time.
 pub(super) fn drive(
     input: &TrialInput<'_>,
     body: impl std::future::Future<Output = Result<Option<String>>>,
 ) -> Outcome {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let kept = TRIAL_RUNTIME.with(|kept| kept.borrow_mut().take());
+    let runtime = match kept.map(Ok).unwrap_or_else(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }) {
         Ok(runtime) => runtime,
         Err(e) => return Outcome::Failed(anyhow::anyhow!("cannot start an async runtime: {e}")),
     };
@@ -405,7 +415,9 @@ pub(super) fn drive(
             () = cancelled => Outcome::Cancelled,
         }
     });
-    drop(runtime);
+    if runtime.metrics().num_alive_tasks() == 0 {
+        TRIAL_RUNTIME.with(|kept| *kept.borrow_mut() = Some(runtime));
+    }
     outcome
 }
 

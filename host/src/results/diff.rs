@@ -394,6 +394,7 @@ mod tests {
             collect: Phase::Complete,
             grade: Phase::Complete,
             conversation: false,
+            timings: None,
         };
         let mut grades = BTreeMap::new();
         for (variant, case, passes) in trials {

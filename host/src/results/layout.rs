@@ -204,9 +204,32 @@ impl RunDir {
     /// Writes the trace of `key` (held secrets redacted): the coordinator's copy of what a
     /// machine sent, or its own record of a trial that produced none.
     pub fn write_trace(&self, key: &TrialKey, record: &TrialRecord) -> Result<()> {
+        self.write_trace_bytes(key, record).map(drop)
+    }
+
+    /// Writes a trace as [`RunDir::write_trace`] does and returns the record as stored: itself,
+    /// or, when redaction changed anything, the redacted file read back. Graders are handed
+    /// this, so they see what a later reader of the file sees and never a secret.
+    pub fn store_trace(&self, key: &TrialKey, record: TrialRecord) -> Result<TrialRecord> {
+        match self.write_trace_bytes(key, &record)? {
+            None => Ok(record),
+            Some(redacted) => Ok(serde_json::from_slice(&redacted)?),
+        }
+    }
+
+    /// Writes the redacted trace; the bytes written when redaction changed them.
+    fn write_trace_bytes(&self, key: &TrialKey, record: &TrialRecord) -> Result<Option<Vec<u8>>> {
         let bytes = serde_json::to_vec_pretty(record)?;
-        let redacted = crate::secrets::redactor().redact_json(&bytes).into_owned();
-        crate::files::write_atomic(&self.trace_file(key), &redacted)
+        match crate::secrets::redactor().redact_json(&bytes) {
+            std::borrow::Cow::Borrowed(_) => {
+                crate::files::write_atomic(&self.trace_file(key), &bytes)?;
+                Ok(None)
+            }
+            std::borrow::Cow::Owned(redacted) => {
+                crate::files::write_atomic(&self.trace_file(key), &redacted)?;
+                Ok(Some(redacted))
+            }
+        }
     }
 
     /// Writes `run.json`.

@@ -114,6 +114,23 @@ pub struct RunRecord {
     /// it lists no trials and cannot be graded or read as cases.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub conversation: bool,
+    /// Where the last collection's time went (a regrade's: its grading).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
+}
+
+/// Where a run's time went: collecting (trials were graded as they arrived, meanwhile) and
+/// grading what was left once collection ended (a regrade: all of it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timings {
+    /// From the first machine asked for to the last shard's end.
+    pub collect_ms: u64,
+    /// Trials graded as their traces were stored, while collection went on.
+    pub graded_while_collecting: u64,
+    /// Grading after collection ended: the stored traces still queued, the trials not graded
+    /// yet (a resumed run's earlier ones) and the pairwise comparisons.
+    pub grade_after_ms: u64,
 }
 
 impl RunRecord {

@@ -23,12 +23,25 @@ impl UsageSummary {
     /// The usage in the traces of `trials` in `dir` (missing ones are left out) and that of
     /// `plugins`, as their records say.
     pub fn of_run(dir: &RunDir, trials: &[TrialKey], plugins: &[PluginRecord]) -> Self {
+        Self::of_agents(dir, trials, |_| None).with_plugins(plugins)
+    }
+
+    /// The agents' usage in the traces of `trials` in `dir`, taking a trace's from `known`
+    /// when it has it (the traces graded as they arrived) instead of reading the trace again.
+    pub fn of_agents(
+        dir: &RunDir,
+        trials: &[TrialKey],
+        known: impl Fn(&TrialKey) -> Option<UsageTotals>,
+    ) -> Self {
         let mut variants: BTreeMap<String, UsageTotals> = BTreeMap::new();
         for key in trials {
-            let Some(record) = dir.read_trace(key) else {
-                continue;
+            let totals = match known(key) {
+                Some(totals) => totals,
+                None => match dir.read_trace(key) {
+                    Some(record) => trace_usage(&record.trace),
+                    None => continue,
+                },
             };
-            let totals = trace_usage(&record.trace);
             if !totals.is_empty() {
                 variants
                     .entry(key.variant.clone())
@@ -36,11 +49,19 @@ impl UsageSummary {
                     .merge(&totals);
             }
         }
+        UsageSummary {
+            variants,
+            plugins: BTreeMap::new(),
+        }
+    }
+
+    /// This summary with the usage of `plugins`, as their records say.
+    pub fn with_plugins(self, plugins: &[PluginRecord]) -> Self {
         let plugins = plugins
             .iter()
             .filter_map(|p| Some((format!("{} {}", p.name, p.version), p.usage?)))
             .collect();
-        UsageSummary { variants, plugins }
+        UsageSummary { plugins, ..self }
     }
 
     /// Whether no model call was counted.

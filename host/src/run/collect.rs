@@ -10,7 +10,7 @@ use crate::results::RunDir;
 use crate::runner::channel::Channel;
 use crate::runner::{Keep, MachineRequest, Runner};
 use crate::shard::bundle::{Bundle, BUNDLE_FILE};
-use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSession};
+use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSession, StoredTrace};
 use crate::shard::protocol::PROTOCOL;
 use anyhow::Result;
 use std::collections::{BTreeMap, BTreeSet};
@@ -171,7 +171,12 @@ impl Collection<'_> {
         report.ended = match &report.ended {
             ShardEnd::Lost(why) => ShardEnd::Lost(format!("{diagnosis} ({why})")),
             ShardEnd::Done | ShardEnd::DoneCleanupFailed => {
-                let moved = failed_trials_to_infra(self.run_dir, &report.collected, &diagnosis);
+                let moved = failed_trials_to_infra(
+                    self.run_dir,
+                    &report.collected,
+                    &diagnosis,
+                    self.context.stored,
+                );
                 ShardEnd::Lost(format!(
                     "the worker finished, but {diagnosis}; {moved} trial(s) whose client failed \
                      count as infrastructure failures"
@@ -205,8 +210,14 @@ impl Collection<'_> {
 }
 
 /// Marks the collected trials whose client did not exit 0 as infrastructure failures caused by
-/// `why` (their machine failed under them, e.g. ran out of memory); how many were marked.
-fn failed_trials_to_infra(run_dir: &RunDir, collected: &[TrialKey], why: &str) -> usize {
+/// `why` (their machine failed under them, e.g. ran out of memory), telling `stored` of each
+/// rewritten trace; how many were marked.
+fn failed_trials_to_infra(
+    run_dir: &RunDir,
+    collected: &[TrialKey],
+    why: &str,
+    stored: Option<&StoredTrace<'_>>,
+) -> usize {
     let mut moved = 0;
     for key in collected {
         let Some(mut record) = run_dir.read_trace(key) else {
@@ -216,8 +227,11 @@ fn failed_trials_to_infra(run_dir: &RunDir, collected: &[TrialKey], why: &str) -
             continue;
         }
         record.mark_infra(why);
-        if run_dir.write_trace(key, &record).is_ok() {
+        if let Ok(record) = run_dir.store_trace(key, record) {
             moved += 1;
+            if let Some(stored) = stored {
+                stored(key, record);
+            }
         }
     }
     moved

@@ -1,12 +1,17 @@
 //! Grading a run's collected traces: every trial's judges (chosen by [`JudgeSet`]) and every
 //! pairwise judge's comparisons, on worker threads, one per core, so plugin graders run in
-//! parallel.
+//! parallel. During a run, [`Grading`] grades each trace as it is stored, while collection
+//! goes on; what it did not see is graded at the end ([`grade_rest`]).
 
 use crate::eval::trial::{CaseRecord, TrialKey, TrialRecord};
 use crate::grade::pairwise::{self, CaseComparison, PairJudge, PairOutcome, PairResult};
 use crate::grade::{JudgeSet, TrialGrade};
+use crate::model::UsageTotals;
+use crate::results::usage::trace_usage;
 use crate::results::{Phase, RunDir};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 
 /// The coordinator's own cases by id: a trace is graded against them, whatever it holds.
 pub type Cases<'a> = BTreeMap<&'a str, &'a CaseRecord>;
@@ -37,9 +42,122 @@ pub fn grade_all(
     trials: &[TrialKey],
     cases: Option<&Cases<'_>>,
 ) -> BTreeMap<TrialKey, TrialGrade> {
-    on_threads(trials, threads(), |key| {
+    grade_rest(judges, dir, trials, cases, BTreeMap::new())
+}
+
+/// [`grade_all`] for the trials `graded` has no grade for (those [`Grading`] did not see:
+/// collected by an earlier run of a resumed one); `graded` joins them.
+pub fn grade_rest(
+    judges: &JudgeSet,
+    dir: &RunDir,
+    trials: &[TrialKey],
+    cases: Option<&Cases<'_>>,
+    mut graded: BTreeMap<TrialKey, TrialGrade>,
+) -> BTreeMap<TrialKey, TrialGrade> {
+    let rest: Vec<TrialKey> = trials
+        .iter()
+        .filter(|key| !graded.contains_key(key))
+        .cloned()
+        .collect();
+    graded.extend(on_threads(&rest, threads(), |key| {
         Some(judges.grade(key, &read_trace(dir, key, cases)?))
-    })
+    }));
+    graded
+}
+
+/// One stored trace to grade: its order of arrival, its key, the record as stored.
+type Stored = (u64, TrialKey, TrialRecord);
+
+/// What a grading thread made of one stored trace: its order, key, grade and agent usage.
+type Assessed = (u64, TrialKey, TrialGrade, UsageTotals);
+
+/// Grades traces as the shards store them, on one thread per core, while collection goes on,
+/// so that grading overlaps collecting and the traces are not read back from disk (the agents'
+/// usage is summed from them on the way). A trace stored twice (a shard's machine failed after
+/// its trial was graded, and the trial was rewritten as infra) keeps its last version's grade.
+pub struct Grading<'scope> {
+    traces: mpsc::Sender<Stored>,
+    next: AtomicU64,
+    threads: Vec<std::thread::ScopedJoinHandle<'scope, Vec<Assessed>>>,
+}
+
+/// What [`Grading`] made of the traces it saw.
+#[derive(Default)]
+pub struct Graded {
+    /// Each trace's grade.
+    pub grades: BTreeMap<TrialKey, TrialGrade>,
+    /// The agent's model usage in each trace that has any.
+    pub usage: BTreeMap<TrialKey, UsageTotals>,
+}
+
+impl Graded {
+    /// The usage of `key`'s trace, if it was seen (none counted: zero).
+    pub fn usage_of(&self, key: &TrialKey) -> Option<UsageTotals> {
+        self.grades
+            .contains_key(key)
+            .then(|| self.usage.get(key).copied().unwrap_or_default())
+    }
+}
+
+impl<'scope> Grading<'scope> {
+    /// Starts the grading threads in `scope`, grading with `judges`.
+    pub fn start<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        judges: &'env JudgeSet,
+    ) -> Self {
+        let (traces, queue) = mpsc::channel::<Stored>();
+        let queue = Arc::new(Mutex::new(queue));
+        let threads = (0..threads())
+            .map(|_| {
+                let queue = queue.clone();
+                scope.spawn(move || {
+                    let mut assessed = Vec::new();
+                    loop {
+                        let next = queue.lock().expect("grading queue").recv();
+                        let Ok((order, key, record)) = next else {
+                            return assessed;
+                        };
+                        let grade = judges.grade(&key, &record);
+                        let usage = trace_usage(&record.trace);
+                        assessed.push((order, key, grade, usage));
+                    }
+                })
+            })
+            .collect();
+        Grading {
+            traces,
+            next: AtomicU64::new(0),
+            threads,
+        }
+    }
+
+    /// Queues `record`, the trace of `key` as stored, for grading.
+    pub fn stored(&self, key: &TrialKey, record: TrialRecord) {
+        let order = self.next.fetch_add(1, Ordering::Relaxed);
+        // The threads end only when this is dropped.
+        let _ = self.traces.send((order, key.clone(), record));
+    }
+
+    /// Waits for every queued trace to be graded.
+    pub fn finish(self) -> Graded {
+        drop(self.traces);
+        let mut assessed: Vec<Assessed> = self
+            .threads
+            .into_iter()
+            .flat_map(|h| h.join().expect("grading threads do not panic"))
+            .collect();
+        // Later versions of a trace come last, and win.
+        assessed.sort_unstable_by_key(|(order, ..)| *order);
+        let mut graded = Graded::default();
+        for (_, key, grade, usage) in assessed {
+            match usage.is_empty() {
+                true => graded.usage.remove(&key),
+                false => graded.usage.insert(key.clone(), usage),
+            };
+            graded.grades.insert(key, grade);
+        }
+        graded
+    }
 }
 
 /// Runs every pairwise judge over every case either of its variants planned, on one worker

@@ -18,7 +18,7 @@ use crate::eval::trial::{CaseRecord, TrialKey};
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
 use crate::results::usage::UsageSummary;
-use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary};
+use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary, Timings};
 use crate::runner::{self, RunnerOptions};
 use crate::shard::coordinator::{ShardContext, ShardReport, ShardSettings};
 use anyhow::{bail, Result};
@@ -28,6 +28,7 @@ use prepare::PluginRequest;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::time::Instant;
 
 /// What collecting trials needs, whoever asks (`mst run`, `mst serve`): the eval, its plugins
 /// and secrets, the runner and where results go.
@@ -150,24 +151,41 @@ pub fn run(
         reporter.event(&RunEvent::RunnerPlan(&line));
     }
     let events = |event| reporter.event(&RunEvent::Shard(event));
-    let context = ShardContext {
-        limiter: &prepared.limiter,
-        cases: &cases,
-        tokens: &tokens,
-        settings,
-        events: &events,
-        cancel,
-        resume: None,
-        copied: &AtomicU64::new(0),
-    };
-    let collection = Collection {
-        runner: runner.as_ref(),
-        keep: runner_options.keep,
-        run_dir: &dir,
-        context: &context,
-        reporter,
-    };
-    let shards = collection.run(&staged);
+    let collecting = Instant::now();
+    // Each trace is graded as it is stored, on threads of their own, while collection goes on.
+    let (shards, graded, timings) = std::thread::scope(|scope| {
+        let grading = grade::Grading::start(scope, &prepared.judges);
+        let stored = |key: &TrialKey, trace| grading.stored(key, trace);
+        let context = ShardContext {
+            limiter: &prepared.limiter,
+            cases: &cases,
+            tokens: &tokens,
+            settings,
+            events: &events,
+            cancel,
+            resume: None,
+            copied: &AtomicU64::new(0),
+            stored: Some(&stored),
+        };
+        let collection = Collection {
+            runner: runner.as_ref(),
+            keep: runner_options.keep,
+            run_dir: &dir,
+            context: &context,
+            reporter,
+        };
+        let shards = collection.run(&staged);
+        let collect_ms = collecting.elapsed().as_millis() as u64;
+        let draining = Instant::now();
+        let graded = grading.finish();
+        let timings = Timings {
+            collect_ms,
+            graded_while_collecting: graded.grades.len() as u64,
+            // Grading the traces still queued when collection ended; `finish` adds the rest.
+            grade_after_ms: draining.elapsed().as_millis() as u64,
+        };
+        (shards, graded, timings)
+    });
     for report in &shards {
         if report.ended != crate::shard::coordinator::ShardEnd::Done {
             reporter.event(&RunEvent::ShardEnded {
@@ -178,8 +196,9 @@ pub fn run(
         }
         record.machines.push(serde_json::to_value(report)?);
     }
+    record.timings = Some(timings);
 
-    let outcome = finish(&prepared, &cases, dir, record, shards)?;
+    let outcome = finish(&prepared, &cases, dir, record, shards, graded)?;
     reporter.event(&RunEvent::Finished(&outcome));
     Ok(outcome)
 }
@@ -208,28 +227,42 @@ fn trials_to_collect(
     Ok(to_collect)
 }
 
-/// Grades everything collected so far (a resume regrades the whole run) and writes the record,
-/// grades, scores and summary.
+/// Grades everything collected so far that `graded` (what was graded while collecting) lacks
+/// (a resume grades the earlier collections' traces too) and writes the record, grades,
+/// scores and summary.
 fn finish(
     prepared: &prepare::Prepared,
     cases: &BTreeMap<&str, &CaseRecord>,
     dir: RunDir,
     mut record: RunRecord,
     shards: Vec<ShardReport>,
+    graded: grade::Graded,
 ) -> Result<RunOutcome> {
     let missing = record.trials.iter().filter(|k| !dir.has_trace(k)).count();
     record.collect = match missing {
         0 => Phase::Complete,
         _ => Phase::Partial,
     };
-    let grades = grade::grade_all(&prepared.judges, &dir, &record.trials, Some(cases));
+    // The agents' usage, from what grading saw and from the traces it did not.
+    let usage = UsageSummary::of_agents(&dir, &record.trials, |k| graded.usage_of(k));
+    let grading = Instant::now();
+    let grades = grade::grade_rest(
+        &prepared.judges,
+        &dir,
+        &record.trials,
+        Some(cases),
+        graded.grades,
+    );
     let pairs = grade::pairwise_all(&prepared.pairwise, &dir, &record.trials, Some(cases));
+    if let Some(timings) = &mut record.timings {
+        timings.grade_after_ms += grading.elapsed().as_millis() as u64;
+    }
     record.grade = grade::grade_phase(&grades, &pairs);
     prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;
     let mut summary =
         Summary::new(&record, &grades, prepared.judges.case_rules()).with_pairs(&pairs);
-    summary.usage = UsageSummary::of_run(&dir, &record.trials, &record.plugins);
+    summary.usage = usage.with_plugins(&record.plugins);
     grade::write_results(&dir, &grades, &summary, &pairs)?;
     Ok(RunOutcome {
         dir,

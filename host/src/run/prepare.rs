@@ -214,6 +214,7 @@ impl Prepared {
             collect: crate::results::Phase::Partial,
             grade: crate::results::Phase::Partial,
             conversation: false,
+            timings: None,
         }
     }
 

@@ -149,8 +149,10 @@ pub fn regrade(
             prepared.config.name
         );
     }
+    let grading = std::time::Instant::now();
     let grades = super::grade::grade_all(&prepared.judges, dir, &record.trials, None);
     let pairs = super::grade::pairwise_all(&prepared.pairwise, dir, &record.trials, None);
+    let grade_ms = grading.elapsed().as_millis() as u64;
     let out = dir.next_regrade(&record.run_id)?;
     let mut regraded = record.clone();
     regraded.run_id = out
@@ -164,6 +166,10 @@ pub fn regrade(
     regraded.plugins = prepared.plugin_records();
     prepared.count_usage(&mut regraded.plugins);
     regraded.grade = super::grade::grade_phase(&grades, &pairs);
+    regraded.timings = Some(crate::results::Timings {
+        grade_after_ms: grade_ms,
+        ..Default::default()
+    });
     crate::home::create_private_dir(&out.root)?;
     out.write_record(&regraded)?;
     let mut summary =

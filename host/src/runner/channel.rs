@@ -109,6 +109,24 @@ pub trait Channel: Send {
             .map(|(src, dest)| self.get(src, dest, cap))
             .collect()
     }
+    /// Reads several files back into memory, each as [`get`](Channel::get) would copy it to
+    /// its landing path (which a channel may use on the way, and which the caller overwrites
+    /// or removes); one result per file. The coordinator checks a trace in memory before it
+    /// stores it, so a channel that can read in place (the local one) spares a copy.
+    fn read_many(
+        &mut self,
+        files: &[(String, std::path::PathBuf)],
+        cap: u64,
+    ) -> Vec<Result<Vec<u8>>> {
+        self.get_many(files, cap)
+            .into_iter()
+            .zip(files)
+            .map(|(got, (_, landed))| {
+                got?;
+                crate::files::read_regular(landed, cap, true)
+            })
+            .collect()
+    }
     /// Whether copies cost enough that the coordinator should batch them (a few per second)
     /// rather than copy each trace the moment it is reported.
     fn batch_copies(&self) -> bool {

@@ -91,6 +91,24 @@ impl LocalMachine {
         }
         Ok(path)
     }
+
+    /// The file `src` on the machine, as [`Channel::get`] would copy it.
+    fn read(&self, src: &str, cap: u64) -> Result<Vec<u8>> {
+        // A plain relative path refused by `inside` has a link in it: the machine's doing.
+        let path = self
+            .inside(src)
+            .map_err(|e| match crate::files::is_plain_relative(src) {
+                true => Refused(format!("{e:#}")).into(),
+                false => e,
+            })?;
+        crate::files::read_regular(&path, cap, true).map_err(|e| {
+            // There but not a regular file within the cap: the machine's doing.
+            match std::fs::symlink_metadata(&path) {
+                Ok(_) => Refused(format!("{e:#}")).into(),
+                Err(_) => e,
+            }
+        })
+    }
 }
 
 fn copy_dir(src: &Path, dest: &Path) -> Result<()> {
@@ -143,21 +161,12 @@ impl Channel for LocalMachine {
     }
 
     fn get(&mut self, src: &str, dest: &Path, cap: u64) -> Result<()> {
-        // A plain relative path refused by `inside` has a link in it: the machine's doing.
-        let path = self
-            .inside(src)
-            .map_err(|e| match crate::files::is_plain_relative(src) {
-                true => Refused(format!("{e:#}")).into(),
-                false => e,
-            })?;
-        let bytes = crate::files::read_regular(&path, cap, true).map_err(|e| {
-            // There but not a regular file within the cap: the machine's doing.
-            match std::fs::symlink_metadata(&path) {
-                Ok(_) => Refused(format!("{e:#}")).into(),
-                Err(_) => e,
-            }
-        })?;
+        let bytes = self.read(src, cap)?;
         crate::files::write_atomic(dest, &bytes)
+    }
+
+    fn read_many(&mut self, files: &[(String, PathBuf)], cap: u64) -> Vec<Result<Vec<u8>>> {
+        files.iter().map(|(src, _)| self.read(src, cap)).collect()
     }
 
     fn dispose(&mut self, keep: bool) -> Result<Option<String>> {

@@ -829,6 +829,7 @@ fn run_shard(
         cancel,
         resume: turn.and_then(|(token, _)| token),
         copied: &AtomicU64::new(0),
+        stored: None,
     };
     let report = ShardSession::new(&context, &bundle, dir).run(machine, staging.path());
     match report.ended {

@@ -232,7 +232,13 @@ pub struct ShardContext<'a> {
     pub resume: Option<&'a crate::secrets::Secret>,
     /// Bytes copied back by all shards so far, against `settings.max_run_copy_bytes`.
     pub copied: &'a AtomicU64,
+    /// Hears each trace the moment it is stored, as stored (e.g. to grade it while collection
+    /// goes on).
+    pub stored: Option<&'a StoredTrace<'a>>,
 }
+
+/// Hears a trial's trace as the run directory holds it; called from the shards' threads.
+pub type StoredTrace<'a> = dyn Fn(&TrialKey, TrialRecord) + Sync + 'a;
 
 /// One input to the session: the worker's output, framed and decoded by
 /// [`protocol::read_messages`] on a reader thread.
@@ -881,14 +887,14 @@ impl<'a> ShardSession<'a> {
                 (format!("results/{path}"), self.run_dir.root.join(&path))
             })
             .collect();
-        let fetched = channel.get_many(&files, self.context.settings.max_trace_bytes);
+        let fetched = channel.read_many(&files, self.context.settings.max_trace_bytes);
         let machine_lost = fetched.iter().any(|f| f.is_err()) && channel.diagnose().is_some();
         let copies = std::mem::take(&mut self.copies);
         for ((copy, (_, dest)), fetched) in copies.into_iter().zip(&files).zip(fetched) {
-            let fetched = fetched.and_then(|()| self.count_copied(dest));
+            let fetched = fetched.and_then(|bytes| self.count_copied(dest, bytes));
             let checked = match fetched {
-                Ok(()) => self
-                    .accept_trace(dest, &copy.key)
+                Ok(bytes) => self
+                    .accept_trace(&bytes, &copy.key)
                     .map_err(CopyFailure::Refused),
                 Err(e) if Refused::is(&e) => Err(CopyFailure::Refused(format!("{e:#}"))),
                 Err(e) => Err(CopyFailure::NotCopied(format!("{e:#}"))),
@@ -941,12 +947,11 @@ impl<'a> ShardSession<'a> {
         }
     }
 
-    /// Counts a copied trace against the shard's and the run's caps; the one that crosses a
-    /// cap is dropped (the trial stays missing) and the shard stops.
-    fn count_copied(&mut self, dest: &Path) -> anyhow::Result<()> {
-        let size = std::fs::symlink_metadata(dest)
-            .map(|m| m.len())
-            .unwrap_or(0);
+    /// Counts a copied trace (`bytes`, landing at `dest`) against the shard's and the run's
+    /// caps; the one that crosses a cap is dropped (the trial stays missing) and the shard
+    /// stops.
+    fn count_copied(&mut self, dest: &Path, bytes: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+        let size = bytes.len() as u64;
         self.copied += size;
         let run_total = self.context.copied.fetch_add(size, Ordering::SeqCst) + size;
         let settings = self.context.settings;
@@ -964,7 +969,7 @@ impl<'a> ShardSession<'a> {
             None
         };
         let Some(why) = crossed else {
-            return Ok(());
+            return Ok(bytes);
         };
         let _ = std::fs::remove_file(dest);
         self.over_cap.get_or_insert(why.clone());
@@ -975,10 +980,9 @@ impl<'a> ShardSession<'a> {
     /// record for `key` whose case has the id and input the coordinator sent; its case is then
     /// replaced by the coordinator's own (with `expected` and metadata, which the machine never
     /// had) and its provenance recorded. Returns the trace's status.
-    fn accept_trace(&self, path: &Path, key: &TrialKey) -> Result<TrialStatus, String> {
-        let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    fn accept_trace(&self, bytes: &[u8], key: &TrialKey) -> Result<TrialStatus, String> {
         let mut record: TrialRecord =
-            serde_json::from_slice(&bytes).map_err(|e| format!("not a trace: {e}"))?;
+            serde_json::from_slice(bytes).map_err(|e| format!("not a trace: {e}"))?;
         if record.variant != key.variant || record.case.id != key.case || record.trial != key.trial
         {
             return Err(format!(
@@ -1005,10 +1009,15 @@ impl<'a> ShardSession<'a> {
             client_version: client.map(|c| c.version.clone()).unwrap_or_default(),
         });
         // Written back redacted: an agent may have printed a secret mst holds.
-        self.run_dir
-            .write_trace(key, &record)
+        let record = self
+            .run_dir
+            .store_trace(key, record)
             .map_err(|e| format!("{e:#}"))?;
-        Ok(record.trace.status)
+        let status = record.trace.status;
+        if let Some(stored) = self.context.stored {
+            stored(key, record);
+        }
+        Ok(status)
     }
 
     fn collected(&mut self, key: TrialKey) {
@@ -1030,7 +1039,11 @@ impl<'a> ShardSession<'a> {
             return;
         };
         let record = TrialRecord::infra((*case).clone(), key, reason);
-        let _ = self.run_dir.write_trace(key, &record);
+        if let (Ok(record), Some(stored)) =
+            (self.run_dir.store_trace(key, record), self.context.stored)
+        {
+            stored(key, record);
+        }
     }
 }
 

@@ -310,6 +310,8 @@ struct Worker {
     events: mpsc::Sender<Event>,
     inbox: mpsc::Receiver<Event>,
     stop_heartbeat: Arc<AtomicBool>,
+    /// Where granted trials run: one thread per trial running at once, reused.
+    threads: super::threads::TrialThreads,
 }
 
 impl Worker {
@@ -329,6 +331,7 @@ impl Worker {
         std::fs::create_dir_all(results)
             .with_context(|| format!("cannot create {}", results.display()))?;
         let (events, inbox) = mpsc::channel::<Event>();
+        let threads = super::threads::TrialThreads::new(bundle.concurrency.max(1) as usize);
         let mut worker = Worker {
             queue: bundle.trials.iter().cloned().collect(),
             bundle,
@@ -350,6 +353,7 @@ impl Worker {
             events,
             inbox,
             stop_heartbeat: Arc::new(AtomicBool::new(false)),
+            threads,
         };
         worker.hello();
         worker.listen();
@@ -541,7 +545,7 @@ impl Worker {
         self.cancel_trials.store(true, Ordering::Relaxed);
     }
 
-    /// Starts a granted trial on a thread of its own.
+    /// Starts a granted trial on a trial thread.
     fn on_granted(&mut self, key: TrialKey) {
         let Some(index) = self.awaiting.iter().position(|k| k == &key) else {
             return;
@@ -584,7 +588,7 @@ impl Worker {
             .map(|turn| turn.history.clone())
             .unwrap_or_default();
         let token_budget = self.bundle.token_budget;
-        std::thread::spawn(move || {
+        self.threads.run(move || {
             let setting = TrialSetting {
                 results: &results,
                 workdir: workdir.as_deref(),
