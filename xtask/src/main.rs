@@ -232,7 +232,12 @@ fn test() -> Result<()> {
             .args(["test", "--quiet", "-p", package]))?;
     }
     // The end-to-end tests drive the built binary, and the Docker tests place the static one.
-    run(cargo().current_dir(root()).args(["build", "-p", "mst"]))?;
+    // Built as `cargo test --workspace` builds it (every target, the workspace's features), so
+    // the test step below reuses this build: `-p mst` alone resolves other features and would
+    // compile every dependency a second time.
+    run(cargo()
+        .current_dir(root())
+        .args(["build", "--workspace", "--all-targets"]))?;
     build_static_worker()?;
     // The ssh runner's tests start their own sshd servers on loopback.
     engines::ensure_packages(&[

@@ -159,6 +159,8 @@ struct TrialSetting<'a> {
     history: &'a [client::Exchange],
     /// The bundle's `tokenBudget`.
     token_budget: Option<u64>,
+    /// Where fresh scratch directories come from.
+    scratch: &'a ScratchDirs,
 }
 
 /// Runs one trial and writes its trace; returns the trace's status.
@@ -173,7 +175,7 @@ fn run_trial(
     link: &TrialLink,
 ) -> Result<Option<TrialStatus>, String> {
     let results = setting.results;
-    let scratch = Scratch::new(results, setting.workdir)?;
+    let scratch = Scratch::new(results, setting.workdir, setting.scratch)?;
     let trace = client.run(&TrialInput {
         case,
         variant: &key.variant,
@@ -208,17 +210,17 @@ fn run_trial(
     Ok(Some(status))
 }
 
-/// Where a trial's client runs: a fresh directory of its own (removed after the trial), or the
-/// bundle's shared work directory (kept).
-enum Scratch {
-    Fresh(tempfile::TempDir),
+/// Where a trial's client runs: a fresh, empty directory of its own (emptied after the trial
+/// and given back to [`ScratchDirs`]), or the bundle's shared work directory (kept).
+enum Scratch<'a> {
+    Fresh(Option<tempfile::TempDir>, &'a ScratchDirs),
     Shared(std::path::PathBuf),
 }
 
-impl Scratch {
-    fn new(results: &Path, workdir: Option<&str>) -> Result<Self, String> {
+impl<'a> Scratch<'a> {
+    fn new(results: &Path, workdir: Option<&str>, dirs: &'a ScratchDirs) -> Result<Self, String> {
         let Some(name) = workdir else {
-            return scratch_dir(results).map(Scratch::Fresh);
+            return Ok(Scratch::Fresh(Some(dirs.take(results)?), dirs));
         };
         // The bundle comes from the coordinator, but a name is all it may give.
         if !crate::files::is_plain_relative(name) || name.contains('/') {
@@ -238,9 +240,65 @@ impl Scratch {
 
     fn path(&self) -> &Path {
         match self {
-            Scratch::Fresh(dir) => dir.path(),
+            Scratch::Fresh(dir, _) => dir.as_ref().expect("held until dropped").path(),
             Scratch::Shared(dir) => dir,
         }
+    }
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        if let Scratch::Fresh(dir, dirs) = self {
+            dirs.give_back(dir.take().expect("held until dropped"));
+        }
+    }
+}
+
+/// The worker's scratch directories: one per trial running at once, each emptied when its
+/// trial ends and handed to the next, and all removed with the worker. Making and removing a
+/// directory per trial cost more than the trial itself on ext4, whose inode allocator scans
+/// past every recently freed inode (docs/performance.md).
+#[derive(Default)]
+struct ScratchDirs {
+    idle: Mutex<Vec<tempfile::TempDir>>,
+}
+
+impl ScratchDirs {
+    /// An empty scratch directory: an idle one, or a new one.
+    fn take(&self, results: &Path) -> Result<tempfile::TempDir, String> {
+        let idle = self.idle.lock().expect("scratch dirs").pop();
+        match idle {
+            Some(dir) => Ok(dir),
+            None => scratch_dir(results),
+        }
+    }
+
+    /// Takes `dir` back once its trial ended: emptied, it serves the next trial; one that
+    /// cannot be emptied, or is no longer a plain directory, is dropped (removed) instead.
+    fn give_back(&self, dir: tempfile::TempDir) {
+        if empty_dir(dir.path()).is_ok() {
+            self.idle.lock().expect("scratch dirs").push(dir);
+        }
+    }
+}
+
+/// Removes everything in `dir`, following no link; fails if `dir` is not a plain directory
+/// (a client may have replaced it) or something in it stays.
+fn empty_dir(dir: &Path) -> std::io::Result<()> {
+    if !std::fs::symlink_metadata(dir)?.file_type().is_dir() {
+        return Err(std::io::Error::other("no longer a directory"));
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        match entry.file_type()?.is_dir() {
+            // `remove_dir_all` does not follow links inside (std's own guarantee).
+            true => std::fs::remove_dir_all(entry.path())?,
+            false => std::fs::remove_file(entry.path())?,
+        }
+    }
+    match std::fs::read_dir(dir)?.next() {
+        None => Ok(()),
+        Some(_) => Err(std::io::Error::other("not empty")),
     }
 }
 
@@ -312,6 +370,8 @@ struct Worker {
     stop_heartbeat: Arc<AtomicBool>,
     /// Where granted trials run: one thread per trial running at once, reused.
     threads: super::threads::TrialThreads,
+    /// The trials' scratch directories, reused likewise.
+    scratch: Arc<ScratchDirs>,
 }
 
 impl Worker {
@@ -354,6 +414,7 @@ impl Worker {
             inbox,
             stop_heartbeat: Arc::new(AtomicBool::new(false)),
             threads,
+            scratch: Arc::default(),
         };
         worker.hello();
         worker.listen();
@@ -588,6 +649,7 @@ impl Worker {
             .map(|turn| turn.history.clone())
             .unwrap_or_default();
         let token_budget = self.bundle.token_budget;
+        let scratch = self.scratch.clone();
         self.threads.run(move || {
             let setting = TrialSetting {
                 results: &results,
@@ -595,6 +657,7 @@ impl Worker {
                 conversation,
                 history: &history,
                 token_budget,
+                scratch: &scratch,
             };
             let outcome = run_trial(
                 client.as_ref(),
@@ -727,6 +790,39 @@ fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scratch_directory_is_handed_on_empty_and_never_through_a_link() {
+        let results = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), "not the trial's").unwrap();
+        let dirs = ScratchDirs::default();
+        let first = dirs.take(results.path()).unwrap();
+        let path = first.path().to_path_buf();
+        // What a client leaves: files, a tree, and a link out of the directory.
+        std::fs::write(path.join("answer.txt"), "42").unwrap();
+        std::fs::create_dir_all(path.join("a/b")).unwrap();
+        std::fs::write(path.join("a/b/c"), "deep").unwrap();
+        std::os::unix::fs::symlink(outside.path(), path.join("a/out")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), path.join("out")).unwrap();
+        dirs.give_back(first);
+        let again = dirs.take(results.path()).unwrap();
+        assert_eq!(
+            again.path(),
+            path,
+            "the emptied directory serves the next trial"
+        );
+        assert_eq!(std::fs::read_dir(&path).unwrap().count(), 0);
+        assert!(outside.path().join("keep").is_file(), "a link was followed");
+        // A directory the client swapped for a link is not handed on; a new one is made.
+        drop(std::fs::remove_dir(&path));
+        std::os::unix::fs::symlink(outside.path(), &path).unwrap();
+        dirs.give_back(again);
+        let fresh = dirs.take(results.path()).unwrap();
+        assert_ne!(fresh.path(), path);
+        assert!(outside.path().join("keep").is_file());
+        let _ = std::fs::remove_file(&path);
+    }
 
     #[test]
     fn a_failed_clean_up_is_reported_as_failed() {
