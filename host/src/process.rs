@@ -373,6 +373,7 @@ impl CappedReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::process::Stdio;
 
     #[test]
