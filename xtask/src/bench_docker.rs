@@ -7,16 +7,11 @@
 //!
 //! It uses the debug build `cargo xtask test` uses (dependencies optimised, mst's own code not).
 
-use crate::{engines, root, run, tempfile_dir};
+use crate::{engines, median, root, run, tempfile_dir};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
-}
 
 /// Writes an eval of `n` cases whose client is `cat` into `dir`.
 fn write_eval(dir: &Path, n: usize, concurrency: u32) -> Result<()> {

@@ -24,7 +24,7 @@
 //! `target/peers/` when missing. Not part of CI: with the defaults it takes an hour or more
 //! on 2 cores.
 
-use crate::{cargo, engines, root, run, tempfile_dir};
+use crate::{cargo, engines, median, root, run, tempfile_dir};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -611,11 +611,6 @@ fn parse_time(report: &str) -> Result<Usage> {
         cpu: number("User time")? + number("System time")?,
         rss_kib: number("Maximum resident set size")?,
     })
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
 }
 
 /// `tool`'s cost per trial, seconds: its wall clock's growth from its smallest size to its

@@ -16,7 +16,7 @@
 //! `cargo xtask test` uses (dependencies optimised, mst's own code not); `MST_BENCH_MST=PATH`
 //! measures another build.
 
-use crate::{cargo, root, run, tempfile_dir};
+use crate::{cargo, median, root, run, tempfile_dir};
 use anyhow::{bail, Context, Result};
 use mst_tests::browser::Browser;
 use std::path::{Path, PathBuf};
@@ -29,11 +29,6 @@ const TRIALS: usize = 10;
 /// The agent: a tool call, then the answer; the `terse` variant answers nothing useful to
 /// questions whose number ends in 7.
 const AGENT: &str = r#"read q; echo '{"type":"tool-call","id":"1","tool":"lookup","arguments":{"q":"'"$q"'"}}'; echo '{"type":"tool-result","id":"1","output":"found"}'; case "$MODE$q" in terse*7) echo 'no idea';; *) echo "the answer to $q";; esac"#;
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
-}
 
 /// Writes an eval of `cases` cases × [`TRIALS`] trials × 2 variants into `dir`.
 fn write_eval(dir: &Path, cases: usize) -> Result<()> {

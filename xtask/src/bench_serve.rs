@@ -9,17 +9,12 @@
 //!
 //! It uses the debug build `cargo xtask test` uses (dependencies optimised, mst's own code not).
 
-use crate::tempfile_dir;
+use crate::{median, tempfile_dir};
 use anyhow::{bail, Context, Result};
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
-}
 
 /// A running `mst serve` and its base URL.
 struct Server {

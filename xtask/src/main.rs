@@ -515,6 +515,12 @@ fn measure(mst: &str, dir: &str) -> Result<()> {
     Ok(())
 }
 
+/// The median of `values` (the upper one of an even count); `values` must not be empty.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
 /// A fresh scratch directory named after `prefix` and this process.
 fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
