@@ -343,6 +343,8 @@ impl CommandClient {
         };
         let program = crate::process::resolve_program(&argv[0], child_path.as_deref());
         let mut command = Command::new(program);
+        // The program sees the name it was given (busybox picks its applet by it).
+        std::os::unix::process::CommandExt::arg0(&mut command, &argv[0]);
         command
             .args(&argv[1..])
             .env_clear()
