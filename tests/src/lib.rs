@@ -65,12 +65,18 @@ pub fn output_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The built `mst` binary (`$MST_BIN`, else `target/debug/mst`).
+/// The built `mst` binary: `$MST_BIN`, else the `mst` cargo built beside the running test
+/// (`target/[TRIPLE/]debug/`: `cargo xtask test` builds for musl), else `target/debug/mst`.
 pub fn mst_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("MST_BIN") {
         return must_exist(PathBuf::from(bin));
     }
-    must_exist(target_dir().join("debug").join("mst"))
+    // A test binary is `<profile dir>/deps/<name>-<hash>`.
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("mst")))
+        .filter(|mst| mst.is_file());
+    must_exist(beside.unwrap_or_else(|| target_dir().join("debug").join("mst")))
 }
 
 /// A first-party plugin from `plugins/dist`, e.g. `plugin("contains.wasm")`.

@@ -10,9 +10,11 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 /// An agent reporting 30 tokens in and 10 out per task, that sleeps 30 s on input `slow`, and
-/// on input `greedy` reports 40 tokens more before it sleeps.
+/// on input `greedy` says `thinking`, then reports 40 tokens more before it sleeps. (It speaks
+/// before the report that passes the budget: the turn is stopped as that report is read, so
+/// a line after it may or may not be read first.)
 fn spending_eval() -> Eval {
-    let agent = r#"input=$(cat); usage='{"type":"custom","name":"usage","data":{"usage":{"inputTokens":30,"outputTokens":10}}}'; echo "$usage"; if [ "$input" = greedy ]; then echo "$usage"; echo thinking; sleep 30; fi; if [ "$input" = slow ]; then sleep 30; fi; echo "$input""#;
+    let agent = r#"input=$(cat); usage='{"type":"custom","name":"usage","data":{"usage":{"inputTokens":30,"outputTokens":10}}}'; echo "$usage"; if [ "$input" = greedy ]; then echo thinking; echo "$usage"; sleep 30; fi; if [ "$input" = slow ]; then sleep 30; fi; echo "$input""#;
     Eval::new(
         json!({"name": "play", "datasets": ["cases.jsonl"], "client": "command",
                "clientOptions": {"command": ["sh", "-c", agent], "events": true},
@@ -198,7 +200,7 @@ fn a_turn_past_its_token_budget_is_stopped_as_it_runs_and_the_session_goes_on() 
     // 40 tokens: within the turn's 50.
     assert_eq!(run_task(&serve, &session, "hello")["status"], "completed");
     // 80 tokens, then 30 s of sleep: stopped as the second report arrives, well before the
-    // eval's 2 s deadline would have ended it as timed-out.
+    // eval's 2 s deadline would have ended it as timed-out; what it said before is kept.
     let greedy = run_task(&serve, &session, "greedy");
     assert_eq!(greedy["status"], "over-budget", "{greedy}");
     assert_eq!(

@@ -79,11 +79,25 @@ fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
+/// Runs `command` to its end, saying what it runs and how long it took (CI's log then shows
+/// where its time goes).
 fn run(command: &mut Command) -> Result<()> {
     eprintln!("xtask: {command:?}");
+    let started = std::time::Instant::now();
     let status = command
         .status()
         .with_context(|| format!("cannot start {command:?}"))?;
+    eprintln!(
+        "xtask: {:.1} s: {:?} {}",
+        started.elapsed().as_secs_f64(),
+        command.get_program(),
+        command
+            .get_args()
+            .take(4)
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     if !status.success() {
         bail!("{command:?} failed with {status}");
     }
@@ -184,9 +198,9 @@ fn ensure_test_servers() -> Result<()> {
 /// The target of the static worker that runners place into machines without mst.
 const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
 
-/// Builds mst for musl (statically linked, so it runs in any Linux image) and puts it, without
-/// debug info, at `target/debug/mst-static`, where a dynamically linked mst looks for it.
-fn build_static_worker() -> Result<()> {
+/// Installs the musl target when missing, and musl-gcc: C dependencies (aws-lc) are compiled
+/// for musl with Debian's musl-gcc.
+fn ensure_static_target() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -195,8 +209,13 @@ fn build_static_worker() -> Result<()> {
     if !installed {
         run(Command::new("rustup").args(["target", "add", STATIC_TARGET]))?;
     }
-    // C dependencies (aws-lc) are compiled for musl with Debian's musl-gcc.
-    engines::ensure_packages(&[("musl-gcc", "musl-tools")])?;
+    engines::ensure_packages(&[("musl-gcc", "musl-tools")])
+}
+
+/// Builds mst for musl (statically linked, so it runs in any Linux image) and puts it, without
+/// debug info, at `target/debug/mst-static`, where a dynamically linked mst looks for it.
+fn build_static_worker() -> Result<()> {
+    ensure_static_target()?;
     run(cargo().current_dir(root()).args([
         "build",
         "-p",
@@ -231,14 +250,18 @@ fn test() -> Result<()> {
             .current_dir(root().join("plugins"))
             .args(["test", "--quiet", "-p", package]))?;
     }
-    // The end-to-end tests drive the built binary, and the Docker tests place the static one.
-    // Built as `cargo test --workspace` builds it (every target, the workspace's features), so
-    // the test step below reuses this build: `-p mst` alone resolves other features and would
-    // compile every dependency a second time.
+    // The end-to-end tests drive the built binary, and the Docker, ssh and Slurm tests place a
+    // static one on their machines. Everything is built once, for musl: the mst the tests drive
+    // is then static itself and is the worker it places (`worker_binary::find`), so wasmtime
+    // and the rest are compiled for one target, not for the host's and again for musl. Built
+    // with the workspace's features, as `cargo test` builds it, so the test step below
+    // compiles nothing more (`--all-targets` also proves the benchmarks still build).
+    ensure_static_target()?;
+    let test_target = ["--workspace", "--target", STATIC_TARGET];
     run(cargo()
         .current_dir(root())
-        .args(["build", "--workspace", "--all-targets"]))?;
-    build_static_worker()?;
+        .args(["build", "--all-targets"])
+        .args(test_target))?;
     // The ssh runner's tests start their own sshd servers on loopback.
     engines::ensure_packages(&[
         ("/usr/sbin/sshd", "openssh-server"),
@@ -263,7 +286,9 @@ fn test() -> Result<()> {
     let engines = engines::start(&root())?;
     let result = run(cargo()
         .current_dir(root())
-        .args(["test", "--workspace"])
+        // Every failing suite is reported, not only the first.
+        .args(["test", "--no-fail-fast"])
+        .args(test_target)
         .env("MST_TEST_DOCKER_A", &engines.endpoints[0])
         .env("MST_TEST_DOCKER_B", &engines.endpoints[1])
         .env("MST_TEST_IMAGE", engines::TEST_IMAGE)

@@ -57,9 +57,14 @@ mod tests {
 
     #[test]
     fn dynamic_binaries_are_told_apart() {
-        // The test binary itself is dynamically linked on the gnu target.
+        // The test binary itself is dynamically linked on the gnu target and static on musl
+        // (where `cargo xtask test` builds it).
         let exe = std::env::current_exe().unwrap();
-        if cfg!(target_env = "gnu") {
+        if cfg!(target_env = "musl") {
+            assert!(is_static(&exe).unwrap());
+            assert_eq!(find(Some(&exe)).unwrap(), exe);
+            assert_eq!(find(None).unwrap(), exe, "a static mst places itself");
+        } else {
             assert!(!is_static(&exe).unwrap());
             let err = find(Some(&exe)).unwrap_err();
             assert!(err.to_string().contains("dynamically linked"), "{err}");
