@@ -88,6 +88,14 @@ pub fn write_atomic_with(
     stream(path, false, write)
 }
 
+/// [`write_atomic_with`], flushed to disk before the rename as [`write_durable`] is.
+pub fn write_durable_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    stream(path, true, write)
+}
+
 fn write(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
     stream(path, durable, |out| out.write_all(bytes))
 }

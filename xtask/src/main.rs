@@ -4,9 +4,9 @@
 //! - `cargo xtask plugins`: build the guest SDK's plugins and test fixtures to `plugins/dist/`,
 //!   and the Python and JavaScript examples (installing their toolchains into
 //!   `target/toolchains/` when missing).
-//! - `cargo xtask test`: plugins, the static worker, the real MCP servers and two real Docker
-//!   engines the tests use (installed when missing), then every test (plugin unit tests
-//!   natively, host, end to end).
+//! - `cargo xtask test`: plugins, the real MCP servers and two real Docker engines the tests
+//!   use (installed when missing), then every test: plugin unit tests natively, host and end
+//!   to end on one static (musl) build, whose mst is also the worker the runners place.
 //! - `cargo xtask bench`: plugins, then the plugin host benchmarks, which print their figures.
 //! - `cargo xtask bench run`: end-to-end eval throughput, overhead and peak RSS (release build).
 //! - `cargo xtask bench docker`: Docker shard start-up and a 1,000-trial eval, docker vs local.
@@ -198,6 +198,24 @@ fn ensure_test_servers() -> Result<()> {
 /// The target of the static worker that runners place into machines without mst.
 const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
 
+/// What `cargo xtask test` builds and tests: the workspace, static (see [`build_for_tests`]).
+const TEST_BUILD: [&str; 3] = ["--workspace", "--target", STATIC_TARGET];
+
+/// Builds everything the tests run, once, and returns the `mst` they drive. Built for musl:
+/// that mst is static, so it is also the worker the Docker, ssh and Slurm runners place on
+/// their machines (`worker_binary::find`), and wasmtime and the rest are compiled for one
+/// target, not for the host's and again for musl. Built with the workspace's features, as
+/// `cargo test` builds it, so the test step compiles nothing more (`--all-targets` also
+/// proves the benchmarks still build). The Docker benchmarks reuse it.
+pub(crate) fn build_for_tests() -> Result<PathBuf> {
+    ensure_static_target()?;
+    run(cargo()
+        .current_dir(root())
+        .args(["build", "--all-targets"])
+        .args(TEST_BUILD))?;
+    Ok(root().join("target").join(STATIC_TARGET).join("debug/mst"))
+}
+
 /// Installs the musl target when missing, and musl-gcc: C dependencies (aws-lc) are compiled
 /// for musl with Debian's musl-gcc.
 fn ensure_static_target() -> Result<()> {
@@ -251,17 +269,8 @@ fn test() -> Result<()> {
             .args(["test", "--quiet", "-p", package]))?;
     }
     // The end-to-end tests drive the built binary, and the Docker, ssh and Slurm tests place a
-    // static one on their machines. Everything is built once, for musl: the mst the tests drive
-    // is then static itself and is the worker it places (`worker_binary::find`), so wasmtime
-    // and the rest are compiled for one target, not for the host's and again for musl. Built
-    // with the workspace's features, as `cargo test` builds it, so the test step below
-    // compiles nothing more (`--all-targets` also proves the benchmarks still build).
-    ensure_static_target()?;
-    let test_target = ["--workspace", "--target", STATIC_TARGET];
-    run(cargo()
-        .current_dir(root())
-        .args(["build", "--all-targets"])
-        .args(test_target))?;
+    // static one on their machines: one static build serves both.
+    build_for_tests()?;
     // The ssh runner's tests start their own sshd servers on loopback.
     engines::ensure_packages(&[
         ("/usr/sbin/sshd", "openssh-server"),
@@ -288,7 +297,7 @@ fn test() -> Result<()> {
         .current_dir(root())
         // Every failing suite is reported, not only the first.
         .args(["test", "--no-fail-fast"])
-        .args(test_target)
+        .args(TEST_BUILD)
         .env("MST_TEST_DOCKER_A", &engines.endpoints[0])
         .env("MST_TEST_DOCKER_B", &engines.endpoints[1])
         .env("MST_TEST_IMAGE", engines::TEST_IMAGE)

@@ -2,6 +2,7 @@
 
 use super::plugin::SandboxArgs;
 use crate::eval::trial::TrialKey;
+use crate::grade::TrialGrade;
 use crate::home::Home;
 use crate::results::{self, report, ResultsRoot};
 use crate::run::events::{self, RunEvent};
@@ -9,6 +10,7 @@ use crate::run::{self, RunRequest};
 use crate::shard::coordinator::{ShardEvent, ShardSettings};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -235,7 +237,7 @@ impl Reporter {
                 *self.failure.lock().expect("failure") = Some(e);
             }
         }
-        let mut text = summary_text(&outcome.summary, self.json, &outcome.dir);
+        let mut text = summary_text(&outcome.summary, &outcome.grades, self.json, &outcome.dir);
         if let (false, Some(timings)) = (self.json, &outcome.record.timings) {
             text.push_str(&timing_line(timings));
         }
@@ -395,18 +397,20 @@ impl events::Reporter for Tee<'_> {
     }
 }
 
-/// The summary for stdout: JSON, or the table, what did not pass (from the stored grades),
-/// the HTML report when the run has one, and where the run directory is.
-fn summary_text(summary: &results::Summary, json: bool, dir: &results::RunDir) -> String {
+/// The summary for stdout: JSON, or the table, what did not pass (from `grades`), the HTML
+/// report when the run has one, and where the run directory is.
+fn summary_text(
+    summary: &results::Summary,
+    grades: &BTreeMap<TrialKey, TrialGrade>,
+    json: bool,
+    dir: &results::RunDir,
+) -> String {
     if json {
         let text = serde_json::to_string_pretty(summary).expect("summaries serialize");
         return format!("{text}\n");
     }
     let mut text = report::table(summary);
-    match results::stored::StoredRun::read(dir) {
-        Ok(stored) => text.push_str(&report::failures(summary, &stored.grades)),
-        Err(e) => text.push_str(&format!("\n(no list of failures: {e:#})\n")),
-    }
+    text.push_str(&report::failures(summary, grades));
     let html = dir.root.join("report.html");
     if html.is_file() {
         text.push_str(&format!("report: {}\n", html.display()));
@@ -469,7 +473,7 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
     .map_err(|error| super::Exit { code: 2, error })?;
     out!(
         "{}",
-        summary_text(&outcome.summary, args.json, &outcome.dir)
+        summary_text(&outcome.summary, &outcome.grades, args.json, &outcome.dir)
     );
     if !args.json {
         outln!("regraded into {}", outcome.record.run_id);
@@ -515,7 +519,10 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
         } => {
             let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
             let stored = results::stored::StoredRun::read(&dir)?;
-            out!("{}", summary_text(&stored.summary, json, &dir));
+            out!(
+                "{}",
+                summary_text(&stored.summary, &stored.grades, json, &dir)
+            );
             Ok(0)
         }
         RunsCommand::Cases {

@@ -17,6 +17,7 @@ use crate::grade::TrialGrade;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Where a trial's trace lives, relative to a results directory: `<variant>/<case>/<trial>.json`,
@@ -188,11 +189,15 @@ impl RunDir {
     }
 
     /// Every JSON file of a run goes through here: no held secret reaches the disk (a judge's
-    /// reason, a machine's error in `run.json`).
+    /// reason, a machine's error in `run.json`). Serialised, redacted and written as one
+    /// stream, so a file the size of 100,000 grades is never held in memory.
     fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
-        let bytes = serde_json::to_vec_pretty(value)?;
-        let redacted = crate::secrets::redactor().redact_json(&bytes).into_owned();
-        crate::files::write_durable(&self.root.join(name), &redacted)
+        let redactor = crate::secrets::redactor();
+        crate::files::write_durable_with(&self.root.join(name), |out| {
+            let mut out = redactor.json_writer(out);
+            serde_json::to_writer_pretty(&mut out, value)?;
+            out.flush()
+        })
     }
 
     /// Writes shard `shard`'s worker log (the worker's stderr, as it came): held secrets

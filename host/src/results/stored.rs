@@ -27,6 +27,22 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 }
 
 impl StoredRun {
+    /// A run just graded, as its files will hold it (finished now).
+    pub fn graded(
+        record: RunRecord,
+        summary: Summary,
+        grades: BTreeMap<TrialKey, TrialGrade>,
+        pairs: Vec<PairResult>,
+    ) -> Self {
+        StoredRun {
+            record,
+            summary,
+            grades,
+            pairs,
+            finished_at: crate::clock::unix_secs(),
+        }
+    }
+
     /// Reads the run in `dir`; a run with no summary (never graded, or grading broke) is refused
     /// with the command that grades it.
     pub fn read(dir: &RunDir) -> Result<Self> {

@@ -7,6 +7,7 @@ use crate::eval::trial::{CaseRecord, TrialKey, TrialRecord};
 use crate::grade::pairwise::{self, CaseComparison, PairJudge, PairOutcome, PairResult};
 use crate::grade::{JudgeSet, TrialGrade};
 use crate::model::UsageTotals;
+use crate::results::stored::StoredRun;
 use crate::results::usage::trace_usage;
 use crate::results::{Phase, RunDir};
 use std::collections::{BTreeMap, BTreeSet};
@@ -297,25 +298,28 @@ pub fn grade_phase(grades: &BTreeMap<TrialKey, TrialGrade>, pairs: &[PairResult]
     }
 }
 
-/// Writes a graded run's result files: grades, scores and summary, the pairwise verdicts, and
-/// the report (`report.html`) people open.
+/// Writes a graded run's result files from `run`, the run in memory: grades, scores and
+/// summary, the pairwise verdicts, and the report (`report.html`) people open; hands `run`
+/// back for the caller's summary.
 pub(super) fn write_results(
     dir: &crate::results::RunDir,
-    grades: &BTreeMap<TrialKey, TrialGrade>,
-    summary: &crate::results::Summary,
-    pairs: &[PairResult],
-) -> anyhow::Result<()> {
-    dir.write_grades(grades, summary)?;
-    dir.write_pairwise(pairs)?;
-    // The report is read from the files just written; a run whose report cannot be written
-    // still has all its results, so that is a warning, not a failed run.
-    if let Err(e) = crate::view::html::write(dir, None, None) {
-        tracing::warn!(
-            "the report of {} was not written: {e:#}",
-            dir.root.display()
-        );
+    run: StoredRun,
+) -> anyhow::Result<StoredRun> {
+    dir.write_grades(&run.grades, &run.summary)?;
+    dir.write_pairwise(&run.pairs)?;
+    // The report is made from the run in memory, not read back. A run whose report cannot be
+    // written still has all its results, so that is a warning, not a failed run, and the run
+    // is read back from the files just written.
+    match crate::view::html::write_run(run, dir, None, None) {
+        Ok((_, run)) => Ok(run),
+        Err(e) => {
+            tracing::warn!(
+                "the report of {} was not written: {e:#}",
+                dir.root.display()
+            );
+            StoredRun::read(dir)
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -15,8 +15,10 @@ pub mod resume;
 
 use crate::eval::plan::Filters;
 use crate::eval::trial::{CaseRecord, TrialKey};
+use crate::grade::TrialGrade;
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
+use crate::results::stored::StoredRun;
 use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary, Timings};
 use crate::runner::{self, RunnerOptions};
@@ -101,8 +103,23 @@ pub struct RunOutcome {
     pub dir: RunDir,
     pub record: RunRecord,
     pub summary: Summary,
+    /// Every graded trial's grade, as `grades.json` holds them.
+    pub grades: BTreeMap<TrialKey, TrialGrade>,
     /// How each shard of this collection went (a regrade has none).
     pub shards: Vec<ShardReport>,
+}
+
+impl RunOutcome {
+    /// The outcome of `run`, just written into `dir`, collected by `shards`.
+    fn of(dir: RunDir, run: StoredRun, shards: Vec<ShardReport>) -> Self {
+        RunOutcome {
+            dir,
+            record: run.record,
+            summary: run.summary,
+            grades: run.grades,
+            shards,
+        }
+    }
 }
 
 /// Runs (or resumes) an eval; `reporter` hears every event, `Finished` last.
@@ -263,11 +280,7 @@ fn finish(
     let mut summary =
         Summary::new(&record, &grades, prepared.judges.case_rules()).with_pairs(&pairs);
     summary.usage = usage.with_plugins(&record.plugins);
-    grade::write_results(&dir, &grades, &summary, &pairs)?;
-    Ok(RunOutcome {
-        dir,
-        record,
-        summary,
-        shards,
-    })
+    let run = StoredRun::graded(record, summary, grades, pairs);
+    let run = grade::write_results(&dir, run)?;
+    Ok(RunOutcome::of(dir, run, shards))
 }

@@ -7,6 +7,7 @@ use super::{RunOutcome, RunRequest};
 use crate::eval::plan;
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
+use crate::results::stored::StoredRun;
 use crate::results::{self, ResultsRoot, RunDir, RunRecord, Summary};
 use crate::runner::RunnerOptions;
 use anyhow::{bail, Context, Result};
@@ -177,11 +178,7 @@ pub fn regrade(
     // The agents' usage is the graded run's; the plugins' is this regrade's own.
     summary.usage =
         crate::results::usage::UsageSummary::of_run(dir, &regraded.trials, &regraded.plugins);
-    super::grade::write_results(&out, &grades, &summary, &pairs)?;
-    Ok(RunOutcome {
-        dir: out,
-        record: regraded,
-        summary,
-        shards: Vec::new(),
-    })
+    let run = StoredRun::graded(regraded, summary, grades, pairs);
+    let run = super::grade::write_results(&out, run)?;
+    Ok(RunOutcome::of(out, run, Vec::new()))
 }

@@ -13,6 +13,7 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use anyhow::{Context, Result};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
@@ -35,6 +36,10 @@ pub struct Redactor {
 struct Needles {
     replacements: BTreeMap<String, String>,
     matcher: Option<AhoCorasick>,
+    /// The replacements in the matcher's pattern order.
+    with: Vec<String>,
+    /// The longest needle's length in bytes.
+    longest: usize,
 }
 
 impl Needles {
@@ -52,17 +57,80 @@ impl Needles {
                 .build(self.replacements.keys())
                 .expect("plain string patterns build")
         });
+        self.with = self.replacements.values().cloned().collect();
+        self.longest = self.replacements.keys().map(String::len).max().unwrap_or(0);
         self
     }
 
     fn replace<'t>(&self, bytes: &'t [u8]) -> Cow<'t, [u8]> {
         match &self.matcher {
             Some(matcher) if matcher.is_match(bytes) => {
-                let with: Vec<&[u8]> = self.replacements.values().map(|v| v.as_bytes()).collect();
-                Cow::Owned(matcher.replace_all_bytes(bytes, &with))
+                Cow::Owned(matcher.replace_all_bytes(bytes, &self.with))
             }
             _ => Cow::Borrowed(bytes),
         }
+    }
+}
+
+/// Bytes a [`RedactingWriter`] gathers before it looks for values in them.
+const REDACT_CHUNK: usize = 64 << 10;
+
+/// A writer that redacts a JSON document as it is written, as [`Redactor::redact_json`] does a
+/// whole one: a file of any size is redacted without ever being held whole. It holds back the
+/// bytes a value could still begin in (fewer than the longest value's length), so a value
+/// split across writes is found all the same. [`Write::flush`] writes out everything held;
+/// what is dropped unflushed is lost, as with a `BufWriter` whose flush failed.
+pub struct RedactingWriter<W: Write> {
+    redactor: Arc<Redactor>,
+    out: W,
+    pending: Vec<u8>,
+}
+
+impl<W: Write> RedactingWriter<W> {
+    /// Writes out what no later byte can change: everything when `all`, else all but the last
+    /// `longest - 1` bytes, or up to the end of a match that reaches into them.
+    fn drain(&mut self, all: bool) -> std::io::Result<()> {
+        let needles = &self.redactor.json;
+        let Some(matcher) = &needles.matcher else {
+            self.out.write_all(&self.pending)?;
+            self.pending.clear();
+            return Ok(());
+        };
+        // A match that starts before `cut` ends inside `pending` (it is at most `longest`
+        // long), so every such match, and the longest at its start, is already in view.
+        let cut = match all {
+            true => self.pending.len(),
+            false => self.pending.len().saturating_sub(needles.longest - 1),
+        };
+        let mut written = 0;
+        for found in matcher.find_iter(&self.pending) {
+            if found.start() >= cut {
+                break;
+            }
+            self.out.write_all(&self.pending[written..found.start()])?;
+            self.out
+                .write_all(needles.with[found.pattern().as_usize()].as_bytes())?;
+            written = found.end();
+        }
+        let upto = cut.max(written);
+        self.out.write_all(&self.pending[written..upto])?;
+        self.pending.drain(..upto);
+        Ok(())
+    }
+}
+
+impl<W: Write> Write for RedactingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        if self.pending.len() >= REDACT_CHUNK {
+            self.drain(false)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.drain(true)?;
+        self.out.flush()
     }
 }
 
@@ -106,6 +174,16 @@ impl Redactor {
     /// strings; it stays the same valid JSON.
     pub fn redact_json<'t>(&self, json: &'t [u8]) -> Cow<'t, [u8]> {
         self.json.replace(json)
+    }
+
+    /// A writer into `out` that redacts the JSON document written through it, as
+    /// [`Redactor::redact_json`] would the whole (flush it at the end).
+    pub fn json_writer<W: Write>(self: &Arc<Self>, out: W) -> RedactingWriter<W> {
+        RedactingWriter {
+            redactor: self.clone(),
+            out,
+            pending: Vec::new(),
+        }
     }
 }
 
@@ -218,6 +296,41 @@ mod tests {
         let redactor = Redactor::new([("T", &tricky)]);
         let document = br#"{"a": "b", "c": "d"}"#;
         assert_eq!(redactor.redact_json(document).as_ref(), document);
+    }
+
+    #[test]
+    fn a_document_written_in_pieces_is_redacted_as_the_whole_would_be() {
+        let (long, short) = (
+            Secret::new("s3cret-value-and-more"),
+            Secret::new("s3cret-value"),
+        );
+        let redactor = Arc::new(Redactor::new([("LONG", &long), ("SHORT", &short)]));
+        // Values at every offset, split across writes of every size, and past the chunk at
+        // which the writer looks.
+        let mut document = String::new();
+        for i in 0..9000 {
+            document.push_str(&format!(
+                "{{\"n\": {i}, \"t\": \"a{}b s3cret-value-and-mor c\"}}\n",
+                [long.expose(), short.expose()][i % 2]
+            ));
+        }
+        let whole = redactor.redact_json(document.as_bytes()).into_owned();
+        assert!(!String::from_utf8_lossy(&whole).contains("s3cret"));
+        for piece in [1, 2, 7, 20, 21, 4096, 70_000] {
+            let mut out = Vec::new();
+            let mut writer = redactor.json_writer(&mut out);
+            for chunk in document.as_bytes().chunks(piece) {
+                writer.write_all(chunk).unwrap();
+            }
+            writer.flush().unwrap();
+            assert!(out == whole, "written {piece} bytes at a time");
+        }
+        // With nothing held, what is written passes through.
+        let mut out = Vec::new();
+        let mut writer = Arc::new(Redactor::default()).json_writer(&mut out);
+        writer.write_all(b"s3cret-value").unwrap();
+        writer.flush().unwrap();
+        assert_eq!(out, b"s3cret-value");
     }
 
     #[test]

@@ -4,17 +4,54 @@
 
 use super::LoadedRun;
 use crate::results::report::escape as text;
+use std::io::Write;
 
 /// The page script every view shares: renders a [`super::RunView`].
 pub const REPORT_JS: &str = include_str!("assets/report.js");
 /// The styles every view shares.
 pub const STYLE_CSS: &str = include_str!("assets/style.css");
 
-/// JSON made safe inside a `<script>` element: `<` never appears raw, so no `</script>` or
-/// `<!--` in a trace can end the element (JSON allows `\u003c` wherever `<` may be).
+/// JSON made safe inside a `<script>` element, held secrets redacted (see
+/// [`write_script_json`]).
 pub fn script_json(value: &impl serde::Serialize) -> String {
-    let json = serde_json::to_string(value).unwrap_or_else(|_| "null".to_string());
-    json.replace('<', "\\u003c")
+    let mut json = Vec::new();
+    match write_script_json(&mut json, value) {
+        // Only `<` was rewritten, to ASCII: still UTF-8.
+        Ok(()) => String::from_utf8(json).expect("JSON is UTF-8"),
+        Err(_) => "null".to_string(),
+    }
+}
+
+/// Writes `value` to `out` as JSON made safe inside a `<script>` element: `<` never appears
+/// raw, so no `</script>` or `<!--` in a trace can end the element (JSON allows `\u003c`
+/// wherever `<` may be), and every held secret is redacted first. Streamed: a view of
+/// 100,000 trials is never held as one string.
+pub fn write_script_json(
+    out: &mut dyn std::io::Write,
+    value: &impl serde::Serialize,
+) -> std::io::Result<()> {
+    let mut out = crate::secrets::redactor().json_writer(ScriptSafe(out));
+    serde_json::to_writer(&mut out, value)?;
+    out.flush()
+}
+
+/// A writer that turns every `<` into `\u003c` on its way to the one it wraps.
+struct ScriptSafe<W>(W);
+
+impl<W: std::io::Write> std::io::Write for ScriptSafe<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for (i, piece) in buf.split(|b| *b == b'<').enumerate() {
+            if i > 0 {
+                self.0.write_all(b"\\u003c")?;
+            }
+            self.0.write_all(piece)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 /// Writes the whole report of `run` (stored in `dir`) to `out`, compared with `diff` when
@@ -28,41 +65,49 @@ pub fn report(
     dir: &crate::results::RunDir,
     diff: Option<crate::results::diff::RunDiff>,
     out: &mut dyn std::io::Write,
-) -> std::io::Result<()> {
-    // Results are redacted as they are written; a secret held now (one added since) is too.
-    // Each piece is a whole JSON document or fixed markup, so no secret spans two.
+) -> std::io::Result<crate::results::stored::StoredRun> {
+    // Results are redacted as they are written; a secret held now (one added since) is too:
+    // the markup here as text, each JSON document as it is streamed out.
     let redactor = crate::secrets::redactor();
-    let mut put = |piece: &str| out.write_all(redactor.redact(piece).as_bytes());
+    let put = |out: &mut dyn std::io::Write, piece: &str| {
+        out.write_all(redactor.redact(piece).as_bytes())
+    };
     let title = format!("mst report: {} {}", run.record.eval, run.record.run_id);
-    put(&format!(
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+    put(
+        out,
+        &format!(
+            "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
          style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n\
          <title>{}</title>\n<style>\n{STYLE_CSS}</style>\n</head>\n<body>\n\
          <main id=\"app\"><noscript>This report needs JavaScript to draw its tables; its data \
          is in the page source.</noscript></main>\n",
-        text(&title),
-    ))?;
+            text(&title),
+        ),
+    )?;
     let run = LoadedRun::gather(run, dir, |index, trace| {
-        put(&format!(
-            "<script type=\"application/json\" id=\"mst-trace-{index}\">{}</script>\n",
-            script_json(trace)
-        ))
+        write!(
+            out,
+            "<script type=\"application/json\" id=\"mst-trace-{index}\">"
+        )?;
+        write_script_json(out, trace)?;
+        out.write_all(b"</script>\n")
     })?;
     let mut view = run.view();
     view.diff = diff;
-    put(&format!(
-        "<script type=\"application/json\" id=\"mst-view\">{}</script>\n",
-        script_json(&view)
-    ))?;
-    put(&format!(
+    out.write_all(b"<script type=\"application/json\" id=\"mst-view\">")?;
+    write_script_json(out, &view)?;
+    out.write_all(b"</script>\n")?;
+    drop(view);
+    put(out, &format!(
         "<script>\n{REPORT_JS}</script>\n<script>\nMstReport.render(document.getElementById('app'), \
          JSON.parse(document.getElementById('mst-view').textContent), function (index) {{\n  \
          var element = document.getElementById('mst-trace-' + index);\n  \
          return Promise.resolve(element ? JSON.parse(element.textContent) : null);\n}});\n\
          </script>\n</body>\n</html>\n"
-    ))
+    ))?;
+    Ok(run.run)
 }
 
 /// What `mst report` wrote.
@@ -91,15 +136,32 @@ pub fn write(
     let diff = baseline
         .map(|before| RunDiff::between(&StoredRun::read(before)?, &run))
         .transpose()?;
+    write_run(run, dir, out, diff).map(|(written, _)| written)
+}
+
+/// Writes the report of `run`, stored in `dir` and already in memory (the run `mst run` or
+/// `mst grade` has just graded, so its grades are not read back), as [`write`] does, and hands
+/// `run` back. When the report cannot be written, `run` goes with the error.
+pub fn write_run(
+    run: crate::results::stored::StoredRun,
+    dir: &crate::results::RunDir,
+    out: Option<&std::path::Path>,
+    diff: Option<crate::results::diff::RunDiff>,
+) -> anyhow::Result<(Written, crate::results::stored::StoredRun)> {
     let path = out.map_or_else(|| dir.root.join(REPORT_FILE), std::path::Path::to_path_buf);
     let (run_id, trials) = (run.record.run_id.clone(), run.record.trials.len());
-    crate::files::write_atomic_with(&path, |out| report(run, dir, diff, out))?;
-    Ok(Written {
+    let mut back = None;
+    crate::files::write_atomic_with(&path, |out| {
+        back = Some(report(run, dir, diff, out)?);
+        Ok(())
+    })?;
+    let written = Written {
         run_id,
         bytes: std::fs::metadata(&path).map_or(0, |m| m.len()),
         path,
         trials,
-    })
+    };
+    Ok((written, back.expect("a written report hands its run back")))
 }
 
 #[cfg(test)]
