@@ -17,7 +17,8 @@
 //! - `cargo xtask bench peers`: mst against promptfoo, Inspect AI and a process-spawning floor
 //!   on the same eval (wall, CPU, peak RSS, per-trial cost); the table to `target/peers/results.md`.
 //! - `cargo xtask lint`: the WIT versioning policy (`wit_semver`), then rustfmt and clippy
-//!   (warnings are errors) over both workspaces.
+//!   (warnings are errors) over both workspaces; `--no-clippy` leaves clippy to `cargo xtask
+//!   test`, whose builds of both workspaces run it (CI).
 //! - `cargo xtask wit [DIR]`: the WIT versioning policy alone, on `wit/` or a copy in DIR.
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
 //! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
@@ -126,12 +127,22 @@ fn ensure_wasm_target() -> Result<()> {
 }
 
 fn build_plugins() -> Result<()> {
+    build_plugins_checked(false)
+}
+
+/// [`build_plugins`]; with `lint`, each plugin's build is also its clippy (see [`linted`]),
+/// as `cargo xtask test` builds them.
+fn build_plugins_checked(lint: bool) -> Result<()> {
     ensure_wasm_target()?;
     let plugins = root().join("plugins");
     let dist = plugins.join("dist");
     std::fs::create_dir_all(dist.join("fixtures"))?;
     for (package, out) in PLUGINS {
-        run(cargo().current_dir(&plugins).args([
+        let mut command = cargo();
+        if lint {
+            linted(&mut command);
+        }
+        run(command.current_dir(&plugins).args([
             "build",
             "--quiet",
             "--release",
@@ -209,11 +220,35 @@ const TEST_BUILD: [&str; 3] = ["--workspace", "--target", STATIC_TARGET];
 /// proves the benchmarks still build). The Docker benchmarks reuse it.
 pub(crate) fn build_for_tests() -> Result<PathBuf> {
     ensure_static_target()?;
-    run(cargo()
+    run(linted(&mut cargo())
         .current_dir(root())
         .args(["build", "--all-targets"])
         .args(TEST_BUILD))?;
     Ok(root().join("target").join(STATIC_TARGET).join("debug/mst"))
+}
+
+/// `command` (a cargo build or test of the workspace) with the workspace's own crates
+/// compiled by clippy-driver, as `cargo clippy` runs it (`RUSTC_WORKSPACE_WRAPPER`), clippy's
+/// warnings and rustc's as errors (`-D warnings`, passed as `cargo clippy -- -D warnings`
+/// passes it). The test build is then also the host workspace's lint, and CI does not check
+/// every dependency a second time for a separate `cargo clippy`. The plugins' builds are
+/// linted the same way. Without clippy-driver beside
+/// cargo the build goes on unlinted, and says so.
+fn linted(command: &mut Command) -> &mut Command {
+    let cargo = PathBuf::from(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let driver = cargo.with_file_name("clippy-driver");
+    if driver.is_file() {
+        command.env("RUSTC_WORKSPACE_WRAPPER", driver).env(
+            "CLIPPY_ARGS",
+            "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__",
+        );
+    } else {
+        eprintln!(
+            "xtask: no {} (rustup component add clippy): the test build is not linted",
+            driver.display()
+        );
+    }
+    command
 }
 
 /// Installs the musl target when missing, and musl-gcc: C dependencies (aws-lc) are compiled
@@ -255,7 +290,7 @@ fn build_static_worker() -> Result<()> {
 
 fn test() -> Result<()> {
     ensure_test_servers()?;
-    build_plugins()?;
+    build_plugins_checked(true)?;
     // The SDK and plugins' unit tests run natively, one package at a time for the same reason
     // they are built one at a time: each world feature of the SDK must stand alone.
     for package in std::iter::once("mst-sdk").chain(
@@ -293,7 +328,7 @@ fn test() -> Result<()> {
         ("/usr/sbin/munged", "munge"),
     ])?;
     let engines = engines::start(&root())?;
-    let result = run(cargo()
+    let result = run(linted(&mut cargo())
         .current_dir(root())
         // Every failing suite is reported, not only the first.
         .args(["test", "--no-fail-fast"])
@@ -340,7 +375,9 @@ fn wit_policy(wit: &Path) -> Result<()> {
     Ok(())
 }
 
-fn lint() -> Result<()> {
+/// The WIT policy, rustfmt, and clippy over both workspaces; with `clippy` false, no clippy
+/// (CI: `cargo xtask test`'s builds of both workspaces run it, see [`linted`]).
+fn lint(clippy: bool) -> Result<()> {
     // The live WIT against each released version: cheap, and the most important to see first.
     wit_policy(&root().join("wit"))?;
     ensure_wasm_target()?;
@@ -350,6 +387,9 @@ fn lint() -> Result<()> {
     run(cargo()
         .current_dir(root().join("plugins"))
         .args(["fmt", "--all", "--", "--check"]))?;
+    if !clippy {
+        return Ok(());
+    }
     run(cargo().current_dir(root()).args([
         "clippy",
         "--workspace",
@@ -586,7 +626,11 @@ fn main() -> Result<()> {
             let _ = std::io::stdin().read_line(&mut String::new());
             Ok(())
         }
-        "lint" => lint(),
+        "lint" => match std::env::args().nth(2).as_deref() {
+            None => lint(true),
+            Some("--no-clippy") => lint(false),
+            Some(other) => bail!("cargo xtask lint: unknown option {other} (--no-clippy)"),
+        },
         "wit" => wit_policy(
             &std::env::args()
                 .nth(2)

@@ -20,6 +20,8 @@ use std::time::Instant;
 
 /// One shard's bundle, staged locally.
 pub struct StagedShard {
+    /// The bundle as staged, but for its cases: they are in the staged file, and the session
+    /// looks cases up in the coordinator's own, so they are not held twice while the shard runs.
     pub bundle: Bundle,
     pub dir: PathBuf,
 }
@@ -45,9 +47,12 @@ pub fn stage_bundles(
         if trials.is_empty() {
             continue;
         }
-        let bundle = bundle(config, run_id, cases, trials, (shard, shards), heartbeat_ms);
+        let mut bundle = bundle(config, run_id, cases, trials, (shard, shards), heartbeat_ms);
         let dir = staging.join(format!("shard-{shard}"));
-        crate::files::write_atomic(&dir.join(BUNDLE_FILE), &serde_json::to_vec(&bundle)?)?;
+        crate::files::write_atomic_with(&dir.join(BUNDLE_FILE), |out| {
+            serde_json::to_writer(out, &bundle).map_err(Into::into)
+        })?;
+        bundle.cases = Vec::new();
         staged.push(StagedShard { bundle, dir });
     }
     Ok(staged)

@@ -101,6 +101,9 @@ impl TraceFacts {
 pub struct LoadedRun {
     pub run: StoredRun,
     facts: BTreeMap<TrialKey, TraceFacts>,
+    /// `run.json` as the view shows it: without its trial list (the rows are the trials), made
+    /// once, without ever turning 100,000 trial keys into a JSON tree.
+    record: serde_json::Value,
 }
 
 impl LoadedRun {
@@ -113,7 +116,7 @@ impl LoadedRun {
     /// `each` (with its index in the plan) and then dropped, only its row's facts kept, so a
     /// caller that writes the traces out reads each once.
     pub fn gather<E>(
-        run: StoredRun,
+        mut run: StoredRun,
         dir: &RunDir,
         mut each: impl FnMut(usize, &TrialRecord) -> std::result::Result<(), E>,
     ) -> std::result::Result<Self, E> {
@@ -124,18 +127,20 @@ impl LoadedRun {
                 facts.insert(key.clone(), TraceFacts::of(trace));
             }
         }
-        Ok(LoadedRun { run, facts })
+        let trials = std::mem::take(&mut run.record.trials);
+        let mut record = serde_json::to_value(&run.record).unwrap_or_default();
+        run.record.trials = trials;
+        if let Some(map) = record.as_object_mut() {
+            map.remove("trials");
+        }
+        Ok(LoadedRun { run, facts, record })
     }
 
     /// The view of this run.
     pub fn view(&self) -> RunView<'_> {
-        let mut run = serde_json::to_value(&self.run.record).unwrap_or_default();
-        if let Some(map) = run.as_object_mut() {
-            map.remove("trials");
-        }
         RunView {
             format: VIEW_FORMAT,
-            run,
+            run: self.record.clone(),
             summary: &self.run.summary,
             trials: self
                 .run
