@@ -650,7 +650,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report|peers]|quickstart|lint|wit [DIR]|worker|engines|seccomp>"
+                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report|peers]|quickstart|lint [--no-clippy]|wit [DIR]|worker|engines|seccomp>"
             );
             std::process::exit(2)
         }

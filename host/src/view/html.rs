@@ -11,17 +11,6 @@ pub const REPORT_JS: &str = include_str!("assets/report.js");
 /// The styles every view shares.
 pub const STYLE_CSS: &str = include_str!("assets/style.css");
 
-/// JSON made safe inside a `<script>` element, held secrets redacted (see
-/// [`write_script_json`]).
-pub fn script_json(value: &impl serde::Serialize) -> String {
-    let mut json = Vec::new();
-    match write_script_json(&mut json, value) {
-        // Only `<` was rewritten, to ASCII: still UTF-8.
-        Ok(()) => String::from_utf8(json).expect("JSON is UTF-8"),
-        Err(_) => "null".to_string(),
-    }
-}
-
 /// Writes `value` to `out` as JSON made safe inside a `<script>` element: `<` never appears
 /// raw, so no `</script>` or `<!--` in a trace can end the element (JSON allows `\u003c`
 /// wherever `<` may be), and every held secret is redacted first. Streamed: a view of
@@ -168,6 +157,13 @@ pub fn write_run(
 mod tests {
     use super::*;
 
+    /// `value` as the report inlines it.
+    fn script_json(value: &serde_json::Value) -> String {
+        let mut json = Vec::new();
+        write_script_json(&mut json, value).unwrap();
+        String::from_utf8(json).unwrap()
+    }
+
     #[test]
     fn json_in_a_script_element_never_holds_a_raw_angle_bracket() {
         let hostile = serde_json::json!({"text": "</script><script>alert(1)</script><!--"});
@@ -175,6 +171,18 @@ mod tests {
         assert!(!inlined.contains('<'), "{inlined}");
         let back: serde_json::Value = serde_json::from_str(&inlined).unwrap();
         assert_eq!(back, hostile);
+    }
+
+    #[test]
+    fn a_held_secret_is_redacted_before_its_angle_brackets_are_escaped() {
+        // Escaped first, `can<ary…` would reach the page as `can\u003cary…`, which no
+        // redactor looks for.
+        let canary = "can<ary-3f8e1d-only-in-this-test";
+        crate::secrets::hold("HTML_TEST_CANARY", &crate::secrets::Secret::new(canary));
+        let inlined = script_json(&serde_json::json!({"said": format!("the key is {canary}")}));
+        assert!(!inlined.contains("ary-3f8e1d"), "{inlined}");
+        let back: serde_json::Value = serde_json::from_str(&inlined).unwrap();
+        assert_eq!(back["said"], "the key is [redacted:HTML_TEST_CANARY]");
     }
 
     #[test]
