@@ -5,12 +5,13 @@
 //! - each leads a process group of its own, so stopping it stops everything it started, and no
 //!   background child is left holding its pipes;
 //! - waits have deadlines;
-//! - its output is read on threads of their own, capped, and drained past the cap, so a program
-//!   that writes without end neither grows mst's memory nor blocks on a full pipe;
+//! - its output is read (on threads of their own, or on a trial's async runtime) capped, and
+//!   drained past the cap, so a program that writes without end neither grows mst's memory
+//!   nor blocks on a full pipe;
 //! - the programs a trial starts (the local worker, a trial's command, a stdio MCP server, the
 //!   provenance `git`) get [`minimal_env`], never mst's whole environment.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -146,8 +147,8 @@ impl GroupChild {
 }
 
 /// SIGKILL to the process group led by `leader` (which must not have been reaped yet, so that
-/// its id still names the group).
-fn kill_group(leader: u32) {
+/// its id still names the group, or whose group still has members).
+pub fn kill_group(leader: u32) {
     // SAFETY: kill(2) with a negative pid signals a process group; the caller started its
     // leader in a new group and has not reaped it.
     #[cfg(unix)]
@@ -285,20 +286,22 @@ pub fn exit_code(status: Option<ExitStatus>) -> i32 {
 
 /// Reads `reader` line by line, handing each of the first `max_lines` lines (within
 /// `max_bytes` in all) to `each`, and drains the rest unread. `each` returns `false` to stop
-/// handing lines over (the reader still drains).
-pub fn read_lines_capped(
-    reader: impl Read,
+/// handing lines over (the reader still drains). Async, so one trial's program has its stdin,
+/// stdout and stderr served on the trial's own thread, with no thread per pipe.
+pub async fn read_lines_capped(
+    reader: impl tokio::io::AsyncRead + Unpin,
     max_bytes: u64,
     max_lines: usize,
     mut each: impl FnMut(String) -> bool,
 ) {
-    let mut reader = BufReader::new(reader);
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut reader = tokio::io::BufReader::new(reader);
     let (mut bytes, mut lines) = (0u64, 0usize);
     let mut line = Vec::new();
     loop {
         if bytes >= max_bytes || lines >= max_lines {
             // Over a cap: drain what is left so the writer never blocks.
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
+            let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
             return;
         }
         line.clear();
@@ -306,6 +309,7 @@ pub fn read_lines_capped(
         match (&mut reader)
             .take(max_bytes - bytes)
             .read_until(b'\n', &mut line)
+            .await
         {
             Ok(0) | Err(_) => return,
             Ok(n) => {
@@ -429,18 +433,22 @@ mod tests {
         let big = vec![b'x'; 100_000];
         let capped = CappedReader::spawn(std::io::Cursor::new(big), 10);
         assert_eq!(capped.finish().len(), 10);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let text = "a\nb\nc\nd\n".repeat(1000);
         let mut seen = Vec::new();
-        read_lines_capped(text.as_bytes(), 1 << 20, 3, |line| {
+        runtime.block_on(read_lines_capped(text.as_bytes(), 1 << 20, 3, |line| {
             seen.push(line);
             true
-        });
+        }));
         assert_eq!(seen, ["a", "b", "c"]);
         let mut seen = Vec::new();
-        read_lines_capped("0123456789\nnext\n".as_bytes(), 4, 10, |line| {
+        let input = "0123456789\nnext\n".as_bytes();
+        runtime.block_on(read_lines_capped(input, 4, 10, |line| {
             seen.push(line);
             true
-        });
+        }));
         assert_eq!(seen, ["0123"], "a line past the byte cap is cut");
     }
 }

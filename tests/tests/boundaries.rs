@@ -54,20 +54,39 @@ cat "$b/bundle.json""#;
     assert_eq!(trace["collectedBy"]["client"], "command", "{trace}");
 }
 
-/// A stand-in worker that writes `trace` for trial c1 and reports it with `status` (and
-/// `error`), then finishes.
-fn one_trial_worker(eval: &Eval, trace: &serde_json::Value, report: &str) -> String {
+/// How a stand-in worker hands its trace back: as a file the coordinator copies, or inside
+/// its `trial` message (as mst's own worker sends a trace that fits one line).
+#[derive(Debug, Clone, Copy)]
+enum Delivery {
+    File,
+    Inline,
+}
+
+/// A stand-in worker that hands back `trace` for trial c1 by `delivery` and reports it with
+/// `report` (its status, and error), then finishes.
+fn one_trial_worker(
+    eval: &Eval,
+    trace: &serde_json::Value,
+    report: &str,
+    delivery: Delivery,
+) -> String {
+    let (file, inline) = match delivery {
+        Delivery::File => (
+            format!("mkdir -p \"$r/default/c1\"\ncat > \"$r/default/c1/0.json\" <<'TRACE'\n{trace}\nTRACE"),
+            String::new(),
+        ),
+        Delivery::Inline => (String::new(), format!(",\"trace\":{trace}")),
+    };
     let script = format!(
         r#"while [ $# -gt 0 ]; do [ "$1" = --results ] && r=$2; shift; done
-mkdir -p "$r/default/c1"
-cat > "$r/default/c1/0.json" <<'TRACE'
-{trace}
-TRACE
+{file}
 echo "$HELLO"
 k='{{"variant":"default","case":"c1","trial":0}}'
 echo '{{"type":"acquire","key":'"$k"',"servers":[]}}'
 read granted
-echo '{{"type":"trial","key":'"$k"',{report},"path":"x"}}'
+cat <<'LINE'
+{{"type":"trial","key":{{"variant":"default","case":"c1","trial":0}},{report},"path":"x"{inline}}}
+LINE
 echo '{{"type":"done","counts":{{"collected":1,"infra":0,"skipped":0}},"cleanup":"ok"}}'
 "#
     );
@@ -76,61 +95,68 @@ echo '{{"type":"done","counts":{{"collected":1,"infra":0,"skipped":0}},"cleanup"
 
 #[test]
 fn a_trace_with_a_forged_case_counts_as_infra() {
-    let mst = Mst::new();
-    let eval = Eval::new(
-        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
-               "clientOptions": {"command": ["cat"]},
-               "judges": [{"assert": "contains", "value": "forged"}], "timeout": 30}),
-        &[json!({"id": "c1", "input": "x", "expected": "real"})],
-    );
-    // The machine answers `forged` and rewrites the case to match its answer.
-    let trace = json!({"case": {"id": "c1", "input": "x", "expected": "forged"},
-                       "variant": "default", "trial": 0,
-                       "trace": {"finalText": "forged", "exitCode": 0}});
-    let worker = one_trial_worker(&eval, &trace, r#""status":"collected""#);
-    let run = eval.run(&mst, &["--json", "-q", "--runner-option", &worker]);
-    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    assert_eq!(
-        run.json()["variants"]["default"]["infra"],
-        1,
-        "{}",
-        run.stdout
-    );
-    let stored = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
-    assert_eq!(stored["case"]["expected"], "real", "{stored}");
-    let reason = stored["trace"]["events"][0]["text"].as_str().unwrap();
-    assert!(
-        reason.contains("not the one the coordinator sent"),
-        "{reason}"
-    );
+    for delivery in [Delivery::File, Delivery::Inline] {
+        let mst = Mst::new();
+        let eval = Eval::new(
+            json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+                   "clientOptions": {"command": ["cat"]},
+                   "judges": [{"assert": "contains", "value": "forged"}], "timeout": 30}),
+            &[json!({"id": "c1", "input": "x", "expected": "real"})],
+        );
+        // The machine answers `forged` and rewrites the case to match its answer.
+        let trace = json!({"case": {"id": "c1", "input": "x", "expected": "forged"},
+                           "variant": "default", "trial": 0,
+                           "trace": {"finalText": "forged", "exitCode": 0}});
+        let worker = one_trial_worker(&eval, &trace, r#""status":"collected""#, delivery);
+        let run = eval.run(&mst, &["--json", "-q", "--runner-option", &worker]);
+        assert_eq!(run.code, 1, "{delivery:?}: {}\n{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.json()["variants"]["default"]["infra"],
+            1,
+            "{delivery:?}: {}",
+            run.stdout
+        );
+        let stored = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+        assert_eq!(stored["case"]["expected"], "real", "{delivery:?}: {stored}");
+        let reason = stored["trace"]["events"][0]["text"].as_str().unwrap();
+        assert!(
+            reason.contains("not the one the coordinator sent"),
+            "{delivery:?}: {reason}"
+        );
+    }
 }
 
 #[test]
 fn a_machine_cannot_excuse_a_failed_trial_as_infra_unseen() {
-    let mst = Mst::new();
-    let eval = Eval::new(
-        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
-               "clientOptions": {"command": ["cat"]},
-               "judges": [{"assert": "contains", "value": "right"}], "timeout": 30}),
-        &[json!({"id": "c1", "input": "x"})],
-    );
-    // The client ran and answered wrongly; the worker calls the trial infra.
-    let trace = json!({"case": {"id": "c1", "input": "x"}, "variant": "default", "trial": 0,
-                       "trace": {"finalText": "wrong", "exitCode": 0}});
-    let report = r#""status":"infra","error":"the network blinked""#;
-    let worker = one_trial_worker(&eval, &trace, report);
-    let run = eval.run(&mst, &["--json", "--runner-option", &worker]);
-    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    let summary = run.json();
-    let default = &summary["variants"]["default"];
-    assert_eq!(default["failed"], 1, "the trace counts: {summary}");
-    assert_eq!(default["infra"], 0, "{summary}");
-    assert!(
-        run.stderr
-            .contains("called it an infrastructure failure (the network blinked)"),
-        "{}",
-        run.stderr
-    );
+    for delivery in [Delivery::File, Delivery::Inline] {
+        let mst = Mst::new();
+        let eval = Eval::new(
+            json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+                   "clientOptions": {"command": ["cat"]},
+                   "judges": [{"assert": "contains", "value": "right"}], "timeout": 30}),
+            &[json!({"id": "c1", "input": "x"})],
+        );
+        // The client ran and answered wrongly; the worker calls the trial infra.
+        let trace = json!({"case": {"id": "c1", "input": "x"}, "variant": "default",
+                           "trial": 0, "trace": {"finalText": "wrong", "exitCode": 0}});
+        let report = r#""status":"infra","error":"the network blinked""#;
+        let worker = one_trial_worker(&eval, &trace, report, delivery);
+        let run = eval.run(&mst, &["--json", "--runner-option", &worker]);
+        assert_eq!(run.code, 1, "{delivery:?}: {}\n{}", run.stdout, run.stderr);
+        let summary = run.json();
+        let default = &summary["variants"]["default"];
+        assert_eq!(
+            default["failed"], 1,
+            "{delivery:?}: the trace counts: {summary}"
+        );
+        assert_eq!(default["infra"], 0, "{delivery:?}: {summary}");
+        assert!(
+            run.stderr
+                .contains("called it an infrastructure failure (the network blinked)"),
+            "{delivery:?}: {}",
+            run.stderr
+        );
+    }
 }
 
 #[test]

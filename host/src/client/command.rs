@@ -14,17 +14,16 @@
 use super::{input_text, Client, Recorder, ResumeSink, TrialInput, RESUME_TOKEN};
 use crate::eval::config::Resume;
 use crate::eval::trial::{EventKind, TraceRecord, TrialStatus};
-use crate::process::{read_lines_capped, GroupChild};
+use crate::process::read_lines_capped;
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
 
 /// Bytes of stdout kept as the answer.
 const MAX_ANSWER: usize = 4 * 1024 * 1024;
@@ -32,6 +31,8 @@ const MAX_ANSWER: usize = 4 * 1024 * 1024;
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 /// stderr lines kept as log events.
 const MAX_LOG_LINES: usize = 1_000;
+/// How often a running program's trial looks whether the shard was cancelled.
+const CANCEL_CHECK: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "lowercase")]
@@ -235,7 +236,8 @@ impl CommandClient {
 
     /// Runs the program once on `text` (continuing `resume_with`'s thread when given) until
     /// it ends or `deadline`; its output goes to `trace` and the answer. `Err` when it could
-    /// not start or the shard was cancelled.
+    /// not start or the shard was cancelled. Its pipes are served on the trial thread's async
+    /// runtime: no thread per pipe, and the program's exit is seen the moment it happens.
     fn run_program(
         &self,
         input: &TrialInput<'_>,
@@ -245,50 +247,105 @@ impl CommandClient {
         deadline: Instant,
         trace: &mut Recorder<'_>,
     ) -> Result<ProgramEnd, String> {
+        let (command, name) = self.command(input, text, resume_with);
+        let program = self.drive_program(command, &name, input, text, sink, deadline, trace);
+        super::mcp::on_trial_runtime(program).map_err(|e| format!("{e:#}"))?
+    }
+
+    /// [`Self::run_program`]'s body, on the trial runtime.
+    #[allow(clippy::too_many_arguments)]
+    async fn drive_program(
+        &self,
+        mut command: Command,
+        name: &str,
+        input: &TrialInput<'_>,
+        text: &str,
+        sink: Option<&dyn ResumeSink>,
+        deadline: Instant,
+        trace: &mut Recorder<'_>,
+    ) -> Result<ProgramEnd, String> {
         let started = trace.started();
-        let (mut child, outputs, readers) = self.spawn(input, text, resume_with, started)?;
+        // Its own process group, so that stopping it stops everything it started.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = tokio::process::Command::from(command)
+            .spawn()
+            .map_err(|e| format!("cannot start `{name}`: {e}"))?;
+        let leader = child.id().expect("a child just started has its id");
+        let (stdin, stdout, stderr) = (
+            child.stdin.take(),
+            child.stdout.take().expect("piped"),
+            child.stderr.take().expect("piped"),
+        );
+        let (tx, mut outputs) = tokio::sync::mpsc::unbounded_channel();
+        let out_tx = tx.clone();
+        let feed = async move {
+            if let Some(mut stdin) = stdin {
+                let _ = stdin.write_all(text.as_bytes()).await;
+            }
+            // Dropped here: the program sees the end of its input.
+        };
+        let out = read_lines_capped(stdout, MAX_ANSWER as u64 * 2, usize::MAX, move |line| {
+            out_tx.send(Output::Line(line, started.elapsed())).is_ok()
+        });
+        let err = read_lines_capped(stderr, MAX_ANSWER as u64, MAX_LOG_LINES, move |line| {
+            tx.send(Output::Err(line, started.elapsed())).is_ok()
+        });
+        let pipes = async {
+            tokio::join!(feed, out, err);
+        };
+        tokio::pin!(pipes);
+        let mut pipes_done = false;
         let mut answer = String::new();
         let mut stopped = false;
+        let mut cancel_check = tokio::time::interval(CANCEL_CHECK);
         let status = loop {
-            if let Ok(output) = outputs.recv_timeout(Duration::from_millis(20)) {
-                self.record(output, sink, &mut answer, trace);
-            }
-            if let Some(status) = child.try_wait() {
-                break status;
-            }
-            // The token budget is checked as the agent reports its usage, not after it ends.
-            if Instant::now() >= deadline || trace.past_budget().is_some() {
-                child.kill_group();
-                stopped = true;
-                break child.wait();
-            }
-            if input.cancel.load(Ordering::Relaxed) {
-                child.kill_group();
-                child.wait();
-                return Err("cancelled".into());
+            tokio::select! {
+                Some(output) = outputs.recv() => {
+                    self.record(output, sink, &mut answer, trace);
+                    // The token budget is checked as the agent reports its usage, not after
+                    // it ends.
+                    if trace.past_budget().is_some() {
+                        stopped = true;
+                        break stop(&mut child, leader).await;
+                    }
+                }
+                () = &mut pipes, if !pipes_done => pipes_done = true,
+                status = child.wait() => break status.ok(),
+                () = tokio::time::sleep_until(deadline.into()) => {
+                    stopped = true;
+                    break stop(&mut child, leader).await;
+                }
+                _ = cancel_check.tick() => if input.cancel.load(Ordering::Relaxed) {
+                    stop(&mut child, leader).await;
+                    return Err("cancelled".into());
+                }
             }
         };
         // The program is gone; its pipes close once every process of the group is gone. A
         // process that left the group (`setsid`) may hold them open: reading stops at the
         // trial's deadline, or shortly after the program ended, whichever is later.
-        child.kill_group();
+        crate::process::kill_group(leader);
         let stop_reading = deadline.max(Instant::now() + PIPE_GRACE);
-        loop {
-            let left = stop_reading.saturating_duration_since(Instant::now());
-            match outputs.recv_timeout(left) {
-                Ok(output) => self.record(output, sink, &mut answer, trace),
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let text = "the program's output stayed open after it ended (a process \
-                                outside its process group holds it); stopped reading"
-                        .to_string();
-                    trace.push(EventKind::Log { text });
-                    break;
+        let read_rest = async {
+            loop {
+                tokio::select! {
+                    Some(output) = outputs.recv() => {
+                        self.record(output, sink, &mut answer, trace);
+                    }
+                    () = &mut pipes, if !pipes_done => pipes_done = true,
+                    else => break,
                 }
             }
+        };
+        let held_open = tokio::time::timeout_at(stop_reading.into(), read_rest)
+            .await
+            .is_err();
+        if held_open {
+            let text = "the program's output stayed open after it ended (a process outside \
+                        its process group holds it); stopped reading"
+                .to_string();
+            trace.push(EventKind::Log { text });
         }
-        // Readers still blocked on a held pipe are left to end with it.
-        drop(readers);
         if answer.ends_with('\n') {
             answer.pop();
         }
@@ -298,25 +355,15 @@ impl CommandClient {
             stopped,
         })
     }
-}
 
-/// A started trial program: the process, its output lines as they come, and the two readers.
-type Spawned = (
-    GroupChild,
-    mpsc::Receiver<Output>,
-    [std::thread::JoinHandle<()>; 2],
-);
-
-impl CommandClient {
-    /// Starts the program for one trial in its own process group, feeds it the input, and
-    /// reads its stdout and stderr (capped) on threads of their own.
-    fn spawn(
+    /// The program for one trial, set up to run (stdio piped, the environment cleared to
+    /// what it is given, in the trial's scratch directory), and the name it was given.
+    fn command(
         &self,
         input: &TrialInput<'_>,
         text: &str,
         resume_with: Option<&str>,
-        started: Instant,
-    ) -> Result<Spawned, String> {
+    ) -> (Command, String) {
         let argv_text = if self.options.input == InputMode::Argv {
             text
         } else {
@@ -360,33 +407,19 @@ impl CommandClient {
         });
         // The trial's scratch directory unless the config names one.
         command.current_dir(self.options.cwd.as_deref().map_or(input.scratch, Path::new));
-        let mut child = GroupChild::spawn(&mut command)
-            .map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
-        let (stdin, stdout, stderr) = child.take_pipes();
-        if let Some(mut stdin) = stdin {
-            let text = text.to_string();
-            std::thread::spawn(move || {
-                let _ = stdin.write_all(text.as_bytes());
-            });
-        }
-        let (tx, rx) = mpsc::channel();
-        let (stdout, stderr) = (stdout.expect("piped"), stderr.expect("piped"));
-        let out_tx = tx.clone();
-        let readers = [
-            std::thread::spawn(move || {
-                read_lines_capped(stdout, MAX_ANSWER as u64 * 2, usize::MAX, |line| {
-                    out_tx.send(Output::Line(line, started.elapsed())).is_ok()
-                })
-            }),
-            std::thread::spawn(move || {
-                read_lines_capped(stderr, MAX_ANSWER as u64, MAX_LOG_LINES, |line| {
-                    tx.send(Output::Err(line, started.elapsed())).is_ok()
-                })
-            }),
-        ];
-        Ok((child, rx, readers))
+        let name = argv.swap_remove(0);
+        (command, name)
     }
+}
 
+/// Stops a program that is still running, with everything in its process group, and reaps it.
+async fn stop(child: &mut tokio::process::Child, leader: u32) -> Option<std::process::ExitStatus> {
+    crate::process::kill_group(leader);
+    let _ = child.start_kill();
+    child.wait().await.ok()
+}
+
+impl CommandClient {
     /// One line of output into the answer or the events: stderr lines are `log` events, stdout
     /// lines are answer text (or, with `events`, trace events when they parse as one).
     /// In a conversation turn, a line holding a resume token goes to `resume` first, so the

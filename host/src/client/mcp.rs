@@ -381,26 +381,34 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-/// Runs an async trial body on this thread's trial runtime, until it ends, the trial's
-/// deadline passes, or the shard is cancelled. A body that leaves tasks behind (an MCP
-/// session's transport, say) has its runtime dropped with them, which kills stdio servers
+/// Runs `body` to its end on this thread's trial runtime. A body that leaves tasks behind (an
+/// MCP session's transport, say) has its runtime dropped with them, which kills stdio servers
 /// (`kill_on_drop`, and their process groups); a clean one's runtime serves the next trial, so
-/// an in-process trial does not pay for a new runtime (an epoll set, timers) each time.
+/// a trial does not pay for a new runtime (an epoll set, timers) each time.
+pub(super) fn on_trial_runtime<F: std::future::Future>(body: F) -> Result<F::Output> {
+    let kept = TRIAL_RUNTIME.with(|kept| kept.borrow_mut().take());
+    let runtime = match kept {
+        Some(runtime) => runtime,
+        None => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start an async runtime")?,
+    };
+    let output = runtime.block_on(body);
+    if runtime.metrics().num_alive_tasks() == 0 {
+        TRIAL_RUNTIME.with(|kept| *kept.borrow_mut() = Some(runtime));
+    }
+    Ok(output)
+}
+
+/// Runs an async trial body on this thread's trial runtime ([`on_trial_runtime`]), until it
+/// ends, the trial's deadline passes, or the shard is cancelled.
 pub(super) fn drive(
     input: &TrialInput<'_>,
     body: impl std::future::Future<Output = Result<Option<String>>>,
 ) -> Outcome {
-    let kept = TRIAL_RUNTIME.with(|kept| kept.borrow_mut().take());
-    let runtime = match kept.map(Ok).unwrap_or_else(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    }) {
-        Ok(runtime) => runtime,
-        Err(e) => return Outcome::Failed(anyhow::anyhow!("cannot start an async runtime: {e}")),
-    };
     let cancel = input.cancel;
-    let outcome = runtime.block_on(async {
+    let outcome = on_trial_runtime(async {
         let cancelled = async {
             while !cancel.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -415,10 +423,7 @@ pub(super) fn drive(
             () = cancelled => Outcome::Cancelled,
         }
     });
-    if runtime.metrics().num_alive_tasks() == 0 {
-        TRIAL_RUNTIME.with(|kept| *kept.borrow_mut() = Some(runtime));
-    }
-    outcome
+    outcome.unwrap_or_else(Outcome::Failed)
 }
 
 /// The trace of a trial that ended with `outcome` after recording `trace`.

@@ -243,7 +243,8 @@ pub type StoredTrace<'a> = dyn Fn(&TrialKey, TrialRecord) + Sync + 'a;
 /// One input to the session: the worker's output, framed and decoded by
 /// [`protocol::read_messages`] on a reader thread.
 enum Input {
-    Message(WorkerMessage),
+    /// A message, and the length of its line.
+    Message(WorkerMessage, usize),
     Bad(String),
     Eof,
 }
@@ -435,7 +436,7 @@ impl<'a> ShardSession<'a> {
             };
             self.last_heard = Instant::now();
             let ended = match input {
-                Input::Message(message) => self.on_message(message),
+                Input::Message(message, line_bytes) => self.on_message(message, line_bytes),
                 Input::Bad(why) => Some(ShardEnd::Lost(format!(
                     "the worker broke {PROTOCOL}: {why}"
                 ))),
@@ -520,7 +521,7 @@ impl<'a> ShardSession<'a> {
         }
     }
 
-    fn on_message(&mut self, message: WorkerMessage) -> Option<ShardEnd> {
+    fn on_message(&mut self, message: WorkerMessage, line_bytes: usize) -> Option<ShardEnd> {
         match message {
             WorkerMessage::Hello {
                 protocol,
@@ -541,9 +542,13 @@ impl<'a> ShardSession<'a> {
                 None
             }
             WorkerMessage::Trial {
-                key, status, error, ..
-            } => self.on_trial(key, status, error),
-            WorkerMessage::Event { .. } => self.on_event(message),
+                key,
+                status,
+                error,
+                trace,
+                ..
+            } => self.on_trial(key, status, error, trace.map(|t| (t, line_bytes as u64))),
+            WorkerMessage::Event { .. } => self.on_event(message, line_bytes as u64),
             WorkerMessage::ResumeToken { key, token } => self.on_resume_token(key, token),
             WorkerMessage::Done { cleanup, .. } => {
                 self.done = Some((cleanup, Instant::now()));
@@ -748,8 +753,7 @@ impl<'a> ShardSession<'a> {
     /// Checks one streamed trace event (an `event` message) and passes it on, redacted as
     /// the trace file will be. An event for a trial that is not running, out of order, or
     /// past the caps breaks the protocol, like any other lie about a trial: the shard is lost.
-    fn on_event(&mut self, message: WorkerMessage) -> Option<ShardEnd> {
-        let line_bytes = protocol::encode(&message).len() as u64;
+    fn on_event(&mut self, message: WorkerMessage, line_bytes: u64) -> Option<ShardEnd> {
         let WorkerMessage::Event {
             key,
             seq,
@@ -833,11 +837,14 @@ impl<'a> ShardSession<'a> {
         self.context.limiter.release(&holder);
     }
 
+    /// A trial ended: its trace came in the message (`inline`, with the line's length), and
+    /// is settled now, or waits on the machine to be copied back.
     fn on_trial(
         &mut self,
         key: TrialKey,
         status: Collected,
         error: Option<String>,
+        inline: Option<(Box<TrialRecord>, u64)>,
     ) -> Option<ShardEnd> {
         // The trial's room, and a call slot it still held or waited for, come back.
         self.context.limiter.release_trial(self.bundle.shard, &key);
@@ -849,12 +856,20 @@ impl<'a> ShardSession<'a> {
                 "the worker reported trial {key} twice or out of plan"
             )));
         }
-        self.copies.push(PendingCopy {
+        let copy = PendingCopy {
             key,
             status,
             error,
             since: Instant::now(),
-        });
+        };
+        match inline {
+            Some((record, bytes)) => {
+                let dest = self.run_dir.root.join(trace_path(&copy.key));
+                let checked = self.accept_inline(&dest, *record, bytes, &copy.key);
+                self.settle(copy, &dest, checked, false);
+            }
+            None => self.copies.push(copy),
+        }
         None
     }
 
@@ -891,7 +906,10 @@ impl<'a> ShardSession<'a> {
         let machine_lost = fetched.iter().any(|f| f.is_err()) && channel.diagnose().is_some();
         let copies = std::mem::take(&mut self.copies);
         for ((copy, (_, dest)), fetched) in copies.into_iter().zip(&files).zip(fetched) {
-            let fetched = fetched.and_then(|bytes| self.count_copied(dest, bytes));
+            let fetched = fetched.and_then(|bytes| {
+                self.count_copied(dest, bytes.len() as u64)?;
+                Ok(bytes)
+            });
             let checked = match fetched {
                 Ok(bytes) => self
                     .accept_trace(&bytes, &copy.key)
@@ -899,59 +917,89 @@ impl<'a> ShardSession<'a> {
                 Err(e) if Refused::is(&e) => Err(CopyFailure::Refused(format!("{e:#}"))),
                 Err(e) => Err(CopyFailure::NotCopied(format!("{e:#}"))),
             };
-            let shard = self.bundle.shard;
-            match (copy.status, checked) {
-                // The trace decides: an infra trace is infra whatever the worker said.
-                (_, Ok(TrialStatus::Infra)) => {
-                    let reason = copy
-                        .error
-                        .unwrap_or_else(|| "the client could not run".into());
-                    self.infra(copy.key, reason);
-                }
-                (Collected::Collected, Ok(_)) => self.collected(copy.key),
-                // A trace that says the client ran outweighs the worker's word that it could
-                // not: the machine cannot turn a failed answer into an excused one unseen.
-                (Collected::Infra, Ok(_)) => {
-                    let key = copy.key.clone();
-                    let claim = copy.error.unwrap_or_else(|| "no reason given".into());
-                    (self.context.events)(ShardEvent::InfraClaimOverruled { shard, key, claim });
-                    self.collected(copy.key);
-                }
-                // The machine vanished under it: the trial stays missing, for a resume.
-                (_, Err(CopyFailure::NotCopied(_))) if machine_lost => {
-                    let _ = std::fs::remove_file(dest);
-                }
-                // Nothing usable arrived: the trial stays missing, for a resume.
-                (Collected::Collected, Err(CopyFailure::NotCopied(why))) => {
-                    let _ = std::fs::remove_file(dest);
-                    let key = copy.key;
-                    (self.context.events)(ShardEvent::TraceNotCopied { shard, key, why });
-                }
-                // The worker says the client could not run (with its reason, which a missing
-                // trace does not make less true).
-                (Collected::Infra, Err(_)) => {
-                    let reason = copy
-                        .error
-                        .unwrap_or_else(|| "the client could not run".into());
-                    self.write_infra(dest, &copy.key, &reason);
-                    self.infra(copy.key, reason);
-                }
-                (Collected::Collected, Err(CopyFailure::Refused(why))) => {
-                    let key = copy.key.clone();
-                    let reason = format!("its trace was refused: {why}");
-                    (self.context.events)(ShardEvent::TraceRefused { shard, key, why });
-                    self.write_infra(dest, &copy.key, &reason);
-                    self.infra(copy.key, reason);
-                }
+            self.settle(copy, dest, checked, machine_lost);
+        }
+    }
+
+    /// A trace that came in its `trial` message (`bytes` long, the line): counted against
+    /// the copy caps as a copied file is, then checked. (The line is at most
+    /// [`protocol::MAX_LINE_BYTES`], far below the trace size limit.)
+    fn accept_inline(
+        &mut self,
+        dest: &Path,
+        record: TrialRecord,
+        bytes: u64,
+        key: &TrialKey,
+    ) -> Result<TrialStatus, CopyFailure> {
+        // Past a cap it is dropped, as a copied file would be: the trial stays missing.
+        if let Err(e) = self.count_copied(dest, bytes) {
+            return Err(CopyFailure::NotCopied(format!("{e:#}")));
+        }
+        self.accept_record(record, key)
+            .map_err(CopyFailure::Refused)
+    }
+
+    /// Records the outcome of one trial from what came back for it (`checked`); `dest` is
+    /// where its trace belongs in the run directory. `machine_lost`: the copies failed because
+    /// the machine itself is gone.
+    fn settle(
+        &mut self,
+        copy: PendingCopy,
+        dest: &Path,
+        checked: Result<TrialStatus, CopyFailure>,
+        machine_lost: bool,
+    ) {
+        let shard = self.bundle.shard;
+        match (copy.status, checked) {
+            // The trace decides: an infra trace is infra whatever the worker said.
+            (_, Ok(TrialStatus::Infra)) => {
+                let reason = copy
+                    .error
+                    .unwrap_or_else(|| "the client could not run".into());
+                self.infra(copy.key, reason);
+            }
+            (Collected::Collected, Ok(_)) => self.collected(copy.key),
+            // A trace that says the client ran outweighs the worker's word that it could
+            // not: the machine cannot turn a failed answer into an excused one unseen.
+            (Collected::Infra, Ok(_)) => {
+                let key = copy.key.clone();
+                let claim = copy.error.unwrap_or_else(|| "no reason given".into());
+                (self.context.events)(ShardEvent::InfraClaimOverruled { shard, key, claim });
+                self.collected(copy.key);
+            }
+            // The machine vanished under it: the trial stays missing, for a resume.
+            (_, Err(CopyFailure::NotCopied(_))) if machine_lost => {
+                let _ = std::fs::remove_file(dest);
+            }
+            // Nothing usable arrived: the trial stays missing, for a resume.
+            (Collected::Collected, Err(CopyFailure::NotCopied(why))) => {
+                let _ = std::fs::remove_file(dest);
+                let key = copy.key;
+                (self.context.events)(ShardEvent::TraceNotCopied { shard, key, why });
+            }
+            // The worker says the client could not run (with its reason, which a missing
+            // trace does not make less true).
+            (Collected::Infra, Err(_)) => {
+                let reason = copy
+                    .error
+                    .unwrap_or_else(|| "the client could not run".into());
+                self.write_infra(dest, &copy.key, &reason);
+                self.infra(copy.key, reason);
+            }
+            (Collected::Collected, Err(CopyFailure::Refused(why))) => {
+                let key = copy.key.clone();
+                let reason = format!("its trace was refused: {why}");
+                (self.context.events)(ShardEvent::TraceRefused { shard, key, why });
+                self.write_infra(dest, &copy.key, &reason);
+                self.infra(copy.key, reason);
             }
         }
     }
 
-    /// Counts a copied trace (`bytes`, landing at `dest`) against the shard's and the run's
-    /// caps; the one that crosses a cap is dropped (the trial stays missing) and the shard
-    /// stops.
-    fn count_copied(&mut self, dest: &Path, bytes: Vec<u8>) -> anyhow::Result<Vec<u8>> {
-        let size = bytes.len() as u64;
+    /// Counts a copied trace (`size` bytes, landing at `dest`) against the shard's and the
+    /// run's caps; the one that crosses a cap is dropped (the trial stays missing) and the
+    /// shard stops.
+    fn count_copied(&mut self, dest: &Path, size: u64) -> anyhow::Result<()> {
         self.copied += size;
         let run_total = self.context.copied.fetch_add(size, Ordering::SeqCst) + size;
         let settings = self.context.settings;
@@ -969,7 +1017,7 @@ impl<'a> ShardSession<'a> {
             None
         };
         let Some(why) = crossed else {
-            return Ok(bytes);
+            return Ok(());
         };
         let _ = std::fs::remove_file(dest);
         self.over_cap.get_or_insert(why.clone());
@@ -981,8 +1029,17 @@ impl<'a> ShardSession<'a> {
     /// replaced by the coordinator's own (with `expected` and metadata, which the machine never
     /// had) and its provenance recorded. Returns the trace's status.
     fn accept_trace(&self, bytes: &[u8], key: &TrialKey) -> Result<TrialStatus, String> {
-        let mut record: TrialRecord =
+        let record: TrialRecord =
             serde_json::from_slice(bytes).map_err(|e| format!("not a trace: {e}"))?;
+        self.accept_record(record, key)
+    }
+
+    /// [`Self::accept_trace`] for a trace already parsed.
+    fn accept_record(
+        &self,
+        mut record: TrialRecord,
+        key: &TrialKey,
+    ) -> Result<TrialStatus, String> {
         if record.variant != key.variant || record.case.id != key.case || record.trial != key.trial
         {
             return Err(format!(
@@ -1125,9 +1182,9 @@ fn spawn_writer(mut stdin: Box<dyn Write + Send>) -> mpsc::Sender<String> {
 fn spawn_reader(stdout: Box<dyn std::io::Read + Send>) -> mpsc::Receiver<Input> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        protocol::read_messages::<WorkerMessage>(stdout, |message| {
+        protocol::read_messages::<WorkerMessage>(stdout, |message, line_bytes| {
             let input = match message {
-                Ok(message) => Input::Message(message),
+                Ok(message) => Input::Message(message, line_bytes),
                 Err(e) => Input::Bad(e.0),
             };
             let bad = matches!(input, Input::Bad(_));

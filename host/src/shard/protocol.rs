@@ -3,7 +3,7 @@
 //! `type` field naming the message; unknown types and unknown fields are protocol errors, so
 //! that a worker of another version fails loudly instead of being half understood.
 
-use crate::eval::trial::{TraceEvent, TrialKey};
+use crate::eval::trial::{TraceEvent, TrialKey, TrialRecord};
 use crate::secrets::Secret;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -12,8 +12,8 @@ use std::fmt;
 /// The protocol this build speaks; `hello` carries it and the coordinator refuses any other.
 pub const PROTOCOL: &str = "mst.shard/v1";
 
-/// The longest line either side accepts; a longer one is a protocol error (a trace never
-/// travels in a message, only its path).
+/// The longest line either side accepts; a longer one is a protocol error. A trace travels in
+/// its `trial` message only when the whole line fits; a larger one is a file, copied back.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// The largest trace event streamed in full: its JSON (as [`event_bytes`] counts it). A
@@ -132,8 +132,11 @@ pub enum WorkerMessage {
     /// The model call `call` of the trial ended (or was abandoned while it waited): its slot
     /// goes back.
     ReleaseCall { key: TrialKey, call: u32 },
-    /// A trial finished and its trace is at `path` (relative to the results directory). Also
-    /// returns the room taken by `acquire`, and any call slot the trial still held.
+    /// A trial finished. Its trace is `trace`, when the whole line fits in [`MAX_LINE_BYTES`]
+    /// (the worker then wrote no file), or else the file at `path` (relative to the results
+    /// directory), which the coordinator copies back. Also returns the room taken by
+    /// `acquire`, and any call slot the trial still held. `trace` was added within
+    /// `mst.shard/v1` (see docs/protocol.md).
     Trial {
         key: TrialKey,
         status: Collected,
@@ -141,6 +144,9 @@ pub enum WorkerMessage {
         /// Why an `infra` trial failed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The trial's trace record, sent in the message instead of a file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<Box<TrialRecord>>,
     },
     /// One event of a running trial's trace, sent the moment the client records it: `seq`
     /// counts the trial's events from 0 without gaps, and `event` is the trace's event `seq`
@@ -269,9 +275,10 @@ pub fn decode<T: for<'de> Deserialize<'de>>(line: &str) -> Result<T, ProtocolErr
 /// skipped, and a line longer than [`MAX_LINE_BYTES`] or unreadable input is handed over as an
 /// error and ends the reading (nothing after it can be trusted to be framed right). A line
 /// that does not decode is handed over as an error too; `each` decides whether to go on.
+/// `each` also gets the line's length in bytes, newline included (what the peer sent).
 pub fn read_messages<T: for<'de> Deserialize<'de>>(
     input: impl std::io::Read,
-    mut each: impl FnMut(Result<T, ProtocolError>) -> bool,
+    mut each: impl FnMut(Result<T, ProtocolError>, usize) -> bool,
 ) {
     use std::io::{BufRead, Read};
     let mut reader = std::io::BufReader::new(input);
@@ -285,19 +292,25 @@ pub fn read_messages<T: for<'de> Deserialize<'de>>(
         {
             Ok(0) => return,
             Ok(_) if !line.ends_with('\n') && line.len() > MAX_LINE_BYTES => {
-                each(Err(ProtocolError(format!(
-                    "a line longer than {MAX_LINE_BYTES} bytes"
-                ))));
+                each(
+                    Err(ProtocolError(format!(
+                        "a line longer than {MAX_LINE_BYTES} bytes"
+                    ))),
+                    line.len(),
+                );
                 return;
             }
             Ok(_) if line.trim().is_empty() => continue,
             Ok(_) => {
-                if !each(decode(&line)) {
+                if !each(decode(&line), line.len()) {
                     return;
                 }
             }
             Err(e) => {
-                each(Err(ProtocolError(format!("unreadable output: {e}"))));
+                each(
+                    Err(ProtocolError(format!("unreadable output: {e}"))),
+                    line.len(),
+                );
                 return;
             }
         }
@@ -321,6 +334,36 @@ mod tests {
             case: "tz-1".into(),
             trial: 2,
         }
+    }
+
+    /// A trace as a client writes one: a tool call whose arguments nest objects, floats and
+    /// escapes (they travel inside the tagged `trial` message).
+    fn inline_trace() -> TrialRecord {
+        let case = crate::eval::trial::CaseRecord {
+            id: "tz-1".into(),
+            input: serde_json::json!({"prompt": "time in \"Tokyo\"?\n", "n": 0.1}),
+            expected: None,
+            tags: Vec::new(),
+            metadata: None,
+            trials: None,
+            pass_threshold: None,
+            judges: None,
+            case_pass: None,
+        };
+        let mut record = TrialRecord::infra(case, &key(), "placeholder");
+        record.trace.status = crate::eval::trial::TrialStatus::Completed;
+        record.trace.final_text = Some("12:00 ✓".into());
+        record.trace.events.push(TraceEvent {
+            seq: 1,
+            at_ms: 4,
+            kind: EventKind::ToolCall {
+                id: "1".into(),
+                server: Some("time".into()),
+                tool: "now".into(),
+                arguments: serde_json::json!({"tz": "Asia/Tokyo", "at": [1.5, -2, u64::MAX]}),
+            },
+        });
+        record
     }
 
     #[test]
@@ -357,6 +400,14 @@ mod tests {
                 status: Collected::Collected,
                 path: "baseline/tz-1/2.json".into(),
                 error: None,
+                trace: None,
+            },
+            WorkerMessage::Trial {
+                key: key(),
+                status: Collected::Collected,
+                path: "baseline/tz-1/2.json".into(),
+                error: None,
+                trace: Some(Box::new(inline_trace())),
             },
             WorkerMessage::Event {
                 key: key(),
@@ -407,6 +458,7 @@ mod tests {
             status: Collected::Infra,
             path: "p".into(),
             error: Some("x".into()),
+            trace: None,
         });
         assert_eq!(
             line,

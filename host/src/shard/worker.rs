@@ -50,7 +50,14 @@ enum Event {
     /// The coordinator sent a line this worker cannot read.
     CoordinatorBroke(String),
     CoordinatorGone,
-    Finished(TrialKey, Result<Option<TrialStatus>, String>),
+    Finished(TrialKey, Result<Option<Finished>, String>),
+}
+
+/// A trial that ran to its end: its trace's status, and the `trial` line that reports it
+/// (made, and redacted, on the trial's own thread).
+struct Finished {
+    status: TrialStatus,
+    line: String,
 }
 
 /// Model calls waiting for `granted-call`, by trial and call number.
@@ -163,8 +170,9 @@ struct TrialSetting<'a> {
     scratch: &'a ScratchDirs,
 }
 
-/// Runs one trial and writes its trace; returns the trace's status.
-/// `Ok(None)` when the trial was stopped by `cancel`: it is left missing, to be resumed.
+/// Runs one trial and makes its `trial` line, with the trace in it when the line fits
+/// [`protocol::MAX_LINE_BYTES`] and in a file otherwise. `Ok(None)` when the trial was
+/// stopped by `cancel`: it is left missing, to be resumed.
 fn run_trial(
     client: &dyn Client,
     case: &CaseRecord,
@@ -173,7 +181,7 @@ fn run_trial(
     setting: &TrialSetting<'_>,
     cancel: &AtomicBool,
     link: &TrialLink,
-) -> Result<Option<TrialStatus>, String> {
+) -> Result<Option<Finished>, String> {
     let results = setting.results;
     let scratch = Scratch::new(results, setting.workdir, setting.scratch)?;
     let trace = client.run(&TrialInput {
@@ -202,12 +210,56 @@ fn run_trial(
         trace,
         collected_by: None,
     };
+    let reported = match status {
+        TrialStatus::Infra => Collected::Infra,
+        _ => Collected::Collected,
+    };
+    // Most traces are small: sent in the message, they cost no file on either side.
+    let message = trial_message(key, reported, None, Some(Box::new(record)));
+    let line = redacted_line(&message);
+    if line.len() <= protocol::MAX_LINE_BYTES {
+        return Ok(Some(Finished { status, line }));
+    }
+    let WorkerMessage::Trial {
+        trace: Some(record),
+        ..
+    } = message
+    else {
+        unreachable!("trial_message made a `trial` with its trace");
+    };
     let bytes = serde_json::to_vec_pretty(&record).map_err(|e| e.to_string())?;
     // Even on the machine (a kept one is read later), no token this worker holds is written.
     let bytes = crate::secrets::redactor().redact_json(&bytes).into_owned();
     crate::files::write_atomic(&results.join(trace_path(key)), &bytes)
         .map_err(|e| format!("{e:#}"))?;
-    Ok(Some(status))
+    let line = redacted_line(&trial_message(key, reported, None, None));
+    Ok(Some(Finished { status, line }))
+}
+
+/// The `trial` message for `key`: with the trace in it, or naming its file.
+fn trial_message(
+    key: &TrialKey,
+    status: Collected,
+    error: Option<String>,
+    trace: Option<Box<TrialRecord>>,
+) -> WorkerMessage {
+    WorkerMessage::Trial {
+        key: key.clone(),
+        status,
+        path: trace_path(key),
+        error,
+        trace,
+    }
+}
+
+/// `message` as a line, with no token this worker holds in it.
+fn redacted_line(message: &WorkerMessage) -> String {
+    let line = protocol::encode(message);
+    match crate::secrets::redactor().redact_json(line.as_bytes()) {
+        std::borrow::Cow::Borrowed(_) => line,
+        // Redaction puts plain text in place of text: the line stays UTF-8.
+        std::borrow::Cow::Owned(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+    }
 }
 
 /// Where a trial's client runs: a fresh, empty directory of its own (emptied after the trial
@@ -469,7 +521,7 @@ impl Worker {
     fn listen(&self) {
         let events = self.events.clone();
         std::thread::spawn(move || {
-            protocol::read_messages::<CoordinatorMessage>(std::io::stdin(), |message| {
+            protocol::read_messages::<CoordinatorMessage>(std::io::stdin(), |message, _| {
                 let event = match message {
                     Ok(message) => Event::FromCoordinator(message),
                     // The coordinator speaks this exact version: a bad line is a broken
@@ -736,27 +788,30 @@ impl Worker {
     }
 
     /// Reports a finished trial to the coordinator.
-    fn on_finished(&mut self, key: TrialKey, outcome: Result<Option<TrialStatus>, String>) {
+    fn on_finished(&mut self, key: TrialKey, outcome: Result<Option<Finished>, String>) {
         self.running -= 1;
-        let (status, error) = match outcome {
+        let line = match outcome {
             Ok(None) => {
                 self.counts.skipped += 1;
                 return;
             }
-            Ok(Some(TrialStatus::Infra)) => (Collected::Infra, None),
-            Ok(Some(_)) => (Collected::Collected, None),
-            Err(error) => (Collected::Infra, Some(error)),
+            Ok(Some(Finished {
+                status: TrialStatus::Infra,
+                line,
+            })) => {
+                self.counts.infra += 1;
+                line
+            }
+            Ok(Some(Finished { line, .. })) => {
+                self.counts.collected += 1;
+                line
+            }
+            Err(error) => {
+                self.counts.infra += 1;
+                redacted_line(&trial_message(&key, Collected::Infra, Some(error), None))
+            }
         };
-        match status {
-            Collected::Infra => self.counts.infra += 1,
-            Collected::Collected => self.counts.collected += 1,
-        }
-        self.wire.send(&WorkerMessage::Trial {
-            path: trace_path(&key),
-            key,
-            status,
-            error,
-        });
+        self.wire.send_line(&line);
     }
 }
 
