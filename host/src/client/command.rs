@@ -278,12 +278,15 @@ impl CommandClient {
         );
         let (tx, mut outputs) = tokio::sync::mpsc::unbounded_channel();
         let out_tx = tx.clone();
-        let feed = async move {
+        // Fed only while the program runs: a process it left behind may hold its stdin
+        // unread, and that must not keep the trial waiting.
+        let mut feed = Box::pin(async move {
             if let Some(mut stdin) = stdin {
                 let _ = stdin.write_all(text.as_bytes()).await;
             }
             // Dropped here: the program sees the end of its input.
-        };
+        });
+        let mut fed = false;
         let out = read_lines_capped(stdout, MAX_ANSWER as u64 * 2, usize::MAX, move |line| {
             out_tx.send(Output::Line(line, started.elapsed())).is_ok()
         });
@@ -291,7 +294,7 @@ impl CommandClient {
             tx.send(Output::Err(line, started.elapsed())).is_ok()
         });
         let pipes = async {
-            tokio::join!(feed, out, err);
+            tokio::join!(out, err);
         };
         tokio::pin!(pipes);
         let mut pipes_done = false;
@@ -309,6 +312,7 @@ impl CommandClient {
                         break stop(&mut child, leader).await;
                     }
                 }
+                () = &mut feed, if !fed => fed = true,
                 () = &mut pipes, if !pipes_done => pipes_done = true,
                 status = child.wait() => break status.ok(),
                 () = tokio::time::sleep_until(deadline.into()) => {
@@ -321,6 +325,7 @@ impl CommandClient {
                 }
             }
         };
+        drop(feed);
         // The program is gone; its pipes close once every process of the group is gone. A
         // process that left the group (`setsid`) may hold them open: reading stops at the
         // trial's deadline, or shortly after the program ended, whichever is later.
@@ -672,6 +677,32 @@ mod tests {
             (trace.status, trace.stopped),
             (TrialStatus::Completed, None)
         );
+    }
+
+    #[test]
+    fn a_process_left_holding_stdin_unread_does_not_hold_the_trial() {
+        // The program hands its stdin to a process outside its group (which never reads
+        // it), answers and exits, while 1 MiB of input still waits to be written. It waits a
+        // moment first, so that the group's kill at its exit does not catch the other process
+        // before it has left the group.
+        let pid_file = tempfile::NamedTempFile::new().unwrap();
+        let script = format!(
+            "exec 3<&0; setsid sleep 20 <&3 >/dev/null 2>&1 & echo $! > {}; sleep 1; echo done",
+            pid_file.path().display()
+        );
+        let started = Instant::now();
+        let trace = run(
+            json!({"command": ["sh", "-c", script]}),
+            json!("x".repeat(1 << 20)),
+            Duration::from_secs(15),
+        );
+        let took = started.elapsed();
+        if let Ok(pid) = std::fs::read_to_string(pid_file.path()) {
+            let _ = Command::new("kill").arg(pid.trim()).status();
+        }
+        assert_eq!(trace.status, TrialStatus::Completed, "{:?}", trace.events);
+        assert_eq!(trace.final_text.as_deref(), Some("done"));
+        assert!(took < Duration::from_secs(5), "the trial waited {took:?}");
     }
 
     #[test]
