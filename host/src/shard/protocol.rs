@@ -339,17 +339,8 @@ mod tests {
     /// A trace as a client writes one: a tool call whose arguments nest objects, floats and
     /// escapes (they travel inside the tagged `trial` message).
     fn inline_trace() -> TrialRecord {
-        let case = crate::eval::trial::CaseRecord {
-            id: "tz-1".into(),
-            input: serde_json::json!({"prompt": "time in \"Tokyo\"?\n", "n": 0.1}),
-            expected: None,
-            tags: Vec::new(),
-            metadata: None,
-            trials: None,
-            pass_threshold: None,
-            judges: None,
-            case_pass: None,
-        };
+        let input = serde_json::json!({"prompt": "time in \"Tokyo\"?\n", "n": 0.1});
+        let case = crate::eval::trial::CaseRecord::new("tz-1", input);
         let mut record = TrialRecord::infra(case, &key(), "placeholder");
         record.trace.status = crate::eval::trial::TrialStatus::Completed;
         record.trace.final_text = Some("12:00 ✓".into());
