@@ -1,5 +1,6 @@
 //! The worker: `mst collect --bundle DIR --results DIR`. Runs on the machine, drives the
-//! client for each trial of its shard, writes each trace as soon as the trial ends, and speaks
+//! client for each trial of its shard, sends each trace as soon as the trial ends (in its
+//! `trial` message, or as a file when it is too large for one line), and speaks
 //! `mst.shard/v1` with the coordinator over stdin/stdout. Its state is one `Worker`, fed by
 //! one stream of `Event`s (coordinator messages, finished trials) with a method per event.
 
