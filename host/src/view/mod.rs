@@ -67,7 +67,7 @@ pub struct TrialRow<'a> {
 pub struct RunView<'a> {
     pub format: &'static str,
     /// `run.json` without its list of trials (the rows carry them).
-    pub run: serde_json::Value,
+    pub run: &'a serde_json::Value,
     pub summary: &'a Summary,
     pub trials: Vec<TrialRow<'a>>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
@@ -140,7 +140,7 @@ impl LoadedRun {
     pub fn view(&self) -> RunView<'_> {
         RunView {
             format: VIEW_FORMAT,
-            run: self.record.clone(),
+            run: &self.record,
             summary: &self.run.summary,
             trials: self
                 .run
