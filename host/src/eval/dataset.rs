@@ -11,36 +11,90 @@ use crate::plugin::set::PluginSet;
 use crate::plugin::Kind;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The resolved cases and a hash of their content, recorded in `run.json`.
 #[derive(Debug, Clone)]
 pub struct Cases {
     pub cases: Vec<CaseRecord>,
-    /// Where each case (by id) comes from: `file:line` for files, the plugin and path for a
-    /// dataset plugin's cases.
-    pub origins: BTreeMap<String, String>,
+    /// Where each case comes from, in the order of `cases`: eight bytes a case, not a
+    /// string ([`Cases::origin`] spells it out).
+    origins: Vec<Origin>,
+    /// The sources the origins name: dataset files, and dataset plugins with their path.
+    sources: Vec<String>,
     /// sha256 over the canonical JSON of every case, in order.
     pub content_hash: String,
 }
 
+/// Where one case comes from: one of [`Cases`]'s sources and, for a file, the line the case
+/// starts on (0 for a dataset plugin's cases).
+#[derive(Debug, Clone, Copy)]
+struct Origin {
+    source: u32,
+    line: u32,
+}
+
+impl Cases {
+    /// Where the case at `index` in `cases` comes from: `file:line` for files, the plugin and
+    /// path for a dataset plugin's cases.
+    pub fn origin(&self, index: usize) -> String {
+        let Some(origin) = self.origins.get(index) else {
+            return String::new();
+        };
+        let source = &self.sources[origin.source as usize];
+        match origin.line {
+            0 => source.clone(),
+            line => format!("{source}:{line}"),
+        }
+    }
+}
+
+/// The cases read so far, with their origins and the sources those name: what [`Cases`] will
+/// hold. Every dataset is read straight into it, so no second list of cases is ever made.
+#[derive(Default)]
+struct Loading {
+    cases: Vec<CaseRecord>,
+    origins: Vec<Origin>,
+    sources: Vec<String>,
+}
+
+impl Loading {
+    /// Starts a source (a file, or a dataset plugin with its path) with room for `cases`
+    /// more; the index its cases' origins name.
+    fn source(&mut self, label: String, cases: usize) -> u32 {
+        self.sources.push(label);
+        self.cases.reserve_exact(cases);
+        self.origins.reserve_exact(cases);
+        (self.sources.len() - 1) as u32
+    }
+
+    /// Adds `case`, from `source`, starting on `line` (0 when it has none).
+    fn push(&mut self, case: CaseRecord, source: u32, line: usize) {
+        let line = u32::try_from(line).unwrap_or(u32::MAX);
+        self.cases.push(case);
+        self.origins.push(Origin { source, line });
+    }
+}
+
 /// The cases in one file, each with where it starts (`file:line`). Every error names the file
 /// and line; an MST dataset (`{"name", "cases": […]}`) is refused with how to convert it.
-fn parse_cases(text: &str, file: &Path) -> Result<Vec<(CaseRecord, String)>> {
+fn parse_cases(text: &str, file: &Path, loading: &mut Loading) -> Result<()> {
     let at = |line: usize| format!("{}:{line}", file.display());
     let not_a_case =
         |first_line: usize, e: serde_json::Error| anyhow::anyhow!(located(file, first_line, &e));
+    let label = file.display().to_string();
     if file.extension().is_some_and(|e| e == "jsonl") {
-        let mut cases = Vec::new();
+        let lines = text.lines().filter(|line| !line.trim().is_empty()).count();
+        let source = loading.source(label, lines);
         for (index, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
             let case = serde_json::from_str(line).map_err(|e| not_a_case(index + 1, e))?;
-            cases.push((case, at(index + 1)));
+            loading.push(case, source, index + 1);
         }
-        return Ok(cases);
+        return Ok(());
     }
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
     if let Some(object) = value.as_object() {
@@ -54,12 +108,17 @@ fn parse_cases(text: &str, file: &Path) -> Result<Vec<(CaseRecord, String)>> {
         serde_json::Value::Array(_) => {
             let cases: Vec<CaseRecord> =
                 serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
-            let places = element_lines(text).into_iter().map(at);
-            Ok(cases.into_iter().zip(places).collect())
+            let source = loading.source(label, cases.len());
+            for (case, line) in cases.into_iter().zip(element_lines(text)) {
+                loading.push(case, source, line);
+            }
+            Ok(())
         }
         serde_json::Value::Object(_) => {
             let case = serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
-            Ok(vec![(case, at(first_line(text)))])
+            let source = loading.source(label, 1);
+            loading.push(case, source, first_line(text));
+            Ok(())
         }
         _ => bail!(
             "{}: must hold a case object or an array of cases",
@@ -116,7 +175,7 @@ fn read_text(path: &Path) -> Result<String> {
     String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))
 }
 
-fn load_dir(dir: &Path) -> Result<Vec<(CaseRecord, String)>> {
+fn load_dir(dir: &Path, loading: &mut Loading) -> Result<()> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read dataset directory {}", dir.display()))?
         .flatten()
@@ -124,18 +183,17 @@ fn load_dir(dir: &Path) -> Result<Vec<(CaseRecord, String)>> {
         .filter(|p| p.extension().is_some_and(|e| e == "json") && p.is_file())
         .collect();
     files.sort();
-    let mut cases = Vec::new();
     for file in files {
-        cases.extend(parse_cases(&read_text(&file)?, &file)?);
+        parse_cases(&read_text(&file)?, &file, loading)?;
     }
-    Ok(cases)
+    Ok(())
 }
 
-fn load_path(path: &Path) -> Result<Vec<(CaseRecord, String)>> {
+fn load_path(path: &Path, loading: &mut Loading) -> Result<()> {
     if path.is_dir() {
-        load_dir(path)
+        load_dir(path, loading)
     } else {
-        parse_cases(&read_text(path)?, path)
+        parse_cases(&read_text(path)?, path, loading)
     }
 }
 
@@ -159,11 +217,10 @@ fn inside(base: &Path, relative: &str) -> Result<PathBuf> {
 
 /// Resolves every entry (paths relative to `base`, the config's directory) into cases.
 pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Result<Cases> {
-    let mut cases = Vec::new();
-    let mut origin: BTreeMap<String, String> = BTreeMap::new();
+    let mut loading = Loading::default();
     for (index, entry) in entries.iter().enumerate() {
-        let found = match entry {
-            DatasetRef::Path(path) => load_path(&inside(base, path)?)?,
+        match entry {
+            DatasetRef::Path(path) => load_path(&inside(base, path)?, &mut loading)?,
             DatasetRef::Typed(fields) => {
                 let kind = fields.get("type").and_then(|t| t.as_str()).with_context(|| {
                     format!("datasets[{index}] needs a `type` (`file`, `dir` or a dataset plugin's name)")
@@ -186,7 +243,7 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Resu
                                 "datasets[{index}]: unknown key `{extra}` for a `{kind}` dataset"
                             );
                         }
-                        load_path(&inside(base, &path)?)?
+                        load_path(&inside(base, &path)?, &mut loading)?
                     }
                     plugin_name => {
                         if plugins.find(plugin_name).is_none() {
@@ -205,38 +262,47 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Resu
                         let options = serde_json::to_string(fields)?;
                         let raw = plugin.resolve(&options, content.as_deref())?;
                         let label = format!("{plugin_name}({})", path.unwrap_or_default());
-                        raw.into_iter()
-                            .map(|case| Ok((CaseRecord::from_wit(case)?, label.clone())))
-                            .collect::<Result<Vec<_>>>()?
+                        let source = loading.source(label, raw.len());
+                        for case in raw {
+                            loading.push(CaseRecord::from_wit(case)?, source, 0);
+                        }
                     }
                 }
             }
-        };
-        for (case, place) in found {
-            if case.id.is_empty() {
-                bail!("{place}: a case has an empty `id`");
-            }
-            if let Some(first) = origin.insert(case.id.clone(), place.clone()) {
-                bail!(
-                    "case id `{}` appears twice (in {first} and {place}); ids must be unique",
-                    case.id
-                );
-            }
-            cases.push(case);
         }
     }
-    if cases.is_empty() {
+    let cases = Cases {
+        cases: loading.cases,
+        origins: loading.origins,
+        sources: loading.sources,
+        content_hash: String::new(),
+    };
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(cases.cases.len());
+    for (index, case) in cases.cases.iter().enumerate() {
+        if case.id.is_empty() {
+            bail!("{}: a case has an empty `id`", cases.origin(index));
+        }
+        if let Some(first) = seen.insert(&case.id, index) {
+            bail!(
+                "case id `{}` appears twice (in {} and {}); ids must be unique",
+                case.id,
+                cases.origin(first),
+                cases.origin(index)
+            );
+        }
+    }
+    drop(seen);
+    if cases.cases.is_empty() {
         bail!("the datasets hold no cases");
     }
     let mut hasher = Sha256::new();
-    for case in &cases {
-        hasher.update(serde_json::to_vec(case)?);
+    for case in &cases.cases {
+        serde_json::to_writer(&mut hasher, case)?;
         hasher.update(b"\n");
     }
     Ok(Cases {
-        cases,
-        origins: origin,
         content_hash: hex::encode(hasher.finalize()),
+        ..cases
     })
 }
 
@@ -383,7 +449,8 @@ mod tests {
         let lines: Vec<String> = ["a", "b", "c", "d"]
             .iter()
             .map(|id| {
-                let origin = &cases.origins[*id];
+                let index = cases.cases.iter().position(|c| c.id == *id).unwrap();
+                let origin = cases.origin(index);
                 origin.rsplit_once('/').unwrap().1.to_string()
             })
             .collect();

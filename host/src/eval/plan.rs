@@ -64,6 +64,8 @@ pub fn plan(
             }
         }
     }
+    // Held for the whole run, once per trial: no room to spare.
+    keys.shrink_to_fit();
     Ok(keys)
 }
 

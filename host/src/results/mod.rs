@@ -237,23 +237,36 @@ impl Summary {
         grades: &BTreeMap<TrialKey, TrialGrade>,
         rules: &crate::grade::CaseRules,
     ) -> Self {
-        let mut per_case: BTreeMap<(String, String), Vec<Option<&TrialGrade>>> = BTreeMap::new();
-        let mut missing = Vec::new();
-        for key in &record.trials {
-            let grade = grades.get(key);
-            if grade.is_none() {
-                missing.push(key.clone());
-            }
-            per_case
-                .entry((key.variant.clone(), key.case.clone()))
-                .or_default()
-                .push(grade);
-        }
+        // Every trial's grade beside its variant and case, borrowed, sorted (stably: the
+        // repetitions stay in order) so that each case's trials lie together: one flat list
+        // rather than a map holding a list per case, which at 100,000 cases is the end of a
+        // run's largest allocation.
+        let mut trials: Vec<(&str, &str, Option<&TrialGrade>)> = record
+            .trials
+            .iter()
+            .map(|key| (key.variant.as_str(), key.case.as_str(), grades.get(key)))
+            .collect();
+        let missing = record
+            .trials
+            .iter()
+            .zip(&trials)
+            .filter(|(_, (_, _, grade))| grade.is_none())
+            .map(|(key, _)| key.clone())
+            .collect();
+        trials.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         let mut variants: BTreeMap<String, VariantSummary> = BTreeMap::new();
         let mut cases: BTreeMap<String, BTreeMap<String, CaseOutcome>> = BTreeMap::new();
-        for ((variant, case), trials) in per_case {
-            let outcome = crate::grade::case_outcome(&trials, rules.of(&case));
-            let counts = variants.entry(variant.clone()).or_default();
+        let mut case_grades = Vec::new();
+        for group in trials.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            let (variant, case) = (group[0].0, group[0].1);
+            case_grades.clear();
+            case_grades.extend(group.iter().map(|(_, _, grade)| *grade));
+            let outcome = crate::grade::case_outcome(&case_grades, rules.of(case));
+            if !variants.contains_key(variant) {
+                variants.insert(variant.to_string(), VariantSummary::default());
+                cases.insert(variant.to_string(), BTreeMap::new());
+            }
+            let counts = variants.get_mut(variant).expect("inserted above");
             match outcome {
                 CaseOutcome::Passed => counts.passed += 1,
                 CaseOutcome::Failed => counts.failed += 1,
@@ -261,7 +274,10 @@ impl Summary {
                 CaseOutcome::NotGraded => counts.not_graded += 1,
                 CaseOutcome::Infra => counts.infra += 1,
             }
-            cases.entry(variant).or_default().insert(case, outcome);
+            cases
+                .get_mut(variant)
+                .expect("inserted with its counts")
+                .insert(case.to_string(), outcome);
         }
         for counts in variants.values_mut() {
             let decided = counts.passed + counts.failed;

@@ -39,11 +39,13 @@ pub fn stage_bundles(
 ) -> Result<Vec<StagedShard>> {
     let mut staged = Vec::new();
     for shard in 0..shards {
-        let trials: Vec<TrialKey> = to_collect
+        let mut trials: Vec<TrialKey> = to_collect
             .iter()
             .filter(|k| shard_of(&k.case, shards) == shard)
             .cloned()
             .collect();
+        // Held while the shard runs, once per trial: no room to spare.
+        trials.shrink_to_fit();
         if trials.is_empty() {
             continue;
         }
@@ -149,7 +151,7 @@ impl Collection<'_> {
         report.ready_ms = report
             .hello_at
             .map(|at| at.duration_since(since).as_millis() as u64);
-        self.diagnose(machine.as_mut(), &mut report);
+        self.diagnose(machine.as_mut(), bundle, &mut report);
         self.dispose(machine.as_mut(), &mut report);
         report
     }
@@ -169,16 +171,20 @@ impl Collection<'_> {
 
     /// The machine's own account (out of memory, vanished) says more than a broken channel
     /// does; after a finished shard it taints the trials whose client failed.
-    fn diagnose(&self, machine: &mut dyn Channel, report: &mut ShardReport) {
+    fn diagnose(&self, machine: &mut dyn Channel, bundle: &Bundle, report: &mut ShardReport) {
         let Some(diagnosis) = machine.diagnose() else {
             return;
         };
         report.ended = match &report.ended {
             ShardEnd::Lost(why) => ShardEnd::Lost(format!("{diagnosis} ({why})")),
             ShardEnd::Done | ShardEnd::DoneCleanupFailed => {
+                let collected = report
+                    .collected
+                    .iter()
+                    .filter_map(|&at| bundle.trials.get(at as usize));
                 let moved = failed_trials_to_infra(
                     self.run_dir,
-                    &report.collected,
+                    collected,
                     &diagnosis,
                     self.context.stored,
                 );
@@ -217,9 +223,9 @@ impl Collection<'_> {
 /// Marks the collected trials whose client did not exit 0 as infrastructure failures caused by
 /// `why` (their machine failed under them, e.g. ran out of memory), telling `stored` of each
 /// rewritten trace; how many were marked.
-fn failed_trials_to_infra(
+fn failed_trials_to_infra<'k>(
     run_dir: &RunDir,
-    collected: &[TrialKey],
+    collected: impl Iterator<Item = &'k TrialKey>,
     why: &str,
     stored: Option<&StoredTrace<'_>>,
 ) -> usize {

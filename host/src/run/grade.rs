@@ -69,34 +69,61 @@ pub fn grade_rest(
 /// One stored trace to grade: its order of arrival, its key, the record as stored.
 type Stored = (u64, TrialKey, TrialRecord);
 
-/// What a grading thread made of one stored trace: its order, key, grade and agent usage.
-type Assessed = (u64, TrialKey, TrialGrade, UsageTotals);
+/// What grading made of one stored trace: its key, the trace's order of arrival (a later
+/// version of a trace replaces an earlier one's grade), its grade and the agent's model usage
+/// in it.
+struct Assessment {
+    key: TrialKey,
+    order: u64,
+    grade: TrialGrade,
+    usage: UsageTotals,
+}
 
 /// Grades traces as the shards store them, on one thread per core, while collection goes on,
 /// so that grading overlaps collecting and the traces are not read back from disk (the agents'
 /// usage is summed from them on the way). A trace stored twice (a shard's machine failed after
 /// its trial was graded, and the trial was rewritten as infra) keeps its last version's grade.
+/// The threads append each grade to one flat list, sorted once at the end: a run holds each
+/// trial's grade once, densely, rather than in a map's half-full nodes.
 pub struct Grading<'scope> {
     traces: mpsc::Sender<Stored>,
     next: AtomicU64,
-    threads: Vec<std::thread::ScopedJoinHandle<'scope, Vec<Assessed>>>,
+    assessed: Arc<Mutex<Vec<Assessment>>>,
+    threads: Vec<std::thread::ScopedJoinHandle<'scope, ()>>,
 }
 
-/// What [`Grading`] made of the traces it saw.
+/// What [`Grading`] made of the traces it saw: one assessment per trial, sorted by key.
 #[derive(Default)]
-pub struct Graded {
-    /// Each trace's grade.
-    pub grades: BTreeMap<TrialKey, TrialGrade>,
-    /// The agent's model usage in each trace that has any.
-    pub usage: BTreeMap<TrialKey, UsageTotals>,
-}
+pub struct Graded(Vec<Assessment>);
 
 impl Graded {
+    /// Sorts `assessed` by trial and keeps each trial's last version.
+    fn of(mut assessed: Vec<Assessment>) -> Self {
+        // Sorting in place: the later version of a trial first, which `dedup` keeps.
+        assessed.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(b.order.cmp(&a.order)));
+        assessed.dedup_by(|later, first| later.key == first.key);
+        Graded(assessed)
+    }
+
+    /// How many traces were graded.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The usage of `key`'s trace, if it was seen (none counted: zero).
     pub fn usage_of(&self, key: &TrialKey) -> Option<UsageTotals> {
-        self.grades
-            .contains_key(key)
-            .then(|| self.usage.get(key).copied().unwrap_or_default())
+        let at = self.0.binary_search_by(|a| a.key.cmp(key)).ok()?;
+        Some(self.0[at].usage)
+    }
+
+    /// The grades, by trial.
+    pub fn into_grades(self) -> BTreeMap<TrialKey, TrialGrade> {
+        self.0.into_iter().map(|a| (a.key, a.grade)).collect()
     }
 }
 
@@ -108,26 +135,33 @@ impl<'scope> Grading<'scope> {
     ) -> Self {
         let (traces, queue) = mpsc::channel::<Stored>();
         let queue = Arc::new(Mutex::new(queue));
+        let assessed = Arc::new(Mutex::new(Vec::new()));
         let threads = (0..threads())
             .map(|_| {
                 let queue = queue.clone();
-                scope.spawn(move || {
-                    let mut assessed = Vec::new();
-                    loop {
-                        let next = queue.lock().expect("grading queue").recv();
-                        let Ok((order, key, record)) = next else {
-                            return assessed;
-                        };
-                        let grade = judges.grade(&key, &record);
-                        let usage = trace_usage(&record.trace);
-                        assessed.push((order, key, grade, usage));
-                    }
+                let assessed = assessed.clone();
+                scope.spawn(move || loop {
+                    let next = queue.lock().expect("grading queue").recv();
+                    let Ok((order, key, record)) = next else {
+                        return;
+                    };
+                    let grade = judges.grade(&key, &record);
+                    let usage = trace_usage(&record.trace);
+                    drop(record);
+                    let assessment = Assessment {
+                        key,
+                        order,
+                        grade,
+                        usage,
+                    };
+                    assessed.lock().expect("grades").push(assessment);
                 })
             })
             .collect();
         Grading {
             traces,
             next: AtomicU64::new(0),
+            assessed,
             threads,
         }
     }
@@ -142,22 +176,11 @@ impl<'scope> Grading<'scope> {
     /// Waits for every queued trace to be graded.
     pub fn finish(self) -> Graded {
         drop(self.traces);
-        let mut assessed: Vec<Assessed> = self
-            .threads
-            .into_iter()
-            .flat_map(|h| h.join().expect("grading threads do not panic"))
-            .collect();
-        // Later versions of a trace come last, and win.
-        assessed.sort_unstable_by_key(|(order, ..)| *order);
-        let mut graded = Graded::default();
-        for (_, key, grade, usage) in assessed {
-            match usage.is_empty() {
-                true => graded.usage.remove(&key),
-                false => graded.usage.insert(key.clone(), usage),
-            };
-            graded.grades.insert(key, grade);
+        for thread in self.threads {
+            thread.join().expect("grading threads do not panic");
         }
-        graded
+        let assessed = Arc::into_inner(self.assessed).expect("the grading threads ended");
+        Graded::of(assessed.into_inner().expect("grades"))
     }
 }
 

@@ -164,6 +164,8 @@ pub fn run(
         settings.heartbeat_ms(),
         staging.path(),
     )?;
+    // The bundles hold these keys now.
+    drop(to_collect);
     for line in runner.plan() {
         reporter.event(&RunEvent::RunnerPlan(&line));
     }
@@ -197,7 +199,7 @@ pub fn run(
         let graded = grading.finish();
         let timings = Timings {
             collect_ms,
-            graded_while_collecting: graded.grades.len() as u64,
+            graded_while_collecting: graded.len() as u64,
             // Grading the traces still queued when collection ended; `finish` adds the rest.
             grade_after_ms: draining.elapsed().as_millis() as u64,
         };
@@ -268,7 +270,7 @@ fn finish(
         &dir,
         &record.trials,
         Some(cases),
-        graded.grades,
+        graded.into_grades(),
     );
     let pairs = grade::pairwise_all(&prepared.pairwise, &dir, &record.trials, Some(cases));
     if let Some(timings) = &mut record.timings {

@@ -319,21 +319,19 @@ impl Prepared {
             let spec = self.config.variant(&name);
             crate::client::client(&spec, &BTreeMap::new())
                 .with_context(|| format!("variant `{name}`"))?;
-            for case in self
+            for (index, case) in self
                 .cases
                 .cases
                 .iter()
-                .filter(|c| wanted(&filters.cases, &c.id))
+                .enumerate()
+                .filter(|(_, c)| wanted(&filters.cases, &c.id))
             {
-                let place = self
-                    .cases
-                    .origins
-                    .get(&case.id)
-                    .map_or(String::new(), |p| format!(" ({p})"));
                 crate::client::check_input(&spec, &case.input).with_context(|| {
                     format!(
-                        "case `{}`{place}: its input does not suit variant `{name}`'s `{}` client",
-                        case.id, spec.client
+                        "case `{}` ({}): its input does not suit variant `{name}`'s `{}` client",
+                        case.id,
+                        self.cases.origin(index),
+                        spec.client
                     )
                 })?;
             }

@@ -109,9 +109,10 @@ pub struct ShardReport {
     pub ended: ShardEnd,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerIdentity>,
-    /// Trials whose trace was copied back and validated.
+    /// Trials whose trace was copied back and validated, as positions in the bundle's
+    /// `trials` (four bytes each, not a key).
     #[serde(skip)]
-    pub collected: Vec<TrialKey>,
+    pub collected: Vec<u32>,
     /// Where a kept machine is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
@@ -290,10 +291,13 @@ pub struct ShardSession<'a> {
     bundle: &'a Bundle,
     run_dir: &'a RunDir,
     report: ShardReport,
-    planned: BTreeSet<&'a TrialKey>,
+    /// The bundle's trials, each with its position in the bundle. The sets below hold
+    /// references into the bundle, so a trial's key is stored once however many of them it
+    /// is in.
+    planned: BTreeMap<&'a TrialKey, u32>,
     /// Trials the worker asked room for (each once).
-    acquired: BTreeSet<TrialKey>,
-    reported: BTreeSet<TrialKey>,
+    acquired: BTreeSet<&'a TrialKey>,
+    reported: BTreeSet<&'a TrialKey>,
     waiting: Vec<WaitingAcquire>,
     /// The model call each running trial holds or waits for a slot for (at most one).
     calls: BTreeMap<TrialKey, u32>,
@@ -328,7 +332,7 @@ impl<'a> ShardSession<'a> {
             bundle,
             run_dir,
             report: ShardReport::new(bundle.shard, String::new()),
-            planned: bundle.trials.iter().collect(),
+            planned: bundle.trials.iter().zip(0..).collect(),
             acquired: BTreeSet::new(),
             reported: BTreeSet::new(),
             waiting: Vec::new(),
@@ -673,12 +677,15 @@ impl<'a> ShardSession<'a> {
     /// variant's), not what the worker says, so a worker cannot slip past a limit by naming
     /// none; asking twice for one trial is a protocol violation.
     fn on_acquire(&mut self, key: TrialKey) -> Option<ShardEnd> {
-        if !self.planned.contains(&key) || self.reported.contains(&key) {
-            return Some(ShardEnd::Lost(format!(
-                "the worker asked for trial {key}, which this shard does not run"
-            )));
-        }
-        if !self.acquired.insert(key.clone()) {
+        let planned = match self.planned.get_key_value(&key) {
+            Some((planned, _)) if !self.reported.contains(&key) => *planned,
+            _ => {
+                return Some(ShardEnd::Lost(format!(
+                    "the worker asked for trial {key}, which this shard does not run"
+                )))
+            }
+        };
+        if !self.acquired.insert(planned) {
             return Some(ShardEnd::Lost(format!(
                 "the worker broke {PROTOCOL}: it asked twice for trial {key}"
             )));
@@ -851,11 +858,17 @@ impl<'a> ShardSession<'a> {
         self.calls.remove(&key);
         self.waiting
             .retain(|w| !matches!(&w.holder, Holder::Call { key: k, .. } if *k == key));
-        if !self.planned.contains(&key) || !self.reported.insert(key.clone()) {
+        let Some((&planned, _)) = self.planned.get_key_value(&key) else {
             return Some(ShardEnd::Lost(format!(
-                "the worker reported trial {key} twice or out of plan"
+                "the worker reported trial {key}, which this shard does not run"
+            )));
+        };
+        if !self.reported.insert(planned) {
+            return Some(ShardEnd::Lost(format!(
+                "the worker reported trial {key} twice"
             )));
         }
+        self.streams.end(&key);
         let copy = PendingCopy {
             key,
             status,
@@ -1079,7 +1092,9 @@ impl<'a> ShardSession<'a> {
 
     fn collected(&mut self, key: TrialKey) {
         let shard = self.bundle.shard;
-        self.report.collected.push(key.clone());
+        if let Some(&at) = self.planned.get(&key) {
+            self.report.collected.push(at);
+        }
         (self.context.events)(ShardEvent::TrialCollected { shard, key });
     }
 
@@ -1157,6 +1172,12 @@ impl Streams {
         }
         self.0.insert(key.clone(), (next + 1, bytes));
         Ok(())
+    }
+
+    /// Forgets a reported trial's count: no event of it is accepted any more, and a long
+    /// shard does not hold one entry per trial it ran.
+    fn end(&mut self, key: &TrialKey) {
+        self.0.remove(key);
     }
 }
 

@@ -397,10 +397,14 @@ type Clients = BTreeMap<String, Arc<dyn Client>>;
 
 /// The worker's state: what is queued, waiting for `granted`, running and finished.
 struct Worker {
+    /// The bundle without its cases and trials, which moved to `cases` and `queue`.
     bundle: Bundle,
     results: PathBuf,
     wire: Wire,
-    cases: BTreeMap<String, CaseRecord>,
+    /// The cases of the trials not granted yet, each with how many of them it still has: a
+    /// case is dropped when its last trial starts, so the worker's memory shrinks as the shard
+    /// goes on rather than holding every case to the end.
+    cases: BTreeMap<String, (CaseRecord, u32)>,
     clients: Clients,
     token_dir: Option<TokenDir>,
     tokens_ready: bool,
@@ -433,20 +437,27 @@ impl Worker {
     fn start(bundle_dir: &Path, results: &Path, wire: Wire) -> Result<Self> {
         let path = bundle_dir.join(BUNDLE_FILE);
         let bytes = crate::files::read_regular(&path, MAX_BUNDLE_BYTES, true)?;
-        let bundle: Bundle = serde_json::from_slice(&bytes)
+        let mut bundle: Bundle = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not a bundle", path.display()))?;
+        drop(bytes);
         let clients = build_clients(&bundle, &BTreeMap::new())?;
-        let cases = bundle
-            .cases
-            .iter()
-            .map(|c| (c.id.clone(), c.clone()))
+        // The cases and trials move out of the bundle: the worker holds each once.
+        let mut cases: BTreeMap<String, (CaseRecord, u32)> = std::mem::take(&mut bundle.cases)
+            .into_iter()
+            .map(|c| (c.id.clone(), (c, 0)))
             .collect();
+        for key in &bundle.trials {
+            if let Some((_, trials)) = cases.get_mut(&key.case) {
+                *trials += 1;
+            }
+        }
+        let queue: VecDeque<TrialKey> = std::mem::take(&mut bundle.trials).into();
         std::fs::create_dir_all(results)
             .with_context(|| format!("cannot create {}", results.display()))?;
         let (events, inbox) = mpsc::channel::<Event>();
         let threads = super::threads::TrialThreads::new(bundle.concurrency.max(1) as usize);
         let mut worker = Worker {
-            queue: bundle.trials.iter().cloned().collect(),
+            queue,
             bundle,
             results: results.to_path_buf(),
             wire,
@@ -659,6 +670,16 @@ impl Worker {
         self.cancel_trials.store(true, Ordering::Relaxed);
     }
 
+    /// The case `id` for one of its trials, dropped from the worker once its last trial has it.
+    fn take_case(&mut self, id: &str) -> Option<CaseRecord> {
+        let (case, trials) = self.cases.get_mut(id)?;
+        *trials = trials.saturating_sub(1);
+        if *trials > 0 {
+            return Some(case.clone());
+        }
+        self.cases.remove(id).map(|(case, _)| case)
+    }
+
     /// Starts a granted trial on a trial thread.
     fn on_granted(&mut self, key: TrialKey) {
         let Some(index) = self.awaiting.iter().position(|k| k == &key) else {
@@ -671,7 +692,7 @@ impl Worker {
         self.running += 1;
         let events = self.events.clone();
         let (case, client) = (
-            self.cases.get(&key.case).cloned(),
+            self.take_case(&key.case),
             self.clients.get(&key.variant).cloned(),
         );
         let (Some(case), Some(client)) = (case, client) else {

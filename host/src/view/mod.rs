@@ -12,7 +12,6 @@ use crate::results::stored::StoredRun;
 use crate::results::{RunDir, Summary};
 use anyhow::Result;
 use serde::Serialize;
-use std::collections::BTreeMap;
 
 /// The data format a page reads; a page refuses another.
 pub const VIEW_FORMAT: &str = "mst.view/v1";
@@ -69,12 +68,36 @@ pub struct RunView<'a> {
     /// `run.json` without its list of trials (the rows carry them).
     pub run: &'a serde_json::Value,
     pub summary: &'a Summary,
-    pub trials: Vec<TrialRow<'a>>,
+    pub trials: TrialRows<'a>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub pairs: &'a [PairResult],
     /// The comparison with `--baseline`, when one was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<crate::results::diff::RunDiff>,
+}
+
+/// A view's rows, one per planned trial in plan order, each made as it is written out: a view
+/// of 100,000 trials never holds them all.
+pub struct TrialRows<'a>(&'a LoadedRun);
+
+impl Serialize for TrialRows<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let run = self.0;
+        serializer.collect_seq(
+            run.run
+                .record
+                .trials
+                .iter()
+                .enumerate()
+                .map(|(index, key)| run.row(index, key)),
+        )
+    }
+}
+
+impl std::fmt::Debug for TrialRows<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TrialRows({} trials)", self.0.run.record.trials.len())
+    }
 }
 
 /// What a row shows of a trial's trace, kept instead of the trace: a view of 100,000 trials
@@ -100,7 +123,8 @@ impl TraceFacts {
 /// A stored run read for a view: the run, and what its rows show of each trace.
 pub struct LoadedRun {
     pub run: StoredRun,
-    facts: BTreeMap<TrialKey, TraceFacts>,
+    /// Each planned trial's facts, in plan order (none for a missing trace).
+    facts: Vec<Option<TraceFacts>>,
     /// `run.json` as the view shows it: without its trial list (the rows are the trials), made
     /// once, without ever turning 100,000 trial keys into a JSON tree.
     record: serde_json::Value,
@@ -120,12 +144,13 @@ impl LoadedRun {
         dir: &RunDir,
         mut each: impl FnMut(usize, &TrialRecord) -> std::result::Result<(), E>,
     ) -> std::result::Result<Self, E> {
-        let mut facts = BTreeMap::new();
+        let mut facts = Vec::with_capacity(run.record.trials.len());
         for (index, key) in run.record.trials.iter().enumerate() {
-            if let Some(trace) = run.read_trace(dir, key) {
-                each(index, &trace)?;
-                facts.insert(key.clone(), TraceFacts::of(trace));
+            let trace = run.read_trace(dir, key);
+            if let Some(trace) = &trace {
+                each(index, trace)?;
             }
+            facts.push(trace.map(TraceFacts::of));
         }
         let trials = std::mem::take(&mut run.record.trials);
         let mut record = serde_json::to_value(&run.record).unwrap_or_default();
@@ -142,20 +167,15 @@ impl LoadedRun {
             format: VIEW_FORMAT,
             run: &self.record,
             summary: &self.run.summary,
-            trials: self
-                .run
-                .record
-                .trials
-                .iter()
-                .map(|key| self.row(key))
-                .collect(),
+            trials: TrialRows(self),
             pairs: &self.run.pairs,
             diff: None,
         }
     }
 
-    fn row<'a>(&'a self, key: &'a TrialKey) -> TrialRow<'a> {
-        let trace = self.facts.get(key);
+    /// The row of `key`, the trial at `index` in the plan.
+    fn row<'a>(&'a self, index: usize, key: &'a TrialKey) -> TrialRow<'a> {
+        let trace = self.facts.get(index).and_then(Option::as_ref);
         let grade = self.run.grades.get(key);
         let (outcome, score, judges, cause) = match grade {
             Some(TrialGrade::Graded {
