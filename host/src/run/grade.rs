@@ -371,6 +371,44 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_graded_twice_keeps_its_later_versions_grade_whichever_finished_first() {
+        let key = |case: &str| TrialKey {
+            variant: "v".into(),
+            case: case.into(),
+            trial: 0,
+        };
+        let assessment = |case: &str, order, reason: &str| Assessment {
+            key: key(case),
+            order,
+            grade: TrialGrade::Infra {
+                reason: reason.into(),
+            },
+            usage: UsageTotals {
+                calls: order,
+                ..UsageTotals::default()
+            },
+        };
+        // c1's rewrite (stored third) finished grading before its first version did.
+        let graded = Graded::of(vec![
+            assessment("c2", 1, "only"),
+            assessment("c1", 2, "rewritten"),
+            assessment("c1", 0, "first"),
+        ]);
+        assert_eq!(graded.len(), 2);
+        assert_eq!(graded.usage_of(&key("c1")).map(|u| u.calls), Some(2));
+        assert_eq!(graded.usage_of(&key("c3")), None, "never seen");
+        let grades = graded.into_grades();
+        let reasons: Vec<String> = grades
+            .values()
+            .map(|g| match g {
+                TrialGrade::Infra { reason } => reason.clone(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(reasons, ["rewritten", "only"]);
+    }
+
+    #[test]
     fn trials_are_graded_on_worker_threads_and_none_is_lost() {
         let trials: Vec<TrialKey> = (0..10)
             .map(|i| TrialKey {

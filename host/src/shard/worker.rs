@@ -392,6 +392,51 @@ pub fn collect(bundle_dir: &Path, results: &Path) -> u8 {
     }
 }
 
+/// The bundle's cases, sorted by id and found by binary search (no map beside them: a
+/// 100,000-case bundle would hold its cases twice while the map was built), each with how many
+/// of its trials have not started. A case's content is dropped when its last trial starts, so
+/// the worker holds less as the shard goes on.
+struct PendingCases {
+    cases: Vec<CaseRecord>,
+    /// Trials not started yet, per case, in the order of `cases`.
+    left: Vec<u32>,
+}
+
+impl PendingCases {
+    fn new(mut cases: Vec<CaseRecord>, trials: &[TrialKey]) -> Self {
+        cases.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        cases.shrink_to_fit();
+        let mut pending = PendingCases {
+            left: vec![0; cases.len()],
+            cases,
+        };
+        for key in trials {
+            if let Some(at) = pending.find(&key.case) {
+                pending.left[at] += 1;
+            }
+        }
+        pending
+    }
+
+    fn find(&self, id: &str) -> Option<usize> {
+        self.cases
+            .binary_search_by(|case| case.id.as_str().cmp(id))
+            .ok()
+    }
+
+    /// The case `id` for one of its trials: the last one takes it, leaving only its id.
+    fn take(&mut self, id: &str) -> Option<CaseRecord> {
+        let at = self.find(id)?;
+        let left = &mut self.left[at];
+        *left = left.checked_sub(1)?;
+        if *left > 0 {
+            return Some(self.cases[at].clone());
+        }
+        let emptied = CaseRecord::new(id, serde_json::Value::Null);
+        Some(std::mem::replace(&mut self.cases[at], emptied))
+    }
+}
+
 /// Clients by variant name.
 type Clients = BTreeMap<String, Arc<dyn Client>>;
 
@@ -401,10 +446,7 @@ struct Worker {
     bundle: Bundle,
     results: PathBuf,
     wire: Wire,
-    /// The cases of the trials not granted yet, each with how many of them it still has: a
-    /// case is dropped when its last trial starts, so the worker's memory shrinks as the shard
-    /// goes on rather than holding every case to the end.
-    cases: BTreeMap<String, (CaseRecord, u32)>,
+    cases: PendingCases,
     clients: Clients,
     token_dir: Option<TokenDir>,
     tokens_ready: bool,
@@ -442,15 +484,7 @@ impl Worker {
         drop(bytes);
         let clients = build_clients(&bundle, &BTreeMap::new())?;
         // The cases and trials move out of the bundle: the worker holds each once.
-        let mut cases: BTreeMap<String, (CaseRecord, u32)> = std::mem::take(&mut bundle.cases)
-            .into_iter()
-            .map(|c| (c.id.clone(), (c, 0)))
-            .collect();
-        for key in &bundle.trials {
-            if let Some((_, trials)) = cases.get_mut(&key.case) {
-                *trials += 1;
-            }
-        }
+        let cases = PendingCases::new(std::mem::take(&mut bundle.cases), &bundle.trials);
         let queue: VecDeque<TrialKey> = std::mem::take(&mut bundle.trials).into();
         std::fs::create_dir_all(results)
             .with_context(|| format!("cannot create {}", results.display()))?;
@@ -670,16 +704,6 @@ impl Worker {
         self.cancel_trials.store(true, Ordering::Relaxed);
     }
 
-    /// The case `id` for one of its trials, dropped from the worker once its last trial has it.
-    fn take_case(&mut self, id: &str) -> Option<CaseRecord> {
-        let (case, trials) = self.cases.get_mut(id)?;
-        *trials = trials.saturating_sub(1);
-        if *trials > 0 {
-            return Some(case.clone());
-        }
-        self.cases.remove(id).map(|(case, _)| case)
-    }
-
     /// Starts a granted trial on a trial thread.
     fn on_granted(&mut self, key: TrialKey) {
         let Some(index) = self.awaiting.iter().position(|k| k == &key) else {
@@ -692,7 +716,7 @@ impl Worker {
         self.running += 1;
         let events = self.events.clone();
         let (case, client) = (
-            self.take_case(&key.case),
+            self.cases.take(&key.case),
             self.clients.get(&key.variant).cloned(),
         );
         let (Some(case), Some(client)) = (case, client) else {
@@ -867,6 +891,32 @@ fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_case_is_handed_to_each_of_its_trials_and_dropped_after_the_last() {
+        let key = |case: &str, trial| TrialKey {
+            variant: "v".into(),
+            case: case.into(),
+            trial,
+        };
+        let cases = vec![
+            CaseRecord::new("b", "second".into()),
+            CaseRecord::new("a", "first".into()),
+        ];
+        let mut pending = PendingCases::new(cases, &[key("a", 0), key("a", 1), key("b", 0)]);
+        assert_eq!(pending.take("a").unwrap().input, "first");
+        assert_eq!(pending.take("b").unwrap().input, "second");
+        assert!(pending.take("zz").is_none(), "no such case");
+        assert_eq!(
+            pending.take("a").unwrap().input,
+            "first",
+            "its second trial"
+        );
+        // Every trial of both started: only their ids are left, and nothing more is handed on.
+        assert!(pending.cases.iter().all(|c| c.input.is_null()));
+        assert!(pending.take("a").is_none());
+        assert!(pending.take("b").is_none());
+    }
 
     #[test]
     fn a_scratch_directory_is_handed_on_empty_and_never_through_a_link() {
