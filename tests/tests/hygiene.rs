@@ -323,6 +323,47 @@ fn an_mcp_server_echoing_its_bearer_token_is_redacted() {
 }
 
 #[test]
+fn a_case_id_holding_a_secret_is_refused_before_anything_runs() {
+    // Redacted out of the worker's report of its trial, such a case would lose its whole
+    // shard; and its id would be blotted out of every result file.
+    const CANARY: &str = "canary-case-id-51c2e9";
+    let eval = Eval::new(
+        json!({
+            "name": "ids",
+            "datasets": ["cases.jsonl"],
+            "client": "command",
+            "clientOptions": {"command": ["cat"]},
+            "judges": [{"assert": "exit-code", "value": 0}]
+        }),
+        &[
+            json!({"id": "fine", "input": "a"}),
+            json!({"id": format!("about-{CANARY}"), "input": "b"}),
+        ],
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("CASE_KEY={CANARY}\n")).unwrap();
+    let mst = Mst::new();
+    let run = eval.run(&mst, &["--secrets-file", s(&secrets)]);
+    assert_eq!(
+        run.code, 2,
+        "a config error: {}\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(
+        run.stderr.contains("cases.jsonl:2")
+            && run.stderr.contains("its id holds the value of a secret")
+            && run.stderr.contains("[redacted:CASE_KEY]"),
+        "the error says which case, where, and why, without the value: {}",
+        run.stderr
+    );
+    assert!(
+        !eval.results().join("ids").exists(),
+        "nothing ran: no run directory"
+    );
+    nowhere(&run, &[&eval.results(), mst.home.path()], CANARY);
+}
+
+#[test]
 fn an_agent_printing_its_environment_is_redacted() {
     const CANARY: &str = "canary-agent-key-7f30aa";
     let eval = command_eval_with_env(CANARY);

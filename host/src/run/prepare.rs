@@ -304,6 +304,38 @@ impl Prepared {
         Ok(tokens)
     }
 
+    /// Refuses a variant name or case id that holds a secret's value (the secrets file's, or a
+    /// server's token): names and ids travel in every protocol message and name result files,
+    /// none of which may hold a secret, so redaction would take such a trial's key away from
+    /// it (the worker's report would name no trial of its shard, and the shard would be lost)
+    /// and blot it out of the results. The error shows the id redacted, with where it is.
+    pub fn check_ids_hold_no_secret(&self) -> Result<()> {
+        let redactor = crate::secrets::redactor();
+        let holds_secret = |id: &str| matches!(redactor.redact(id), std::borrow::Cow::Owned(_));
+        let fix = "names and ids are written into every result file, which never holds a \
+                   secret";
+        if let Some(name) = self
+            .config
+            .variant_names()
+            .into_iter()
+            .find(|name| holds_secret(name))
+        {
+            anyhow::bail!(
+                "variant `{}`: its name holds the value of a secret; {fix}: rename it",
+                redactor.redact(&name)
+            );
+        }
+        if let Some(index) = self.cases.cases.iter().position(|c| holds_secret(&c.id)) {
+            anyhow::bail!(
+                "case `{}` ({}): its id holds the value of a secret; {fix}: give the case \
+                 another id",
+                redactor.redact(&self.cases.cases[index].id),
+                self.cases.origin(index)
+            );
+        }
+        Ok(())
+    }
+
     /// Builds every variant's client once and checks every case's input against it, so that
     /// a client that cannot be configured or a case it cannot read is an error found before
     /// any machine exists.
