@@ -311,21 +311,20 @@ impl Prepared {
     /// and blot it out of the results. The error shows the id redacted, with where it is.
     pub fn check_ids_hold_no_secret(&self) -> Result<()> {
         let redactor = crate::secrets::redactor();
-        let holds_secret = |id: &str| matches!(redactor.redact(id), std::borrow::Cow::Owned(_));
         let fix = "names and ids are written into every result file, which never holds a \
                    secret";
         if let Some(name) = self
             .config
             .variant_names()
             .into_iter()
-            .find(|name| holds_secret(name))
+            .find(|name| redactor.finds(name))
         {
             anyhow::bail!(
                 "variant `{}`: its name holds the value of a secret; {fix}: rename it",
                 redactor.redact(&name)
             );
         }
-        if let Some(index) = self.cases.cases.iter().position(|c| holds_secret(&c.id)) {
+        if let Some(index) = self.cases.cases.iter().position(|c| redactor.finds(&c.id)) {
             anyhow::bail!(
                 "case `{}` ({}): its id holds the value of a secret; {fix}: give the case \
                  another id",

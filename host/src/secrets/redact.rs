@@ -62,6 +62,10 @@ impl Needles {
         self
     }
 
+    fn found_in(&self, bytes: &[u8]) -> bool {
+        self.matcher.as_ref().is_some_and(|m| m.is_match(bytes))
+    }
+
     fn replace<'t>(&self, bytes: &'t [u8]) -> Cow<'t, [u8]> {
         match &self.matcher {
             Some(matcher) if matcher.is_match(bytes) => {
@@ -159,6 +163,11 @@ impl Redactor {
             text: text.build(),
             json: json.build(),
         }
+    }
+
+    /// Whether `text` holds a held value (one [`Redactor::redact`] would replace).
+    pub fn finds(&self, text: &str) -> bool {
+        self.text.found_in(text.as_bytes())
     }
 
     /// `text` with every held value replaced by `[redacted:NAME]`.
@@ -276,6 +285,9 @@ mod tests {
         );
         assert!(matches!(redactor.redact("nothing here"), Cow::Borrowed(_)));
         assert!(Redactor::default().redact("hunter2").contains("hunter2"));
+        // `finds` says what `redact` would replace.
+        assert!(redactor.finds("id-hunter2-x") && !redactor.finds("id-abc"));
+        assert!(!Redactor::default().finds("hunter2"));
     }
 
     #[test]
