@@ -170,6 +170,55 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
+/// The trace log of a run directory (run format 2): every stored trace, a JSON line each.
+pub const TRACES_FILE: &str = "traces.jsonl";
+
+/// Every line of `run_dir`'s trace log as JSON, in the order written (empty with no log).
+pub fn trace_lines(run_dir: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(run_dir.join(TRACES_FILE)).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("a trace line is not JSON: {e}"))
+        })
+        .collect()
+}
+
+/// Whether trace line `record` is the trace of `trial` (`variant/case/trial`).
+fn is_trace_of(record: &serde_json::Value, trial: &str) -> bool {
+    let (variant, rest) = trial.split_once('/').expect("variant/case/trial");
+    let (case, n) = rest.rsplit_once('/').expect("variant/case/trial");
+    record["variant"] == variant
+        && record["case"]["id"] == case
+        && record["trial"].as_u64().map(|t| t.to_string()).as_deref() == Some(n)
+}
+
+/// The stored trace of `trial` (`"variant/case/trial"`, e.g. `"default/c1/0"`) in `run_dir`:
+/// its last line in the trace log, read as the docs describe the log rather than through
+/// mst. Panics, naming the trial, when the run has none.
+pub fn read_trace(run_dir: &Path, trial: &str) -> serde_json::Value {
+    find_trace(run_dir, trial)
+        .unwrap_or_else(|| panic!("no trace of {trial} in {}", run_dir.display()))
+}
+
+/// [`read_trace`], or `None` when the run has no trace of `trial`.
+pub fn find_trace(run_dir: &Path, trial: &str) -> Option<serde_json::Value> {
+    trace_lines(run_dir)
+        .into_iter()
+        .rev()
+        .find(|record| is_trace_of(record, trial))
+}
+
+/// Removes every trace of `trial` from `run_dir`'s trace log (to make it missing, as a lost
+/// trial is).
+pub fn remove_trace(run_dir: &Path, trial: &str) {
+    let kept: String = trace_lines(run_dir)
+        .into_iter()
+        .filter(|record| !is_trace_of(record, trial))
+        .map(|record| record.to_string() + "\n")
+        .collect();
+    std::fs::write(run_dir.join(TRACES_FILE), kept).expect("rewrite the trace log");
+}
+
 /// The one run directory of `eval` below a results directory.
 pub fn only_run(results: &Path, eval: &str) -> PathBuf {
     let runs: Vec<PathBuf> = std::fs::read_dir(results.join(eval).join("runs"))

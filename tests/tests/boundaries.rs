@@ -3,7 +3,7 @@
 //! do. Each test drives the built `mst` on the real local runner; where the machine is hostile,
 //! a stand-in worker script plays it.
 
-use mst_tests::{command_eval, read_json, stand_in_worker, Eval, Mst};
+use mst_tests::{command_eval, find_trace, read_json, read_trace, stand_in_worker, Eval, Mst};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,7 +30,7 @@ cat "$b/bundle.json""#;
     let eval = secret_answer_eval(json!(["sh", "-c", agent]));
     let run = eval.run(&mst, &["--json", "-q"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
     let answer = trace["trace"]["finalText"].as_str().unwrap();
     assert!(
         answer.contains("what is six times seven?"),
@@ -116,12 +116,23 @@ fn a_trace_with_a_forged_case_counts_as_infra() {
             "{delivery:?}: {}",
             run.stdout
         );
-        let stored = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+        let stored = read_trace(&eval.run_dir("e2e"), "default/c1/0");
         assert_eq!(stored["case"]["expected"], "real", "{delivery:?}: {stored}");
         let reason = stored["trace"]["events"][0]["text"].as_str().unwrap();
         assert!(
             reason.contains("not the one the coordinator sent"),
             "{delivery:?}: {reason}"
+        );
+        // Nothing the machine wrote is kept beside the log: no landed copy, no landing place.
+        let names: Vec<String> = std::fs::read_dir(eval.run_dir("e2e"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().all(|n| n != "default" && !n.starts_with('.'))
+                && names.iter().any(|n| n == "traces.jsonl"),
+            "{delivery:?}: {names:?}"
         );
     }
 }
@@ -177,7 +188,7 @@ fn a_client_holding_its_pipes_through_setsid_ends_at_the_trial_timeout() {
         took < Duration::from_secs(30),
         "the run waited for the setsid child: {took:?}"
     );
-    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
     assert_eq!(trace["trace"]["finalText"], "done", "{trace}");
     let logged = trace["trace"]["events"].to_string();
     assert!(logged.contains("stopped reading"), "{logged}");
@@ -381,7 +392,7 @@ fn a_shard_past_its_copy_cap_stops_and_the_disk_stays_bounded() {
     );
     let stored: u64 = mst_tests::walk(&dir)
         .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter(|p| p.extension().is_some_and(|e| e == "json" || e == "jsonl"))
         .filter_map(|p| std::fs::metadata(p).ok())
         .map(|m| m.len())
         .sum();
@@ -398,10 +409,10 @@ fn resume_refuses_a_changed_setup_unless_forced() {
     assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
     let dir = eval.run_dir("e2e");
     let record = read_json(&dir.join("run.json"));
-    assert_eq!(record["format"], 1, "{record}");
+    assert_eq!(record["format"], 2, "{record}");
     let id = record["runId"].as_str().unwrap().to_string();
     // c1's trace is lost, and meanwhile the dataset gains a case.
-    std::fs::remove_file(dir.join("default/c1/0.json")).unwrap();
+    mst_tests::remove_trace(&dir, "default/c1/0");
     let dataset = eval.dir.path().join("cases.jsonl");
     let mut cases = std::fs::read_to_string(&dataset).unwrap();
     cases.push_str("\n{\"id\": \"c9\", \"input\": \"new\"}\n");
@@ -415,11 +426,11 @@ fn resume_refuses_a_changed_setup_unless_forced() {
         "{}",
         changed.stderr
     );
-    assert!(!dir.join("default/c1/0.json").exists(), "nothing ran");
+    assert!(find_trace(&dir, "default/c1/0").is_none(), "nothing ran");
 
     let forced = eval.run(&mst, &["-q", "--resume", &id, "--force"]);
     assert_eq!(forced.code, 0, "{}\n{}", forced.stdout, forced.stderr);
-    assert!(dir.join("default/c1/0.json").exists());
+    assert!(find_trace(&dir, "default/c1/0").is_some());
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! counts as infra; `waitMs`/`createMs`/`readyMs` as `docs/results.md` defines them; a closed
 //! stdout ends a command quietly; `mst runs list` spells phases one way.
 
-use mst_tests::{command_eval, plugin, read_json, s, stand_in_worker, Eval, Mst};
+use mst_tests::{command_eval, plugin, read_json, read_trace, s, stand_in_worker, Eval, Mst};
 use serde_json::json;
 use std::io::Read;
 use std::process::Stdio;
@@ -193,7 +193,7 @@ echo '{{"type":"done","counts":{{"collected":2,"infra":0,"skipped":0}},"cleanup"
         "{summary}"
     );
     for (case, says) in [("c1", "the trace is for"), ("c2", "symbolic link")] {
-        let trace = read_json(&eval.run_dir("e2e").join(format!("default/{case}/0.json")));
+        let trace = read_trace(&eval.run_dir("e2e"), &format!("default/{case}/0"));
         assert_eq!(trace["trace"]["status"], "infra", "{trace}");
         assert_eq!(trace["case"]["id"], case, "the coordinator's own record");
         let reason = trace["trace"]["events"][0]["text"].as_str().unwrap();

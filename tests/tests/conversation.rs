@@ -288,7 +288,10 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
     assert_eq!(minted.len(), 10);
     let stored = files(&results);
     assert!(
-        stored.iter().any(|f| f.ends_with("chat/turn-3/0.json")),
+        stored
+            .iter()
+            .filter(|f| f.ends_with(mst_tests::TRACES_FILE))
+            .any(|log| mst_tests::find_trace(log.parent().unwrap(), "chat/turn-3/0").is_some()),
         "each turn's trace is stored: {stored:?}"
     );
     let answers = api.0.borrow();
@@ -843,16 +846,12 @@ fn a_conversation_exported_as_a_case_replays_its_turns_in_a_batch_run() {
         "--json",
     ]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            results
-                .join("play/runs")
-                .join(run.json()["runId"].as_str().unwrap())
-                .join("chat/kept-thread/0.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let trace = mst_tests::read_trace(
+        &results
+            .join("play/runs")
+            .join(run.json()["runId"].as_str().unwrap()),
+        "chat/kept-thread/0",
+    );
     assert_eq!(
         thread(&json!({"finalText": trace["trace"]["finalText"]})),
         ["alpha", "bravo"],

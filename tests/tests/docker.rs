@@ -7,7 +7,8 @@
 use mst_tests::model_server::{assert_both_orders, judge_preferring, ModelServer, Reply};
 use mst_tests::serve::Serve;
 use mst_tests::{
-    assert_resumed, command_eval, read_json, s, wait_for_run, wait_for_traces, walk, Eval, Mst, Run,
+    assert_resumed, command_eval, read_json, read_trace, s, wait_for_run, wait_for_traces, walk,
+    Eval, Mst, Run,
 };
 use serde_json::{json, Value};
 use std::process::Command;
@@ -417,7 +418,7 @@ head -c 1073741824 /dev/zero | tr '\0' a
     }
     assert!(mst_tests::files_containing(&dir, "root:x:0:0").is_empty());
     for case in ["c1", "c2"] {
-        let trace = read_json(&dir.join(format!("default/{case}/0.json")));
+        let trace = read_trace(&dir, &format!("default/{case}/0"));
         assert_eq!(trace["trace"]["status"], "infra", "{trace}");
         assert_eq!(trace["case"]["id"], case, "the coordinator's own record");
     }
@@ -593,7 +594,7 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         ],
         "the worker passes on to the agent exactly what the operator passed"
     );
-    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
     assert_eq!(
         trace["trace"]["finalText"], "question 1 hello from the host",
         "{trace}"
@@ -935,7 +936,7 @@ echo "root=[$root] scratch=[$scratch] nofile=$(ulimit -n) eth0=$eth procs=$procs
 
 /// The line [`PROBE`] printed in `eval`'s only trace.
 fn probe_line(eval: &Eval) -> String {
-    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
     trace["trace"]["finalText"]
         .as_str()
         .unwrap_or_default()
@@ -1067,7 +1068,7 @@ fn secret_env_reaches_the_agent_and_never_the_containers_environment() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = docker_run_with(&eval, &mst, &args, &kept_on(&a));
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
     let answer: Vec<String> = trace["trace"]["finalText"]
         .as_str()
         .unwrap()
@@ -1182,7 +1183,7 @@ fn a_pairwise_run_across_two_variants_on_docker_is_judged_in_both_orders() {
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let dir = eval.run_dir("paired");
     for variant in ["alpha", "beta"] {
-        let trace = read_json(&dir.join(variant).join("c1/0.json"));
+        let trace = read_trace(&dir.join(variant), "c1/0");
         assert!(
             trace["collectedBy"]["machine"]
                 .as_str()

@@ -3,7 +3,7 @@
 //! in a real `mst run`; and `mst plugin new --lang python|js` projects built with the same
 //! toolchains (which `cargo xtask plugins` installs into `target/toolchains/`).
 
-use mst_tests::{files_containing, plugin, read_json, s, target_dir, Eval, Mst};
+use mst_tests::{files_containing, plugin, read_json, read_trace, s, target_dir, Eval, Mst};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -173,7 +173,7 @@ fn python_and_js_graders_grade_cases_a_python_resolver_supplied() {
         .map(|t| t["case"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(cases.len(), 3, "{cases:?}");
-    let tokyo = read_json(&dir.join("default/tokyo/0.json"));
+    let tokyo = read_trace(&dir, "default/tokyo/0");
     assert_eq!(tokyo["case"]["input"], "It is 09:00 in Tokyo now");
     assert_eq!(tokyo["case"]["tags"], json!(["time", "easy"]));
 

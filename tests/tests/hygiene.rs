@@ -2,7 +2,9 @@
 //! programs mst starts inherit, what its provenance `git` call may run, and what reaches the
 //! terminal and the run directory of the secrets it holds and of hostile text.
 
-use mst_tests::{cases, files_containing, fixture, free_port, read_json, s, Eval, Mst, Run};
+use mst_tests::{
+    cases, files_containing, fixture, free_port, read_json, read_trace, s, Eval, Mst, Run,
+};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -199,7 +201,7 @@ fn the_local_worker_its_agent_and_its_stdio_servers_get_a_minimal_environment() 
         .into();
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let run_dir = eval.run_dir("env");
-    let agent = read_json(&run_dir.join("agent/env/0.json"));
+    let agent = read_trace(&run_dir, "agent/env/0");
     let agent_env = agent["trace"]["finalText"].as_str().unwrap();
     assert!(
         agent_env.contains("AGENT_CONFIGURED=yes")
@@ -207,7 +209,7 @@ fn the_local_worker_its_agent_and_its_stdio_servers_get_a_minimal_environment() 
             && agent_env.contains("LENT_TO_AGENTS=lent"),
         "{agent_env}"
     );
-    let server = read_json(&run_dir.join("server/env/0.json"));
+    let server = read_trace(&run_dir, "server/env/0");
     let server_env = server["trace"]["finalText"].as_str().unwrap();
     assert!(
         server_env.contains("SERVER_CONFIGURED=yes") && server_env.contains("PATH="),
@@ -314,7 +316,7 @@ fn an_mcp_server_echoing_its_bearer_token_is_redacted() {
     let _ = server.kill();
     let _ = server.wait();
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace = read_json(&eval.run_dir("bearer").join("default/c/0.json"));
+    let trace = read_trace(&eval.run_dir("bearer"), "default/c/0");
     assert_eq!(
         trace["trace"]["finalText"], "you sent Bearer [redacted:API_TOKEN]",
         "the server got the token and echoed it; the trace holds its name: {trace}"
@@ -373,7 +375,7 @@ fn an_agent_printing_its_environment_is_redacted() {
     let mst = Mst::new();
     let run = eval.run(&mst, &["--secrets-file", s(&secrets)]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace = read_json(&eval.run_dir("agent").join("default/c1/0.json"));
+    let trace = read_trace(&eval.run_dir("agent"), "default/c1/0");
     let text = trace.to_string();
     assert!(
         trace["trace"]["finalText"]
@@ -530,7 +532,7 @@ fn on_the_ssh_runner_the_agent_gets_a_minimal_environment_whatever_the_login_hol
         ],
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace = read_json(&eval.run_dir("ssh-env").join("default/c1/0.json"));
+    let trace = read_trace(&eval.run_dir("ssh-env"), "default/c1/0");
     let env = trace["trace"]["finalText"].as_str().unwrap();
     assert!(env.contains("PATH=") && !env.contains(CANARY), "{env}");
 }

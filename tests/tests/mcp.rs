@@ -2,7 +2,9 @@
 //! `mcp-server-time` (PyPI) over stdio, and `@modelcontextprotocol/server-everything` (npm) over
 //! stdio and streamable HTTP.
 
-use mst_tests::{files_containing, free_port, only_run, plugin, read_json, root, s, Mst};
+use mst_tests::{
+    files_containing, free_port, only_run, plugin, read_json, read_trace, root, s, Mst,
+};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -32,7 +34,7 @@ fn the_time_server_example_passes_with_wasm_graders() {
     ]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let dir = only_run(results.path(), "mcp-time");
-    let trace = read_json(&dir.join("default/tokyo-now/0.json"));
+    let trace = read_trace(&dir, "default/tokyo-now/0");
     let events = trace["trace"]["events"].as_array().unwrap();
     assert_eq!(events[0]["type"], "tool-call");
     assert_eq!(events[0]["server"], "time");
@@ -41,7 +43,7 @@ fn the_time_server_example_passes_with_wasm_graders() {
     let answer: Value =
         serde_json::from_str(trace["trace"]["finalText"].as_str().unwrap()).unwrap();
     assert_eq!(answer["timezone"], "Asia/Tokyo", "the real server answered");
-    let bad = read_json(&dir.join("default/bad-zone/0.json"));
+    let bad = read_trace(&dir, "default/bad-zone/0");
     assert_eq!(
         bad["trace"]["status"], "completed",
         "a tool error is an answer, not infra"
@@ -68,7 +70,7 @@ fn the_everything_server_over_stdio() {
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.json()["variants"]["default"]["passed"], 3);
     let dir = only_run(results.path(), "mcp-everything");
-    let two = read_json(&dir.join("default/two-calls/0.json"));
+    let two = read_trace(&dir, "default/two-calls/0");
     assert_eq!(
         two["trace"]["events"].as_array().unwrap().len(),
         4,
@@ -325,7 +327,7 @@ fn a_stdio_server_gets_env_secrets_and_starts_in_its_cwd() {
         &format!("SERVER_KEY={CANARY}\n"),
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace = read_json(&only_run(&results, "stdio-entries").join("default/c/0.json"));
+    let trace = read_trace(&only_run(&results, "stdio-entries"), "default/c/0");
     let outputs: Vec<&str> = trace["trace"]["events"]
         .as_array()
         .unwrap()

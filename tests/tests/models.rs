@@ -4,7 +4,7 @@
 //! model provider is reachable from here).
 
 use mst_tests::model_server::{ModelServer, Reply};
-use mst_tests::{read_json, Eval, Mst};
+use mst_tests::{read_json, read_trace, Eval, Mst};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ fn an_api_agent_calls_the_real_time_server_through_a_scripted_model() {
     );
     let run = eval.run(&Mst::new(), &["--json", "-q"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
+    let trace = read_trace(&eval.run_dir("agent"), "default/tokyo/0");
     assert_eq!(
         trace["trace"]["finalText"], "It is morning in Tokyo.",
         "{trace}"
@@ -99,7 +99,7 @@ fn tool_errors_go_back_to_the_model_and_max_turns_ends_the_loop() {
     // `looping` has no answer: it fails its judge (the loop ran; nothing broke).
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let dir = eval.run_dir("agent");
-    let errors = read_json(&dir.join("default/errors/0.json"));
+    let errors = read_trace(&dir, "default/errors/0");
     assert_eq!(errors["trace"]["status"], "completed", "{errors}");
     let results: Vec<Value> = events(&errors)
         .into_iter()
@@ -113,7 +113,7 @@ fn tool_errors_go_back_to_the_model_and_max_turns_ends_the_loop() {
         .contains("no tool `nowhere`"));
     // maxTurns is 2, so the third turn of `errors` is never asked for.
     assert_eq!(errors["trace"]["finalText"], Value::Null, "{errors}");
-    let looping = read_json(&dir.join("default/looping/0.json"));
+    let looping = read_trace(&dir, "default/looping/0");
     let last = events(&looping).pop().unwrap();
     assert!(
         last["text"]
@@ -133,7 +133,7 @@ fn mock_echo_answers_with_the_input() {
     );
     let run = eval.run(&Mst::new(), &["--json", "-q"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace = read_json(&eval.run_dir("agent").join("default/echo/0.json"));
+    let trace = read_trace(&eval.run_dir("agent"), "default/echo/0");
     assert_eq!(trace["trace"]["finalText"], "Tokyo, please");
 }
 
@@ -255,7 +255,7 @@ fn an_anthropic_format_model_calls_the_time_server_and_429_is_retried() {
         .as_str()
         .unwrap()
         .contains("Asia/Tokyo"));
-    let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
+    let trace = read_trace(&eval.run_dir("agent"), "default/tokyo/0");
     assert_eq!(trace["trace"]["finalText"], "It is morning in Tokyo.");
     let usage: Vec<u64> = events(&trace)
         .iter()
@@ -349,7 +349,7 @@ fn a_provider_failing_past_its_retries_makes_the_trial_infra() {
         4,
         "the first try and three retries"
     );
-    let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
+    let trace = read_trace(&eval.run_dir("agent"), "default/tokyo/0");
     assert_eq!(trace["trace"]["status"], "infra", "{trace}");
     let reason = events(&trace).pop().unwrap()["text"]
         .as_str()
@@ -416,7 +416,7 @@ fn the_agent_tools_example_runs_offline_and_its_provider_configs_ask_for_their_k
     let run = run_example("eval.json");
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let dir = mst_tests::only_run(results.path(), "agent-tools");
-    let trace = read_json(&dir.join("default/london-noon-in-tokyo/0.json"));
+    let trace = read_trace(&dir, "default/london-noon-in-tokyo/0");
     let call = events(&trace)
         .into_iter()
         .find(|e| e["type"] == "tool-result")
@@ -428,7 +428,7 @@ fn the_agent_tools_example_runs_offline_and_its_provider_configs_ask_for_their_k
     );
     // The real filesystem server wrote the note into the trial's own directory and read it
     // back.
-    let trace = read_json(&dir.join("default/tokyo-note/0.json"));
+    let trace = read_trace(&dir, "default/tokyo-note/0");
     let results: Vec<String> = events(&trace)
         .into_iter()
         .filter(|e| e["type"] == "tool-result")
@@ -654,7 +654,7 @@ fn a_malformed_model_reply_makes_the_trial_infra_naming_what_was_wrong() {
         let (eval, secrets) = http_eval(format, &server, "mst-canary-malformed-key");
         let run = run_with_secrets(&eval, &secrets);
         assert_eq!(run.code, 1, "{format}: {}\n{}", run.stdout, run.stderr);
-        let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
+        let trace = read_trace(&eval.run_dir("agent"), "default/tokyo/0");
         assert_eq!(trace["trace"]["status"], "infra", "{trace}");
         let reason = events(&trace).pop().unwrap()["text"]
             .as_str()
@@ -687,7 +687,7 @@ fn a_model_slower_than_the_trial_deadline_times_the_trial_out() {
         "the deadline ended the wait for the model: {took:?}"
     );
     assert_eq!(server.requests().len(), 0, "the reply never completed");
-    let trace = read_json(&eval.run_dir("agent").join("default/tokyo/0.json"));
+    let trace = read_trace(&eval.run_dir("agent"), "default/tokyo/0");
     assert_eq!(trace["trace"]["status"], "timed-out", "{trace}");
 }
 

@@ -1,7 +1,7 @@
 //! `mst run` end to end on the local runner: the real binary, real subprocess workers speaking
 //! mst.shard/v1, the command client, and the wasm `contains` grader.
 
-use mst_tests::{cases, only_run, plugin, read_json, root, s, Eval, Mst, Run};
+use mst_tests::{cases, only_run, plugin, read_json, read_trace, root, s, Eval, Mst, Run};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -64,7 +64,7 @@ fn the_quickstart_runs_and_records_everything() {
     assert_eq!(machine["ended"]["status"], "done");
     assert_eq!(machine["worker"]["mst"], env!("CARGO_PKG_VERSION"));
 
-    let trace = read_json(&dir.join("baseline/tokyo-time/0.json"));
+    let trace = read_trace(dir, "baseline/tokyo-time/0");
     assert_eq!(trace["case"]["id"], "tokyo-time");
     assert_eq!(trace["trace"]["finalText"], "It is 09:00 in Asia/Tokyo");
     assert_eq!(trace["trace"]["exitCode"], 0);

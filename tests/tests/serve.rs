@@ -24,14 +24,9 @@ fn machine_dir(view: &Value) -> PathBuf {
 }
 
 fn stored_trace(eval: &Eval, session: &str, task: &str) -> Value {
-    read_json(
-        &eval
-            .results()
-            .join("play/sessions")
-            .join(session)
-            .join("agent")
-            .join(task)
-            .join("0.json"),
+    mst_tests::read_trace(
+        &eval.results().join("play/sessions").join(session),
+        &format!("agent/{task}/0"),
     )
 }
 

@@ -3,7 +3,7 @@
 //! them as they come, and what streamed is what the sealed trace holds. Each test drives the
 //! built `mst` on the real local runner; where the worker is hostile, a stand-in script plays it.
 
-use mst_tests::{command_eval, read_json, s, stand_in_worker, Eval, Mst};
+use mst_tests::{command_eval, read_json, read_trace, s, stand_in_worker, Eval, Mst};
 use serde_json::json;
 use std::io::BufRead;
 use std::sync::mpsc;
@@ -122,9 +122,7 @@ echo "the answer""#,
     assert!(child.try_wait().unwrap().is_none(), "mst ended early");
     assert!(
         !eval.results().join("e2e").exists()
-            || mst_tests::walk(&eval.results())
-                .iter()
-                .all(|p| !p.ends_with("default/c1/0.json")),
+            || mst_tests::find_trace(&eval.run_dir("e2e"), "default/c1/0").is_none(),
         "the trace was not there yet"
     );
     std::fs::write(&marker, "").unwrap();
@@ -133,7 +131,7 @@ echo "the answer""#,
     let stderr = seen.join("\n");
     assert!(status.success(), "{stderr}");
 
-    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
     let events = trace["trace"]["events"].as_array().unwrap();
     assert_eq!(events.len(), 4, "{trace}");
     // One `-v` line per event of the sealed trace, in its order; the large one is named.
@@ -279,7 +277,7 @@ fn an_api_agents_messages_and_usage_stream_as_its_trace_records_them() {
         &[json!({"id": "echo", "input": "Tokyo, please"})],
     );
     let run = eval.run(&mst, &["-v"]);
-    let trace = read_json(&eval.run_dir("agent").join("default/echo/0.json"));
+    let trace = read_trace(&eval.run_dir("agent"), "default/echo/0");
     let lines: Vec<String> = run.stderr.lines().map(str::to_string).collect();
     // The user's message, the call's usage and the answer.
     assert_eq!(
@@ -306,7 +304,7 @@ done; echo ok"#;
     assert_eq!(run.code, 0, "{}", run.stdout);
     let record = read_json(&eval.run_dir("e2e").join("run.json"));
     assert_eq!(record["machines"][0]["ended"]["status"], "done", "{record}");
-    let trace = read_json(&eval.run_dir("e2e").join("default/c1/0.json"));
+    let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
     assert_eq!(trace["trace"]["events"].as_array().unwrap().len(), 5000);
     let lines: Vec<String> = run.stderr.lines().map(str::to_string).collect();
     let streamed = assert_streamed_is_the_trace(&lines, "default/c1/0", &trace, false);

@@ -3,13 +3,14 @@
 //!
 //! ```text
 //! <results>/<eval>/runs/<run-id>/run.json          provenance and phases
-//!                                 <variant>/<case>/<trial>.json   one trace per trial
+//!                                 traces.jsonl      every trial's trace, a line each
 //!                                 grades.json, scores/<judge>.json, summary.json
 //!                                 pairwise.json      pairwise verdicts per pair and case
 //!                                 shards/<n>.worker.log
 //! <results>/<eval>/sessions/<session-id>/          a playground session (`mst serve`)
 //! ```
 
+use super::trace_log::{TraceLog, TRACES_FILE};
 use super::{RunRecord, Summary};
 use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::grade::pairwise::PairResult;
@@ -20,8 +21,10 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Where a trial's trace lives, relative to a results directory: `<variant>/<case>/<trial>.json`,
-/// each name made safe as a single path component.
+/// Where a trial's trace file is, relative to a results directory:
+/// `<variant>/<case>/<trial>.json`, each name made safe as a single path component. A worker
+/// writes a trace too large for its `trial` message there on its machine; run format 1 kept
+/// every trace so (a run directory of format 2 keeps them in [`TRACES_FILE`]).
 pub fn trace_path(key: &TrialKey) -> String {
     format!(
         "{}/{}/{}.json",
@@ -137,14 +140,25 @@ impl RunDir {
         }
     }
 
-    /// Where the trace of `key` is (or would be).
-    pub fn trace_file(&self, key: &TrialKey) -> PathBuf {
+    /// Where the trace of `key` is in a run of format 1 (a file per trial).
+    fn format_1_trace_file(&self, key: &TrialKey) -> PathBuf {
         self.root.join(trace_path(key))
     }
 
-    /// Whether the trace of `key` was collected.
+    /// The run's trace log, `traces.jsonl`.
+    pub fn trace_log(&self) -> std::sync::Arc<TraceLog> {
+        TraceLog::of(&self.root)
+    }
+
+    /// Where the trace log is.
+    pub fn trace_log_file(&self) -> PathBuf {
+        self.root.join(TRACES_FILE)
+    }
+
+    /// Whether the trace of `key` was collected: in the trace log, or (a run of format 1,
+    /// or one resumed from it) in its own file.
     pub fn has_trace(&self, key: &TrialKey) -> bool {
-        self.trace_file(key).is_file()
+        self.trace_log().contains(key) || self.format_1_trace_file(key).is_file()
     }
 
     /// Where shard `shard`'s worker log goes.
@@ -222,16 +236,17 @@ impl RunDir {
         }
     }
 
-    /// Writes the redacted trace; the bytes written when redaction changed them.
+    /// Appends the redacted trace to the log; the bytes written when redaction changed them.
     fn write_trace_bytes(&self, key: &TrialKey, record: &TrialRecord) -> Result<Option<Vec<u8>>> {
-        let bytes = serde_json::to_vec_pretty(record)?;
+        let bytes = serde_json::to_vec(record)?;
+        let log = self.trace_log();
         match crate::secrets::redactor().redact_json(&bytes) {
             std::borrow::Cow::Borrowed(_) => {
-                crate::files::write_atomic(&self.trace_file(key), &bytes)?;
+                log.append(key, &bytes)?;
                 Ok(None)
             }
             std::borrow::Cow::Owned(redacted) => {
-                crate::files::write_atomic(&self.trace_file(key), &redacted)?;
+                log.append(key, &redacted)?;
                 Ok(Some(redacted))
             }
         }
@@ -261,11 +276,14 @@ impl RunDir {
         Ok(record)
     }
 
-    /// The trace of `key`, if it was collected.
+    /// The trace of `key`, if it was collected: its last line in the trace log, or its own
+    /// file in a run of format 1.
     pub fn read_trace(&self, key: &TrialKey) -> Option<TrialRecord> {
-        let path = self.trace_file(key);
-        let bytes = crate::files::read_regular(&path, 256 << 20, true).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        self.trace_log().read(key).or_else(|| {
+            let path = self.format_1_trace_file(key);
+            let bytes = crate::files::read_regular(&path, 256 << 20, true).ok()?;
+            serde_json::from_slice(&bytes).ok()
+        })
     }
 
     /// Writes grades, per-judge scores and the summary. Entries borrow from `grades` rather
@@ -330,6 +348,45 @@ impl RunDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn traces_go_to_the_log_and_a_format_1_run_s_files_are_still_read() {
+        use crate::eval::trial::CaseRecord;
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::new(dir.path(), "r1");
+        let key = |case: &str| TrialKey {
+            variant: "default".into(),
+            case: case.into(),
+            trial: 0,
+        };
+        let answered = |case: &str, text: &str| {
+            TrialRecord::answered(CaseRecord::new(case, serde_json::json!("q")), text)
+        };
+        // Format 1: a file per trial.
+        let old = run.root.join("default/c1/0.json");
+        std::fs::create_dir_all(old.parent().unwrap()).unwrap();
+        std::fs::write(
+            &old,
+            serde_json::to_vec(&answered("c1", "from a file")).unwrap(),
+        )
+        .unwrap();
+        assert!(run.has_trace(&key("c1")));
+        let read = run.read_trace(&key("c1")).unwrap();
+        assert_eq!(read.trace.final_text.as_deref(), Some("from a file"));
+
+        // A new trace goes to the log, one line; the log's version of a trial wins.
+        run.write_trace(&key("c2"), &answered("c2", "logged"))
+            .unwrap();
+        run.write_trace(&key("c1"), &answered("c1", "rewritten"))
+            .unwrap();
+        assert!(!run.root.join("default/c2").exists());
+        let log = std::fs::read_to_string(run.trace_log_file()).unwrap();
+        assert_eq!(log.lines().count(), 2, "{log}");
+        let read = |case| run.read_trace(&key(case)).unwrap().trace.final_text;
+        assert_eq!(read("c2").as_deref(), Some("logged"));
+        assert_eq!(read("c1").as_deref(), Some("rewritten"));
+        assert!(!run.has_trace(&key("c3")) && run.read_trace(&key("c3")).is_none());
+    }
 
     #[test]
     fn run_ids_are_utc_timestamps() {

@@ -1,7 +1,7 @@
 //! Results: the run directory and everything in it (see `docs/results.md`).
 //!
-//! `.mst/results/<eval>/runs/<run-id>/` holds `run.json` (provenance and phases), one trace per
-//! trial at `<variant>/<case>/<trial>.json`, `scores/<judge>.json`, `grades.json`,
+//! `.mst/results/<eval>/runs/<run-id>/` holds `run.json` (provenance and phases), every trial's
+//! trace in `traces.jsonl` ([`trace_log`]), `scores/<judge>.json`, `grades.json`,
 //! `pairwise.json` (when the eval has pairwise judges), `summary.json`, and
 //! `shards/<n>.worker.log`. [`export`] rewrites a stored run in another tool's layout; [`diff`]
 //! compares two runs of one eval.
@@ -11,6 +11,7 @@ pub mod export;
 pub mod layout;
 pub mod report;
 pub mod stored;
+pub mod trace_log;
 pub mod usage;
 
 pub use layout::{trace_path, ResultsRoot, RunDir};
@@ -70,8 +71,9 @@ pub struct GitState {
 }
 
 /// The `run.json` format this build writes; a record of a later format is refused, so an
-/// older mst never half-reads (and rewrites) a newer run.
-pub const RUN_FORMAT: u32 = 1;
+/// older mst never half-reads (and rewrites) a newer run. Format 2 keeps the traces in one
+/// log, `traces.jsonl`; format 1 kept a file per trial, which this build still reads.
+pub const RUN_FORMAT: u32 = 2;
 
 fn first_format() -> u32 {
     1

@@ -27,7 +27,7 @@ pub fn open(
     let (dir, record) = match &request.resume {
         Some(run_id) => {
             let dir = root.run(&config.name, run_id);
-            let record = dir
+            let mut record = dir
                 .read_record()
                 .with_context(|| format!("--resume {run_id}"))?;
             if record.eval != config.name {
@@ -48,6 +48,9 @@ pub fn open(
             if record.config_hash != prepared.config_hash {
                 reporter.event(&RunEvent::ConfigChanged);
             }
+            // New traces go to the trace log: a run of format 1 resumed is of format 2 now
+            // (its earlier traces stay in their files, which this build still reads).
+            record.format = results::RUN_FORMAT;
             (dir, record)
         }
         None => {

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! <results>/<eval>/sessions/<session-id>/session.json                 the record
-//!                                         <variant>/<task-id>/0.json   one trace per task
+//!                                         traces.jsonl                 every task's trace, a line each
 //!                                         shards/0.worker.log          the last task's worker log
 //! ```
 //!
@@ -79,7 +79,8 @@ pub struct TaskView {
     pub ended_at: Option<u64>,
     /// Events recorded so far.
     pub events: u64,
-    /// The stored trace, relative to the session directory, once the task settled.
+    /// The key of the task's stored trace in the session's `traces.jsonl`
+    /// (`<variant>/<task-id>/0`), once the task settled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
 }
@@ -228,10 +229,7 @@ impl Task {
             started_at: self.started_at,
             ended_at,
             events: live.events.len() as u64,
-            trace: live
-                .settled
-                .as_ref()
-                .map(|_| crate::results::layout::trace_path(&self.key)),
+            trace: live.settled.as_ref().map(|_| self.key.to_string()),
         }
     }
 }

@@ -877,9 +877,8 @@ impl<'a> ShardSession<'a> {
         };
         match inline {
             Some((record, bytes)) => {
-                let dest = self.run_dir.root.join(trace_path(&copy.key));
-                let checked = self.accept_inline(&dest, *record, bytes, &copy.key);
-                self.settle(copy, &dest, checked, false);
+                let checked = self.accept_inline(*record, bytes, &copy.key);
+                self.settle(copy, checked, false);
             }
             None => self.copies.push(copy),
         }
@@ -902,25 +901,43 @@ impl<'a> ShardSession<'a> {
     /// Copies the waiting traces back (the path is ours to decide, never the worker's),
     /// validates them and records each trial's outcome. When copies fail because the machine
     /// itself is gone (its runner says so), those trials stay missing, for a resume, instead
-    /// of failed.
+    /// of failed. A channel that copies files lands them in a directory of the batch's own
+    /// beside the run's, removed once each trace is checked and stored in the trace log.
     fn copy_back(&mut self, channel: &mut dyn Channel) {
         if self.copies.is_empty() {
             return;
         }
+        let landing = crate::home::create_private_dir(&self.run_dir.root).and_then(|()| {
+            Ok(tempfile::Builder::new()
+                .prefix(".landing-")
+                .tempdir_in(&self.run_dir.root)?)
+        });
+        let landing = match landing {
+            Ok(landing) => landing,
+            Err(e) => {
+                // Nowhere to land them: the trials stay missing, for a resume.
+                let why = format!("cannot make a landing directory: {e:#}");
+                for copy in std::mem::take(&mut self.copies) {
+                    let checked = Err(CopyFailure::NotCopied(why.clone()));
+                    self.settle(copy, checked, false);
+                }
+                return;
+            }
+        };
         let files: Vec<(String, PathBuf)> = self
             .copies
             .iter()
             .map(|c| {
                 let path = trace_path(&c.key);
-                (format!("results/{path}"), self.run_dir.root.join(&path))
+                (format!("results/{path}"), landing.path().join(&path))
             })
             .collect();
         let fetched = channel.read_many(&files, self.context.settings.max_trace_bytes);
         let machine_lost = fetched.iter().any(|f| f.is_err()) && channel.diagnose().is_some();
         let copies = std::mem::take(&mut self.copies);
-        for ((copy, (_, dest)), fetched) in copies.into_iter().zip(&files).zip(fetched) {
+        for (copy, fetched) in copies.into_iter().zip(fetched) {
             let fetched = fetched.and_then(|bytes| {
-                self.count_copied(dest, bytes.len() as u64)?;
+                self.count_copied(bytes.len() as u64)?;
                 Ok(bytes)
             });
             let checked = match fetched {
@@ -930,7 +947,7 @@ impl<'a> ShardSession<'a> {
                 Err(e) if Refused::is(&e) => Err(CopyFailure::Refused(format!("{e:#}"))),
                 Err(e) => Err(CopyFailure::NotCopied(format!("{e:#}"))),
             };
-            self.settle(copy, dest, checked, machine_lost);
+            self.settle(copy, checked, machine_lost);
         }
     }
 
@@ -939,26 +956,23 @@ impl<'a> ShardSession<'a> {
     /// [`protocol::MAX_LINE_BYTES`], far below the trace size limit.)
     fn accept_inline(
         &mut self,
-        dest: &Path,
         record: TrialRecord,
         bytes: u64,
         key: &TrialKey,
     ) -> Result<TrialStatus, CopyFailure> {
         // Past a cap it is dropped, as a copied file would be: the trial stays missing.
-        if let Err(e) = self.count_copied(dest, bytes) {
+        if let Err(e) = self.count_copied(bytes) {
             return Err(CopyFailure::NotCopied(format!("{e:#}")));
         }
         self.accept_record(record, key)
             .map_err(CopyFailure::Refused)
     }
 
-    /// Records the outcome of one trial from what came back for it (`checked`); `dest` is
-    /// where its trace belongs in the run directory. `machine_lost`: the copies failed because
-    /// the machine itself is gone.
+    /// Records the outcome of one trial from what came back for it (`checked`).
+    /// `machine_lost`: the copies failed because the machine itself is gone.
     fn settle(
         &mut self,
         copy: PendingCopy,
-        dest: &Path,
         checked: Result<TrialStatus, CopyFailure>,
         machine_lost: bool,
     ) {
@@ -981,12 +995,9 @@ impl<'a> ShardSession<'a> {
                 self.collected(copy.key);
             }
             // The machine vanished under it: the trial stays missing, for a resume.
-            (_, Err(CopyFailure::NotCopied(_))) if machine_lost => {
-                let _ = std::fs::remove_file(dest);
-            }
+            (_, Err(CopyFailure::NotCopied(_))) if machine_lost => {}
             // Nothing usable arrived: the trial stays missing, for a resume.
             (Collected::Collected, Err(CopyFailure::NotCopied(why))) => {
-                let _ = std::fs::remove_file(dest);
                 let key = copy.key;
                 (self.context.events)(ShardEvent::TraceNotCopied { shard, key, why });
             }
@@ -996,23 +1007,22 @@ impl<'a> ShardSession<'a> {
                 let reason = copy
                     .error
                     .unwrap_or_else(|| "the client could not run".into());
-                self.write_infra(dest, &copy.key, &reason);
+                self.write_infra(&copy.key, &reason);
                 self.infra(copy.key, reason);
             }
             (Collected::Collected, Err(CopyFailure::Refused(why))) => {
                 let key = copy.key.clone();
                 let reason = format!("its trace was refused: {why}");
                 (self.context.events)(ShardEvent::TraceRefused { shard, key, why });
-                self.write_infra(dest, &copy.key, &reason);
+                self.write_infra(&copy.key, &reason);
                 self.infra(copy.key, reason);
             }
         }
     }
 
-    /// Counts a copied trace (`size` bytes, landing at `dest`) against the shard's and the
-    /// run's caps; the one that crosses a cap is dropped (the trial stays missing) and the
-    /// shard stops.
-    fn count_copied(&mut self, dest: &Path, size: u64) -> anyhow::Result<()> {
+    /// Counts a copied trace (`size` bytes) against the shard's and the run's caps; the one
+    /// that crosses a cap is dropped (the trial stays missing) and the shard stops.
+    fn count_copied(&mut self, size: u64) -> anyhow::Result<()> {
         self.copied += size;
         let run_total = self.context.copied.fetch_add(size, Ordering::SeqCst) + size;
         let settings = self.context.settings;
@@ -1032,7 +1042,6 @@ impl<'a> ShardSession<'a> {
         let Some(why) = crossed else {
             return Ok(());
         };
-        let _ = std::fs::remove_file(dest);
         self.over_cap.get_or_insert(why.clone());
         anyhow::bail!("{why}; the trace was dropped")
     }
@@ -1103,10 +1112,10 @@ impl<'a> ShardSession<'a> {
         (self.context.events)(ShardEvent::TrialInfra { shard, key, reason });
     }
 
-    /// Replaces whatever came back for `key` with the coordinator's own infra record, so the
-    /// trial counts as infra (not missing) and nothing the worker wrote stays.
-    fn write_infra(&self, dest: &Path, key: &TrialKey, reason: &str) {
-        let _ = std::fs::remove_file(dest);
+    /// Records the coordinator's own infra record as `key`'s trace, in place of whatever came
+    /// back for it, so the trial counts as infra (not missing) and nothing the worker wrote
+    /// is kept.
+    fn write_infra(&self, key: &TrialKey, reason: &str) {
         let Some(case) = self.context.cases.get(key.case.as_str()) else {
             return;
         };
