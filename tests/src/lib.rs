@@ -174,9 +174,12 @@ pub fn read_json(path: &Path) -> serde_json::Value {
 pub const TRACES_FILE: &str = "traces.jsonl";
 
 /// Every line of `run_dir`'s trace log as JSON, in the order written (empty with no log).
+/// A line still being written (no newline yet) is left out: it is no trace yet.
 pub fn trace_lines(run_dir: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(run_dir.join(TRACES_FILE)).unwrap_or_default();
-    text.lines()
+    let whole = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+    whole
+        .lines()
         .map(|line| {
             serde_json::from_str(line).unwrap_or_else(|e| panic!("a trace line is not JSON: {e}"))
         })
@@ -392,17 +395,16 @@ pub fn assert_no_work_dirs_left(id: &str) {
     );
 }
 
-/// Waits until the run directory `dir` holds `n` traces, failing the test after `limit`.
+/// Waits until the run directory `dir` holds traces of `n` trials, failing the test after
+/// `limit`.
 pub fn wait_for_traces(dir: &Path, n: usize, limit: Duration) {
     let started = Instant::now();
     loop {
-        // Traces are `<variant>/<case>/<trial>.json`; run.json and the rest sit at the top.
-        let count = walk(dir)
+        let trials: std::collections::BTreeSet<String> = trace_lines(dir)
             .iter()
-            .filter_map(|p| p.strip_prefix(dir).ok())
-            .filter(|p| p.extension().is_some_and(|e| e == "json") && p.components().count() == 3)
-            .count();
-        if count >= n {
+            .map(|t| format!("{}/{}/{}", t["variant"], t["case"]["id"], t["trial"]))
+            .collect();
+        if trials.len() >= n {
             return;
         }
         assert!(

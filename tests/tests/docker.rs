@@ -1183,7 +1183,7 @@ fn a_pairwise_run_across_two_variants_on_docker_is_judged_in_both_orders() {
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let dir = eval.run_dir("paired");
     for variant in ["alpha", "beta"] {
-        let trace = read_trace(&dir.join(variant), "c1/0");
+        let trace = read_trace(&dir, &format!("{variant}/c1/0"));
         assert!(
             trace["collectedBy"]["machine"]
                 .as_str()
