@@ -10,7 +10,7 @@
 //! <results>/<eval>/sessions/<session-id>/          a playground session (`mst serve`)
 //! ```
 
-use super::trace_log::{TraceLog, TRACES_FILE};
+use super::trace_log::TraceLog;
 use super::{RunRecord, Summary};
 use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::grade::pairwise::PairResult;
@@ -24,7 +24,8 @@ use std::path::{Path, PathBuf};
 /// Where a trial's trace file is, relative to a results directory:
 /// `<variant>/<case>/<trial>.json`, each name made safe as a single path component. A worker
 /// writes a trace too large for its `trial` message there on its machine; run format 1 kept
-/// every trace so (a run directory of format 2 keeps them in [`TRACES_FILE`]).
+/// every trace so (a run directory of format 2 keeps them in
+/// [`super::trace_log::TRACES_FILE`]).
 pub fn trace_path(key: &TrialKey) -> String {
     format!(
         "{}/{}/{}.json",
@@ -146,13 +147,8 @@ impl RunDir {
     }
 
     /// The run's trace log, `traces.jsonl`.
-    pub fn trace_log(&self) -> std::sync::Arc<TraceLog> {
+    fn trace_log(&self) -> std::sync::Arc<TraceLog> {
         TraceLog::of(&self.root)
-    }
-
-    /// Where the trace log is.
-    pub fn trace_log_file(&self) -> PathBuf {
-        self.root.join(TRACES_FILE)
     }
 
     /// Whether the trace of `key` was collected: in the trace log, or (a run of format 1,
@@ -352,6 +348,7 @@ mod tests {
     #[test]
     fn traces_go_to_the_log_and_a_format_1_run_s_files_are_still_read() {
         use crate::eval::trial::CaseRecord;
+        use crate::results::trace_log::TRACES_FILE;
         let dir = tempfile::tempdir().unwrap();
         let run = RunDir::new(dir.path(), "r1");
         let key = |case: &str| TrialKey {
@@ -380,7 +377,7 @@ mod tests {
         run.write_trace(&key("c1"), &answered("c1", "rewritten"))
             .unwrap();
         assert!(!run.root.join("default/c2").exists());
-        let log = std::fs::read_to_string(run.trace_log_file()).unwrap();
+        let log = std::fs::read_to_string(run.root.join(TRACES_FILE)).unwrap();
         assert_eq!(log.lines().count(), 2, "{log}");
         let read = |case| run.read_trace(&key(case)).unwrap().trace.final_text;
         assert_eq!(read("c2").as_deref(), Some("logged"));
