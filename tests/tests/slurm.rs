@@ -244,10 +244,14 @@ fn a_job_cancelled_mid_run_leaves_its_trials_missing_and_resume_collects_them() 
     let record = read_json(&dir.join("run.json"));
     let lost = mst_tests::lost_machines(&record);
     assert_eq!(lost.len(), 1, "{}", record["machines"]);
-    assert!(lost[0]["machine"]
-        .as_str()
-        .unwrap()
-        .contains(&format!("mst-{id}-1-")));
+    assert!(
+        lost[0]["machine"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("mst-{id}-1-")),
+        "the lost machine is not the cancelled job's: {}",
+        record["machines"]
+    );
     // Missing, never failed: no trial of the cancelled job counts against the agent.
     let counts = &summary["variants"]["default"];
     assert_eq!(
