@@ -4,7 +4,7 @@
 
 use mst_tests::slurm::{self, Cluster};
 use mst_tests::{
-    assert_resumed, command_eval, read_json, s, wait_for_run, wait_for_traces, Eval, Mst, Run,
+    assert_resumed, command_eval, read_json, s, trace_lines, wait_for_run, Eval, Mst, Run,
 };
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -67,7 +67,15 @@ fn two_shards_under_way(
         .unwrap();
     let dir = wait_for_run(&eval.results(), "e2e");
     let id = run_id(&dir);
-    wait_for_traces(&dir, 2, Duration::from_secs(60));
+    // Both shards' jobs run (each has collected a trace): a job cancelled now is a running
+    // shard's, not one still waiting for its allocation on a busy cluster.
+    wait_until(Duration::from_secs(60), "a trace from each shard", || {
+        let shards: std::collections::BTreeSet<u64> = trace_lines(&dir)
+            .iter()
+            .filter_map(|t| t["collectedBy"]["shard"].as_u64())
+            .collect();
+        shards.len() == 2
+    });
     (child, eval, dir, id)
 }
 
