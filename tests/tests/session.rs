@@ -94,7 +94,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
     let collected: Vec<&str> = seen
         .iter()
         .map(|event| match event {
-            ShardEvent::TrialCollected { key, .. } => key.case.as_str(),
+            ShardEvent::TrialCollected { key, .. } => &*key.case,
             other => panic!("unexpected event {other:?}"),
         })
         .collect();

@@ -2,7 +2,7 @@
 
 use super::plugin::SandboxArgs;
 use crate::eval::trial::TrialKey;
-use crate::grade::TrialGrade;
+use crate::grade::Grades;
 use crate::home::Home;
 use crate::results::{self, report, ResultsRoot};
 use crate::run::events::{self, RunEvent};
@@ -10,7 +10,6 @@ use crate::run::{self, RunRequest};
 use crate::shard::coordinator::{ShardEvent, ShardSettings};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -401,7 +400,7 @@ impl events::Reporter for Tee<'_> {
 /// report when the run has one, and where the run directory is.
 fn summary_text(
     summary: &results::Summary,
-    grades: &BTreeMap<TrialKey, TrialGrade>,
+    grades: &Grades,
     json: bool,
     dir: &results::RunDir,
 ) -> String {

@@ -45,20 +45,24 @@ pub fn plan(
             anyhow::bail!("--case {wanted}: no case has that id");
         }
     }
+    // One shared name per variant and per case, however many trials name it.
+    let variants: Vec<(&String, std::sync::Arc<str>)> =
+        variants.iter().map(|v| (v, v.as_str().into())).collect();
     let mut keys = Vec::new();
     for case in cases
         .iter()
         .filter(|c| filters.cases.is_empty() || filters.cases.contains(&c.id))
     {
         let repetitions = filters.trials.or(case.trials).unwrap_or(config.trials);
-        for variant in variants
+        let case_id: std::sync::Arc<str> = case.id.as_str().into();
+        for (_, variant) in variants
             .iter()
-            .filter(|v| filters.variants.is_empty() || filters.variants.contains(v))
+            .filter(|(v, _)| filters.variants.is_empty() || filters.variants.contains(v))
         {
             for trial in 0..repetitions {
                 keys.push(TrialKey {
                     variant: variant.clone(),
-                    case: case.id.clone(),
+                    case: case_id.clone(),
                     trial,
                 });
             }
@@ -106,7 +110,7 @@ mod tests {
         };
         let keys = plan(&config, &cases, &only).unwrap();
         assert_eq!(keys.len(), 3);
-        assert!(keys.iter().all(|k| k.variant == "b" && k.case == "c1"));
+        assert!(keys.iter().all(|k| &*k.variant == "b" && &*k.case == "c1"));
         assert!(plan(
             &config,
             &cases,

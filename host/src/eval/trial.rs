@@ -7,13 +7,16 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
+use std::sync::Arc;
 
 /// Identifies one trial: a case under a variant, and the repetition number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrialKey {
-    pub variant: String,
-    pub case: String,
+    /// Shared by every trial of the variant: a run of 100,000 trials holds each name once.
+    pub variant: Arc<str>,
+    /// Shared by every trial of the case, and with the plan's other keys.
+    pub case: Arc<str>,
     /// 0-based repetition.
     pub trial: u32,
 }
@@ -197,7 +200,7 @@ impl TrialRecord {
     pub fn infra(case: CaseRecord, key: &TrialKey, reason: &str) -> Self {
         let mut record = TrialRecord {
             case,
-            variant: key.variant.clone(),
+            variant: key.variant.to_string(),
             trial: key.trial,
             trace: TraceRecord::default(),
             collected_by: None,

@@ -6,6 +6,7 @@
 //! judge broke (`not-graded`), one whose machine or client broke (`infra`), and one that never
 //! came back (`missing`).
 
+mod grades;
 pub mod pairwise;
 pub mod tools;
 
@@ -17,6 +18,7 @@ use crate::eval::trial::{TrialRecord, TrialStatus};
 use crate::plugin::set::PluginSet;
 use crate::plugin::{Kind, LoadedPlugin};
 use anyhow::{bail, Context, Result};
+pub use grades::Grades;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -80,7 +82,8 @@ pub enum JudgeKind {
 /// One configured judge.
 #[derive(Clone)]
 pub struct Judge {
-    pub name: String,
+    /// Shared with every score the judge gives.
+    pub name: Arc<str>,
     pub weight: f64,
     pub kind: JudgeKind,
 }
@@ -88,7 +91,8 @@ pub struct Judge {
 /// One judge's verdict on one trial.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JudgeScore {
-    pub judge: String,
+    /// The judge's name, shared by all its scores (a run of 100,000 trials holds it once).
+    pub judge: Arc<str>,
     pub value: f64,
     pub pass: bool,
     pub reason: String,
@@ -108,6 +112,16 @@ pub enum TrialGrade {
     NotGraded { judge: String, error: String },
     /// The client or machine failed; nothing to grade.
     Infra { reason: String },
+}
+
+impl TrialGrade {
+    /// Each judge's score, when every judge scored the trial (none otherwise).
+    pub fn scores(&self) -> &[JudgeScore] {
+        match self {
+            TrialGrade::Graded { judges, .. } => judges,
+            _ => &[],
+        }
+    }
 }
 
 fn text_value(judge: &JudgeConfig, what: &str) -> Result<String> {
@@ -133,7 +147,7 @@ impl Judge {
                 .unwrap_or(serde_json::json!({}))
                 .to_string();
             return Ok(Judge {
-                name: config.name.clone().unwrap_or_else(|| name.clone()),
+                name: config.name.as_deref().unwrap_or(name).into(),
                 weight,
                 kind: JudgeKind::Plugin { plugin, options },
             });
@@ -161,7 +175,7 @@ impl Judge {
             ),
         };
         Ok(Judge {
-            name: config.name.clone().unwrap_or_else(|| assert.to_string()),
+            name: config.name.as_deref().unwrap_or(assert).into(),
             weight,
             kind: JudgeKind::Assert(assertion),
         })
@@ -291,8 +305,8 @@ impl JudgeSet {
     /// The judges that grade trial `key`.
     pub fn judges_for(&self, key: &TrialKey) -> &[Judge] {
         self.by_case
-            .get(&key.case)
-            .or_else(|| self.by_variant.get(&key.variant))
+            .get(&*key.case)
+            .or_else(|| self.by_variant.get(&*key.variant))
             .map(Vec::as_slice)
             .unwrap_or(&[])
     }
@@ -301,7 +315,7 @@ impl JudgeSet {
     pub fn grade(&self, key: &TrialKey, record: &TrialRecord) -> TrialGrade {
         let threshold = self
             .thresholds
-            .get(&key.case)
+            .get(&*key.case)
             .copied()
             .unwrap_or(self.threshold);
         grade_trial(self.judges_for(key), record, threshold)
@@ -351,7 +365,7 @@ pub fn grade_trial(judges: &[Judge], record: &TrialRecord, threshold: f64) -> Tr
             Ok(score) => scores.push(score),
             Err(error) => {
                 return TrialGrade::NotGraded {
-                    judge: judge.name.clone(),
+                    judge: judge.name.to_string(),
                     error,
                 }
             }
@@ -590,7 +604,7 @@ mod tests {
         match grade_trial(&judges, &record, 1.0) {
             TrialGrade::Graded { pass, judges, .. } => {
                 assert!(pass, "{judges:?}");
-                assert_eq!(judges[0].judge, "tools-called");
+                assert_eq!(&*judges[0].judge, "tools-called");
             }
             other => panic!("{other:?}"),
         }

@@ -295,7 +295,7 @@ fn case_keys(run: &StoredRun) -> impl Iterator<Item = (&str, &str)> {
     run.summary
         .cases
         .iter()
-        .flat_map(|(v, cases)| cases.keys().map(move |c| (v.as_str(), c.as_str())))
+        .flat_map(|(v, cases)| cases.keys().map(move |c| (v.as_str(), &**c)))
 }
 
 /// Each case of a run under each variant: its verdict and how many of its planned trials
@@ -310,9 +310,7 @@ impl<'a> Sides<'a> {
     fn of(run: &'a StoredRun) -> Self {
         let mut trials: BTreeMap<(&str, &str), (u32, u32)> = BTreeMap::new();
         for key in &run.record.trials {
-            let counts = trials
-                .entry((key.variant.as_str(), key.case.as_str()))
-                .or_default();
+            let counts = trials.entry((&*key.variant, &*key.case)).or_default();
             counts.1 += 1;
             if matches!(
                 run.grades.get(key),
@@ -400,8 +398,8 @@ mod tests {
         for (variant, case, passes) in trials {
             for (n, pass) in passes.iter().enumerate() {
                 let key = TrialKey {
-                    variant: variant.to_string(),
-                    case: case.to_string(),
+                    variant: (*variant).into(),
+                    case: (*case).into(),
                     trial: n as u32,
                 };
                 let grade = match pass {
@@ -418,6 +416,7 @@ mod tests {
                 grades.insert(key, grade);
             }
         }
+        let grades: crate::grade::Grades = grades.into_iter().collect();
         let summary = Summary::new(&record, &grades, &CaseRules::default());
         StoredRun {
             record,

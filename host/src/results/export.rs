@@ -288,7 +288,7 @@ fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
 fn planned_cases(record: &RunRecord) -> Vec<&str> {
     let mut seen: Vec<&str> = Vec::new();
     for key in &record.trials {
-        if !seen.contains(&key.case.as_str()) {
+        if !seen.contains(&&*key.case) {
             seen.push(&key.case);
         }
     }
@@ -303,7 +303,7 @@ fn run_file(run: &Stored, target: &Target<'_>) -> (String, Value) {
         .into_iter()
         .map(|name| {
             let collected = run.traces.iter().find_map(|(k, t)| {
-                (k.variant == name)
+                (&*k.variant == name)
                     .then_some(t.collected_by.as_ref())
                     .flatten()
             });

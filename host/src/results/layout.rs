@@ -14,10 +14,10 @@ use super::trace_log::TraceLog;
 use super::{RunRecord, Summary};
 use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::grade::pairwise::PairResult;
-use crate::grade::TrialGrade;
+use crate::grade::{Grades, TrialGrade};
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -282,18 +282,10 @@ impl RunDir {
         })
     }
 
-    /// Writes grades, per-judge scores and the summary. Entries borrow from `grades` rather
-    /// than building JSON trees, so memory stays flat however many trials a run has.
-    pub fn write_grades(
-        &self,
-        grades: &BTreeMap<TrialKey, TrialGrade>,
-        summary: &Summary,
-    ) -> Result<()> {
-        #[derive(Serialize)]
-        struct GradeEntry<'a> {
-            key: &'a TrialKey,
-            grade: &'a TrialGrade,
-        }
+    /// Writes grades, per-judge scores and the summary. Entries are made from `grades` as they
+    /// are written rather than gathered into lists or JSON trees first, so writing takes no
+    /// memory however many trials a run has.
+    pub fn write_grades(&self, grades: &Grades, summary: &Summary) -> Result<()> {
         #[derive(Serialize)]
         struct ScoreEntry<'a> {
             key: &'a TrialKey,
@@ -301,31 +293,31 @@ impl RunDir {
             pass: bool,
             reason: &'a str,
         }
-        let listed: Vec<GradeEntry<'_>> = grades
-            .iter()
-            .map(|(key, grade)| GradeEntry { key, grade })
+        self.write_json("grades.json", grades)?;
+        let judges: BTreeSet<&str> = grades
+            .values()
+            .flat_map(TrialGrade::scores)
+            .map(|score| &*score.judge)
             .collect();
-        self.write_json("grades.json", &listed)?;
-        let mut per_judge: BTreeMap<&str, Vec<ScoreEntry<'_>>> = BTreeMap::new();
-        for (key, grade) in grades {
-            if let TrialGrade::Graded { judges, .. } = grade {
-                for score in judges {
-                    per_judge
-                        .entry(score.judge.as_str())
-                        .or_default()
-                        .push(ScoreEntry {
+        for judge in judges {
+            // Each judge's scores are written as they are found, not gathered first.
+            let scores = || {
+                grades.iter().flat_map(move |(key, grade)| {
+                    grade
+                        .scores()
+                        .iter()
+                        .filter(move |score| &*score.judge == judge)
+                        .map(move |score| ScoreEntry {
                             key,
                             value: score.value,
                             pass: score.pass,
                             reason: &score.reason,
-                        });
-                }
-            }
-        }
-        for (judge, scores) in per_judge {
+                        })
+                })
+            };
             self.write_json(
                 &format!("scores/{}.json", crate::files::path_component(judge)),
-                &scores,
+                &SeqOf(scores),
             )?;
         }
         self.write_json("summary.json", summary)
@@ -338,6 +330,20 @@ impl RunDir {
             true => Ok(()),
             false => self.write_json("pairwise.json", &pairs),
         }
+    }
+}
+
+/// Serialises what `items` makes as a JSON array, each item made as it is written.
+struct SeqOf<F>(F);
+
+impl<F, I> Serialize for SeqOf<F>
+where
+    F: Fn() -> I,
+    I: Iterator,
+    I::Item: Serialize,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq((self.0)())
     }
 }
 

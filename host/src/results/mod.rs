@@ -19,10 +19,11 @@ pub use layout::{trace_path, ResultsRoot, RunDir};
 use crate::eval::plan::Filters;
 use crate::eval::trial::TrialKey;
 use crate::grade::pairwise::{PairOutcome, PairResult};
-use crate::grade::{CaseOutcome, TrialGrade};
+use crate::grade::{CaseOutcome, Grades, TrialGrade};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Whether a phase finished for every trial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,8 +178,8 @@ pub struct Summary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,
     pub variants: BTreeMap<String, VariantSummary>,
-    /// `cases[variant][case]`.
-    pub cases: BTreeMap<String, BTreeMap<String, CaseOutcome>>,
+    /// `cases[variant][case]`. A case's id is the plan's own, shared with its trials' keys.
+    pub cases: BTreeMap<String, BTreeMap<Arc<str>, CaseOutcome>>,
     /// The rules that made the case verdicts (`casePass`): the eval's, and cases' own.
     #[serde(default)]
     pub case_pass: crate::grade::CaseRules,
@@ -234,35 +235,33 @@ impl PairSummary {
 impl Summary {
     /// Builds the summary from the planned trials and their grades (absent = missing), each
     /// case's verdict by its rule in `rules`.
-    pub fn new(
-        record: &RunRecord,
-        grades: &BTreeMap<TrialKey, TrialGrade>,
-        rules: &crate::grade::CaseRules,
-    ) -> Self {
+    pub fn new(record: &RunRecord, grades: &Grades, rules: &crate::grade::CaseRules) -> Self {
         // Every trial's grade beside its variant and case, borrowed, sorted (stably: the
         // repetitions stay in order) so that each case's trials lie together: one flat list
         // rather than a map holding a list per case, which at 100,000 cases is the end of a
         // run's largest allocation.
-        let mut trials: Vec<(&str, &str, Option<&TrialGrade>)> = record
+        let mut trials: Vec<(&TrialKey, Option<&TrialGrade>)> = record
             .trials
             .iter()
-            .map(|key| (key.variant.as_str(), key.case.as_str(), grades.get(key)))
+            .map(|key| (key, grades.get(key)))
             .collect();
-        let missing = record
-            .trials
+        let missing = trials
             .iter()
-            .zip(&trials)
-            .filter(|(_, (_, _, grade))| grade.is_none())
-            .map(|(key, _)| key.clone())
+            .filter(|(_, grade)| grade.is_none())
+            .map(|(key, _)| (*key).clone())
             .collect();
-        trials.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        fn case_of(key: &TrialKey) -> (&str, &str) {
+            (&key.variant, &key.case)
+        }
+        trials.sort_by(|a, b| case_of(a.0).cmp(&case_of(b.0)));
         let mut variants: BTreeMap<String, VariantSummary> = BTreeMap::new();
-        let mut cases: BTreeMap<String, BTreeMap<String, CaseOutcome>> = BTreeMap::new();
+        let mut cases: BTreeMap<String, BTreeMap<Arc<str>, CaseOutcome>> = BTreeMap::new();
         let mut case_grades = Vec::new();
-        for group in trials.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-            let (variant, case) = (group[0].0, group[0].1);
+        for group in trials.chunk_by(|a, b| case_of(a.0) == case_of(b.0)) {
+            let key = group[0].0;
+            let (variant, case) = case_of(key);
             case_grades.clear();
-            case_grades.extend(group.iter().map(|(_, _, grade)| *grade));
+            case_grades.extend(group.iter().map(|(_, grade)| *grade));
             let outcome = crate::grade::case_outcome(&case_grades, rules.of(case));
             if !variants.contains_key(variant) {
                 variants.insert(variant.to_string(), VariantSummary::default());
@@ -279,7 +278,7 @@ impl Summary {
             cases
                 .get_mut(variant)
                 .expect("inserted with its counts")
-                .insert(case.to_string(), outcome);
+                .insert(key.case.clone(), outcome);
         }
         for counts in variants.values_mut() {
             let decided = counts.passed + counts.failed;

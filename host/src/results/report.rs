@@ -2,7 +2,7 @@
 
 use super::Summary;
 use crate::eval::trial::TrialKey;
-use crate::grade::{CaseOutcome, TrialGrade};
+use crate::grade::{CaseOutcome, Grades, TrialGrade};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -85,7 +85,7 @@ fn plural(n: usize, one: &str) -> String {
 /// missing groups (each case with its variant, trial count and first reason; infra trials
 /// grouped by identical cause), at most [`FAILURE_LINES`] lines shared fairly between the
 /// groups, then how many more `mst report` shows. Empty when everything passed.
-pub fn failures(summary: &Summary, grades: &BTreeMap<TrialKey, TrialGrade>) -> String {
+pub fn failures(summary: &Summary, grades: &Grades) -> String {
     // Every planned trial of each case: graded ones and missing ones.
     let mut trials: BTreeMap<(&str, &str), Vec<Option<&TrialGrade>>> = BTreeMap::new();
     for (key, grade) in grades {
@@ -105,7 +105,7 @@ pub fn failures(summary: &Summary, grades: &BTreeMap<TrialKey, TrialGrade>) -> S
             cases
                 .iter()
                 .filter(move |(_, outcome)| **outcome == wanted)
-                .map(move |(case, _)| (variant.as_str(), case.as_str()))
+                .map(move |(case, _)| (variant.as_str(), &**case))
         })
     };
     let of = |variant: &str, case: &str| trials.get(&(variant, case)).cloned().unwrap_or_default();
@@ -167,10 +167,8 @@ pub fn failures(summary: &Summary, grades: &BTreeMap<TrialKey, TrialGrade>) -> S
     let infra: Vec<String> = causes
         .iter()
         .map(|(reason, keys)| {
-            let mut cases: Vec<(&str, &str)> = keys
-                .iter()
-                .map(|k| (k.variant.as_str(), k.case.as_str()))
-                .collect();
+            let mut cases: Vec<(&str, &str)> =
+                keys.iter().map(|k| (&*k.variant, &*k.case)).collect();
             cases.dedup();
             let first = format!("{}/{}", cases[0].0, cases[0].1);
             let more = match cases.len() {
@@ -342,7 +340,7 @@ mod tests {
     }
 
     /// The summary of `planned` trials, `grades` holding those that came back.
-    fn summary(planned: &[TrialKey], grades: &BTreeMap<TrialKey, TrialGrade>) -> Summary {
+    fn summary(planned: &[TrialKey], grades: &Grades) -> Summary {
         let record: RunRecord = serde_json::from_value(serde_json::json!({
             "runId": "r1", "eval": "e", "mst": "0", "createdAt": 0, "configPath": "eval.json",
             "configHash": "c", "datasetHash": "d", "runner": "local", "runnerOptions": {},
@@ -387,6 +385,7 @@ mod tests {
         add(key("w", "i3", 0), Some(other));
         add(key("v", "gone", 0), None);
         add(key("v", "gone", 1), Some(graded(true, "fine")));
+        let grades: Grades = grades.into_iter().collect();
         let text = failures(&summary(&planned, &grades), &grades);
         let expected = "
 failed (1 case):
@@ -416,6 +415,7 @@ missing (1 trial):
         };
         grades.insert(key("w", "c00", 0), infra);
         let planned: Vec<TrialKey> = grades.keys().cloned().collect();
+        let grades: Grades = grades.into_iter().collect();
         let text = failures(&summary(&planned, &grades), &grades);
         assert_eq!(text.matches("trials failed").count(), 19, "{text}");
         assert!(
@@ -427,7 +427,7 @@ missing (1 trial):
             "{text}"
         );
         assert_eq!(
-            failures(&summary(&[], &BTreeMap::new()), &BTreeMap::new()),
+            failures(&summary(&[], &Grades::default()), &Grades::default()),
             ""
         );
     }

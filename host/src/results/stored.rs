@@ -4,9 +4,8 @@
 use super::{RunDir, RunRecord, Summary};
 use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::grade::pairwise::PairResult;
-use crate::grade::TrialGrade;
+use crate::grade::Grades;
 use anyhow::{Context, Result};
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -14,7 +13,7 @@ use std::path::Path;
 pub struct StoredRun {
     pub record: RunRecord,
     pub summary: Summary,
-    pub grades: BTreeMap<TrialKey, TrialGrade>,
+    pub grades: Grades,
     pub pairs: Vec<PairResult>,
     /// When grading last wrote `summary.json` (seconds since the epoch).
     pub finished_at: u64,
@@ -31,7 +30,7 @@ impl StoredRun {
     pub fn graded(
         record: RunRecord,
         summary: Summary,
-        grades: BTreeMap<TrialKey, TrialGrade>,
+        grades: Grades,
         pairs: Vec<PairResult>,
     ) -> Self {
         StoredRun {
@@ -54,15 +53,10 @@ impl StoredRun {
                 record.run_id, record.run_id
             )
         })?;
-        #[derive(Deserialize)]
-        struct GradeEntry {
-            key: TrialKey,
-            grade: TrialGrade,
-        }
         let grades_path = dir.root.join("grades.json");
-        let grades: Vec<GradeEntry> = match grades_path.exists() {
+        let grades: Grades = match grades_path.exists() {
             true => read_json(&grades_path)?,
-            false => Vec::new(),
+            false => Grades::default(),
         };
         let pairwise_path = dir.root.join("pairwise.json");
         let pairs: Vec<PairResult> = match pairwise_path.exists() {
@@ -75,7 +69,7 @@ impl StoredRun {
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(record.created_at, |d| d.as_secs());
         Ok(StoredRun {
-            grades: grades.into_iter().map(|e| (e.key, e.grade)).collect(),
+            grades,
             record,
             summary,
             pairs,
@@ -103,7 +97,7 @@ impl StoredRun {
     pub fn variants(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.record.baseline.iter().map(String::as_str).collect();
         for key in &self.record.trials {
-            if !names.contains(&key.variant.as_str()) {
+            if !names.contains(&&*key.variant) {
                 names.push(&key.variant);
             }
         }
@@ -119,6 +113,6 @@ impl StoredRun {
         self.record
             .trials
             .iter()
-            .filter(move |k| k.variant == variant && k.case == case)
+            .filter(move |k| &*k.variant == variant && &*k.case == case)
     }
 }

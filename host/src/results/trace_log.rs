@@ -169,8 +169,8 @@ impl TraceLog {
             .ok()?;
         drop(state);
         let record: TrialRecord = serde_json::from_slice(&bytes).ok()?;
-        let is_its = record.variant == key.variant
-            && record.case.id == key.case
+        let is_its = *record.variant == *key.variant
+            && *record.case.id == *key.case
             && record.trial == key.trial;
         is_its.then_some(record)
     }
@@ -308,9 +308,9 @@ mod tests {
     }
 
     fn line(key: &TrialKey, answer: &str) -> Vec<u8> {
-        let case = CaseRecord::new(&key.case, serde_json::json!("input"));
+        let case = CaseRecord::new(&*key.case, serde_json::json!("input"));
         let mut record = TrialRecord::answered(case, answer);
-        record.variant = key.variant.clone();
+        record.variant = key.variant.to_string();
         record.trial = key.trial;
         serde_json::to_vec(&record).unwrap()
     }

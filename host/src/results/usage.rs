@@ -44,7 +44,7 @@ impl UsageSummary {
             };
             if !totals.is_empty() {
                 variants
-                    .entry(key.variant.clone())
+                    .entry(key.variant.to_string())
                     .or_default()
                     .merge(&totals);
             }

@@ -70,8 +70,8 @@ pub fn bundle(
     (shard, shards): (u32, u32),
     heartbeat_ms: u64,
 ) -> Bundle {
-    let case_ids: BTreeSet<&str> = trials.iter().map(|k| k.case.as_str()).collect();
-    let variants: BTreeSet<&str> = trials.iter().map(|k| k.variant.as_str()).collect();
+    let case_ids: BTreeSet<&str> = trials.iter().map(|k| &*k.case).collect();
+    let variants: BTreeSet<&str> = trials.iter().map(|k| &*k.variant).collect();
     Bundle {
         protocol: PROTOCOL.to_string(),
         mst: env!("CARGO_PKG_VERSION").to_string(),

@@ -5,7 +5,7 @@
 
 use crate::eval::trial::{CaseRecord, TrialKey, TrialRecord};
 use crate::grade::pairwise::{self, CaseComparison, PairJudge, PairOutcome, PairResult};
-use crate::grade::{JudgeSet, TrialGrade};
+use crate::grade::{Grades, JudgeSet, TrialGrade};
 use crate::model::UsageTotals;
 use crate::results::stored::StoredRun;
 use crate::results::usage::trace_usage;
@@ -28,7 +28,7 @@ fn threads() -> usize {
 /// The stored trace of `key`, its case replaced by the coordinator's when `cases` has it.
 fn read_trace(dir: &RunDir, key: &TrialKey, cases: Option<&Cases<'_>>) -> Option<TrialRecord> {
     let mut trace = dir.read_trace(key)?;
-    if let Some(case) = cases.and_then(|cases| cases.get(key.case.as_str())) {
+    if let Some(case) = cases.and_then(|cases| cases.get(&*key.case)) {
         trace.case = (*case).clone();
     }
     Some(trace)
@@ -42,8 +42,8 @@ pub fn grade_all(
     dir: &RunDir,
     trials: &[TrialKey],
     cases: Option<&Cases<'_>>,
-) -> BTreeMap<TrialKey, TrialGrade> {
-    grade_rest(judges, dir, trials, cases, BTreeMap::new())
+) -> Grades {
+    grade_rest(judges, dir, trials, cases, Grades::default())
 }
 
 /// [`grade_all`] for the trials `graded` has no grade for (those [`Grading`] did not see:
@@ -53,8 +53,8 @@ pub fn grade_rest(
     dir: &RunDir,
     trials: &[TrialKey],
     cases: Option<&Cases<'_>>,
-    mut graded: BTreeMap<TrialKey, TrialGrade>,
-) -> BTreeMap<TrialKey, TrialGrade> {
+    mut graded: Grades,
+) -> Grades {
     let rest: Vec<TrialKey> = trials
         .iter()
         .filter(|key| !graded.contains_key(key))
@@ -122,20 +122,28 @@ impl Graded {
     }
 
     /// The grades, by trial.
-    pub fn into_grades(self) -> BTreeMap<TrialKey, TrialGrade> {
-        self.0.into_iter().map(|a| (a.key, a.grade)).collect()
+    pub fn into_grades(self) -> Grades {
+        // Made in place in the assessments' list (already sorted, each trial once), which
+        // then gives back the room their order and usage took.
+        let mut grades: Vec<_> = self.0.into_iter().map(|a| (a.key, a.grade)).collect();
+        grades.shrink_to_fit();
+        Grades::from_sorted(grades)
     }
 }
 
 impl<'scope> Grading<'scope> {
-    /// Starts the grading threads in `scope`, grading with `judges`.
+    /// Starts the grading threads in `scope`, grading with `judges` the traces of about
+    /// `expected` trials.
     pub fn start<'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         judges: &'env JudgeSet,
+        expected: usize,
     ) -> Self {
         let (traces, queue) = mpsc::channel::<Stored>();
         let queue = Arc::new(Mutex::new(queue));
-        let assessed = Arc::new(Mutex::new(Vec::new()));
+        // Room for each trial once, made up front: a list grown by doubling could hold up to
+        // twice the room it needs at the end of a run, when memory peaks.
+        let assessed = Arc::new(Mutex::new(Vec::with_capacity(expected)));
         let threads = (0..threads())
             .map(|_| {
                 let queue = queue.clone();
@@ -196,7 +204,7 @@ pub fn pairwise_all(
     let mut planned: BTreeMap<(&str, &str), BTreeSet<u32>> = BTreeMap::new();
     for key in trials {
         planned
-            .entry((key.variant.as_str(), key.case.as_str()))
+            .entry((&*key.variant, &*key.case))
             .or_default()
             .insert(key.trial);
     }
@@ -248,8 +256,8 @@ fn compare_case(
     let of_b = planned.get(&(judge.b.as_str(), case)).unwrap_or(&none);
     let usable = |variant: &str, trial: u32| {
         let key = TrialKey {
-            variant: variant.to_string(),
-            case: case.to_string(),
+            variant: variant.into(),
+            case: case.into(),
             trial,
         };
         read_trace(dir, &key, cases).filter(pairwise::comparable)
@@ -307,7 +315,7 @@ fn on_threads<K: Clone + Ord + Sync + Send, V: Send>(
 
 /// Whether every graded trial got a grade from all its judges, and every compared case a
 /// verdict from its pairwise judge.
-pub fn grade_phase(grades: &BTreeMap<TrialKey, TrialGrade>, pairs: &[PairResult]) -> Phase {
+pub fn grade_phase(grades: &Grades, pairs: &[PairResult]) -> Phase {
     let trial_broke = grades
         .values()
         .any(|g| matches!(g, TrialGrade::NotGraded { .. }));
@@ -413,7 +421,7 @@ mod tests {
         let trials: Vec<TrialKey> = (0..10)
             .map(|i| TrialKey {
                 variant: "v".into(),
-                case: format!("c{i}"),
+                case: format!("c{i}").into(),
                 trial: 0,
             })
             .collect();
@@ -424,8 +432,8 @@ mod tests {
                 .unwrap()
                 .insert(format!("{:?}", std::thread::current().id()));
             // Trial c3 was never collected.
-            (key.case != "c3").then(|| TrialGrade::Infra {
-                reason: key.case.clone(),
+            (&*key.case != "c3").then(|| TrialGrade::Infra {
+                reason: key.case.to_string(),
             })
         });
         assert_eq!(
@@ -438,7 +446,7 @@ mod tests {
             assert_eq!(
                 grade,
                 &TrialGrade::Infra {
-                    reason: key.case.clone()
+                    reason: key.case.to_string()
                 }
             );
         }

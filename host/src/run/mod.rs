@@ -15,7 +15,7 @@ pub mod resume;
 
 use crate::eval::plan::Filters;
 use crate::eval::trial::{CaseRecord, TrialKey};
-use crate::grade::TrialGrade;
+use crate::grade::Grades;
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
 use crate::results::stored::StoredRun;
@@ -106,7 +106,7 @@ pub struct RunOutcome {
     pub record: RunRecord,
     pub summary: Summary,
     /// Every graded trial's grade, as `grades.json` holds them.
-    pub grades: BTreeMap<TrialKey, TrialGrade>,
+    pub grades: Grades,
     /// How each shard of this collection went (a regrade has none).
     pub shards: Vec<ShardReport>,
 }
@@ -167,6 +167,7 @@ pub fn run(
         staging.path(),
     )?;
     // The bundles hold these keys now.
+    let collecting_trials = to_collect.len();
     drop(to_collect);
     for line in runner.plan() {
         reporter.event(&RunEvent::RunnerPlan(&line));
@@ -175,7 +176,7 @@ pub fn run(
     let collecting = Instant::now();
     // Each trace is graded as it is stored, on threads of their own, while collection goes on.
     let (shards, graded, timings) = std::thread::scope(|scope| {
-        let grading = grade::Grading::start(scope, &prepared.judges);
+        let grading = grade::Grading::start(scope, &prepared.judges, collecting_trials);
         let stored = |key: &TrialKey, trace| grading.stored(key, trace);
         let context = ShardContext {
             limiter: &prepared.limiter,
@@ -236,10 +237,7 @@ fn trials_to_collect(
         .filter(|k| !dir.has_trace(k))
         .cloned()
         .collect();
-    if let Some(key) = to_collect
-        .iter()
-        .find(|k| !cases.contains_key(k.case.as_str()))
-    {
+    if let Some(key) = to_collect.iter().find(|k| !cases.contains_key(&*k.case)) {
         bail!(
             "trial {key} refers to case `{}`, which the datasets no longer hold",
             key.case

@@ -333,8 +333,8 @@ impl Playground {
                 continue;
             }
             let key = crate::eval::trial::TrialKey {
-                variant: session.variant.clone(),
-                case: task.id.clone(),
+                variant: session.variant.as_str().into(),
+                case: task.id.as_str().into(),
                 trial: 0,
             };
             let usage = dir

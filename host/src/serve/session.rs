@@ -413,8 +413,8 @@ impl Session {
                 .iter()
                 .filter(|t| t.status != TaskStatus::Running && !view.conversation)
                 .map(|t| TrialKey {
-                    variant: self.variant.clone(),
-                    case: t.id.clone(),
+                    variant: self.variant.as_str().into(),
+                    case: t.id.as_str().into(),
                     trial: 0,
                 })
                 .collect(),
@@ -476,8 +476,8 @@ impl Session {
         };
         let task = Arc::new(Task {
             key: TrialKey {
-                variant: self.variant.clone(),
-                case: id.clone(),
+                variant: self.variant.as_str().into(),
+                case: id.as_str().into(),
                 trial: 0,
             },
             id,
@@ -537,7 +537,7 @@ impl Session {
 
     /// Runs `task` as a one-trial shard on the machine, then settles it.
     fn run_task(&self, task: &Task) {
-        let case = CaseRecord::new(task.key.case.clone(), task.input.clone());
+        let case = CaseRecord::new(&*task.key.case, task.input.clone());
         let cases: BTreeMap<&str, &CaseRecord> = [(case.id.as_str(), &case)].into();
         let on_event = |event: ShardEvent| match event {
             // An event too large to stream (`None`) shows once the task settles.
@@ -656,8 +656,8 @@ impl Session {
                 };
                 // The partial trace is sealed as the task's trace: what was seen stays.
                 let record = TrialRecord {
-                    case: CaseRecord::new(task.key.case.clone(), task.input.clone()),
-                    variant: task.key.variant.clone(),
+                    case: CaseRecord::new(&*task.key.case, task.input.clone()),
+                    variant: task.key.variant.to_string(),
                     trial: 0,
                     trace: crate::eval::trial::TraceRecord {
                         status: TrialStatus::Infra,

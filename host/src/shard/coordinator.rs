@@ -539,8 +539,10 @@ impl<'a> ShardSession<'a> {
             ))),
             WorkerMessage::Heartbeat { .. } => None,
             WorkerMessage::NeedTokens { servers, .. } => self.on_need_tokens(&servers),
-            WorkerMessage::Acquire { key, .. } => self.on_acquire(key),
-            WorkerMessage::AcquireCall { key, call } => self.on_acquire_call(key, call),
+            WorkerMessage::Acquire { key, .. } => self.on_acquire(self.planned_key(key)),
+            WorkerMessage::AcquireCall { key, call } => {
+                self.on_acquire_call(self.planned_key(key), call)
+            }
             WorkerMessage::ReleaseCall { key, call } => {
                 self.on_release_call(&key, call);
                 None
@@ -551,7 +553,12 @@ impl<'a> ShardSession<'a> {
                 error,
                 trace,
                 ..
-            } => self.on_trial(key, status, error, trace.map(|t| (t, line_bytes as u64))),
+            } => self.on_trial(
+                self.planned_key(key),
+                status,
+                error,
+                trace.map(|t| (t, line_bytes as u64)),
+            ),
             WorkerMessage::Event { .. } => self.on_event(message, line_bytes as u64),
             WorkerMessage::ResumeToken { key, token } => self.on_resume_token(key, token),
             WorkerMessage::Done { cleanup, .. } => {
@@ -561,6 +568,16 @@ impl<'a> ShardSession<'a> {
             WorkerMessage::Fatal { message } => {
                 Some(ShardEnd::Lost(format!("the worker failed: {message}")))
             }
+        }
+    }
+
+    /// The plan's own copy of `key` when the bundle planned it, else `key`: a key kept past
+    /// its message (graded, counted) then shares the plan's names instead of holding the
+    /// worker's copies of them.
+    fn planned_key(&self, key: TrialKey) -> TrialKey {
+        match self.planned.get_key_value(&key) {
+            Some((planned, _)) => (*planned).clone(),
+            None => key,
         }
     }
 
@@ -690,7 +707,7 @@ impl<'a> ShardSession<'a> {
                 "the worker broke {PROTOCOL}: it asked twice for trial {key}"
             )));
         }
-        let variant = self.bundle.variants.get(&key.variant);
+        let variant = self.bundle.variants.get(&*key.variant);
         let servers = variant.map(VariantSpec::server_labels).unwrap_or_default();
         if self.cancel_sent.is_none() {
             let shard = self.bundle.shard;
@@ -712,7 +729,7 @@ impl<'a> ShardSession<'a> {
         let providers = self
             .bundle
             .variants
-            .get(&key.variant)
+            .get(&*key.variant)
             .map(VariantSpec::providers)
             .unwrap_or_default();
         let broke = |why: String| {
@@ -1062,14 +1079,16 @@ impl<'a> ShardSession<'a> {
         mut record: TrialRecord,
         key: &TrialKey,
     ) -> Result<TrialStatus, String> {
-        if record.variant != key.variant || record.case.id != key.case || record.trial != key.trial
+        if *record.variant != *key.variant
+            || *record.case.id != *key.case
+            || record.trial != key.trial
         {
             return Err(format!(
                 "the trace is for {}/{}/{}, not {key}",
                 record.variant, record.case.id, record.trial
             ));
         }
-        let Some(case) = self.context.cases.get(key.case.as_str()) else {
+        let Some(case) = self.context.cases.get(&*key.case) else {
             return Err(format!("case `{}` is not one this run sent", key.case));
         };
         if record.case != case.for_client() {
@@ -1116,7 +1135,7 @@ impl<'a> ShardSession<'a> {
     /// back for it, so the trial counts as infra (not missing) and nothing the worker wrote
     /// is kept.
     fn write_infra(&self, key: &TrialKey, reason: &str) {
-        let Some(case) = self.context.cases.get(key.case.as_str()) else {
+        let Some(case) = self.context.cases.get(&*key.case) else {
             return;
         };
         let record = TrialRecord::infra((*case).clone(), key, reason);

@@ -206,7 +206,7 @@ fn run_trial(
     }
     let record = TrialRecord {
         case: case.clone(),
-        variant: key.variant.clone(),
+        variant: key.variant.to_string(),
         trial: key.trial,
         trace,
         collected_by: None,
@@ -681,7 +681,7 @@ impl Worker {
             let Some(key) = self.queue.pop_front() else {
                 break;
             };
-            let variant = self.bundle.variants.get(&key.variant);
+            let variant = self.bundle.variants.get(&*key.variant);
             self.wire.send(&WorkerMessage::Acquire {
                 key: key.clone(),
                 servers: variant.map(VariantSpec::server_labels).unwrap_or_default(),
@@ -717,7 +717,7 @@ impl Worker {
         let events = self.events.clone();
         let (case, client) = (
             self.cases.take(&key.case),
-            self.clients.get(&key.variant).cloned(),
+            self.clients.get(&*key.variant).cloned(),
         );
         let (Some(case), Some(client)) = (case, client) else {
             let error = format!(
