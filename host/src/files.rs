@@ -151,6 +151,21 @@ pub fn path_component(name: &str) -> String {
     out
 }
 
+/// Serialises what the function's iterator yields as a JSON array, each item made as it is
+/// written: a large list streamed into a file without being gathered in memory first.
+pub struct SeqOf<F>(pub F);
+
+impl<F, I> serde::Serialize for SeqOf<F>
+where
+    F: Fn() -> I,
+    I: Iterator,
+    I::Item: serde::Serialize,
+{
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq((self.0)())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,16 +16,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 
-/// A one-trial bundle whose case's input is `task`.
+/// A one-trial bundle of case `task`.
 fn bundle(config: &EvalConfig, task: &str) -> Bundle {
     let key = TrialKey {
         variant: "default".into(),
         case: task.into(),
         trial: 0,
     };
-    let case = CaseRecord::new(task, serde_json::json!(task));
-    let cases = BTreeMap::from([(task, &case)]);
-    mst::run::collect::bundle(config, "session", &cases, vec![key], (0, 1), 200)
+    mst::run::collect::bundle(config, "session", vec![key], (0, 1), 200)
 }
 
 #[test]
@@ -76,11 +74,9 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
     for task in tasks {
         let bundle = bundle(&config, task);
         let staged = tempfile::tempdir().unwrap();
-        std::fs::write(
-            staged.path().join(BUNDLE_FILE),
-            serde_json::to_vec(&bundle).unwrap(),
-        )
-        .unwrap();
+        // Written as a run stages it: the case whose input is `task` goes with it.
+        mst::run::collect::write_bundle(&staged.path().join(BUNDLE_FILE), &bundle, &cases)
+            .unwrap();
         let report =
             ShardSession::new(&context, &bundle, &run_dir).run(machine.as_mut(), staged.path());
         assert_eq!(report.ended, ShardEnd::Done, "{task}: {:?}", report.ended);

@@ -62,6 +62,13 @@ pub struct CaseRecord {
     pub case_pass: Option<Box<crate::eval::config::CasePassConfig>>,
 }
 
+/// What the machine may see of a case ([`CaseRecord::for_client`]), borrowed from it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ClientCase<'a> {
+    pub id: &'a str,
+    pub input: &'a Value,
+}
+
 /// How a trial's collection ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -362,9 +369,39 @@ impl CaseRecord {
     }
 
     /// What the machine may see of this case: its id and input, nothing that gives the
-    /// answer away (`expected`, metadata, tags, judges).
-    pub fn for_client(&self) -> CaseRecord {
-        CaseRecord::new(self.id.clone(), self.input.clone())
+    /// answer away (`expected`, metadata, tags, judges). Borrowed: it serialises as the
+    /// [`CaseRecord`] of just those two fields, with nothing copied.
+    pub fn for_client(&self) -> ClientCase<'_> {
+        ClientCase {
+            id: &self.id,
+            input: &self.input,
+        }
+    }
+
+    /// Whether this is exactly what the machine may see of `case` ([`Self::for_client`]):
+    /// the same id and input, and none of the fields the machine never had.
+    pub fn is_client_view_of(&self, case: &CaseRecord) -> bool {
+        // Taken apart whole, so that a field added to cases must be decided on here.
+        let CaseRecord {
+            id,
+            input,
+            expected,
+            tags,
+            metadata,
+            trials,
+            pass_threshold,
+            judges,
+            case_pass,
+        } = self;
+        *id == case.id
+            && *input == case.input
+            && expected.is_none()
+            && tags.is_empty()
+            && metadata.is_none()
+            && trials.is_none()
+            && pass_threshold.is_none()
+            && judges.is_none()
+            && case_pass.is_none()
     }
 
     /// The ABI form.
@@ -409,6 +446,22 @@ impl CaseRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_view_of_a_case_is_its_id_and_input_and_is_recognised() {
+        let mut case = CaseRecord::new("c1", serde_json::json!({"q": "2+2"}));
+        case.expected = Some(serde_json::json!("4"));
+        case.tags = vec!["math".into()];
+        let sent: CaseRecord =
+            serde_json::from_str(&serde_json::to_string(&case.for_client()).unwrap()).unwrap();
+        assert_eq!(sent, CaseRecord::new("c1", serde_json::json!({"q": "2+2"})));
+        assert!(sent.is_client_view_of(&case));
+        // What the machine never had, coming back, is not the view of the case.
+        assert!(!case.is_client_view_of(&case));
+        let mut other = sent.clone();
+        other.input = serde_json::json!({"q": "2+3"});
+        assert!(!other.is_client_view_of(&case));
+    }
 
     #[test]
     fn trial_json_round_trips_to_the_abi() {

@@ -317,7 +317,7 @@ impl RunDir {
             };
             self.write_json(
                 &format!("scores/{}.json", crate::files::path_component(judge)),
-                &SeqOf(scores),
+                &crate::files::SeqOf(scores),
             )?;
         }
         self.write_json("summary.json", summary)
@@ -330,20 +330,6 @@ impl RunDir {
             true => Ok(()),
             false => self.write_json("pairwise.json", &pairs),
         }
-    }
-}
-
-/// Serialises what `items` makes as a JSON array, each item made as it is written.
-struct SeqOf<F>(F);
-
-impl<F, I> Serialize for SeqOf<F>
-where
-    F: Fn() -> I,
-    I: Iterator,
-    I::Item: Serialize,
-{
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq((self.0)())
     }
 }
 

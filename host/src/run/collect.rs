@@ -49,28 +49,50 @@ pub fn stage_bundles(
         if trials.is_empty() {
             continue;
         }
-        let mut bundle = bundle(config, run_id, cases, trials, (shard, shards), heartbeat_ms);
+        let bundle = bundle(config, run_id, trials, (shard, shards), heartbeat_ms);
         let dir = staging.join(format!("shard-{shard}"));
-        crate::files::write_atomic_with(&dir.join(BUNDLE_FILE), |out| {
-            serde_json::to_writer(out, &bundle).map_err(Into::into)
-        })?;
-        bundle.cases = Vec::new();
+        write_bundle(&dir.join(BUNDLE_FILE), &bundle, cases)?;
         staged.push(StagedShard { bundle, dir });
     }
     Ok(staged)
 }
 
-/// The bundle of shard `shard` of `shards` that collects `trials`: the variants and cases
-/// they name, as their client sees them.
+/// Writes `bundle` to `path` as its worker reads it, with the cases its trials name as their
+/// client sees them ([`CaseRecord::for_client`]: never the answers), written straight from
+/// the coordinator's `cases` rather than copied into the bundle first (a run of 100,000 cases
+/// would otherwise hold a second copy of them while the file is written).
+pub fn write_bundle(
+    path: &Path,
+    bundle: &Bundle,
+    cases: &BTreeMap<&str, &CaseRecord>,
+) -> Result<()> {
+    #[derive(serde::Serialize)]
+    #[serde(bound(serialize = "crate::files::SeqOf<F>: serde::Serialize"))]
+    struct BundleFile<'a, F> {
+        #[serde(flatten)]
+        bundle: &'a Bundle,
+        cases: crate::files::SeqOf<F>,
+    }
+    let named: BTreeSet<&str> = bundle.trials.iter().map(|k| &*k.case).collect();
+    let named = &named;
+    let file = BundleFile {
+        bundle,
+        cases: crate::files::SeqOf(|| named.iter().map(|id| cases[id].for_client())),
+    };
+    crate::files::write_atomic_with(path, |out| {
+        serde_json::to_writer(out, &file).map_err(Into::into)
+    })
+}
+
+/// The bundle of shard `shard` of `shards` that collects `trials`: the variants they name.
+/// Its cases are left empty: [`stage_bundles`] writes them into the bundle's file.
 pub fn bundle(
     config: &EvalConfig,
     run_id: &str,
-    cases: &BTreeMap<&str, &CaseRecord>,
     trials: Vec<TrialKey>,
     (shard, shards): (u32, u32),
     heartbeat_ms: u64,
 ) -> Bundle {
-    let case_ids: BTreeSet<&str> = trials.iter().map(|k| &*k.case).collect();
     let variants: BTreeSet<&str> = trials.iter().map(|k| &*k.variant).collect();
     Bundle {
         protocol: PROTOCOL.to_string(),
@@ -86,8 +108,7 @@ pub fn bundle(
             .iter()
             .map(|name| (name.to_string(), config.variant(name)))
             .collect::<BTreeMap<String, VariantSpec>>(),
-        // The machine gets what its client needs, never the answers.
-        cases: case_ids.iter().map(|id| cases[id].for_client()).collect(),
+        cases: Vec::new(),
         trials,
         workdir: None,
         conversation: None,

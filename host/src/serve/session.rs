@@ -805,16 +805,13 @@ fn run_shard(
         ..collect::bundle(
             &shared.prepared.config,
             session,
-            cases,
             trials,
             (0, 1),
             shared.settings.heartbeat_ms(),
         )
     };
     let staging = tempfile::tempdir().map_err(|e| format!("cannot stage the bundle: {e}"))?;
-    serde_json::to_vec(&bundle)
-        .map_err(anyhow::Error::from)
-        .and_then(|bytes| crate::files::write_atomic(&staging.path().join(BUNDLE_FILE), &bytes))
+    collect::write_bundle(&staging.path().join(BUNDLE_FILE), &bundle, cases)
         .map_err(|e| format!("cannot stage the bundle: {e:#}"))?;
     std::fs::create_dir_all(&dir.root)
         .map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;

@@ -35,7 +35,9 @@ pub struct Bundle {
     /// How often the worker sends `heartbeat`.
     pub heartbeat_ms: u64,
     pub variants: BTreeMap<String, VariantSpec>,
-    /// The cases the trials refer to, as the client sees them (id and input only).
+    /// The cases the trials refer to, as the client sees them (id and input only). Empty in
+    /// the coordinator's copy: its file is written with them (`run::collect::write_bundle`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cases: Vec<CaseRecord>,
     /// The trials to collect, in order.
     pub trials: Vec<TrialKey>,

@@ -1091,7 +1091,7 @@ impl<'a> ShardSession<'a> {
         let Some(case) = self.context.cases.get(&*key.case) else {
             return Err(format!("case `{}` is not one this run sent", key.case));
         };
-        if record.case != case.for_client() {
+        if !record.case.is_client_view_of(case) {
             return Err(format!(
                 "its case `{}` is not the one the coordinator sent (input, or fields the \
                  machine never had)",
