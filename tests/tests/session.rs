@@ -55,7 +55,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         .iter()
         .map(|task| CaseRecord::new(*task, serde_json::json!(task)))
         .collect();
-    let cases = all_cases.iter().map(|c| (c.id.as_str(), c)).collect();
+    let cases = all_cases.iter().map(|c| (&*c.id, c)).collect();
     let context = ShardContext {
         limiter: &limiter,
         cases: &cases,
@@ -75,8 +75,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         let bundle = bundle(&config, task);
         let staged = tempfile::tempdir().unwrap();
         // Written as a run stages it: the case whose input is `task` goes with it.
-        mst::run::collect::write_bundle(&staged.path().join(BUNDLE_FILE), &bundle, &cases)
-            .unwrap();
+        mst::run::collect::write_bundle(&staged.path().join(BUNDLE_FILE), &bundle, &cases).unwrap();
         let report =
             ShardSession::new(&context, &bundle, &run_dir).run(machine.as_mut(), staged.path());
         assert_eq!(report.ended, ShardEnd::Done, "{task}: {:?}", report.ended);

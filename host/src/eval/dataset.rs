@@ -335,9 +335,9 @@ mod tests {
             ),
         ];
         let cases = resolve(&entries, dir.path(), &PluginSet::default()).unwrap();
-        let ids: Vec<&str> = cases.cases.iter().map(|c| c.id.as_str()).collect();
+        let ids: Vec<&str> = cases.cases.iter().map(|c| &*c.id).collect();
         assert_eq!(ids, ["a", "b", "c"]);
-        assert_eq!(cases.cases[2].trials, Some(2));
+        assert_eq!(cases.cases[2].more().trials, Some(2));
         assert_eq!(cases.content_hash.len(), 64);
 
         let twice = vec![
@@ -449,7 +449,7 @@ mod tests {
         let lines: Vec<String> = ["a", "b", "c", "d"]
             .iter()
             .map(|id| {
-                let index = cases.cases.iter().position(|c| c.id == *id).unwrap();
+                let index = cases.cases.iter().position(|c| &*c.id == *id).unwrap();
                 let origin = cases.origin(index);
                 origin.rsplit_once('/').unwrap().1.to_string()
             })

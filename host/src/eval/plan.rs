@@ -41,7 +41,7 @@ pub fn plan(
         }
     }
     for wanted in &filters.cases {
-        if !cases.iter().any(|c| &c.id == wanted) {
+        if !cases.iter().any(|c| *c.id == **wanted) {
             anyhow::bail!("--case {wanted}: no case has that id");
         }
     }
@@ -51,10 +51,13 @@ pub fn plan(
     let mut keys = Vec::new();
     for case in cases
         .iter()
-        .filter(|c| filters.cases.is_empty() || filters.cases.contains(&c.id))
+        .filter(|c| filters.cases.is_empty() || filters.cases.iter().any(|id| *id == *c.id))
     {
-        let repetitions = filters.trials.or(case.trials).unwrap_or(config.trials);
-        let case_id: std::sync::Arc<str> = case.id.as_str().into();
+        let repetitions = filters
+            .trials
+            .or(case.more().trials)
+            .unwrap_or(config.trials);
+        let case_id = case.id.clone();
         for (_, variant) in variants
             .iter()
             .filter(|(v, _)| filters.variants.is_empty() || filters.variants.contains(v))
@@ -92,13 +95,11 @@ mod tests {
             std::path::Path::new("e.json"),
         )
         .unwrap();
-        let cases = vec![
-            CaseRecord::new("c1", 1.into()),
-            CaseRecord {
-                trials: Some(1),
-                ..CaseRecord::new("c2", 2.into())
-            },
-        ];
+        let cases = vec![CaseRecord::new("c1", 1.into()), {
+            let mut case = CaseRecord::new("c2", 2.into());
+            case.more_mut().trials = Some(1);
+            case
+        }];
         assert_eq!(
             plan(&config, &cases, &Filters::default()).unwrap().len(),
             2 * 2 + 2

@@ -29,37 +29,115 @@ impl fmt::Display for TrialKey {
 
 /// One evaluation case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "CaseFields", into = "CaseFields")]
 pub struct CaseRecord {
-    /// Unique within the eval.
-    pub id: String,
+    /// Unique within the eval. Shared with the keys of the case's trials.
+    pub id: Arc<str>,
     /// What the client under test receives.
     pub input: Value,
     /// What a good answer looks like.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<Value>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The fields few cases have, boxed together: a run of 100,000 cases holds every case,
+    /// and a case without them costs eight bytes for them all. Read with [`Self::more`].
+    pub more: Option<Box<CaseMore>>,
+}
+
+/// A case's rarer fields ([`CaseRecord::more`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CaseMore {
     pub tags: Vec<String>,
-    // The fields below are rare: boxed, so that a case without them (a run of 100,000 holds
-    // every case) costs eight bytes for each rather than its whole size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Box<Value>>,
+    pub metadata: Option<Value>,
     /// Repetitions of this case, overriding the eval's `trials`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trials: Option<u32>,
     /// Pass threshold for this case, overriding the eval's `passThreshold`.
+    pub pass_threshold: Option<f64>,
+    /// Judges for this case, replacing the eval's `judges`.
+    pub judges: Option<Vec<crate::eval::config::JudgeConfig>>,
+    /// How this case's trials make its verdict, overriding the eval's `casePass`.
+    pub case_pass: Option<crate::eval::config::CasePassConfig>,
+}
+
+/// What a case without any of the rarer fields has of them.
+static NO_MORE: CaseMore = CaseMore {
+    tags: Vec::new(),
+    metadata: None,
+    trials: None,
+    pass_threshold: None,
+    judges: None,
+    case_pass: None,
+};
+
+/// A case as datasets, bundles and traces spell it: every field at the top level.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseFields {
+    id: Arc<str>,
+    input: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expected: Option<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    metadata: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trials: Option<u32>,
     #[serde(
         default,
         rename = "passThreshold",
         skip_serializing_if = "Option::is_none"
     )]
-    pub pass_threshold: Option<f64>,
-    /// Judges for this case, replacing the eval's `judges`.
+    pass_threshold: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub judges: Option<Box<[crate::eval::config::JudgeConfig]>>,
-    /// How this case's trials make its verdict, overriding the eval's `casePass`.
+    judges: Option<Vec<crate::eval::config::JudgeConfig>>,
     #[serde(default, rename = "casePass", skip_serializing_if = "Option::is_none")]
-    pub case_pass: Option<Box<crate::eval::config::CasePassConfig>>,
+    case_pass: Option<crate::eval::config::CasePassConfig>,
+}
+
+impl From<CaseFields> for CaseRecord {
+    fn from(fields: CaseFields) -> Self {
+        let CaseFields {
+            id,
+            input,
+            expected,
+            tags,
+            metadata,
+            trials,
+            pass_threshold,
+            judges,
+            case_pass,
+        } = fields;
+        let more = CaseMore {
+            tags,
+            metadata,
+            trials,
+            pass_threshold,
+            judges,
+            case_pass,
+        };
+        CaseRecord {
+            id,
+            input,
+            expected,
+            more: (more != CaseMore::default()).then(|| Box::new(more)),
+        }
+    }
+}
+
+impl From<CaseRecord> for CaseFields {
+    fn from(case: CaseRecord) -> Self {
+        let more = case.more.map(|more| *more).unwrap_or_default();
+        CaseFields {
+            id: case.id,
+            input: case.input,
+            expected: case.expected,
+            tags: more.tags,
+            metadata: more.metadata,
+            trials: more.trials,
+            pass_threshold: more.pass_threshold,
+            judges: more.judges,
+            case_pass: more.case_pass,
+        }
+    }
 }
 
 /// What the machine may see of a case ([`CaseRecord::for_client`]), borrowed from it.
@@ -354,18 +432,23 @@ impl TraceEvent {
 
 impl CaseRecord {
     /// A case with only an id and an input.
-    pub fn new(id: impl Into<String>, input: Value) -> Self {
+    pub fn new(id: impl Into<Arc<str>>, input: Value) -> Self {
         CaseRecord {
             id: id.into(),
             input,
             expected: None,
-            tags: Vec::new(),
-            metadata: None,
-            trials: None,
-            pass_threshold: None,
-            judges: None,
-            case_pass: None,
+            more: None,
         }
+    }
+
+    /// The case's rarer fields (all empty when it has none).
+    pub fn more(&self) -> &CaseMore {
+        self.more.as_deref().unwrap_or(&NO_MORE)
+    }
+
+    /// The case's rarer fields, to change.
+    pub fn more_mut(&mut self) -> &mut CaseMore {
+        self.more.get_or_insert_with(Box::default)
     }
 
     /// What the machine may see of this case: its id and input, nothing that gives the
@@ -386,32 +469,19 @@ impl CaseRecord {
             id,
             input,
             expected,
-            tags,
-            metadata,
-            trials,
-            pass_threshold,
-            judges,
-            case_pass,
+            more,
         } = self;
-        *id == case.id
-            && *input == case.input
-            && expected.is_none()
-            && tags.is_empty()
-            && metadata.is_none()
-            && trials.is_none()
-            && pass_threshold.is_none()
-            && judges.is_none()
-            && case_pass.is_none()
+        *id == case.id && *input == case.input && expected.is_none() && more.is_none()
     }
 
     /// The ABI form.
     pub fn to_wit(&self) -> wit::Case {
         wit::Case {
-            id: self.id.clone(),
+            id: self.id.to_string(),
             input: self.input.to_string(),
             expected: self.expected.as_ref().map(Value::to_string),
-            tags: self.tags.clone(),
-            metadata: self.metadata.as_deref().map(Value::to_string),
+            tags: self.more().tags.clone(),
+            metadata: self.more().metadata.as_ref().map(Value::to_string),
         }
     }
 
@@ -421,6 +491,15 @@ impl CaseRecord {
             serde_json::from_str(text)
                 .with_context(|| format!("case `{}`: `{field}` is not JSON", case.id))
         };
+        let more = CaseMore {
+            metadata: case
+                .metadata
+                .as_deref()
+                .map(|t| json("metadata", t))
+                .transpose()?,
+            tags: case.tags.clone(),
+            ..CaseMore::default()
+        };
         Ok(CaseRecord {
             input: json("input", &case.input)?,
             expected: case
@@ -428,17 +507,8 @@ impl CaseRecord {
                 .as_deref()
                 .map(|t| json("expected", t))
                 .transpose()?,
-            metadata: case
-                .metadata
-                .as_deref()
-                .map(|t| json("metadata", t).map(Box::new))
-                .transpose()?,
-            tags: case.tags.clone(),
-            id: case.id.clone(),
-            trials: None,
-            pass_threshold: None,
-            judges: None,
-            case_pass: None,
+            more: (more != CaseMore::default()).then(|| Box::new(more)),
+            id: case.id.into(),
         })
     }
 }
@@ -451,7 +521,7 @@ mod tests {
     fn the_client_view_of_a_case_is_its_id_and_input_and_is_recognised() {
         let mut case = CaseRecord::new("c1", serde_json::json!({"q": "2+2"}));
         case.expected = Some(serde_json::json!("4"));
-        case.tags = vec!["math".into()];
+        case.more_mut().tags = vec!["math".into()];
         let sent: CaseRecord =
             serde_json::from_str(&serde_json::to_string(&case.for_client()).unwrap()).unwrap();
         assert_eq!(sent, CaseRecord::new("c1", serde_json::json!({"q": "2+2"})));

@@ -269,20 +269,20 @@ impl JudgeSet {
         let mut thresholds = BTreeMap::new();
         let mut rules = BTreeMap::new();
         for case in cases {
-            if let Some(configs) = &case.judges {
+            if let Some(configs) = &case.more().judges {
                 by_case.insert(
-                    case.id.clone(),
+                    case.id.to_string(),
                     build(configs, &format!("case `{}`: ", case.id))?,
                 );
             }
-            if let Some(threshold) = case.pass_threshold {
-                thresholds.insert(case.id.clone(), threshold);
+            if let Some(threshold) = case.more().pass_threshold {
+                thresholds.insert(case.id.to_string(), threshold);
             }
-            if let Some(case_pass) = &case.case_pass {
+            if let Some(case_pass) = &case.more().case_pass {
                 let rule = case_pass
                     .rule()
                     .with_context(|| format!("case `{}`", case.id))?;
-                rules.insert(case.id.clone(), rule);
+                rules.insert(case.id.to_string(), rule);
             }
         }
         Ok(JudgeSet {

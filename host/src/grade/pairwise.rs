@@ -86,7 +86,7 @@ impl PairJudge {
         let ba = ask(&trace_b, &trace_a);
         let outcome = agree(&ab, &ba);
         CaseComparison {
-            case: case.id.clone(),
+            case: case.id.to_string(),
             trial: Some(a.trial),
             outcome,
             reason: None,

@@ -142,12 +142,8 @@ pub fn run(
     let root = ResultsRoot::new(&request.setup.results_base);
     let (dir, mut record) = resume::open(&root, request, &prepared, &runner_options, reporter)?;
 
-    let cases: BTreeMap<&str, &CaseRecord> = prepared
-        .cases
-        .cases
-        .iter()
-        .map(|c| (c.id.as_str(), c))
-        .collect();
+    let cases: BTreeMap<&str, &CaseRecord> =
+        prepared.cases.cases.iter().map(|c| (&*c.id, c)).collect();
     let to_collect = trials_to_collect(&record, &dir, &cases)?;
     reporter.event(&RunEvent::Started {
         run_id: &record.run_id,

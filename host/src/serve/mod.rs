@@ -441,9 +441,8 @@ impl Playground {
             .clone()
             .unwrap_or_else(|| format!("{}-{}", &id[..id.len().min(8)], target.id));
         let mut case = CaseRecord::new(case_id.clone(), input);
-        case.metadata = Some(Box::new(
-            serde_json::json!({"exportedFrom": {"session": id, "tasks": tasks}}),
-        ));
+        case.more_mut().metadata =
+            Some(serde_json::json!({"exportedFrom": {"session": id, "tasks": tasks}}));
         let dir = self
             .shared
             .config_path

@@ -537,8 +537,8 @@ impl Session {
 
     /// Runs `task` as a one-trial shard on the machine, then settles it.
     fn run_task(&self, task: &Task) {
-        let case = CaseRecord::new(&*task.key.case, task.input.clone());
-        let cases: BTreeMap<&str, &CaseRecord> = [(case.id.as_str(), &case)].into();
+        let case = CaseRecord::new(task.key.case.clone(), task.input.clone());
+        let cases: BTreeMap<&str, &CaseRecord> = [(&*case.id, &case)].into();
         let on_event = |event: ShardEvent| match event {
             // An event too large to stream (`None`) shows once the task settles.
             ShardEvent::TraceEvent {
@@ -656,7 +656,7 @@ impl Session {
                 };
                 // The partial trace is sealed as the task's trace: what was seen stays.
                 let record = TrialRecord {
-                    case: CaseRecord::new(&*task.key.case, task.input.clone()),
+                    case: CaseRecord::new(task.key.case.clone(), task.input.clone()),
                     variant: task.key.variant.to_string(),
                     trial: 0,
                     trace: crate::eval::trial::TraceRecord {

@@ -419,9 +419,7 @@ impl PendingCases {
     }
 
     fn find(&self, id: &str) -> Option<usize> {
-        self.cases
-            .binary_search_by(|case| case.id.as_str().cmp(id))
-            .ok()
+        self.cases.binary_search_by(|case| (*case.id).cmp(id)).ok()
     }
 
     /// The case `id` for one of its trials: the last one takes it, leaving only its id.

@@ -112,7 +112,7 @@ struct TraceFacts {
 impl TraceFacts {
     fn of(record: TrialRecord) -> Self {
         TraceFacts {
-            tags: record.case.tags,
+            tags: record.case.more.map(|more| more.tags).unwrap_or_default(),
             duration_ms: record.trace.duration_ms,
             exit_code: record.trace.exit_code,
             events: record.trace.events.len(),
