@@ -157,6 +157,22 @@ impl RunDir {
         self.trace_log().contains(key) || self.format_1_trace_file(key).is_file()
     }
 
+    /// [`Self::has_trace`] for checking many trials: whether a variant has format-1 trace
+    /// files is looked up once per variant, so a run of format 2 (no variant directories) is
+    /// never asked for a file per trial it cannot have.
+    pub fn trace_check(&self) -> impl FnMut(&TrialKey) -> bool + '_ {
+        let log = self.trace_log();
+        let mut format_1: std::collections::HashMap<std::sync::Arc<str>, bool> =
+            std::collections::HashMap::new();
+        move |key| {
+            log.contains(key)
+                || (*format_1.entry(key.variant.clone()).or_insert_with(|| {
+                    let variant = crate::files::path_component(&key.variant);
+                    self.root.join(variant).is_dir()
+                }) && self.format_1_trace_file(key).is_file())
+        }
+    }
+
     /// Where shard `shard`'s worker log goes.
     pub fn worker_log(&self, shard: u32) -> PathBuf {
         self.root.join("shards").join(format!("{shard}.worker.log"))
@@ -360,6 +376,15 @@ mod tests {
         )
         .unwrap();
         assert!(run.has_trace(&key("c1")));
+        let mut check = run.trace_check();
+        let other = TrialKey {
+            variant: "other".into(),
+            ..key("c1")
+        };
+        assert_eq!(
+            [check(&key("c1")), check(&key("c3")), check(&other)],
+            [true, false, false]
+        );
         let read = run.read_trace(&key("c1")).unwrap();
         assert_eq!(read.trace.final_text.as_deref(), Some("from a file"));
 

@@ -227,10 +227,11 @@ fn trials_to_collect(
     dir: &RunDir,
     cases: &BTreeMap<&str, &CaseRecord>,
 ) -> Result<Vec<TrialKey>> {
+    let mut has_trace = dir.trace_check();
     let to_collect: Vec<TrialKey> = record
         .trials
         .iter()
-        .filter(|k| !dir.has_trace(k))
+        .filter(|k| !has_trace(k))
         .cloned()
         .collect();
     if let Some(key) = to_collect.iter().find(|k| !cases.contains_key(&*k.case)) {
@@ -253,7 +254,10 @@ fn finish(
     shards: Vec<ShardReport>,
     graded: grade::Graded,
 ) -> Result<RunOutcome> {
-    let missing = record.trials.iter().filter(|k| !dir.has_trace(k)).count();
+    let missing = {
+        let mut has_trace = dir.trace_check();
+        record.trials.iter().filter(|k| !has_trace(k)).count()
+    };
     record.collect = match missing {
         0 => Phase::Complete,
         _ => Phase::Partial,
