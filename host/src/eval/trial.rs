@@ -21,6 +21,17 @@ pub struct TrialKey {
     pub trial: u32,
 }
 
+impl TrialKey {
+    /// Repetition `trial` of `case` under `variant`.
+    pub fn new(variant: impl Into<Arc<str>>, case: impl Into<Arc<str>>, trial: u32) -> Self {
+        TrialKey {
+            variant: variant.into(),
+            case: case.into(),
+            trial,
+        }
+    }
+}
+
 impl fmt::Display for TrialKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}/{}", self.variant, self.case, self.trial)

@@ -127,11 +127,7 @@ mod tests {
     use super::*;
 
     fn key(case: &str) -> TrialKey {
-        TrialKey {
-            variant: "v".into(),
-            case: case.into(),
-            trial: 0,
-        }
+        TrialKey::new("v", case, 0)
     }
 
     fn infra(reason: &str) -> TrialGrade {
