@@ -19,7 +19,7 @@ use crate::eval::trial::{CaseRecord, CollectedBy, TraceEvent, TrialKey, TrialRec
 use crate::results::{trace_path, RunDir};
 use crate::runner::channel::{Channel, Refused};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -284,6 +284,15 @@ const COPY_DELAY: Duration = Duration::from_millis(500);
 /// worker is quiet.
 const TICK: Duration = Duration::from_millis(25);
 
+/// How far one of a shard's trials got.
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
+    /// The worker asked room for it (each trial once).
+    acquired: bool,
+    /// The worker reported it ended (each trial once).
+    reported: bool,
+}
+
 /// The coordinator's side of one shard. A session runs one bundle on one channel; a long-lived
 /// machine runs bundle after bundle by starting a new session on the same channel.
 pub struct ShardSession<'a> {
@@ -291,13 +300,12 @@ pub struct ShardSession<'a> {
     bundle: &'a Bundle,
     run_dir: &'a RunDir,
     report: ShardReport,
-    /// The bundle's trials, each with its position in the bundle. The sets below hold
-    /// references into the bundle, so a trial's key is stored once however many of them it
-    /// is in.
+    /// The bundle's trials, each with its position in the bundle (a reference into the
+    /// bundle: a trial's key is stored once).
     planned: BTreeMap<&'a TrialKey, u32>,
-    /// Trials the worker asked room for (each once).
-    acquired: BTreeSet<&'a TrialKey>,
-    reported: BTreeSet<&'a TrialKey>,
+    /// How far each of the bundle's trials got, by its position in the bundle: two flags a
+    /// trial rather than two sets of keys.
+    progress: Vec<Progress>,
     waiting: Vec<WaitingAcquire>,
     /// The model call each running trial holds or waits for a slot for (at most one).
     calls: BTreeMap<TrialKey, u32>,
@@ -333,8 +341,7 @@ impl<'a> ShardSession<'a> {
             run_dir,
             report: ShardReport::new(bundle.shard, String::new()),
             planned: bundle.trials.iter().zip(0..).collect(),
-            acquired: BTreeSet::new(),
-            reported: BTreeSet::new(),
+            progress: vec![Progress::default(); bundle.trials.len()],
             waiting: Vec::new(),
             calls: BTreeMap::new(),
             streams: Streams::default(),
@@ -571,6 +578,11 @@ impl<'a> ShardSession<'a> {
         }
     }
 
+    /// `key`'s position in the bundle, when the bundle has it.
+    fn position(&self, key: &TrialKey) -> Option<usize> {
+        self.planned.get(key).map(|&at| at as usize)
+    }
+
     /// The plan's own copy of `key` when the bundle planned it, else `key`: a key kept past
     /// its message (graded, counted) then shares the plan's names instead of holding the
     /// worker's copies of them.
@@ -694,15 +706,15 @@ impl<'a> ShardSession<'a> {
     /// variant's), not what the worker says, so a worker cannot slip past a limit by naming
     /// none; asking twice for one trial is a protocol violation.
     fn on_acquire(&mut self, key: TrialKey) -> Option<ShardEnd> {
-        let planned = match self.planned.get_key_value(&key) {
-            Some((planned, _)) if !self.reported.contains(&key) => *planned,
+        let at = match self.position(&key) {
+            Some(at) if !self.progress[at].reported => at,
             _ => {
                 return Some(ShardEnd::Lost(format!(
                     "the worker asked for trial {key}, which this shard does not run"
                 )))
             }
         };
-        if !self.acquired.insert(planned) {
+        if std::mem::replace(&mut self.progress[at].acquired, true) {
             return Some(ShardEnd::Lost(format!(
                 "the worker broke {PROTOCOL}: it asked twice for trial {key}"
             )));
@@ -766,8 +778,8 @@ impl<'a> ShardSession<'a> {
     /// Whether `key` runs now: granted (asked for and no longer waiting for room) and not yet
     /// reported.
     fn running(&self, key: &TrialKey) -> bool {
-        self.acquired.contains(key)
-            && !self.reported.contains(key)
+        self.position(key)
+            .is_some_and(|at| self.progress[at].acquired && !self.progress[at].reported)
             && !self
                 .waiting
                 .iter()
@@ -875,12 +887,12 @@ impl<'a> ShardSession<'a> {
         self.calls.remove(&key);
         self.waiting
             .retain(|w| !matches!(&w.holder, Holder::Call { key: k, .. } if *k == key));
-        let Some((&planned, _)) = self.planned.get_key_value(&key) else {
+        let Some(at) = self.position(&key) else {
             return Some(ShardEnd::Lost(format!(
                 "the worker reported trial {key}, which this shard does not run"
             )));
         };
-        if !self.reported.insert(planned) {
+        if std::mem::replace(&mut self.progress[at].reported, true) {
             return Some(ShardEnd::Lost(format!(
                 "the worker reported trial {key} twice"
             )));
