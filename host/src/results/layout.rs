@@ -151,15 +151,10 @@ impl RunDir {
         TraceLog::of(&self.root)
     }
 
-    /// Whether the trace of `key` was collected: in the trace log, or (a run of format 1,
-    /// or one resumed from it) in its own file.
-    pub fn has_trace(&self, key: &TrialKey) -> bool {
-        self.trace_log().contains(key) || self.format_1_trace_file(key).is_file()
-    }
-
-    /// [`Self::has_trace`] for checking many trials: whether a variant has format-1 trace
-    /// files is looked up once per variant, so a run of format 2 (no variant directories) is
-    /// never asked for a file per trial it cannot have.
+    /// Whether a trial's trace was collected: in the trace log, or (a run of format 1, or one
+    /// resumed from it) in its own file. Made once for checking many trials: whether a variant
+    /// has format-1 trace files is looked up once per variant, so a run of format 2 (no
+    /// variant directories) is never asked for a file per trial it cannot have.
     pub fn trace_check(&self) -> impl FnMut(&TrialKey) -> bool + '_ {
         let log = self.trace_log();
         let mut format_1: std::collections::HashMap<std::sync::Arc<str>, bool> =
@@ -375,8 +370,8 @@ mod tests {
             serde_json::to_vec(&answered("c1", "from a file")).unwrap(),
         )
         .unwrap();
-        assert!(run.has_trace(&key("c1")));
         let mut check = run.trace_check();
+        assert!(check(&key("c1")));
         let other = TrialKey {
             variant: "other".into(),
             ..key("c1")
@@ -399,7 +394,7 @@ mod tests {
         let read = |case| run.read_trace(&key(case)).unwrap().trace.final_text;
         assert_eq!(read("c2").as_deref(), Some("logged"));
         assert_eq!(read("c1").as_deref(), Some("rewritten"));
-        assert!(!run.has_trace(&key("c3")) && run.read_trace(&key("c3")).is_none());
+        assert!(!run.trace_check()(&key("c3")) && run.read_trace(&key("c3")).is_none());
     }
 
     #[test]
