@@ -2,7 +2,7 @@
 //! `mst` as its worker) runs task after task, each a bundle of its own, as the playground will.
 
 use mst::eval::config::{EvalConfig, RateLimits};
-use mst::eval::trial::{CaseRecord, TrialKey};
+use mst::eval::trial::{CaseIndex, CaseRecord, TrialKey};
 use mst::results::RunDir;
 use mst::runner::local::LocalRunner;
 use mst::runner::{MachineRequest, Runner};
@@ -55,7 +55,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         .iter()
         .map(|task| CaseRecord::new(*task, serde_json::json!(task)))
         .collect();
-    let cases = all_cases.iter().map(|c| (&*c.id, c)).collect();
+    let cases = CaseIndex::new(&all_cases);
     let context = ShardContext {
         limiter: &limiter,
         cases: &cases,

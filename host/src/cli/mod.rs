@@ -93,8 +93,16 @@ enum Command {
 /// quietly, with the status a pipeline expects of a program its reader stopped (128 +
 /// SIGPIPE), instead of panicking on the broken pipe.
 pub(crate) fn write_stdout(text: std::fmt::Arguments<'_>) {
+    match text.as_str() {
+        Some(text) => write_stdout_str(text),
+        None => write_stdout_str(&text.to_string()),
+    }
+}
+
+/// [`write_stdout`] for text already made: cleaned in place, not copied, when it is clean.
+pub(crate) fn write_stdout_str(text: &str) {
     use std::io::Write;
-    let text = crate::secrets::clean_text(&text.to_string());
+    let text = crate::secrets::clean(text);
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout
         .write_all(text.as_bytes())

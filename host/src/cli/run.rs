@@ -356,7 +356,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     };
     let outcome =
         run::run(home, &request, &tee, &CANCEL).map_err(|error| super::Exit { code: 2, error })?;
-    out!("{}", reporter.summary.lock().expect("summary"));
+    super::write_stdout_str(&reporter.summary.lock().expect("summary"));
     if let Some(following) = &following {
         SERVING_ONLY.store(true, Ordering::SeqCst);
         following.run.end(None);
@@ -405,8 +405,9 @@ fn summary_text(
     dir: &results::RunDir,
 ) -> String {
     if json {
-        let text = serde_json::to_string_pretty(summary).expect("summaries serialize");
-        return format!("{text}\n");
+        let mut text = serde_json::to_string_pretty(summary).expect("summaries serialize");
+        text.push('\n');
+        return text;
     }
     let mut text = report::table(summary);
     text.push_str(&report::failures(summary, grades));

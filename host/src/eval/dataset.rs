@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The resolved cases and a hash of their content, recorded in `run.json`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Cases {
     pub cases: Vec<CaseRecord>,
     /// Where each case comes from, in the order of `cases`: eight bytes a case, not a

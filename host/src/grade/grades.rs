@@ -83,6 +83,15 @@ impl FromIterator<(TrialKey, TrialGrade)> for Grades {
     }
 }
 
+impl IntoIterator for Grades {
+    type Item = (TrialKey, TrialGrade);
+    type IntoIter = std::vec::IntoIter<(TrialKey, TrialGrade)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 impl<'a> IntoIterator for &'a Grades {
     type Item = (&'a TrialKey, &'a TrialGrade);
     type IntoIter = std::iter::Map<

@@ -98,6 +98,10 @@ pub struct JudgeScore {
     pub reason: String,
 }
 
+/// Each judge's score of one trial. Most evals have one judge: its score is held in place,
+/// not in an allocation of its own (a run of 100,000 trials holds 100,000 of these).
+pub type JudgeScores = smallvec::SmallVec<[JudgeScore; 1]>;
+
 /// A trial's grade.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "kebab-case")]
@@ -106,7 +110,7 @@ pub enum TrialGrade {
     Graded {
         score: f64,
         pass: bool,
-        judges: Vec<JudgeScore>,
+        judges: JudgeScores,
     },
     /// A judge could not score it; neither a pass nor a fail.
     NotGraded { judge: String, error: String },
@@ -351,7 +355,7 @@ pub fn grade_trial(judges: &[Judge], record: &TrialRecord, threshold: f64) -> Tr
         return TrialGrade::Graded {
             score: if ok { 1.0 } else { 0.0 },
             pass: ok,
-            judges: vec![JudgeScore {
+            judges: smallvec::smallvec![JudgeScore {
                 judge: "completed".into(),
                 value: if ok { 1.0 } else { 0.0 },
                 pass: ok,
@@ -359,7 +363,7 @@ pub fn grade_trial(judges: &[Judge], record: &TrialRecord, threshold: f64) -> Tr
             }],
         };
     }
-    let mut scores = Vec::with_capacity(judges.len());
+    let mut scores = JudgeScores::with_capacity(judges.len());
     for judge in judges {
         match judge.score(record, threshold) {
             Ok(score) => scores.push(score),

@@ -406,7 +406,7 @@ mod tests {
                     Some(pass) => TrialGrade::Graded {
                         score: f64::from(u8::from(*pass)),
                         pass: *pass,
-                        judges: Vec::new(),
+                        judges: Default::default(),
                     },
                     None => TrialGrade::Infra {
                         reason: "gone".into(),

@@ -168,6 +168,11 @@ impl RunDir {
         }
     }
 
+    /// Makes room for `trials` more traces ([`TraceLog::reserve`]).
+    pub fn expect_traces(&self, trials: usize) {
+        self.trace_log().reserve(trials);
+    }
+
     /// Where shard `shard`'s worker log goes.
     pub fn worker_log(&self, shard: u32) -> PathBuf {
         self.root.join("shards").join(format!("{shard}.worker.log"))

@@ -112,7 +112,7 @@ pub fn failures(summary: &Summary, grades: &Grades) -> String {
     let mut failed = Vec::new();
     for (variant, case) in cases_with(CaseOutcome::Failed) {
         let trials = of(variant, case);
-        let fails: Vec<&Vec<crate::grade::JudgeScore>> = trials
+        let fails: Vec<&crate::grade::JudgeScores> = trials
             .iter()
             .filter_map(|g| match g {
                 Some(TrialGrade::Graded {
@@ -322,7 +322,7 @@ mod tests {
         TrialGrade::Graded {
             score: 0.0,
             pass,
-            judges: vec![
+            judges: smallvec::smallvec![
                 JudgeScore {
                     judge: "exit".into(),
                     value: 1.0,

@@ -154,6 +154,13 @@ impl TraceLog {
         Ok(())
     }
 
+    /// Makes room in the index for `more` traces at once: one allocation made by the caller,
+    /// rather than tables doubled one after another as the traces arrive, each old table left
+    /// behind in the storing thread's heap.
+    pub fn reserve(&self, more: usize) {
+        self.state.lock().expect("trace log").index.reserve(more);
+    }
+
     /// The last trace of `key` in the log, if it has one.
     pub fn read(&self, key: &TrialKey) -> Option<TrialRecord> {
         let mut state = self.state.lock().expect("trace log");

@@ -23,25 +23,23 @@ impl UsageSummary {
     /// The usage in the traces of `trials` in `dir` (missing ones are left out) and that of
     /// `plugins`, as their records say.
     pub fn of_run(dir: &RunDir, trials: &[TrialKey], plugins: &[PluginRecord]) -> Self {
-        Self::of_agents(dir, trials, |_| None).with_plugins(plugins)
+        Self::of_agents(dir, trials, BTreeMap::new(), |_| false).with_plugins(plugins)
     }
 
-    /// The agents' usage in the traces of `trials` in `dir`, taking a trace's from `known`
-    /// when it has it (the traces graded as they arrived) instead of reading the trace again.
+    /// The agents' usage: `counted` (by variant, summed from the traces graded as they
+    /// arrived), and the usage in the traces of the other `trials` in `dir`, read from them.
     pub fn of_agents(
         dir: &RunDir,
         trials: &[TrialKey],
-        known: impl Fn(&TrialKey) -> Option<UsageTotals>,
+        counted: BTreeMap<String, UsageTotals>,
+        is_counted: impl Fn(&TrialKey) -> bool,
     ) -> Self {
-        let mut variants: BTreeMap<String, UsageTotals> = BTreeMap::new();
-        for key in trials {
-            let totals = match known(key) {
-                Some(totals) => totals,
-                None => match dir.read_trace(key) {
-                    Some(record) => trace_usage(&record.trace),
-                    None => continue,
-                },
+        let mut variants = counted;
+        for key in trials.iter().filter(|key| !is_counted(key)) {
+            let Some(record) = dir.read_trace(key) else {
+                continue;
             };
+            let totals = trace_usage(&record.trace);
             if !totals.is_empty() {
                 variants
                     .entry(key.variant.to_string())
@@ -49,6 +47,7 @@ impl UsageSummary {
                     .merge(&totals);
             }
         }
+        variants.retain(|_, totals| !totals.is_empty());
         UsageSummary {
             variants,
             plugins: BTreeMap::new(),

@@ -5,7 +5,7 @@
 use super::events::{Reporter, RunEvent};
 use crate::eval::config::{EvalConfig, VariantSpec};
 use crate::eval::plan::shard_of;
-use crate::eval::trial::{CaseRecord, TrialKey, TrialStatus};
+use crate::eval::trial::{CaseIndex, TrialKey, TrialStatus};
 use crate::results::RunDir;
 use crate::runner::channel::Channel;
 use crate::runner::{Keep, MachineRequest, Runner};
@@ -31,7 +31,7 @@ pub struct StagedShard {
 pub fn stage_bundles(
     config: &EvalConfig,
     run_id: &str,
-    cases: &BTreeMap<&str, &CaseRecord>,
+    cases: &CaseIndex<'_>,
     to_collect: &[TrialKey],
     shards: u32,
     heartbeat_ms: u64,
@@ -61,11 +61,7 @@ pub fn stage_bundles(
 /// client sees them ([`CaseRecord::for_client`]: never the answers), written straight from
 /// the coordinator's `cases` rather than copied into the bundle first (a run of 100,000 cases
 /// would otherwise hold a second copy of them while the file is written).
-pub fn write_bundle(
-    path: &Path,
-    bundle: &Bundle,
-    cases: &BTreeMap<&str, &CaseRecord>,
-) -> Result<()> {
+pub fn write_bundle(path: &Path, bundle: &Bundle, cases: &CaseIndex<'_>) -> Result<()> {
     #[derive(serde::Serialize)]
     #[serde(bound(serialize = "crate::files::SeqOf<F>: serde::Serialize"))]
     struct BundleFile<'a, F> {
@@ -73,11 +69,20 @@ pub fn write_bundle(
         bundle: &'a Bundle,
         cases: crate::files::SeqOf<F>,
     }
-    let named: BTreeSet<&str> = bundle.trials.iter().map(|k| &*k.case).collect();
+    let mut named: Vec<&str> = bundle.trials.iter().map(|k| &*k.case).collect();
+    named.sort_unstable();
+    named.dedup();
     let named = &named;
     let file = BundleFile {
         bundle,
-        cases: crate::files::SeqOf(|| named.iter().map(|id| cases[id].for_client())),
+        cases: crate::files::SeqOf(|| {
+            named.iter().map(|id| {
+                cases
+                    .get(id)
+                    .expect("a bundle's trials name planned cases")
+                    .for_client()
+            })
+        }),
     };
     crate::files::write_atomic_with(path, |out| {
         serde_json::to_writer(out, &file).map_err(Into::into)

@@ -3,19 +3,20 @@
 //! parallel. During a run, [`Grading`] grades each trace as it is stored, while collection
 //! goes on; what it did not see is graded at the end ([`grade_rest`]).
 
-use crate::eval::trial::{CaseRecord, TrialKey, TrialRecord};
+use crate::eval::trial::{CaseIndex, TrialKey, TrialRecord};
 use crate::grade::pairwise::{self, CaseComparison, PairJudge, PairOutcome, PairResult};
 use crate::grade::{Grades, JudgeSet, TrialGrade};
 use crate::model::UsageTotals;
 use crate::results::stored::StoredRun;
 use crate::results::usage::trace_usage;
 use crate::results::{Phase, RunDir};
+use anyhow::Context;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 /// The coordinator's own cases by id: a trace is graded against them, whatever it holds.
-pub type Cases<'a> = BTreeMap<&'a str, &'a CaseRecord>;
+pub type Cases<'a> = CaseIndex<'a>;
 
 /// One grading thread per core, at most 16.
 fn threads() -> usize {
@@ -28,8 +29,8 @@ fn threads() -> usize {
 /// The stored trace of `key`, its case replaced by the coordinator's when `cases` has it.
 fn read_trace(dir: &RunDir, key: &TrialKey, cases: Option<&Cases<'_>>) -> Option<TrialRecord> {
     let mut trace = dir.read_trace(key)?;
-    if let Some(case) = cases.and_then(|cases| cases.get(&*key.case)) {
-        trace.case = (*case).clone();
+    if let Some(case) = cases.and_then(|cases| cases.get(&key.case)) {
+        trace.case = case.clone();
     }
     Some(trace)
 }
@@ -43,135 +44,226 @@ pub fn grade_all(
     trials: &[TrialKey],
     cases: Option<&Cases<'_>>,
 ) -> Grades {
-    grade_rest(judges, dir, trials, cases, Grades::default())
+    grade_rest(judges, dir, trials, cases, |_| false)
 }
 
-/// [`grade_all`] for the trials `graded` has no grade for (those [`Grading`] did not see:
-/// collected by an earlier run of a resumed one); `graded` joins them.
+/// [`grade_all`] for the trials that are not `graded` already (by [`Grading`], which did not
+/// see those an earlier run of a resumed one collected).
 pub fn grade_rest(
     judges: &JudgeSet,
     dir: &RunDir,
     trials: &[TrialKey],
     cases: Option<&Cases<'_>>,
-    mut graded: Grades,
+    graded: impl Fn(&TrialKey) -> bool,
 ) -> Grades {
-    let rest: Vec<TrialKey> = trials
-        .iter()
-        .filter(|key| !graded.contains_key(key))
-        .cloned()
-        .collect();
-    graded.extend(on_threads(&rest, threads(), |key| {
+    let rest: Vec<TrialKey> = trials.iter().filter(|key| !graded(key)).cloned().collect();
+    on_threads(&rest, threads(), |key| {
         Some(judges.grade(key, &read_trace(dir, key, cases)?))
-    }));
-    graded
+    })
+    .into_iter()
+    .collect()
 }
 
 /// One stored trace to grade: its order of arrival, its key, the record as stored.
-type Stored = (u64, TrialKey, TrialRecord);
+type Stored = (u32, TrialKey, TrialRecord);
 
-/// What grading made of one stored trace: its key, the trace's order of arrival (a later
-/// version of a trace replaces an earlier one's grade), its grade and the agent's model usage
-/// in it.
+/// Where grading left one stored trace's grade: the trial's position in the plan, the
+/// trace's order of arrival (a later version of a trace replaces an earlier one's grade), and
+/// the line in the spill file that holds its grade and the agent's model usage in it. 24
+/// bytes: a run of 100,000 trials holds one for each.
 struct Assessment {
-    key: TrialKey,
-    order: u64,
-    grade: TrialGrade,
+    at: u64,
+    trial: u32,
+    order: u32,
+    len: u32,
+}
+
+/// A line of the spill file.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Spilled<G> {
+    grade: G,
+    #[serde(default, skip_serializing_if = "UsageTotals::is_empty")]
     usage: UsageTotals,
+}
+
+/// The grading threads' shared end: the spill file, and where each grade is in it.
+struct Spill {
+    file: std::io::BufWriter<std::fs::File>,
+    written: u64,
+    assessed: Vec<Assessment>,
+    /// The first write that failed; grading goes on, and [`Grading::finish`] reports it.
+    broken: Option<std::io::Error>,
 }
 
 /// Grades traces as the shards store them, on one thread per core, while collection goes on,
 /// so that grading overlaps collecting and the traces are not read back from disk (the agents'
 /// usage is summed from them on the way). A trace stored twice (a shard's machine failed after
 /// its trial was graded, and the trial was rewritten as infra) keeps its last version's grade.
-/// The threads append each grade to one flat list, sorted once at the end: a run holds each
-/// trial's grade once, densely, rather than in a map's half-full nodes.
+///
+/// Each grade goes to a spill file (an unnamed file in the run directory, gone when the run
+/// ends, however it ends) as it is made; memory holds only where it is. A run's peak memory is
+/// reached while it collects, when the cases and the shards' plans are held too: 100,000
+/// grades in memory would add about 20 MB there, 24 bytes a trial here. They are read back
+/// when the run is written ([`Graded::read`]), once the cases are gone.
 pub struct Grading<'scope> {
+    plan: &'scope [TrialKey],
     traces: mpsc::Sender<Stored>,
-    next: AtomicU64,
-    assessed: Arc<Mutex<Vec<Assessment>>>,
+    next: AtomicU32,
+    spill: Arc<Mutex<Spill>>,
     threads: Vec<std::thread::ScopedJoinHandle<'scope, ()>>,
 }
 
-/// What [`Grading`] made of the traces it saw: one assessment per trial, sorted by key.
-#[derive(Default)]
-pub struct Graded(Vec<Assessment>);
+/// What [`Grading`] made of the traces it saw: one assessment per trial, sorted by key, each
+/// grade in the spill file.
+/// Its trials are positions in the plan, which its methods are given.
+pub struct Graded {
+    spill: std::fs::File,
+    assessed: Vec<Assessment>,
+}
+
+/// The grades [`Graded::read`] read back, and the agents' model usage in their traces.
+pub struct ReadBack {
+    pub grades: Grades,
+    /// The agents' usage in the graded traces, by variant.
+    pub usage: BTreeMap<String, UsageTotals>,
+}
 
 impl Graded {
-    /// Sorts `assessed` by trial and keeps each trial's last version.
-    fn of(mut assessed: Vec<Assessment>) -> Self {
+    /// Sorts `assessed` (of trials of `plan`) by trial and keeps each trial's last version.
+    fn of(plan: &[TrialKey], spill: std::fs::File, mut assessed: Vec<Assessment>) -> Self {
+        let key = |a: &Assessment| &plan[a.trial as usize];
         // Sorting in place: the later version of a trial first, which `dedup` keeps.
-        assessed.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(b.order.cmp(&a.order)));
-        assessed.dedup_by(|later, first| later.key == first.key);
-        Graded(assessed)
+        assessed.sort_unstable_by(|a, b| key(a).cmp(key(b)).then(b.order.cmp(&a.order)));
+        assessed.dedup_by(|later, first| later.trial == first.trial);
+        Graded { spill, assessed }
     }
 
     /// How many traces were graded.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.assessed.len()
     }
 
     /// Whether none was.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.assessed.is_empty()
     }
 
-    /// The usage of `key`'s trace, if it was seen (none counted: zero).
-    pub fn usage_of(&self, key: &TrialKey) -> Option<UsageTotals> {
-        let at = self.0.binary_search_by(|a| a.key.cmp(key)).ok()?;
-        Some(self.0[at].usage)
+    /// Whether `key`'s trace was graded (`plan`: the run's, which grading was given).
+    pub fn contains(&self, plan: &[TrialKey], key: &TrialKey) -> bool {
+        self.assessed
+            .binary_search_by(|a| plan[a.trial as usize].cmp(key))
+            .is_ok()
     }
 
-    /// The grades, by trial.
-    pub fn into_grades(self) -> Grades {
-        // Made in place in the assessments' list (already sorted, each trial once), which
-        // then gives back the room their order and usage took.
-        let mut grades: Vec<_> = self.0.into_iter().map(|a| (a.key, a.grade)).collect();
-        grades.shrink_to_fit();
-        Grades::from_sorted(grades)
+    /// Reads the grades back from the spill file, by trial, with the usage their traces held.
+    /// `plan`: the run's, which grading was given.
+    pub fn read(self, plan: &[TrialKey]) -> anyhow::Result<ReadBack> {
+        use std::os::unix::fs::FileExt;
+        let mut grades = Vec::with_capacity(self.assessed.len());
+        let mut usage: BTreeMap<String, UsageTotals> = BTreeMap::new();
+        // Each judge's name once, as grading made it, rather than once per score read.
+        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut line = Vec::new();
+        for assessment in self.assessed {
+            line.resize(assessment.len as usize, 0);
+            self.spill
+                .read_exact_at(&mut line, assessment.at)
+                .context("cannot read back a grade from the grading spill file")?;
+            let Spilled {
+                mut grade,
+                usage: used,
+            } = serde_json::from_slice(&line)
+                .context("a grade in the grading spill file is damaged")?;
+            if let TrialGrade::Graded { judges, .. } = &mut grade {
+                for score in judges {
+                    match names.iter().find(|name| **name == score.judge) {
+                        Some(name) => score.judge = name.clone(),
+                        None => names.push(score.judge.clone()),
+                    }
+                }
+            }
+            let key = &plan[assessment.trial as usize];
+            if !used.is_empty() {
+                usage
+                    .entry(key.variant.to_string())
+                    .or_default()
+                    .merge(&used);
+            }
+            grades.push((key.clone(), grade));
+        }
+        Ok(ReadBack {
+            grades: Grades::from_sorted(grades),
+            usage,
+        })
     }
 }
 
 impl<'scope> Grading<'scope> {
     /// Starts the grading threads in `scope`, grading with `judges` the traces of about
-    /// `expected` trials.
+    /// `expected` trials of `plan`, their grades spilled into a file in `dir`.
     pub fn start<'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         judges: &'env JudgeSet,
+        plan: &'env [TrialKey],
         expected: usize,
-    ) -> Self {
+        dir: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        // The plan's positions sorted by key: a trace's trial is found by halves.
+        let mut by_key: Vec<u32> = (0..plan.len() as u32).collect();
+        by_key.sort_unstable_by(|a, b| plan[*a as usize].cmp(&plan[*b as usize]));
+        let by_key = Arc::new(by_key);
+        let file = tempfile::tempfile_in(dir)
+            .with_context(|| format!("cannot make the grading spill file in {}", dir.display()))?;
         let (traces, queue) = mpsc::channel::<Stored>();
         let queue = Arc::new(Mutex::new(queue));
         // Room for each trial once, made up front: a list grown by doubling could hold up to
         // twice the room it needs at the end of a run, when memory peaks.
-        let assessed = Arc::new(Mutex::new(Vec::with_capacity(expected)));
+        let spill = Arc::new(Mutex::new(Spill {
+            file: std::io::BufWriter::new(file),
+            written: 0,
+            assessed: Vec::with_capacity(expected),
+            broken: None,
+        }));
         let threads = (0..threads())
             .map(|_| {
                 let queue = queue.clone();
-                let assessed = assessed.clone();
-                scope.spawn(move || loop {
-                    let next = queue.lock().expect("grading queue").recv();
-                    let Ok((order, key, record)) = next else {
-                        return;
-                    };
-                    let grade = judges.grade(&key, &record);
-                    let usage = trace_usage(&record.trace);
-                    drop(record);
-                    let assessment = Assessment {
-                        key,
-                        order,
-                        grade,
-                        usage,
-                    };
-                    assessed.lock().expect("grades").push(assessment);
+                let spill = spill.clone();
+                let by_key = by_key.clone();
+                scope.spawn(move || {
+                    let mut line = Vec::new();
+                    loop {
+                        let next = queue.lock().expect("grading queue").recv();
+                        let Ok((order, key, record)) = next else {
+                            return;
+                        };
+                        let Ok(at) = by_key.binary_search_by(|at| plan[*at as usize].cmp(&key))
+                        else {
+                            // The coordinator stores only the traces of planned trials.
+                            tracing::warn!("trial {key} is not in the plan; it is not graded");
+                            continue;
+                        };
+                        let grade = judges.grade(&key, &record);
+                        let usage = trace_usage(&record.trace);
+                        drop(record);
+                        line.clear();
+                        serde_json::to_writer(&mut line, &Spilled { grade, usage })
+                            .expect("a grade serialises");
+                        let trial = by_key[at];
+                        spill
+                            .lock()
+                            .expect("grading spill")
+                            .push(trial, order, &line);
+                    }
                 })
             })
             .collect();
-        Grading {
+        Ok(Grading {
+            plan,
             traces,
-            next: AtomicU64::new(0),
-            assessed,
+            next: AtomicU32::new(0),
+            spill,
             threads,
-        }
+        })
     }
 
     /// Queues `record`, the trace of `key` as stored, for grading.
@@ -182,13 +274,55 @@ impl<'scope> Grading<'scope> {
     }
 
     /// Waits for every queued trace to be graded.
-    pub fn finish(self) -> Graded {
+    pub fn finish(self) -> anyhow::Result<Graded> {
         drop(self.traces);
         for thread in self.threads {
             thread.join().expect("grading threads do not panic");
         }
-        let assessed = Arc::into_inner(self.assessed).expect("the grading threads ended");
-        Graded::of(assessed.into_inner().expect("grades"))
+        let spill = Arc::into_inner(self.spill).expect("the grading threads ended");
+        let Spill {
+            file,
+            assessed,
+            broken,
+            ..
+        } = spill.into_inner().expect("grading spill");
+        if let Some(e) = broken {
+            return Err(e).context("cannot write the grading spill file");
+        }
+        let file = file
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .context("cannot write the grading spill file")?;
+        Ok(Graded::of(self.plan, file, assessed))
+    }
+}
+
+impl Spill {
+    /// Appends `line`, the grade of the trace of the plan's trial `trial` that arrived
+    /// `order`th.
+    fn push(&mut self, trial: u32, order: u32, line: &[u8]) {
+        if self.broken.is_some() {
+            return;
+        }
+        let Ok(len) = u32::try_from(line.len()) else {
+            self.broken = Some(std::io::Error::other(format!(
+                "a grade is {} bytes, more than a grade may be",
+                line.len()
+            )));
+            return;
+        };
+        match std::io::Write::write_all(&mut self.file, line) {
+            Ok(()) => {
+                self.assessed.push(Assessment {
+                    at: self.written,
+                    trial,
+                    order,
+                    len,
+                });
+                self.written += line.len() as u64;
+            }
+            Err(e) => self.broken = Some(e),
+        }
     }
 }
 
@@ -200,9 +334,12 @@ pub fn pairwise_all(
     trials: &[TrialKey],
     cases: Option<&Cases<'_>>,
 ) -> Vec<PairResult> {
-    // The planned trial indices of each (variant, case), looked up once per comparison.
+    // The planned trial indices of each (variant, case) the judges compare, looked up once
+    // per comparison. Only theirs: an eval without pairwise judges builds nothing here (a map
+    // of every trial was the largest thing a run of 100,000 trials held at its end).
+    let compared = |variant: &str| judges.iter().any(|j| j.a == variant || j.b == variant);
     let mut planned: BTreeMap<(&str, &str), BTreeSet<u32>> = BTreeMap::new();
-    for key in trials {
+    for key in trials.iter().filter(|key| compared(&key.variant)) {
         planned
             .entry((&*key.variant, &*key.case))
             .or_default()
@@ -378,35 +515,62 @@ mod tests {
         assert_eq!(first_of_both(&of_a, &BTreeSet::from([7]), Some), None);
     }
 
+    /// The plan of the spill tests: trials `v/a/0`, `v/b/0`, `v/c/0`.
+    fn plan() -> Vec<TrialKey> {
+        ["c", "a", "b"]
+            .map(|case| TrialKey::new("v", case, 0))
+            .to_vec()
+    }
+
+    /// A spill of trials of `plan` as the grading threads leave it, with `grades` pushed in
+    /// this order.
+    fn spilled(plan: &[TrialKey], grades: &[(&str, u32, TrialGrade, u64)]) -> Graded {
+        let mut spill = Spill {
+            file: std::io::BufWriter::new(tempfile::tempfile().unwrap()),
+            written: 0,
+            assessed: Vec::new(),
+            broken: None,
+        };
+        for (case, order, grade, calls) in grades {
+            let usage = UsageTotals {
+                calls: *calls,
+                ..UsageTotals::default()
+            };
+            let line = serde_json::to_vec(&Spilled { grade, usage }).unwrap();
+            let trial = plan.iter().position(|k| &*k.case == *case).unwrap();
+            spill.push(trial as u32, *order, &line);
+        }
+        assert!(spill.broken.is_none());
+        Graded::of(plan, spill.file.into_inner().unwrap(), spill.assessed)
+    }
+
+    fn infra(reason: &str) -> TrialGrade {
+        TrialGrade::Infra {
+            reason: reason.into(),
+        }
+    }
+
     #[test]
     fn a_trace_graded_twice_keeps_its_later_versions_grade_whichever_finished_first() {
-        let key = |case: &str| TrialKey {
-            variant: "v".into(),
-            case: case.into(),
-            trial: 0,
-        };
-        let assessment = |case: &str, order, reason: &str| Assessment {
-            key: key(case),
-            order,
-            grade: TrialGrade::Infra {
-                reason: reason.into(),
-            },
-            usage: UsageTotals {
-                calls: order,
-                ..UsageTotals::default()
-            },
-        };
-        // c1's rewrite (stored third) finished grading before its first version did.
-        let graded = Graded::of(vec![
-            assessment("c2", 1, "only"),
-            assessment("c1", 2, "rewritten"),
-            assessment("c1", 0, "first"),
-        ]);
+        // a's rewrite (stored third) finished grading before its first version did.
+        let plan = plan();
+        let graded = spilled(
+            &plan,
+            &[
+                ("b", 1, infra("only"), 1),
+                ("a", 2, infra("rewritten"), 0),
+                ("a", 0, infra("first"), 10),
+            ],
+        );
         assert_eq!(graded.len(), 2);
-        assert_eq!(graded.usage_of(&key("c1")).map(|u| u.calls), Some(2));
-        assert_eq!(graded.usage_of(&key("c3")), None, "never seen");
-        let grades = graded.into_grades();
-        let reasons: Vec<String> = grades
+        assert!(graded.contains(&plan, &TrialKey::new("v", "a", 0)));
+        assert!(
+            !graded.contains(&plan, &TrialKey::new("v", "c", 0)),
+            "never seen"
+        );
+        let read = graded.read(&plan).unwrap();
+        let reasons: Vec<String> = read
+            .grades
             .values()
             .map(|g| match g {
                 TrialGrade::Infra { reason } => reason.clone(),
@@ -414,6 +578,57 @@ mod tests {
             })
             .collect();
         assert_eq!(reasons, ["rewritten", "only"]);
+        // The first version's usage is not counted: its rewrite replaced it.
+        assert_eq!(read.usage["v"].calls, 1);
+    }
+
+    #[test]
+    fn grades_read_back_from_the_spill_are_whole_and_share_their_judges_names() {
+        let score = |reason: &str| crate::grade::JudgeScore {
+            judge: "judge".into(),
+            value: 0.5,
+            pass: false,
+            reason: reason.into(),
+        };
+        let graded_with = |reason: &str| TrialGrade::Graded {
+            score: 0.5,
+            pass: false,
+            judges: smallvec::smallvec![score(reason)],
+        };
+        let broken = TrialGrade::NotGraded {
+            judge: "judge".into(),
+            error: "it trapped \u{1F4A5}\nand said so".into(),
+        };
+        let plan = plan();
+        let graded = spilled(
+            &plan,
+            &[
+                ("a", 0, graded_with("first \"quoted\""), 0),
+                ("c", 2, graded_with("third"), 0),
+                ("b", 1, broken.clone(), 0),
+            ],
+        );
+        let read = graded.read(&plan).unwrap();
+        assert!(read.usage.is_empty(), "no trace used a model");
+        let grades: Vec<_> = read.grades.values().collect();
+        assert_eq!(
+            grades,
+            [
+                &graded_with("first \"quoted\""),
+                &broken,
+                &graded_with("third")
+            ]
+        );
+        let names: Vec<&Arc<str>> = read
+            .grades
+            .values()
+            .flat_map(|g| g.scores())
+            .map(|s| &s.judge)
+            .collect();
+        assert!(
+            Arc::ptr_eq(names[0], names[1]),
+            "one name for all of a judge's scores"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub mod prepare;
 pub mod resume;
 
 use crate::eval::plan::Filters;
-use crate::eval::trial::{CaseRecord, TrialKey};
+use crate::eval::trial::{CaseIndex, TrialKey};
 use crate::grade::Grades;
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
@@ -23,11 +23,10 @@ use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary, Timings};
 use crate::runner::{self, RunnerOptions};
 use crate::shard::coordinator::{ShardContext, ShardReport, ShardSettings};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use collect::Collection;
 use events::{Reporter, RunEvent};
 use prepare::PluginRequest;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Instant;
@@ -132,7 +131,7 @@ pub fn run(
     cancel: &AtomicBool,
 ) -> Result<RunOutcome> {
     let Ready {
-        prepared,
+        mut prepared,
         tokens,
         runner_options,
         runner,
@@ -142,8 +141,11 @@ pub fn run(
     let root = ResultsRoot::new(&request.setup.results_base);
     let (dir, mut record) = resume::open(&root, request, &prepared, &runner_options, reporter)?;
 
-    let cases: BTreeMap<&str, &CaseRecord> =
-        prepared.cases.cases.iter().map(|c| (&*c.id, c)).collect();
+    // The cases are planned now. They are held while bundles are staged, traces checked and
+    // graded, and no longer: the run's files are written without them (a run's memory is
+    // mostly its cases, its plan and its grades, and the grades are read back at the end).
+    let case_list = std::mem::take(&mut prepared.cases);
+    let cases = CaseIndex::new(&case_list.cases);
     let to_collect = trials_to_collect(&record, &dir, &cases)?;
     reporter.event(&RunEvent::Started {
         run_id: &record.run_id,
@@ -164,6 +166,7 @@ pub fn run(
     )?;
     // The bundles hold these keys now.
     let collecting_trials = to_collect.len();
+    dir.expect_traces(collecting_trials);
     drop(to_collect);
     for line in runner.plan() {
         reporter.event(&RunEvent::RunnerPlan(&line));
@@ -171,8 +174,9 @@ pub fn run(
     let events = |event| reporter.event(&RunEvent::Shard(event));
     let collecting = Instant::now();
     // Each trace is graded as it is stored, on threads of their own, while collection goes on.
-    let (shards, graded, timings) = std::thread::scope(|scope| {
-        let grading = grade::Grading::start(scope, &prepared.judges, collecting_trials);
+    let (judges, plan, run_id) = (&prepared.judges, &record.trials, &record.run_id);
+    let (shards, graded, timings) = std::thread::scope(|scope| -> Result<_> {
+        let grading = grade::Grading::start(scope, judges, plan, collecting_trials, &dir.root)?;
         let stored = |key: &TrialKey, trace| grading.stored(key, trace);
         let context = ShardContext {
             limiter: &prepared.limiter,
@@ -195,15 +199,22 @@ pub fn run(
         let shards = collection.run(&staged);
         let collect_ms = collecting.elapsed().as_millis() as u64;
         let draining = Instant::now();
-        let graded = grading.finish();
+        let graded = grading.finish().with_context(|| {
+            format!(
+                "run {run_id} stored its traces but could not keep their grades; `mst grade \
+                 {run_id}` grades them again"
+            )
+        })?;
         let timings = Timings {
             collect_ms,
             graded_while_collecting: graded.len() as u64,
             // Grading the traces still queued when collection ended; `finish` adds the rest.
             grade_after_ms: draining.elapsed().as_millis() as u64,
         };
-        (shards, graded, timings)
-    });
+        Ok((shards, graded, timings))
+    })?;
+    // The bundles' plans are done with: what each shard collected is in its report.
+    drop(staged);
     for report in &shards {
         if report.ended != crate::shard::coordinator::ShardEnd::Done {
             reporter.event(&RunEvent::ShardEnded {
@@ -216,7 +227,10 @@ pub fn run(
     }
     record.timings = Some(timings);
 
-    let outcome = finish(&prepared, &cases, dir, record, shards, graded)?;
+    let rest = grade_rest(&prepared, &cases, &dir, &mut record, &graded);
+    drop(cases);
+    drop(case_list);
+    let outcome = finish(&prepared, dir, record, shards, graded, rest)?;
     reporter.event(&RunEvent::Finished(&outcome));
     Ok(outcome)
 }
@@ -225,7 +239,7 @@ pub fn run(
 fn trials_to_collect(
     record: &RunRecord,
     dir: &RunDir,
-    cases: &BTreeMap<&str, &CaseRecord>,
+    cases: &CaseIndex<'_>,
 ) -> Result<Vec<TrialKey>> {
     let mut has_trace = dir.trace_check();
     let to_collect: Vec<TrialKey> = record
@@ -234,7 +248,7 @@ fn trials_to_collect(
         .filter(|k| !has_trace(k))
         .cloned()
         .collect();
-    if let Some(key) = to_collect.iter().find(|k| !cases.contains_key(&*k.case)) {
+    if let Some(key) = to_collect.iter().find(|k| !cases.contains(&k.case)) {
         bail!(
             "trial {key} refers to case `{}`, which the datasets no longer hold",
             key.case
@@ -243,16 +257,43 @@ fn trials_to_collect(
     Ok(to_collect)
 }
 
+/// What grading at the end of a run adds to what was graded while collecting.
+struct Rest {
+    grades: Grades,
+    pairs: Vec<crate::grade::pairwise::PairResult>,
+}
+
 /// Grades everything collected so far that `graded` (what was graded while collecting) lacks
-/// (a resume grades the earlier collections' traces too) and writes the record, grades,
-/// scores and summary.
+/// (a resume grades the earlier collections' traces too), and runs the pairwise judges: the
+/// last work that needs the cases.
+fn grade_rest(
+    prepared: &prepare::Prepared,
+    cases: &CaseIndex<'_>,
+    dir: &RunDir,
+    record: &mut RunRecord,
+    graded: &grade::Graded,
+) -> Rest {
+    let grading = Instant::now();
+    let trials = &record.trials;
+    let grades = grade::grade_rest(&prepared.judges, dir, trials, Some(cases), |key| {
+        graded.contains(trials, key)
+    });
+    let pairs = grade::pairwise_all(&prepared.pairwise, dir, trials, Some(cases));
+    if let Some(timings) = &mut record.timings {
+        timings.grade_after_ms += grading.elapsed().as_millis() as u64;
+    }
+    Rest { grades, pairs }
+}
+
+/// Reads back what was graded while collecting, joins the rest, and writes the record,
+/// grades, scores and summary.
 fn finish(
     prepared: &prepare::Prepared,
-    cases: &BTreeMap<&str, &CaseRecord>,
     dir: RunDir,
     mut record: RunRecord,
     shards: Vec<ShardReport>,
     graded: grade::Graded,
+    rest: Rest,
 ) -> Result<RunOutcome> {
     let missing = {
         let mut has_trace = dir.trace_check();
@@ -262,20 +303,14 @@ fn finish(
         0 => Phase::Complete,
         _ => Phase::Partial,
     };
+    let read_back = graded.read(&record.trials)?;
     // The agents' usage, from what grading saw and from the traces it did not.
-    let usage = UsageSummary::of_agents(&dir, &record.trials, |k| graded.usage_of(k));
-    let grading = Instant::now();
-    let grades = grade::grade_rest(
-        &prepared.judges,
-        &dir,
-        &record.trials,
-        Some(cases),
-        graded.into_grades(),
-    );
-    let pairs = grade::pairwise_all(&prepared.pairwise, &dir, &record.trials, Some(cases));
-    if let Some(timings) = &mut record.timings {
-        timings.grade_after_ms += grading.elapsed().as_millis() as u64;
-    }
+    let mut grades = read_back.grades;
+    let usage = UsageSummary::of_agents(&dir, &record.trials, read_back.usage, |key| {
+        grades.contains_key(key)
+    });
+    grades.extend(rest.grades);
+    let pairs = rest.pairs;
     record.grade = grade::grade_phase(&grades, &pairs);
     prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;

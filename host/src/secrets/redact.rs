@@ -249,7 +249,16 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
 
 /// What a terminal or a log gets of `text`: held secrets redacted, control characters escaped.
 pub fn clean_text(text: &str) -> String {
-    terminal_safe(&redactor().redact(text)).into_owned()
+    clean(text).into_owned()
+}
+
+/// [`clean_text`], borrowing `text` when it needs no change (a run's `--json` summary is
+/// megabytes long, and is almost always clean).
+pub fn clean(text: &str) -> Cow<'_, str> {
+    match redactor().redact(text) {
+        Cow::Borrowed(text) => terminal_safe(text),
+        Cow::Owned(redacted) => Cow::Owned(terminal_safe(&redacted).into_owned()),
+    }
 }
 
 /// [`clean_text`] for raw output (a worker's stderr): invalid UTF-8 is replaced, not kept.

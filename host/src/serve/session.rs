@@ -15,7 +15,7 @@
 
 use super::{ServeError, Shared};
 use crate::client::{text_of, Exchange};
-use crate::eval::trial::{CaseRecord, TraceEvent, TrialKey, TrialRecord, TrialStatus};
+use crate::eval::trial::{CaseIndex, CaseRecord, TraceEvent, TrialKey, TrialRecord, TrialStatus};
 use crate::results::RunDir;
 use crate::run::collect;
 use crate::runner::channel::Channel;
@@ -24,7 +24,6 @@ use crate::secrets::Secret;
 use crate::shard::bundle::{Bundle, Turn, BUNDLE_FILE};
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -312,7 +311,7 @@ impl Session {
             &shared,
             (&id, &dir, None, None, None),
             machine.as_mut(),
-            &BTreeMap::new(),
+            &CaseIndex::new(&[]),
             Vec::new(),
             &never,
             &|_| {},
@@ -538,7 +537,7 @@ impl Session {
     /// Runs `task` as a one-trial shard on the machine, then settles it.
     fn run_task(&self, task: &Task) {
         let case = CaseRecord::new(task.key.case.clone(), task.input.clone());
-        let cases: BTreeMap<&str, &CaseRecord> = [(&*case.id, &case)].into();
+        let cases = CaseIndex::new(std::slice::from_ref(&case));
         let on_event = |event: ShardEvent| match event {
             // An event too large to stream (`None`) shows once the task settles.
             ShardEvent::TraceEvent {
@@ -790,7 +789,7 @@ fn run_shard(
     shared: &Shared,
     (session, dir, workdir, turn, token_budget): ShardOf<'_>,
     machine: &mut dyn Channel,
-    cases: &BTreeMap<&str, &CaseRecord>,
+    cases: &CaseIndex<'_>,
     trials: Vec<TrialKey>,
     cancel: &AtomicBool,
     events: &(dyn Fn(ShardEvent) + Sync),

@@ -102,20 +102,22 @@ impl std::fmt::Debug for TrialRows<'_> {
 
 /// What a row shows of a trial's trace, kept instead of the trace: a view of 100,000 trials
 /// holds these, and reads each trace again only to write it out or when it is opened.
+/// 32 bytes: the tags, which few cases have, are boxed.
 struct TraceFacts {
-    tags: Vec<String>,
+    tags: Option<Box<Vec<String>>>,
     duration_ms: u64,
     exit_code: Option<i32>,
-    events: usize,
+    events: u32,
 }
 
 impl TraceFacts {
     fn of(record: TrialRecord) -> Self {
+        let tags = record.case.more.map(|more| more.tags);
         TraceFacts {
-            tags: record.case.more.map(|more| more.tags).unwrap_or_default(),
+            tags: tags.filter(|tags| !tags.is_empty()).map(Box::new),
             duration_ms: record.trace.duration_ms,
             exit_code: record.trace.exit_code,
-            events: record.trace.events.len(),
+            events: record.trace.events.len().try_into().unwrap_or(u32::MAX),
         }
     }
 }
@@ -210,10 +212,12 @@ impl LoadedRun {
             score,
             judges,
             cause,
-            tags: trace.map_or(&[][..], |t| t.tags.as_slice()),
+            tags: trace
+                .and_then(|t| t.tags.as_deref())
+                .map_or(&[][..], Vec::as_slice),
             duration_ms: trace.map(|t| t.duration_ms),
             exit_code: trace.and_then(|t| t.exit_code),
-            events: trace.map_or(0, |t| t.events),
+            events: trace.map_or(0, |t| t.events as usize),
             has_trace: trace.is_some(),
         }
     }
