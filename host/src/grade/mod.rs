@@ -507,12 +507,12 @@ mod tests {
         let pass = TrialGrade::Graded {
             score: 1.0,
             pass: true,
-            judges: vec![],
+            judges: Default::default(),
         };
         let fail = TrialGrade::Graded {
             score: 0.0,
             pass: false,
-            judges: vec![],
+            judges: Default::default(),
         };
         let broken = TrialGrade::NotGraded {
             judge: "j".into(),
@@ -547,7 +547,7 @@ mod tests {
         let grade = |pass| TrialGrade::Graded {
             score: f64::from(u8::from(pass)),
             pass,
-            judges: vec![],
+            judges: Default::default(),
         };
         let (pass, fail) = (grade(true), grade(false));
         // The worked example of docs/results.md: 4 trials, 3 pass.

@@ -104,6 +104,8 @@ impl std::fmt::Debug for TrialRows<'_> {
 /// holds these, and reads each trace again only to write it out or when it is opened.
 /// 32 bytes: the tags, which few cases have, are boxed.
 struct TraceFacts {
+    // A thin pointer on purpose: 8 bytes for a list few trials have (a boxed slice is 16).
+    #[allow(clippy::box_collection)]
     tags: Option<Box<Vec<String>>>,
     duration_ms: u64,
     exit_code: Option<i32>,
