@@ -3,7 +3,7 @@
 //! parallel. During a run, [`Grading`] grades each trace as it is stored, while collection
 //! goes on; what it did not see is graded at the end ([`grade_rest`]).
 
-use crate::eval::trial::{CaseIndex, TrialKey, TrialRecord};
+use crate::eval::trial::{find_position, sorted_positions, CaseIndex, TrialKey, TrialRecord};
 use crate::grade::pairwise::{self, CaseComparison, PairJudge, PairOutcome, PairResult};
 use crate::grade::{Grades, JudgeSet, TrialGrade};
 use crate::model::UsageTotals;
@@ -209,9 +209,7 @@ impl<'scope> Grading<'scope> {
         dir: &std::path::Path,
     ) -> anyhow::Result<Self> {
         // The plan's positions sorted by key: a trace's trial is found by halves.
-        let mut by_key: Vec<u32> = (0..plan.len() as u32).collect();
-        by_key.sort_unstable_by(|a, b| plan[*a as usize].cmp(&plan[*b as usize]));
-        let by_key = Arc::new(by_key);
+        let by_key = Arc::new(sorted_positions(plan, |key| key));
         let file = tempfile::tempfile_in(dir)
             .with_context(|| format!("cannot make the grading spill file in {}", dir.display()))?;
         let (traces, queue) = mpsc::channel::<Stored>();
@@ -236,8 +234,7 @@ impl<'scope> Grading<'scope> {
                         let Ok((order, key, record)) = next else {
                             return;
                         };
-                        let Ok(at) = by_key.binary_search_by(|at| plan[*at as usize].cmp(&key))
-                        else {
+                        let Some(trial) = find_position(plan, &by_key, |key| key, &key) else {
                             // The coordinator stores only the traces of planned trials.
                             tracing::warn!("trial {key} is not in the plan; it is not graded");
                             continue;
@@ -248,11 +245,10 @@ impl<'scope> Grading<'scope> {
                         line.clear();
                         serde_json::to_writer(&mut line, &Spilled { grade, usage })
                             .expect("a grade serialises");
-                        let trial = by_key[at];
                         spill
                             .lock()
                             .expect("grading spill")
-                            .push(trial, order, &line);
+                            .push(trial as u32, order, &line);
                     }
                 })
             })

@@ -15,7 +15,10 @@ use super::protocol::{
 };
 use super::tokens::{renewal_due, ServerTokens};
 use crate::eval::config::VariantSpec;
-use crate::eval::trial::{CaseIndex, CollectedBy, TraceEvent, TrialKey, TrialRecord, TrialStatus};
+use crate::eval::trial::{
+    find_position, sorted_positions, CaseIndex, CollectedBy, TraceEvent, TrialKey, TrialRecord,
+    TrialStatus,
+};
 use crate::results::{trace_path, RunDir};
 use crate::runner::channel::{Channel, Refused};
 use serde::Serialize;
@@ -340,13 +343,7 @@ impl<'a> ShardSession<'a> {
             bundle,
             run_dir,
             report: ShardReport::new(bundle.shard, String::new()),
-            planned: {
-                let mut planned: Vec<u32> = (0..bundle.trials.len() as u32).collect();
-                planned.sort_unstable_by(|a, b| {
-                    bundle.trials[*a as usize].cmp(&bundle.trials[*b as usize])
-                });
-                planned
-            },
+            planned: sorted_positions(&bundle.trials, |key| key),
             progress: vec![Progress::default(); bundle.trials.len()],
             waiting: Vec::new(),
             calls: BTreeMap::new(),
@@ -586,12 +583,7 @@ impl<'a> ShardSession<'a> {
 
     /// `key`'s position in the bundle, when the bundle has it.
     fn position(&self, key: &TrialKey) -> Option<usize> {
-        let trials = &self.bundle.trials;
-        let at = self
-            .planned
-            .binary_search_by(|at| trials[*at as usize].cmp(key))
-            .ok()?;
-        Some(self.planned[at] as usize)
+        find_position(&self.bundle.trials, &self.planned, |key| key, key)
     }
 
     /// The plan's own copy of `key` when the bundle planned it, else `key`: a key kept past
