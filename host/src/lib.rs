@@ -20,13 +20,15 @@
 //! - [`model`]: what the `api` client's agent loop calls: one request and reply shape, the
 //!   built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files and worker token directories.
-//! - [`files`], [`process`], [`home`], [`clock`], [`net`]: careful file access; host processes
-//!   (groups, deadlines, capped reads); where mst keeps its state (`$MST_HOME`); wall-clock
-//!   time; the HTTP client and its capped body reads.
+//! - [`files`], [`process`], [`home`], [`clock`], [`net`], [`diagnosis`]: careful file access;
+//!   host processes (groups, deadlines, capped reads); where mst keeps its state (`$MST_HOME`);
+//!   wall-clock time; the HTTP client and its capped body reads; a failed trial's evidence on
+//!   its machine (output tails, memory, load, disk, processes).
 
 pub mod cli;
 pub mod client;
 pub mod clock;
+pub mod diagnosis;
 pub mod eval;
 pub mod files;
 pub mod grade;

@@ -302,12 +302,93 @@ fn out_of_memory_is_an_infrastructure_failure_and_keep_failed_keeps_the_containe
     );
     let summary = read_json(&dir.join("summary.json"));
     assert_eq!(summary["variants"]["default"]["infra"], 1, "{summary}");
-    let kept = machine["kept"].as_str().unwrap();
+    let kept = machine["kept"]["at"].as_str().unwrap();
     let names = containers_of(&a, &run_id(&eval));
     assert_eq!(names.len(), 1, "{names:?}");
     assert!(
         names[0].ends_with("-kept") && kept.contains(&names[0]),
         "{names:?} {kept}"
+    );
+    docker(&a, &["rm", "-f", "-v", &names[0]]);
+}
+
+#[test]
+fn a_containers_artefacts_come_back_and_its_kept_machine_says_how_to_get_in() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    // Case c1 passes, c2 fails; each leaves a report, c2 hangs a process in the background
+    // that the diagnosis must show.
+    let agent = r#"read q
+echo "report of $q" > "$MST_ARTIFACTS/report.txt"
+case "$q" in *2) sleep 41 & echo "failing on $q" >&2; exit 4;; esac
+echo ok"#;
+    let eval = command_eval(json!(["sh", "-c", agent]), 2, 30);
+    let run = docker_run(
+        &eval,
+        &mst,
+        &[format!("contexts={a}"), "keep=failed".into()],
+    );
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("e2e");
+    let read = |path: &str| std::fs::read_to_string(dir.join("artifacts").join(path)).unwrap();
+    assert_eq!(read("default/c1/0/report.txt"), "report of question 1\n");
+    assert_eq!(read("default/c2/0/report.txt"), "report of question 2\n");
+    assert!(!dir.join("artifacts/default/c1/0/mst-diagnosis").exists());
+    assert_eq!(
+        read("default/c2/0/mst-diagnosis/stderr.txt"),
+        "failing on question 2\n"
+    );
+    let system: Value =
+        serde_json::from_str(&read("default/c2/0/mst-diagnosis/system.json")).unwrap();
+    assert_eq!(
+        system["failure"], "the client exited with code 4",
+        "{system}"
+    );
+    let processes = read("default/c2/0/mst-diagnosis/processes.txt");
+    // The container's own processes: its worker, and what the agent left running.
+    assert!(processes.contains("mst collect"), "{processes}");
+    assert!(processes.contains("sleep 41"), "{processes}");
+
+    // One trial failed: the container is kept, and the way in that mst printed works.
+    let record = read_json(&dir.join("run.json"));
+    let machine = &record["machines"][0];
+    assert_eq!(machine["failedTrials"], 1, "{machine}");
+    assert_eq!(machine["artifacts"]["trials"], 2, "{machine}");
+    let enter = machine["kept"]["enter"].as_str().unwrap();
+    assert!(
+        run.stdout.contains(&format!("get in: {enter}")),
+        "{}",
+        run.stdout
+    );
+    let names = containers_of(&a, &run_id(&eval));
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert_eq!(
+        enter,
+        format!("docker -H {a} exec -it {} sh", names[0]),
+        "{enter}"
+    );
+    // The same command without a terminal (`-i` only), fed a line on stdin.
+    let inside = Command::new("sh")
+        .args(["-c", &enter.replace("exec -it", "exec -i")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(b"ls /mst-work/artifacts/default/c2/0\n")?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let listed = String::from_utf8_lossy(&inside.stdout);
+    assert!(
+        listed.contains("report.txt") && listed.contains("mst-diagnosis"),
+        "{listed}"
     );
     docker(&a, &["rm", "-f", "-v", &names[0]]);
 }

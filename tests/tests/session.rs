@@ -23,7 +23,11 @@ fn bundle(config: &EvalConfig, task: &str) -> Bundle {
         case: task.into(),
         trial: 0,
     };
-    mst::run::collect::bundle(config, "session", vec![key], (0, 1), 200)
+    Bundle {
+        // As mst serve's sessions: no artefacts (their context copies none).
+        artifacts: None,
+        ..mst::run::collect::bundle(config, "session", vec![key], (0, 1), 200)
+    }
 }
 
 #[test]
@@ -65,6 +69,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         cancel: &cancel,
         resume: None,
         copied: &AtomicU64::new(0),
+        artifacts: None,
         stored: None,
     };
     let results = tempfile::tempdir().unwrap();

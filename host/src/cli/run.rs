@@ -240,6 +240,9 @@ impl Reporter {
         if let (false, Some(timings)) = (self.json, &outcome.record.timings) {
             text.push_str(&timing_line(timings));
         }
+        if !self.json {
+            text.push_str(&kept_and_artifacts(outcome));
+        }
         if !self.json && !outcome.summary.missing.is_empty() {
             text.push_str(&format!(
                 "resume:  mst run --config {} --resume {}\n",
@@ -582,4 +585,28 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
             Ok(0)
         }
     }
+}
+
+/// The end-of-run lines for machines left for inspection (where each is and how to get in)
+/// and for the artefacts that came back; empty when there are neither.
+fn kept_and_artifacts(outcome: &run::RunOutcome) -> String {
+    let mut text = String::new();
+    for shard in &outcome.shards {
+        if let Some(kept) = &shard.kept {
+            text.push_str(&format!("kept:    shard {}: {}\n", shard.shard, kept.at));
+            if let Some(enter) = &kept.enter {
+                text.push_str(&format!("         get in: {enter}\n"));
+            }
+        }
+    }
+    let (trials, files) = outcome.shards.iter().fold((0, 0), |(t, f), shard| {
+        (t + shard.artifacts.trials, f + shard.artifacts.files)
+    });
+    if files > 0 {
+        text.push_str(&format!(
+            "artifacts: {files} file(s) from {trials} trial(s) in {}\n",
+            outcome.dir.artifacts_dir().display()
+        ));
+    }
+    crate::secrets::clean(&text).into_owned()
 }

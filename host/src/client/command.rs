@@ -12,6 +12,7 @@
 //! process group is killed and the trial is `timed-out`.
 
 use super::{input_text, Client, Recorder, ResumeSink, TrialInput, RESUME_TOKEN};
+use crate::diagnosis::TailReader;
 use crate::eval::config::Resume;
 use crate::eval::trial::{EventKind, TraceRecord, TrialStatus};
 use crate::process::read_lines_capped;
@@ -287,12 +288,22 @@ impl CommandClient {
             // Dropped here: the program sees the end of its input.
         });
         let mut fed = false;
-        let out = read_lines_capped(stdout, MAX_ANSWER as u64 * 2, usize::MAX, move |line| {
-            out_tx.send(Output::Line(line, started.elapsed())).is_ok()
-        });
-        let err = read_lines_capped(stderr, MAX_ANSWER as u64, MAX_LOG_LINES, move |line| {
-            tx.send(Output::Err(line, started.elapsed())).is_ok()
-        });
+        // With artefacts on, the end of each stream is kept too, for a failed trial's
+        // diagnosis (the trace keeps their start).
+        let tails = input.evidence.map(|e| (e.stdout.clone(), e.stderr.clone()));
+        let (out_tail, err_tail) = tails.unzip();
+        let out = read_lines_capped(
+            TailReader::new(stdout, out_tail),
+            MAX_ANSWER as u64 * 2,
+            usize::MAX,
+            move |line| out_tx.send(Output::Line(line, started.elapsed())).is_ok(),
+        );
+        let err = read_lines_capped(
+            TailReader::new(stderr, err_tail),
+            MAX_ANSWER as u64,
+            MAX_LOG_LINES,
+            move |line| tx.send(Output::Err(line, started.elapsed())).is_ok(),
+        );
         let pipes = async {
             tokio::join!(out, err);
         };
@@ -309,6 +320,7 @@ impl CommandClient {
                     // it ends.
                     if trace.past_budget().is_some() {
                         stopped = true;
+                        at_failure(input);
                         break stop(&mut child, leader).await;
                     }
                 }
@@ -317,6 +329,8 @@ impl CommandClient {
                 status = child.wait() => break status.ok(),
                 () = tokio::time::sleep_until(deadline.into()) => {
                     stopped = true;
+                    // The processes as they hung, before they are killed.
+                    at_failure(input);
                     break stop(&mut child, leader).await;
                 }
                 _ = cancel_check.tick() => if input.cancel.load(Ordering::Relaxed) {
@@ -326,6 +340,11 @@ impl CommandClient {
             }
         };
         drop(feed);
+        // A program that failed: the processes it left running are part of the evidence, so
+        // they are listed before the group is killed.
+        if !status.is_some_and(|s| s.success()) {
+            at_failure(input);
+        }
         // The program is gone; its pipes close once every process of the group is gone. A
         // process that left the group (`setsid`) may hold them open: reading stops at the
         // trial's deadline, or shortly after the program ended, whichever is later.
@@ -403,6 +422,7 @@ impl CommandClient {
             .envs(base_env)
             .envs(&self.options.env)
             .envs(self.secret_values.iter().map(|(k, v)| (k, v.expose())))
+            .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, &e.dir)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         command.stdin(if self.options.input == InputMode::Stdin {
@@ -414,6 +434,13 @@ impl CommandClient {
         command.current_dir(self.options.cwd.as_deref().map_or(input.scratch, Path::new));
         let name = argv.swap_remove(0);
         (command, name)
+    }
+}
+
+/// Takes the process list for the trial's diagnosis, when artefacts are on.
+fn at_failure(input: &TrialInput<'_>) {
+    if let Some(evidence) = input.evidence {
+        evidence.at_failure();
     }
 }
 
@@ -506,6 +533,7 @@ mod tests {
             resume: None,
             history: &[],
             token_budget,
+            evidence: None,
         })
     }
 

@@ -41,7 +41,14 @@ pub struct TrialInput<'a> {
     /// playground turn's `turnTokens`): past it the client stops the trial, which ends
     /// `timed-out` with the cause in the trace's `stopped`. `None`: no limit.
     pub token_budget: Option<u64>,
+    /// When trials keep artefacts: the trial's artefact directory (a `command` client's
+    /// program gets it as `$MST_ARTIFACTS`), the tails of its output and the moment it
+    /// failed; the worker writes the diagnosis from them. `None`: artefacts are off.
+    pub evidence: Option<&'a crate::diagnosis::TrialEvidence>,
 }
+
+/// The variable naming a trial's artefact directory in a `command` client's environment.
+pub const ARTIFACTS_ENV: &str = "MST_ARTIFACTS";
 
 /// One completed turn of a conversation, as a chat client keeps it: the user's message (the
 /// turn's input as the client renders it, [`input_text`]) and the assistant's final answer.

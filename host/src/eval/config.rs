@@ -630,6 +630,58 @@ pub struct EvalConfig {
     pub providers: BTreeMap<String, crate::model::http::ProviderConfig>,
     #[serde(default)]
     pub plugins: Vec<PluginRef>,
+    /// What trials may leave as artefacts, and their caps (docs/results.md, "Artefacts").
+    #[serde(default)]
+    pub artifacts: ArtifactsConfig,
+}
+
+/// The eval's `artifacts`: whether trials keep artefacts (the files a client writes into
+/// `$MST_ARTIFACTS`, and the worker's diagnosis of a failed trial), and how much of them comes
+/// back. Off for evals whose transcripts must not be stored: a diagnosis holds the end of the
+/// client's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ArtifactsConfig {
+    /// Whether trials keep artefacts (default true).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The most MiB one trial's artefacts bring back (default 16).
+    #[serde(default = "sixteen", rename = "maxTrialMiB")]
+    pub max_trial_mib: u64,
+    /// The most MiB all of a run's artefacts bring back (default 1024).
+    #[serde(default = "gibibyte", rename = "maxRunMiB")]
+    pub max_run_mib: u64,
+}
+
+impl Default for ArtifactsConfig {
+    fn default() -> Self {
+        ArtifactsConfig {
+            enabled: true,
+            max_trial_mib: sixteen(),
+            max_run_mib: gibibyte(),
+        }
+    }
+}
+
+impl ArtifactsConfig {
+    /// The per-trial cap in bytes.
+    pub fn max_trial_bytes(&self) -> u64 {
+        self.max_trial_mib.saturating_mul(1 << 20)
+    }
+    /// The per-run cap in bytes.
+    pub fn max_run_bytes(&self) -> u64 {
+        self.max_run_mib.saturating_mul(1 << 20)
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn sixteen() -> u64 {
+    16
+}
+fn gibibyte() -> u64 {
+    1024
 }
 
 fn one() -> u32 {

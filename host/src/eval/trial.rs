@@ -308,6 +308,34 @@ pub struct TraceRecord {
     pub stopped: Option<String>,
 }
 
+impl TraceRecord {
+    /// Why the trial failed on its machine, as far as the machine can tell: it timed out, hit
+    /// an infrastructure failure, or its program exited non-zero. The judges' verdict comes
+    /// later, on the coordinator; this is what the worker's diagnosis and `keep=failed` go by.
+    pub fn failure(&self) -> Option<String> {
+        let last_log = || {
+            self.events.iter().rev().find_map(|e| match &e.kind {
+                EventKind::Log { text } => Some(text.as_str()),
+                _ => None,
+            })
+        };
+        match self.status {
+            TrialStatus::TimedOut => Some(match &self.stopped {
+                Some(why) => format!("stopped: {why}"),
+                None => format!("timed out after {} ms", self.duration_ms),
+            }),
+            TrialStatus::Infra => Some(format!(
+                "infrastructure failure: {}",
+                last_log().unwrap_or("no reason recorded")
+            )),
+            TrialStatus::Completed => match self.exit_code {
+                Some(code) if code != 0 => Some(format!("the client exited with code {code}")),
+                _ => None,
+            },
+        }
+    }
+}
+
 /// One repetition of one case under one variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -173,6 +173,12 @@ impl RunDir {
         self.trace_log().reserve(trials);
     }
 
+    /// Where the trials' artefacts are: `artifacts/<variant>/<case>/<trial>/`
+    /// (docs/results.md, "Artefacts").
+    pub fn artifacts_dir(&self) -> PathBuf {
+        self.root.join("artifacts")
+    }
+
     /// Where shard `shard`'s worker log goes.
     pub fn worker_log(&self, shard: u32) -> PathBuf {
         self.root.join("shards").join(format!("{shard}.worker.log"))

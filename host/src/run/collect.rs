@@ -9,6 +9,7 @@ use crate::eval::trial::{CaseIndex, TrialKey, TrialStatus};
 use crate::results::RunDir;
 use crate::runner::channel::Channel;
 use crate::runner::{Keep, MachineRequest, Runner};
+use crate::shard::artifacts::BundleArtifacts;
 use crate::shard::bundle::{Bundle, BUNDLE_FILE};
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSession, StoredTrace};
 use crate::shard::protocol::PROTOCOL;
@@ -118,6 +119,9 @@ pub fn bundle(
         workdir: None,
         conversation: None,
         token_budget: None,
+        artifacts: config.artifacts.enabled.then(|| BundleArtifacts {
+            max_trial_bytes: config.artifacts.max_trial_bytes(),
+        }),
     }
 }
 
@@ -227,7 +231,8 @@ impl Collection<'_> {
     fn dispose(&self, machine: &mut dyn Channel, report: &mut ShardReport) {
         let keep = match self.keep {
             Keep::Always => true,
-            Keep::Failed => report.ended != ShardEnd::Done,
+            // A shard that did not end `done`, or any trial that failed on its machine.
+            Keep::Failed => report.ended != ShardEnd::Done || report.failed_trials > 0,
             Keep::Never => false,
         };
         let disposing = Instant::now();

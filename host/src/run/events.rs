@@ -68,6 +68,9 @@ impl RunEvent<'_> {
                 "trial {key}: the worker called it an infrastructure failure ({claim}), but \
                  its trace says the client ran; the trace counts"
             )),
+            RunEvent::Shard(ShardEvent::ArtifactSkipped { key, why, .. }) => Some(format!(
+                "trial {key}: an artefact did not come back: {why}"
+            )),
             RunEvent::Shard(ShardEvent::NoToken { shard, server }) => {
                 Some(format!("shard {shard}: no token for server `{server}`"))
             }

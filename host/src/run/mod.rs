@@ -22,6 +22,7 @@ use crate::results::stored::StoredRun;
 use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary, Timings};
 use crate::runner::{self, RunnerOptions};
+use crate::shard::artifacts::ArtifactCopier;
 use crate::shard::coordinator::{ShardContext, ShardReport, ShardSettings};
 use anyhow::{bail, Context, Result};
 use collect::Collection;
@@ -178,6 +179,13 @@ pub fn run(
     let (shards, graded, timings) = std::thread::scope(|scope| -> Result<_> {
         let grading = grade::Grading::start(scope, judges, plan, collecting_trials, &dir.root)?;
         let stored = |key: &TrialKey, trace| grading.stored(key, trace);
+        let artifact_bytes = AtomicU64::new(0);
+        let artifacts = prepared.config.artifacts.enabled.then(|| ArtifactCopier {
+            root: dir.artifacts_dir(),
+            max_trial_bytes: prepared.config.artifacts.max_trial_bytes(),
+            max_run_bytes: prepared.config.artifacts.max_run_bytes(),
+            run_bytes: &artifact_bytes,
+        });
         let context = ShardContext {
             limiter: &prepared.limiter,
             cases: &cases,
@@ -187,6 +195,7 @@ pub fn run(
             cancel,
             resume: None,
             copied: &AtomicU64::new(0),
+            artifacts: artifacts.as_ref(),
             stored: Some(&stored),
         };
         let collection = Collection {

@@ -128,6 +128,37 @@ pub fn wanted_files(
     Ok(left.into_values().collect())
 }
 
+/// The deepest directory holding every one of `sources` (relative paths, `/`-separated):
+/// what one archive request fetches for a batch. A batch of traces shares `results`; one
+/// trial's artefacts share their own directory, so a request never streams the other trials'.
+/// It stops above any name with characters outside `[A-Za-z0-9._%-]` (the names mst makes),
+/// since a channel's get program may pass it through a shell.
+pub fn common_dir(sources: &[&str]) -> String {
+    let mut common: Option<Vec<&str>> = None;
+    for source in sources {
+        let mut parts: Vec<&str> = source.split('/').collect();
+        parts.pop();
+        common = Some(match common {
+            None => parts,
+            Some(so_far) => so_far
+                .into_iter()
+                .zip(parts)
+                .take_while(|(a, b)| a == b)
+                .map(|(a, _)| a)
+                .collect(),
+        });
+    }
+    let plain = |part: &&str| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'%' | b'-'))
+    };
+    let common = common.unwrap_or_default();
+    let plain_prefix: Vec<&str> = common.iter().copied().take_while(plain).collect();
+    plain_prefix.join("/")
+}
+
 /// How many bytes of archive a batch of `files` copies may stream: the batch may pass other
 /// files, so the whole stream is bounded, not just each file.
 pub fn batch_limit(files: usize, cap: u64) -> u64 {
@@ -211,6 +242,27 @@ fn read_regular(mut entry: tar::Entry<'_, impl Read>, name: &str, cap: u64) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_is_fetched_from_the_deepest_directory_it_shares() {
+        assert_eq!(
+            common_dir(&["results/a/c/0.json", "results/b/c/1.json"]),
+            "results"
+        );
+        assert_eq!(
+            common_dir(&[
+                "artifacts/v/c/0/x.txt",
+                "artifacts/v/c/0/mst-diagnosis/y.txt"
+            ]),
+            "artifacts/v/c/0"
+        );
+        assert_eq!(
+            common_dir(&["artifacts/v/c/0/my logs/a", "artifacts/v/c/0/my logs/b"]),
+            "artifacts/v/c/0"
+        );
+        assert_eq!(common_dir(&["top.json"]), "");
+        assert_eq!(common_dir(&[]), "");
+    }
 
     fn archive_with(kind: tar::EntryType, name: &str, body: &[u8]) -> Vec<u8> {
         let mut builder = tar::Builder::new(Vec::new());

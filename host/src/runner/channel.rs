@@ -91,6 +91,25 @@ impl Refused {
     }
 }
 
+/// A machine left for inspection (`keep`), as the run prints it and `run.json` records it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeptMachine {
+    /// Where it is, and how to remove it when that is not obvious.
+    pub at: String,
+    /// A command that gets a shell inside it, e.g. `docker exec -it NAME sh`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enter: Option<String>,
+}
+
+impl std::fmt::Display for KeptMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.enter {
+            Some(enter) => write!(f, "{}; get in with: {enter}", self.at),
+            None => f.write_str(&self.at),
+        }
+    }
+}
+
 /// A machine's channel. Paths on the machine are relative to its work directory.
 pub trait Channel: Send {
     /// One line for progress output, e.g. `local (/tmp/mst-…)`.
@@ -132,8 +151,9 @@ pub trait Channel: Send {
     fn batch_copies(&self) -> bool {
         false
     }
-    /// Releases the machine; with `keep`, leaves it for inspection and says where.
-    fn dispose(&mut self, keep: bool) -> Result<Option<String>>;
+    /// Releases the machine; with `keep`, leaves it for inspection and says where it is and
+    /// how to get into it.
+    fn dispose(&mut self, keep: bool) -> Result<Option<KeptMachine>>;
     /// After a shard failed: what the machine itself says went wrong (it ran out of memory, it
     /// vanished), if anything.
     fn diagnose(&mut self) -> Option<String> {

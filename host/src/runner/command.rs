@@ -10,7 +10,7 @@
 //! becomes the worker's argv, several words).
 
 use super::archive;
-use super::channel::{Channel, ChildProcess, Process, Refused};
+use super::channel::{Channel, ChildProcess, KeptMachine, Process, Refused};
 use crate::plugin::bindings::CommandChannel;
 use crate::plugin::capabilities::Effective;
 use crate::plugin::programs;
@@ -281,8 +281,8 @@ impl Channel for CommandMachine {
     }
 
     fn get_many(&mut self, files: &[(String, PathBuf)], cap: u64) -> Vec<Result<()>> {
-        // One stream per top-level directory the files are in (the coordinator asks for
-        // `results/…` only: one stream per batch); only the wanted files are kept.
+        // One stream per top-level directory the files are in (a batch of traces is all in
+        // `results/`, a trial's artefacts in `artifacts/`); only the wanted files are kept.
         let mut results: Vec<Option<Result<()>>> = files.iter().map(|_| None).collect();
         let mut groups: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
         for (index, (src, _)) in files.iter().enumerate() {
@@ -291,8 +291,16 @@ impl Channel for CommandMachine {
         }
         for (top, indexes) in groups {
             let group: Vec<(String, PathBuf)> = indexes.iter().map(|&i| files[i].clone()).collect();
-            let copied = if crate::files::is_plain_relative(top) {
-                self.get_from(top, &group, cap)
+            // The deepest directory they share: a trial's artefacts never stream the others'.
+            let sources: Vec<&str> = group.iter().map(|(src, _)| src.as_str()).collect();
+            let common = archive::common_dir(&sources);
+            let fetched = if common.is_empty() {
+                top
+            } else {
+                common.as_str()
+            };
+            let copied = if crate::files::is_plain_relative(fetched) {
+                self.get_from(fetched, &group, cap)
             } else {
                 group
                     .iter()
@@ -314,10 +322,19 @@ impl Channel for CommandMachine {
         true
     }
 
-    fn dispose(&mut self, keep: bool) -> Result<Option<String>> {
+    fn dispose(&mut self, keep: bool) -> Result<Option<KeptMachine>> {
         // The plugin's dispose-machine releases the machine (and its work directory); the host
         // has nothing of its own there beyond what the plugin removes.
-        Ok(keep.then(|| format!("{} ({})", self.workdir, self.exec.program)))
+        Ok(keep.then(|| {
+            // The exec template with an interactive shell for its command: how the worker
+            // was reached, so how a person gets in too.
+            let shell = ["sh".to_string(), "-i".to_string()];
+            let words = self.exec.expand(&self.workdir, "", &shell);
+            KeptMachine {
+                at: format!("{} ({})", self.workdir, self.exec.program),
+                enter: Some(crate::runner::shell_words(&self.exec.program, &words)),
+            }
+        }))
     }
 
     fn started_at(&self) -> Option<Instant> {

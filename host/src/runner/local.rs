@@ -5,7 +5,7 @@
 //! Options: `worker=PATH` runs another program as the worker (default: this mst). Tests use it
 //! to stand in workers that misbehave.
 
-use super::channel::{Channel, ChildProcess, Process, Refused};
+use super::channel::{Channel, ChildProcess, KeptMachine, Process, Refused};
 use super::{MachineRequest, Runner};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -169,11 +169,14 @@ impl Channel for LocalMachine {
         files.iter().map(|(src, _)| self.read(src, cap)).collect()
     }
 
-    fn dispose(&mut self, keep: bool) -> Result<Option<String>> {
+    fn dispose(&mut self, keep: bool) -> Result<Option<KeptMachine>> {
         let dir = self.dir.take().expect("disposed once");
         if keep {
             let kept = dir.keep();
-            return Ok(Some(kept.display().to_string()));
+            return Ok(Some(KeptMachine {
+                at: format!("{} (remove it with: rm -rf {0})", kept.display()),
+                enter: Some(format!("cd {}", kept.display())),
+            }));
         }
         dir.close()
             .context("cannot remove the local machine's directory")?;

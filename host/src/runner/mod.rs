@@ -24,6 +24,19 @@ use anyhow::{bail, Context, Result};
 use channel::Channel;
 use std::collections::BTreeMap;
 
+/// `program` and `args` as one line a person pastes into a POSIX shell, each word quoted as
+/// needed (a word holding a NUL byte, which no shell passes, is shown escaped).
+pub fn shell_words(program: &str, args: &[String]) -> String {
+    let words = std::iter::once(program).chain(args.iter().map(String::as_str));
+    shlex::try_join(words).unwrap_or_else(|_| {
+        let shown: Vec<String> = std::iter::once(program)
+            .chain(args.iter().map(String::as_str))
+            .map(|w| format!("{w:?}"))
+            .collect();
+        shown.join(" ")
+    })
+}
+
 /// Options given with `--runner-option key=value`, with the host's own ones (`shards`, `keep`)
 /// taken out.
 #[derive(Debug, Clone, Default)]

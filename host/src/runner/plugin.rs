@@ -7,7 +7,7 @@
 //! way the host keeps the protocol, tokens, limits, copy-back and clean-up, and a [`Ledger`] of
 //! the plugin's machines, so that a run releases those an mst that died left behind.
 
-use super::channel::{Channel, Process};
+use super::channel::{Channel, KeptMachine, Process};
 use super::command::CommandMachine;
 use super::docker::context::spec_endpoint;
 use super::docker::options::DockerOptions;
@@ -307,7 +307,7 @@ impl Channel for PluginMachine {
     fn batch_copies(&self) -> bool {
         self.inner.batch_copies()
     }
-    fn dispose(&mut self, keep: bool) -> Result<Option<String>> {
+    fn dispose(&mut self, keep: bool) -> Result<Option<KeptMachine>> {
         // The plugin releases its side even when the host's side failed.
         let inner = self.inner.dispose(keep);
         let released = self.plugin.dispose_machine(&self.id, keep);
@@ -318,7 +318,9 @@ impl Channel for PluginMachine {
         let kept = inner?;
         if let Err(e) = released {
             // Still say where a kept machine is.
-            let kept = kept.map(|k| format!(" (kept: {k})")).unwrap_or_default();
+            let kept = kept
+                .map(|k| format!(" (kept: {})", k.at))
+                .unwrap_or_default();
             return Err(anyhow::Error::new(e).context(format!(
                 "runner plugin `{}`: dispose-machine{kept}",
                 self.plugin.info().name

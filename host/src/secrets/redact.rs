@@ -179,6 +179,12 @@ impl Redactor {
         }
     }
 
+    /// Any bytes (a file a client left as an artefact, a tail of its output) with every held
+    /// value replaced, as it appears in text or JSON-escaped.
+    pub fn redact_bytes<'t>(&self, bytes: &'t [u8]) -> Cow<'t, [u8]> {
+        self.text.replace(bytes)
+    }
+
     /// A JSON document (a trace, a grade file) with every held value replaced inside its
     /// strings; it stays the same valid JSON.
     pub fn redact_json<'t>(&self, json: &'t [u8]) -> Cow<'t, [u8]> {

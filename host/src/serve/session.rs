@@ -796,6 +796,8 @@ fn run_shard(
 ) -> Result<(), String> {
     let bundle = Bundle {
         token_budget,
+        // A playground task's evidence is its live trace; artefacts are a batch run's.
+        artifacts: None,
         workdir: workdir.map(str::to_string),
         conversation: turn.map(|(token, history)| Turn {
             resume: token.is_some(),
@@ -823,6 +825,7 @@ fn run_shard(
         cancel,
         resume: turn.and_then(|(token, _)| token),
         copied: &AtomicU64::new(0),
+        artifacts: None,
         stored: None,
     };
     let report = ShardSession::new(&context, &bundle, dir).run(machine, staging.path());

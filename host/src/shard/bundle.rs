@@ -56,6 +56,11 @@ pub struct Bundle {
     /// (see docs/protocol.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_budget: Option<u64>,
+    /// Set when trials keep artefacts (the eval's `artifacts.enabled`): each gets a directory
+    /// (`$MST_ARTIFACTS`), a failed one a diagnosis, and the `trial` message lists what they
+    /// left. Added within `mst.shard/v1` (see docs/protocol.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<super::artifacts::BundleArtifacts>,
 }
 
 /// A conversation turn, as its bundle describes it.

@@ -8,6 +8,7 @@
 //! copied with the safe reader and validated before they count, and a trace that fails the
 //! checks is replaced by the coordinator's own infra record.
 
+use super::artifacts::{ArtifactCopier, ArtifactFile, ArtifactTally};
 use super::bundle::{Bundle, BUNDLE_FILE};
 use super::limits::{Holder, Limiter};
 use super::protocol::{
@@ -20,7 +21,7 @@ use crate::eval::trial::{
     TrialStatus,
 };
 use crate::results::{trace_path, RunDir};
-use crate::runner::channel::{Channel, Refused};
+use crate::runner::channel::{Channel, KeptMachine, Refused};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -116,9 +117,16 @@ pub struct ShardReport {
     /// `trials` (four bytes each, not a key).
     #[serde(skip)]
     pub collected: Vec<u32>,
-    /// Where a kept machine is.
+    /// Where a kept machine is, and how to get into it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kept: Option<String>,
+    pub kept: Option<KeptMachine>,
+    /// Trials that failed on the machine ([`TraceRecord::failure`]: timed out, infra, a
+    /// non-zero exit): `keep=failed` keeps a machine with any.
+    #[serde(rename = "failedTrials", skip_serializing_if = "is_zero")]
+    pub failed_trials: u32,
+    /// What came back of the trials' artefacts.
+    #[serde(skip_serializing_if = "ArtifactTally::is_empty")]
+    pub artifacts: ArtifactTally,
     /// What the runner says about the machine (host, image, …).
     #[serde(skip_serializing_if = "serde_json::Value::is_null")]
     pub placement: serde_json::Value,
@@ -154,6 +162,8 @@ impl ShardReport {
             worker: None,
             collected: Vec::new(),
             kept: None,
+            failed_trials: 0,
+            artifacts: ArtifactTally::default(),
             placement: serde_json::Value::Null,
             hello_at: None,
             wait_ms: None,
@@ -163,6 +173,10 @@ impl ShardReport {
             dispose_error: None,
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What happens in a shard, for progress output and the run's reporters.
@@ -203,6 +217,13 @@ pub enum ShardEvent {
     },
     /// The worker asked for a token no secret provides.
     NoToken { shard: u32, server: String },
+    /// A file a trial left as an artefact did not come back (refused, over a cap, lost on
+    /// the way); the trial's outcome does not change.
+    ArtifactSkipped {
+        shard: u32,
+        key: TrialKey,
+        why: String,
+    },
     /// A conversation turn's client captured a resume token (checked: a conversation bundle,
     /// the trial runs, the size cap). The value is held for redaction; keep it in memory only.
     ResumeToken {
@@ -236,6 +257,9 @@ pub struct ShardContext<'a> {
     pub resume: Option<&'a crate::secrets::Secret>,
     /// Bytes copied back by all shards so far, against `settings.max_run_copy_bytes`.
     pub copied: &'a AtomicU64,
+    /// Where the trials' artefacts go and their caps; `None` when the bundle keeps none (a
+    /// worker that lists some anyway breaks the protocol).
+    pub artifacts: Option<&'a ArtifactCopier<'a>>,
     /// Hears each trace the moment it is stored, as stored (e.g. to grade it while collection
     /// goes on).
     pub stored: Option<&'a StoredTrace<'a>>,
@@ -321,6 +345,10 @@ pub struct ShardSession<'a> {
     done: Option<(Cleanup, Instant)>,
     /// Traces waiting to be copied back; runners whose copies are costly take them in batches.
     copies: Vec<PendingCopy>,
+    /// Trials whose artefacts wait to be copied back, with what the worker listed.
+    artifact_copies: Vec<(TrialKey, Vec<ArtifactFile>)>,
+    /// Trials that failed on the machine, counted as their traces are accepted.
+    failed_trials: std::cell::Cell<u32>,
     batched: bool,
     /// The tokens the worker holds, with when each was sent (for renewal).
     sent_tokens: BTreeMap<String, (Token, u64)>,
@@ -353,6 +381,8 @@ impl<'a> ShardSession<'a> {
             cancel_sent: None,
             done: None,
             copies: Vec::new(),
+            artifact_copies: Vec::new(),
+            failed_trials: std::cell::Cell::new(0),
             batched: false,
             sent_tokens: BTreeMap::new(),
             tokens_checked: Instant::now(),
@@ -394,6 +424,8 @@ impl<'a> ShardSession<'a> {
         self.stdin = None;
         // What is still waiting is copied now.
         self.copy_back(channel);
+        self.copy_artifacts(channel);
+        self.report.failed_trials = self.failed_trials.get();
         // A finished worker's process ends by itself; one that lingers (a command channel's
         // program that does not exit with it) is stopped after the grace period.
         let finished = matches!(ended, ShardEnd::Done | ShardEnd::DoneCleanupFailed);
@@ -510,6 +542,7 @@ impl<'a> ShardSession<'a> {
         }) {
             self.copy_back(channel);
         }
+        self.copy_artifacts(channel);
         self.grant_waiting();
         self.renew_tokens();
         None
@@ -562,13 +595,16 @@ impl<'a> ShardSession<'a> {
                 status,
                 error,
                 trace,
+                artifacts,
                 ..
-            } => self.on_trial(
-                self.planned_key(key),
-                status,
-                error,
-                trace.map(|t| (t, line_bytes as u64)),
-            ),
+            } => self.on_artifacts(&key, artifacts).or_else(|| {
+                self.on_trial(
+                    self.planned_key(key),
+                    status,
+                    error,
+                    trace.map(|t| (t, line_bytes as u64)),
+                )
+            }),
             WorkerMessage::Event { .. } => self.on_event(message, line_bytes as u64),
             WorkerMessage::ResumeToken { key, token } => self.on_resume_token(key, token),
             WorkerMessage::Done { cleanup, .. } => {
@@ -917,6 +953,48 @@ impl<'a> ShardSession<'a> {
         None
     }
 
+    /// What a `trial` message lists of the trial's artefacts: queued for copying back when
+    /// the bundle keeps artefacts and the trial is one this shard runs (its other checks are
+    /// [`Self::on_trial`]'s), a broken protocol otherwise.
+    fn on_artifacts(&mut self, key: &TrialKey, listed: Vec<ArtifactFile>) -> Option<ShardEnd> {
+        if listed.is_empty() {
+            return None;
+        }
+        if self.context.artifacts.is_none() || self.bundle.artifacts.is_none() {
+            return Some(ShardEnd::Lost(format!(
+                "the worker listed artefacts for trial {key}, but this bundle keeps none"
+            )));
+        }
+        if self.position(key).is_some() {
+            self.artifact_copies
+                .push((self.planned_key(key.clone()), listed));
+        }
+        None
+    }
+
+    /// Copies back the artefacts that wait, a trial at a time (one request each for
+    /// runners whose copies are costly: a trial's files share its directory).
+    fn copy_artifacts(&mut self, channel: &mut dyn Channel) {
+        let Some(copier) = self.context.artifacts else {
+            return;
+        };
+        let shard = self.bundle.shard;
+        for (key, listed) in std::mem::take(&mut self.artifact_copies) {
+            let events = self.context.events;
+            let mut skipped = |why: String| {
+                let key = key.clone();
+                events(ShardEvent::ArtifactSkipped { shard, key, why });
+            };
+            copier.copy(
+                channel,
+                &key,
+                &listed,
+                &mut self.report.artifacts,
+                &mut skipped,
+            );
+        }
+    }
+
     /// The worker's output ended: how the shard ended follows from what it said before.
     fn on_eof(&self) -> ShardEnd {
         match (self.done.map(|(cleanup, _)| cleanup), self.cancel_sent) {
@@ -1127,6 +1205,10 @@ impl<'a> ShardSession<'a> {
             .store_trace(key, record)
             .map_err(|e| format!("{e:#}"))?;
         let status = record.trace.status;
+        // Infra trials are counted where they are settled ([`Self::infra`]).
+        if status != TrialStatus::Infra && record.trace.failure().is_some() {
+            self.failed_trials.set(self.failed_trials.get() + 1);
+        }
         if let Some(stored) = self.context.stored {
             stored(key, record);
         }
@@ -1143,6 +1225,7 @@ impl<'a> ShardSession<'a> {
 
     fn infra(&mut self, key: TrialKey, reason: String) {
         let shard = self.bundle.shard;
+        self.failed_trials.set(self.failed_trials.get() + 1);
         (self.context.events)(ShardEvent::TrialInfra { shard, key, reason });
     }
 

@@ -2,10 +2,12 @@
 //! trials on machines. `docs/protocol.md` is the normative description; the types in
 //! [`protocol`] are its single source, and its `read_messages` frames lines for both ends.
 //! [`coordinator`] holds `ShardSession` (one bundle on one channel, as a state machine),
-//! [`worker`] the worker's state machine (its trials on [`threads`]), [`bundle`] what a worker receives, [`limits`] the
+//! [`worker`] the worker's state machine (its trials on [`threads`]), [`bundle`] what a worker
+//! receives, [`artifacts`] the files trials leave and how they come back, [`limits`] the
 //! rate limits shared by every shard of a run, and [`tokens`] the access tokens workers get
 //! and their renewal.
 
+pub mod artifacts;
 pub mod bundle;
 pub mod coordinator;
 pub mod limits;

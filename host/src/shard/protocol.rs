@@ -147,6 +147,10 @@ pub enum WorkerMessage {
         /// The trial's trace record, sent in the message instead of a file.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         trace: Option<Box<TrialRecord>>,
+        /// The files the trial left in its artefact directory, for the coordinator to copy
+        /// back (a bundle with `artifacts` only). Added within `mst.shard/v1`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        artifacts: Vec<super::artifacts::ArtifactFile>,
     },
     /// One event of a running trial's trace, sent the moment the client records it: `seq`
     /// counts the trial's events from 0 without gaps, and `event` is the trace's event `seq`
@@ -392,6 +396,7 @@ mod tests {
                 path: "baseline/tz-1/2.json".into(),
                 error: None,
                 trace: None,
+                artifacts: Vec::new(),
             },
             WorkerMessage::Trial {
                 key: key(),
@@ -399,6 +404,10 @@ mod tests {
                 path: "baseline/tz-1/2.json".into(),
                 error: None,
                 trace: Some(Box::new(inline_trace())),
+                artifacts: vec![super::super::artifacts::ArtifactFile {
+                    path: "mst-diagnosis/stderr.txt".into(),
+                    bytes: 12,
+                }],
             },
             WorkerMessage::Event {
                 key: key(),
@@ -450,10 +459,26 @@ mod tests {
             path: "p".into(),
             error: Some("x".into()),
             trace: None,
+            artifacts: Vec::new(),
         });
         assert_eq!(
             line,
             "{\"type\":\"trial\",\"key\":{\"variant\":\"baseline\",\"case\":\"tz-1\",\"trial\":2},\"status\":\"infra\",\"path\":\"p\",\"error\":\"x\"}\n"
+        );
+        let listed = encode(&WorkerMessage::Trial {
+            key: key(),
+            status: Collected::Collected,
+            path: "p".into(),
+            error: None,
+            trace: None,
+            artifacts: vec![super::super::artifacts::ArtifactFile {
+                path: "out/report.txt".into(),
+                bytes: 42,
+            }],
+        });
+        assert!(
+            listed.ends_with(",\"artifacts\":[{\"path\":\"out/report.txt\",\"bytes\":42}]}\n"),
+            "{listed}"
         );
         let event = encode(&WorkerMessage::Event {
             key: key(),

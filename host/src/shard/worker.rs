@@ -4,6 +4,7 @@
 //! `mst.shard/v1` with the coordinator over stdin/stdout. Its state is one `Worker`, fed by
 //! one stream of `Event`s (coordinator messages, finished trials) with a method per event.
 
+use super::artifacts::{self, ArtifactFile, ArtifactSlots};
 use super::bundle::{Bundle, BUNDLE_FILE, MAX_BUNDLE_BYTES};
 use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, DoneCounts, Token, TokenReason,
@@ -169,6 +170,8 @@ struct TrialSetting<'a> {
     token_budget: Option<u64>,
     /// Where fresh scratch directories come from.
     scratch: &'a ScratchDirs,
+    /// Where the trials' artefact directories come from, when the bundle keeps artefacts.
+    artifacts: Option<&'a ArtifactSlots>,
 }
 
 /// Runs one trial and makes its `trial` line, with the trace in it when the line fits
@@ -185,6 +188,7 @@ fn run_trial(
 ) -> Result<Option<Finished>, String> {
     let results = setting.results;
     let scratch = Scratch::new(results, setting.workdir, setting.scratch)?;
+    let evidence = setting.artifacts.map(ArtifactSlots::take).transpose()?;
     let trace = client.run(&TrialInput {
         case,
         variant: &key.variant,
@@ -199,9 +203,18 @@ fn run_trial(
             .then_some(link as &dyn client::ResumeSink),
         history: setting.history,
         token_budget: setting.token_budget,
+        evidence: evidence.as_ref(),
     });
     let status = trace.status;
-    if cancel.load(Ordering::Relaxed) && status != TrialStatus::Completed {
+    let cancelled = cancel.load(Ordering::Relaxed) && status != TrialStatus::Completed;
+    // Its diagnosis and the list of what it left (nothing of a cancelled trial).
+    let artifacts = match (setting.artifacts, evidence) {
+        (Some(slots), Some(evidence)) => {
+            slots.finish(evidence, key, (!cancelled).then_some(&trace))
+        }
+        _ => Vec::new(),
+    };
+    if cancelled {
         return Ok(None);
     }
     let record = TrialRecord {
@@ -216,13 +229,14 @@ fn run_trial(
         _ => Collected::Collected,
     };
     // Most traces are small: sent in the message, they cost no file on either side.
-    let message = trial_message(key, reported, None, Some(Box::new(record)));
+    let message = trial_message(key, reported, None, Some(Box::new(record)), artifacts);
     let line = redacted_line(&message);
     if line.len() <= protocol::MAX_LINE_BYTES {
         return Ok(Some(Finished { status, line }));
     }
     let WorkerMessage::Trial {
         trace: Some(record),
+        artifacts,
         ..
     } = message
     else {
@@ -233,16 +247,18 @@ fn run_trial(
     let bytes = crate::secrets::redactor().redact_json(&bytes).into_owned();
     crate::files::write_atomic(&results.join(trace_path(key)), &bytes)
         .map_err(|e| format!("{e:#}"))?;
-    let line = redacted_line(&trial_message(key, reported, None, None));
+    let line = redacted_line(&trial_message(key, reported, None, None, artifacts));
     Ok(Some(Finished { status, line }))
 }
 
-/// The `trial` message for `key`: with the trace in it, or naming its file.
+/// The `trial` message for `key`: with the trace in it, or naming its file; and the
+/// artefacts the trial left.
 fn trial_message(
     key: &TrialKey,
     status: Collected,
     error: Option<String>,
     trace: Option<Box<TrialRecord>>,
+    artifacts: Vec<ArtifactFile>,
 ) -> WorkerMessage {
     WorkerMessage::Trial {
         key: key.clone(),
@@ -250,6 +266,7 @@ fn trial_message(
         path: trace_path(key),
         error,
         trace,
+        artifacts,
     }
 }
 
@@ -337,7 +354,7 @@ impl ScratchDirs {
 
 /// Removes everything in `dir`, following no link; fails if `dir` is not a plain directory
 /// (a client may have replaced it) or something in it stays.
-fn empty_dir(dir: &Path) -> std::io::Result<()> {
+pub(super) fn empty_dir(dir: &Path) -> std::io::Result<()> {
     if !std::fs::symlink_metadata(dir)?.file_type().is_dir() {
         return Err(std::io::Error::other("no longer a directory"));
     }
@@ -469,6 +486,8 @@ struct Worker {
     threads: super::threads::TrialThreads,
     /// The trials' scratch directories, reused likewise.
     scratch: Arc<ScratchDirs>,
+    /// The trials' artefact directories, when the bundle keeps artefacts.
+    artifacts: Option<Arc<ArtifactSlots>>,
 }
 
 impl Worker {
@@ -486,6 +505,10 @@ impl Worker {
         let queue: VecDeque<TrialKey> = std::mem::take(&mut bundle.trials).into();
         std::fs::create_dir_all(results)
             .with_context(|| format!("cannot create {}", results.display()))?;
+        // Beside `results/`, as the coordinator expects them (docs/protocol.md).
+        let artifacts = bundle.artifacts.map(|limits| {
+            ArtifactSlots::new(results.with_file_name(artifacts::MACHINE_DIR), limits)
+        });
         let (events, inbox) = mpsc::channel::<Event>();
         let threads = super::threads::TrialThreads::new(bundle.concurrency.max(1) as usize);
         let mut worker = Worker {
@@ -511,6 +534,7 @@ impl Worker {
             stop_heartbeat: Arc::new(AtomicBool::new(false)),
             threads,
             scratch: Arc::default(),
+            artifacts: artifacts.map(Arc::new),
         };
         worker.hello();
         worker.listen();
@@ -746,6 +770,7 @@ impl Worker {
             .unwrap_or_default();
         let token_budget = self.bundle.token_budget;
         let scratch = self.scratch.clone();
+        let artifacts = self.artifacts.clone();
         self.threads.run(move || {
             let setting = TrialSetting {
                 results: &results,
@@ -754,6 +779,7 @@ impl Worker {
                 history: &history,
                 token_budget,
                 scratch: &scratch,
+                artifacts: artifacts.as_deref(),
             };
             let outcome = run_trial(
                 client.as_ref(),
@@ -852,7 +878,13 @@ impl Worker {
             }
             Err(error) => {
                 self.counts.infra += 1;
-                redacted_line(&trial_message(&key, Collected::Infra, Some(error), None))
+                redacted_line(&trial_message(
+                    &key,
+                    Collected::Infra,
+                    Some(error),
+                    None,
+                    Vec::new(),
+                ))
             }
         };
         self.wire.send_line(&line);

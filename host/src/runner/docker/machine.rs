@@ -4,7 +4,7 @@
 use super::image::WorkerImage;
 use super::pipes;
 use crate::runner::archive;
-use crate::runner::channel::{Channel, Process, ProcessHandle};
+use crate::runner::channel::{Channel, KeptMachine, Process, ProcessHandle};
 use anyhow::{bail, Context, Result};
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::{
@@ -251,13 +251,29 @@ impl Channel for DockerMachine {
     fn get_many(&mut self, files: &[(String, std::path::PathBuf)], cap: u64) -> Vec<Result<()>> {
         // Each archive request costs the engine tens of milliseconds (Docker 20.10 re-executes
         // itself to read a container's files), so one request fetches the whole batch: the
-        // archive of `results/`, from which only the wanted files are kept.
+        // archive of the directory the files share (`results/` for traces, a trial's own
+        // directory for its artefacts), from which only the wanted files are kept.
         // (The stream is lazy: `copy_wanted` refuses bad paths before any request is made.)
+        let sources: Vec<&str> = files.iter().map(|(src, _)| src.as_str()).collect();
+        let common = archive::common_dir(&sources);
+        // The archive names its entries from the fetched directory's own name down.
+        let above = common.rsplit_once('/').map_or("", |(above, _)| above);
+        let files: Vec<(String, std::path::PathBuf)> = files
+            .iter()
+            .map(|(src, dest)| {
+                let named = src
+                    .strip_prefix(above)
+                    .unwrap_or(src)
+                    .trim_start_matches('/');
+                (named.to_string(), dest.clone())
+            })
+            .collect();
+        let files = &files[..];
         let stream = self.docker.download_from_container(
             &self.id,
             Some(
                 DownloadFromContainerOptionsBuilder::new()
-                    .path(&format!("{WORKDIR}/results"))
+                    .path(&format!("{WORKDIR}/{common}"))
                     .build(),
             ),
         );
@@ -274,7 +290,7 @@ impl Channel for DockerMachine {
         true
     }
 
-    fn dispose(&mut self, keep: bool) -> Result<Option<String>> {
+    fn dispose(&mut self, keep: bool) -> Result<Option<KeptMachine>> {
         self.disposed = true;
         self.slot.take();
         if keep {
@@ -284,10 +300,19 @@ impl Channel for DockerMachine {
                 RenameContainerOptionsBuilder::new().name(&kept).build(),
             ))
             .with_context(|| format!("renaming {} to {kept}", self.name))?;
-            return Ok(Some(format!(
-                "container {kept} on `{}` (remove it with: docker rm -f {kept})",
-                self.context
-            )));
+            let docker = docker_cli(&self.context);
+            // A failed shard's container was stopped when the shard ended: start it first.
+            let start = match self.stopped_by_us.load(Ordering::Relaxed) {
+                true => format!("{docker} start {kept} && "),
+                false => String::new(),
+            };
+            return Ok(Some(KeptMachine {
+                at: format!(
+                    "container {kept} on `{}` (remove it with: {docker} rm -f -v {kept})",
+                    self.context
+                ),
+                enter: Some(format!("{start}{docker} exec -it {kept} sh")),
+            }));
         }
         self.remove()?;
         Ok(None)
@@ -394,5 +419,15 @@ impl Read for StreamReader {
         buf[..n].copy_from_slice(&self.pending[..n]);
         self.pending = self.pending.slice(n..);
         Ok(n)
+    }
+}
+
+/// The docker CLI aimed at `context` as the user named it: an endpoint (`unix://…`,
+/// `tcp://…`, `ssh://…`) with `-H`, a context name with `--context`, the default as it is.
+fn docker_cli(context: &str) -> String {
+    match context {
+        "" | "default" => "docker".to_string(),
+        endpoint if endpoint.contains("://") => format!("docker -H {endpoint}"),
+        name => format!("docker --context {name}"),
     }
 }
