@@ -128,10 +128,15 @@ impl ArtifactSlots {
             }
         }
         drop(evidence);
-        let listed = match trace {
+        let (listed, untouched) = match trace {
             Some(_) => self.list(&slot, key),
-            None => Vec::new(),
+            None => (Vec::new(), false),
         };
+        if untouched {
+            // Nothing in it at all (most trials): handed on as it is, with no second look.
+            self.idle.lock().expect("slots").push(slot);
+            return listed;
+        }
         if listed.is_empty() {
             self.give_back(slot);
             return listed;
@@ -164,11 +169,13 @@ impl ArtifactSlots {
 
     /// The regular files below `slot`, the worker's diagnosis first, then by path, within
     /// [`MAX_FILES`] and the trial's byte cap. Links, FIFOs and devices are never listed (nor
-    /// followed); what is left out is said in the worker's log.
-    fn list(&self, slot: &Path, key: &TrialKey) -> Vec<ArtifactFile> {
+    /// followed); what is left out is said in the worker's log. Also whether `slot` held
+    /// nothing at all.
+    fn list(&self, slot: &Path, key: &TrialKey) -> (Vec<ArtifactFile>, bool) {
         let mut found = Vec::new();
         let mut skipped = Vec::new();
         walk(slot, "", &mut found, &mut skipped);
+        let untouched = found.is_empty() && skipped.is_empty();
         let diagnosis = crate::diagnosis::DIAGNOSIS_DIR;
         found.sort_by(|a: &ArtifactFile, b| {
             let theirs = |f: &ArtifactFile| !f.path.starts_with(diagnosis);
@@ -192,7 +199,7 @@ impl ArtifactSlots {
         for why in skipped {
             eprintln!("mst collect: trial {key}: artefact left out: {why}");
         }
-        listed
+        (listed, untouched)
     }
 }
 
