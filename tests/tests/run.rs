@@ -528,11 +528,14 @@ fn the_summary_lists_what_did_not_pass_grouped_with_reasons_and_capped() {
         "{}",
         run.stdout
     );
+    // Each infra trial left its diagnosis: the machine's state and its processes.
     assert!(
         rest.ends_with(&format!(
-            "... and 12 more: `mst report {id}` shows them all\nreport: {}\nresults: {}",
+            "... and 12 more: `mst report {id}` shows them all\nreport: {}\nresults: {}\n\
+             artifacts: 64 file(s) from 32 trial(s) in {}",
             dir.join("report.html").display(),
-            dir.display()
+            dir.display(),
+            dir.join("artifacts").display()
         )),
         "{}",
         run.stdout

@@ -327,6 +327,76 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
 }
 
 #[test]
+fn artefacts_come_back_over_ssh_and_a_kept_host_says_how_to_get_in() {
+    if !sshd::available() {
+        eprintln!("skipped: no OpenSSH server here");
+        return;
+    }
+    let keys = sshd::keys();
+    let host = Sshd::start(&keys, "a");
+    let plugin = mst_tests::plugin("ssh-runner.wasm");
+    let mst = Mst::new();
+    // c1 passes, c2 fails: both leave a file in a subdirectory whose name needs quoting.
+    let agent = r#"read q
+mkdir -p "$MST_ARTIFACTS/out dir" && echo "notes on $q" > "$MST_ARTIFACTS/out dir/notes.txt"
+case "$q" in *2) echo "broken by $q" >&2; exit 5;; esac"#;
+    let eval = command_eval(json!(["sh", "-c", agent]), 2, 30);
+    let mut args = ssh_args(&plugin, &keys, &[&host]);
+    args.extend(["--runner-option".into(), "keep=failed".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = eval.run(&mst, &args);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("e2e").join("artifacts/default");
+    let read = |path: &str| std::fs::read_to_string(dir.join(path)).unwrap();
+    assert_eq!(read("c1/0/out dir/notes.txt"), "notes on question 1\n");
+    assert_eq!(read("c2/0/out dir/notes.txt"), "notes on question 2\n");
+    assert_eq!(
+        read("c2/0/mst-diagnosis/stderr.txt"),
+        "broken by question 2\n"
+    );
+    assert!(read("c2/0/mst-diagnosis/system.json").contains("exited with code 5"));
+
+    // Kept (a trial failed on it): the printed way in is the exec template with a shell,
+    // and it reaches the work directory on the host.
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let machine = &record["machines"][0];
+    assert_eq!(machine["failedTrials"], 1, "{machine}");
+    let enter = machine["kept"]["enter"].as_str().unwrap();
+    assert!(
+        enter.starts_with("ssh ") && enter.ends_with("exec sh -i"),
+        "{enter}"
+    );
+    assert!(
+        run.stdout.contains(&format!("get in: {enter}")),
+        "{}",
+        run.stdout
+    );
+    let inside = std::process::Command::new("sh")
+        .args(["-c", enter])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            let stdin = child.stdin.as_mut().unwrap();
+            stdin.write_all(b"pwd; ls artifacts/default/c2/0\n")?;
+            drop(child.stdin.take());
+            child.wait_with_output()
+        })
+        .unwrap();
+    let listed = String::from_utf8_lossy(&inside.stdout);
+    let workdir = machine["placement"]["workdir"].as_str().unwrap();
+    assert!(
+        listed.contains(workdir) && listed.contains("mst-diagnosis") && listed.contains("out dir"),
+        "{listed}"
+    );
+    // The kept work directory is the operator's to remove.
+    assert!(std::path::Path::new(workdir).is_dir());
+    std::fs::remove_dir_all(workdir).unwrap();
+}
+
+#[test]
 fn plugin_check_dry_run_times_each_step_and_fails_on_any() {
     let mst = Mst::new();
     let plugin = mst_tests::fixture("hostile-runner.wasm");

@@ -237,11 +237,11 @@ impl Reporter {
             }
         }
         let mut text = summary_text(&outcome.summary, &outcome.grades, self.json, &outcome.dir);
-        if let (false, Some(timings)) = (self.json, &outcome.record.timings) {
-            text.push_str(&timing_line(timings));
-        }
         if !self.json {
             text.push_str(&kept_and_artifacts(outcome));
+        }
+        if let (false, Some(timings)) = (self.json, &outcome.record.timings) {
+            text.push_str(&timing_line(timings));
         }
         if !self.json && !outcome.summary.missing.is_empty() {
             text.push_str(&format!(

@@ -27,8 +27,15 @@ use std::path::{Path, PathBuf};
 /// every trace so (a run directory of format 2 keeps them in
 /// [`super::trace_log::TRACES_FILE`]).
 pub fn trace_path(key: &TrialKey) -> String {
+    format!("{}.json", trial_dir(key))
+}
+
+/// A trial's own place below a directory of trials, `<variant>/<case>/<trial>`, each name
+/// made safe as a single path component: its trace file is this plus `.json`, its artefacts
+/// ([`RunDir::artifacts_dir`], and the machine's) are this directory.
+pub fn trial_dir(key: &TrialKey) -> String {
     format!(
-        "{}/{}/{}.json",
+        "{}/{}/{}",
         crate::files::path_component(&key.variant),
         crate::files::path_component(&key.case),
         key.trial

@@ -14,7 +14,7 @@ pub mod stored;
 pub mod trace_log;
 pub mod usage;
 
-pub use layout::{trace_path, ResultsRoot, RunDir};
+pub use layout::{trace_path, trial_dir, ResultsRoot, RunDir};
 
 use crate::eval::plan::Filters;
 use crate::eval::trial::TrialKey;

@@ -11,6 +11,7 @@
 
 use crate::diagnosis::TrialEvidence;
 use crate::eval::trial::{TraceRecord, TrialKey};
+use crate::results::trial_dir;
 use crate::runner::channel::{Channel, Refused};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -43,17 +44,6 @@ pub struct ArtifactFile {
 pub struct BundleArtifacts {
     /// The most bytes the worker lists for one trial (the coordinator's cap too).
     pub max_trial_bytes: u64,
-}
-
-/// A trial's artefact directory, relative to [`MACHINE_DIR`] on the machine and to the run
-/// directory's `artifacts/`: `<variant>/<case>/<trial>`, each name one safe path component.
-pub fn trial_dir(key: &TrialKey) -> String {
-    format!(
-        "{}/{}/{}",
-        crate::files::path_component(&key.variant),
-        crate::files::path_component(&key.case),
-        key.trial
-    )
 }
 
 /// Whether a listed path may be copied: plain and relative (no root, `.` or `..`), within
