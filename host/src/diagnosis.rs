@@ -78,10 +78,13 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for TailReader<R> {
 /// runs).
 pub struct TrialEvidence {
     /// The trial's artefact directory on the machine.
-    pub dir: PathBuf,
+    dir: PathBuf,
     pub stdout: OutputTail,
     pub stderr: OutputTail,
     processes: Mutex<Option<String>>,
+    /// Whether the directory was handed to the client: one no one was told of is still empty
+    /// after the trial, unless a diagnosis was written there.
+    handed_out: std::sync::atomic::AtomicBool,
 }
 
 impl TrialEvidence {
@@ -92,7 +95,26 @@ impl TrialEvidence {
             stdout: OutputTail::default(),
             stderr: OutputTail::default(),
             processes: Mutex::new(None),
+            handed_out: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The artefact directory, for the worker's own use.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The artefact directory, to give the client (`$MST_ARTIFACTS`): from then on it may
+    /// hold anything.
+    pub fn hand_out(&self) -> &Path {
+        self.handed_out
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        &self.dir
+    }
+
+    /// Whether [`Self::hand_out`] was called.
+    pub fn handed_out(&self) -> bool {
+        self.handed_out.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Takes the process list now, unless it was taken already: call it at the moment of

@@ -422,7 +422,7 @@ impl CommandClient {
             .envs(base_env)
             .envs(&self.options.env)
             .envs(self.secret_values.iter().map(|(k, v)| (k, v.expose())))
-            .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, &e.dir)))
+            .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, e.hand_out())))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         command.stdin(if self.options.input == InputMode::Stdin {

@@ -111,8 +111,14 @@ impl ArtifactSlots {
         key: &TrialKey,
         trace: Option<&TraceRecord>,
     ) -> Vec<ArtifactFile> {
-        let slot = evidence.dir.clone();
-        if let Some(why) = trace.and_then(TraceRecord::failure) {
+        let slot = evidence.dir().to_path_buf();
+        let failure = trace.and_then(TraceRecord::failure);
+        if failure.is_none() && !evidence.handed_out() {
+            // No one wrote there (an `api` or `mcp` trial that passed): no look needed.
+            self.idle.lock().expect("slots").push(slot);
+            return Vec::new();
+        }
+        if let Some(why) = failure {
             if let Err(e) = evidence.write_diagnosis(&why) {
                 eprintln!("mst collect: trial {key}: cannot write its diagnosis: {e}");
             }
@@ -403,15 +409,15 @@ mod tests {
         );
         let passed = TraceRecord::default();
         let evidence = slots.take().unwrap();
-        let first = evidence.dir.clone();
+        let first = evidence.hand_out().to_path_buf();
         assert!(slots.finish(evidence, &key(), Some(&passed)).is_empty());
         // Nothing left: the same directory serves the next trial.
         let evidence = slots.take().unwrap();
-        assert_eq!(evidence.dir, first);
-        std::fs::write(evidence.dir.join("a.txt"), "12345").unwrap();
-        std::fs::create_dir(evidence.dir.join("sub")).unwrap();
-        std::fs::write(evidence.dir.join("sub/b.txt"), "123456").unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", evidence.dir.join("link")).unwrap();
+        assert_eq!(evidence.dir(), first);
+        std::fs::write(evidence.hand_out().join("a.txt"), "12345").unwrap();
+        std::fs::create_dir(evidence.hand_out().join("sub")).unwrap();
+        std::fs::write(evidence.hand_out().join("sub/b.txt"), "123456").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", evidence.hand_out().join("link")).unwrap();
         let listed = slots.finish(evidence, &key(), Some(&passed));
         // `sub/b.txt` would pass the 10-byte cap; the link is never listed.
         assert_eq!(
@@ -436,7 +442,7 @@ mod tests {
         );
         let evidence = slots.take().unwrap();
         evidence.stderr.push(b"it broke");
-        std::fs::write(evidence.dir.join("a.txt"), "x").unwrap();
+        std::fs::write(evidence.hand_out().join("a.txt"), "x").unwrap();
         let listed = slots.finish(evidence, &key(), Some(&failed));
         let paths: Vec<&str> = listed.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(
@@ -450,8 +456,8 @@ mod tests {
         );
         // A cancelled trial's artefacts go with it.
         let evidence = slots.take().unwrap();
-        std::fs::write(evidence.dir.join("a.txt"), "x").unwrap();
-        let dir = evidence.dir.clone();
+        std::fs::write(evidence.hand_out().join("a.txt"), "x").unwrap();
+        let dir = evidence.hand_out().to_path_buf();
         assert!(slots.finish(evidence, &key(), None).is_empty());
         assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0);
     }
