@@ -184,6 +184,32 @@ pub struct Finished {
     pub stderr: Vec<u8>,
 }
 
+/// Why [`run_to_end`] has no [`Finished`] program to give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotFinished {
+    /// It could not be started (no such program, not executable, …).
+    NotStarted(String),
+    /// It ran past its limit and was killed with its group.
+    TimedOut(Duration),
+}
+
+impl std::fmt::Display for NotFinished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotFinished::NotStarted(why) => f.write_str(why),
+            NotFinished::TimedOut(limit) => {
+                write!(f, "timed out after {} ms and was killed", limit.as_millis())
+            }
+        }
+    }
+}
+
+impl From<NotFinished> for String {
+    fn from(why: NotFinished) -> String {
+        why.to_string()
+    }
+}
+
 /// How long output may keep arriving after a program ended (from a process that left its
 /// group); after that [`run_to_end`] returns what it has.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
@@ -197,7 +223,7 @@ pub fn run_to_end(
     stdin: Vec<u8>,
     limit: Duration,
     cap: u64,
-) -> Result<Finished, String> {
+) -> Result<Finished, NotFinished> {
     run_to_end_in(command, stdin, limit, cap, &RunningGroup::default())
 }
 
@@ -226,7 +252,7 @@ pub fn run_to_end_in(
     limit: Duration,
     cap: u64,
     group: &RunningGroup,
-) -> Result<Finished, String> {
+) -> Result<Finished, NotFinished> {
     let result = run_and_wait(command, stdin, limit, cap, group);
     group.set(None);
     result
@@ -238,7 +264,7 @@ fn run_and_wait(
     limit: Duration,
     cap: u64,
     group: &RunningGroup,
-) -> Result<Finished, String> {
+) -> Result<Finished, NotFinished> {
     use std::io::Write;
     use std::process::Stdio;
     let mut child = GroupChild::spawn(
@@ -247,7 +273,7 @@ fn run_and_wait(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| NotFinished::NotStarted(e.to_string()))?;
     group.set(Some(child.child.id()));
     let (input, stdout, stderr) = child.take_pipes();
     let mut input = input.expect("stdin is piped");
@@ -260,10 +286,7 @@ fn run_and_wait(
     let Some(status) = child.wait_until(deadline) else {
         child.kill_group();
         child.wait();
-        return Err(format!(
-            "timed out after {} ms and was killed",
-            limit.as_millis()
-        ));
+        return Err(NotFinished::TimedOut(limit));
     };
     // A background process holding the pipes would otherwise keep the readers waiting.
     child.kill_group();

@@ -394,6 +394,47 @@ echo ok"#;
 }
 
 #[test]
+fn checks_run_inside_the_container_after_the_agent_and_grade_what_it_left() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    // A shell project (the offline test image has no Python): the agent writes its answer
+    // into a file, right for c1 and wrong for c2; the check runs the project's test script
+    // in the trial's directory inside the container, and says which machine it ran on.
+    let agent = r#"read q
+printf '#!/bin/sh\ngrep -qx 42 answer.txt\n' > test.sh
+case "$q" in *1) echo 42 > answer.txt;; *) echo 41 > answer.txt;; esac"#;
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", agent]},
+               "checks": [{"name": "answer", "run": ["sh", "-c", "cat /etc/hostname; sh test.sh"],
+                           "timeout": 30}],
+               "judges": [{"assert": "check-passed", "value": "answer"}], "timeout": 30}),
+        &mst_tests::cases(2),
+    );
+    let run = docker_run(&eval, &mst, &[format!("contexts={a}")]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("e2e");
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["variants"]["default"]["passed"], 1, "{summary}");
+    assert_eq!(summary["variants"]["default"]["failed"], 1, "{summary}");
+    let check = |trial: &str| {
+        let trace = read_trace(&dir, trial);
+        trace["trace"]["events"].as_array().unwrap().last().unwrap()["data"].clone()
+    };
+    let (right, wrong) = (check("default/c1/0"), check("default/c2/0"));
+    assert_eq!(
+        (right["passed"].clone(), wrong["exitCode"].clone()),
+        (json!(true), json!(1))
+    );
+    // It ran in the container: the hostname it printed is the container's, not this host's.
+    let printed = right["stdout"].as_str().unwrap().trim().to_string();
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    assert!(!printed.is_empty() && printed != host.trim(), "{printed}");
+}
+
+#[test]
 fn containers_of_a_killed_mst_are_removed_by_the_next_run() {
     let Some((_, b)) = engines_with_worker_image() else {
         return;

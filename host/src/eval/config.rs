@@ -293,6 +293,52 @@ pub struct VariantConfig {
     pub servers: Option<Vec<String>>,
     #[serde(default)]
     pub judges: Option<Vec<JudgeConfig>>,
+    /// Checks run in the machine after each trial, replacing the eval's `checks`.
+    #[serde(default)]
+    pub checks: Option<Vec<CheckSpec>>,
+}
+
+/// A check the worker runs inside the machine after a trial's client finished, in the
+/// trial's work directory, before anything is cleaned up: the repository's tests after an
+/// agent edited code, a look at a file it should have made. Its exit code and the end of its
+/// output become the trace's `check` event, which `check-passed` and grader plugins read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckSpec {
+    /// Names its event and what `check-passed` asks for: letters, digits, `-`, `_`, `.`.
+    pub name: String,
+    /// The program and its arguments (no shell: write `["sh", "-c", "…"]` for one).
+    pub run: Vec<String>,
+    /// Seconds it may take (default 60, at most a day); past it, it is killed and fails.
+    #[serde(default = "sixty")]
+    pub timeout: f64,
+}
+
+/// Checks a `checks` list at `place` (`checks`, `variants.V.checks`): each named plainly and
+/// once, with a program, within a day.
+fn validate_checks(checks: &[CheckSpec], place: &str) -> Result<()> {
+    let mut names = std::collections::BTreeSet::new();
+    for (index, check) in checks.iter().enumerate() {
+        let at = format!("{place}[{index}]");
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if check.name.is_empty() || !check.name.chars().all(plain) {
+            bail!(
+                "`{at}.name` is {:?}: name a check with letters, digits, `-`, `_` or `.`",
+                check.name
+            );
+        }
+        if !names.insert(check.name.as_str()) {
+            bail!(
+                "`{at}.name`: another check of `{place}` is called `{}`",
+                check.name
+            );
+        }
+        if check.run.first().is_none_or(|program| program.is_empty()) {
+            bail!("`{at}.run` is empty: give the program and its arguments, e.g. [\"pytest\", \"-q\"]");
+        }
+        seconds(&format!("`{at}.timeout`"), check.timeout)?;
+    }
+    Ok(())
 }
 
 /// Most trials at once, per model provider and per MCP server, across all shards.
@@ -399,6 +445,9 @@ pub struct VariantSpec {
     /// The configured provider of the `api` client's model (never its key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<crate::model::http::ProviderConfig>,
+    /// The checks the worker runs after each of this variant's trials.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckSpec>,
 }
 
 impl VariantSpec {
@@ -633,6 +682,9 @@ pub struct EvalConfig {
     /// What trials may leave as artefacts, and their caps (docs/results.md, "Artefacts").
     #[serde(default)]
     pub artifacts: ArtifactsConfig,
+    /// Checks run inside the machine after each trial (a variant's own replace them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckSpec>,
 }
 
 /// The eval's `artifacts`: whether trials keep artefacts (the files a client writes into
@@ -942,7 +994,11 @@ impl EvalConfig {
             bail!("`concurrency` must be at least 1");
         }
         seconds("`timeout`", self.timeout)?;
+        validate_checks(&self.checks, "checks")?;
         for (name, variant) in &self.variants {
+            if let Some(checks) = &variant.checks {
+                validate_checks(checks, &format!("variants.{name}.checks"))?;
+            }
             if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
                 bail!("variant name {name:?} cannot be used as a directory name");
             }
@@ -1109,6 +1165,7 @@ impl EvalConfig {
                 .or_else(|| self.client_options.clone()),
             servers,
             provider,
+            checks: overrides.checks.unwrap_or_else(|| self.checks.clone()),
         }
     }
 

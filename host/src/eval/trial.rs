@@ -330,11 +330,49 @@ impl TraceRecord {
             )),
             TrialStatus::Completed => match self.exit_code {
                 Some(code) if code != 0 => Some(format!("the client exited with code {code}")),
-                _ => None,
+                _ => {
+                    let failed = self.failed_checks();
+                    (!failed.is_empty())
+                        .then(|| format!("its checks failed: {}", failed.join(", ")))
+                }
             },
         }
     }
+
+    /// The outcome of check `name`, as the trial's last `check` event for it records it
+    /// (`{"check", "passed", "exitCode", "timedOut", "durationMs", "stdout", "stderr"}`).
+    pub fn check_outcome(&self, name: &str) -> Option<&Value> {
+        self.events
+            .iter()
+            .rev()
+            .find_map(|event| match &event.kind {
+                EventKind::Custom { name: kind, data }
+                    if kind == CHECK_EVENT && data["check"].as_str() == Some(name) =>
+                {
+                    Some(data)
+                }
+                _ => None,
+            })
+    }
+
+    /// The names of the trial's checks that did not pass, in the order they ran.
+    pub fn failed_checks(&self) -> Vec<&str> {
+        self.events
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::Custom { name, data }
+                    if name == CHECK_EVENT && data["passed"] != true =>
+                {
+                    data["check"].as_str()
+                }
+                _ => None,
+            })
+            .collect()
+    }
 }
+
+/// The name of the `custom` event a check inside the machine leaves in its trial's trace.
+pub const CHECK_EVENT: &str = "check";
 
 /// One repetition of one case under one variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

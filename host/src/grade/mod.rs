@@ -38,6 +38,8 @@ pub enum Assertion {
     ExitCode(i32),
     /// An assertion on the trace's tool calls.
     Tools(tools::ToolAssertion),
+    /// The check inside the machine of this name ran and passed (exit code 0).
+    CheckPassed(String),
 }
 
 impl Assertion {
@@ -60,6 +62,7 @@ impl Assertion {
             ),
             // Its reasons say both what was expected and what happened.
             Assertion::Tools(assertion) => return assertion.check(&record.trace),
+            Assertion::CheckPassed(name) => return check_passed(record, name),
         };
         if ok {
             (ok, reason)
@@ -67,6 +70,36 @@ impl Assertion {
             (ok, format!("expected: {reason}"))
         }
     }
+}
+
+/// `check-passed`: whether check `name` ran in the machine and passed, and what it did.
+fn check_passed(record: &TrialRecord, name: &str) -> (bool, String) {
+    let Some(outcome) = record.trace.check_outcome(name) else {
+        return (
+            false,
+            format!("expected: check `{name}` passed; no check `{name}` ran on this trial"),
+        );
+    };
+    if outcome["passed"] == true {
+        return (true, format!("check `{name}` passed"));
+    }
+    let how = match (outcome["timedOut"] == true, outcome["exitCode"].as_i64()) {
+        (true, _) => "timed out".to_string(),
+        (false, Some(code)) => format!("exited with {code}"),
+        (false, None) => "was ended by a signal".to_string(),
+    };
+    // The last line it printed, usually the test runner's summary.
+    let last = [&outcome["stdout"], &outcome["stderr"]]
+        .into_iter()
+        .filter_map(|text| text.as_str())
+        .flat_map(|text| text.lines().rev().find(|l| !l.trim().is_empty()))
+        .next()
+        .map(|line| format!(": {}", line.trim()))
+        .unwrap_or_default();
+    (
+        false,
+        format!("expected: check `{name}` passed; it {how}{last}"),
+    )
 }
 
 /// How a judge scores.
@@ -170,11 +203,12 @@ impl Judge {
             "exit-code" => Assertion::ExitCode(
                 config.value.as_ref().and_then(|v| v.as_i64()).context("the `exit-code` assertion needs an integer `value`")? as i32,
             ),
+            "check-passed" => Assertion::CheckPassed(text_value(config, assert)?),
             name if tools::NAMES.contains(&name) => {
                 Assertion::Tools(tools::ToolAssertion::parse(name, config.value.as_ref())?)
             }
             other => bail!(
-                "unknown assertion `{other}`; the assertions are contains, not-contains, equals, regex, exit-code, {}",
+                "unknown assertion `{other}`; the assertions are contains, not-contains, equals, regex, exit-code, check-passed, {}",
                 tools::NAMES.join(", ")
             ),
         };

@@ -3,12 +3,14 @@
 //! [`protocol`] are its single source, and its `read_messages` frames lines for both ends.
 //! [`coordinator`] holds `ShardSession` (one bundle on one channel, as a state machine),
 //! [`worker`] the worker's state machine (its trials on [`threads`]), [`bundle`] what a worker
-//! receives, [`artifacts`] the files trials leave and how they come back, [`limits`] the
+//! receives, [`artifacts`] the files trials leave and how they come back, [`checks`] what
+//! the worker runs in the machine after a trial, [`limits`] the
 //! rate limits shared by every shard of a run, and [`tokens`] the access tokens workers get
 //! and their renewal.
 
 pub mod artifacts;
 pub mod bundle;
+pub mod checks;
 pub mod coordinator;
 pub mod limits;
 pub mod protocol;

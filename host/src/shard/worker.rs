@@ -172,6 +172,8 @@ struct TrialSetting<'a> {
     scratch: &'a ScratchDirs,
     /// Where the trials' artefact directories come from, when the bundle keeps artefacts.
     artifacts: Option<&'a ArtifactSlots>,
+    /// The checks the trial's variant runs after its client.
+    checks: &'a [crate::eval::config::CheckSpec],
 }
 
 /// Runs one trial and makes its `trial` line, with the trace in it when the line fits
@@ -205,8 +207,13 @@ fn run_trial(
         token_budget: setting.token_budget,
         evidence: evidence.as_ref(),
     });
+    let mut trace = trace;
+    let cancelled = cancel.load(Ordering::Relaxed) && trace.status != TrialStatus::Completed;
+    // In the trial's own directory, before it is emptied: what the agent left there.
+    if !cancelled && !setting.checks.is_empty() {
+        super::checks::run_checks(setting.checks, scratch.path(), &mut trace, link);
+    }
     let status = trace.status;
-    let cancelled = cancel.load(Ordering::Relaxed) && status != TrialStatus::Completed;
     // Its diagnosis and the list of what it left (nothing of a cancelled trial).
     let artifacts = match (setting.artifacts, evidence) {
         (Some(slots), Some(evidence)) => {
@@ -771,6 +778,8 @@ impl Worker {
         let token_budget = self.bundle.token_budget;
         let scratch = self.scratch.clone();
         let artifacts = self.artifacts.clone();
+        // Most evals have none: an empty list costs no allocation.
+        let checks = self.bundle.variants[&*key.variant].checks.clone();
         self.threads.run(move || {
             let setting = TrialSetting {
                 results: &results,
@@ -780,6 +789,7 @@ impl Worker {
                 token_budget,
                 scratch: &scratch,
                 artifacts: artifacts.as_deref(),
+                checks: &checks,
             };
             let outcome = run_trial(
                 client.as_ref(),

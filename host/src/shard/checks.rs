@@ -1,0 +1,194 @@
+//! Checks inside the machine: after a trial's client finished, the worker runs the variant's
+//! `checks` in the trial's work directory, before anything there is cleaned up, and adds each
+//! one's outcome to the trace as a `check` event (docs/config.md, "Checks"). The verdict stays
+//! the coordinator's: judges read the events (`check-passed`, grader plugins).
+//!
+//! A check that fails is evidence about the agent's work; a check that cannot run at all (its
+//! program is missing) says nothing about it, so the trial becomes an infrastructure failure.
+
+use crate::client::EventSink;
+use crate::eval::config::CheckSpec;
+use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus, CHECK_EVENT};
+use crate::process::NotFinished;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Bytes kept of the end of a check's stdout and of its stderr in its event.
+pub const MAX_CHECK_OUTPUT: usize = 16 * 1024;
+/// Bytes read of a check's stdout or stderr at most (the rest is drained unread).
+const READ_CAP: u64 = 4 * 1024 * 1024;
+
+/// Runs `checks` one after the other in `dir` on a trace whose client ran (not an `infra`
+/// one), appending a `check` event for each to `trace` and telling `sink`. A check that
+/// cannot start ends the list: the trace becomes `infra`, with why as its last `log` event.
+pub fn run_checks(checks: &[CheckSpec], dir: &Path, trace: &mut TraceRecord, sink: &dyn EventSink) {
+    if trace.status == TrialStatus::Infra {
+        return;
+    }
+    let began = Instant::now();
+    for check in checks {
+        let ran = run_one(check, dir);
+        let at_ms = trace.duration_ms + began.elapsed().as_millis() as u64;
+        let kind = match ran {
+            Ok(data) => EventKind::Custom {
+                name: CHECK_EVENT.to_string(),
+                data,
+            },
+            Err(why) => {
+                push(
+                    trace,
+                    sink,
+                    at_ms,
+                    EventKind::Log {
+                        text: format!("check `{}` could not run: {why}", check.name),
+                    },
+                );
+                trace.status = TrialStatus::Infra;
+                return;
+            }
+        };
+        push(trace, sink, at_ms, kind);
+    }
+}
+
+/// Appends one event to `trace`, numbered after the client's, and tells `sink`.
+fn push(trace: &mut TraceRecord, sink: &dyn EventSink, at_ms: u64, kind: EventKind) {
+    let event = TraceEvent {
+        seq: trace.events.len() as u64,
+        at_ms,
+        kind,
+    };
+    sink.emit(&event);
+    trace.events.push(event);
+}
+
+/// Runs one check: its event's data, or why it could not start.
+fn run_one(check: &CheckSpec, dir: &Path) -> Result<serde_json::Value, String> {
+    let base_env = crate::process::minimal_env();
+    let path = base_env
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.clone());
+    let program = crate::process::resolve_program(&check.run[0], path.as_deref());
+    let mut command = Command::new(program);
+    command
+        .args(&check.run[1..])
+        .current_dir(dir)
+        .env_clear()
+        .envs(base_env);
+    let limit = Duration::from_secs_f64(check.timeout);
+    let started = Instant::now();
+    let (exit_code, timed_out, stdout, stderr) =
+        match crate::process::run_to_end(&mut command, Vec::new(), limit, READ_CAP) {
+            Ok(finished) => (
+                finished.status.and_then(|s| s.code()),
+                false,
+                finished.stdout,
+                finished.stderr,
+            ),
+            Err(NotFinished::TimedOut(_)) => (None, true, Vec::new(), Vec::new()),
+            Err(NotFinished::NotStarted(why)) => {
+                return Err(format!("cannot start `{}`: {why}", check.run[0]))
+            }
+        };
+    Ok(serde_json::json!({
+        "check": check.name,
+        "passed": exit_code == Some(0),
+        "exitCode": exit_code,
+        "timedOut": timed_out,
+        "durationMs": started.elapsed().as_millis() as u64,
+        "stdout": tail(&stdout),
+        "stderr": tail(&stderr),
+    }))
+}
+
+/// The last [`MAX_CHECK_OUTPUT`] bytes of `bytes` as text (invalid UTF-8 replaced).
+fn tail(bytes: &[u8]) -> String {
+    let mut from = bytes.len().saturating_sub(MAX_CHECK_OUTPUT);
+    // Start on a character, not inside one.
+    while from < bytes.len() && from > 0 && (bytes[from] & 0xC0) == 0x80 {
+        from += 1;
+    }
+    String::from_utf8_lossy(&bytes[from..]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::NoEvents;
+
+    fn check(name: &str, run: &[&str], timeout: f64) -> CheckSpec {
+        CheckSpec {
+            name: name.into(),
+            run: run.iter().map(|s| s.to_string()).collect(),
+            timeout,
+        }
+    }
+
+    #[test]
+    fn each_check_becomes_an_event_in_the_trials_directory_and_a_missing_program_is_infra() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("made.txt"), "by the agent").unwrap();
+        let mut trace = TraceRecord {
+            duration_ms: 100,
+            ..TraceRecord::default()
+        };
+        let checks = [
+            check("file", &["test", "-f", "made.txt"], 10.0),
+            check(
+                "says",
+                &["sh", "-c", "echo out; echo err >&2; exit 3"],
+                10.0,
+            ),
+            check("slow", &["sleep", "5"], 0.2),
+        ];
+        run_checks(&checks, dir.path(), &mut trace, &NoEvents);
+        assert_eq!(trace.status, TrialStatus::Completed);
+        assert_eq!(trace.events.len(), 3);
+        let file = trace.check_outcome("file").unwrap();
+        assert_eq!(
+            (file["passed"].clone(), file["exitCode"].clone()),
+            (true.into(), 0.into())
+        );
+        let says = trace.check_outcome("says").unwrap();
+        assert_eq!(says["exitCode"], 3);
+        assert_eq!(
+            (says["stdout"].as_str(), says["stderr"].as_str()),
+            (Some("out\n"), Some("err\n"))
+        );
+        let slow = trace.check_outcome("slow").unwrap();
+        assert_eq!(
+            (slow["timedOut"].clone(), slow["passed"].clone()),
+            (true.into(), false.into())
+        );
+        assert_eq!(trace.failed_checks(), ["says", "slow"]);
+        assert_eq!(trace.failure().unwrap(), "its checks failed: says, slow");
+        assert!(trace.events.iter().all(|e| e.at_ms >= 100));
+
+        let mut trace = TraceRecord::default();
+        let checks = [
+            check("gone", &["/nonexistent/prog"], 10.0),
+            check("never", &["true"], 10.0),
+        ];
+        run_checks(&checks, dir.path(), &mut trace, &NoEvents);
+        assert_eq!(trace.status, TrialStatus::Infra);
+        assert_eq!(
+            trace.events.len(),
+            1,
+            "the list stops at the check that cannot run"
+        );
+        assert!(trace
+            .failure()
+            .unwrap()
+            .contains("check `gone` could not run"));
+    }
+
+    #[test]
+    fn a_long_output_keeps_its_end_on_a_character_boundary() {
+        let text = format!("{}é{}", "a".repeat(10), "b".repeat(MAX_CHECK_OUTPUT - 1));
+        let kept = tail(text.as_bytes());
+        assert!(kept.len() <= MAX_CHECK_OUTPUT && kept.ends_with('b'));
+        assert!(!kept.contains('\u{FFFD}'));
+    }
+}
