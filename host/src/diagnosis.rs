@@ -246,32 +246,88 @@ fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
     ))
 }
 
-/// The machine's processes from `/proc`, one per line: pid, parent, state, resident memory
-/// and command line (at most [`MAX_PROCESSES`], each line cut at 1,000 bytes). Empty where
-/// there is no `/proc`.
+/// The processes of this worker's run on the machine, from `/proc`, one per line: pid,
+/// parent, state, resident memory and command line (at most [`MAX_PROCESSES`], each line cut
+/// at 1,000 bytes). Empty where there is no `/proc`.
+///
+/// Which processes: those in the worker's session and those descended from the worker, which
+/// covers what its trials started and left running (a program runs in a process group of its
+/// own, in the worker's session), but not the rest of a shared host's: on the `local` runner
+/// or an SSH host, other users' command lines are none of a run's business. In a container
+/// the worker's session is usually the container's every process.
 pub fn process_list() -> String {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return String::new();
     };
-    let mut pids: Vec<u32> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+    let mut stats: Vec<(u32, ProcStat)> = entries
+        .filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            Some((pid, proc_stat(pid)?))
+        })
         .collect();
-    pids.sort_unstable();
-    let total = pids.len();
+    stats.sort_unstable_by_key(|(pid, _)| *pid);
+    let me = std::process::id();
+    let my_session = stats
+        .iter()
+        .find(|(pid, _)| *pid == me)
+        .map(|(_, s)| s.session);
+    let parents: std::collections::HashMap<u32, u32> =
+        stats.iter().map(|(pid, stat)| (*pid, stat.ppid)).collect();
+    let descends_from_me = |mut pid: u32| {
+        // Bounded: a parent chain is at most as long as the list.
+        for _ in 0..=parents.len() {
+            if pid == me {
+                return true;
+            }
+            match parents.get(&pid) {
+                Some(&parent) if parent != 0 && parent != pid => pid = parent,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let ours: Vec<u32> = stats
+        .iter()
+        .filter(|(pid, stat)| Some(stat.session) == my_session || descends_from_me(*pid))
+        .map(|(pid, _)| *pid)
+        .collect();
     let mut out = String::from("    PID    PPID S     RSS_KIB COMMAND\n");
-    for pid in pids.into_iter().take(MAX_PROCESSES) {
+    for &pid in ours.iter().take(MAX_PROCESSES) {
         if let Some(line) = process_line(pid) {
             out.push_str(&line);
             out.push('\n');
         }
     }
-    if total > MAX_PROCESSES {
+    if ours.len() > MAX_PROCESSES {
         out.push_str(&format!(
             "[{} more processes not listed]\n",
-            total - MAX_PROCESSES
+            ours.len() - MAX_PROCESSES
         ));
     }
     out
+}
+
+/// What `/proc/PID/stat` says of a process's family.
+struct ProcStat {
+    ppid: u32,
+    session: u32,
+}
+
+/// `pid`'s parent and session, from `/proc/PID/stat` (its name, in parentheses, may hold
+/// spaces and parentheses itself: the fields are read after the last `)`).
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat)
+}
+
+fn parse_stat(stat: &str) -> Option<ProcStat> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // state, ppid, pgrp, session, …
+    let mut fields = after_name.split_whitespace().skip(1);
+    let ppid = fields.next()?.parse().ok()?;
+    let _pgrp = fields.next()?;
+    let session = fields.next()?.parse().ok()?;
+    Some(ProcStat { ppid, session })
 }
 
 /// One process's line, or `None` when it is gone (it may end while the list is read).
@@ -345,6 +401,39 @@ mod tests {
             Some([0.52, 1.25, 2.0])
         );
         assert_eq!(parse_load("garbage"), None);
+    }
+
+    #[test]
+    fn a_stat_line_is_read_after_the_processs_name_whatever_the_name_holds() {
+        let stat = "4242 (a (weird) name) S 17 4242 4200 0 -1 4194560 100 0 0 0";
+        let parsed = parse_stat(stat).unwrap();
+        assert_eq!((parsed.ppid, parsed.session), (17, 4200));
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn the_process_list_holds_this_process_and_what_it_started_but_not_other_sessions() {
+        // A child in a session of its own that this process started: a descendant, listed.
+        let mut child = std::process::Command::new("setsid")
+            .args(["sleep", "30"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let list = process_list();
+        let listed = |pid: u32| {
+            list.lines()
+                .any(|l| l.split_whitespace().next() == Some(&pid.to_string()))
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listed(std::process::id()), "{list}");
+        assert!(listed(child.id()), "{list}");
+        // PID 1 is in no session of ours (unless this test runs as the session's init).
+        let one = proc_stat(1).map(|s| s.session);
+        let mine = proc_stat(std::process::id()).map(|s| s.session);
+        if one != mine {
+            assert!(!listed(1), "{list}");
+        }
     }
 
     #[test]
