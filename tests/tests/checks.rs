@@ -1,7 +1,8 @@
 //! Checks inside the machine end to end on the real local runner (issue 17, section 2): a real
 //! Python project whose unittest suite an agent keeps passing or breaks, checked after each
 //! trial in the trial's own directory and graded by `check-passed`; a variant's checks in
-//! place of the eval's; a check that cannot start is infra, one past its timeout fails; and
+//! place of the eval's and a case's in place of both; a check that cannot start is infra, one
+//! past its timeout fails; and
 //! mistakes in `checks` stop the run before anything starts. (Docker's side is in docker.rs.)
 
 use mst_tests::{read_json, read_trace, s, Eval, Mst};
@@ -159,6 +160,63 @@ fn a_variants_checks_replace_the_evals_and_a_check_that_cannot_start_is_infra() 
             .unwrap()
             .starts_with("check `made` could not run: cannot start `/nonexistent/checker`"),
         "{why}"
+    );
+}
+
+#[test]
+fn a_cases_checks_replace_the_variants() {
+    let mst = Mst::new();
+    // The agent writes its input to a file; the eval checks that the file exists, and case
+    // `exact` checks its content instead (and, through `check-passed`, only that check).
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", "cat > said.txt"]},
+               "checks": [{"name": "said", "run": ["test", "-s", "said.txt"]}],
+               "judges": [{"assert": "check-passed", "value": "said"}], "timeout": 30}),
+        &[
+            json!({"id": "any", "input": "anything"}),
+            json!({"id": "exact", "input": "hello",
+                   "checks": [{"name": "said", "run": ["grep", "-qx", "goodbye", "said.txt"]}]}),
+        ],
+    );
+    let run = eval.run(&mst, &["--json", "-q"]);
+    assert_eq!(
+        run.code, 1,
+        "{}
+{}",
+        run.stdout, run.stderr
+    );
+    let run_dir = eval.run_dir("e2e");
+    let last_check = |trial: &str| {
+        let trace = read_trace(&run_dir, trial);
+        trace["trace"]["events"].as_array().unwrap().last().unwrap()["data"].clone()
+    };
+    assert_eq!(last_check("default/any/0")["passed"], true);
+    let exact = last_check("default/exact/0");
+    assert_eq!(
+        (exact["passed"].clone(), exact["exitCode"].clone()),
+        (json!(false), json!(1))
+    );
+    // The trace's case is the coordinator's own, with its checks.
+    let trace = read_trace(&run_dir, "default/exact/0");
+    assert_eq!(trace["case"]["checks"][0]["run"][1], "-qx", "{trace}");
+    // A case's malformed checks stop the run, naming the case and where it is.
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["true"]}}),
+        &[json!({"id": "c1", "input": "x", "checks": [{"name": "t", "run": []}]})],
+    );
+    let run = eval.run(&mst, &["-q"]);
+    assert_eq!(
+        run.code, 2,
+        "{}
+{}",
+        run.stdout, run.stderr
+    );
+    assert!(
+        run.stderr.contains("case `c1` (") && run.stderr.contains("`checks[0].run` is empty"),
+        "{}",
+        run.stderr
     );
 }
 

@@ -314,9 +314,9 @@ pub struct CheckSpec {
     pub timeout: f64,
 }
 
-/// Checks a `checks` list at `place` (`checks`, `variants.V.checks`): each named plainly and
-/// once, with a program, within a day.
-fn validate_checks(checks: &[CheckSpec], place: &str) -> Result<()> {
+/// Checks a `checks` list at `place` (`checks`, `variants.V.checks`, a case's `checks`): each
+/// named plainly and once, with a program, within a day.
+pub fn validate_checks(checks: &[CheckSpec], place: &str) -> Result<()> {
     let mut names = std::collections::BTreeSet::new();
     for (index, check) in checks.iter().enumerate() {
         let at = format!("{place}[{index}]");

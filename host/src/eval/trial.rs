@@ -115,6 +115,8 @@ pub struct CaseMore {
     pub judges: Option<Vec<crate::eval::config::JudgeConfig>>,
     /// How this case's trials make its verdict, overriding the eval's `casePass`.
     pub case_pass: Option<crate::eval::config::CasePassConfig>,
+    /// Checks run in the machine after this case's trials, replacing the variant's.
+    pub checks: Option<Vec<crate::eval::config::CheckSpec>>,
 }
 
 /// What a case without any of the rarer fields has of them.
@@ -125,6 +127,7 @@ static NO_MORE: CaseMore = CaseMore {
     pass_threshold: None,
     judges: None,
     case_pass: None,
+    checks: None,
 };
 
 /// A case as datasets, bundles and traces spell it: every field at the top level.
@@ -151,6 +154,8 @@ struct CaseFields {
     judges: Option<Vec<crate::eval::config::JudgeConfig>>,
     #[serde(default, rename = "casePass", skip_serializing_if = "Option::is_none")]
     case_pass: Option<crate::eval::config::CasePassConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checks: Option<Vec<crate::eval::config::CheckSpec>>,
 }
 
 impl From<CaseFields> for CaseRecord {
@@ -165,6 +170,7 @@ impl From<CaseFields> for CaseRecord {
             pass_threshold,
             judges,
             case_pass,
+            checks,
         } = fields;
         let more = CaseMore {
             tags,
@@ -173,6 +179,7 @@ impl From<CaseFields> for CaseRecord {
             pass_threshold,
             judges,
             case_pass,
+            checks,
         };
         CaseRecord {
             id,
@@ -196,6 +203,7 @@ impl From<CaseRecord> for CaseFields {
             pass_threshold: more.pass_threshold,
             judges: more.judges,
             case_pass: more.case_pass,
+            checks: more.checks,
         }
     }
 }

@@ -50,12 +50,27 @@ pub fn stage_bundles(
         if trials.is_empty() {
             continue;
         }
-        let bundle = bundle(config, run_id, trials, (shard, shards), heartbeat_ms);
+        let mut bundle = bundle(config, run_id, trials, (shard, shards), heartbeat_ms);
+        bundle.case_checks = case_checks(&bundle.trials, cases);
         let dir = staging.join(format!("shard-{shard}"));
         write_bundle(&dir.join(BUNDLE_FILE), &bundle, cases)?;
         staged.push(StagedShard { bundle, dir });
     }
     Ok(staged)
+}
+
+/// The checks of the cases `trials` name that have their own, by case id.
+fn case_checks(
+    trials: &[TrialKey],
+    cases: &CaseIndex<'_>,
+) -> BTreeMap<String, Vec<crate::eval::config::CheckSpec>> {
+    trials
+        .iter()
+        .filter_map(|key| {
+            let checks = cases.get(&key.case)?.more().checks.as_ref()?;
+            Some((key.case.to_string(), checks.clone()))
+        })
+        .collect()
 }
 
 /// Writes `bundle` to `path` as its worker reads it, with the cases its trials name as their
@@ -122,6 +137,7 @@ pub fn bundle(
         artifacts: config.artifacts.enabled.then(|| BundleArtifacts {
             max_trial_bytes: config.artifacts.max_trial_bytes(),
         }),
+        case_checks: BTreeMap::new(),
     }
 }
 

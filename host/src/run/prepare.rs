@@ -367,6 +367,14 @@ impl Prepared {
                 })?;
             }
         }
+        // A case's own checks, as the eval's and the variants' were when the config loaded.
+        for (index, case) in self.cases.cases.iter().enumerate() {
+            if let Some(checks) = &case.more().checks {
+                crate::eval::config::validate_checks(checks, "checks").with_context(|| {
+                    format!("case `{}` ({})", case.id, self.cases.origin(index))
+                })?;
+            }
+        }
         Ok(())
     }
 }

@@ -61,6 +61,10 @@ pub struct Bundle {
     /// left. Added within `mst.shard/v1` (see docs/protocol.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<super::artifacts::BundleArtifacts>,
+    /// The checks of the shard's cases that have their own (they replace the variant's), by
+    /// case id. Added within `mst.shard/v1`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub case_checks: BTreeMap<String, Vec<crate::eval::config::CheckSpec>>,
 }
 
 /// A conversation turn, as its bundle describes it.

@@ -778,8 +778,14 @@ impl Worker {
         let token_budget = self.bundle.token_budget;
         let scratch = self.scratch.clone();
         let artifacts = self.artifacts.clone();
-        // Most evals have none: an empty list costs no allocation.
-        let checks = self.bundle.variants[&*key.variant].checks.clone();
+        // The case's own, or its variant's; most evals have none, and an empty list costs
+        // no allocation.
+        let checks = match self.bundle.case_checks.get(&*key.case) {
+            Some(checks) => checks.clone(),
+            None => (self.bundle.variants.get(&*key.variant))
+                .map(|variant| variant.checks.clone())
+                .unwrap_or_default(),
+        };
         self.threads.run(move || {
             let setting = TrialSetting {
                 results: &results,
