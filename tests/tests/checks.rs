@@ -41,6 +41,17 @@ echo "did $task""#
     json!(["sh", "-c", script])
 }
 
+/// The last event of trial `trial`'s trace in `run_dir`: its last check's, when it has checks.
+fn last_event(run_dir: &Path, trial: &str) -> Value {
+    let trace = read_trace(run_dir, trial);
+    trace["trace"]["events"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone()
+}
+
 fn tests_check() -> Value {
     json!([{"name": "tests", "run": ["python3", "-m", "unittest", "-q"], "timeout": 60}])
 }
@@ -68,9 +79,7 @@ fn a_projects_tests_run_in_the_trials_directory_and_grade_it() {
 
     // The passing trial's trace: the client's answer, then the check's event.
     let run_dir = eval.run_dir("e2e");
-    let kept = read_trace(&run_dir, "default/kept/0");
-    let events = kept["trace"]["events"].as_array().unwrap();
-    let check = events.last().unwrap();
+    let check = last_event(&run_dir, "default/kept/0");
     assert_eq!(check["type"], "custom", "{check}");
     assert_eq!(check["name"], "check", "{check}");
     assert_eq!(check["data"]["check"], "tests");
@@ -82,13 +91,7 @@ fn a_projects_tests_run_in_the_trials_directory_and_grade_it() {
         .contains("Ran 2 tests"));
 
     // The broken one: the suite failed on `add`, and the grade says so.
-    let broken = read_trace(&run_dir, "default/broken/0");
-    let check = broken["trace"]["events"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let check = last_event(&run_dir, "default/broken/0");
     assert_eq!(check["data"]["exitCode"], 1, "{check}");
     assert!(
         check["data"]["stderr"]
@@ -133,13 +136,7 @@ fn a_variants_checks_replace_the_evals_and_a_check_that_cannot_start_is_infra() 
     // A checker that is not there says nothing of the agent's work: infra.
     assert_eq!(variants["missing"]["infra"], 1, "{variants}");
     let run_dir = eval.run_dir("e2e");
-    let slow = read_trace(&run_dir, "slow/c1/0");
-    let check = slow["trace"]["events"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
+    let check = last_event(&run_dir, "slow/c1/0");
     assert_eq!(
         (
             check["data"]["timedOut"].clone(),
@@ -180,17 +177,9 @@ fn a_cases_checks_replace_the_variants() {
         ],
     );
     let run = eval.run(&mst, &["--json", "-q"]);
-    assert_eq!(
-        run.code, 1,
-        "{}
-{}",
-        run.stdout, run.stderr
-    );
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let run_dir = eval.run_dir("e2e");
-    let last_check = |trial: &str| {
-        let trace = read_trace(&run_dir, trial);
-        trace["trace"]["events"].as_array().unwrap().last().unwrap()["data"].clone()
-    };
+    let last_check = |trial: &str| last_event(&run_dir, trial)["data"].clone();
     assert_eq!(last_check("default/any/0")["passed"], true);
     let exact = last_check("default/exact/0");
     assert_eq!(
@@ -207,12 +196,7 @@ fn a_cases_checks_replace_the_variants() {
         &[json!({"id": "c1", "input": "x", "checks": [{"name": "t", "run": []}]})],
     );
     let run = eval.run(&mst, &["-q"]);
-    assert_eq!(
-        run.code, 2,
-        "{}
-{}",
-        run.stdout, run.stderr
-    );
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
     assert!(
         run.stderr.contains("case `c1` (") && run.stderr.contains("`checks[0].run` is empty"),
         "{}",
