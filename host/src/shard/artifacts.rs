@@ -118,6 +118,16 @@ impl ArtifactSlots {
             self.idle.lock().expect("slots").push(slot);
             return Vec::new();
         }
+        // The client may have replaced its directory with a link (or removed it): nothing is
+        // written or listed through it, and it is not handed on.
+        if !std::fs::symlink_metadata(&slot).is_ok_and(|meta| meta.file_type().is_dir()) {
+            eprintln!(
+                "mst collect: trial {key}: its artefact directory is no longer a directory; \
+                 nothing of it is kept"
+            );
+            let _ = std::fs::remove_file(&slot);
+            return Vec::new();
+        }
         if let Some(why) = failure {
             if let Err(e) = evidence.write_diagnosis(&why) {
                 eprintln!("mst collect: trial {key}: cannot write its diagnosis: {e}");
@@ -454,6 +464,17 @@ mod tests {
                 "a.txt"
             ]
         );
+        // A directory the client swapped for a link to elsewhere: nothing listed through it,
+        // no diagnosis written there, and the link is not handed on.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("other.txt"), "not the trial's").unwrap();
+        let evidence = slots.take().unwrap();
+        let swapped = evidence.hand_out().to_path_buf();
+        std::fs::remove_dir(&swapped).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), &swapped).unwrap();
+        assert!(slots.finish(evidence, &key(), Some(&failed)).is_empty());
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 1);
+        assert!(!swapped.exists() && slots.take().unwrap().dir() != swapped);
         // A cancelled trial's artefacts go with it.
         let evidence = slots.take().unwrap();
         std::fs::write(evidence.hand_out().join("a.txt"), "x").unwrap();
