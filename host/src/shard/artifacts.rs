@@ -272,6 +272,19 @@ pub struct ArtifactCopier<'a> {
 }
 
 impl ArtifactCopier<'_> {
+    /// Takes up to `wanted` bytes of the run's room before a copy, so that shards copying at
+    /// once never pass the run's cap together; how many it got.
+    fn reserve(&self, wanted: u64) -> u64 {
+        let mut got = 0;
+        let _ = self
+            .run_bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                got = wanted.min(self.max_run_bytes.saturating_sub(used));
+                Some(used + got)
+            });
+        got
+    }
+
     /// Copies the files the worker listed for `key` back from `channel`: each path checked,
     /// each file read with the channel's refusing reader, the trial's and the run's caps kept,
     /// every held secret redacted; what cannot come back is skipped and said in `skipped`
@@ -291,16 +304,22 @@ impl ArtifactCopier<'_> {
         }
         let mut seen = std::collections::BTreeSet::new();
         let mut wanted: Vec<(String, PathBuf)> = Vec::new();
+        // What the worker says they weigh: the room reserved for them (the reader's cap
+        // holds whatever a file really weighs).
+        let mut claimed = 0u64;
         for file in listed.iter().take(MAX_FILES) {
             let checked = check_listed(&file.path).and_then(|()| match seen.insert(&file.path) {
                 true => Ok(()),
                 false => Err(format!("{} is listed twice", file.path)),
             });
             match checked {
-                Ok(()) => wanted.push((
-                    format!("{MACHINE_DIR}/{}/{}", trial_dir(key), file.path),
-                    dir.join(&file.path),
-                )),
+                Ok(()) => {
+                    claimed = claimed.saturating_add(file.bytes);
+                    wanted.push((
+                        format!("{MACHINE_DIR}/{}/{}", trial_dir(key), file.path),
+                        dir.join(&file.path),
+                    ))
+                }
                 Err(why) => skipped(why),
             }
         }
@@ -311,19 +330,17 @@ impl ArtifactCopier<'_> {
             ));
         }
         tally.skipped += (listed.len() - wanted.len()) as u64;
-        let room = self
-            .max_run_bytes
-            .saturating_sub(self.run_bytes.load(Ordering::SeqCst))
-            .min(self.max_trial_bytes);
-        if wanted.is_empty() || room == 0 {
-            if room == 0 && !wanted.is_empty() {
-                skipped(format!(
-                    "{} file(s): the run's artefacts reached their cap of {} bytes",
-                    wanted.len(),
-                    self.max_run_bytes
-                ));
-                tally.skipped += wanted.len() as u64;
-            }
+        if wanted.is_empty() {
+            return;
+        }
+        let room = self.reserve(claimed.min(self.max_trial_bytes));
+        if room == 0 && claimed > 0 {
+            skipped(format!(
+                "{} file(s): the run's artefacts reached their cap of {} bytes",
+                wanted.len(),
+                self.max_run_bytes
+            ));
+            tally.skipped += wanted.len() as u64;
             return;
         }
         // The landing places are ours: made here, below the run directory.
@@ -339,7 +356,10 @@ impl ArtifactCopier<'_> {
             let stored = fetched.and_then(|bytes| {
                 let size = bytes.len() as u64;
                 if trial_bytes + size > room {
-                    anyhow::bail!("past the trial's cap of {room} bytes");
+                    anyhow::bail!(
+                        "past the {room} bytes taken for this trial's artefacts (what the \
+                         worker listed, within the trial's and the run's caps)"
+                    );
                 }
                 trial_bytes += size;
                 let redacted = crate::secrets::redactor();
@@ -365,7 +385,9 @@ impl ArtifactCopier<'_> {
                 }
             }
         }
-        self.run_bytes.fetch_add(trial_bytes, Ordering::SeqCst);
+        // What was reserved and not used goes back to the run.
+        self.run_bytes
+            .fetch_sub(room - trial_bytes, Ordering::SeqCst);
         if copied_any {
             tally.trials += 1;
         } else {
@@ -406,6 +428,21 @@ mod tests {
         }
         assert!(check_listed(&"x".repeat(MAX_PATH_BYTES + 1)).is_err());
         assert_eq!(trial_dir(&key()), "base/%2E.%2Fc%201/2");
+    }
+
+    #[test]
+    fn room_is_taken_before_a_copy_so_shards_never_pass_the_runs_cap_together() {
+        let used = AtomicU64::new(0);
+        let copier = ArtifactCopier {
+            root: PathBuf::from("unused"),
+            max_trial_bytes: 8,
+            max_run_bytes: 10,
+            run_bytes: &used,
+        };
+        assert_eq!(copier.reserve(8), 8);
+        assert_eq!(copier.reserve(8), 2);
+        assert_eq!(copier.reserve(1), 0);
+        assert_eq!(used.load(Ordering::SeqCst), 10);
     }
 
     #[test]
