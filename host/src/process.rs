@@ -184,6 +184,30 @@ pub struct Finished {
     pub stderr: Vec<u8>,
 }
 
+/// The program `argv` as the machine's agents and checks run it: an environment of
+/// [`minimal_env`] plus `env` and nothing else, the program found on that environment's `PATH`
+/// (so that it starts with `posix_spawn`, see [`resolve_program`]), seeing the name it was
+/// given as its `argv[0]` (busybox picks its applet by it). `argv` must not be empty.
+pub fn clean_command(argv: &[String], env: &std::collections::BTreeMap<String, String>) -> Command {
+    let base_env = minimal_env();
+    // The PATH the program gets, which a bare program name is looked up on.
+    let child_path = match env.get("PATH") {
+        Some(path) => Some(std::ffi::OsString::from(path)),
+        None => base_env
+            .iter()
+            .find(|(name, _)| name == "PATH")
+            .map(|(_, value)| value.clone()),
+    };
+    let mut command = Command::new(resolve_program(&argv[0], child_path.as_deref()));
+    std::os::unix::process::CommandExt::arg0(&mut command, &argv[0]);
+    command
+        .args(&argv[1..])
+        .env_clear()
+        .envs(base_env)
+        .envs(env);
+    command
+}
+
 /// Why [`run_to_end`] has no [`Finished`] program to give.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotFinished {

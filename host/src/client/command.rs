@@ -403,24 +403,8 @@ impl CommandClient {
         if let (Some(resume), Some(token)) = (&self.resume, resume_with) {
             argv.extend(resume.args(token));
         }
-        let base_env = crate::process::minimal_env();
-        // The PATH the program gets, which a bare program name is looked up on.
-        let child_path = match self.options.env.get("PATH") {
-            Some(path) => Some(std::ffi::OsString::from(path)),
-            None => base_env
-                .iter()
-                .find(|(name, _)| name == "PATH")
-                .map(|(_, value)| value.clone()),
-        };
-        let program = crate::process::resolve_program(&argv[0], child_path.as_deref());
-        let mut command = Command::new(program);
-        // The program sees the name it was given (busybox picks its applet by it).
-        std::os::unix::process::CommandExt::arg0(&mut command, &argv[0]);
+        let mut command = crate::process::clean_command(&argv, &self.options.env);
         command
-            .args(&argv[1..])
-            .env_clear()
-            .envs(base_env)
-            .envs(&self.options.env)
             .envs(self.secret_values.iter().map(|(k, v)| (k, v.expose())))
             .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, e.hand_out())))
             .stdout(Stdio::piped())

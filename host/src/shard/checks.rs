@@ -11,7 +11,6 @@ use crate::eval::config::CheckSpec;
 use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus, CHECK_EVENT};
 use crate::process::NotFinished;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Bytes kept of the end of a check's stdout and of its stderr in its event.
@@ -65,18 +64,8 @@ fn push(trace: &mut TraceRecord, sink: &dyn EventSink, at_ms: u64, kind: EventKi
 
 /// Runs one check: its event's data, or why it could not start.
 fn run_one(check: &CheckSpec, dir: &Path) -> Result<serde_json::Value, String> {
-    let base_env = crate::process::minimal_env();
-    let path = base_env
-        .iter()
-        .find(|(name, _)| name == "PATH")
-        .map(|(_, value)| value.clone());
-    let program = crate::process::resolve_program(&check.run[0], path.as_deref());
-    let mut command = Command::new(program);
-    command
-        .args(&check.run[1..])
-        .current_dir(dir)
-        .env_clear()
-        .envs(base_env);
+    let mut command = crate::process::clean_command(&check.run, &Default::default());
+    command.current_dir(dir);
     let limit = Duration::from_secs_f64(check.timeout);
     let started = Instant::now();
     let (exit_code, timed_out, stdout, stderr) =
