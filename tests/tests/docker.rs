@@ -319,10 +319,12 @@ fn a_containers_artefacts_come_back_and_its_kept_machine_says_how_to_get_in() {
     };
     let mst = Mst::new();
     // Case c1 passes, c2 fails; each leaves a report, c2 hangs a process in the background
-    // that the diagnosis must show.
+    // that the diagnosis must show (it waits until that process is `sleep`: a forked shell
+    // caught before its exec would be listed as `[sh]`).
     let agent = r#"read q
 echo "report of $q" > "$MST_ARTIFACTS/report.txt"
-case "$q" in *2) sleep 41 & echo "failing on $q" >&2; exit 4;; esac
+case "$q" in *2) sleep 41 & until grep -qs sleep /proc/$!/comm; do :; done
+  echo "failing on $q" >&2; exit 4;; esac
 echo ok"#;
     let eval = command_eval(json!(["sh", "-c", agent]), 2, 30);
     let run = docker_run(

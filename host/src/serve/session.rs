@@ -208,8 +208,11 @@ struct Live {
     infra: Option<String>,
     /// The stored trace's answer.
     final_text: Option<String>,
-    settled: Option<(TaskStatus, Option<String>, u64)>,
+    settled: Option<Settled>,
 }
+
+/// A settled task's status, why (when it did not simply complete) and when (Unix seconds).
+type Settled = (TaskStatus, Option<String>, u64);
 
 impl Task {
     fn view(&self) -> TaskView {
@@ -388,12 +391,19 @@ impl Session {
     /// Writes `session.json`, and `run.json` (the settled tasks as the run's trials), which
     /// makes the session a run to `mst grade`, `mst runs` and `mst runs export`.
     fn write_record(&self) {
+        self.write_record_settling(None);
+    }
+
+    /// [`Session::write_record`], counting task `settling` as settled already: a task's
+    /// settled status is made visible only after `run.json` lists it, so a client that saw
+    /// the task finish can grade it at once.
+    fn write_record_settling(&self, settling: Option<&str>) {
         let view = self.view();
         let path = self.dir.root.join(RECORD_FILE);
         let written = serde_json::to_vec_pretty(&view)
             .map_err(anyhow::Error::from)
             .and_then(|bytes| crate::files::write_atomic(&path, &bytes))
-            .and_then(|()| self.dir.write_record(&self.run_record(&view)));
+            .and_then(|()| self.dir.write_record(&self.run_record(&view, settling)));
         if let Err(e) = written {
             tracing::warn!("cannot write {}: {e:#}", path.display());
         }
@@ -401,7 +411,7 @@ impl Session {
 
     /// The session as a run: its settled tasks are the trials. A conversation's turns are
     /// dependent evidence, not cases: its run lists no trials, and says it is a conversation.
-    fn run_record(&self, view: &SessionView) -> crate::results::RunRecord {
+    fn run_record(&self, view: &SessionView, settling: Option<&str>) -> crate::results::RunRecord {
         let shared = &self.shared;
         crate::results::RunRecord {
             created_at: self.created_at,
@@ -410,7 +420,10 @@ impl Session {
             trials: view
                 .tasks
                 .iter()
-                .filter(|t| t.status != TaskStatus::Running && !view.conversation)
+                .filter(|t| {
+                    (t.status != TaskStatus::Running || Some(t.id.as_str()) == settling)
+                        && !view.conversation
+                })
                 .map(|t| TrialKey {
                     variant: self.variant.as_str().into(),
                     case: t.id.as_str().into(),
@@ -576,7 +589,9 @@ impl Session {
                 None => Err("the session's machine is gone".to_string()),
             }
         };
-        self.settle(task, outcome.err());
+        let settled = self.settle(task, outcome.err());
+        self.write_record_settling(Some(&task.id));
+        task.live.lock().expect("task").settled = Some(settled);
         if let Some(thread) = &self.conversation {
             let mut thread = thread.lock().expect("thread");
             // A turn that captured no token (it failed, or the agent printed none) leaves the
@@ -609,8 +624,8 @@ impl Session {
     }
 
     /// Settles `task` from its stored trace; without one (aborted, lost), seals what was
-    /// streamed as its trace.
-    fn settle(&self, task: &Task, failure: Option<String>) {
+    /// streamed as its trace. Returns the settled status for the caller to publish.
+    fn settle(&self, task: &Task, failure: Option<String>) -> Settled {
         let now = crate::clock::unix_secs();
         let stored = self.dir.read_trace(&task.key);
         let mut live = task.live.lock().expect("task");
@@ -636,7 +651,7 @@ impl Session {
                 };
                 live.events = record.trace.events;
                 live.final_text = record.trace.final_text;
-                live.settled = Some((status, reason, now));
+                (status, reason, now)
             }
             None => {
                 let (status, reason) = match (task.cancel.load(Ordering::SeqCst), failure) {
@@ -666,7 +681,7 @@ impl Session {
                     collected_by: None,
                 };
                 let _ = self.dir.write_trace(&task.key, &record);
-                live.settled = Some((status, reason, now));
+                (status, reason, now)
             }
         }
     }
