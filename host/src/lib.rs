@@ -20,10 +20,11 @@
 //! - [`model`]: what the `api` client's agent loop calls: one request and reply shape, the
 //!   built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files and worker token directories.
-//! - [`files`], [`process`], [`home`], [`clock`], [`net`], [`diagnosis`]: careful file access;
-//!   host processes (groups, deadlines, capped reads); where mst keeps its state (`$MST_HOME`);
-//!   wall-clock time; the HTTP client and its capped body reads; a failed trial's evidence on
-//!   its machine (output tails, memory, load, disk, processes).
+//! - [`files`], [`process`], [`owner`], [`home`], [`clock`], [`net`], [`diagnosis`]: careful
+//!   file access; host processes (groups, deadlines, capped reads); which mst process owns a
+//!   container, a machine or a run, and whether it is gone; where mst keeps its state
+//!   (`$MST_HOME`); wall-clock time; the HTTP client and its capped body reads; a failed
+//!   trial's evidence on its machine (output tails, memory, load, disk, processes).
 
 pub mod cli;
 pub mod client;
@@ -36,6 +37,7 @@ pub mod home;
 pub mod import;
 pub mod model;
 pub mod net;
+pub mod owner;
 pub mod plugin;
 pub mod process;
 pub mod results;

@@ -83,6 +83,11 @@ impl Sshd {
     /// Starts an sshd on a free loopback port that accepts `keys`' client key, and adds its
     /// host key to `keys`' known_hosts.
     pub fn start(keys: &SshKeys, name: &str) -> Sshd {
+        Self::start_with(keys, name, "")
+    }
+
+    /// [`Sshd::start`] with `extra` lines in its config (e.g. `SetEnv` for its sessions).
+    pub fn start_with(keys: &SshKeys, name: &str, extra: &str) -> Sshd {
         let dir = keys.dir.path();
         let host_key = dir.join(format!("host-{name}"));
         run(
@@ -115,7 +120,8 @@ impl Sshd {
                 "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile {}\n\
                  AuthorizedKeysFile {}\nAllowUsers {user}\nStrictModes no\nUsePAM no\n\
                  PasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-                 PermitRootLogin prohibit-password\nMaxStartups 100\nMaxSessions 100\nLogLevel ERROR\n",
+                 PermitRootLogin prohibit-password\nMaxStartups 100\nMaxSessions 100\nLogLevel ERROR\n\
+                 {extra}",
                 crate::s(&host_key),
                 crate::s(&dir.join(format!("sshd-{name}.pid"))),
                 crate::s(&dir.join("client.pub")),

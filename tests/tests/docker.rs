@@ -2,15 +2,17 @@
 //! them and imports the busybox test image offline): shards over two hosts, a container that
 //! vanishes mid-run then `--resume`, out of memory with `keep=failed`, orphan clean-up after a
 //! SIGKILL, a hostile worker image, a hostile runner plugin reaching for a network engine,
-//! and what a trial inside a container can and cannot do.
+//! what a trial inside a container can and cannot do, and an engine reached over ssh.
 
 use mst_tests::model_server::{assert_both_orders, judge_preferring, ModelServer, Reply};
 use mst_tests::serve::Serve;
+use mst_tests::sshd;
 use mst_tests::{
     assert_resumed, command_eval, read_json, read_trace, s, wait_for_run, wait_for_traces, walk,
     Eval, Mst, Run,
 };
 use serde_json::{json, Value};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -1406,4 +1408,136 @@ fn a_playground_session_keeps_one_container_for_its_tasks_and_removes_it_on_clos
     );
     let (_, list) = missing.call("GET", "/api/v1/sessions", None);
     assert_eq!(list["sessions"], json!([]));
+}
+
+/// An sshd on loopback standing for a remote Docker host: its sessions' `docker` reaches
+/// engine `engine` (`DOCKER_HOST`), as a remote host's would reach its own.
+fn remote_docker_host(keys: &sshd::SshKeys, engine: &str) -> Option<sshd::Sshd> {
+    sshd::available()
+        .then(|| sshd::Sshd::start_with(keys, "docker", &format!("SetEnv DOCKER_HOST={engine}\n")))
+}
+
+#[test]
+fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let keys = sshd::keys();
+    let Some(host) = remote_docker_host(&keys, &a) else {
+        return;
+    };
+    let endpoint = format!("ssh://{}@127.0.0.1:{}", host.user, host.port);
+    let options = |contexts: &str, known_hosts: &Path| {
+        vec![
+            format!("contexts={contexts}"),
+            "shards=2".to_string(),
+            format!("sshIdentity={}", s(&keys.identity())),
+            format!("sshKnownHosts={}", s(known_hosts)),
+            "keep=always".into(),
+        ]
+    };
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 4, 30);
+    let run = docker_run(&eval, &mst, &options(&endpoint, &keys.known_hosts()));
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let summary = read_json(&eval.run_dir("e2e").join("summary.json"));
+    assert_eq!(summary["variants"]["default"]["passed"], 4, "{summary}");
+    // The shards ran in containers of the engine behind the ssh host.
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    for machine in record["machines"].as_array().unwrap() {
+        assert!(
+            machine["machine"].as_str().unwrap().contains(&endpoint),
+            "{machine}"
+        );
+    }
+    let kept = containers_of(&a, &run_id(&eval));
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    for name in kept {
+        docker(&a, &["rm", "-f", "-v", &name]);
+    }
+
+    // A docker context whose endpoint is the same ssh:// host, made by the docker CLI.
+    let config = tempfile::tempdir().unwrap();
+    let made = Command::new("docker")
+        .args([
+            "context",
+            "create",
+            "remote",
+            "--docker",
+            &format!("host={endpoint}"),
+        ])
+        .env("DOCKER_CONFIG", config.path())
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let by_name = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 2, 30);
+    let mut args = vec!["--runner".to_string(), "docker".into()];
+    for option in options("remote", &keys.known_hosts())
+        .into_iter()
+        .filter(|o| o != "keep=always")
+    {
+        args.extend(["--runner-option".to_string(), option]);
+    }
+    let named: Run = mst
+        .command(&by_name.args(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+        .env("DOCKER_CONFIG", config.path())
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(named.code, 0, "{}\n{}", named.stdout, named.stderr);
+
+    // Host keys are checked against the operator's known_hosts: a host it does not list, or
+    // lists with another key, is refused in ssh's words before any container exists.
+    let unknown = keys.dir.path().join("known_hosts.empty");
+    std::fs::write(&unknown, "").unwrap();
+    let other_key = keys.dir.path().join("other-host-key");
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f", s(&other_key)])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let public = std::fs::read_to_string(other_key.with_extension("pub")).unwrap();
+    let mut fields = public.split_whitespace();
+    let changed = keys.dir.path().join("known_hosts.changed");
+    std::fs::write(
+        &changed,
+        format!(
+            "[127.0.0.1]:{} {} {}\n",
+            host.port,
+            fields.next().unwrap(),
+            fields.next().unwrap()
+        ),
+    )
+    .unwrap();
+    for known in [&unknown, &changed] {
+        let refused_eval = command_eval(json!(["true"]), 1, 30);
+        let refused = docker_run(&refused_eval, &mst, &options(&endpoint, known));
+        assert_eq!(refused.code, 2, "{}\n{}", refused.stdout, refused.stderr);
+        assert!(
+            refused.stderr.contains("Host key verification failed"),
+            "{}",
+            refused.stderr
+        );
+        assert!(refused.stderr.contains(&endpoint), "{}", refused.stderr);
+        assert!(!refused_eval.results().join("e2e/runs").exists());
+    }
+    // ssh options where no host is an ssh one are a mistake, said before anything runs.
+    let misplaced = docker_run(
+        &command_eval(json!(["true"]), 1, 30),
+        &mst,
+        &[
+            format!("contexts={a}"),
+            format!("sshKnownHosts={}", s(&keys.known_hosts())),
+        ],
+    );
+    assert_eq!(misplaced.code, 2, "{}", misplaced.stderr);
+    assert!(
+        misplaced.stderr.contains("no context in this run is one"),
+        "{}",
+        misplaced.stderr
+    );
 }

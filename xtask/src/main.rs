@@ -364,6 +364,14 @@ fn ensure_ssh_test_user() {
             eprintln!("xtask: cannot create {USER}; the ssh tests log in as the current user");
         }
     }
+    // The docker tests reach engine A through sshd as this account, like a remote host's
+    // `docker system dial-stdio`: the engines' sockets belong to group `docker`.
+    let joined = Command::new("usermod")
+        .args(["--append", "--groups", "docker", USER])
+        .status();
+    if !joined.is_ok_and(|s| s.success()) {
+        eprintln!("xtask: cannot add {USER} to group docker; docker over ssh tests fail");
+    }
 }
 
 /// Formatting and clippy (warnings are errors) for both workspaces.

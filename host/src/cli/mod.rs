@@ -22,6 +22,7 @@ macro_rules! errln {
     };
 }
 
+mod detach;
 mod import;
 mod plugin;
 mod report;

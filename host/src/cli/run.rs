@@ -1,9 +1,10 @@
-//! `mst run`, `mst runs …` and the hidden `mst collect` (the worker).
+//! `mst run`, `mst grade` and `mst runs …`; detached runs are [`super::detach`]'s.
 
 use super::plugin::SandboxArgs;
 use crate::eval::trial::TrialKey;
 use crate::grade::Grades;
 use crate::home::Home;
+use crate::results::live::Progress;
 use crate::results::{self, report, ResultsRoot};
 use crate::run::events::{self, RunEvent};
 use crate::run::{self, RunRequest};
@@ -112,6 +113,14 @@ pub(crate) struct RunArgs {
     /// No progress output.
     #[arg(long, short)]
     quiet: bool,
+    /// Return as soon as the run exists: it goes on in the background, supervised by an mst
+    /// of its own that logs its progress into the run directory (`mst runs attach RUN_ID`
+    /// follows it, `mst runs stop RUN_ID` stops it).
+    #[arg(long, conflicts_with = "serve")]
+    detach: bool,
+    /// The supervisor of a detached run (`--detach` starts it).
+    #[arg(long, hide = true)]
+    supervise: bool,
 }
 
 /// `mst runs …`.
@@ -121,6 +130,25 @@ pub(crate) enum RunsCommand {
     List {
         #[arg(long, default_value = ".mst/results", value_name = "DIR")]
         results_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a detached run until it ends, then print its summary and exit with its code;
+    /// Ctrl-C leaves it going.
+    Attach {
+        run_id: String,
+        #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+        results_dir: PathBuf,
+    },
+    /// Stop a running run (detached or not) as Ctrl-C would: its shards get `cancel`, the
+    /// grace, then a kill; waits for it to end and prints its summary.
+    Stop {
+        run_id: String,
+        #[arg(long, default_value = ".mst/results", value_name = "DIR")]
+        results_dir: PathBuf,
+        /// How long to wait for the run to end.
+        #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+        wait: f64,
         #[arg(long)]
         json: bool,
     },
@@ -174,7 +202,7 @@ pub(crate) enum RunsCommand {
 /// Progress for people: a bar on a terminal, a line per trial otherwise, nothing with --quiet;
 /// then the summary (table or JSON) and the JUnit file. Everything it shows comes from the
 /// run's typed events.
-struct Reporter {
+pub(super) struct Reporter {
     bar: Option<indicatif::ProgressBar>,
     plain: bool,
     done: AtomicU64,
@@ -195,7 +223,20 @@ struct Reporter {
 
 impl Reporter {
     fn new(args: &RunArgs) -> Self {
-        let quiet = args.quiet;
+        Self::with(
+            args.quiet,
+            args.json,
+            args.junit.clone(),
+            args.setup.config.clone(),
+        )
+    }
+
+    /// The reporter of `mst runs attach`: progress only, from a detached run's log.
+    fn following() -> Self {
+        Self::with(false, false, None, PathBuf::new())
+    }
+
+    fn with(quiet: bool, json: bool, junit: Option<PathBuf>, config: PathBuf) -> Self {
         let tty = std::io::stderr().is_terminal();
         let bar = (tty && !quiet).then(|| {
             let bar = indicatif::ProgressBar::new(0);
@@ -214,9 +255,9 @@ impl Reporter {
             total: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             lock: Mutex::new(()),
-            json: args.json,
-            junit: args.junit.clone(),
-            config: args.setup.config.clone(),
+            json,
+            junit,
+            config,
             failure: Mutex::new(None),
             summary: Mutex::new(String::new()),
         }
@@ -253,7 +294,7 @@ impl Reporter {
         *self.summary.lock().expect("summary") = text;
     }
 
-    fn trial(&self, key: &TrialKey, collected: bool) {
+    fn trial(&self, key: &dyn std::fmt::Display, collected: bool) {
         let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
         if !collected {
             self.failures.fetch_add(1, Ordering::Relaxed);
@@ -276,6 +317,36 @@ impl Reporter {
             Some(bar) => bar.println(crate::secrets::clean_text(&format!("note: {message}"))),
             None => errln!("note: {message}"),
         }
+    }
+
+    /// One line of a detached run's progress log, shown as the run itself would have; the
+    /// run's exit code once it ended.
+    pub(super) fn progress(&self, line: &Progress) -> Option<u8> {
+        match line {
+            Progress::Started { total, .. } => {
+                self.total.store(*total, Ordering::Relaxed);
+                if let Some(bar) = &self.bar {
+                    bar.set_length(*total);
+                }
+            }
+            Progress::Trial { trial, collected } => self.trial(trial, *collected),
+            Progress::Note { message } => self.note(message),
+            Progress::Finished { exit_code, summary } => {
+                if let Some(bar) = &self.bar {
+                    bar.finish_and_clear();
+                }
+                super::write_stdout_str(summary);
+                return Some(*exit_code);
+            }
+            Progress::Failed { exit_code, error } => {
+                if let Some(bar) = &self.bar {
+                    bar.finish_and_clear();
+                }
+                errln!("error: {error}");
+                return Some(*exit_code);
+            }
+        }
+        None
     }
 }
 
@@ -320,6 +391,9 @@ fn trace_event(key: &TrialKey, seq: u64, event: Option<&crate::eval::trial::Trac
 }
 
 pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
+    if args.detach {
+        return super::detach::start(&args.setup.results_dir, args.json);
+    }
     let _ = ctrlc::set_handler(|| {
         if CANCEL.swap(true, Ordering::SeqCst) {
             std::process::exit(130);
@@ -353,13 +427,26 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         .transpose()
         .map_err(|error| super::Exit { code: 2, error })?;
     let reporter = Reporter::new(&args);
+    let supervision = super::detach::Supervision::new(&args.setup.results_dir, args.supervise);
     let tee = Tee {
+        supervision: &supervision,
         terminal: &reporter,
         following: following.as_ref(),
     };
-    let outcome =
-        run::run(home, &request, &tee, &CANCEL).map_err(|error| super::Exit { code: 2, error })?;
-    super::write_stdout_str(&reporter.summary.lock().expect("summary"));
+    let outcome = match run::run(home, &request, &tee, &CANCEL) {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            supervision.ended(2, Err(&error));
+            return Err(super::Exit { code: 2, error }.into());
+        }
+    };
+    let summary = std::mem::take(&mut *reporter.summary.lock().expect("summary"));
+    super::write_stdout_str(&summary);
+    let failure = reporter.failure.lock().expect("failure").take();
+    match &failure {
+        Some(error) => supervision.ended(1, Err(error)),
+        None => supervision.ended(outcome.summary.exit_code(), Ok(&summary)),
+    }
     if let Some(following) = &following {
         SERVING_ONLY.store(true, Ordering::SeqCst);
         following.run.end(None);
@@ -372,20 +459,24 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
-    if let Some(error) = reporter.failure.lock().expect("failure").take() {
-        return Err(error);
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(outcome.summary.exit_code()),
     }
-    Ok(outcome.summary.exit_code())
 }
 
-/// The terminal's reporter and, with `--serve`, the web UI's.
+/// The run's process record (and a detached run's progress log), the terminal's reporter and,
+/// with `--serve`, the web UI's.
 struct Tee<'a> {
+    supervision: &'a super::detach::Supervision,
     terminal: &'a Reporter,
     following: Option<&'a super::serve::Following>,
 }
 
 impl events::Reporter for Tee<'_> {
     fn event(&self, event: &RunEvent<'_>) {
+        // First: a detached run's supervisor hands the terminal back when the run starts.
+        self.supervision.event(event);
         if let (Some(following), RunEvent::Started { run_id, .. }) = (self.following, event) {
             errln!(
                 "mst run: follow the run at http://{}/#/runs/{run_id}",
@@ -487,31 +578,76 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
 pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
     match command {
         RunsCommand::List { results_dir, json } => {
-            let runs = ResultsRoot::new(&results_dir).list();
+            let runs = ResultsRoot::new(&results_dir).list_dirs();
+            // Where each run stands; none for a run without a process record.
+            let state = |dir: &results::RunDir| {
+                dir.read_process()
+                    .ok()
+                    .flatten()
+                    .map(|process| process.state())
+            };
             if json {
                 let list: Vec<serde_json::Value> = runs
                     .iter()
-                    .map(|r| serde_json::json!({"runId": r.run_id, "eval": r.eval, "createdAt": r.created_at, "trials": r.trials.len(), "collect": r.collect, "grade": r.grade}))
+                    .map(|(dir, r)| serde_json::json!({"runId": r.run_id, "eval": r.eval, "createdAt": r.created_at, "trials": r.trials.len(), "state": state(dir), "collect": r.collect, "grade": r.grade}))
                     .collect();
                 outln!("{}", serde_json::to_string_pretty(&list)?);
             } else {
                 outln!(
-                    "{:<24} {:<24} {:>7} {:<9} GRADE",
+                    "{:<24} {:<24} {:>7} {:<11} {:<9} GRADE",
                     "RUN",
                     "EVAL",
                     "TRIALS",
+                    "STATE",
                     "COLLECT"
                 );
-                for r in &runs {
+                for (dir, r) in &runs {
                     outln!(
-                        "{:<24} {:<24} {:>7} {:<9} {}",
+                        "{:<24} {:<24} {:>7} {:<11} {:<9} {}",
                         r.run_id,
                         r.eval,
                         r.trials.len(),
+                        state(dir).map_or("-".to_string(), |s| s.to_string()),
                         r.collect,
                         r.grade
                     );
                 }
+            }
+            Ok(0)
+        }
+        RunsCommand::Attach {
+            run_id,
+            results_dir,
+        } => {
+            let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
+            let _ = ctrlc::set_handler(|| CANCEL.store(true, Ordering::SeqCst));
+            super::detach::attach(&dir, &Reporter::following(), &CANCEL)
+                .map_err(|error| super::Exit { code: 2, error }.into())
+        }
+        RunsCommand::Stop {
+            run_id,
+            results_dir,
+            wait,
+            json,
+        } => {
+            let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
+            let wait = crate::eval::config::seconds("--wait", wait)?;
+            let ended =
+                super::detach::stop(&dir, wait).map_err(|error| super::Exit { code: 2, error })?;
+            let code = ended.exit_code.unwrap_or(0);
+            if json {
+                outln!(
+                    "{}",
+                    serde_json::json!({"runId": run_id, "state": ended.state(), "exitCode": code})
+                );
+            } else {
+                if let Ok(stored) = results::stored::StoredRun::read(&dir) {
+                    out!(
+                        "{}",
+                        summary_text(&stored.summary, &stored.grades, false, &dir)
+                    );
+                }
+                outln!("stopped run {run_id} (exit code {code})");
             }
             Ok(0)
         }

@@ -52,7 +52,8 @@ pub fn run(command: RunnerCommand) -> Result<u8> {
     for name in names {
         let endpoint = context::resolve_endpoint(&name)?;
         let id = runtime.block_on(async {
-            let docker = context::connect(&name, &endpoint).await?;
+            // The tunnel of an ssh:// host stays open while the image is built.
+            let (docker, _tunnel) = context::connect(&name, &endpoint, &options.ssh).await?;
             image::setup(&docker, options.base.as_deref(), &worker).await
         })?;
         let reference = image::default_reference();

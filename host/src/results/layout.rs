@@ -120,17 +120,28 @@ impl ResultsRoot {
 
     /// The records of every stored run that can be read, oldest first.
     pub fn list(&self) -> Vec<RunRecord> {
-        let mut runs: Vec<RunRecord> = self
+        self.list_dirs()
+            .into_iter()
+            .map(|(_, record)| record)
+            .collect()
+    }
+
+    /// [`ResultsRoot::list`], each record with its directory.
+    pub fn list_dirs(&self) -> Vec<(RunDir, RunRecord)> {
+        let mut runs: Vec<(RunDir, RunRecord)> = self
             .run_dirs()
-            .filter_map(|dir| dir.read_record().ok())
+            .filter_map(|dir| dir.read_record().ok().map(|record| (dir, record)))
             .collect();
-        runs.sort_by(|a, b| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
+        runs.sort_by(|(_, a), (_, b)| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
         runs
     }
 }
 
 /// `run.json`'s name in a run directory.
 const RUN_FILE: &str = "run.json";
+
+/// `process.json`'s name in a run directory ([`super::live::RunProcess`]).
+const PROCESS_FILE: &str = "process.json";
 
 /// A new run id: UTC time plus a random suffix, sortable by time.
 pub fn new_run_id() -> String {
@@ -184,6 +195,31 @@ impl RunDir {
     /// (docs/results.md, "Artefacts").
     pub fn artifacts_dir(&self) -> PathBuf {
         self.root.join("artifacts")
+    }
+
+    /// A detached run's progress log (`progress.jsonl`, [`super::live::Progress`]).
+    pub fn progress_path(&self) -> PathBuf {
+        self.root.join("progress.jsonl")
+    }
+
+    /// Writes `process.json`: the process collecting into the run.
+    pub fn write_process(&self, process: &super::live::RunProcess) -> Result<()> {
+        self.write_json(PROCESS_FILE, process)
+    }
+
+    /// Reads `process.json`; `None` when the run has none (a playground session, or a run of
+    /// an mst from before it was written).
+    pub fn read_process(&self) -> Result<Option<super::live::RunProcess>> {
+        let path = self.root.join(PROCESS_FILE);
+        match std::fs::read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => {
+                Err(anyhow::Error::from(e).context(format!("cannot read {}", path.display())))
+            }
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .with_context(|| format!("{} is damaged", path.display())),
+        }
     }
 
     /// Where shard `shard`'s worker log goes.

@@ -3,12 +3,14 @@
 //! `.mst/results/<eval>/runs/<run-id>/` holds `run.json` (provenance and phases), every trial's
 //! trace in `traces.jsonl` ([`trace_log`]), `scores/<judge>.json`, `grades.json`,
 //! `pairwise.json` (when the eval has pairwise judges), `summary.json`, and
-//! `shards/<n>.worker.log`. [`export`] rewrites a stored run in another tool's layout; [`diff`]
+//! `shards/<n>.worker.log`, and `process.json` ([`live`]: the process collecting into it).
+//! [`export`] rewrites a stored run in another tool's layout; [`diff`]
 //! compares two runs of one eval.
 
 pub mod diff;
 pub mod export;
 pub mod layout;
+pub mod live;
 pub mod report;
 pub mod stored;
 pub mod trace_log;

@@ -6,7 +6,7 @@
 //! runner labels its containers with ([`Owner`]). Kept machines are not written down: they
 //! are left on purpose.
 
-use super::docker::owner::Owner;
+use crate::owner::Owner;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

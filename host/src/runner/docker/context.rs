@@ -2,6 +2,7 @@
 //! with bollard, and sizing each host from `docker info`.
 
 use super::options::{gib, DockerOptions, Mode};
+use super::ssh::{SshEndpoint, SshOptions, SshTunnel};
 use anyhow::{bail, Context as _, Result};
 use bollard::Docker;
 use sha2::{Digest, Sha256};
@@ -25,6 +26,8 @@ pub struct DockerContext {
     pub slots: usize,
     pub memory_each: u64,
     pub cpus_each: Option<f64>,
+    /// For an `ssh://` host: the tunnel the client speaks through, open as long as this is.
+    pub tunnel: Option<SshTunnel>,
 }
 
 impl DockerContext {
@@ -58,14 +61,20 @@ fn docker_config_dir() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")))
 }
 
-/// Refuses an endpoint mst cannot connect over (`ssh://`, `npipe://`, `fd://`).
+/// Refuses an endpoint mst cannot connect over (`npipe://`, `fd://`, a malformed `ssh://`).
 fn check_scheme(name: &str, endpoint: &str) -> Result<()> {
+    if endpoint.starts_with("ssh://") {
+        return SshEndpoint::parse(endpoint)
+            .map(drop)
+            .with_context(|| format!("docker context `{name}`"));
+    }
     if !["unix://", "tcp://", "http://"]
         .iter()
         .any(|scheme| endpoint.starts_with(scheme))
     {
         bail!(
-            "Docker endpoint {endpoint:?} (`{name}`): mst connects over unix://, tcp:// or http://"
+            "Docker endpoint {endpoint:?} (`{name}`): mst connects over unix://, tcp://, http:// \
+             or ssh://"
         );
     }
     Ok(())
@@ -172,18 +181,40 @@ pub fn current_context() -> String {
         .unwrap_or_else(|| "default".into())
 }
 
-/// Connects to `endpoint` and agrees on an API version with the engine.
-pub async fn connect(name: &str, endpoint: &str) -> Result<Docker> {
-    let docker = if let Some(path) = endpoint.strip_prefix("unix://") {
+/// Connects to `endpoint` and agrees on an API version with the engine; an `ssh://` endpoint
+/// through a tunnel of its own ([`SshTunnel`]), returned to be kept open with the client.
+pub async fn connect(
+    name: &str,
+    endpoint: &str,
+    ssh: &SshOptions,
+) -> Result<(Docker, Option<SshTunnel>)> {
+    let tunnel = match endpoint.starts_with("ssh://") {
+        true => Some(SshTunnel::open(&SshEndpoint::parse(endpoint)?, ssh)?),
+        false => None,
+    };
+    let local = tunnel.as_ref().map(SshTunnel::local_endpoint);
+    let reach = local.as_deref().unwrap_or(endpoint);
+    let docker = if let Some(path) = reach.strip_prefix("unix://") {
         Docker::connect_with_unix(path, API_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
     } else {
-        Docker::connect_with_http(endpoint, API_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
+        Docker::connect_with_http(reach, API_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)
     }
     .with_context(|| format!("docker context `{name}` ({endpoint})"))?;
-    docker
-        .negotiate_version()
-        .await
-        .with_context(|| format!("docker context `{name}` ({endpoint}) does not answer"))
+    match docker.negotiate_version().await {
+        Ok(docker) => Ok((docker, tunnel)),
+        Err(e) => {
+            // Over ssh, what ssh said (a host key refused, a login denied) is the reason; the
+            // HTTP error is only that the connection closed.
+            let said = tunnel.as_ref().and_then(SshTunnel::last_error);
+            let e = match said {
+                Some(said) => anyhow::anyhow!("ssh: {said}"),
+                None => anyhow::Error::from(e),
+            };
+            Err(e.context(format!(
+                "docker context `{name}` ({endpoint}) does not answer"
+            )))
+        }
+    }
 }
 
 /// Connects to each named context (or the current one) and sizes it for `options`.
@@ -196,7 +227,7 @@ pub async fn open_all(options: &DockerOptions) -> Result<Vec<DockerContext>> {
     let mut contexts = Vec::new();
     for name in names {
         let endpoint = resolve_endpoint(&name)?;
-        let docker = connect(&name, &endpoint).await?;
+        let (docker, tunnel) = connect(&name, &endpoint, &options.ssh).await?;
         let info = docker
             .info()
             .await
@@ -214,7 +245,14 @@ pub async fn open_all(options: &DockerOptions) -> Result<Vec<DockerContext>> {
             slots,
             memory_each,
             cpus_each: options.cpus,
+            tunnel,
         });
+    }
+    if options.ssh_set && contexts.iter().all(|c| c.tunnel.is_none()) {
+        bail!(
+            "--runner-option sshIdentity, sshKnownHosts and sshConnectTimeout are for ssh:// \
+             hosts, and no context in this run is one"
+        );
     }
     Ok(contexts)
 }
@@ -313,7 +351,17 @@ mod tests {
             resolve_endpoint("unix:///x.sock").unwrap(),
             "unix:///x.sock"
         );
-        assert!(resolve_endpoint("ssh://host").is_err());
+        assert_eq!(
+            resolve_endpoint("ssh://ci@host:22").unwrap(),
+            "ssh://ci@host:22"
+        );
+        for refused in [
+            "ssh://host/path",
+            "ssh://-oProxyCommand=x",
+            "npipe:////./pipe/docker",
+        ] {
+            assert!(resolve_endpoint(refused).is_err(), "{refused}");
+        }
         for smuggled in [
             "unix:///var/run/docker.sock,tcp://203.0.113.9:2375",
             "unix:///var/run/docker.sock tcp://203.0.113.9:2375",

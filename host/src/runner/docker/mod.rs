@@ -3,23 +3,28 @@
 //!
 //! - [`options`]: the runner's options, validated before anything starts.
 //! - [`context`]: Docker hosts by context name or endpoint, and how many containers each holds.
+//! - [`ssh`]: Docker hosts over SSH (`ssh://`), through `docker system dial-stdio` as the docker
+//!   CLI reaches them.
 //! - [`image`]: the image a shard runs and the mst worker inside it (`mst runner setup docker`).
 //! - [`hardening`]: the container configuration no option can weaken.
 //! - [`machine`]: one shard's container as a [`Channel`].
 //! - [`pipes`]: bytes in and out of an attached exec; the archive API's tar streams are
 //!   [`crate::runner::archive`]'s.
-//! - [`owner`]: labels naming the mst process that owns a container, for orphan clean-up.
+//!
+//! Each container carries [`crate::owner`]'s labels naming the mst process that owns it, so a
+//! later run removes the containers of an mst that is gone.
 
 pub mod context;
 pub mod hardening;
 pub mod image;
 pub mod machine;
 pub mod options;
-pub mod owner;
 pub mod pipes;
+pub mod ssh;
 
 use super::channel::Channel;
 use super::{MachineRequest, Runner};
+use crate::owner::{self, Owner};
 use anyhow::{bail, Context as _, Result};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -28,11 +33,15 @@ use bollard::query_parameters::{
 use context::DockerContext;
 use image::WorkerImage;
 use options::DockerOptions;
-use owner::Owner;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
+
+/// Label: the run a container belongs to.
+pub const RUN_LABEL: &str = "mst.run";
+/// Label: the shard it runs.
+pub const SHARD_LABEL: &str = "mst.shard";
 
 /// Free container slots per Docker host; a shard waits here for room.
 struct Slots {
@@ -325,8 +334,8 @@ impl DockerRunner {
             .cloned()
             .collect();
         labels.extend(self.owner.labels());
-        labels.insert(owner::RUN.into(), request.run_id.to_string());
-        labels.insert(owner::SHARD.into(), request.shard.to_string());
+        labels.insert(RUN_LABEL.into(), request.run_id.to_string());
+        labels.insert(SHARD_LABEL.into(), request.shard.to_string());
         labels
     }
 

@@ -53,11 +53,15 @@ pub struct DockerOptions {
     pub worker: Option<PathBuf>,
     /// The image `mst runner setup docker` builds on (`setup` only).
     pub base: Option<String>,
+    /// How ssh logs in to `ssh://` hosts.
+    pub ssh: super::ssh::SshOptions,
+    /// Whether any ssh option was given (refused when no host is an ssh one).
+    pub ssh_set: bool,
 }
 
 /// The option names, for error messages.
 const KNOWN: &str = "shards, keep, contexts, image, memory, cpus, readyTimeout, network, rootfs, \
-                     pids, nofile, mode, worker";
+                     pids, nofile, mode, worker, sshIdentity, sshKnownHosts, sshConnectTimeout";
 
 /// The default process limit: room for a build, not for a fork bomb.
 pub const DEFAULT_PIDS: i64 = 4096;
@@ -80,6 +84,8 @@ impl DockerOptions {
             mode: Mode::Shared,
             worker: None,
             base: None,
+            ssh: super::ssh::SshOptions::default(),
+            ssh_set: false,
         };
         for (key, value) in options {
             let bad = |what: &str| anyhow::anyhow!("--runner-option {key}={value}: {what}");
@@ -98,6 +104,22 @@ impl DockerOptions {
                     }
                 }
                 "image" if !value.trim().is_empty() => parsed.image = Some(value.clone()),
+                "sshIdentity" | "sshKnownHosts" => {
+                    let path = super::ssh::SshOptions::file(key, value)?;
+                    match key.as_str() {
+                        "sshIdentity" => parsed.ssh.identity = Some(path),
+                        _ => parsed.ssh.known_hosts = Some(path),
+                    }
+                    parsed.ssh_set = true;
+                }
+                "sshConnectTimeout" => {
+                    parsed.ssh.connect_timeout = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|s| (1..=600).contains(s))
+                        .ok_or_else(|| bad("expected whole seconds from 1 to 600"))?;
+                    parsed.ssh_set = true;
+                }
                 "memory" => {
                     parsed.memory = Some(parse_bytes(value).ok_or_else(|| {
                         bad("expected a size in Docker's syntax, e.g. 512m or 2g (at least 6m)")
@@ -271,6 +293,14 @@ mod tests {
             ("mode", "solo", "shared or exclusive"),
             ("contexts", ",", "comma-separated"),
             ("worker", "/no/such/mst", "no such file"),
+            ("sshIdentity", "/no/such/key", "no such file"),
+            (
+                "sshKnownHosts",
+                "/etc/ssh/%u_known",
+                "ssh would read as syntax",
+            ),
+            ("sshKnownHosts", "/etc/\"hosts", "ssh would read as syntax"),
+            ("sshConnectTimeout", "0", "whole seconds"),
             ("colour", "red", "takes shards, keep"),
             ("base", "debian", "for `mst runner setup docker`"),
         ] {
@@ -279,6 +309,11 @@ mod tests {
             assert!(err.to_string().contains(key), "{err}");
         }
         assert!(DockerOptions::parse(&opts(&[("base", "debian")]), true).is_ok());
+        let ssh = DockerOptions::parse(&opts(&[("sshKnownHosts", "/etc/hostname")]), false);
+        assert_eq!(
+            ssh.unwrap().ssh.known_hosts.as_deref(),
+            Some(std::path::Path::new("/etc/hostname"))
+        );
         // Safe by default: no network, a read-only root, bounded processes and files.
         let defaults = DockerOptions::parse(&opts(&[]), false).unwrap();
         assert_eq!(defaults.network, "none");

@@ -1,0 +1,386 @@
+//! Runs that go on without the terminal: `mst run --detach` starts a supervisor (the same
+//! `mst run`, with `--supervise`, in a session of its own) and returns once the run exists;
+//! the supervisor logs the run's progress into its directory; `mst runs attach` follows it and
+//! `mst runs stop` cancels it. Every run, attached or not, records its process
+//! ([`RunProcess`]), so a run whose process died is listed as `interrupted`.
+
+use crate::results::live::{Progress, RunProcess, RunState};
+use crate::results::{ResultsRoot, RunDir};
+use crate::run::events::RunEvent;
+use crate::shard::coordinator::ShardEvent;
+use anyhow::{bail, Context as _, Result};
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// What the supervisor writes on its stdout once the run exists, before it lets go of the
+/// terminal's pipes: this prefix, the run id, a newline.
+const HANDOVER: &str = "mst-detached ";
+
+/// The supervisor's log in the run directory: its stderr (notes, a line per trial) once it
+/// took over.
+const SUPERVISOR_LOG: &str = "supervisor.log";
+
+/// How long the parent waits for the supervisor's last words on stderr after the hand-over.
+const STDERR_DRAIN: Duration = Duration::from_secs(2);
+
+/// `mst run --detach`: starts the supervisor with the same arguments and waits until it has
+/// opened the run (printing the run id) or failed (printing why, exiting as it did).
+pub(super) fn start(results_dir: &Path, json: bool) -> Result<u8> {
+    let exe = std::env::current_exe().context("cannot find mst's own executable")?;
+    let args = std::env::args_os()
+        .skip(1)
+        .filter(|arg| arg != "--detach")
+        .chain(["--supervise".into()]);
+    let mut command = Command::new(exe);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid(2) is async-signal-safe; the supervisor leaves the terminal's session,
+    // so closing the terminal (SIGHUP) or its Ctrl-C never reaches it.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .context("cannot start the run's supervisor")?;
+    let pid = child.id();
+    let stderr = child.stderr.take().expect("piped");
+    let (said_tx, said_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut said = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut { stderr }, &mut said);
+        let _ = said_tx.send(said);
+    });
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
+    let Some(run_id) = line.trim_end().strip_prefix(HANDOVER).map(str::to_string) else {
+        // It failed before the run existed (a config error, an unreachable host): its words
+        // and its exit code are the command's.
+        let status = child.wait().context("waiting for the supervisor")?;
+        let said = said_rx.recv().unwrap_or_default();
+        super::write_stderr(format_args!("{}", String::from_utf8_lossy(&said)));
+        return Ok(status.code().map_or(2, |c| c as u8));
+    };
+    if let Ok(said) = said_rx.recv_timeout(STDERR_DRAIN) {
+        super::write_stderr(format_args!("{}", String::from_utf8_lossy(&said)));
+    }
+    let dir = results_dir.display();
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({"runId": run_id, "pid": pid, "state": RunState::Running})
+        );
+    } else {
+        outln!("run {run_id} goes on in the background (supervisor pid {pid})");
+        outln!("follow:  mst runs attach {run_id} --results-dir {dir}");
+        outln!("stop:    mst runs stop {run_id} --results-dir {dir}");
+    }
+    Ok(0)
+}
+
+/// The run's process record and, for a detached run, its progress log: fed the run's events
+/// by `mst run`, told the end by [`Supervision::ended`].
+pub(super) struct Supervision {
+    results: ResultsRoot,
+    detached: bool,
+    opened: Mutex<Option<Opened>>,
+}
+
+/// The run, once it exists.
+struct Opened {
+    dir: RunDir,
+    process: RunProcess,
+    /// `progress.jsonl`, for a detached run.
+    progress: Option<std::fs::File>,
+}
+
+impl Supervision {
+    /// For a run stored under `results`; `detached` for the supervisor of `mst run --detach`.
+    pub(super) fn new(results: &Path, detached: bool) -> Self {
+        Supervision {
+            results: ResultsRoot::new(results),
+            detached,
+            opened: Mutex::new(None),
+        }
+    }
+
+    /// Hears one of the run's events.
+    pub(super) fn event(&self, event: &RunEvent<'_>) {
+        let mut opened = self.opened.lock().expect("supervision");
+        if let RunEvent::Started {
+            run_id,
+            total,
+            resumed,
+        } = event
+        {
+            match self.open(run_id) {
+                Ok(mut run) => {
+                    run.log(&Progress::Started {
+                        total: *total,
+                        resumed: *resumed,
+                    });
+                    *opened = Some(run);
+                }
+                Err(e) => tracing::warn!("run {run_id}: cannot record its process: {e:#}"),
+            }
+            return;
+        }
+        let Some(run) = opened.as_mut() else {
+            return;
+        };
+        let line = match event {
+            RunEvent::Shard(ShardEvent::TrialCollected { key, .. }) => Progress::Trial {
+                trial: key.to_string(),
+                collected: true,
+            },
+            RunEvent::Shard(ShardEvent::TrialInfra { key, .. }) => Progress::Trial {
+                trial: key.to_string(),
+                collected: false,
+            },
+            other => match other.note() {
+                Some(message) => Progress::Note { message },
+                None => return,
+            },
+        };
+        run.log(&line);
+    }
+
+    /// Records the run in its directory; a detached run's supervisor also starts its progress
+    /// log and hands its output over to the run's log, letting the parent return.
+    fn open(&self, run_id: &str) -> Result<Opened> {
+        let dir = self.results.find(run_id)?;
+        let process = RunProcess::current(self.detached);
+        dir.write_process(&process)?;
+        let progress = match self.detached {
+            false => None,
+            true => {
+                let progress = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.progress_path())
+                    .context("cannot open the run's progress log")?;
+                hand_over(&dir, run_id)?;
+                Some(progress)
+            }
+        };
+        Ok(Opened {
+            dir,
+            process,
+            progress,
+        })
+    }
+
+    /// The run ended with `exit_code`: its summary (or the error that stopped it) goes to the
+    /// progress log, and its process record says it ended.
+    pub(super) fn ended(&self, exit_code: u8, outcome: Result<&str, &anyhow::Error>) {
+        let mut opened = self.opened.lock().expect("supervision");
+        let Some(run) = opened.as_mut() else {
+            return;
+        };
+        run.log(&match outcome {
+            Ok(summary) => Progress::Finished {
+                exit_code,
+                summary: summary.to_string(),
+            },
+            Err(error) => Progress::Failed {
+                exit_code,
+                error: format!("{error:#}"),
+            },
+        });
+        run.process.ended_at = Some(crate::clock::unix_secs());
+        run.process.exit_code = Some(exit_code);
+        if let Err(e) = run.dir.write_process(&run.process) {
+            tracing::warn!("cannot record the run's end: {e:#}");
+        }
+    }
+}
+
+impl Opened {
+    /// Appends one line to the progress log, if there is one (redacted: a note may quote a
+    /// machine).
+    fn log(&mut self, line: &Progress) {
+        if let Some(file) = &mut self.progress {
+            let mut text = serde_json::to_string(line).expect("progress serializes");
+            text = crate::secrets::redactor().redact(&text).into_owned();
+            text.push('\n');
+            if let Err(e) = file.write_all(text.as_bytes()) {
+                tracing::warn!("cannot write the run's progress: {e}");
+            }
+        }
+    }
+}
+
+/// The supervisor lets go of the parent's pipes: its stderr goes to the run's log, then it
+/// says which run it opened on stdout, which it then points at the log too.
+fn hand_over(dir: &RunDir, run_id: &str) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.root.join(SUPERVISOR_LOG))
+        .context("cannot open the supervisor's log")?;
+    let point = |fd: i32| {
+        // SAFETY: dup2 onto this process's own standard descriptors, with a file it holds.
+        match unsafe { libc::dup2(log.as_raw_fd(), fd) } {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        }
+    };
+    point(2).context("cannot point stderr at the supervisor's log")?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{HANDOVER}{run_id}")
+        .and_then(|()| stdout.flush())
+        .context("cannot tell the parent the run id")?;
+    point(1).context("cannot point stdout at the supervisor's log")?;
+    Ok(())
+}
+
+/// `mst runs attach`: follows a detached run's progress (a bar on a terminal, a line per
+/// trial otherwise) until it ends, then prints its summary and exits as `mst run` would have.
+/// Ctrl-C leaves the run going.
+pub(super) fn attach(
+    dir: &RunDir,
+    reporter: &super::run::Reporter,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<u8> {
+    let process = read_process(dir)?;
+    if !process.detached {
+        bail!(
+            "run {} was started attached to a terminal (pid {}); only a run started with `mst run \
+             --detach` logs the progress `mst runs attach` follows",
+            run_name(dir),
+            process.owner.pid
+        );
+    }
+    let file = std::fs::File::open(dir.progress_path())
+        .with_context(|| format!("{}: no progress log", dir.root.display()))?;
+    let mut lines = std::io::BufReader::new(file);
+    let mut pending = String::new();
+    loop {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            errln!(
+                "detached from run {}: it goes on (`mst runs attach` again to follow it)",
+                run_name(dir)
+            );
+            return Ok(130);
+        }
+        let read = lines
+            .read_line(&mut pending)
+            .context("reading the progress log")?;
+        if read > 0 && pending.ends_with('\n') {
+            let line: Progress = serde_json::from_str(pending.trim_end())
+                .with_context(|| format!("{} is damaged", dir.progress_path().display()))?;
+            pending.clear();
+            if let Some(code) = reporter.progress(&line) {
+                return Ok(code);
+            }
+            continue;
+        }
+        // Nothing new: is anyone still writing?
+        if read_process(dir)?.state() == RunState::Interrupted {
+            // It may have written its last lines just before it ended.
+            if lines.read_line(&mut pending)? > 0 {
+                continue;
+            }
+            return Err(interrupted(dir, &process));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `mst runs stop`: sends the run's process SIGTERM (its shards get `cancel`, then the grace,
+/// then a kill, as for Ctrl-C) and waits until it has ended.
+pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
+    let process = read_process(dir)?;
+    match process.state() {
+        RunState::Ended => bail!(
+            "run {} is not running: it ended (exit code {})",
+            run_name(dir),
+            process.exit_code.unwrap_or(0)
+        ),
+        RunState::Interrupted => return Err(interrupted(dir, &process)),
+        RunState::Running => {}
+    }
+    let here = crate::owner::Owner::current();
+    if process.owner.host != here.host || process.owner.boot != here.boot {
+        bail!(
+            "run {} is collected by pid {} on host `{}`: stop it there",
+            run_name(dir),
+            process.owner.pid,
+            process.owner.host
+        );
+    }
+    // SAFETY: kill(2) on the process the run recorded, proven alive and the same one (its
+    // start time) by `state` just above.
+    if unsafe { libc::kill(process.owner.pid as i32, libc::SIGTERM) } == -1 {
+        bail!(
+            "cannot signal run {}'s process (pid {}): {}",
+            run_name(dir),
+            process.owner.pid,
+            std::io::Error::last_os_error()
+        );
+    }
+    let deadline = Instant::now() + wait;
+    loop {
+        let now = read_process(dir)?;
+        match now.state() {
+            RunState::Ended => return Ok(now),
+            RunState::Interrupted => return Err(interrupted(dir, &now)),
+            RunState::Running if Instant::now() > deadline => bail!(
+                "run {} (pid {}) has not ended {} s after SIGTERM; `kill -9 {}` ends it at \
+                 once, and `mst run --resume` collects what it lacks",
+                run_name(dir),
+                now.owner.pid,
+                wait.as_secs(),
+                now.owner.pid
+            ),
+            RunState::Running => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// The run's process record, or why there is none.
+fn read_process(dir: &RunDir) -> Result<RunProcess> {
+    dir.read_process()?.with_context(|| {
+        format!(
+            "run {} has no process record: it was collected by an mst before 0.x, or is a \
+             playground session",
+            run_name(dir)
+        )
+    })
+}
+
+/// The run's id: its directory's name.
+fn run_name(dir: &RunDir) -> String {
+    dir.root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Run `dir`'s process died without ending it: how to go on.
+fn interrupted(dir: &RunDir, process: &RunProcess) -> anyhow::Error {
+    let config = dir
+        .read_record()
+        .map(|r| r.config_path)
+        .unwrap_or_else(|_| "eval.json".into());
+    let id = run_name(dir);
+    anyhow::Error::new(super::Exit {
+        code: 2,
+        error: anyhow::anyhow!(
+            "run {id} was interrupted: its process (pid {}) is gone without ending it; `mst run \
+             --config {config} --resume {id}` collects what it lacks",
+            process.owner.pid
+        ),
+    })
+}

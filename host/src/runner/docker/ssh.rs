@@ -1,0 +1,341 @@
+//! Docker hosts over SSH (`ssh://[user@]host[:port]`), reached the way the docker CLI reaches
+//! them: every connection to the engine is one `ssh … -- docker system dial-stdio` on the
+//! remote host, whose stdin and stdout carry the connection's bytes. bollard speaks HTTP to a
+//! private unix socket here ([`SshTunnel`]), and each connection accepted on it is piped
+//! through an ssh of its own.
+//!
+//! Host keys are always checked strictly (`StrictHostKeyChecking=yes`, no prompt): against the
+//! operator's known_hosts, or the file `sshKnownHosts` names. An unknown or changed key is
+//! refused in ssh's own words, and nothing is sent.
+
+use anyhow::{bail, Context as _, Result};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The most of ssh's stderr kept to explain a failed connection.
+const STDERR_CAP: usize = 4096;
+
+/// How long an ssh whose output ended has to exit (it is killed after).
+const ENDING: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How ssh logs in: the operator's runner options (`sshIdentity`, `sshKnownHosts`,
+/// `sshConnectTimeout`). Paths are absolute files that exist, holding no `"` (it would end
+/// the quoted value), `%` (ssh expands its tokens there) or control character.
+#[derive(Debug, Clone)]
+pub struct SshOptions {
+    /// A private key to log in with, and no other (`IdentitiesOnly`).
+    pub identity: Option<PathBuf>,
+    /// The known_hosts file host keys are checked against; ssh's own files without it.
+    pub known_hosts: Option<PathBuf>,
+    /// Seconds ssh waits to connect.
+    pub connect_timeout: u64,
+}
+
+impl SshOptions {
+    /// Checks a path given for `option`: an existing file, made absolute, that ssh reads
+    /// as it is.
+    pub fn file(option: &str, value: &str) -> Result<PathBuf> {
+        if value.contains(['"', '%']) || value.chars().any(char::is_control) {
+            bail!(
+                "--runner-option {option}={value:?}: the path holds `\"`, `%` or a control \
+                 character, which ssh would read as syntax; use a path without them"
+            );
+        }
+        std::fs::canonicalize(value)
+            .ok()
+            .filter(|p| p.is_file())
+            .with_context(|| format!("--runner-option {option}={value}: no such file"))
+    }
+}
+
+impl Default for SshOptions {
+    fn default() -> Self {
+        SshOptions {
+            identity: None,
+            known_hosts: None,
+            connect_timeout: 30,
+        }
+    }
+}
+
+/// An `ssh://` endpoint, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshEndpoint {
+    pub user: Option<String>,
+    pub host: String,
+    pub port: Option<u16>,
+}
+
+impl SshEndpoint {
+    /// Parses `ssh://[user@]host[:port]` as the docker CLI accepts it: no path, query or
+    /// password, and (mst's own rule) nothing ssh could read as an option.
+    pub fn parse(endpoint: &str) -> Result<Self> {
+        let bad = |why: &str| {
+            anyhow::anyhow!(
+                "Docker endpoint {endpoint:?}: {why}; expected ssh://[user@]host[:port]"
+            )
+        };
+        let rest = endpoint
+            .strip_prefix("ssh://")
+            .ok_or_else(|| bad("not an ssh:// endpoint"))?;
+        if rest.contains(['/', '?', '#']) {
+            return Err(bad("an ssh endpoint takes no path"));
+        }
+        let (user, address) = match rest.rsplit_once('@') {
+            Some((user, address)) => (Some(user), address),
+            None => (None, rest),
+        };
+        let (host, port) = match address.strip_prefix('[') {
+            // [IPv6]:port
+            Some(v6) => {
+                let (host, after) = v6
+                    .split_once(']')
+                    .ok_or_else(|| bad("an unclosed [ in the host"))?;
+                match after {
+                    "" => (host, None),
+                    _ => (
+                        host,
+                        Some(after.strip_prefix(':').ok_or_else(|| bad("junk after ]"))?),
+                    ),
+                }
+            }
+            None => match address.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (address, None),
+            },
+        };
+        let port = port
+            .map(|p| {
+                p.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| bad(&format!("port {p:?} is not a port number")))
+            })
+            .transpose()?;
+        // Plain names only: a leading `-` would be an ssh option, and nothing here is a shell
+        // word or an ssh_config token.
+        let plain = |s: &str, extra: &str| {
+            !s.is_empty()
+                && !s.starts_with('-')
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c) || extra.contains(c))
+        };
+        if !plain(host, ":") {
+            return Err(bad(&format!("{host:?} is not a host name or address")));
+        }
+        if let Some(user) = user {
+            if user.contains(':') {
+                return Err(bad("a password does not belong in the endpoint"));
+            }
+            if !plain(user, "") {
+                return Err(bad(&format!("{user:?} is not a user name")));
+            }
+        }
+        Ok(SshEndpoint {
+            user: user.map(String::from),
+            host: host.to_string(),
+            port,
+        })
+    }
+
+    /// `ssh`'s arguments for one connection to the remote engine.
+    pub fn args(&self, options: &SshOptions) -> Vec<String> {
+        let mut args = vec![
+            "-T".to_string(),
+            "-oBatchMode=yes".into(),
+            "-oStrictHostKeyChecking=yes".into(),
+            format!("-oConnectTimeout={}", options.connect_timeout),
+            "-oServerAliveInterval=15".into(),
+            "-oServerAliveCountMax=3".into(),
+            "-oLogLevel=ERROR".into(),
+        ];
+        // Quoted: ssh splits an option's value at spaces ([`SshOptions`] refuses `"` and `%`).
+        if let Some(known) = &options.known_hosts {
+            args.push(format!("-oUserKnownHostsFile=\"{}\"", known.display()));
+        }
+        if let Some(identity) = &options.identity {
+            args.push("-oIdentitiesOnly=yes".into());
+            args.push(format!("-oIdentityFile=\"{}\"", identity.display()));
+        }
+        if let Some(port) = self.port {
+            args.push(format!("-oPort={port}"));
+        }
+        if let Some(user) = &self.user {
+            args.push(format!("-oUser={user}"));
+        }
+        args.extend(["--", &self.host, "docker", "system", "dial-stdio"].map(String::from));
+        args
+    }
+}
+
+/// A private unix socket whose every connection is piped to the remote engine through its own
+/// ssh. Dropping it stops accepting and removes the socket; connections open keep their ssh
+/// until they close.
+pub struct SshTunnel {
+    /// Holds the socket, 0700.
+    dir: tempfile::TempDir,
+    accept: tokio::task::JoinHandle<()>,
+    /// What the last ssh that failed said on stderr.
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+impl SshTunnel {
+    /// Listens on a fresh private socket for `endpoint`; must be called inside a tokio runtime,
+    /// which then serves it.
+    pub fn open(endpoint: &SshEndpoint, options: &SshOptions) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("mst-docker-ssh-")
+            .tempdir()
+            .context("cannot make a directory for the ssh tunnel's socket")?;
+        let path = dir.path().join("docker.sock");
+        let listener = tokio::net::UnixListener::bind(&path)
+            .with_context(|| format!("cannot listen on {}", path.display()))?;
+        let args = Arc::new(endpoint.args(options));
+        let last_error = Arc::new(Mutex::new(None));
+        let errors = last_error.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((connection, _)) = listener.accept().await {
+                tokio::spawn(pipe(connection, args.clone(), errors.clone()));
+            }
+        });
+        Ok(SshTunnel {
+            dir,
+            accept,
+            last_error,
+        })
+    }
+
+    /// The endpoint bollard connects to.
+    pub fn local_endpoint(&self) -> String {
+        format!("unix://{}", self.dir.path().join("docker.sock").display())
+    }
+
+    /// What ssh said when a connection last failed, if one did.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().expect("ssh error").clone()
+    }
+}
+
+impl Drop for SshTunnel {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Carries one connection's bytes through one `ssh … docker system dial-stdio`, until either
+/// side closes.
+async fn pipe(
+    connection: tokio::net::UnixStream,
+    args: Arc<Vec<String>>,
+    last_error: Arc<Mutex<Option<String>>>,
+) {
+    let spawned = tokio::process::Command::new("ssh")
+        .args(args.iter())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            *last_error.lock().expect("ssh error") = Some(format!("cannot run ssh: {e}"));
+            return;
+        }
+    };
+    let (Some(mut stdin), Some(mut stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return;
+    };
+    let (mut from_client, mut to_client) = connection.into_split();
+    // Client to engine; the remote sees end of input once the client is done sending.
+    let up = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut from_client, &mut stdin).await;
+        let _ = stdin.shutdown().await;
+    });
+    let said = tokio::spawn(async move {
+        let mut stderr = stderr;
+        let mut text = Vec::new();
+        let _ = (&mut stderr)
+            .take(STDERR_CAP as u64)
+            .read_to_end(&mut text)
+            .await;
+        // Drained past the cap, so ssh never blocks on a full pipe.
+        let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+        String::from_utf8_lossy(&text).trim().to_string()
+    });
+    // Engine to client, until the engine (or ssh) is done.
+    let _ = tokio::io::copy(&mut stdout, &mut to_client).await;
+    up.abort();
+    // Why ssh ended is recorded before the client hears the end, so that the error it then
+    // reports can say it.
+    let status = tokio::time::timeout(ENDING, child.wait()).await;
+    let said = tokio::time::timeout(ENDING, said).await;
+    if let (Ok(Ok(status)), Ok(Ok(said))) = (status, said) {
+        if !status.success() && !said.is_empty() {
+            *last_error.lock().expect("ssh error") = Some(said);
+        }
+    }
+    let _ = to_client.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_endpoints_parse_as_the_docker_cli_takes_them_and_nothing_becomes_an_option() {
+        let parsed = SshEndpoint::parse("ssh://ci@build-1.example:2222").unwrap();
+        assert_eq!(
+            parsed,
+            SshEndpoint {
+                user: Some("ci".into()),
+                host: "build-1.example".into(),
+                port: Some(2222)
+            }
+        );
+        assert_eq!(SshEndpoint::parse("ssh://[::1]:22").unwrap().host, "::1");
+        assert_eq!(SshEndpoint::parse("ssh://h").unwrap().port, None);
+        for (bad, why) in [
+            ("ssh://h/var/run/docker.sock", "no path"),
+            ("ssh://-oProxyCommand=x", "not a host"),
+            ("ssh://-p@h", "not a user"),
+            ("ssh://u:secret@h", "password"),
+            ("ssh://h:0", "not a port"),
+            ("ssh://h:x", "not a port"),
+            ("ssh://", "not a host"),
+            ("ssh://h;rm", "not a host"),
+            ("ssh://h h", "not a host"),
+        ] {
+            let err = SshEndpoint::parse(bad).unwrap_err().to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        let args = SshEndpoint::parse("ssh://ci@h:2222")
+            .unwrap()
+            .args(&SshOptions {
+                identity: Some("/k/id".into()),
+                known_hosts: Some("/k/known".into()),
+                connect_timeout: 5,
+            });
+        let tail: Vec<&str> = args
+            .iter()
+            .rev()
+            .take(5)
+            .rev()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(tail, ["--", "h", "docker", "system", "dial-stdio"]);
+        for wanted in [
+            "-oStrictHostKeyChecking=yes",
+            "-oBatchMode=yes",
+            "-oUserKnownHostsFile=\"/k/known\"",
+            "-oIdentityFile=\"/k/id\"",
+            "-oPort=2222",
+            "-oUser=ci",
+        ] {
+            assert!(args.iter().any(|a| a == wanted), "{wanted}: {args:?}");
+        }
+    }
+}
