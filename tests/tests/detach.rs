@@ -5,16 +5,50 @@
 
 use mst_tests::{command_eval, read_json, s, Eval, Mst, Run};
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// An eval of `n` cases whose client holds until `gate` exists, then answers.
-fn gated(gate: &Path, n: usize) -> Eval {
-    let agent = format!(
-        "read q; while [ ! -e {} ]; do sleep 0.05; done; echo \"$q\"",
-        s(gate)
-    );
-    command_eval(json!(["sh", "-c", agent]), n, 120)
+/// An eval of `n` cases whose client holds until its gate (a file) exists, then answers.
+struct Gated {
+    eval: Eval,
+    gate: PathBuf,
+    _scratch: tempfile::TempDir,
+}
+
+impl Gated {
+    fn new(n: usize) -> Self {
+        let scratch = tempfile::tempdir().unwrap();
+        let gate = scratch.path().join("gate");
+        let agent = format!(
+            "read q; while [ ! -e {} ]; do sleep 0.05; done; echo \"$q\"",
+            s(&gate)
+        );
+        Gated {
+            eval: command_eval(json!(["sh", "-c", agent]), n, 120),
+            gate,
+            _scratch: scratch,
+        }
+    }
+
+    /// How many trials wait at the gate (processes whose command line names it).
+    fn waiting(&self) -> usize {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", s(&self.gate)])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    }
+
+    /// Waits until both trials the eval runs at a time hold at the gate.
+    fn wait_until_held(&self) {
+        until("the trials to start", Duration::from_secs(30), || {
+            self.waiting() >= 2
+        });
+    }
+
+    fn open(&self) {
+        std::fs::write(&self.gate, "").unwrap();
+    }
 }
 
 /// `mst runs ARGS --results-dir` of `eval`.
@@ -56,15 +90,6 @@ fn alive(pid: u64) -> bool {
     })
 }
 
-/// How many processes' command lines name `gate` (the trials waiting at it).
-fn waiting_at(gate: &Path) -> usize {
-    let out = std::process::Command::new("pgrep")
-        .args(["-f", s(gate)])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().count()
-}
-
 /// `mst run --detach --json` of `eval`: its run id and supervisor pid.
 fn detach(mst: &Mst, eval: &Eval, extra: &[&str]) -> (String, u64) {
     let mut args = vec!["--detach", "--json"];
@@ -84,24 +109,21 @@ fn detach(mst: &Mst, eval: &Eval, extra: &[&str]) -> (String, u64) {
 
 #[test]
 fn a_detached_run_goes_on_without_the_terminal_and_attach_follows_it_to_its_summary() {
-    let scratch = tempfile::tempdir().unwrap();
-    let gate = scratch.path().join("gate");
-    let eval = gated(&gate, 3);
+    let gated = Gated::new(3);
+    let eval = &gated.eval;
     let mst = Mst::new();
-    let (id, pid) = detach(&mst, &eval, &[]);
+    let (id, pid) = detach(&mst, eval, &[]);
     // The trials run under the supervisor, with nobody attached.
-    until("the trials to start", Duration::from_secs(30), || {
-        waiting_at(&gate) >= 2
-    });
+    gated.wait_until_held();
     assert!(alive(pid));
-    assert_eq!(listed(&mst, &eval, &id)["state"], "running");
-    let text = runs(&mst, &eval, &["list"]);
+    assert_eq!(listed(&mst, eval, &id)["state"], "running");
+    let text = runs(&mst, eval, &["list"]);
     let line = text.stdout.lines().find(|l| l.contains(&id)).unwrap();
     assert!(line.contains("running"), "{}", text.stdout);
 
     let results = eval.results();
     let follower = mst.spawn(&["runs", "attach", &id, "--results-dir", s(&results)]);
-    std::fs::write(&gate, "").unwrap();
+    gated.open();
     let attached = Run::from(follower.wait_with_output().unwrap());
     assert_eq!(attached.code, 0, "{}\n{}", attached.stdout, attached.stderr);
     // A line per trial (not a terminal), then the summary `mst run` would have printed.
@@ -126,22 +148,21 @@ fn a_detached_run_goes_on_without_the_terminal_and_attach_follows_it_to_its_summ
     until("the supervisor to exit", Duration::from_secs(10), || {
         !alive(pid)
     });
-    assert_eq!(listed(&mst, &eval, &id)["state"], "ended");
+    assert_eq!(listed(&mst, eval, &id)["state"], "ended");
     // Its progress went to its own log, not to a terminal that is gone.
     let log = std::fs::read_to_string(dir.join("supervisor.log")).unwrap();
     assert_eq!(log.matches(" collected").count(), 3, "{log}");
 
     // Attaching to a run that ended prints its summary and exit code at once.
-    let again = runs(&mst, &eval, &["attach", &id]);
+    let again = runs(&mst, eval, &["attach", &id]);
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(again.stdout, attached.stdout);
 }
 
 #[test]
 fn runs_stop_cancels_a_detached_run_with_the_grace_and_resume_collects_the_rest() {
-    let scratch = tempfile::tempdir().unwrap();
-    let gate = scratch.path().join("gate");
-    let eval = gated(&gate, 3);
+    let gated = Gated::new(3);
+    let eval = &gated.eval;
     let mst = Mst::new();
     // Without --json: the lines for people, the first naming the run and its supervisor.
     let detached = eval.run(&mst, &["--detach", "--cancel-grace", "2"]);
@@ -162,10 +183,8 @@ fn runs_stop_cancels_a_detached_run_with_the_grace_and_resume_collects_the_rest(
         "{}",
         detached.stdout
     );
-    until("the trials to start", Duration::from_secs(30), || {
-        waiting_at(&gate) >= 2
-    });
-    let stopped = runs(&mst, &eval, &["stop", &id]);
+    gated.wait_until_held();
+    let stopped = runs(&mst, eval, &["stop", &id]);
     assert_eq!(stopped.code, 0, "{}\n{}", stopped.stdout, stopped.stderr);
     assert!(
         stopped.stdout.contains(&format!("stopped run {id}")),
@@ -181,18 +200,18 @@ fn runs_stop_cancels_a_detached_run_with_the_grace_and_resume_collects_the_rest(
     until(
         "the trials' processes to be gone",
         Duration::from_secs(10),
-        || waiting_at(&gate) == 0,
+        || gated.waiting() == 0,
     );
     until("the supervisor to exit", Duration::from_secs(10), || {
         !alive(pid)
     });
     // A run that ended cannot be stopped again; attaching to it tells how it ended.
-    let again = runs(&mst, &eval, &["stop", &id]);
+    let again = runs(&mst, eval, &["stop", &id]);
     assert_eq!(again.code, 2, "{}", again.stderr);
     assert!(again.stderr.contains("not running"), "{}", again.stderr);
-    assert_eq!(runs(&mst, &eval, &["attach", &id]).code, 2);
+    assert_eq!(runs(&mst, eval, &["attach", &id]).code, 2);
 
-    std::fs::write(&gate, "").unwrap();
+    gated.open();
     let resumed = eval.run(&mst, &["--resume", &id]);
     assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
     let summary = read_json(&dir.join("summary.json"));
@@ -201,23 +220,20 @@ fn runs_stop_cancels_a_detached_run_with_the_grace_and_resume_collects_the_rest(
 
 #[test]
 fn a_run_whose_supervisor_was_killed_is_listed_interrupted_and_resumes() {
-    let scratch = tempfile::tempdir().unwrap();
-    let gate = scratch.path().join("gate");
-    let eval = gated(&gate, 2);
+    let gated = Gated::new(2);
+    let eval = &gated.eval;
     let mst = Mst::new();
-    let (id, pid) = detach(&mst, &eval, &[]);
-    until("the trials to start", Duration::from_secs(30), || {
-        waiting_at(&gate) >= 2
-    });
+    let (id, pid) = detach(&mst, eval, &[]);
+    gated.wait_until_held();
     // SAFETY: SIGKILL to the supervisor this test started.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     until("the supervisor to die", Duration::from_secs(10), || {
         !alive(pid)
     });
-    assert_eq!(listed(&mst, &eval, &id)["state"], "interrupted");
+    assert_eq!(listed(&mst, eval, &id)["state"], "interrupted");
     // Neither attach nor stop waits on a process that is gone: both say how to go on.
     for verb in ["attach", "stop"] {
-        let refused = runs(&mst, &eval, &[verb, &id]);
+        let refused = runs(&mst, eval, &[verb, &id]);
         assert_eq!(refused.code, 2, "{verb}: {}", refused.stderr);
         assert!(
             refused.stderr.contains("interrupted")
@@ -230,12 +246,12 @@ fn a_run_whose_supervisor_was_killed_is_listed_interrupted_and_resumes() {
     until(
         "the orphaned trials to end",
         Duration::from_secs(30),
-        || waiting_at(&gate) == 0,
+        || gated.waiting() == 0,
     );
-    std::fs::write(&gate, "").unwrap();
+    gated.open();
     let resumed = eval.run(&mst, &["--resume", &id]);
     assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
-    assert_eq!(listed(&mst, &eval, &id)["state"], "ended");
+    assert_eq!(listed(&mst, eval, &id)["state"], "ended");
     let summary = read_json(&eval.run_dir("e2e").join("summary.json"));
     assert_eq!(summary["variants"]["default"]["passed"], 2, "{summary}");
 }

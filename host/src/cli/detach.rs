@@ -131,6 +131,13 @@ impl Supervision {
                     });
                     *opened = Some(run);
                 }
+                // A supervisor that cannot hand over would hold the parent until the run
+                // ends: it stops here instead (before any machine exists), and the parent
+                // prints why.
+                Err(e) if self.detached => {
+                    errln!("error: run {run_id}: cannot supervise it: {e:#}");
+                    std::process::exit(2);
+                }
                 Err(e) => tracing::warn!("run {run_id}: cannot record its process: {e:#}"),
             }
             return;

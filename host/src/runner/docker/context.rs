@@ -189,7 +189,11 @@ pub async fn connect(
     ssh: &SshOptions,
 ) -> Result<(Docker, Option<SshTunnel>)> {
     let tunnel = match endpoint.starts_with("ssh://") {
-        true => Some(SshTunnel::open(&SshEndpoint::parse(endpoint)?, ssh)?),
+        true => Some(
+            SshTunnel::open(&SshEndpoint::parse(endpoint)?, ssh)
+                .await
+                .with_context(|| format!("docker context `{name}` ({endpoint}) does not answer"))?,
+        ),
         false => None,
     };
     let local = tunnel.as_ref().map(SshTunnel::local_endpoint);
