@@ -90,6 +90,13 @@ fn alive(pid: u64) -> bool {
     })
 }
 
+/// The session `pid` belongs to (field 6 of /proc/PID/stat).
+fn session_of(pid: u64) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
 /// `mst run --detach --json` of `eval`: its run id and supervisor pid.
 fn detach(mst: &Mst, eval: &Eval, extra: &[&str]) -> (String, u64) {
     let mut args = vec!["--detach", "--json"];
@@ -116,7 +123,18 @@ fn a_detached_run_goes_on_without_the_terminal_and_attach_follows_it_to_its_summ
     // The trials run under the supervisor, with nobody attached.
     gated.wait_until_held();
     assert!(alive(pid));
+    // It left the terminal's session: it leads one of its own.
+    assert_eq!(session_of(pid), pid);
+    assert_ne!(session_of(pid), session_of(std::process::id() as u64));
     assert_eq!(listed(&mst, eval, &id)["state"], "running");
+    // A run still being collected is not resumed by a second process.
+    let second = eval.run(&mst, &["--resume", &id]);
+    assert_eq!(second.code, 2, "{}", second.stderr);
+    assert!(
+        second.stderr.contains("still being collected"),
+        "{}",
+        second.stderr
+    );
     let text = runs(&mst, eval, &["list"]);
     let line = text.stdout.lines().find(|l| l.contains(&id)).unwrap();
     assert!(line.contains("running"), "{}", text.stdout);
@@ -140,7 +158,13 @@ fn a_detached_run_goes_on_without_the_terminal_and_attach_follows_it_to_its_summ
     let summary = read_json(&dir.join("summary.json"));
     assert_eq!(summary["variants"]["default"]["passed"], 3, "{summary}");
 
-    // The supervisor ended the run, recorded how, and exited.
+    // The supervisor ended the run, recorded how (just after its last progress line), and
+    // exited.
+    until(
+        "the run's end to be recorded",
+        Duration::from_secs(10),
+        || read_json(&dir.join("process.json"))["exitCode"].is_number(),
+    );
     let process = read_json(&dir.join("process.json"));
     assert_eq!(process["detached"], true, "{process}");
     assert_eq!(process["exitCode"], 0, "{process}");
@@ -211,11 +235,15 @@ fn runs_stop_cancels_a_detached_run_with_the_grace_and_resume_collects_the_rest(
     assert!(again.stderr.contains("not running"), "{}", again.stderr);
     assert_eq!(runs(&mst, eval, &["attach", &id]).code, 2);
 
+    // Resumed detached, its progress log tells of the resume only: attach follows it to the
+    // new end, not the stopped collection's.
     gated.open();
-    let resumed = eval.run(&mst, &["--resume", &id]);
-    assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
-    let summary = read_json(&dir.join("summary.json"));
-    assert_eq!(summary["variants"]["default"]["passed"], 3, "{summary}");
+    let (resumed, _) = detach(&mst, eval, &["--resume", &id]);
+    assert_eq!(resumed, id);
+    let attached = runs(&mst, eval, &["attach", &id]);
+    assert_eq!(attached.code, 0, "{}\n{}", attached.stdout, attached.stderr);
+    let printed: Value = serde_json::from_str(&attached.stdout).unwrap();
+    assert_eq!(printed["variants"]["default"]["passed"], 3, "{printed}");
 }
 
 #[test]

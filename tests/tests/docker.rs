@@ -1452,6 +1452,16 @@ fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
     }
     let kept = containers_of(&a, &run_id(&eval));
     assert_eq!(kept.len(), 2, "{kept:?}");
+    // Its ssh connections (the master and every dial) ended with it.
+    let left = Command::new("pgrep")
+        .args(["-af", "mst-docker-ssh-"])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&left.stdout)
+    );
     for name in kept {
         docker(&a, &["rm", "-f", "-v", &name]);
     }

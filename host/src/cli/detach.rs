@@ -61,9 +61,19 @@ pub(super) fn start(results_dir: &Path, json: bool) -> Result<u8> {
         let _ = std::io::Read::read_to_end(&mut { stderr }, &mut said);
         let _ = said_tx.send(said);
     });
+    // The hand-over line, or the end of the supervisor's output (it failed before the run
+    // existed); a line of anything else is passed on.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut handed_over = None;
     let mut line = String::new();
-    let _ = std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line);
-    let Some(run_id) = line.trim_end().strip_prefix(HANDOVER).map(str::to_string) else {
+    while handed_over.is_none() && stdout.read_line(&mut line).unwrap_or(0) > 0 {
+        match line.trim_end().strip_prefix(HANDOVER) {
+            Some(run_id) => handed_over = Some(run_id.to_string()),
+            None => super::write_stdout_str(&line),
+        }
+        line.clear();
+    }
+    let Some(run_id) = handed_over else {
         // It failed before the run existed (a config error, an unreachable host): its words
         // and its exit code are the command's.
         let status = child.wait().context("waiting for the supervisor")?;
@@ -132,8 +142,8 @@ impl Supervision {
                     *opened = Some(run);
                 }
                 // A supervisor that cannot hand over would hold the parent until the run
-                // ends: it stops here instead (before any machine exists), and the parent
-                // prints why.
+                // ends: it stops here instead (before any machine exists; an ssh host's
+                // tunnel dies with it), and the parent prints why.
                 Err(e) if self.detached => {
                     errln!("error: run {run_id}: cannot supervise it: {e:#}");
                     std::process::exit(2);
@@ -171,10 +181,8 @@ impl Supervision {
         let progress = match self.detached {
             false => None,
             true => {
-                let progress = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(dir.progress_path())
+                // Anew for each collection: a resumed run's log tells of the resume only.
+                let progress = std::fs::File::create(dir.progress_path())
                     .context("cannot open the run's progress log")?;
                 hand_over(&dir, run_id)?;
                 Some(progress)
@@ -245,9 +253,8 @@ fn hand_over(dir: &RunDir, run_id: &str) -> Result<()> {
     };
     point(2).context("cannot point stderr at the supervisor's log")?;
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{HANDOVER}{run_id}")
-        .and_then(|()| stdout.flush())
-        .context("cannot tell the parent the run id")?;
+    // A parent that is gone (its terminal closed) is not told: the run goes on all the same.
+    let _ = writeln!(stdout, "{HANDOVER}{run_id}").and_then(|()| stdout.flush());
     point(1).context("cannot point stdout at the supervisor's log")?;
     Ok(())
 }
@@ -293,13 +300,22 @@ pub(super) fn attach(
             }
             continue;
         }
-        // Nothing new: is anyone still writing?
-        if read_process(dir)?.state() == RunState::Interrupted {
-            // It may have written its last lines just before it ended.
-            if lines.read_line(&mut pending)? > 0 {
-                continue;
+        // Nothing new: is anyone still writing? The supervisor logs its last line before it
+        // records its end, so a run that ended has its last line in the log by now.
+        let now = read_process(dir)?;
+        match now.state() {
+            RunState::Running => {}
+            _ if lines.read_line(&mut pending)? > 0 => continue,
+            RunState::Interrupted => return Err(interrupted(dir, &now)),
+            RunState::Ended => {
+                errln!(
+                    "run {} ended, but its progress log says nothing of how; `mst runs show {}` \
+                     prints its summary",
+                    run_name(dir),
+                    run_name(dir)
+                );
+                return Ok(now.exit_code.unwrap_or(2));
             }
-            return Err(interrupted(dir, &process));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -319,16 +335,24 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
         RunState::Running => {}
     }
     let here = crate::owner::Owner::current();
-    if process.owner.host != here.host || process.owner.boot != here.boot {
+    let owner = &process.owner;
+    if owner.host != here.host
+        || owner.boot != here.boot
+        || owner.pid_namespace != here.pid_namespace
+        || owner.started == 0
+    {
         bail!(
-            "run {} is collected by pid {} on host `{}`: stop it there",
+            "run {} is collected by pid {} on host `{}` (another machine, boot or pid \
+             namespace, or a process this mst cannot tell from a later one with its pid): stop \
+             it where it runs",
             run_name(dir),
-            process.owner.pid,
-            process.owner.host
+            owner.pid,
+            owner.host
         );
     }
-    // SAFETY: kill(2) on the process the run recorded, proven alive and the same one (its
-    // start time) by `state` just above.
+    // SAFETY: kill(2) on the process the run recorded: on this machine, boot and pid
+    // namespace, with its recorded start time, so alive and the same one (`state` above read
+    // its start time from /proc an instant ago).
     if unsafe { libc::kill(process.owner.pid as i32, libc::SIGTERM) } == -1 {
         bail!(
             "cannot signal run {}'s process (pid {}): {}",
@@ -353,6 +377,24 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
             ),
             RunState::Running => std::thread::sleep(Duration::from_millis(100)),
         }
+    }
+}
+
+/// Refuses to resume run `run_id` while a process still collects into it: two would write
+/// one directory, and `mst runs stop` would reach only the later.
+pub(super) fn refuse_running(results: &Path, run_id: &str) -> Result<()> {
+    let Ok(dir) = ResultsRoot::new(results).find(run_id) else {
+        // `--resume` says what is wrong with a run it cannot find.
+        return Ok(());
+    };
+    match dir.read_process()? {
+        Some(process) if process.state() == RunState::Running => bail!(
+            "--resume {run_id}: the run is still being collected (pid {} on `{}`); `mst runs \
+             stop {run_id}` stops it, or wait until it ends",
+            process.owner.pid,
+            process.owner.host
+        ),
+        _ => Ok(()),
     }
 }
 

@@ -391,6 +391,10 @@ fn trace_event(key: &TrialKey, seq: u64, event: Option<&crate::eval::trial::Trac
 }
 
 pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
+    if let Some(run_id) = &args.resume {
+        super::detach::refuse_running(&args.setup.results_dir, run_id)
+            .map_err(|error| super::Exit { code: 2, error })?;
+    }
     if args.detach {
         return super::detach::start(&args.setup.results_dir, args.json);
     }

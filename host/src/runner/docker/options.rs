@@ -294,12 +294,7 @@ mod tests {
             ("contexts", ",", "comma-separated"),
             ("worker", "/no/such/mst", "no such file"),
             ("sshIdentity", "/no/such/key", "no such file"),
-            (
-                "sshKnownHosts",
-                "/etc/ssh/%u_known",
-                "ssh would read as syntax",
-            ),
-            ("sshKnownHosts", "/etc/\"hosts", "ssh would read as syntax"),
+            ("sshKnownHosts", "/etc/ssh/%u_known", "no such file"),
             ("sshConnectTimeout", "0", "whole seconds"),
             ("colour", "red", "takes shards, keep"),
             ("base", "debian", "for `mst runner setup docker`"),
@@ -309,6 +304,29 @@ mod tests {
             assert!(err.to_string().contains(key), "{err}");
         }
         assert!(DockerOptions::parse(&opts(&[("base", "debian")]), true).is_ok());
+        // A file whose path ssh would read as syntax (once resolved, links followed).
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["%u_known", "quo\"te"] {
+            let file = dir.path().join(name);
+            std::fs::write(&file, "").unwrap();
+            let err =
+                DockerOptions::parse(&opts(&[("sshKnownHosts", &file.to_string_lossy())]), false)
+                    .unwrap_err();
+            assert!(
+                format!("{err:#}").contains("ssh would read as syntax"),
+                "{err:#}"
+            );
+            let link = dir.path().join("plain");
+            std::os::unix::fs::symlink(&file, &link).unwrap();
+            let err =
+                DockerOptions::parse(&opts(&[("sshKnownHosts", &link.to_string_lossy())]), false)
+                    .unwrap_err();
+            assert!(
+                format!("{err:#}").contains("ssh would read as syntax"),
+                "{err:#}"
+            );
+            std::fs::remove_file(&link).unwrap();
+        }
         let ssh = DockerOptions::parse(&opts(&[("sshKnownHosts", "/etc/hostname")]), false);
         assert_eq!(
             ssh.unwrap().ssh.known_hosts.as_deref(),

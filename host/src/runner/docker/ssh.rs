@@ -36,17 +36,26 @@ impl SshOptions {
     /// Checks a path given for `option`: an existing file, made absolute, that ssh reads
     /// as it is.
     pub fn file(option: &str, value: &str) -> Result<PathBuf> {
-        if value.contains(['"', '%']) || value.chars().any(char::is_control) {
-            bail!(
-                "--runner-option {option}={value:?}: the path holds `\"`, `%` or a control \
-                 character, which ssh would read as syntax; use a path without them"
-            );
-        }
-        std::fs::canonicalize(value)
+        let path = std::fs::canonicalize(value)
             .ok()
             .filter(|p| p.is_file())
-            .with_context(|| format!("--runner-option {option}={value}: no such file"))
+            .with_context(|| format!("--runner-option {option}={value}: no such file"))?;
+        plain_path(&path).with_context(|| format!("--runner-option {option}={value}"))?;
+        Ok(path)
     }
+}
+
+/// Refuses a path ssh would read as syntax in an option's quoted value: `"` would end it, `%`
+/// starts one of its tokens, a control character ends the line.
+fn plain_path(path: &Path) -> Result<()> {
+    let text = path.to_string_lossy();
+    if text.contains(['"', '%']) || text.chars().any(char::is_control) {
+        bail!(
+            "{text:?} holds `\"`, `%` or a control character, which ssh would read as syntax; \
+             use a path without them"
+        );
+    }
+    Ok(())
 }
 
 impl Default for SshOptions {
@@ -151,8 +160,10 @@ impl SshEndpoint {
             "-oLogLevel=ERROR".into(),
         ];
         // Quoted: ssh splits an option's value at spaces ([`SshOptions`] refuses `"` and `%`).
+        // The operator's file only: not the system's as well.
         if let Some(known) = &options.known_hosts {
             args.push(format!("-oUserKnownHostsFile=\"{}\"", known.display()));
+            args.push("-oGlobalKnownHostsFile=/dev/null".into());
         }
         if let Some(identity) = &options.identity {
             args.push("-oIdentitiesOnly=yes".into());
@@ -216,6 +227,7 @@ impl SshTunnel {
             .tempdir()
             .context("cannot make a directory for the ssh tunnel's socket")?;
         let control = dir.path().join("master");
+        plain_path(&control).context("the ssh tunnel's directory ($TMPDIR)")?;
         let mut master = ssh_command(&endpoint.master_args(options, &control))
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -335,6 +347,17 @@ fn ssh_command(args: &[String]) -> tokio::process::Command {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
+    // SAFETY: prctl(2) is async-signal-safe. The ssh dies with the thread that started it (the
+    // run's, or its runtime's), even when mst exits without dropping it (a second Ctrl-C,
+    // SIGKILL): a master left logged in would hold the host for nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     command
 }
 
@@ -384,6 +407,7 @@ mod tests {
             ("ssh://", "not a host"),
             ("ssh://h;rm", "not a host"),
             ("ssh://h h", "not a host"),
+            ("ssh://h:2375/", "no path"),
         ] {
             let err = SshEndpoint::parse(bad).unwrap_err().to_string();
             assert!(err.contains(why), "{bad}: {err}");
