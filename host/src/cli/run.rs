@@ -582,20 +582,9 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
 pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
     match command {
         RunsCommand::List { results_dir, json } => {
-            let runs = ResultsRoot::new(&results_dir).list_dirs();
-            // Where each run stands; none for a run without a process record.
-            let state = |dir: &results::RunDir| {
-                dir.read_process()
-                    .ok()
-                    .flatten()
-                    .map(|process| process.state())
-            };
+            let runs = ResultsRoot::new(&results_dir).list();
             if json {
-                let list: Vec<serde_json::Value> = runs
-                    .iter()
-                    .map(|(dir, r)| serde_json::json!({"runId": r.run_id, "eval": r.eval, "createdAt": r.created_at, "trials": r.trials.len(), "state": state(dir), "collect": r.collect, "grade": r.grade}))
-                    .collect();
-                outln!("{}", serde_json::to_string_pretty(&list)?);
+                outln!("{}", serde_json::to_string_pretty(&runs)?);
             } else {
                 outln!(
                     "{:<24} {:<24} {:>7} {:<11} {:<9} GRADE",
@@ -605,13 +594,13 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
                     "STATE",
                     "COLLECT"
                 );
-                for (dir, r) in &runs {
+                for r in &runs {
                     outln!(
                         "{:<24} {:<24} {:>7} {:<11} {:<9} {}",
                         r.run_id,
                         r.eval,
-                        r.trials.len(),
-                        state(dir).map_or("-".to_string(), |s| s.to_string()),
+                        r.trials,
+                        r.state.map_or("-".to_string(), |s| s.to_string()),
                         r.collect,
                         r.grade
                     );

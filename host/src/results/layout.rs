@@ -118,21 +118,16 @@ impl ResultsRoot {
             })
     }
 
-    /// The records of every stored run that can be read, oldest first.
-    pub fn list(&self) -> Vec<RunRecord> {
-        self.list_dirs()
-            .into_iter()
-            .map(|(_, record)| record)
-            .collect()
-    }
-
-    /// [`ResultsRoot::list`], each record with its directory.
-    pub fn list_dirs(&self) -> Vec<(RunDir, RunRecord)> {
-        let mut runs: Vec<(RunDir, RunRecord)> = self
+    /// Every stored run that can be read, oldest first, as `mst runs list` shows it.
+    pub fn list(&self) -> Vec<super::live::RunListing> {
+        let mut runs: Vec<super::live::RunListing> = self
             .run_dirs()
-            .filter_map(|dir| dir.read_record().ok().map(|record| (dir, record)))
+            .filter_map(|dir| {
+                let record = dir.read_record().ok()?;
+                Some(super::live::RunListing::of(&dir, &record))
+            })
             .collect();
-        runs.sort_by(|(_, a), (_, b)| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
+        runs.sort_by(|a, b| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
         runs
     }
 }

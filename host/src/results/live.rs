@@ -68,6 +68,38 @@ impl RunProcess {
     }
 }
 
+/// One stored run as `mst runs list --json` and the web UI's `GET /api/v1/runs` list it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunListing {
+    pub run_id: String,
+    pub eval: String,
+    pub created_at: u64,
+    pub trials: usize,
+    pub runner: String,
+    /// Where it stands; `None` without a process record (a playground session, a run of an
+    /// older mst).
+    pub state: Option<RunState>,
+    pub collect: crate::results::Phase,
+    pub grade: crate::results::Phase,
+}
+
+impl RunListing {
+    /// Run `record`, stored in `dir`.
+    pub fn of(dir: &crate::results::RunDir, record: &crate::results::RunRecord) -> Self {
+        RunListing {
+            run_id: record.run_id.clone(),
+            eval: record.eval.clone(),
+            created_at: record.created_at,
+            trials: record.trials.len(),
+            runner: record.runner.clone(),
+            state: dir.read_process().ok().flatten().map(|p| p.state()),
+            collect: record.collect,
+            grade: record.grade,
+        }
+    }
+}
+
 /// One line of a detached run's `progress.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "event")]

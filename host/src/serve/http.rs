@@ -368,16 +368,8 @@ async fn info(State(api): Shared) -> Response {
 /// `GET /api/v1/runs`: the stored runs and sessions (newest first), and the live runs.
 async fn runs(State(api): Shared) -> Result<Response, ServeError> {
     let root = api.served.results.clone();
-    let stored = blocking(move || Ok(root.list())).await?;
-    let stored: Vec<serde_json::Value> = stored
-        .iter()
-        .rev()
-        .map(|r| {
-            serde_json::json!({"runId": r.run_id, "eval": r.eval, "createdAt": r.created_at,
-                "trials": r.trials.len(), "collect": r.collect, "grade": r.grade,
-                "runner": r.runner})
-        })
-        .collect();
+    let mut stored = blocking(move || Ok(root.list())).await?;
+    stored.reverse();
     Ok(json(
         StatusCode::OK,
         &serde_json::json!({"runs": stored, "live": api.served.live.list()}),

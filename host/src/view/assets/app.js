@@ -90,13 +90,14 @@
       if (!list.runs.length) { box.appendChild(h('p', null, 'No run is stored yet.')); return; }
       box.appendChild(h('div', { 'class': 'table-wrap' }, h('table', { id: 'runs-table' },
         h('caption', null, 'Newest first, with the playground sessions'),
-        h('thead', null, h('tr', null, ['Run', 'Eval', 'Created', 'Trials', 'Runner', 'Collect', 'Grade']
+        h('thead', null, h('tr', null, ['Run', 'Eval', 'Created', 'Trials', 'Runner', 'State', 'Collect', 'Grade']
           .map(function (x) { return h('th', { scope: 'col' }, x); }))),
         h('tbody', null, list.runs.map(function (run) {
           return h('tr', { 'data-run': run.runId },
             h('th', { scope: 'row' }, h('a', { href: '#/runs/' + encodeURIComponent(run.runId) }, run.runId)),
             h('td', null, run.eval), h('td', null, when(run.createdAt)), h('td', { 'class': 'num' }, run.trials),
-            h('td', null, run.runner), h('td', null, run.collect), h('td', null, run.grade));
+            h('td', null, run.runner), h('td', { 'class': 'state' }, run.state || '-'),
+            h('td', null, run.collect), h('td', null, run.grade));
         })))));
     }, function (e) { failure(box, 'The runs could not be listed', e); });
   }
