@@ -335,6 +335,11 @@ fn the_web_ui_lists_stored_runs_and_follows_a_run_started_from_the_page_until_it
     // The runs page lists it, and opens it.
     browser.goto(&format!("{}/#/runs", serve.base));
     browser.wait_for(&format!("#runs-table tr[data-run='{run_id}'] a"));
+    // Its process recorded how it ended, as every run's does.
+    assert_eq!(
+        browser.text(&format!("#runs-table tr[data-run='{run_id}'] td.state")),
+        "ended"
+    );
     browser.click(&format!("#runs-table tr[data-run='{run_id}'] a"));
     browser.wait_for("body[data-ready='1'] #variants");
     assert_page_matches_summary(&browser, &summary);

@@ -2,7 +2,8 @@
 //! `mst run`, with `--supervise`, in a session of its own) and returns once the run exists;
 //! the supervisor logs the run's progress into its directory; `mst runs attach` follows it and
 //! `mst runs stop` cancels it. Every run, attached or not, records its process
-//! ([`RunProcess`]), so a run whose process died is listed as `interrupted`.
+//! ([`RunProcess`], written by [`crate::run::run`]), so a run whose process died is listed as
+//! `interrupted`.
 
 use crate::results::live::{Progress, RunProcess, RunState};
 use crate::results::{ResultsRoot, RunDir};
@@ -22,6 +23,9 @@ const HANDOVER: &str = "mst-detached ";
 /// The supervisor's log in the run directory: its stderr (notes, a line per trial) once it
 /// took over.
 const SUPERVISOR_LOG: &str = "supervisor.log";
+
+/// How long `attach` waits for the last line of a run that ended without it in its log.
+const ENDED_GRACE: Duration = Duration::from_secs(2);
 
 /// How long the parent waits for the supervisor's last words on stderr after the hand-over.
 const STDERR_DRAIN: Duration = Duration::from_secs(2);
@@ -98,64 +102,53 @@ pub(super) fn start(results_dir: &Path, json: bool) -> Result<u8> {
     Ok(0)
 }
 
-/// The run's process record and, for a detached run, its progress log: fed the run's events
-/// by `mst run`, told the end by [`Supervision::ended`].
+/// A detached run's progress log, fed the run's events by its supervisor (`mst run
+/// --supervise`), which also hands the terminal back to `mst run --detach` once the run exists.
+/// The run's process record is the run's own ([`crate::run::run`]): it is written after the
+/// log's last line, so whoever sees the run ended finds that line.
 pub(super) struct Supervision {
     results: ResultsRoot,
     detached: bool,
-    opened: Mutex<Option<Opened>>,
-}
-
-/// The run, once it exists.
-struct Opened {
-    dir: RunDir,
-    process: RunProcess,
-    /// `progress.jsonl`, for a detached run.
-    progress: Option<std::fs::File>,
+    /// `progress.jsonl`, once the run exists.
+    log: Mutex<Option<std::fs::File>>,
 }
 
 impl Supervision {
-    /// For a run stored under `results`; `detached` for the supervisor of `mst run --detach`.
+    /// For a run stored under `results`; it logs only for the supervisor of a detached run.
     pub(super) fn new(results: &Path, detached: bool) -> Self {
         Supervision {
             results: ResultsRoot::new(results),
             detached,
-            opened: Mutex::new(None),
+            log: Mutex::new(None),
         }
     }
 
-    /// Hears one of the run's events.
+    /// Hears one of the run's events (all but `Finished`: see [`Supervision::finished`]).
     pub(super) fn event(&self, event: &RunEvent<'_>) {
-        let mut opened = self.opened.lock().expect("supervision");
-        if let RunEvent::Started {
-            run_id,
-            total,
-            resumed,
-        } = event
-        {
-            match self.open(run_id) {
-                Ok(mut run) => {
-                    run.log(&Progress::Started {
-                        total: *total,
-                        resumed: *resumed,
-                    });
-                    *opened = Some(run);
-                }
-                // A supervisor that cannot hand over would hold the parent until the run
-                // ends: it stops here instead (before any machine exists; an ssh host's
-                // tunnel dies with it), and the parent prints why.
-                Err(e) if self.detached => {
-                    errln!("error: run {run_id}: cannot supervise it: {e:#}");
-                    std::process::exit(2);
-                }
-                Err(e) => tracing::warn!("run {run_id}: cannot record its process: {e:#}"),
-            }
+        if !self.detached {
             return;
         }
-        let Some(run) = opened.as_mut() else {
-            return;
-        };
         let line = match event {
+            RunEvent::Started {
+                run_id,
+                total,
+                resumed,
+            } => {
+                match self.open(run_id) {
+                    Ok(file) => *self.log.lock().expect("supervision") = Some(file),
+                    // A supervisor that cannot hand over would hold the parent until the run
+                    // ends: it stops here instead (before any machine exists; an ssh host's
+                    // tunnel dies with it), and the parent prints why.
+                    Err(e) => {
+                        errln!("error: run {run_id}: cannot supervise it: {e:#}");
+                        std::process::exit(2);
+                    }
+                }
+                Progress::Started {
+                    total: *total,
+                    resumed: *resumed,
+                }
+            }
             RunEvent::Shard(ShardEvent::TrialCollected { key, .. }) => Progress::Trial {
                 trial: key.to_string(),
                 collected: true,
@@ -169,62 +162,40 @@ impl Supervision {
                 None => return,
             },
         };
-        run.log(&line);
+        self.log(&line);
     }
 
-    /// Records the run in its directory; a detached run's supervisor also starts its progress
-    /// log and hands its output over to the run's log, letting the parent return.
-    fn open(&self, run_id: &str) -> Result<Opened> {
+    /// Starts the progress log (anew for each collection: a resumed run's log tells of the
+    /// resume only) and hands the supervisor's output over to the run's log, letting the
+    /// parent return.
+    fn open(&self, run_id: &str) -> Result<std::fs::File> {
         let dir = self.results.find(run_id)?;
-        let process = RunProcess::current(self.detached);
-        dir.write_process(&process)?;
-        let progress = match self.detached {
-            false => None,
-            true => {
-                // Anew for each collection: a resumed run's log tells of the resume only.
-                let progress = std::fs::File::create(dir.progress_path())
-                    .context("cannot open the run's progress log")?;
-                hand_over(&dir, run_id)?;
-                Some(progress)
-            }
-        };
-        Ok(Opened {
-            dir,
-            process,
-            progress,
-        })
+        let file = std::fs::File::create(dir.progress_path())
+            .context("cannot open the run's progress log")?;
+        hand_over(&dir, run_id)?;
+        Ok(file)
     }
 
-    /// The run ended with `exit_code`: its summary (or the error that stopped it) goes to the
-    /// progress log, and its process record says it ended.
-    pub(super) fn ended(&self, exit_code: u8, outcome: Result<&str, &anyhow::Error>) {
-        let mut opened = self.opened.lock().expect("supervision");
-        let Some(run) = opened.as_mut() else {
-            return;
-        };
-        run.log(&match outcome {
-            Ok(summary) => Progress::Finished {
-                exit_code,
-                summary: summary.to_string(),
-            },
-            Err(error) => Progress::Failed {
-                exit_code,
-                error: format!("{error:#}"),
-            },
+    /// The run finished with `exit_code` and `summary` (the text `mst run` prints).
+    pub(super) fn finished(&self, exit_code: u8, summary: &str) {
+        self.log(&Progress::Finished {
+            exit_code,
+            summary: summary.to_string(),
         });
-        run.process.ended_at = Some(crate::clock::unix_secs());
-        run.process.exit_code = Some(exit_code);
-        if let Err(e) = run.dir.write_process(&run.process) {
-            tracing::warn!("cannot record the run's end: {e:#}");
-        }
     }
-}
 
-impl Opened {
+    /// The run stopped on `error` after it started.
+    pub(super) fn failed(&self, exit_code: u8, error: &anyhow::Error) {
+        self.log(&Progress::Failed {
+            exit_code,
+            error: format!("{error:#}"),
+        });
+    }
+
     /// Appends one line to the progress log, if there is one (redacted: a note may quote a
     /// machine).
-    fn log(&mut self, line: &Progress) {
-        if let Some(file) = &mut self.progress {
+    fn log(&self, line: &Progress) {
+        if let Some(file) = self.log.lock().expect("supervision").as_mut() {
             let mut text = serde_json::to_string(line).expect("progress serializes");
             text = crate::secrets::redactor().redact(&text).into_owned();
             text.push('\n');
@@ -280,6 +251,7 @@ pub(super) fn attach(
         .with_context(|| format!("{}: no progress log", dir.root.display()))?;
     let mut lines = std::io::BufReader::new(file);
     let mut pending = String::new();
+    let mut grace_given = false;
     loop {
         if stop.load(std::sync::atomic::Ordering::SeqCst) {
             errln!(
@@ -307,6 +279,12 @@ pub(super) fn attach(
             RunState::Running => {}
             _ if lines.read_line(&mut pending)? > 0 => continue,
             RunState::Interrupted => return Err(interrupted(dir, &now)),
+            // The error of a run that failed is logged just after the run recorded its end.
+            RunState::Ended if !grace_given => {
+                grace_given = true;
+                std::thread::sleep(ENDED_GRACE);
+                continue;
+            }
             RunState::Ended => {
                 errln!(
                     "run {} ended, but its progress log says nothing of how; `mst runs show {}` \

@@ -422,6 +422,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
             max_run_copy_bytes: args.max_run_copy.saturating_mul(1 << 20),
             ..ShardSettings::default()
         }),
+        detached: args.supervise,
     };
     let following = args
         .serve
@@ -440,17 +441,12 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     let outcome = match run::run(home, &request, &tee, &CANCEL) {
         Ok(outcome) => outcome,
         Err(error) => {
-            supervision.ended(2, Err(&error));
+            supervision.failed(2, &error);
             return Err(super::Exit { code: 2, error }.into());
         }
     };
-    let summary = std::mem::take(&mut *reporter.summary.lock().expect("summary"));
-    super::write_stdout_str(&summary);
+    super::write_stdout_str(&reporter.summary.lock().expect("summary"));
     let failure = reporter.failure.lock().expect("failure").take();
-    match &failure {
-        Some(error) => supervision.ended(1, Err(error)),
-        None => supervision.ended(outcome.summary.exit_code(), Ok(&summary)),
-    }
     if let Some(following) = &following {
         SERVING_ONLY.store(true, Ordering::SeqCst);
         following.run.end(None);
@@ -479,15 +475,27 @@ struct Tee<'a> {
 
 impl events::Reporter for Tee<'_> {
     fn event(&self, event: &RunEvent<'_>) {
-        // First: a detached run's supervisor hands the terminal back when the run starts.
-        self.supervision.event(event);
         if let (Some(following), RunEvent::Started { run_id, .. }) = (self.following, event) {
             errln!(
                 "mst run: follow the run at http://{}/#/runs/{run_id}",
                 following.address
             );
         }
-        self.terminal.event(event);
+        match event {
+            // The summary is the terminal reporter's to make; the progress log's last line
+            // carries it.
+            RunEvent::Finished(outcome) => {
+                self.terminal.event(event);
+                let summary = self.terminal.summary.lock().expect("summary");
+                self.supervision
+                    .finished(outcome.summary.exit_code(), &summary);
+            }
+            // First: a detached run's supervisor hands the terminal back when the run starts.
+            _ => {
+                self.supervision.event(event);
+                self.terminal.event(event);
+            }
+        }
         if let Some(following) = self.following {
             following.run.event(event);
         }

@@ -18,6 +18,7 @@ use crate::eval::trial::{CaseIndex, TrialKey};
 use crate::grade::Grades;
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
+use crate::results::live::RunProcess;
 use crate::results::stored::StoredRun;
 use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary, Timings};
@@ -98,6 +99,8 @@ pub struct RunRequest {
     /// Resume even when the shard count, runner, datasets or a plugin changed.
     pub force: bool,
     pub shard_settings: Option<ShardSettings>,
+    /// Collected by the supervisor of `mst run --detach` (recorded in `process.json`).
+    pub detached: bool,
 }
 
 /// What a run produced.
@@ -131,16 +134,47 @@ pub fn run(
     reporter: &dyn Reporter,
     cancel: &AtomicBool,
 ) -> Result<RunOutcome> {
+    let ready = ready(home, &request.setup, |prepared| {
+        prepared.check_clients(&request.filters)
+    })?;
+    let root = ResultsRoot::new(&request.setup.results_base);
+    let (dir, record) = resume::open(
+        &root,
+        request,
+        &ready.prepared,
+        &ready.runner_options,
+        reporter,
+    )?;
+    // The run says which process collects it, and when that process is done, how it ended: a
+    // run whose process died without saying is `interrupted` (`mst runs list`).
+    let mut process = RunProcess::current(request.detached);
+    if let Err(e) = dir.write_process(&process) {
+        tracing::warn!("run {}: cannot record its process: {e:#}", record.run_id);
+    }
+    let outcome = collect_and_grade(request, ready, (dir.clone(), record), reporter, cancel);
+    process.ended_at = Some(crate::clock::unix_secs());
+    process.exit_code = Some(outcome.as_ref().map_or(2, |o| o.summary.exit_code()));
+    if let Err(e) = dir.write_process(&process) {
+        tracing::warn!("cannot record the run's end: {e:#}");
+    }
+    outcome
+}
+
+/// Collects the trials of run `dir` that have no trace yet and grades them: the run from its
+/// `Started` event to its `Finished` one.
+fn collect_and_grade(
+    request: &RunRequest,
+    ready: Ready,
+    (dir, mut record): (RunDir, RunRecord),
+    reporter: &dyn Reporter,
+    cancel: &AtomicBool,
+) -> Result<RunOutcome> {
     let Ready {
         mut prepared,
         tokens,
         runner_options,
         runner,
-    } = ready(home, &request.setup, |prepared| {
-        prepared.check_clients(&request.filters)
-    })?;
-    let root = ResultsRoot::new(&request.setup.results_base);
-    let (dir, mut record) = resume::open(&root, request, &prepared, &runner_options, reporter)?;
+    } = ready;
 
     // The cases are planned now. They are held while bundles are staged, traces checked and
     // graded, and no longer: the run's files are written without them (a run's memory is
