@@ -328,17 +328,13 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
             owner.host
         );
     }
-    // SAFETY: kill(2) on the process the run recorded: on this machine, boot and pid
-    // namespace, with its recorded start time, so alive and the same one (`state` above read
-    // its start time from /proc an instant ago).
-    if unsafe { libc::kill(process.owner.pid as i32, libc::SIGTERM) } == -1 {
-        bail!(
-            "cannot signal run {}'s process (pid {}): {}",
+    signal_owner(owner, &here).with_context(|| {
+        format!(
+            "cannot signal run {}'s process (pid {})",
             run_name(dir),
-            process.owner.pid,
-            std::io::Error::last_os_error()
-        );
-    }
+            owner.pid
+        )
+    })?;
     let deadline = Instant::now() + wait;
     loop {
         let now = read_process(dir)?;
@@ -356,6 +352,36 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
             RunState::Running => std::thread::sleep(Duration::from_millis(100)),
         }
     }
+}
+
+/// Sends `owner` SIGTERM through a pidfd: the descriptor pins the process, which is then
+/// checked to be the owner (its start time), so a pid reused in between is never signalled.
+fn signal_owner(owner: &crate::owner::Owner, here: &crate::owner::Owner) -> Result<()> {
+    // SAFETY: pidfd_open(2) with no flags; the descriptor it returns is closed below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner.pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    let fd = fd as libc::c_int;
+    let sent = match owner.is_gone(here) {
+        true => Err(anyhow::anyhow!("it ended just now")),
+        // SAFETY: pidfd_send_signal(2) on the descriptor opened above, no siginfo, no flags.
+        false => match unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd,
+                libc::SIGTERM,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        } {
+            -1 => Err(std::io::Error::last_os_error().into()),
+            _ => Ok(()),
+        },
+    };
+    // SAFETY: closing the descriptor pidfd_open returned, once.
+    unsafe { libc::close(fd) };
+    sent
 }
 
 /// Refuses to resume run `run_id` while a process still collects into it: two would write
