@@ -5,7 +5,7 @@
 
 use mst_tests::{command_eval, read_json, s, Eval, Mst, Run};
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// An eval of `n` cases whose client holds until its gate (a file) exists, then answers.
@@ -108,6 +108,7 @@ fn detach(mst: &Mst, eval: &Eval, extra: &[&str]) -> (String, u64) {
     assert!(started.elapsed() < Duration::from_secs(30));
     let said = detached.json();
     assert_eq!(said["state"], "running", "{said}");
+    assert!(Path::new(said["log"].as_str().unwrap()).is_file(), "{said}");
     (
         said["runId"].as_str().unwrap().to_string(),
         said["pid"].as_u64().unwrap(),

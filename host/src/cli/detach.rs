@@ -88,16 +88,23 @@ pub(super) fn start(results_dir: &Path, json: bool) -> Result<u8> {
     if let Ok(said) = said_rx.recv_timeout(STDERR_DRAIN) {
         super::write_stderr(format_args!("{}", String::from_utf8_lossy(&said)));
     }
+    // The run exists (the supervisor said so); its log is beside it.
+    let log = ResultsRoot::new(results_dir)
+        .find(&run_id)
+        .map(|run| run.root.join(SUPERVISOR_LOG))
+        .unwrap_or_else(|_| SUPERVISOR_LOG.into());
     let dir = results_dir.display();
     if json {
         outln!(
             "{}",
-            serde_json::json!({"runId": run_id, "pid": pid, "state": RunState::Running})
+            serde_json::json!({"runId": run_id, "pid": pid, "state": RunState::Running,
+                "log": log})
         );
     } else {
         outln!("run {run_id} goes on in the background (supervisor pid {pid})");
         outln!("follow:  mst runs attach {run_id} --results-dir {dir}");
         outln!("stop:    mst runs stop {run_id} --results-dir {dir}");
+        outln!("log:     {}", log.display());
     }
     Ok(0)
 }
