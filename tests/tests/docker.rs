@@ -439,6 +439,70 @@ case "$q" in *1) echo 42 > answer.txt;; *) echo 41 > answer.txt;; esac"#;
 }
 
 #[test]
+fn a_detached_runs_containers_are_stopped_by_runs_stop_and_a_killed_supervisors_removed_next_run() {
+    let Some((_, b)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    let detach = |eval: &Eval| -> (String, i32) {
+        let detached = docker_run_with(
+            eval,
+            &mst,
+            &["--detach", "--json"],
+            &[format!("contexts={b}")],
+        );
+        assert_eq!(detached.code, 0, "{}\n{}", detached.stdout, detached.stderr);
+        let said = detached.json();
+        let id = said["runId"].as_str().unwrap().to_string();
+        let started = Instant::now();
+        while containers_of(&b, &id).is_empty() {
+            assert!(started.elapsed() < Duration::from_secs(60), "no container");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (id, said["pid"].as_i64().unwrap() as i32)
+    };
+    let results = |eval: &Eval| eval.results().display().to_string();
+
+    // Stopped: its shard is cancelled and its container removed, as Ctrl-C would.
+    let stopped = command_eval(json!(["sh", "-c", "sleep 60"]), 1, 120);
+    let (id, _) = detach(&stopped);
+    let stop = mst.run(&["runs", "stop", &id, "--results-dir", &results(&stopped)]);
+    assert_eq!(stop.code, 0, "{}\n{}", stop.stdout, stop.stderr);
+    assert!(
+        containers_of(&b, &id).is_empty(),
+        "stopped: its container is gone"
+    );
+
+    // Killed outright: its container is an orphan, which the next run on the host removes.
+    let killed = command_eval(json!(["sh", "-c", "sleep 60"]), 1, 120);
+    let (id, pid) = detach(&killed);
+    // SAFETY: SIGKILL to the supervisor this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // Listed as interrupted once the supervisor is gone (a zombie nobody reaps counts).
+    let started = Instant::now();
+    loop {
+        let list = mst.run(&["runs", "list", "--json", "--results-dir", &results(&killed)]);
+        if list.json()[0]["state"] == "interrupted" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{}",
+            list.stdout
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(containers_of(&b, &id).len(), 1, "the orphan is still there");
+    let next = docker_run(
+        &command_eval(json!(["cat"]), 1, 30),
+        &mst,
+        &[format!("contexts={b}")],
+    );
+    assert_eq!(next.code, 0, "{}\n{}", next.stdout, next.stderr);
+    assert!(containers_of(&b, &id).is_empty(), "the orphan was removed");
+}
+
+#[test]
 fn containers_of_a_killed_mst_are_removed_by_the_next_run() {
     let Some((_, b)) = engines_with_worker_image() else {
         return;
