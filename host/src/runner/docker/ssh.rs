@@ -222,8 +222,10 @@ impl SshTunnel {
     /// Listens on a fresh private socket for `endpoint`; must be called inside a tokio runtime,
     /// which then serves it.
     pub async fn open(endpoint: &SshEndpoint, options: &SshOptions) -> Result<Self> {
+        let owner = crate::owner::Owner::current();
+        remove_stale_dirs(&owner);
         let dir = tempfile::Builder::new()
-            .prefix("mst-docker-ssh-")
+            .prefix(&format!("{DIR_PREFIX}{}-{}-", owner.pid, owner.started))
             .tempdir()
             .context("cannot make a directory for the ssh tunnel's socket")?;
         let control = dir.path().join("master");
@@ -337,6 +339,47 @@ async fn pipe(
     let _ = to_client.shutdown().await;
 }
 
+/// The start of a tunnel directory's name in `$TMPDIR`, followed by its mst's pid and start
+/// time, so a later mst can tell whose it was.
+const DIR_PREFIX: &str = "mst-docker-ssh-";
+
+/// Removes the tunnel directories of mst processes of this machine that are gone: one that
+/// exits without unwinding (a second Ctrl-C, SIGKILL) cannot remove its own, though its ssh
+/// processes die with it.
+fn remove_stale_dirs(here: &crate::owner::Owner) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(DIR_PREFIX) else {
+            continue;
+        };
+        let mut parts = rest.splitn(3, '-');
+        let (Some(Ok(pid)), Some(Ok(started))) = (
+            parts.next().map(str::parse::<u32>),
+            parts.next().map(str::parse::<u64>),
+        ) else {
+            continue;
+        };
+        let owner = crate::owner::Owner {
+            pid,
+            started,
+            ..here.clone()
+        };
+        // Only a directory (never followed if a link), and only its owner's: another user's
+        // is not ours to judge, and remove_dir_all refuses to cross what it cannot read.
+        let own = entry
+            .metadata()
+            .is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == me);
+        if own && owner.is_gone(here) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// An `ssh` with `args`: stderr piped, killed when dropped, in a process group of its own (a
 /// Ctrl-C at the terminal must not cut the connections the run needs to stop its containers).
 fn ssh_command(args: &[String]) -> tokio::process::Command {
@@ -383,6 +426,21 @@ async fn read_stderr(stderr: Option<tokio::process::ChildStderr>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tunnel_directories_of_gone_processes_are_removed_and_live_ones_kept() {
+        let here = crate::owner::Owner::current();
+        let temp = std::env::temp_dir();
+        let gone = temp.join(format!("{DIR_PREFIX}4194303-1-test"));
+        let ours = temp.join(format!("{DIR_PREFIX}{}-{}-test", here.pid, here.started));
+        for dir in [&gone, &ours] {
+            std::fs::create_dir_all(dir.join("inside")).unwrap();
+        }
+        remove_stale_dirs(&here);
+        assert!(!gone.exists(), "a gone process's directory is removed");
+        assert!(ours.exists(), "a live one's is kept");
+        std::fs::remove_dir_all(&ours).unwrap();
+    }
 
     #[test]
     fn ssh_endpoints_parse_as_the_docker_cli_takes_them_and_nothing_becomes_an_option() {
