@@ -94,6 +94,12 @@ impl Owner {
         }
     }
 
+    /// Whether this process (of this machine, boot and pid namespace: the caller checked) is
+    /// alive and the same one: its pid's start time is the recorded one.
+    pub fn is_alive_here(&self) -> bool {
+        self.started != 0 && start_time(self.pid) == Some(self.started)
+    }
+
     /// Whether a container (or ledger entry) with `labels` was made by an mst that is gone,
     /// as seen from this owner ([`Owner::is_gone`]).
     pub fn is_orphan(&self, labels: &HashMap<String, String>) -> bool {

@@ -167,7 +167,7 @@ fn a_detached_run_goes_on_without_the_terminal_and_attach_follows_it_to_its_summ
         || read_json(&dir.join("process.json"))["exitCode"].is_number(),
     );
     let process = read_json(&dir.join("process.json"));
-    assert_eq!(process["detached"], true, "{process}");
+    assert_eq!(process["collector"], "supervisor", "{process}");
     assert_eq!(process["exitCode"], 0, "{process}");
     assert_eq!(process["owner"]["pid"], pid, "{process}");
     until("the supervisor to exit", Duration::from_secs(10), || {

@@ -317,6 +317,20 @@ fn the_web_ui_lists_stored_runs_and_follows_a_run_started_from_the_page_until_it
     });
     assert!(browser.text("#live-h").ends_with("(running)"));
     browser.screenshot("live-run");
+    // Its process is the server: `mst runs stop` will not signal it.
+    let live_id = browser
+        .eval("return location.hash.split('/')[2]")
+        .as_str()
+        .unwrap()
+        .to_string();
+    let results = eval.results();
+    let refused = mst.run(&["runs", "stop", &live_id, "--results-dir", s(&results)]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("collected by `mst serve`"),
+        "{}",
+        refused.stderr
+    );
     std::fs::write(&gate, "").unwrap();
 
     // Once graded, the page becomes the run's report, drawn from the API.

@@ -5,12 +5,13 @@
 //! ([`RunProcess`], written by [`crate::run::run`]), so a run whose process died is listed as
 //! `interrupted`.
 
-use crate::results::live::{Progress, RunProcess, RunState};
+use crate::results::live::{Collector, Progress, RunProcess, RunState};
 use crate::results::{ResultsRoot, RunDir};
 use crate::run::events::RunEvent;
 use crate::shard::coordinator::ShardEvent;
 use anyhow::{bail, Context as _, Result};
 use std::io::{BufRead, Write};
+use std::os::fd::FromRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -23,9 +24,6 @@ const HANDOVER: &str = "mst-detached ";
 /// The supervisor's log in the run directory: its stderr (notes, a line per trial) once it
 /// took over.
 const SUPERVISOR_LOG: &str = "supervisor.log";
-
-/// How long `attach` waits for the last line of a run that ended without it in its log.
-const ENDED_GRACE: Duration = Duration::from_secs(2);
 
 /// How long the parent waits for the supervisor's last words on stderr after the hand-over.
 const STDERR_DRAIN: Duration = Duration::from_secs(2);
@@ -91,8 +89,8 @@ pub(super) fn start(results_dir: &Path, json: bool) -> Result<u8> {
     // The run exists (the supervisor said so); its log is beside it.
     let log = ResultsRoot::new(results_dir)
         .find(&run_id)
-        .map(|run| run.root.join(SUPERVISOR_LOG))
-        .unwrap_or_else(|_| SUPERVISOR_LOG.into());
+        .ok()
+        .map(|run| run.root.join(SUPERVISOR_LOG));
     let dir = results_dir.display();
     if json {
         outln!(
@@ -104,7 +102,9 @@ pub(super) fn start(results_dir: &Path, json: bool) -> Result<u8> {
         outln!("run {run_id} goes on in the background (supervisor pid {pid})");
         outln!("follow:  mst runs attach {run_id} --results-dir {dir}");
         outln!("stop:    mst runs stop {run_id} --results-dir {dir}");
-        outln!("log:     {}", log.display());
+        if let Some(log) = &log {
+            outln!("log:     {}", log.display());
+        }
     }
     Ok(0)
 }
@@ -246,19 +246,24 @@ pub(super) fn attach(
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<u8> {
     let process = read_process(dir)?;
-    if !process.detached {
-        bail!(
+    match process.collector {
+        Collector::Supervisor => {}
+        Collector::Terminal => bail!(
             "run {} was started attached to a terminal (pid {}); only a run started with `mst run \
              --detach` logs the progress `mst runs attach` follows",
             run_name(dir),
             process.owner.pid
-        );
+        ),
+        Collector::Server => bail!(
+            "run {} was started from `mst serve` (pid {}): follow it in the web UI",
+            run_name(dir),
+            process.owner.pid
+        ),
     }
     let file = std::fs::File::open(dir.progress_path())
         .with_context(|| format!("{}: no progress log", dir.root.display()))?;
     let mut lines = std::io::BufReader::new(file);
     let mut pending = String::new();
-    let mut grace_given = false;
     loop {
         if stop.load(std::sync::atomic::Ordering::SeqCst) {
             errln!(
@@ -286,12 +291,6 @@ pub(super) fn attach(
             RunState::Running => {}
             _ if lines.read_line(&mut pending)? > 0 => continue,
             RunState::Interrupted => return Err(interrupted(dir, &now)),
-            // The error of a run that failed is logged just after the run recorded its end.
-            RunState::Ended if !grace_given => {
-                grace_given = true;
-                std::thread::sleep(ENDED_GRACE);
-                continue;
-            }
             RunState::Ended => {
                 errln!(
                     "run {} ended, but its progress log says nothing of how; `mst runs show {}` \
@@ -319,9 +318,19 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
         RunState::Interrupted => return Err(interrupted(dir, &process)),
         RunState::Running => {}
     }
+    if process.collector == Collector::Server {
+        bail!(
+            "run {} is collected by `mst serve` (pid {}): signalling that process would stop the \
+             server and every run and session it holds; stop the server to stop the run",
+            run_name(dir),
+            process.owner.pid
+        );
+    }
     let here = crate::owner::Owner::current();
     let owner = &process.owner;
-    if owner.host != here.host
+    let unknown = here.host.is_empty() || here.boot.is_empty() || here.pid_namespace.is_empty();
+    if unknown
+        || owner.host != here.host
         || owner.boot != here.boot
         || owner.pid_namespace != here.pid_namespace
         || owner.started == 0
@@ -335,7 +344,7 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
             owner.host
         );
     }
-    signal_owner(owner, &here).with_context(|| {
+    signal_owner(owner).with_context(|| {
         format!(
             "cannot signal run {}'s process (pid {})",
             run_name(dir),
@@ -361,34 +370,61 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
     }
 }
 
-/// Sends `owner` SIGTERM through a pidfd: the descriptor pins the process, which is then
-/// checked to be the owner (its start time), so a pid reused in between is never signalled.
-fn signal_owner(owner: &crate::owner::Owner, here: &crate::owner::Owner) -> Result<()> {
-    // SAFETY: pidfd_open(2) with no flags; the descriptor it returns is closed below.
+/// Sends `owner` (a process of this machine, boot and pid namespace) SIGTERM through a pidfd:
+/// the descriptor pins the process, which is then checked to be the owner (its start time),
+/// so a pid reused in between is never signalled. Where pidfds are unavailable (a kernel
+/// before 5.3, a seccomp profile that refuses them), plain kill(2) after the same check. One
+/// that ended meanwhile is not an error: the caller finds it ended.
+fn signal_owner(owner: &crate::owner::Owner) -> Result<()> {
+    // SAFETY: pidfd_open(2) with no flags; the descriptor it returns is owned below.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner.pid as libc::pid_t, 0) };
     if fd < 0 {
-        return Err(std::io::Error::last_os_error().into());
+        let error = std::io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ESRCH) => Ok(()),
+            Some(libc::ENOSYS | libc::EPERM) if owner.is_alive_here() => {
+                // SAFETY: kill(2) on the owner, just checked alive and the same one.
+                match unsafe { libc::kill(owner.pid as libc::pid_t, libc::SIGTERM) } {
+                    -1 => Err(std::io::Error::last_os_error().into()),
+                    _ => Ok(()),
+                }
+            }
+            Some(libc::ENOSYS | libc::EPERM) => Ok(()),
+            _ => Err(error.into()),
+        };
     }
-    let fd = fd as libc::c_int;
-    let sent = match owner.is_gone(here) {
-        true => Err(anyhow::anyhow!("it ended just now")),
-        // SAFETY: pidfd_send_signal(2) on the descriptor opened above, no siginfo, no flags.
-        false => match unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                fd,
-                libc::SIGTERM,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        } {
-            -1 => Err(std::io::Error::last_os_error().into()),
-            _ => Ok(()),
-        },
+    // SAFETY: a descriptor pidfd_open just returned, owned (and closed) by this value only.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) };
+    if !owner.is_alive_here() {
+        return Ok(());
+    }
+    // SAFETY: pidfd_send_signal(2) on the descriptor held above, no siginfo, no flags.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            libc::SIGTERM,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
     };
-    // SAFETY: closing the descriptor pidfd_open returned, once.
-    unsafe { libc::close(fd) };
-    sent
+    match sent {
+        -1 if std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) => {
+            Err(std::io::Error::last_os_error().into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Sets the exit code a run's process record gives (the process exits otherwise than the run
+/// said: a `--junit` file it could not write).
+pub(super) fn record_exit_code(dir: &RunDir, code: u8) {
+    if let Ok(Some(mut process)) = dir.read_process() {
+        process.exit_code = Some(code);
+        if let Err(e) = dir.write_process(&process) {
+            tracing::warn!("cannot record the run's exit code: {e:#}");
+        }
+    }
 }
 
 /// Refuses to resume run `run_id` while a process still collects into it: two would write

@@ -4,7 +4,7 @@ use super::plugin::SandboxArgs;
 use crate::eval::trial::TrialKey;
 use crate::grade::Grades;
 use crate::home::Home;
-use crate::results::live::Progress;
+use crate::results::live::{Collector, Progress};
 use crate::results::{self, report, ResultsRoot};
 use crate::run::events::{self, RunEvent};
 use crate::run::{self, RunRequest};
@@ -422,7 +422,10 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
             max_run_copy_bytes: args.max_run_copy.saturating_mul(1 << 20),
             ..ShardSettings::default()
         }),
-        detached: args.supervise,
+        collector: match args.supervise {
+            true => Collector::Supervisor,
+            false => Collector::Terminal,
+        },
     };
     let following = args
         .serve
@@ -440,13 +443,14 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     };
     let outcome = match run::run(home, &request, &tee, &CANCEL) {
         Ok(outcome) => outcome,
-        Err(error) => {
-            supervision.failed(2, &error);
-            return Err(super::Exit { code: 2, error }.into());
-        }
+        Err(error) => return Err(super::Exit { code: 2, error }.into()),
     };
     super::write_stdout_str(&reporter.summary.lock().expect("summary"));
     let failure = reporter.failure.lock().expect("failure").take();
+    if failure.is_some() {
+        // The run recorded its summary's exit code; this process exits 1.
+        super::detach::record_exit_code(&outcome.dir, 1);
+    }
     if let Some(following) = &following {
         SERVING_ONLY.store(true, Ordering::SeqCst);
         following.run.end(None);
@@ -486,10 +490,16 @@ impl events::Reporter for Tee<'_> {
             // carries it.
             RunEvent::Finished(outcome) => {
                 self.terminal.event(event);
-                let summary = self.terminal.summary.lock().expect("summary");
-                self.supervision
-                    .finished(outcome.summary.exit_code(), &summary);
+                match self.terminal.failure.lock().expect("failure").as_ref() {
+                    Some(error) => self.supervision.failed(1, error),
+                    None => {
+                        let summary = self.terminal.summary.lock().expect("summary");
+                        self.supervision
+                            .finished(outcome.summary.exit_code(), &summary);
+                    }
+                }
             }
+            RunEvent::Failed(error) => self.supervision.failed(2, error),
             // First: a detached run's supervisor hands the terminal back when the run starts.
             _ => {
                 self.supervision.event(event);

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct RunProcess {
     pub owner: Owner,
-    /// Started with `mst run --detach`: a supervisor with no terminal, logging its progress.
-    pub detached: bool,
+    /// Which kind of mst process it is.
+    pub collector: Collector,
     /// Seconds since the Unix epoch.
     pub started_at: u64,
     /// When it ended (absent while it runs, and when it died without saying).
@@ -22,6 +22,21 @@ pub struct RunProcess {
     /// `mst run`'s exit code, once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<u8>,
+}
+
+/// Which kind of mst process collects a run: what `mst runs attach` and `mst runs stop` may
+/// do with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Collector {
+    /// `mst run` on a terminal.
+    #[default]
+    Terminal,
+    /// The supervisor of `mst run --detach`: no terminal, its progress logged.
+    Supervisor,
+    /// `mst serve` (a run started from the web UI): stopping the process would stop the
+    /// server.
+    Server,
 }
 
 /// Where a run stands, as `mst runs list` shows it.
@@ -48,10 +63,10 @@ impl std::fmt::Display for RunState {
 
 impl RunProcess {
     /// This process, starting now.
-    pub fn current(detached: bool) -> Self {
+    pub fn current(collector: Collector) -> Self {
         RunProcess {
             owner: Owner::current(),
-            detached,
+            collector,
             started_at: crate::clock::unix_secs(),
             ended_at: None,
             exit_code: None,

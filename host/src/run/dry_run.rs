@@ -241,7 +241,7 @@ fn one_trial(
         resume: None,
         force: false,
         shard_settings: None,
-        detached: false,
+        collector: Default::default(),
     };
     let notes = Notes::default();
     let outcome = run(home, &run_request, &notes, &AtomicBool::new(false))?;

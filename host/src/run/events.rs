@@ -31,6 +31,8 @@ pub enum RunEvent<'a> {
     DisposeFailed { shard: u32, why: &'a str },
     /// Collection, grading and the result files are done.
     Finished(&'a RunOutcome),
+    /// The run stopped on an error after it started (the run then returns it).
+    Failed(&'a anyhow::Error),
 }
 
 /// Hears a run's events. Called from the shards' threads, so it must be `Sync`.
@@ -88,7 +90,8 @@ impl RunEvent<'_> {
             | RunEvent::Shard(ShardEvent::TrialInfra { .. })
             // Only conversation turns send one (a batch run's bundle refuses it); never shown.
             | RunEvent::Shard(ShardEvent::ResumeToken { .. })
-            | RunEvent::Finished(_) => None,
+            | RunEvent::Finished(_)
+            | RunEvent::Failed(_) => None,
         }
     }
 }

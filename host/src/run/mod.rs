@@ -18,7 +18,7 @@ use crate::eval::trial::{CaseIndex, TrialKey};
 use crate::grade::Grades;
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
-use crate::results::live::RunProcess;
+use crate::results::live::{Collector, RunProcess};
 use crate::results::stored::StoredRun;
 use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary, Timings};
@@ -99,8 +99,8 @@ pub struct RunRequest {
     /// Resume even when the shard count, runner, datasets or a plugin changed.
     pub force: bool,
     pub shard_settings: Option<ShardSettings>,
-    /// Collected by the supervisor of `mst run --detach` (recorded in `process.json`).
-    pub detached: bool,
+    /// Which kind of process collects it (recorded in `process.json`).
+    pub collector: Collector,
 }
 
 /// What a run produced.
@@ -146,18 +146,47 @@ pub fn run(
         reporter,
     )?;
     // The run says which process collects it, and when that process is done, how it ended: a
-    // run whose process died without saying is `interrupted` (`mst runs list`).
-    let mut process = RunProcess::current(request.detached);
+    // run whose process died without saying is `interrupted` (`mst runs list`). A supervisor
+    // that cannot say so could be neither followed nor stopped: it does not start.
+    let process = RunProcess::current(request.collector);
     if let Err(e) = dir.write_process(&process) {
-        tracing::warn!("run {}: cannot record its process: {e:#}", record.run_id);
+        let e = e.context(format!("run {}: cannot record its process", record.run_id));
+        match request.collector {
+            Collector::Supervisor => return Err(e),
+            _ => tracing::warn!("{e:#}"),
+        }
     }
+    let mut end = RunEnd {
+        dir: &dir,
+        process,
+        exit_code: 2,
+    };
     let outcome = collect_and_grade(request, ready, (dir.clone(), record), reporter, cancel);
-    process.ended_at = Some(crate::clock::unix_secs());
-    process.exit_code = Some(outcome.as_ref().map_or(2, |o| o.summary.exit_code()));
-    if let Err(e) = dir.write_process(&process) {
-        tracing::warn!("cannot record the run's end: {e:#}");
+    match &outcome {
+        Ok(outcome) => end.exit_code = outcome.summary.exit_code(),
+        // Told before the end is recorded: whoever sees the run ended has heard why.
+        Err(error) => reporter.event(&RunEvent::Failed(error)),
     }
     outcome
+}
+
+/// Records a run's end in `process.json` when dropped: after the run returned, and also when
+/// it panicked (exit code 2), so a run whose process lives on (`mst serve`) is never left
+/// `running`.
+struct RunEnd<'a> {
+    dir: &'a RunDir,
+    process: RunProcess,
+    exit_code: u8,
+}
+
+impl Drop for RunEnd<'_> {
+    fn drop(&mut self) {
+        self.process.ended_at = Some(crate::clock::unix_secs());
+        self.process.exit_code = Some(self.exit_code);
+        if let Err(e) = self.dir.write_process(&self.process) {
+            tracing::warn!("cannot record the run's end: {e:#}");
+        }
+    }
 }
 
 /// Collects the trials of run `dir` that have no trace yet and grades them: the run from its

@@ -279,6 +279,7 @@ impl LiveRuns {
                 cases: request.cases,
                 trials: request.trials,
             },
+            collector: crate::results::live::Collector::Server,
             ..RunRequest::default()
         };
         let (home, reporter, cancel) = (starter.home.clone(), live.clone(), self.cancel.clone());
