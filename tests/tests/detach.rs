@@ -182,6 +182,16 @@ fn a_detached_run_goes_on_without_the_terminal_and_attach_follows_it_to_its_summ
     let again = runs(&mst, eval, &["attach", &id]);
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(again.stdout, attached.stdout);
+
+    // A damaged progress log is said to be, by its path, not followed nor trusted.
+    std::fs::write(dir.join("progress.jsonl"), "{\"event\": \"finished\"\n").unwrap();
+    let damaged = runs(&mst, eval, &["attach", &id]);
+    assert_eq!(damaged.code, 2, "{}", damaged.stderr);
+    assert!(
+        damaged.stderr.contains("progress.jsonl is damaged"),
+        "{}",
+        damaged.stderr
+    );
 }
 
 #[test]

@@ -115,27 +115,27 @@ pub(super) fn start(results_dir: &Path, json: bool) -> Result<u8> {
 /// log's last line, so whoever sees the run ended finds that line.
 pub(super) struct Supervision {
     results: ResultsRoot,
-    detached: bool,
     /// `progress.jsonl`, once the run exists.
     log: Mutex<Option<std::fs::File>>,
 }
 
 impl Supervision {
-    /// For a run stored under `results`; it logs only for the supervisor of a detached run.
-    pub(super) fn new(results: &Path, detached: bool) -> Self {
+    /// For a detached run stored under `results`.
+    pub(super) fn new(results: &Path) -> Self {
         Supervision {
             results: ResultsRoot::new(results),
-            detached,
             log: Mutex::new(None),
         }
     }
 
-    /// Hears one of the run's events (all but `Finished`: see [`Supervision::finished`]).
+    /// Hears one of the run's events (`Finished` logs nothing here: its line carries the
+    /// summary the terminal reporter makes, [`Supervision::finished`]).
     pub(super) fn event(&self, event: &RunEvent<'_>) {
-        if !self.detached {
-            return;
-        }
         let line = match event {
+            RunEvent::Failed(error) => Progress::Failed {
+                exit_code: 2,
+                error: format!("{error:#}"),
+            },
             RunEvent::Started {
                 run_id,
                 total,
@@ -191,7 +191,7 @@ impl Supervision {
         });
     }
 
-    /// The run stopped on `error` after it started.
+    /// The run's end failed on `error` after it finished (a `--junit` file not written).
     pub(super) fn failed(&self, exit_code: u8, error: &anyhow::Error) {
         self.log(&Progress::Failed {
             exit_code,
@@ -251,12 +251,12 @@ pub(super) fn attach(
         Collector::Terminal => bail!(
             "run {} was started attached to a terminal (pid {}); only a run started with `mst run \
              --detach` logs the progress `mst runs attach` follows",
-            run_name(dir),
+            dir.id(),
             process.owner.pid
         ),
         Collector::Server => bail!(
             "run {} was started from `mst serve` (pid {}): follow it in the web UI",
-            run_name(dir),
+            dir.id(),
             process.owner.pid
         ),
     }
@@ -268,7 +268,7 @@ pub(super) fn attach(
         if stop.load(std::sync::atomic::Ordering::SeqCst) {
             errln!(
                 "detached from run {}: it goes on (`mst runs attach` again to follow it)",
-                run_name(dir)
+                dir.id()
             );
             return Ok(130);
         }
@@ -295,8 +295,8 @@ pub(super) fn attach(
                 errln!(
                     "run {} ended, but its progress log says nothing of how; `mst runs show {}` \
                      prints its summary",
-                    run_name(dir),
-                    run_name(dir)
+                    dir.id(),
+                    dir.id()
                 );
                 return Ok(now.exit_code.unwrap_or(2));
             }
@@ -312,7 +312,7 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
     match process.state() {
         RunState::Ended => bail!(
             "run {} is not running: it ended (exit code {})",
-            run_name(dir),
+            dir.id(),
             process.exit_code.unwrap_or(0)
         ),
         RunState::Interrupted => return Err(interrupted(dir, &process)),
@@ -322,7 +322,7 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
         bail!(
             "run {} is collected by `mst serve` (pid {}): signalling that process would stop the \
              server and every run and session it holds; stop the server to stop the run",
-            run_name(dir),
+            dir.id(),
             process.owner.pid
         );
     }
@@ -339,7 +339,7 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
             "run {} is collected by pid {} on host `{}` (another machine, boot or pid \
              namespace, or a process this mst cannot tell from a later one with its pid): stop \
              it where it runs",
-            run_name(dir),
+            dir.id(),
             owner.pid,
             owner.host
         );
@@ -347,7 +347,7 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
     signal_owner(owner).with_context(|| {
         format!(
             "cannot signal run {}'s process (pid {})",
-            run_name(dir),
+            dir.id(),
             owner.pid
         )
     })?;
@@ -360,7 +360,7 @@ pub(super) fn stop(dir: &RunDir, wait: Duration) -> Result<RunProcess> {
             RunState::Running if Instant::now() > deadline => bail!(
                 "run {} (pid {}) has not ended {} s after SIGTERM; `kill -9 {}` ends it at \
                  once, and `mst run --resume` collects what it lacks",
-                run_name(dir),
+                dir.id(),
                 now.owner.pid,
                 wait.as_secs(),
                 now.owner.pid
@@ -451,17 +451,9 @@ fn read_process(dir: &RunDir) -> Result<RunProcess> {
         format!(
             "run {} has no process record: it was collected by an mst before 0.x, or is a \
              playground session",
-            run_name(dir)
+            dir.id()
         )
     })
-}
-
-/// The run's id: its directory's name.
-fn run_name(dir: &RunDir) -> String {
-    dir.root
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 /// Run `dir`'s process died without ending it: how to go on.
@@ -470,7 +462,7 @@ fn interrupted(dir: &RunDir, process: &RunProcess) -> anyhow::Error {
         .read_record()
         .map(|r| r.config_path)
         .unwrap_or_else(|_| "eval.json".into());
-    let id = run_name(dir);
+    let id = dir.id();
     anyhow::Error::new(super::Exit {
         code: 2,
         error: anyhow::anyhow!(

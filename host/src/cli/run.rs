@@ -435,9 +435,11 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         .transpose()
         .map_err(|error| super::Exit { code: 2, error })?;
     let reporter = Reporter::new(&args);
-    let supervision = super::detach::Supervision::new(&args.setup.results_dir, args.supervise);
+    let supervision = args
+        .supervise
+        .then(|| super::detach::Supervision::new(&args.setup.results_dir));
     let tee = Tee {
-        supervision: &supervision,
+        supervision: supervision.as_ref(),
         terminal: &reporter,
         following: following.as_ref(),
     };
@@ -472,7 +474,8 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
 /// The run's process record (and a detached run's progress log), the terminal's reporter and,
 /// with `--serve`, the web UI's.
 struct Tee<'a> {
-    supervision: &'a super::detach::Supervision,
+    /// A detached run's progress log.
+    supervision: Option<&'a super::detach::Supervision>,
     terminal: &'a Reporter,
     following: Option<&'a super::serve::Following>,
 }
@@ -485,25 +488,20 @@ impl events::Reporter for Tee<'_> {
                 following.address
             );
         }
-        match event {
-            // The summary is the terminal reporter's to make; the progress log's last line
-            // carries it.
-            RunEvent::Finished(outcome) => {
-                self.terminal.event(event);
-                match self.terminal.failure.lock().expect("failure").as_ref() {
-                    Some(error) => self.supervision.failed(1, error),
-                    None => {
-                        let summary = self.terminal.summary.lock().expect("summary");
-                        self.supervision
-                            .finished(outcome.summary.exit_code(), &summary);
-                    }
-                }
-            }
-            RunEvent::Failed(error) => self.supervision.failed(2, error),
-            // First: a detached run's supervisor hands the terminal back when the run starts.
-            _ => {
-                self.supervision.event(event);
-                self.terminal.event(event);
+        // First: a detached run's supervisor hands the terminal back when the run starts.
+        if let Some(supervision) = self.supervision {
+            supervision.event(event);
+        }
+        self.terminal.event(event);
+        // The summary is the terminal reporter's to make; the progress log's last line
+        // carries it.
+        if let (Some(supervision), RunEvent::Finished(outcome)) = (self.supervision, event) {
+            match self.terminal.failure.lock().expect("failure").as_ref() {
+                Some(error) => supervision.failed(1, error),
+                None => supervision.finished(
+                    outcome.summary.exit_code(),
+                    &self.terminal.summary.lock().expect("summary"),
+                ),
             }
         }
         if let Some(following) = self.following {

@@ -192,6 +192,14 @@ impl RunDir {
         self.root.join("artifacts")
     }
 
+    /// The run's id: its directory's name.
+    pub fn id(&self) -> String {
+        self.root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
     /// A detached run's progress log (`progress.jsonl`, [`super::live::Progress`]).
     pub fn progress_path(&self) -> PathBuf {
         self.root.join("progress.jsonl")

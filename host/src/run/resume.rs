@@ -159,11 +159,7 @@ pub fn regrade(
     let grade_ms = grading.elapsed().as_millis() as u64;
     let out = dir.next_regrade(&record.run_id)?;
     let mut regraded = record.clone();
-    regraded.run_id = out
-        .root
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .context("a run directory has a name")?;
+    regraded.run_id = out.id();
     regraded.created_at = crate::clock::unix_secs();
     // Like the judges, the baseline is the regrading config's.
     regraded.baseline = prepared.config.baseline.clone();
