@@ -471,6 +471,53 @@ pub fn hello_line() -> String {
     )
 }
 
+/// Five cases: four answers say hello, c5's does not.
+pub fn hello_cases() -> Vec<serde_json::Value> {
+    (1..=5)
+        .map(|i| {
+            let word = if i == 5 { "bye" } else { "hello" };
+            serde_json::json!({"id": format!("c{i}"), "input": format!("case-{i} says {word}")})
+        })
+        .collect()
+}
+
+/// An eval whose agent echoes its input, judged by a `contains` assertion and by the exec
+/// grader fixture (granted `mst-fixture-judge`), which passes the answers saying hello.
+pub fn exec_judged_eval() -> Eval {
+    let eval = Eval::new(
+        serde_json::json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["cat"]},
+               "plugins": [{"path": "exec-grader.wasm", "allowExec": ["mst-fixture-judge"]}],
+               "judges": [{"assert": "contains", "value": "case-"},
+                          {"plugin": "mst/fixture/exec-grader"}],
+               "timeout": 30}),
+        &hello_cases(),
+    );
+    std::fs::copy(
+        fixture("exec-grader.wasm"),
+        eval.dir.path().join("exec-grader.wasm"),
+    )
+    .unwrap();
+    eval
+}
+
+/// Writes the `mst-fixture-judge` program (which the exec grader fixture runs) into `dir`, and
+/// returns `dir`: it says which process ran it (its parent's command line) and on which host,
+/// and passes an answer that says hello.
+pub fn judge_program(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("mst-fixture-judge");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\nanswer=$(cat)\necho \"$1 judged on $(cat /etc/hostname) by [$(tr '\\0' ' ' < /proc/$PPID/cmdline)]\"\n\
+         case \"$answer\" in *hello*) exit 0;; *) exit 1;; esac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir.to_path_buf()
+}
+
 /// Writes `body` as an executable `/bin/sh` script `name` in `dir`, to stand in for the worker
 /// on the local runner; returns its `--runner-option` value (`worker=PATH`). `$HELLO` in the
 /// script holds [`hello_line`].

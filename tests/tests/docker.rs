@@ -1615,3 +1615,93 @@ fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
         misplaced.stderr
     );
 }
+
+/// An image from the worker image with the exec grader's `mst-fixture-judge` in it: a
+/// program only the machine has.
+fn judge_image(endpoint: &str) -> &'static str {
+    let build = tempfile::tempdir().unwrap();
+    mst_tests::judge_program(build.path());
+    let worker = format!("mst-worker:{}", env!("CARGO_PKG_VERSION"));
+    let id = docker(
+        endpoint,
+        &["image", "inspect", "--format", "{{.Id}}", &worker],
+    );
+    std::fs::write(
+        build.path().join("Dockerfile"),
+        format!(
+            "FROM {}\nCOPY mst-fixture-judge /bin/mst-fixture-judge\n",
+            id.trim()
+        ),
+    )
+    .unwrap();
+    docker(
+        endpoint,
+        &["build", "-q", "-t", "mst-test-judge:1", s(build.path())],
+    );
+    "mst-test-judge:1"
+}
+
+#[test]
+fn judges_that_need_a_program_only_the_image_has_grade_in_its_containers() {
+    let Some((a, b)) = engines_with_worker_image() else {
+        return;
+    };
+    let image = judge_image(&a);
+    assert_eq!(judge_image(&b), image);
+    let mst = Mst::new();
+    let eval = mst_tests::exec_judged_eval();
+    let collected = eval.run(&mst, &["--json", "-q"]).json();
+    assert_eq!(collected["collect"], "complete", "{collected}");
+    let run_dir = eval.run_dir("e2e");
+    let run = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    let results = eval.results();
+    let grade = |extra: &[&str]| -> Run {
+        let mut args = vec!["grade", &run, "--json", "--results-dir", s(&results)];
+        args.extend(extra);
+        let mut command = mst.command(&args);
+        command
+            .current_dir(eval.dir.path())
+            .output()
+            .unwrap()
+            .into()
+    };
+    // Here the judge's program does not exist: the judge cannot score.
+    let here = grade(&[]).json();
+    assert_eq!(here["variants"]["default"]["notGraded"], 5, "{here}");
+    let contexts = format!("contexts={a},{b}");
+    let image_option = format!("image={image}");
+    let there = grade(&[
+        "--runner",
+        "docker",
+        "--runner-option",
+        &contexts,
+        "--runner-option",
+        "shards=2",
+        "--runner-option",
+        &image_option,
+    ]);
+    let summary = there.json();
+    assert_eq!(
+        summary["variants"]["default"]["passed"], 4,
+        "{summary}\n{}",
+        there.stderr
+    );
+    assert_eq!(summary["variants"]["default"]["failed"], 1, "{summary}");
+    let g2 = run_dir.with_file_name(format!("{run}.g2"));
+    let record = read_json(&g2.join("run.json"));
+    let machines = record["grading"]["machines"].as_array().unwrap().clone();
+    assert_eq!(machines.len(), 2, "{record}");
+    assert!(machines
+        .iter()
+        .all(|m| m["machine"].as_str().unwrap().starts_with("docker")));
+    // The program ran in a container (its hostname is not this host's), under the worker.
+    let grades = read_json(&g2.join("grades.json")).to_string();
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    assert!(grades.contains(" collect --bundle "), "{grades}");
+    assert!(
+        !grades.contains(&format!("judged on {} by", host.trim())),
+        "{grades}"
+    );
+    let id = format!("{run}.g2");
+    assert!(containers_of(&a, &id).is_empty() && containers_of(&b, &id).is_empty());
+}

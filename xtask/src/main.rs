@@ -64,6 +64,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("fixture-unknown-world", "fixtures/unknown-world.wasm"),
     ("fixture-canary-grader", "fixtures/canary-grader.wasm"),
     ("fixture-hostile-pairwise", "fixtures/hostile-pairwise.wasm"),
+    ("fixture-exec-grader", "fixtures/exec-grader.wasm"),
     ("fixture-http-grader", "fixtures/http-grader.wasm"),
     // Built against the frozen wit/released/0.1.0 (the WIT semver policy's proof).
     ("fixture-released-0-1-0", "fixtures/released-0-1-0.wasm"),

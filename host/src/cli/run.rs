@@ -199,6 +199,14 @@ pub(crate) enum RunsCommand {
     },
 }
 
+/// What is reported, and so how the summary says to resume one with missing trials.
+enum ResumeHint {
+    /// `mst run --config CONFIG --resume RUN`.
+    Run(PathBuf),
+    /// A regrade on machines: `mst grade RUN --runner … --resume RUN.gN` (all but the id).
+    Grade(String),
+}
+
 /// Progress for people: a bar on a terminal, a line per trial otherwise, nothing with --quiet;
 /// then the summary (table or JSON) and the JUnit file. Everything it shows comes from the
 /// run's typed events.
@@ -213,8 +221,8 @@ pub(super) struct Reporter {
     json: bool,
     /// `--junit FILE`.
     junit: Option<PathBuf>,
-    /// The config, for the resume hint.
-    config: PathBuf,
+    /// What to tell when trials are missing.
+    resume: ResumeHint,
     /// A JUnit file that could not be written.
     failure: Mutex<Option<anyhow::Error>>,
     /// What goes to stdout once the run has cleaned up (a closed stdout ends mst at once).
@@ -227,16 +235,16 @@ impl Reporter {
             args.quiet,
             args.json,
             args.junit.clone(),
-            args.setup.config.clone(),
+            ResumeHint::Run(args.setup.config.clone()),
         )
     }
 
     /// The reporter of `mst runs attach`: progress only, from a detached run's log.
     fn following() -> Self {
-        Self::with(false, false, None, PathBuf::new())
+        Self::with(false, false, None, ResumeHint::Run(PathBuf::new()))
     }
 
-    fn with(quiet: bool, json: bool, junit: Option<PathBuf>, config: PathBuf) -> Self {
+    fn with(quiet: bool, json: bool, junit: Option<PathBuf>, resume: ResumeHint) -> Self {
         let tty = std::io::stderr().is_terminal();
         let bar = (tty && !quiet).then(|| {
             let bar = indicatif::ProgressBar::new(0);
@@ -257,7 +265,7 @@ impl Reporter {
             lock: Mutex::new(()),
             json,
             junit,
-            config,
+            resume,
             failure: Mutex::new(None),
             summary: Mutex::new(String::new()),
         }
@@ -285,11 +293,13 @@ impl Reporter {
             text.push_str(&timing_line(timings));
         }
         if !self.json && !outcome.summary.missing.is_empty() {
-            text.push_str(&format!(
-                "resume:  mst run --config {} --resume {}\n",
-                self.config.display(),
-                outcome.record.run_id
-            ));
+            let command = match &self.resume {
+                ResumeHint::Run(config) => {
+                    format!("mst run --config {} --resume", config.display())
+                }
+                ResumeHint::Grade(command) => command.clone(),
+            };
+            text.push_str(&format!("resume:  {command} {}\n", outcome.record.run_id));
         }
         *self.summary.lock().expect("summary") = text;
     }
@@ -307,7 +317,11 @@ impl Reporter {
             errln!(
                 "[{done}/{}] {key} {}",
                 self.total.load(Ordering::Relaxed),
-                if collected { "collected" } else { "infra" }
+                match (collected, &self.resume) {
+                    (true, ResumeHint::Grade(_)) => "graded",
+                    (true, ResumeHint::Run(_)) => "collected",
+                    (false, _) => "infra",
+                }
             );
         }
     }
@@ -569,26 +583,72 @@ pub(crate) struct GradeArgs {
     /// Secrets (JSON object or dotenv): the keys of the model providers judges may call.
     #[arg(long, value_name = "FILE")]
     secrets_file: Option<PathBuf>,
+    /// Run the judges in grade shards on this runner's machines (`local`, `docker`, or a
+    /// runner plugin's name) instead of in this process.
+    #[arg(long)]
+    runner: Option<String>,
+    /// A runner option, key=value (`shards`, `keep`, and the runner's own). Repeatable.
+    #[arg(long = "runner-option", value_name = "KEY=VALUE", requires = "runner")]
+    runner_options: Vec<String>,
+    /// Go on with the regrade RUN_ID.gN (on machines): grade only the trials it lacks.
+    #[arg(long, value_name = "RUN_ID.gN", requires = "runner")]
+    resume: Option<String>,
+    /// No progress output (with --runner).
+    #[arg(long, short)]
+    quiet: bool,
     #[command(flatten)]
     sandbox: SandboxArgs,
 }
 
 pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
     let dir = ResultsRoot::new(&args.results_dir).find(&args.run_id)?;
-    let outcome = run::resume::regrade(
+    let resume_hint = format!(
+        "mst grade {} --runner {}{} --resume",
+        args.run_id,
+        args.runner.as_deref().unwrap_or("local"),
+        args.runner_options
+            .iter()
+            .map(|option| format!(" --runner-option {option}"))
+            .collect::<String>()
+    );
+    let reporter = Reporter::with(args.quiet, args.json, None, ResumeHint::Grade(resume_hint));
+    if args.runner.is_some() {
+        let _ = ctrlc::set_handler(|| {
+            if CANCEL.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+            eprintln!("\ninterrupted: stopping the grade shards (Ctrl-C again to quit at once)");
+        });
+    }
+    let on = args.runner.as_deref().map(|runner| run::regrade::GradeOn {
+        runner,
+        runner_options: &args.runner_options,
+        resume: args.resume.as_deref(),
+        settings: ShardSettings::default(),
+        reporter: &reporter,
+        cancel: &CANCEL,
+    });
+    let outcome = run::regrade::regrade(
         home,
         &dir,
-        args.config.as_deref(),
-        &args.plugins,
-        &args.sandbox.grants()?,
-        args.sandbox.limits()?,
-        &load_secrets(args.secrets_file.as_deref())?,
+        &run::regrade::RegradeRequest {
+            config_path: args.config.as_deref(),
+            extra_plugins: &args.plugins,
+            grants: &args.sandbox.grants()?,
+            limits: args.sandbox.limits()?,
+            secrets: &load_secrets(args.secrets_file.as_deref())?,
+            on,
+        },
     )
     .map_err(|error| super::Exit { code: 2, error })?;
-    out!(
-        "{}",
-        summary_text(&outcome.summary, &outcome.grades, args.json, &outcome.dir)
-    );
+    if args.runner.is_some() {
+        super::write_stdout_str(&reporter.summary.lock().expect("summary"));
+    } else {
+        out!(
+            "{}",
+            summary_text(&outcome.summary, &outcome.grades, args.json, &outcome.dir)
+        );
+    }
     if !args.json {
         outln!("regraded into {}", outcome.record.run_id);
     }

@@ -219,27 +219,168 @@ impl Judge {
         })
     }
 
-    fn score(&self, record: &TrialRecord, threshold: f64) -> Result<JudgeScore, String> {
+    /// The judge's call on `record`: its value, its own pass or fail when it gives one (an
+    /// assertion always does; a plugin may leave it to the threshold), and why; or why it
+    /// could not score the trial.
+    pub fn call(&self, record: &TrialRecord) -> Result<JudgeCall, String> {
         let (value, pass, reason) = match &self.kind {
             JudgeKind::Plugin { plugin, options } => {
                 let score = plugin
                     .grade(options, &record.to_wit())
                     .map_err(|e| e.to_string())?;
-                let pass = score.pass.unwrap_or(score.value >= threshold);
-                (score.value, pass, score.reason)
+                (score.value, score.pass, score.reason)
             }
             JudgeKind::Assert(assertion) => {
                 let (ok, reason) = assertion.check(record);
-                (if ok { 1.0 } else { 0.0 }, ok, reason)
+                (if ok { 1.0 } else { 0.0 }, Some(ok), reason)
             }
         };
-        Ok(JudgeScore {
-            judge: self.name.clone(),
+        Ok(JudgeCall {
+            judge: self.name.to_string(),
             value,
             pass,
             reason,
         })
     }
+
+    /// The plugin this judge calls, if it is a plugin judge.
+    pub fn plugin(&self) -> Option<&Arc<LoadedPlugin>> {
+        match &self.kind {
+            JudgeKind::Plugin { plugin, .. } => Some(plugin),
+            JudgeKind::Assert(_) => None,
+        }
+    }
+}
+
+/// One judge's call on one trial, before the verdict: what the judges say wherever they run
+/// (in the coordinator, or on a machine by `mst grade --runner`, whose answer this is).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeCall {
+    /// The judge's name.
+    pub judge: String,
+    /// 0..1.
+    pub value: f64,
+    /// The judge's own pass or fail; `None` leaves it to the pass threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass: Option<bool>,
+    pub reason: String,
+}
+
+/// What a trial's judges said: each one's call in order, or the first that could not score it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub enum JudgeCalls {
+    Scores(Vec<JudgeCall>),
+    NotGraded { judge: String, error: String },
+}
+
+/// Calls each of `judges` on `record`, in order, stopping at the first that cannot score it.
+pub fn call_judges(judges: &[Judge], record: &TrialRecord) -> JudgeCalls {
+    let mut calls = Vec::with_capacity(judges.len());
+    for judge in judges {
+        match judge.call(record) {
+            Ok(call) => calls.push(call),
+            Err(error) => {
+                return JudgeCalls::NotGraded {
+                    judge: judge.name.to_string(),
+                    error,
+                }
+            }
+        }
+    }
+    JudgeCalls::Scores(calls)
+}
+
+/// The verdict on a trial from its `judges`' `calls` (one per judge, in order): each judge's
+/// pass (its own, or its value against `threshold`), the weighted score, and the trial's pass.
+/// Only the coordinator decides it, wherever the judges ran.
+pub fn verdict(judges: &[Judge], calls: JudgeCalls, threshold: f64) -> TrialGrade {
+    let calls = match calls {
+        JudgeCalls::Scores(calls) => calls,
+        JudgeCalls::NotGraded { judge, error } => return TrialGrade::NotGraded { judge, error },
+    };
+    let scores: JudgeScores = judges
+        .iter()
+        .zip(calls)
+        .map(|(judge, call)| JudgeScore {
+            judge: judge.name.clone(),
+            value: call.value,
+            pass: call.pass.unwrap_or(call.value >= threshold),
+            reason: call.reason,
+        })
+        .collect();
+    let total_weight: f64 = judges.iter().map(|j| j.weight).sum();
+    let score = if total_weight > 0.0 {
+        judges
+            .iter()
+            .zip(&scores)
+            .map(|(j, s)| j.weight * s.value)
+            .sum::<f64>()
+            / total_weight
+    } else {
+        1.0
+    };
+    let pass = scores.iter().all(|s| s.pass) && score >= threshold - 1e-9;
+    TrialGrade::Graded {
+        score,
+        pass,
+        judges: scores,
+    }
+}
+
+/// Checks the judges' `calls` a machine returned for a trial whose judges are `judges`: one
+/// call per judge, in order and by name, each value in 0..1 and each reason within the cap
+/// a plugin's is held to; a `not-graded` answer naming one of them, its error within its cap.
+/// The machine is trusted for the scores only: anything else is refused, with why.
+pub fn check_calls(judges: &[Judge], calls: &JudgeCalls) -> Result<(), String> {
+    use crate::plugin::bounds::{MAX_ERROR, MAX_REASON};
+    match calls {
+        JudgeCalls::NotGraded { judge, error } => {
+            if !judges.iter().any(|j| *j.name == **judge) {
+                return Err(format!(
+                    "it names judge {judge:?}, which this trial does not have"
+                ));
+            }
+            if error.len() > MAX_ERROR {
+                return Err(format!(
+                    "judge `{judge}`'s error is {} bytes, over the {MAX_ERROR}-byte cap",
+                    error.len()
+                ));
+            }
+        }
+        JudgeCalls::Scores(calls) => {
+            if calls.len() != judges.len() {
+                return Err(format!(
+                    "it holds {} score(s) for the trial's {} judge(s)",
+                    calls.len(),
+                    judges.len()
+                ));
+            }
+            for (judge, call) in judges.iter().zip(calls) {
+                if *judge.name != *call.judge {
+                    return Err(format!(
+                        "it holds a score of judge {:?} where judge `{}` was expected",
+                        call.judge, judge.name
+                    ));
+                }
+                if !(0.0..=1.0).contains(&call.value) {
+                    return Err(format!(
+                        "judge `{}`'s score {} is outside 0..1",
+                        judge.name, call.value
+                    ));
+                }
+                if call.reason.len() > MAX_REASON {
+                    return Err(format!(
+                        "judge `{}`'s reason is {} bytes, over the {MAX_REASON}-byte cap",
+                        judge.name,
+                        call.reason.len()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Which judges apply to which trial, at what pass threshold, and by which rule a case's trials
@@ -349,14 +490,54 @@ impl JudgeSet {
             .unwrap_or(&[])
     }
 
-    /// Grades trial `key` from its stored trace.
-    pub fn grade(&self, key: &TrialKey, record: &TrialRecord) -> TrialGrade {
-        let threshold = self
-            .thresholds
+    /// The pass threshold of trial `key`.
+    pub fn threshold(&self, key: &TrialKey) -> f64 {
+        self.thresholds
             .get(&*key.case)
             .copied()
-            .unwrap_or(self.threshold);
-        grade_trial(self.judges_for(key), record, threshold)
+            .unwrap_or(self.threshold)
+    }
+
+    /// Grades trial `key` from its stored trace.
+    pub fn grade(&self, key: &TrialKey, record: &TrialRecord) -> TrialGrade {
+        grade_trial(self.judges_for(key), record, self.threshold(key))
+    }
+
+    /// Whether grading trial `key` (stored as `record`) calls judges: not for an infra trial,
+    /// nor for one without judges, whose grade follows from its trace alone.
+    pub fn calls_judges(&self, key: &TrialKey, record: &TrialRecord) -> bool {
+        record.trace.status != TrialStatus::Infra && !self.judges_for(key).is_empty()
+    }
+
+    /// Trial `key`'s grade from its judges' `calls` made elsewhere (on a machine): checked
+    /// by [`check_calls`], then decided here.
+    pub fn grade_calls(&self, key: &TrialKey, calls: JudgeCalls) -> Result<TrialGrade, String> {
+        let judges = self.judges_for(key);
+        check_calls(judges, &calls)?;
+        Ok(verdict(judges, calls, self.threshold(key)))
+    }
+
+    /// The set of a grade shard's machine: the judges by variant and by case, from what its
+    /// bundle carries; thresholds and case rules stay with the coordinator.
+    pub fn of_machine(
+        by_variant: BTreeMap<String, Vec<Judge>>,
+        by_case: BTreeMap<String, Vec<Judge>>,
+    ) -> Self {
+        JudgeSet {
+            by_variant,
+            by_case,
+            thresholds: BTreeMap::new(),
+            threshold: 1.0,
+            case_pass: CaseRules::default(),
+        }
+    }
+
+    /// Every judge of the set, once per place it is configured.
+    pub fn all(&self) -> impl Iterator<Item = &Judge> {
+        self.by_variant
+            .values()
+            .chain(self.by_case.values())
+            .flatten()
     }
 }
 
@@ -397,35 +578,7 @@ pub fn grade_trial(judges: &[Judge], record: &TrialRecord, threshold: f64) -> Tr
             }],
         };
     }
-    let mut scores = JudgeScores::with_capacity(judges.len());
-    for judge in judges {
-        match judge.score(record, threshold) {
-            Ok(score) => scores.push(score),
-            Err(error) => {
-                return TrialGrade::NotGraded {
-                    judge: judge.name.to_string(),
-                    error,
-                }
-            }
-        }
-    }
-    let total_weight: f64 = judges.iter().map(|j| j.weight).sum();
-    let score = if total_weight > 0.0 {
-        judges
-            .iter()
-            .zip(&scores)
-            .map(|(j, s)| j.weight * s.value)
-            .sum::<f64>()
-            / total_weight
-    } else {
-        1.0
-    };
-    let pass = scores.iter().all(|s| s.pass) && score >= threshold - 1e-9;
-    TrialGrade::Graded {
-        score,
-        pass,
-        judges: scores,
-    }
+    verdict(judges, call_judges(judges, record), threshold)
 }
 
 /// A case's outcome under one variant.
@@ -669,6 +822,67 @@ mod tests {
         assert!(
             error.contains("`tools-called` assertion's `value` is not"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn judges_calls_made_elsewhere_are_checked_and_the_verdict_is_decided_here() {
+        let judges = vec![
+            judge(r#"{"assert": "contains", "value": "Tokyo", "weight": 3}"#),
+            judge(r#"{"assert": "regex", "value": "\\d", "name": "digits"}"#),
+        ];
+        let call = |judge: &str, value: f64, pass: Option<bool>| JudgeCall {
+            judge: judge.into(),
+            value,
+            pass,
+            reason: "r".into(),
+        };
+        // A value without its own pass is held to the threshold, and the weights hold.
+        let calls =
+            JudgeCalls::Scores(vec![call("contains", 1.0, None), call("digits", 0.4, None)]);
+        assert_eq!(check_calls(&judges, &calls), Ok(()));
+        match verdict(&judges, calls, 0.5) {
+            TrialGrade::Graded {
+                score,
+                pass,
+                judges,
+            } => {
+                assert!((score - 0.85).abs() < 1e-9, "{score}");
+                assert!(!pass, "the second judge is below the threshold");
+                assert_eq!((judges[0].pass, judges[1].pass), (true, false));
+            }
+            other => panic!("{other:?}"),
+        }
+        // What a machine may not say.
+        let refused = |calls: JudgeCalls| check_calls(&judges, &calls).unwrap_err();
+        let one = JudgeCalls::Scores(vec![call("contains", 1.0, None)]);
+        assert!(refused(one).contains("1 score(s) for the trial's 2 judge(s)"));
+        let swapped =
+            JudgeCalls::Scores(vec![call("digits", 1.0, None), call("contains", 1.0, None)]);
+        assert!(refused(swapped).contains("where judge `contains` was expected"));
+        let nan = JudgeCalls::Scores(vec![
+            call("contains", f64::NAN, None),
+            call("digits", 1.0, None),
+        ]);
+        assert!(refused(nan).contains("outside 0..1"));
+        let long = JudgeCalls::Scores(vec![
+            JudgeCall {
+                reason: "x".repeat(crate::plugin::bounds::MAX_REASON + 1),
+                ..call("contains", 1.0, None)
+            },
+            call("digits", 1.0, None),
+        ]);
+        assert!(refused(long).contains("reason is"));
+        let stranger = JudgeCalls::NotGraded {
+            judge: "other".into(),
+            error: "e".into(),
+        };
+        assert!(refused(stranger).contains("does not have"));
+        // And what the coordinator's own judges say is the same through the split.
+        let record = record("Tokyo 9", TrialStatus::Completed);
+        assert_eq!(
+            grade_trial(&judges, &record, 1.0),
+            verdict(&judges, call_judges(&judges, &record), 1.0)
         );
     }
 }

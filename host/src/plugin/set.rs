@@ -9,7 +9,7 @@
 use super::installed::{InstallStore, PluginSource};
 use super::{Grants, Kind, Limits, LoadedPlugin, PluginHost};
 use crate::home::Home;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -63,7 +63,17 @@ impl PluginLoader {
         pin: Option<&str>,
         grants: &Grants,
     ) -> Result<LoadedPlugin> {
-        let (bytes, label) = self.source(base, reference)?.read()?;
+        self.load_from(&self.source(base, reference)?, pin, grants)
+    }
+
+    /// [`load_pinned`](Self::load_pinned) from a source already found.
+    fn load_from(
+        &self,
+        source: &PluginSource,
+        pin: Option<&str>,
+        grants: &Grants,
+    ) -> Result<LoadedPlugin> {
+        let (bytes, label) = source.read()?;
         if let Some(pin) = pin {
             let pin = pin.strip_prefix("sha256:").unwrap_or(pin);
             let actual = super::loaded::digest(&bytes);
@@ -86,6 +96,9 @@ pub struct PluginSet {
     by_ref: BTreeMap<String, Arc<LoadedPlugin>>,
     /// How each plugin (by declared name) was asked for: its config entry or `--plugin`.
     sources: BTreeMap<String, serde_json::Value>,
+    /// Where each plugin (by declared name) was read from, to read it again
+    /// ([`PluginSet::component`]).
+    origins: BTreeMap<String, PluginSource>,
 }
 
 impl PluginSet {
@@ -99,7 +112,9 @@ impl PluginSet {
         grants: &Grants,
         source: serde_json::Value,
     ) -> Result<Arc<LoadedPlugin>> {
-        let plugin = Arc::new(loader.load_pinned(base, reference, pin, grants)?);
+        let origin = loader.source(base, reference)?;
+        let plugin = Arc::new(loader.load_from(&origin, pin, grants)?);
+        self.origins.insert(plugin.info().name.clone(), origin);
         // A runner's plan says this with everything else it may run (see `runner::plugin`).
         if plugin.kind() != Kind::Runner {
             for grant in &plugin.effective_grants().exec {
@@ -158,6 +173,43 @@ impl PluginSet {
                  --plugin, or install it with `mst plugin install`"
             ),
         }
+    }
+
+    /// The component `plugin` (of this set) was loaded from, read again and checked to be the
+    /// same: to ship it to a machine (a grade shard's bundle).
+    pub fn component(&self, plugin: &LoadedPlugin) -> Result<Vec<u8>> {
+        let origin = self
+            .origins
+            .get(&plugin.info().name)
+            .with_context(|| format!("plugin {} was not loaded from a file", plugin.label()))?;
+        let (bytes, label) = origin.read()?;
+        let digest = super::loaded::digest(&bytes);
+        if digest != plugin.digest() {
+            bail!(
+                "{label} changed since mst loaded it (sha256 {} then, {digest} now): run again \
+                 once it stops changing",
+                plugin.digest()
+            );
+        }
+        Ok(bytes)
+    }
+
+    /// Every reference the set knows `plugin` by (its declared name among them).
+    pub fn references(&self, plugin: &LoadedPlugin) -> Vec<String> {
+        self.by_ref
+            .iter()
+            .filter(|(_, p)| p.digest() == plugin.digest())
+            .map(|(reference, _)| reference.clone())
+            .collect()
+    }
+
+    /// Adds `plugin`, already loaded, under each of `references` (a grade shard's worker
+    /// loads the plugins its bundle carries this way).
+    pub fn insert(&mut self, plugin: Arc<LoadedPlugin>, references: &[String]) {
+        for reference in references {
+            self.by_ref.insert(reference.clone(), plugin.clone());
+        }
+        self.by_ref.insert(plugin.info().name.clone(), plugin);
     }
 
     /// Each loaded plugin once, with how it was asked for.

@@ -393,6 +393,7 @@ mod tests {
             grade: Phase::Complete,
             conversation: false,
             timings: None,
+            grading: None,
         };
         let mut grades = BTreeMap::new();
         for (variant, case, passes) in trials {

@@ -122,6 +122,22 @@ pub struct RunRecord {
     /// Where the last collection's time went (a regrade's: its grading).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timings: Option<Timings>,
+    /// A regrade whose judges ran on machines (`mst grade RUN --runner …`): where and how.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grading: Option<GradingRecord>,
+}
+
+/// Where a regrade's judges ran when they ran on machines: the runner, its options and shard
+/// count (a `--resume` of the regrade must keep them), and each grade shard's machine and how
+/// it ended, over every grading of it. The machines' answers are in `grading/traces.jsonl`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GradingRecord {
+    pub runner: String,
+    /// The runner's options (never secrets).
+    pub runner_options: BTreeMap<String, String>,
+    pub shards: u32,
+    pub machines: Vec<serde_json::Value>,
 }
 
 /// Where a run's time went: collecting (trials were graded as they arrived, meanwhile) and

@@ -138,6 +138,7 @@ pub fn bundle(
             max_trial_bytes: config.artifacts.max_trial_bytes(),
         }),
         case_checks: BTreeMap::new(),
+        grading: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Orchestration: one run end to end, as a pipeline of owners. [`prepare`] checks the config,
 //! plugins, cases and judges; [`resume`] opens a new run or the one being resumed; [`collect`]
 //! stages bundles and runs each shard's session on its machine; [`grade`] grades the traces;
+//! [`regrade`] grades a stored run again, in the coordinator or in grade shards on machines;
 //! [`crate::results`] writes the files. [`dry_run`] runs one case on one machine of a runner
 //! plugin. Everything a run tells as it goes is a typed [`events::RunEvent`].
 //!
@@ -11,6 +12,7 @@ pub mod dry_run;
 pub mod events;
 pub mod grade;
 pub mod prepare;
+pub mod regrade;
 pub mod resume;
 
 use crate::eval::plan::Filters;
@@ -116,7 +118,7 @@ pub struct RunOutcome {
 
 impl RunOutcome {
     /// The outcome of `run`, just written into `dir`, collected by `shards`.
-    fn of(dir: RunDir, run: StoredRun, shards: Vec<ShardReport>) -> Self {
+    pub(crate) fn of(dir: RunDir, run: StoredRun, shards: Vec<ShardReport>) -> Self {
         RunOutcome {
             dir,
             record: run.record,

@@ -215,6 +215,7 @@ impl Prepared {
             grade: crate::results::Phase::Partial,
             conversation: false,
             timings: None,
+            grading: None,
         }
     }
 

@@ -1,17 +1,12 @@
-//! A run's directory and record: a new run, the run `--resume` continues, or a regrade of a
-//! stored run into `<run-id>.g<N>`.
+//! A run's directory and record: a new run, or the run `--resume` continues.
 
 use super::events::{Reporter, RunEvent};
-use super::prepare::{self, PluginRequest, Prepared};
-use super::{RunOutcome, RunRequest};
+use super::prepare::{self, Prepared};
+use super::RunRequest;
 use crate::eval::plan;
-use crate::home::Home;
-use crate::plugin::{Grants, Limits};
-use crate::results::stored::StoredRun;
-use crate::results::{self, ResultsRoot, RunDir, RunRecord, Summary};
+use crate::results::{self, ResultsRoot, RunDir, RunRecord};
 use crate::runner::RunnerOptions;
 use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
 
 /// The run directory and record to collect into: the run `--resume` names (checked to be of
 /// this eval), or a new run with its trials planned. The directory exists and holds the record
@@ -114,70 +109,4 @@ fn changes_since(
         }
     }
     changed
-}
-
-/// Regrades a stored run's traces with the config's judges (and pairwise judges) as they are
-/// now, into a new run
-/// directory `<run-id>.g<N>` beside it (the traces stay where they are).
-pub fn regrade(
-    home: &Home,
-    dir: &RunDir,
-    config_path: Option<&Path>,
-    extra_plugins: &[String],
-    grants: &Grants,
-    limits: Limits,
-    secrets: &crate::secrets::Secrets,
-) -> Result<RunOutcome> {
-    let record = dir.read_record()?;
-    record.refuse_conversation("graded")?;
-    let config_path = config_path
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from(&record.config_path));
-    let prepared = prepare::prepare(
-        home,
-        &config_path,
-        &PluginRequest {
-            extra: extra_plugins,
-            grants,
-            limits,
-            runner: None,
-            secrets,
-        },
-    )?;
-    if prepared.config.name != record.eval {
-        bail!(
-            "run {} is of eval `{}`, but {} is `{}`",
-            record.run_id,
-            record.eval,
-            config_path.display(),
-            prepared.config.name
-        );
-    }
-    let grading = std::time::Instant::now();
-    let grades = super::grade::grade_all(&prepared.judges, dir, &record.trials, None);
-    let pairs = super::grade::pairwise_all(&prepared.pairwise, dir, &record.trials, None);
-    let grade_ms = grading.elapsed().as_millis() as u64;
-    let out = dir.next_regrade(&record.run_id)?;
-    let mut regraded = record.clone();
-    regraded.run_id = out.id();
-    regraded.created_at = crate::clock::unix_secs();
-    // Like the judges, the baseline is the regrading config's.
-    regraded.baseline = prepared.config.baseline.clone();
-    regraded.plugins = prepared.plugin_records();
-    prepared.count_usage(&mut regraded.plugins);
-    regraded.grade = super::grade::grade_phase(&grades, &pairs);
-    regraded.timings = Some(crate::results::Timings {
-        grade_after_ms: grade_ms,
-        ..Default::default()
-    });
-    crate::home::create_private_dir(&out.root)?;
-    out.write_record(&regraded)?;
-    let mut summary =
-        Summary::new(&regraded, &grades, prepared.judges.case_rules()).with_pairs(&pairs);
-    // The agents' usage is the graded run's; the plugins' is this regrade's own.
-    summary.usage =
-        crate::results::usage::UsageSummary::of_run(dir, &regraded.trials, &regraded.plugins);
-    let run = StoredRun::graded(regraded, summary, grades, pairs);
-    let run = super::grade::write_results(&out, run)?;
-    Ok(RunOutcome::of(out, run, Vec::new()))
 }

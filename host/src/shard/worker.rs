@@ -506,7 +506,16 @@ impl Worker {
         let mut bundle: Bundle = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not a bundle", path.display()))?;
         drop(bytes);
-        let clients = build_clients(&bundle, &BTreeMap::new())?;
+        let clients = match &bundle.grading {
+            // A grade shard: every variant's trials are graded by the judges it carries.
+            Some(work) => {
+                let grade: Arc<dyn Client> =
+                    Arc::new(client::grade::GradeClient::load(work, bundle_dir)?);
+                let variants = bundle.variants.keys();
+                variants.map(|name| (name.clone(), grade.clone())).collect()
+            }
+            None => build_clients(&bundle, &BTreeMap::new())?,
+        };
         // The cases and trials move out of the bundle: the worker holds each once.
         let cases = PendingCases::new(std::mem::take(&mut bundle.cases), &bundle.trials);
         let queue: VecDeque<TrialKey> = std::mem::take(&mut bundle.trials).into();
@@ -849,7 +858,10 @@ impl Worker {
         }
         self.token_values = values.clone();
         self.token_dir = Some(dir);
-        self.clients = build_clients(&self.bundle, &values)?;
+        // A grade shard's judges take no tokens: its client stays.
+        if self.bundle.grading.is_none() {
+            self.clients = build_clients(&self.bundle, &values)?;
+        }
         self.tokens_ready = true;
         Ok(())
     }

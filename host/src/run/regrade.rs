@@ -1,0 +1,499 @@
+//! Regrading a stored run into `<run-id>.g<N>` beside it: its traces graded again with the
+//! config's judges as they are now (the traces stay where they are). The judges run in the
+//! coordinator, or with a runner in grade shards on its machines (ADR 0011): a grade shard is a
+//! collection whose client is the judges, so the shard protocol, copy-back caps, lost shards
+//! and `--resume` are collection's own. The machines score; the coordinator checks each
+//! answer and decides every verdict.
+
+use super::collect::{self, Collection, StagedShard};
+use super::events::{Reporter, RunEvent};
+use super::prepare::{self, PluginRequest, Prepared};
+use super::RunOutcome;
+use crate::eval::config::VariantSpec;
+use crate::eval::plan::shard_of;
+use crate::eval::trial::{CaseIndex, CaseRecord, TrialKey, TrialRecord, TrialStatus};
+use crate::grade::{Grades, JudgeCalls, JudgeSet, TrialGrade};
+use crate::home::Home;
+use crate::plugin::{Grants, Limits};
+use crate::results::stored::StoredRun;
+use crate::results::{GradingRecord, RunDir, RunRecord, Summary};
+use crate::runner::{self, RunnerOptions};
+use crate::secrets::Secrets;
+use crate::shard::bundle::{GradePlugin, GradeWork, BUNDLE_FILE, GRADE_TRIALS_FILE};
+use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSettings};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Mutex;
+
+/// The directory of a regrade on machines that holds the machines' answers, one stored
+/// "trace" per graded trial (docs/results.md).
+pub const GRADING_DIR: &str = "grading";
+
+/// What `mst grade` asks for.
+pub struct RegradeRequest<'a> {
+    /// The config whose judges to use; `None`: the one the run recorded.
+    pub config_path: Option<&'a Path>,
+    /// `--plugin` files or installed names, granted `grants`.
+    pub extra_plugins: &'a [String],
+    pub grants: &'a Grants,
+    pub limits: Limits,
+    pub secrets: &'a Secrets,
+    /// Grade on a runner's machines; `None`: in the coordinator.
+    pub on: Option<GradeOn<'a>>,
+}
+
+/// Grading on machines: the runner, and how the grade shards run.
+pub struct GradeOn<'a> {
+    /// `local`, `docker` or a runner plugin's name.
+    pub runner: &'a str,
+    /// `--runner-option` (`shards`, `keep`, and the runner's own).
+    pub runner_options: &'a [String],
+    /// The regrade (`<run-id>.g<N>`) to go on with: only its trials not graded yet are sent.
+    pub resume: Option<&'a str>,
+    pub settings: ShardSettings,
+    pub reporter: &'a dyn Reporter,
+    pub cancel: &'a AtomicBool,
+}
+
+/// Regrades the run in `dir` into a new `<run-id>.g<N>` (or, with `--resume`, the one named).
+pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Result<RunOutcome> {
+    let record = dir.read_record()?;
+    record.refuse_conversation("graded")?;
+    let config_path = request
+        .config_path
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(&record.config_path));
+    let prepared = prepare::prepare(
+        home,
+        &config_path,
+        &PluginRequest {
+            extra: request.extra_plugins,
+            grants: request.grants,
+            limits: request.limits,
+            runner: request.on.as_ref().map(|on| on.runner),
+            secrets: request.secrets,
+        },
+    )?;
+    if prepared.config.name != record.eval {
+        bail!(
+            "run {} is of eval `{}`, but {} is `{}`",
+            record.run_id,
+            record.eval,
+            config_path.display(),
+            prepared.config.name
+        );
+    }
+    let traces = dir.traces_dir(&record.run_id);
+    let grading = std::time::Instant::now();
+    let (out, mut regraded, grades, shards) = match &request.on {
+        None => {
+            let grades = super::grade::grade_all(&prepared.judges, &traces, &record.trials, None);
+            let out = dir.next_regrade(&record.run_id)?;
+            (out, record.clone(), grades, Vec::new())
+        }
+        Some(on) => on_machines(dir, &record, &prepared, request.limits, on)?,
+    };
+    let pairs = super::grade::pairwise_all(&prepared.pairwise, &traces, &record.trials, None);
+    let grade_ms = grading.elapsed().as_millis() as u64;
+    regraded.run_id = out.id();
+    regraded.created_at = crate::clock::unix_secs();
+    // Like the judges, the baseline is the regrading config's.
+    regraded.baseline = prepared.config.baseline.clone();
+    regraded.plugins = prepared.plugin_records();
+    prepared.count_usage(&mut regraded.plugins);
+    regraded.grade = super::grade::grade_phase(&grades, &pairs);
+    regraded.timings = Some(crate::results::Timings {
+        grade_after_ms: grade_ms,
+        ..Default::default()
+    });
+    crate::home::create_private_dir(&out.root)?;
+    out.write_record(&regraded)?;
+    let mut summary =
+        Summary::new(&regraded, &grades, prepared.judges.case_rules()).with_pairs(&pairs);
+    // The agents' usage is the graded run's; the plugins' is this regrade's own.
+    summary.usage =
+        crate::results::usage::UsageSummary::of_run(&traces, &regraded.trials, &regraded.plugins);
+    let run = StoredRun::graded(regraded, summary, grades, pairs);
+    let run = super::grade::write_results(&out, run)?;
+    let outcome = RunOutcome::of(out, run, shards);
+    if let Some(on) = &request.on {
+        on.reporter.event(&RunEvent::Finished(&outcome));
+    }
+    Ok(outcome)
+}
+
+/// A regrade whose judges run in grade shards on `on`'s machines: the output directory, its
+/// record (with `grading` set), the grades and the shards' reports.
+fn on_machines(
+    dir: &RunDir,
+    record: &RunRecord,
+    prepared: &Prepared,
+    limits: Limits,
+    on: &GradeOn<'_>,
+) -> Result<(RunDir, RunRecord, Grades, Vec<ShardReport>)> {
+    refuse_judges_that_call_models(&prepared.judges)?;
+    let options = RunnerOptions::parse(on.runner_options)?;
+    let (out, mut regraded) = match on.resume {
+        Some(id) => resume(dir, record, prepared, on.runner, &options, id)?,
+        None => {
+            let mut regraded = record.clone();
+            regraded.grading = Some(GradingRecord {
+                runner: on.runner.to_string(),
+                runner_options: options.rest.clone(),
+                shards: options.shards,
+                machines: Vec::new(),
+            });
+            (dir.next_regrade(&record.run_id)?, regraded)
+        }
+    };
+    let runner = runner::runner(on.runner, &options, &prepared.plugins)?;
+    regraded.run_id = out.id();
+    // The directory exists from the start, so an interrupted grading can be resumed.
+    crate::home::create_private_dir(&out.root)?;
+    out.write_record(&regraded)?;
+    let answers = RunDir {
+        root: out.root.join(GRADING_DIR),
+    };
+    crate::home::create_private_dir(&answers.root)?;
+
+    let staging = tempfile::tempdir()?;
+    let plan = plan(
+        dir,
+        record,
+        prepared,
+        &answers,
+        options.shards,
+        staging.path(),
+    )?;
+    let mut grades = plan.graded;
+    on.reporter.event(&RunEvent::Started {
+        run_id: &regraded.run_id,
+        total: plan.trials.values().map(|keys| keys.len() as u64).sum(),
+        resumed: on.resume.is_some(),
+    });
+    let shape = (options.shards, on.settings.heartbeat_ms());
+    let staged = stage(
+        prepared,
+        &regraded.run_id,
+        plan.trials,
+        &plan.cases,
+        limits,
+        shape,
+        staging.path(),
+    )?;
+    for line in runner.plan() {
+        on.reporter.event(&RunEvent::RunnerPlan(&line));
+    }
+    let answered: Mutex<BTreeMap<TrialKey, Option<TrialGrade>>> = Mutex::default();
+    let stored = |key: &TrialKey, answer: TrialRecord| {
+        let grade = machine_grade(&prepared.judges, key, &answer);
+        answered.lock().expect("answers").insert(key.clone(), grade);
+    };
+    let events = |event| on.reporter.event(&RunEvent::Shard(event));
+    let cases = CaseIndex::new(&plan.cases);
+    let tokens = crate::shard::tokens::ServerTokens::none();
+    let context = ShardContext {
+        limiter: &prepared.limiter,
+        cases: &cases,
+        tokens: &tokens,
+        settings: on.settings,
+        events: &events,
+        cancel: on.cancel,
+        resume: None,
+        copied: &AtomicU64::new(0),
+        artifacts: None,
+        stored: Some(&stored),
+    };
+    let collection = Collection {
+        runner: runner.as_ref(),
+        keep: options.keep,
+        run_dir: &answers,
+        context: &context,
+        reporter: on.reporter,
+    };
+    let shards = collection.run(&staged);
+    let grading = regraded.grading.get_or_insert_with(GradingRecord::default);
+    for report in &shards {
+        if report.ended != ShardEnd::Done {
+            on.reporter.event(&RunEvent::ShardEnded {
+                shard: report.shard,
+                machine: &report.machine,
+                ended: &report.ended,
+            });
+        }
+        grading.machines.push(serde_json::to_value(report)?);
+    }
+    let answered = answered.into_inner().expect("answers");
+    grades.extend(answered.into_iter().filter_map(|(key, g)| Some((key, g?))));
+    Ok((out, regraded, grades, shards))
+}
+
+/// The regrade `id` (of run `record`) to go on with, refused when it is not a regrade of that
+/// run on machines, or its runner, shard count or a plugin changed since.
+fn resume(
+    dir: &RunDir,
+    record: &RunRecord,
+    prepared: &Prepared,
+    runner: &str,
+    options: &RunnerOptions,
+    id: &str,
+) -> Result<(RunDir, RunRecord)> {
+    let runs = dir.root.parent().context("a run directory has a parent")?;
+    let out = RunDir::new(runs, id);
+    let regrade = out
+        .read_record()
+        .with_context(|| format!("--resume {id}"))?;
+    let Some(grading) = &regrade.grading else {
+        bail!("--resume {id}: that is not a regrade on machines (`mst grade --runner`)");
+    };
+    let is_of_run = id
+        .strip_prefix(&format!("{}.g", record.run_id))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if !is_of_run {
+        bail!(
+            "--resume {id}: that is not a regrade of run {}",
+            record.run_id
+        );
+    }
+    let mut changed = Vec::new();
+    if grading.runner != runner {
+        changed.push(format!(
+            "the runner changed (`{}` then, `{runner}` now)",
+            grading.runner
+        ));
+    }
+    if grading.shards != options.shards {
+        changed.push(format!(
+            "the shard count changed ({} then, {} now)",
+            grading.shards, options.shards
+        ));
+    }
+    let now = prepared.plugin_records();
+    for before in &regrade.plugins {
+        let after = now.iter().find(|p| p.name == before.name);
+        if after.is_some_and(|after| after.digest != before.digest) {
+            changed.push(format!("plugin `{}` changed", before.name));
+        }
+    }
+    if !changed.is_empty() {
+        bail!(
+            "--resume {id}: {} since its grading began, so its scores would not be comparable; \
+             start a new regrade (without --resume)",
+            changed.join("; ")
+        );
+    }
+    Ok((out, regrade))
+}
+
+/// Judges whose plugins are granted a model provider or a secret need what only the
+/// coordinator holds: a grade shard refuses them until the protocol carries their calls.
+fn refuse_judges_that_call_models(judges: &JudgeSet) -> Result<()> {
+    for judge in judges.all() {
+        let Some(plugin) = judge.plugin() else {
+            continue;
+        };
+        let grants = plugin.effective_grants();
+        let held: Vec<String> = grants
+            .models
+            .iter()
+            .map(|p| format!("model provider `{p}`"))
+            .chain(grants.secret_names.iter().map(|s| format!("secret `{s}`")))
+            .collect();
+        if !held.is_empty() {
+            bail!(
+                "judge `{}` (plugin {}) is granted {}: keys and secrets stay on the \
+                 coordinator, and grade shards cannot call models yet; grade without --runner, \
+                 or drop the grant",
+                judge.name,
+                plugin.label(),
+                held.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Which trials go to which grade shard, and what is graded without one.
+struct Plan {
+    /// Grades made here: trials whose grade follows from their trace (infra, no judges), and
+    /// on `--resume` those a machine already answered.
+    graded: Grades,
+    /// The trials each grade shard grades, by shard; their stored trials are staged already.
+    trials: BTreeMap<u32, Vec<TrialKey>>,
+    /// The cases those trials name, as the run stored them (answers included).
+    cases: Vec<CaseRecord>,
+}
+
+/// Reads each stored trial once: graded here when it needs no judge or a machine answered it
+/// already, or written to its shard's trials file in `staging`. Missing trials are left out.
+fn plan(
+    dir: &RunDir,
+    record: &RunRecord,
+    prepared: &Prepared,
+    answers: &RunDir,
+    shards: u32,
+    staging: &Path,
+) -> Result<Plan> {
+    let traces = dir.traces_dir(&record.run_id);
+    let judges = &prepared.judges;
+    let mut answered = answers.trace_check();
+    let mut graded = Vec::new();
+    let mut trials: BTreeMap<u32, Vec<TrialKey>> = BTreeMap::new();
+    let mut files: BTreeMap<u32, std::io::BufWriter<std::fs::File>> = BTreeMap::new();
+    let mut cases: BTreeMap<std::sync::Arc<str>, CaseRecord> = BTreeMap::new();
+    for key in &record.trials {
+        if answered(key) {
+            let answer = answers.read_trace(key);
+            if let Some(grade) = answer.and_then(|a| machine_grade(judges, key, &a)) {
+                graded.push((key.clone(), grade));
+                continue;
+            }
+        }
+        let Some(stored) = traces.read_trace(key) else {
+            continue;
+        };
+        if !judges.calls_judges(key, &stored) {
+            graded.push((key.clone(), judges.grade(key, &stored)));
+            continue;
+        }
+        let shard = shard_of(&key.case, shards);
+        let file = match files.entry(shard) {
+            std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                let dir = staging.join(format!("shard-{shard}"));
+                std::fs::create_dir_all(&dir)?;
+                let file = std::fs::File::create(dir.join(GRADE_TRIALS_FILE))?;
+                slot.insert(std::io::BufWriter::new(file))
+            }
+        };
+        serde_json::to_writer(&mut *file, &stored)?;
+        file.write_all(b"\n")?;
+        trials.entry(shard).or_default().push(key.clone());
+        cases.entry(stored.case.id.clone()).or_insert(stored.case);
+    }
+    for file in files.into_values() {
+        file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    }
+    Ok(Plan {
+        graded: graded.into_iter().collect(),
+        trials,
+        cases: cases.into_values().collect(),
+    })
+}
+
+/// Stages each grade shard's bundle beside its trials file: the judges of its variants and
+/// cases, and the grader plugins they call, copied in by digest with their grants.
+fn stage(
+    prepared: &Prepared,
+    run_id: &str,
+    trials: BTreeMap<u32, Vec<TrialKey>>,
+    cases: &[CaseRecord],
+    limits: Limits,
+    (shards, heartbeat_ms): (u32, u64),
+    staging: &Path,
+) -> Result<Vec<StagedShard>> {
+    let config = &prepared.config;
+    let plugins = grade_plugins(prepared)?;
+    let dataset = CaseIndex::new(&prepared.cases.cases);
+    let index = CaseIndex::new(cases);
+    let most_judges = prepared.judges.all().count().max(1) as u64;
+    let mut staged = Vec::new();
+    for (shard, keys) in trials {
+        let dir = staging.join(format!("shard-{shard}"));
+        let mut bundle = collect::bundle(config, run_id, keys, (shard, shards), heartbeat_ms);
+        // The worker's client is the judges: no agent, servers, checks or artefacts.
+        let grade_spec = VariantSpec {
+            client: "grade".into(),
+            model: None,
+            client_options: None,
+            servers: BTreeMap::new(),
+            provider: None,
+            checks: Vec::new(),
+        };
+        let variant_judges = bundle
+            .variants
+            .keys()
+            .map(|name| (name.clone(), config.variant_judges(name).to_vec()))
+            .collect();
+        for spec in bundle.variants.values_mut() {
+            *spec = grade_spec.clone();
+        }
+        let case_judges = bundle
+            .trials
+            .iter()
+            .filter_map(|key| {
+                let judges = dataset.get(&key.case)?.more().judges.clone()?;
+                Some((key.case.to_string(), judges))
+            })
+            .collect();
+        bundle.artifacts = None;
+        bundle.timeout_ms = (limits.call_timeout.as_millis() as u64).saturating_mul(most_judges);
+        bundle.grading = Some(GradeWork {
+            variant_judges,
+            case_judges,
+            plugins: plugins.iter().map(|(plugin, _)| plugin.clone()).collect(),
+            plugin_memory_bytes: limits.memory_bytes as u64,
+            plugin_timeout_ms: limits.call_timeout.as_millis() as u64,
+        });
+        for (plugin, bytes) in &plugins {
+            let path = dir.join(plugin.file());
+            std::fs::create_dir_all(path.parent().expect("a plugin file has a directory"))?;
+            std::fs::write(&path, bytes)?;
+        }
+        collect::write_bundle(&dir.join(BUNDLE_FILE), &bundle, &index)?;
+        staged.push(StagedShard { bundle, dir });
+    }
+    Ok(staged)
+}
+
+/// The grader plugins the judges call, each once with its component and grants.
+fn grade_plugins(prepared: &Prepared) -> Result<Vec<(GradePlugin, Vec<u8>)>> {
+    let mut plugins: BTreeMap<String, (GradePlugin, Vec<u8>)> = BTreeMap::new();
+    for plugin in prepared.judges.all().filter_map(|judge| judge.plugin()) {
+        if plugins.contains_key(plugin.digest()) {
+            continue;
+        }
+        let grants = plugin.effective_grants();
+        let shipped = GradePlugin {
+            name: plugin.info().name.clone(),
+            references: prepared.plugins.references(plugin),
+            digest: plugin.digest().to_string(),
+            exec: grants.exec.iter().map(|g| g.program.clone()).collect(),
+            read_dirs: grants.read_dirs.clone(),
+            http: grants.http.iter().cloned().collect(),
+        };
+        let bytes = prepared.plugins.component(plugin)?;
+        plugins.insert(plugin.digest().to_string(), (shipped, bytes));
+    }
+    Ok(plugins.into_values().collect())
+}
+
+/// The grade of trial `key` from a machine's `answer` (its grade shard's stored "trace"):
+/// `None` when the machine could not grade it (the trial stays ungraded, for `--resume`); a
+/// `not-graded` grade naming the shard when its answer is refused.
+fn machine_grade(judges: &JudgeSet, key: &TrialKey, answer: &TrialRecord) -> Option<TrialGrade> {
+    if answer.trace.status != TrialStatus::Completed {
+        return None;
+    }
+    let calls = answer
+        .trace
+        .final_text
+        .as_deref()
+        .ok_or_else(|| "it holds no answer".to_string())
+        .and_then(|text| {
+            serde_json::from_str::<JudgeCalls>(text).map_err(|e| format!("not judge calls: {e}"))
+        });
+    match calls.and_then(|calls| judges.grade_calls(key, calls)) {
+        Ok(grade) => Some(grade),
+        Err(why) => {
+            let shard = answer.collected_by.as_ref().map(|c| c.shard).unwrap_or(0);
+            Some(TrialGrade::NotGraded {
+                judge: format!("grade shard {shard}"),
+                error: format!("the machine's answer was refused: {why}"),
+            })
+        }
+    }
+}
