@@ -1679,6 +1679,8 @@ fn judges_that_need_a_program_only_the_image_has_grade_in_its_containers() {
         "shards=2",
         "--runner-option",
         &image_option,
+        "--runner-option",
+        "keep=always",
     ]);
     let summary = there.json();
     assert_eq!(
@@ -1702,6 +1704,14 @@ fn judges_that_need_a_program_only_the_image_has_grade_in_its_containers() {
         !grades.contains(&format!("judged on {} by", host.trim())),
         "{grades}"
     );
+    // The grade shards' containers are the regrade's (kept here to be seen, then removed).
     let id = format!("{run}.g2");
-    assert!(containers_of(&a, &id).is_empty() && containers_of(&b, &id).is_empty());
+    let kept = [containers_of(&a, &id), containers_of(&b, &id)];
+    assert_eq!(kept.iter().map(Vec::len).sum::<usize>(), 2, "{kept:?}");
+    assert!(containers_of(&a, &run).is_empty() && containers_of(&b, &run).is_empty());
+    for (endpoint, names) in [(&a, &kept[0]), (&b, &kept[1])] {
+        for name in names {
+            docker(endpoint, &["rm", "-f", name]);
+        }
+    }
 }

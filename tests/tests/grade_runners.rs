@@ -139,9 +139,15 @@ fn judges_that_need_a_secret_or_a_model_stay_on_the_coordinator() {
 }
 
 /// A stand-in grade worker answering each trial of c1..c5 as `answers` says (`None`: it
-/// reports the trial as infra, with no answer).
+/// reports the trial as infra, with no answer) the first time it runs, and mst's own worker
+/// every time after (so a `--resume` with the same runner options gets an honest machine).
 fn forging_worker(eval: &Eval, answers: &[(&str, Option<Value>)]) -> String {
-    let mut body = String::from("echo \"$HELLO\"\n");
+    let once = eval.dir.path().join("forged-once");
+    let mut body = format!(
+        "[ -e '{once}' ] && exec '{mst}' \"$@\"\ntouch '{once}'\necho \"$HELLO\"\n",
+        once = once.display(),
+        mst = mst_tests::mst_bin().display()
+    );
     for (case, answer) in answers {
         let id: u32 = case[1..].parse().unwrap();
         let key = json!({"variant": "default", "case": case, "trial": 0});
@@ -176,24 +182,23 @@ fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left()
     let worker = forging_worker(
         &eval,
         &[
-            // A score out of range; a judge the trial does not have; a missing judge.
+            // Only the plugin judge runs there. A score out of range; a judge the trial does
+            // not have on a machine; the assertion's call too, which the coordinator makes.
             (
                 "c1",
-                Some(
-                    json!({"scores": [score("contains", 7.0), score("mst/fixture/exec-grader", 1.0)]}),
-                ),
+                Some(json!({"scores": [score("mst/fixture/exec-grader", 7.0)]})),
             ),
+            ("c2", Some(json!({"scores": [score("sounds-right", 1.0)]}))),
             (
-                "c2",
-                Some(json!({"scores": [score("contains", 1.0), score("sounds-right", 1.0)]})),
-            ),
-            ("c3", Some(json!({"scores": [score("contains", 1.0)]}))),
-            // c5's honest judges fail it; this machine says both passed: scores are its word.
-            (
-                "c5",
+                "c3",
                 Some(
                     json!({"scores": [score("contains", 1.0), score("mst/fixture/exec-grader", 1.0)]}),
                 ),
+            ),
+            // c5's honest judge fails it; this machine says it passed: scores are its word.
+            (
+                "c5",
+                Some(json!({"scores": [score("mst/fixture/exec-grader", 1.0)]})),
             ),
             ("c4", None),
         ],
@@ -228,7 +233,7 @@ fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left()
         "{grades:?}"
     );
     assert!(
-        error("default/c3/0").contains("1 score(s) for the trial's 2 judge(s)"),
+        error("default/c3/0").contains("2 score(s) for the trial's 1 judge(s)"),
         "{grades:?}"
     );
     assert_eq!(grades["default/c1/0"]["judge"], "grade shard 0");
@@ -255,6 +260,8 @@ fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left()
             "--json",
             "--runner",
             "local",
+            "--runner-option",
+            &worker,
             "--resume",
             &format!("{run}.g1"),
         ],

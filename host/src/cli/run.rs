@@ -199,11 +199,12 @@ pub(crate) enum RunsCommand {
     },
 }
 
-/// What is reported, and so how the summary says to resume one with missing trials.
-enum ResumeHint {
-    /// `mst run --config CONFIG --resume RUN`.
+/// What the reporter follows, and so what it calls a trial that came back and how the summary
+/// says to go on with the trials that did not.
+enum ReportKind {
+    /// A run of the config: `mst run --config CONFIG --resume RUN`.
     Run(PathBuf),
-    /// A regrade on machines: `mst grade RUN --runner … --resume RUN.gN` (all but the id).
+    /// A regrade on machines: its command line, to which `--resume RUN.gN` is added.
     Grade(String),
 }
 
@@ -222,7 +223,7 @@ pub(super) struct Reporter {
     /// `--junit FILE`.
     junit: Option<PathBuf>,
     /// What to tell when trials are missing.
-    resume: ResumeHint,
+    resume: ReportKind,
     /// A JUnit file that could not be written.
     failure: Mutex<Option<anyhow::Error>>,
     /// What goes to stdout once the run has cleaned up (a closed stdout ends mst at once).
@@ -235,16 +236,16 @@ impl Reporter {
             args.quiet,
             args.json,
             args.junit.clone(),
-            ResumeHint::Run(args.setup.config.clone()),
+            ReportKind::Run(args.setup.config.clone()),
         )
     }
 
     /// The reporter of `mst runs attach`: progress only, from a detached run's log.
     fn following() -> Self {
-        Self::with(false, false, None, ResumeHint::Run(PathBuf::new()))
+        Self::with(false, false, None, ReportKind::Run(PathBuf::new()))
     }
 
-    fn with(quiet: bool, json: bool, junit: Option<PathBuf>, resume: ResumeHint) -> Self {
+    fn with(quiet: bool, json: bool, junit: Option<PathBuf>, resume: ReportKind) -> Self {
         let tty = std::io::stderr().is_terminal();
         let bar = (tty && !quiet).then(|| {
             let bar = indicatif::ProgressBar::new(0);
@@ -292,13 +293,17 @@ impl Reporter {
         if let (false, Some(timings)) = (self.json, &outcome.record.timings) {
             text.push_str(&timing_line(timings));
         }
-        if !self.json && !outcome.summary.missing.is_empty() {
-            let command = match &self.resume {
-                ResumeHint::Run(config) => {
-                    format!("mst run --config {} --resume", config.display())
-                }
-                ResumeHint::Grade(command) => command.clone(),
-            };
+        let resume = match &self.resume {
+            _ if self.json || outcome.summary.missing.is_empty() => None,
+            ReportKind::Run(config) => {
+                Some(format!("mst run --config {} --resume", config.display()))
+            }
+            // Missing trials the grade shards left (a trial the run never collected is not theirs).
+            ReportKind::Grade(command) => {
+                (outcome.record.grade == results::Phase::Partial).then(|| command.clone())
+            }
+        };
+        if let Some(command) = resume {
             text.push_str(&format!("resume:  {command} {}\n", outcome.record.run_id));
         }
         *self.summary.lock().expect("summary") = text;
@@ -318,8 +323,8 @@ impl Reporter {
                 "[{done}/{}] {key} {}",
                 self.total.load(Ordering::Relaxed),
                 match (collected, &self.resume) {
-                    (true, ResumeHint::Grade(_)) => "graded",
-                    (true, ResumeHint::Run(_)) => "collected",
+                    (true, ReportKind::Grade(_)) => "graded",
+                    (true, ReportKind::Run(_)) => "collected",
                     (false, _) => "infra",
                 }
             );
@@ -594,7 +599,7 @@ pub(crate) struct GradeArgs {
     #[arg(long, value_name = "RUN_ID.gN", requires = "runner")]
     resume: Option<String>,
     /// No progress output (with --runner).
-    #[arg(long, short)]
+    #[arg(long, short, requires = "runner")]
     quiet: bool,
     #[command(flatten)]
     sandbox: SandboxArgs,
@@ -602,16 +607,19 @@ pub(crate) struct GradeArgs {
 
 pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
     let dir = ResultsRoot::new(&args.results_dir).find(&args.run_id)?;
-    let resume_hint = format!(
-        "mst grade {} --runner {}{} --resume",
-        args.run_id,
-        args.runner.as_deref().unwrap_or("local"),
-        args.runner_options
-            .iter()
-            .map(|option| format!(" --runner-option {option}"))
-            .collect::<String>()
-    );
-    let reporter = Reporter::with(args.quiet, args.json, None, ResumeHint::Grade(resume_hint));
+    // This command line, without any --resume of its own, continues what it leaves.
+    let mut words = Vec::new();
+    let mut given = std::env::args().skip(1);
+    while let Some(word) = given.next() {
+        match word.as_str() {
+            "--resume" => drop(given.next()),
+            _ if word.starts_with("--resume=") => {}
+            _ => words.push(word),
+        }
+    }
+    words.push("--resume".into());
+    let resume_hint = crate::runner::shell_words("mst", &words);
+    let reporter = Reporter::with(args.quiet, args.json, None, ReportKind::Grade(resume_hint));
     if args.runner.is_some() {
         let _ = ctrlc::set_handler(|| {
             if CANCEL.swap(true, Ordering::SeqCst) {

@@ -1,17 +1,18 @@
 //! The `grade` client of a grade shard (`mst grade RUN --runner …`, docs/runners.md): its
-//! trials are stored trials to grade. For each it runs that trial's judges on this machine and
+//! trials are stored trials to grade. For each it runs that trial's plugin judges (the only
+//! judges a grade bundle carries; assertions are graded by the coordinator) on this machine and
 //! answers with their calls ([`JudgeCalls`], as JSON in the trace's final text); the
 //! coordinator checks them and decides the verdict. No config names it: a worker builds it
 //! when its bundle carries `grading`.
 
 use super::{Client, Recorder, TrialInput};
 use crate::eval::trial::{EventKind, TraceRecord, TrialKey, TrialRecord, TrialStatus};
-use crate::grade::{call_judges, Judge, JudgeCalls, JudgeSet};
+use crate::grade::{call_judges, JudgeCalls, JudgeSet};
 use crate::plugin::set::PluginSet;
 use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost};
 use crate::shard::bundle::{GradePlugin, GradeWork, GRADE_TRIALS_FILE};
 use anyhow::{bail, Context, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::{BufRead, Read};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -51,28 +52,7 @@ impl GradeClient {
                 .with_context(|| format!("grader plugin `{}`", plugin.name))?;
             plugins.insert(Arc::new(loaded), &plugin.references);
         }
-        let build = |judges: &BTreeMap<String, Vec<crate::eval::config::JudgeConfig>>,
-                     place: &str|
-         -> Result<BTreeMap<String, Vec<Judge>>> {
-            judges
-                .iter()
-                .map(|(name, configs)| {
-                    let judges = configs
-                        .iter()
-                        .enumerate()
-                        .map(|(index, config)| {
-                            Judge::from_config(config, &plugins)
-                                .with_context(|| format!("{place} `{name}`: judges[{index}]"))
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    Ok((name.clone(), judges))
-                })
-                .collect()
-        };
-        let judges = JudgeSet::of_machine(
-            build(&work.variant_judges, "variant")?,
-            build(&work.case_judges, "case")?,
-        );
+        let judges = JudgeSet::from_configs(&work.variant_judges, &work.case_judges, &plugins)?;
         let trials = read_trials(&bundle_dir.join(GRADE_TRIALS_FILE))?;
         Ok(GradeClient {
             judges,
@@ -171,7 +151,14 @@ impl Client for GradeClient {
             });
             return recorder.finish(TrialStatus::Infra, None, None);
         };
-        let calls: JudgeCalls = call_judges(self.judges.judges_for(&key), &record);
+        let calls = match call_judges(self.judges.judges_for(&key), &record) {
+            // Cut as the coordinator's check expects; the plugin's stderr may run long.
+            JudgeCalls::NotGraded { judge, error } => JudgeCalls::NotGraded {
+                judge,
+                error: crate::plugin::bounds::cut(error, crate::plugin::bounds::MAX_ERROR),
+            },
+            scores => scores,
+        };
         let answer = serde_json::to_string(&calls).expect("judge calls serialise");
         recorder.finish(TrialStatus::Completed, Some(answer), Some(0))
     }

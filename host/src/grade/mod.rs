@@ -329,12 +329,19 @@ pub fn verdict(judges: &[Judge], calls: JudgeCalls, threshold: f64) -> TrialGrad
     }
 }
 
-/// Checks the judges' `calls` a machine returned for a trial whose judges are `judges`: one
-/// call per judge, in order and by name, each value in 0..1 and each reason within the cap
-/// a plugin's is held to; a `not-graded` answer naming one of them, its error within its cap.
-/// The machine is trusted for the scores only: anything else is refused, with why.
-pub fn check_calls(judges: &[Judge], calls: &JudgeCalls) -> Result<(), String> {
-    use crate::plugin::bounds::{MAX_ERROR, MAX_REASON};
+/// Room for the note [`crate::plugin::bounds::cut`] adds to a text it cuts.
+const CUT_NOTE: usize = 64;
+
+/// The most of a machine's text an error about it quotes.
+const QUOTED: usize = 200;
+
+/// Checks the `calls` a machine returned for a trial's plugin judges `judges`: one call per
+/// judge, in order and by name, each value in 0..1 and each reason within the cap a plugin's
+/// is held to; or a `not-graded` answer naming one of them, its error within its cap. The
+/// machine is trusted for the scores only: anything else is refused, with why.
+pub fn check_calls(judges: &[&Judge], calls: &JudgeCalls) -> Result<(), String> {
+    use crate::plugin::bounds::{cut, MAX_ERROR, MAX_REASON};
+    let quoted = |name: &str| format!("{:?}", cut(name.to_string(), QUOTED));
     match calls {
         JudgeCalls::NotGraded { judge, error } => {
             if !judges.iter().any(|j| *j.name == **judge) {
@@ -360,8 +367,9 @@ pub fn check_calls(judges: &[Judge], calls: &JudgeCalls) -> Result<(), String> {
             for (judge, call) in judges.iter().zip(calls) {
                 if *judge.name != *call.judge {
                     return Err(format!(
-                        "it holds a score of judge {:?} where judge `{}` was expected",
-                        call.judge, judge.name
+                        "it holds a score of judge {} where judge `{}` was expected",
+                        quoted(&call.judge),
+                        judge.name
                     ));
                 }
                 if !(0.0..=1.0).contains(&call.value) {
@@ -370,7 +378,7 @@ pub fn check_calls(judges: &[Judge], calls: &JudgeCalls) -> Result<(), String> {
                         judge.name, call.value
                     ));
                 }
-                if call.reason.len() > MAX_REASON {
+                if call.reason.len() > MAX_REASON + CUT_NOTE {
                     return Err(format!(
                         "judge `{}`'s reason is {} bytes, over the {MAX_REASON}-byte cap",
                         judge.name,
@@ -381,6 +389,26 @@ pub fn check_calls(judges: &[Judge], calls: &JudgeCalls) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The judges `configs` make with `plugins`; an error names the judge and `place`, where
+/// they are configured (`variants.NAME.`, `case `ID`: `).
+pub fn judges_of(configs: &[JudgeConfig], place: &str, plugins: &PluginSet) -> Result<Vec<Judge>> {
+    configs
+        .iter()
+        .enumerate()
+        .map(|(index, judge)| {
+            Judge::from_config(judge, plugins).with_context(|| {
+                let name = judge
+                    .name
+                    .as_deref()
+                    .or(judge.plugin.as_deref())
+                    .or(judge.assert.as_deref())
+                    .unwrap_or("?");
+                format!("{place}judges[{index}] (`{name}`)")
+            })
+        })
+        .collect()
 }
 
 /// Which judges apply to which trial, at what pass threshold, and by which rule a case's trials
@@ -418,23 +446,7 @@ impl JudgeSet {
     /// The judges of `config` and of `cases`, built against `plugins`. Errors name the judge
     /// and where it is configured.
     pub fn build(config: &EvalConfig, cases: &[CaseRecord], plugins: &PluginSet) -> Result<Self> {
-        let build = |configs: &[JudgeConfig], place: &str| -> Result<Vec<Judge>> {
-            configs
-                .iter()
-                .enumerate()
-                .map(|(index, judge)| {
-                    Judge::from_config(judge, plugins).with_context(|| {
-                        let name = judge
-                            .name
-                            .as_deref()
-                            .or(judge.plugin.as_deref())
-                            .or(judge.assert.as_deref())
-                            .unwrap_or("?");
-                        format!("{place}judges[{index}] (`{name}`)")
-                    })
-                })
-                .collect()
-        };
+        let build = |configs: &[JudgeConfig], place: &str| judges_of(configs, place, plugins);
         let mut by_variant = BTreeMap::new();
         for name in config.variant_names() {
             let place = match config.variants.get(&name).and_then(|v| v.judges.as_ref()) {
@@ -503,33 +515,75 @@ impl JudgeSet {
         grade_trial(self.judges_for(key), record, self.threshold(key))
     }
 
-    /// Whether grading trial `key` (stored as `record`) calls judges: not for an infra trial,
-    /// nor for one without judges, whose grade follows from its trace alone.
-    pub fn calls_judges(&self, key: &TrialKey, record: &TrialRecord) -> bool {
-        record.trace.status != TrialStatus::Infra && !self.judges_for(key).is_empty()
+    /// The plugin judges of trial `key`, in order: what a grade shard runs for it.
+    pub fn plugin_judges(&self, key: &TrialKey) -> Vec<&Judge> {
+        let judges = self.judges_for(key).iter();
+        judges.filter(|judge| judge.plugin().is_some()).collect()
     }
 
-    /// Trial `key`'s grade from its judges' `calls` made elsewhere (on a machine): checked
-    /// by [`check_calls`], then decided here.
-    pub fn grade_calls(&self, key: &TrialKey, calls: JudgeCalls) -> Result<TrialGrade, String> {
+    /// Whether grading trial `key` (stored as `record`) on a machine calls any judge there:
+    /// not for an infra trial, nor for one without plugin judges (its assertions are graded
+    /// where its trace is, and a trial without judges by its trace alone).
+    pub fn needs_machine(&self, key: &TrialKey, record: &TrialRecord) -> bool {
+        record.trace.status != TrialStatus::Infra && !self.plugin_judges(key).is_empty()
+    }
+
+    /// Trial `key`'s grade from its plugin judges' `calls` made on a machine, checked by
+    /// [`check_calls`], and its assertions' own calls on `record` made here; the verdict is
+    /// decided here.
+    pub fn grade_calls(
+        &self,
+        key: &TrialKey,
+        record: &TrialRecord,
+        calls: JudgeCalls,
+    ) -> Result<TrialGrade, String> {
         let judges = self.judges_for(key);
-        check_calls(judges, &calls)?;
-        Ok(verdict(judges, calls, self.threshold(key)))
+        check_calls(&self.plugin_judges(key), &calls)?;
+        let threshold = self.threshold(key);
+        let JudgeCalls::Scores(machine) = calls else {
+            return Ok(verdict(judges, calls, threshold));
+        };
+        let mut machine = machine.into_iter();
+        let mut merged = Vec::with_capacity(judges.len());
+        for judge in judges {
+            let call = match judge.plugin() {
+                Some(_) => machine.next().ok_or("fewer calls than plugin judges")?,
+                None => match judge.call(record) {
+                    Ok(call) => call,
+                    Err(error) => {
+                        let judge = judge.name.to_string();
+                        return Ok(TrialGrade::NotGraded { judge, error });
+                    }
+                },
+            };
+            merged.push(call);
+        }
+        Ok(verdict(judges, JudgeCalls::Scores(merged), threshold))
     }
 
-    /// The set of a grade shard's machine: the judges by variant and by case, from what its
-    /// bundle carries; thresholds and case rules stay with the coordinator.
-    pub fn of_machine(
-        by_variant: BTreeMap<String, Vec<Judge>>,
-        by_case: BTreeMap<String, Vec<Judge>>,
-    ) -> Self {
-        JudgeSet {
-            by_variant,
-            by_case,
+    /// The set of a grade shard's machine: the judges its bundle carries by variant and by
+    /// case, built with `plugins`; thresholds and case rules stay with the coordinator.
+    pub fn from_configs(
+        by_variant: &BTreeMap<String, Vec<JudgeConfig>>,
+        by_case: &BTreeMap<String, Vec<JudgeConfig>>,
+        plugins: &PluginSet,
+    ) -> Result<Self> {
+        let build = |configs: &BTreeMap<String, Vec<JudgeConfig>>, place: &str| {
+            configs
+                .iter()
+                .map(|(name, configs)| {
+                    let judges = judges_of(configs, &format!("{place} `{name}`: "), plugins)?;
+                    Ok((name.clone(), judges))
+                })
+                .collect::<Result<BTreeMap<_, _>>>()
+        };
+        Ok(JudgeSet {
+            by_variant: build(by_variant, "variant")?,
+            by_case: build(by_case, "case")?,
             thresholds: BTreeMap::new(),
             threshold: 1.0,
             case_pass: CaseRules::default(),
-        }
+        })
     }
 
     /// Every judge of the set, once per place it is configured.
@@ -840,7 +894,8 @@ mod tests {
         // A value without its own pass is held to the threshold, and the weights hold.
         let calls =
             JudgeCalls::Scores(vec![call("contains", 1.0, None), call("digits", 0.4, None)]);
-        assert_eq!(check_calls(&judges, &calls), Ok(()));
+        let all: Vec<&Judge> = judges.iter().collect();
+        assert_eq!(check_calls(&all, &calls), Ok(()));
         match verdict(&judges, calls, 0.5) {
             TrialGrade::Graded {
                 score,
@@ -854,7 +909,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // What a machine may not say.
-        let refused = |calls: JudgeCalls| check_calls(&judges, &calls).unwrap_err();
+        let refused = |calls: JudgeCalls| check_calls(&all, &calls).unwrap_err();
         let one = JudgeCalls::Scores(vec![call("contains", 1.0, None)]);
         assert!(refused(one).contains("1 score(s) for the trial's 2 judge(s)"));
         let swapped =
@@ -867,7 +922,7 @@ mod tests {
         assert!(refused(nan).contains("outside 0..1"));
         let long = JudgeCalls::Scores(vec![
             JudgeCall {
-                reason: "x".repeat(crate::plugin::bounds::MAX_REASON + 1),
+                reason: "x".repeat(crate::plugin::bounds::MAX_REASON + CUT_NOTE + 1),
                 ..call("contains", 1.0, None)
             },
             call("digits", 1.0, None),

@@ -96,7 +96,7 @@ pub struct PluginSet {
     by_ref: BTreeMap<String, Arc<LoadedPlugin>>,
     /// How each plugin (by declared name) was asked for: its config entry or `--plugin`.
     sources: BTreeMap<String, serde_json::Value>,
-    /// Where each plugin (by declared name) was read from, to read it again
+    /// Where each plugin (by digest) was read from, to read it again
     /// ([`PluginSet::component`]).
     origins: BTreeMap<String, PluginSource>,
 }
@@ -114,7 +114,7 @@ impl PluginSet {
     ) -> Result<Arc<LoadedPlugin>> {
         let origin = loader.source(base, reference)?;
         let plugin = Arc::new(loader.load_from(&origin, pin, grants)?);
-        self.origins.insert(plugin.info().name.clone(), origin);
+        self.origins.insert(plugin.digest().to_string(), origin);
         // A runner's plan says this with everything else it may run (see `runner::plugin`).
         if plugin.kind() != Kind::Runner {
             for grant in &plugin.effective_grants().exec {
@@ -178,10 +178,13 @@ impl PluginSet {
     /// The component `plugin` (of this set) was loaded from, read again and checked to be the
     /// same: to ship it to a machine (a grade shard's bundle).
     pub fn component(&self, plugin: &LoadedPlugin) -> Result<Vec<u8>> {
-        let origin = self
-            .origins
-            .get(&plugin.info().name)
-            .with_context(|| format!("plugin {} was not loaded from a file", plugin.label()))?;
+        let origin = self.origins.get(plugin.digest()).with_context(|| {
+            format!(
+                "plugin {} was not loaded from a file or the install store, so it cannot be \
+                 shipped to a machine",
+                plugin.label()
+            )
+        })?;
         let (bytes, label) = origin.read()?;
         let digest = super::loaded::digest(&bytes);
         if digest != plugin.digest() {

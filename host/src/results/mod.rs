@@ -127,16 +127,24 @@ pub struct RunRecord {
     pub grading: Option<GradingRecord>,
 }
 
-/// Where a regrade's judges ran when they ran on machines: the runner, its options and shard
-/// count (a `--resume` of the regrade must keep them), and each grade shard's machine and how
-/// it ended, over every grading of it. The machines' answers are in `grading/traces.jsonl`.
+/// Where a regrade's judges ran when they ran on machines, and with what: a `--resume` of the
+/// regrade is refused when any of it changed. The machines' answers are in
+/// `grading/traces.jsonl`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GradingRecord {
+    /// The runner the grade shards ran on.
     pub runner: String,
     /// The runner's options (never secrets).
     pub runner_options: BTreeMap<String, String>,
+    /// The grade shards' count.
     pub shards: u32,
+    /// sha256 of the regrading config's bytes (its judges).
+    pub config_hash: String,
+    /// sha256 over the cases the regrading config resolved (their own judges).
+    pub dataset_hash: String,
+    /// Each grade shard's machine and how it ended, over every grading of the regrade (a
+    /// resumed one lists both), as `machines` lists a collection's.
     pub machines: Vec<serde_json::Value>,
 }
 

@@ -52,11 +52,16 @@ pub fn stage_bundles(
         }
         let mut bundle = bundle(config, run_id, trials, (shard, shards), heartbeat_ms);
         bundle.case_checks = case_checks(&bundle.trials, cases);
-        let dir = staging.join(format!("shard-{shard}"));
+        let dir = shard_dir(staging, shard);
         write_bundle(&dir.join(BUNDLE_FILE), &bundle, cases)?;
         staged.push(StagedShard { bundle, dir });
     }
     Ok(staged)
+}
+
+/// Where shard `shard`'s bundle is staged below `staging`.
+pub fn shard_dir(staging: &Path, shard: u32) -> PathBuf {
+    staging.join(format!("shard-{shard}"))
 }
 
 /// The checks of the cases `trials` name that have their own, by case id.

@@ -1,9 +1,10 @@
 //! Regrading a stored run into `<run-id>.g<N>` beside it: its traces graded again with the
 //! config's judges as they are now (the traces stay where they are). The judges run in the
 //! coordinator, or with a runner in grade shards on its machines (ADR 0011): a grade shard is a
-//! collection whose client is the judges, so the shard protocol, copy-back caps, lost shards
-//! and `--resume` are collection's own. The machines score; the coordinator checks each
-//! answer and decides every verdict.
+//! collection whose client is the plugin judges, so the shard protocol, copy-back caps, lost
+//! shards and `keep` are collection's own; its answers are kept in the regrade's
+//! `grading/` directory, which `--resume` reads back. The machines score; the coordinator
+//! checks each answer, makes the assertions' calls itself and decides every verdict.
 
 use super::collect::{self, Collection, StagedShard};
 use super::events::{Reporter, RunEvent};
@@ -88,11 +89,14 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     }
     let traces = dir.traces_dir(&record.run_id);
     let grading = std::time::Instant::now();
-    let (out, mut regraded, grades, shards) = match &request.on {
+    let (out, mut regraded, grades, shards, ungraded) = match &request.on {
         None => {
             let grades = super::grade::grade_all(&prepared.judges, &traces, &record.trials, None);
             let out = dir.next_regrade(&record.run_id)?;
-            (out, record.clone(), grades, Vec::new())
+            let mut regraded = record.clone();
+            // Graded here, whatever graded the run (or regrade) it grades.
+            regraded.grading = None;
+            (out, regraded, grades, Vec::new(), 0)
         }
         Some(on) => on_machines(dir, &record, &prepared, request.limits, on)?,
     };
@@ -104,7 +108,11 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     regraded.baseline = prepared.config.baseline.clone();
     regraded.plugins = prepared.plugin_records();
     prepared.count_usage(&mut regraded.plugins);
-    regraded.grade = super::grade::grade_phase(&grades, &pairs);
+    regraded.grade = match ungraded {
+        0 => super::grade::grade_phase(&grades, &pairs),
+        // Trials the machines did not grade: `--resume` grades them.
+        _ => crate::results::Phase::Partial,
+    };
     regraded.timings = Some(crate::results::Timings {
         grade_after_ms: grade_ms,
         ..Default::default()
@@ -125,33 +133,52 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     Ok(outcome)
 }
 
-/// A regrade whose judges run in grade shards on `on`'s machines: the output directory, its
-/// record (with `grading` set), the grades and the shards' reports.
+/// What a regrade on machines made: its directory, its record (with `grading` set), the
+/// grades, the grade shards' reports, and how many trials sent to them came back ungraded.
+type OnMachines = (RunDir, RunRecord, Grades, Vec<ShardReport>, usize);
+
+/// A regrade whose plugin judges run in grade shards on `on`'s machines.
 fn on_machines(
     dir: &RunDir,
     record: &RunRecord,
     prepared: &Prepared,
     limits: Limits,
     on: &GradeOn<'_>,
-) -> Result<(RunDir, RunRecord, Grades, Vec<ShardReport>)> {
-    refuse_judges_that_call_models(&prepared.judges)?;
+) -> Result<OnMachines> {
+    // Before anything is written: the judges of the run's trials must be able to go.
+    let mut checked = std::collections::BTreeSet::new();
+    for key in &record.trials {
+        for judge in prepared.judges.plugin_judges(key) {
+            if checked.insert(judge.name.clone()) {
+                refuse_if_it_calls_models(judge)?;
+            }
+        }
+    }
     let options = RunnerOptions::parse(on.runner_options)?;
+    let grading = GradingRecord {
+        runner: on.runner.to_string(),
+        runner_options: options.rest.clone(),
+        shards: options.shards,
+        config_hash: prepared.config_hash.clone(),
+        dataset_hash: prepared.cases.content_hash.clone(),
+        machines: Vec::new(),
+    };
     let (out, mut regraded) = match on.resume {
-        Some(id) => resume(dir, record, prepared, on.runner, &options, id)?,
+        Some(id) => resume(dir, record, prepared, &grading, id)?,
         None => {
             let mut regraded = record.clone();
-            regraded.grading = Some(GradingRecord {
-                runner: on.runner.to_string(),
-                runner_options: options.rest.clone(),
-                shards: options.shards,
-                machines: Vec::new(),
-            });
+            regraded.grading = Some(grading);
             (dir.next_regrade(&record.run_id)?, regraded)
         }
     };
     let runner = runner::runner(on.runner, &options, &prepared.plugins)?;
     regraded.run_id = out.id();
-    // The directory exists from the start, so an interrupted grading can be resumed.
+    regraded.created_at = crate::clock::unix_secs();
+    regraded.plugins = prepared.plugin_records();
+    regraded.grade = crate::results::Phase::Partial;
+    regraded.timings = None;
+    // The directory exists from the start, so an interrupted grading can be resumed; until it
+    // ends, its record says the grading is partial.
     crate::home::create_private_dir(&out.root)?;
     out.write_record(&regraded)?;
     let answers = RunDir {
@@ -187,9 +214,13 @@ fn on_machines(
     for line in runner.plan() {
         on.reporter.event(&RunEvent::RunnerPlan(&line));
     }
+    let sent: usize = staged.iter().map(|shard| shard.bundle.trials.len()).sum();
+    let traces = dir.traces_dir(&record.run_id);
     let answered: Mutex<BTreeMap<TrialKey, Option<TrialGrade>>> = Mutex::default();
     let stored = |key: &TrialKey, answer: TrialRecord| {
-        let grade = machine_grade(&prepared.judges, key, &answer);
+        let grade = traces
+            .read_trace(key)
+            .and_then(|stored| machine_grade(&prepared.judges, key, &stored, &answer));
         answered.lock().expect("answers").insert(key.clone(), grade);
     };
     let events = |event| on.reporter.event(&RunEvent::Shard(event));
@@ -227,91 +258,122 @@ fn on_machines(
         grading.machines.push(serde_json::to_value(report)?);
     }
     let answered = answered.into_inner().expect("answers");
-    grades.extend(answered.into_iter().filter_map(|(key, g)| Some((key, g?))));
-    Ok((out, regraded, grades, shards))
+    let graded: Vec<(TrialKey, TrialGrade)> = answered
+        .into_iter()
+        .filter_map(|(key, grade)| Some((key, grade?)))
+        .collect();
+    let ungraded = sent - graded.len();
+    grades.extend(graded);
+    Ok((out, regraded, grades, shards, ungraded))
 }
 
 /// The regrade `id` (of run `record`) to go on with, refused when it is not a regrade of that
-/// run on machines, or its runner, shard count or a plugin changed since.
+/// run on machines, or when what it was graded with (`now` says what that is today: runner,
+/// options, shard count, config, datasets) or a plugin changed since.
 fn resume(
     dir: &RunDir,
     record: &RunRecord,
     prepared: &Prepared,
-    runner: &str,
-    options: &RunnerOptions,
+    now: &GradingRecord,
     id: &str,
 ) -> Result<(RunDir, RunRecord)> {
-    let runs = dir.root.parent().context("a run directory has a parent")?;
-    let out = RunDir::new(runs, id);
-    let regrade = out
-        .read_record()
-        .with_context(|| format!("--resume {id}"))?;
-    let Some(grading) = &regrade.grading else {
-        bail!("--resume {id}: that is not a regrade on machines (`mst grade --runner`)");
-    };
     let is_of_run = id
         .strip_prefix(&format!("{}.g", record.run_id))
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     if !is_of_run {
         bail!(
-            "--resume {id}: that is not a regrade of run {}",
+            "--resume {id}: a regrade of run {} is named {}.gN (see `mst runs list`)",
+            record.run_id,
             record.run_id
         );
     }
+    let runs = dir.root.parent().context("a run directory has a parent")?;
+    let out = RunDir::new(runs, id);
+    let regrade = out.read_record().with_context(|| {
+        format!(
+            "--resume {id}: no regrade `{id}` beside run {}",
+            record.run_id
+        )
+    })?;
+    let Some(then) = &regrade.grading else {
+        bail!("--resume {id}: that is not a regrade on machines (`mst grade --runner`)");
+    };
     let mut changed = Vec::new();
-    if grading.runner != runner {
+    let mut differs = |what: &str, before: &dyn std::fmt::Debug, after: &dyn std::fmt::Debug| {
         changed.push(format!(
-            "the runner changed (`{}` then, `{runner}` now)",
-            grading.runner
+            "the {what} changed ({before:?} then, {after:?} now)"
         ));
+    };
+    if then.runner != now.runner {
+        differs("runner", &then.runner, &now.runner);
     }
-    if grading.shards != options.shards {
-        changed.push(format!(
-            "the shard count changed ({} then, {} now)",
-            grading.shards, options.shards
-        ));
+    if then.runner_options != now.runner_options {
+        differs("runner options", &then.runner_options, &now.runner_options);
     }
-    let now = prepared.plugin_records();
+    if then.shards != now.shards {
+        differs("shard count", &then.shards, &now.shards);
+    }
+    if then.config_hash != now.config_hash {
+        changed.push("the config changed".to_string());
+    }
+    if then.dataset_hash != now.dataset_hash {
+        changed.push("the datasets' content changed".to_string());
+    }
+    let plugins = prepared.plugin_records();
     for before in &regrade.plugins {
-        let after = now.iter().find(|p| p.name == before.name);
-        if after.is_some_and(|after| after.digest != before.digest) {
-            changed.push(format!("plugin `{}` changed", before.name));
+        match plugins.iter().find(|p| p.name == before.name) {
+            Some(after) if after.digest != before.digest => {
+                changed.push(format!("plugin `{}` changed", before.name))
+            }
+            // As recorded (the grants' live parts are not part of the record).
+            Some(after) if json(&after.granted) != json(&before.granted) => {
+                changed.push(format!("plugin `{}` is granted otherwise", before.name))
+            }
+            Some(_) => {}
+            None => changed.push(format!("plugin `{}` is no longer loaded", before.name)),
+        }
+    }
+    for after in &plugins {
+        if !regrade.plugins.iter().any(|p| p.name == after.name) {
+            changed.push(format!("plugin `{}` is new", after.name));
         }
     }
     if !changed.is_empty() {
         bail!(
-            "--resume {id}: {} since its grading began, so its scores would not be comparable; \
-             start a new regrade (without --resume)",
+            "--resume {id}: {} since its grading began, so its grades would not be comparable; \
+             resume with what it was graded with, or start a new regrade (without --resume)",
             changed.join("; ")
         );
     }
     Ok((out, regrade))
 }
 
-/// Judges whose plugins are granted a model provider or a secret need what only the
-/// coordinator holds: a grade shard refuses them until the protocol carries their calls.
-fn refuse_judges_that_call_models(judges: &JudgeSet) -> Result<()> {
-    for judge in judges.all() {
-        let Some(plugin) = judge.plugin() else {
-            continue;
-        };
-        let grants = plugin.effective_grants();
-        let held: Vec<String> = grants
-            .models
-            .iter()
-            .map(|p| format!("model provider `{p}`"))
-            .chain(grants.secret_names.iter().map(|s| format!("secret `{s}`")))
-            .collect();
-        if !held.is_empty() {
-            bail!(
-                "judge `{}` (plugin {}) is granted {}: keys and secrets stay on the \
-                 coordinator, and grade shards cannot call models yet; grade without --runner, \
-                 or drop the grant",
-                judge.name,
-                plugin.label(),
-                held.join(", ")
-            );
-        }
+/// `value` as JSON, as the record holds it.
+fn json(value: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
+/// A judge whose plugin is granted a model provider or a secret needs what only the
+/// coordinator holds: a grade shard refuses it until the protocol carries its calls.
+fn refuse_if_it_calls_models(judge: &crate::grade::Judge) -> Result<()> {
+    let Some(plugin) = judge.plugin() else {
+        return Ok(());
+    };
+    let grants = plugin.effective_grants();
+    let held: Vec<String> = grants
+        .models
+        .iter()
+        .map(|p| format!("model provider `{p}`"))
+        .chain(grants.secret_names.iter().map(|s| format!("secret `{s}`")))
+        .collect();
+    if !held.is_empty() {
+        bail!(
+            "judge `{}` (plugin {}) is granted {}: keys and secrets stay on the coordinator, \
+             and grade shards cannot call models yet; grade without --runner, or drop the grant",
+            judge.name,
+            plugin.label(),
+            held.join(", ")
+        );
     }
     Ok(())
 }
@@ -327,8 +389,9 @@ struct Plan {
     cases: Vec<CaseRecord>,
 }
 
-/// Reads each stored trial once: graded here when it needs no judge or a machine answered it
-/// already, or written to its shard's trials file in `staging`. Missing trials are left out.
+/// Reads each stored trial once: graded here when no plugin judge needs a machine or a
+/// machine answered it already (`--resume`), or written to its shard's trials file in
+/// `staging`. Missing trials are left out.
 fn plan(
     dir: &RunDir,
     record: &RunRecord,
@@ -342,40 +405,45 @@ fn plan(
     let mut answered = answers.trace_check();
     let mut graded = Vec::new();
     let mut trials: BTreeMap<u32, Vec<TrialKey>> = BTreeMap::new();
-    let mut files: BTreeMap<u32, std::io::BufWriter<std::fs::File>> = BTreeMap::new();
+    let mut files: BTreeMap<u32, (PathBuf, std::io::BufWriter<std::fs::File>)> = BTreeMap::new();
     let mut cases: BTreeMap<std::sync::Arc<str>, CaseRecord> = BTreeMap::new();
     for key in &record.trials {
-        if answered(key) {
-            let answer = answers.read_trace(key);
-            if let Some(grade) = answer.and_then(|a| machine_grade(judges, key, &a)) {
-                graded.push((key.clone(), grade));
-                continue;
-            }
-        }
         let Some(stored) = traces.read_trace(key) else {
             continue;
         };
-        if !judges.calls_judges(key, &stored) {
+        if !judges.needs_machine(key, &stored) {
             graded.push((key.clone(), judges.grade(key, &stored)));
             continue;
         }
+        let answer = answered(key).then(|| answers.read_trace(key)).flatten();
+        if let Some(grade) = answer.and_then(|a| machine_grade(judges, key, &stored, &a)) {
+            graded.push((key.clone(), grade));
+            continue;
+        }
         let shard = shard_of(&key.case, shards);
-        let file = match files.entry(shard) {
+        let (path, file) = match files.entry(shard) {
             std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
             std::collections::btree_map::Entry::Vacant(slot) => {
-                let dir = staging.join(format!("shard-{shard}"));
-                std::fs::create_dir_all(&dir)?;
-                let file = std::fs::File::create(dir.join(GRADE_TRIALS_FILE))?;
-                slot.insert(std::io::BufWriter::new(file))
+                let dir = collect::shard_dir(staging, shard);
+                let path = dir.join(GRADE_TRIALS_FILE);
+                let file = std::fs::create_dir_all(&dir)
+                    .and_then(|()| std::fs::File::create(&path))
+                    .with_context(|| format!("cannot stage {}", path.display()))?;
+                slot.insert((path, std::io::BufWriter::new(file)))
             }
         };
-        serde_json::to_writer(&mut *file, &stored)?;
-        file.write_all(b"\n")?;
+        serde_json::to_writer(&mut *file, &stored)
+            .map_err(std::io::Error::from)
+            .and_then(|()| file.write_all(b"\n"))
+            .with_context(|| format!("cannot stage {}", path.display()))?;
         trials.entry(shard).or_default().push(key.clone());
         cases.entry(stored.case.id.clone()).or_insert(stored.case);
     }
-    for file in files.into_values() {
-        file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    for (path, file) in files.into_values() {
+        file.into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|file| file.sync_all())
+            .with_context(|| format!("cannot stage {}", path.display()))?;
     }
     Ok(Plan {
         graded: graded.into_iter().collect(),
@@ -396,13 +464,17 @@ fn stage(
     staging: &Path,
 ) -> Result<Vec<StagedShard>> {
     let config = &prepared.config;
-    let plugins = grade_plugins(prepared)?;
+    let plugins = grade_plugins(prepared, &trials)?;
     let dataset = CaseIndex::new(&prepared.cases.cases);
     let index = CaseIndex::new(cases);
-    let most_judges = prepared.judges.all().count().max(1) as u64;
     let mut staged = Vec::new();
     for (shard, keys) in trials {
-        let dir = staging.join(format!("shard-{shard}"));
+        let dir = collect::shard_dir(staging, shard);
+        let most_judges = keys
+            .iter()
+            .map(|key| prepared.judges.plugin_judges(key).len())
+            .max()
+            .unwrap_or(1) as u64;
         let mut bundle = collect::bundle(config, run_id, keys, (shard, shards), heartbeat_ms);
         // The worker's client is the judges: no agent, servers, checks or artefacts.
         let grade_spec = VariantSpec {
@@ -413,10 +485,15 @@ fn stage(
             provider: None,
             checks: Vec::new(),
         };
+        // Only the plugin judges travel: the coordinator makes the assertions' calls itself.
+        let plugin_judges = |configs: &[crate::eval::config::JudgeConfig]| {
+            let judges = configs.iter().filter(|judge| judge.plugin.is_some());
+            judges.cloned().collect::<Vec<_>>()
+        };
         let variant_judges = bundle
             .variants
             .keys()
-            .map(|name| (name.clone(), config.variant_judges(name).to_vec()))
+            .map(|name| (name.clone(), plugin_judges(config.variant_judges(name))))
             .collect();
         for spec in bundle.variants.values_mut() {
             *spec = grade_spec.clone();
@@ -425,8 +502,8 @@ fn stage(
             .trials
             .iter()
             .filter_map(|key| {
-                let judges = dataset.get(&key.case)?.more().judges.clone()?;
-                Some((key.case.to_string(), judges))
+                let judges = dataset.get(&key.case)?.more().judges.as_deref()?;
+                Some((key.case.to_string(), plugin_judges(judges)))
             })
             .collect();
         bundle.artifacts = None;
@@ -440,8 +517,9 @@ fn stage(
         });
         for (plugin, bytes) in &plugins {
             let path = dir.join(plugin.file());
-            std::fs::create_dir_all(path.parent().expect("a plugin file has a directory"))?;
-            std::fs::write(&path, bytes)?;
+            std::fs::create_dir_all(path.parent().expect("a plugin file has a directory"))
+                .and_then(|()| std::fs::write(&path, bytes))
+                .with_context(|| format!("cannot stage {}", path.display()))?;
         }
         collect::write_bundle(&dir.join(BUNDLE_FILE), &bundle, &index)?;
         staged.push(StagedShard { bundle, dir });
@@ -449,10 +527,15 @@ fn stage(
     Ok(staged)
 }
 
-/// The grader plugins the judges call, each once with its component and grants.
-fn grade_plugins(prepared: &Prepared) -> Result<Vec<(GradePlugin, Vec<u8>)>> {
+/// The grader plugins the judges of `trials` call, each once with its component and grants.
+fn grade_plugins(
+    prepared: &Prepared,
+    trials: &BTreeMap<u32, Vec<TrialKey>>,
+) -> Result<Vec<(GradePlugin, Vec<u8>)>> {
     let mut plugins: BTreeMap<String, (GradePlugin, Vec<u8>)> = BTreeMap::new();
-    for plugin in prepared.judges.all().filter_map(|judge| judge.plugin()) {
+    let used = trials.values().flatten();
+    let judges = used.flat_map(|key| prepared.judges.plugin_judges(key));
+    for plugin in judges.filter_map(|judge| judge.plugin()) {
         if plugins.contains_key(plugin.digest()) {
             continue;
         }
@@ -471,10 +554,15 @@ fn grade_plugins(prepared: &Prepared) -> Result<Vec<(GradePlugin, Vec<u8>)>> {
     Ok(plugins.into_values().collect())
 }
 
-/// The grade of trial `key` from a machine's `answer` (its grade shard's stored "trace"):
-/// `None` when the machine could not grade it (the trial stays ungraded, for `--resume`); a
-/// `not-graded` grade naming the shard when its answer is refused.
-fn machine_grade(judges: &JudgeSet, key: &TrialKey, answer: &TrialRecord) -> Option<TrialGrade> {
+/// The grade of trial `key` (stored as `stored`) from a machine's `answer` (its grade shard's
+/// stored "trace"): `None` when the machine could not grade it (the trial stays ungraded, for
+/// `--resume`); a `not-graded` grade naming the shard when its answer is refused.
+fn machine_grade(
+    judges: &JudgeSet,
+    key: &TrialKey,
+    stored: &TrialRecord,
+    answer: &TrialRecord,
+) -> Option<TrialGrade> {
     if answer.trace.status != TrialStatus::Completed {
         return None;
     }
@@ -486,12 +574,12 @@ fn machine_grade(judges: &JudgeSet, key: &TrialKey, answer: &TrialRecord) -> Opt
         .and_then(|text| {
             serde_json::from_str::<JudgeCalls>(text).map_err(|e| format!("not judge calls: {e}"))
         });
-    match calls.and_then(|calls| judges.grade_calls(key, calls)) {
+    match calls.and_then(|calls| judges.grade_calls(key, stored, calls)) {
         Ok(grade) => Some(grade),
         Err(why) => {
-            let shard = answer.collected_by.as_ref().map(|c| c.shard).unwrap_or(0);
+            let shard = answer.collected_by.as_ref().map(|c| c.shard.to_string());
             Some(TrialGrade::NotGraded {
-                judge: format!("grade shard {shard}"),
+                judge: format!("grade shard {}", shard.as_deref().unwrap_or("?")),
                 error: format!("the machine's answer was refused: {why}"),
             })
         }

@@ -507,13 +507,8 @@ impl Worker {
             .with_context(|| format!("{} is not a bundle", path.display()))?;
         drop(bytes);
         let clients = match &bundle.grading {
-            // A grade shard: every variant's trials are graded by the judges it carries.
-            Some(work) => {
-                let grade: Arc<dyn Client> =
-                    Arc::new(client::grade::GradeClient::load(work, bundle_dir)?);
-                let variants = bundle.variants.keys();
-                variants.map(|name| (name.clone(), grade.clone())).collect()
-            }
+            // A grade shard's judges are loaded once the worker said hello (below).
+            Some(_) => Clients::new(),
             None => build_clients(&bundle, &BTreeMap::new())?,
         };
         // The cases and trials move out of the bundle: the worker holds each once.
@@ -555,6 +550,13 @@ impl Worker {
         worker.hello();
         worker.listen();
         worker.heartbeat();
+        // Compiling a grade shard's plugins takes a while: the heartbeat goes on meanwhile.
+        if let Some(work) = &worker.bundle.grading {
+            let grade: Arc<dyn Client> =
+                Arc::new(client::grade::GradeClient::load(work, bundle_dir)?);
+            let variants = worker.bundle.variants.keys();
+            worker.clients = variants.map(|name| (name.clone(), grade.clone())).collect();
+        }
         Ok(worker)
     }
 
