@@ -501,6 +501,17 @@ pub fn exec_judged_eval() -> Eval {
     eval
 }
 
+/// [`exec_judged_eval`] collected on the local runner (its judge cannot score yet: the
+/// judge's program is nowhere on this PATH): the eval, its run directory and the run's id.
+pub fn collected_exec_judged_eval(mst: &Mst) -> (Eval, PathBuf, String) {
+    let eval = exec_judged_eval();
+    let collected = eval.run(mst, &["--json", "-q"]).json();
+    assert_eq!(collected["collect"], "complete", "{collected}");
+    let run_dir = eval.run_dir("e2e");
+    let run = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    (eval, run_dir, run)
+}
+
 /// Writes the `mst-fixture-judge` program (which the exec grader fixture runs) into `dir`, and
 /// returns `dir`: it says which process ran it (its parent's command line) and on which host,
 /// and passes an answer that says hello.

@@ -1087,6 +1087,13 @@ fn probe_image(endpoint: &str) -> &'static str {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let copy = "COPY mst-probe /usr/local/bin/mst-probe";
+    worker_image_with(endpoint, build.path(), copy, "mst-test-probe:1")
+}
+
+/// Builds `tag` on `endpoint` from this mst's worker image and the Dockerfile line `copy`,
+/// which copies a file of the `build` directory in.
+fn worker_image_with(endpoint: &str, build: &Path, copy: &str, tag: &'static str) -> &'static str {
     // By id: the shared engines' tag may be rebuilt by another run meanwhile.
     let worker = format!("mst-worker:{}", env!("CARGO_PKG_VERSION"));
     let id = docker(
@@ -1094,18 +1101,12 @@ fn probe_image(endpoint: &str) -> &'static str {
         &["image", "inspect", "--format", "{{.Id}}", &worker],
     );
     std::fs::write(
-        build.path().join("Dockerfile"),
-        format!(
-            "FROM {}\nCOPY mst-probe /usr/local/bin/mst-probe\n",
-            id.trim()
-        ),
+        build.join("Dockerfile"),
+        format!("FROM {}\n{copy}\n", id.trim()),
     )
     .unwrap();
-    docker(
-        endpoint,
-        &["build", "-q", "-t", "mst-test-probe:1", s(build.path())],
-    );
-    "mst-test-probe:1"
+    docker(endpoint, &["build", "-q", "-t", tag, s(build)]);
+    tag
 }
 
 /// What a trial finds out about its container: whether it can write outside its work
@@ -1621,24 +1622,8 @@ fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
 fn judge_image(endpoint: &str) -> &'static str {
     let build = tempfile::tempdir().unwrap();
     mst_tests::judge_program(build.path());
-    let worker = format!("mst-worker:{}", env!("CARGO_PKG_VERSION"));
-    let id = docker(
-        endpoint,
-        &["image", "inspect", "--format", "{{.Id}}", &worker],
-    );
-    std::fs::write(
-        build.path().join("Dockerfile"),
-        format!(
-            "FROM {}\nCOPY mst-fixture-judge /bin/mst-fixture-judge\n",
-            id.trim()
-        ),
-    )
-    .unwrap();
-    docker(
-        endpoint,
-        &["build", "-q", "-t", "mst-test-judge:1", s(build.path())],
-    );
-    "mst-test-judge:1"
+    let copy = "COPY mst-fixture-judge /bin/mst-fixture-judge";
+    worker_image_with(endpoint, build.path(), copy, "mst-test-judge:1")
 }
 
 #[test]
@@ -1649,11 +1634,7 @@ fn judges_that_need_a_program_only_the_image_has_grade_in_its_containers() {
     let image = judge_image(&a);
     assert_eq!(judge_image(&b), image);
     let mst = Mst::new();
-    let eval = mst_tests::exec_judged_eval();
-    let collected = eval.run(&mst, &["--json", "-q"]).json();
-    assert_eq!(collected["collect"], "complete", "{collected}");
-    let run_dir = eval.run_dir("e2e");
-    let run = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    let (eval, run_dir, run) = mst_tests::collected_exec_judged_eval(&mst);
     let results = eval.results();
     let grade = |extra: &[&str]| -> Run {
         let mut args = vec!["grade", &run, "--json", "--results-dir", s(&results)];

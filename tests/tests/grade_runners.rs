@@ -5,8 +5,8 @@
 //! (Grading in Docker containers is in `docker.rs`.)
 
 use mst_tests::{
-    exec_judged_eval, fixture, hello_cases, judge_program, read_json, stand_in_worker, Eval, Mst,
-    TRACES_FILE,
+    collected_exec_judged_eval, fixture, hello_cases, judge_program, read_json, stand_in_worker,
+    Eval, Mst, TRACES_FILE,
 };
 use serde_json::{json, Value};
 use std::path::Path;
@@ -44,12 +44,7 @@ fn grades_of(dir: &Path) -> std::collections::BTreeMap<String, Value> {
 #[test]
 fn judges_run_in_the_grade_shards_worker_and_the_coordinator_decides_as_it_would_itself() {
     let mst = Mst::new();
-    let eval = exec_judged_eval();
-    // Collected without the judge's program: its judge cannot score here yet.
-    let collected = eval.run(&mst, &["--json", "-q"]).json();
-    assert_eq!(collected["collect"], "complete", "{collected}");
-    let run_dir = eval.run_dir("e2e");
-    let run = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    let (eval, run_dir, run) = collected_exec_judged_eval(&mst);
     let bin = judge_program(&eval.dir.path().join("bin"));
 
     // In the coordinator, then in a grade shard on the local runner.
@@ -172,11 +167,7 @@ fn forging_worker(eval: &Eval, answers: &[(&str, Option<Value>)]) -> String {
 #[test]
 fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left() {
     let mst = Mst::new();
-    let eval = exec_judged_eval();
-    let collected = eval.run(&mst, &["--json", "-q"]).json();
-    assert_eq!(collected["collect"], "complete", "{collected}");
-    let run_dir = eval.run_dir("e2e");
-    let run = run_dir.file_name().unwrap().to_str().unwrap().to_string();
+    let (eval, run_dir, run) = collected_exec_judged_eval(&mst);
     let bin = judge_program(&eval.dir.path().join("bin"));
     let score = |judge: &str, value: f64| json!({"judge": judge, "value": value, "reason": "r"});
     let worker = forging_worker(
