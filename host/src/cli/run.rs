@@ -598,6 +598,10 @@ pub(crate) struct GradeArgs {
     /// Go on with the regrade RUN_ID.gN (on machines): grade only the trials it lacks.
     #[arg(long, value_name = "RUN_ID.gN", requires = "runner")]
     resume: Option<String>,
+    /// With --resume: go on even though the runner, its options, the shard count, the config,
+    /// the datasets or a plugin changed since the regrade began.
+    #[arg(long, requires = "resume")]
+    force: bool,
     /// No progress output (with --runner).
     #[arg(long, short, requires = "runner")]
     quiet: bool,
@@ -609,7 +613,9 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
     let dir = ResultsRoot::new(&args.results_dir).find(&args.run_id)?;
     // This command line, without any --resume of its own, continues what it leaves.
     let mut words = Vec::new();
-    let mut given = std::env::args().skip(1);
+    let mut given = std::env::args_os()
+        .skip(1)
+        .map(|word| word.to_string_lossy().into_owned());
     while let Some(word) = given.next() {
         match word.as_str() {
             "--resume" => drop(given.next()),
@@ -632,6 +638,7 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
         runner,
         runner_options: &args.runner_options,
         resume: args.resume.as_deref(),
+        force: args.force,
         settings: ShardSettings::default(),
         reporter: &reporter,
         cancel: &CANCEL,

@@ -264,6 +264,7 @@ pub struct JudgeCall {
     /// The judge's own pass or fail; `None` leaves it to the pass threshold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pass: Option<bool>,
+    /// Why, in the judge's words.
     pub reason: String,
 }
 
@@ -271,8 +272,15 @@ pub struct JudgeCall {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub enum JudgeCalls {
+    /// Every judge's call, in the judges' order.
     Scores(Vec<JudgeCall>),
-    NotGraded { judge: String, error: String },
+    /// The first judge that could not score the trial, and why.
+    NotGraded {
+        /// Its name.
+        judge: String,
+        /// Its error.
+        error: String,
+    },
 }
 
 /// Calls each of `judges` on `record`, in order, stopping at the first that cannot score it.
@@ -346,10 +354,11 @@ pub fn check_calls(judges: &[&Judge], calls: &JudgeCalls) -> Result<(), String> 
         JudgeCalls::NotGraded { judge, error } => {
             if !judges.iter().any(|j| *j.name == **judge) {
                 return Err(format!(
-                    "it names judge {judge:?}, which this trial does not have"
+                    "it names judge {}, which this trial does not have on a machine",
+                    quoted(judge)
                 ));
             }
-            if error.len() > MAX_ERROR {
+            if error.len() > MAX_ERROR + CUT_NOTE {
                 return Err(format!(
                     "judge `{judge}`'s error is {} bytes, over the {MAX_ERROR}-byte cap",
                     error.len()

@@ -146,6 +146,10 @@ pub struct GradingRecord {
     /// Each grade shard's machine and how it ended, over every grading of the regrade (a
     /// resumed one lists both), as `machines` lists a collection's.
     pub machines: Vec<serde_json::Value>,
+    /// Trials the last grading sent to machines that came back without a grade (lost,
+    /// cancelled, or their machine could not grade them): what `--resume` grades.
+    #[serde(default)]
+    pub ungraded: u64,
 }
 
 /// Where a run's time went: collecting (trials were graded as they arrived, meanwhile) and

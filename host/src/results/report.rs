@@ -42,10 +42,10 @@ pub fn table(summary: &Summary) -> String {
             );
         }
     }
-    // A regrade's trials the grade shards left ungraded are missing too, but were collected.
-    let collect = match (summary.collect, summary.missing.len()) {
-        (_, 0) | (super::Phase::Complete, _) => "complete".to_string(),
-        (super::Phase::Partial, missing) => format!("partial ({missing} trials missing)"),
+    let collect = if summary.missing.is_empty() {
+        "complete".to_string()
+    } else {
+        format!("partial ({} trials missing)", summary.missing.len())
     };
     let grade = match summary.grade {
         super::Phase::Complete => "complete",

@@ -54,6 +54,8 @@ pub struct GradeOn<'a> {
     pub runner_options: &'a [String],
     /// The regrade (`<run-id>.g<N>`) to go on with: only its trials not graded yet are sent.
     pub resume: Option<&'a str>,
+    /// Go on with it even though what it was graded with changed.
+    pub force: bool,
     pub settings: ShardSettings,
     pub reporter: &'a dyn Reporter,
     pub cancel: &'a AtomicBool,
@@ -149,7 +151,9 @@ fn on_machines(
     let mut checked = std::collections::BTreeSet::new();
     for key in &record.trials {
         for judge in prepared.judges.plugin_judges(key) {
-            if checked.insert(judge.name.clone()) {
+            // A judge's name may be another judge's elsewhere; its plugin and options differ.
+            let plugin = judge.plugin().map(|p| p.digest());
+            if checked.insert((judge.name.clone(), plugin)) {
                 refuse_if_it_calls_models(judge)?;
             }
         }
@@ -162,9 +166,24 @@ fn on_machines(
         config_hash: prepared.config_hash.clone(),
         dataset_hash: prepared.cases.content_hash.clone(),
         machines: Vec::new(),
+        ungraded: 0,
     };
     let (out, mut regraded) = match on.resume {
-        Some(id) => resume(dir, record, prepared, &grading, id)?,
+        Some(id) => {
+            let (out, mut regrade) = resume(dir, record, prepared, &grading, id, on.force)?;
+            // What it is graded with from now on (the same, unless --force), and every
+            // grading's machines.
+            let machines = regrade
+                .grading
+                .take()
+                .map(|g| g.machines)
+                .unwrap_or_default();
+            regrade.grading = Some(GradingRecord {
+                machines,
+                ..grading
+            });
+            (out, regrade)
+        }
         None => {
             let mut regraded = record.clone();
             regraded.grading = Some(grading);
@@ -263,6 +282,9 @@ fn on_machines(
         .filter_map(|(key, grade)| Some((key, grade?)))
         .collect();
     let ungraded = sent - graded.len();
+    if let Some(grading) = &mut regraded.grading {
+        grading.ungraded = ungraded as u64;
+    }
     grades.extend(graded);
     Ok((out, regraded, grades, shards, ungraded))
 }
@@ -276,6 +298,7 @@ fn resume(
     prepared: &Prepared,
     now: &GradingRecord,
     id: &str,
+    force: bool,
 ) -> Result<(RunDir, RunRecord)> {
     let is_of_run = id
         .strip_prefix(&format!("{}.g", record.run_id))
@@ -338,10 +361,11 @@ fn resume(
             changed.push(format!("plugin `{}` is new", after.name));
         }
     }
-    if !changed.is_empty() {
+    if !changed.is_empty() && !force {
         bail!(
-            "--resume {id}: {} since its grading began, so its grades would not be comparable; \
-             resume with what it was graded with, or start a new regrade (without --resume)",
+            "--resume {id}: {} since its grading began, so its grades may not be comparable; \
+             resume with what it was graded with, add --force to go on anyway (e.g. with more \
+             memory for its machines), or start a new regrade (without --resume)",
             changed.join("; ")
         );
     }
