@@ -141,16 +141,37 @@ fn tasks_run_one_at_a_time_and_the_cursor_pages_a_live_trace_without_gaps() {
     );
 }
 
+/// Session `id`'s state as `mst runs list --json` lists it.
+fn state_in_runs_list(mst: &Mst, eval: &Eval, id: &str) -> Value {
+    let results = eval.results();
+    let listed = mst.run(&[
+        "runs",
+        "list",
+        "--json",
+        "--results-dir",
+        mst_tests::s(&results),
+    ]);
+    let runs = listed.json();
+    let run = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|run| run["runId"] == id);
+    run.unwrap_or_else(|| panic!("{id} is not listed: {runs}"))["state"].clone()
+}
+
 #[test]
 fn closing_aborts_a_running_task_seals_what_it_did_and_disposes_of_the_machine() {
     let eval = agent_eval(&format!("{}; sleep 600", steps(0..1)), json!({}));
+    let mst = Mst::new();
     let serve = Serve::start(
-        &Mst::new(),
+        &mst,
         &eval.config(),
         &eval.results(),
         &["--cancel-grace", "1"],
     );
     let busy = serve.session("{}");
+    assert_eq!(state_in_runs_list(&mst, &eval, &busy), "running");
     let (_, task) = serve.call("POST", &tasks(&busy), Some(r#"{"input": "stall"}"#));
     let id = task["id"].as_str().unwrap().to_string();
     let one = |events: &[Value]| !events.is_empty();
@@ -172,6 +193,7 @@ fn closing_aborts_a_running_task_seals_what_it_did_and_disposes_of_the_machine()
         (Some("closed"), Some("closed by request"))
     );
     assert_eq!(closed["tasks"][0]["status"], "aborted", "{closed}");
+    assert_eq!(state_in_runs_list(&mst, &eval, &busy), "ended");
     assert!(
         !machine.exists(),
         "the machine {} was disposed of",
@@ -404,7 +426,9 @@ fn idle_sessions_expire_and_a_restart_closes_what_the_last_server_left_open() {
         )
     };
     assert_eq!(record(&left)["status"], "ready");
+    assert_eq!(state_in_runs_list(&mst, &eval, &left), "interrupted");
     let _second = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
+    assert_eq!(state_in_runs_list(&mst, &eval, &left), "interrupted");
     let closed = record(&left);
     assert_eq!(closed["status"], "closed", "{closed}");
     assert!(

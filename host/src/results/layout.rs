@@ -210,7 +210,7 @@ impl RunDir {
         self.write_json(PROCESS_FILE, process)
     }
 
-    /// Reads `process.json`; `None` when the run has none (a playground session, or a run of
+    /// Reads `process.json`; `None` when the run has none (a run or playground session of
     /// an mst from before it was written).
     pub fn read_process(&self) -> Result<Option<super::live::RunProcess>> {
         let path = self.root.join(PROCESS_FILE);

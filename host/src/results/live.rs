@@ -92,7 +92,7 @@ pub struct RunListing {
     pub created_at: u64,
     pub trials: usize,
     pub runner: String,
-    /// Where it stands; `None` without a process record (a playground session, a run of an
+    /// Where it stands; `None` without a process record (a run or playground session of an
     /// older mst).
     pub state: Option<RunState>,
     pub collect: crate::results::Phase,

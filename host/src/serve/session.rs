@@ -16,6 +16,7 @@
 use super::{ServeError, Shared};
 use crate::client::{text_of, Exchange};
 use crate::eval::trial::{CaseIndex, CaseRecord, TraceEvent, TrialKey, TrialRecord, TrialStatus};
+use crate::results::live::{Collector, RunProcess};
 use crate::results::RunDir;
 use crate::run::collect;
 use crate::runner::channel::Channel;
@@ -268,6 +269,8 @@ pub struct Session {
     /// The most tokens one task may use (`turnTokens`).
     turn_tokens: Option<u64>,
     created_at: u64,
+    /// The `mst serve` holding it, as its `process.json` records it (`mst runs list`'s state).
+    process: RunProcess,
     machine: Mutex<Option<Box<dyn Channel>>>,
     state: Mutex<State>,
 }
@@ -341,6 +344,7 @@ impl Session {
             keeps_history,
             turn_tokens: request.turn_tokens,
             created_at: crate::clock::unix_secs(),
+            process: RunProcess::current(Collector::Server),
             machine: Mutex::new(Some(machine)),
             state: Mutex::new(State {
                 tasks: Vec::new(),
@@ -352,7 +356,21 @@ impl Session {
             }),
         };
         session.write_record();
+        session.record_process(false);
         Ok(session)
+    }
+
+    /// Writes `process.json`: the `mst serve` holding the session, and once it is closed, when
+    /// (with exit code 0). A session whose server died without closing it is `interrupted`.
+    fn record_process(&self, closed: bool) {
+        let process = RunProcess {
+            ended_at: closed.then(crate::clock::unix_secs),
+            exit_code: closed.then_some(0),
+            ..self.process.clone()
+        };
+        if let Err(e) = self.dir.write_process(&process) {
+            tracing::warn!("session {}: cannot record its process: {e:#}", self.id);
+        }
     }
 
     /// The session's record, state and tasks.
@@ -751,6 +769,8 @@ impl Session {
             state.closed = Some(why.to_string());
             state.running.take()
         };
+        // Closed to new tasks from now on, whatever the running one takes to stop.
+        self.record_process(true);
         if let Some((task, handle)) = running {
             task.cancel("the session was closed");
             let limit =
@@ -865,7 +885,13 @@ pub(super) fn recover(sessions_dir: &Path) {
         else {
             continue;
         };
-        if view.status == SessionStatus::Closed || process_alive(view.pid) {
+        // Its process record, when it has one, tells a reused pid from the server itself.
+        let recorded = RunDir { root: entry.path() }.read_process();
+        let alive = match recorded {
+            Ok(Some(process)) => !process.owner.is_gone(&crate::owner::Owner::current()),
+            _ => process_alive(view.pid),
+        };
+        if view.status == SessionStatus::Closed || alive {
             continue;
         }
         view.status = SessionStatus::Closed;
