@@ -222,3 +222,20 @@ impl Drop for Sshd {
         self.kill();
     }
 }
+
+/// The ssh runner's arguments for `hosts` with the test's keys.
+pub fn runner_args(plugin: &std::path::Path, keys: &SshKeys, hosts: &[&Sshd]) -> Vec<String> {
+    let hosts: Vec<String> = hosts.iter().map(|h| h.destination()).collect();
+    let mut args: Vec<String> = ["--plugin", crate::s(plugin), "--runner", "mst/runner/ssh"]
+        .map(String::from)
+        .to_vec();
+    for option in [
+        format!("hosts={}", hosts.join(",")),
+        format!("identity={}", crate::s(&keys.identity())),
+        format!("knownHosts={}", crate::s(&keys.known_hosts())),
+    ] {
+        args.extend(["--runner-option".to_string(), option]);
+    }
+    args.extend(["--allow-exec".to_string(), "ssh".to_string()]);
+    args
+}

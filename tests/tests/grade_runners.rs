@@ -9,6 +9,7 @@ use mst_tests::{
     Eval, Mst, TRACES_FILE,
 };
 use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// `mst grade RUN ARGS` on `eval`'s results, with `path` first on the PATH.
@@ -286,4 +287,41 @@ fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left()
             .contains(" collect --bundle "),
         "{c4}"
     );
+}
+
+#[test]
+fn on_the_ssh_runner_the_judges_program_is_the_hosts_own() {
+    if !mst_tests::sshd::available() {
+        eprintln!("skipped: no OpenSSH server here");
+        return;
+    }
+    let mst = Mst::new();
+    let (eval, run_dir, run) = collected_exec_judged_eval(&mst);
+    // The program is on the PATH of the host's sessions only (the test account must read it).
+    let host_bin = tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o755))
+        .tempdir()
+        .unwrap();
+    judge_program(host_bin.path());
+    let keys = mst_tests::sshd::keys();
+    let path = format!("SetEnv PATH={}:/usr/bin:/bin\n", host_bin.path().display());
+    let host = mst_tests::sshd::Sshd::start_with(&keys, "judge", &path);
+    let plugin = mst_tests::plugin("ssh-runner.wasm");
+    let mut args = vec!["--json".to_string()];
+    args.extend(mst_tests::sshd::runner_args(&plugin, &keys, &[&host]));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let graded = grade(&mst, &eval, &run, &args, elsewhere.path());
+    let summary = graded.json();
+    assert_eq!(
+        summary["variants"]["default"]["passed"], 4,
+        "{summary}\n{}",
+        graded.stderr
+    );
+    assert_eq!(summary["variants"]["default"]["failed"], 1, "{summary}");
+    let g1 = run_dir.with_file_name(format!("{run}.g1"));
+    let reason = grades_of(&g1)["default/c1/0"]["judges"][1]["reason"].to_string();
+    assert!(reason.contains(" collect --bundle "), "{reason}");
+    let record = read_json(&g1.join("run.json"));
+    assert_eq!(record["grading"]["runner"], "mst/runner/ssh", "{record}");
 }

@@ -206,23 +206,6 @@ fn a_create_machine_that_never_returns_fails_only_its_shard() {
     assert_resumed(&resumed, 3);
 }
 
-/// The ssh runner's arguments for `hosts` with the test's keys.
-fn ssh_args(plugin: &std::path::Path, keys: &sshd::SshKeys, hosts: &[&Sshd]) -> Vec<String> {
-    let hosts: Vec<String> = hosts.iter().map(|h| h.destination()).collect();
-    let mut args: Vec<String> = ["--plugin", s(plugin), "--runner", "mst/runner/ssh"]
-        .map(String::from)
-        .to_vec();
-    for option in [
-        format!("hosts={}", hosts.join(",")),
-        format!("identity={}", s(&keys.identity())),
-        format!("knownHosts={}", s(&keys.known_hosts())),
-    ] {
-        args.extend(["--runner-option".to_string(), option]);
-    }
-    args.extend(["--allow-exec".to_string(), "ssh".to_string()]);
-    args
-}
-
 #[test]
 fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     if !sshd::available() {
@@ -237,7 +220,7 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     // 4 shards over 2 hosts: every trial collected, the worker placed on each host (its PATH
     // has no mst), the work directories removed afterwards.
     let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 12, 30);
-    let mut args = ssh_args(&plugin, &keys, &[&a, &b]);
+    let mut args = sshd::runner_args(&plugin, &keys, &[&a, &b]);
     args.extend(["--runner-option".into(), "shards=4".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = eval.run(&mst, &args);
@@ -275,7 +258,7 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
         s(&plugin).into(),
         "--dry-run".into(),
     ];
-    args.extend(ssh_args(&plugin, &keys, &[&a]).into_iter().skip(4));
+    args.extend(sshd::runner_args(&plugin, &keys, &[&a]).into_iter().skip(4));
     let dry = mst.run(&args);
     assert_eq!(dry.code, 0, "{}\n{}", dry.stdout, dry.stderr);
     assert!(dry.stdout.contains("one trial        ok"), "{}", dry.stdout);
@@ -287,7 +270,7 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
         16,
         30,
     );
-    let mut args = ssh_args(&plugin, &keys, &[&a, &b]);
+    let mut args = sshd::runner_args(&plugin, &keys, &[&a, &b]);
     args.extend(["--runner-option".into(), "shards=2".into()]);
     let child = mst.spawn(
         &[
@@ -319,7 +302,7 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
 
     let id = run_id(&dir);
     // The same two shards, now both on the host that is left.
-    let mut args = ssh_args(&plugin, &keys, &[&a]);
+    let mut args = sshd::runner_args(&plugin, &keys, &[&a]);
     args.extend(["--runner-option".into(), "shards=2".into()]);
     args.extend(["--resume".into(), id]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -341,7 +324,7 @@ fn artefacts_come_back_over_ssh_and_a_kept_host_says_how_to_get_in() {
 mkdir -p "$MST_ARTIFACTS/out dir" && echo "notes on $q" > "$MST_ARTIFACTS/out dir/notes.txt"
 case "$q" in *2) echo "broken by $q" >&2; exit 5;; esac"#;
     let eval = command_eval(json!(["sh", "-c", agent]), 2, 30);
-    let mut args = ssh_args(&plugin, &keys, &[&host]);
+    let mut args = sshd::runner_args(&plugin, &keys, &[&host]);
     args.extend(["--runner-option".into(), "keep=failed".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = eval.run(&mst, &args);
