@@ -27,8 +27,8 @@ const MAX_TRIAL_BYTES: usize = 256 << 20;
 /// Runs the judges of the stored trials its bundle carries.
 pub struct GradeClient {
     judges: JudgeSet,
-    /// The stored trials to grade, by key; each is taken when it is graded.
-    trials: Mutex<HashMap<TrialKey, TrialRecord>>,
+    /// The stored trials to grade; each is read, once, when it is graded.
+    trials: TrialsFile,
     /// Where the plugins' compiled code is cached while the shard runs; removed with it.
     _cache: tempfile::TempDir,
 }
@@ -53,10 +53,10 @@ impl GradeClient {
             plugins.insert(Arc::new(loaded), &plugin.references);
         }
         let judges = JudgeSet::from_configs(&work.variant_judges, &work.case_judges, &plugins)?;
-        let trials = read_trials(&bundle_dir.join(GRADE_TRIALS_FILE))?;
+        let trials = TrialsFile::open(&bundle_dir.join(GRADE_TRIALS_FILE))?;
         Ok(GradeClient {
             judges,
-            trials: Mutex::new(trials),
+            trials,
             _cache: cache,
         })
     }
@@ -101,39 +101,75 @@ fn load_plugin(
     Ok(loaded)
 }
 
-/// The stored trials of the trials file, by key.
-fn read_trials(path: &Path) -> Result<HashMap<TrialKey, TrialRecord>> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut trials = HashMap::new();
-    let mut reader = std::io::BufReader::new(file);
-    let mut line = Vec::new();
-    let mut number = 0;
-    loop {
-        line.clear();
-        let read = (&mut reader)
-            .take(MAX_TRIAL_BYTES as u64 + 1)
-            .read_until(b'\n', &mut line)?;
-        if read == 0 {
-            break;
+/// The trials file, and where each stored trial is in it: a trial is read when it is graded,
+/// so the worker holds one trial's trace at a time per grading thread, not the shard's.
+struct TrialsFile {
+    file: std::fs::File,
+    /// Each trial's line: its offset and length; taken when the trial is graded.
+    lines: Mutex<HashMap<TrialKey, (u64, usize)>>,
+}
+
+/// The fields of a stored trial's line that name it.
+#[derive(serde::Deserialize)]
+struct KeyOfLine {
+    case: CaseIdOfLine,
+    variant: String,
+    trial: u32,
+}
+
+/// A stored trial's case id.
+#[derive(serde::Deserialize)]
+struct CaseIdOfLine {
+    id: String,
+}
+
+impl TrialsFile {
+    /// Indexes the trials file at `path` by key, reading it once.
+    fn open(path: &Path) -> Result<Self> {
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let mut lines = HashMap::new();
+        let mut reader = std::io::BufReader::new(&file);
+        let (mut line, mut offset, mut number) = (Vec::new(), 0u64, 0);
+        loop {
+            line.clear();
+            let read = (&mut reader)
+                .take(MAX_TRIAL_BYTES as u64 + 1)
+                .read_until(b'\n', &mut line)?;
+            if read == 0 {
+                break;
+            }
+            number += 1;
+            if line.len() > MAX_TRIAL_BYTES {
+                bail!(
+                    "{} line {number}: over {MAX_TRIAL_BYTES} bytes",
+                    path.display()
+                );
+            }
+            let key: KeyOfLine = serde_json::from_slice(&line)
+                .with_context(|| format!("{} line {number} is not a trial", path.display()))?;
+            let key = TrialKey::new(key.variant, key.case.id, key.trial);
+            lines.insert(key, (offset, line.len()));
+            offset += read as u64;
         }
-        number += 1;
-        if line.len() > MAX_TRIAL_BYTES {
-            bail!(
-                "{} line {number}: over {MAX_TRIAL_BYTES} bytes",
-                path.display()
-            );
-        }
-        let record: TrialRecord = serde_json::from_slice(&line)
-            .with_context(|| format!("{} line {number} is not a trial", path.display()))?;
-        let key = TrialKey::new(
-            record.variant.as_str(),
-            record.case.id.clone(),
-            record.trial,
-        );
-        trials.insert(key, record);
+        Ok(TrialsFile {
+            file,
+            lines: Mutex::new(lines),
+        })
     }
-    Ok(trials)
+
+    /// The stored trial `key`, once: `None` when the file has none (or it was taken).
+    fn take(&self, key: &TrialKey) -> Option<Result<TrialRecord, String>> {
+        use std::os::unix::fs::FileExt;
+        let (offset, len) = self.lines.lock().expect("trials lock").remove(key)?;
+        let mut bytes = vec![0; len];
+        let read = self.file.read_exact_at(&mut bytes, offset);
+        Some(
+            read.map_err(|e| e.to_string())
+                .and_then(|()| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+                .map_err(|e| format!("the bundle's stored trial {key} cannot be read: {e}")),
+        )
+    }
 }
 
 impl Client for GradeClient {
@@ -144,12 +180,16 @@ impl Client for GradeClient {
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
         let mut recorder = Recorder::new(input, Instant::now());
         let key = TrialKey::new(input.variant, input.case.id.clone(), input.trial);
-        let stored = self.trials.lock().expect("trials lock").remove(&key);
-        let Some(record) = stored else {
-            recorder.push(EventKind::Log {
-                text: format!("the bundle holds no stored trial {key}"),
-            });
-            return recorder.finish(TrialStatus::Infra, None, None);
+        let record = match self.trials.take(&key) {
+            Some(Ok(record)) => record,
+            failed => {
+                let text = match failed {
+                    Some(Err(why)) => why,
+                    _ => format!("the bundle holds no stored trial {key}"),
+                };
+                recorder.push(EventKind::Log { text });
+                return recorder.finish(TrialStatus::Infra, None, None);
+            }
         };
         let calls = match call_judges(self.judges.judges_for(&key), &record) {
             // Cut as the coordinator's check expects; the plugin's stderr may run long.
@@ -161,5 +201,37 @@ impl Client for GradeClient {
         };
         let answer = serde_json::to_string(&calls).expect("judge calls serialise");
         recorder.finish(TrialStatus::Completed, Some(answer), Some(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::trial::CaseRecord;
+
+    #[test]
+    fn stored_trials_are_read_one_at_a_time_and_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(GRADE_TRIALS_FILE);
+        let record = |case: &str, answer: &str| {
+            let mut record = TrialRecord::answered(CaseRecord::new(case, "q".into()), answer);
+            record.variant = "v".into();
+            record
+        };
+        let (a, b) = (record("a", "first"), record("b", "second, longer"));
+        let lines = [&a, &b]
+            .map(|r| serde_json::to_string(r).unwrap())
+            .join("\n");
+        std::fs::write(&path, lines + "\n").unwrap();
+        let trials = TrialsFile::open(&path).unwrap();
+        let key = |case: &str| TrialKey::new("v", case, 0);
+        assert_eq!(trials.take(&key("b")), Some(Ok(b)));
+        assert_eq!(trials.take(&key("a")), Some(Ok(a)));
+        assert_eq!(trials.take(&key("a")), None, "taken once");
+        assert_eq!(trials.take(&key("c")), None);
+
+        std::fs::write(&path, "{\"not\": \"a trial\"}\n").unwrap();
+        let error = format!("{:#}", TrialsFile::open(&path).err().unwrap());
+        assert!(error.contains("line 1 is not a trial"), "{error}");
     }
 }
