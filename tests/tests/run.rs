@@ -561,3 +561,25 @@ fn the_summary_lists_what_did_not_pass_grouped_with_reasons_and_capped() {
     let json = mst.run(&["runs", "show", &id, "--results-dir", s(&results), "--json"]);
     assert_eq!(json.json(), read_json(&dir.join("summary.json")));
 }
+
+#[test]
+fn a_junit_file_that_cannot_be_written_fails_the_process_and_its_record_says_so() {
+    let mst = Mst::new();
+    let eval = mst_tests::command_eval(json!(["cat"]), 1, 30);
+    // Below a file: no directory can be made there.
+    let junit = eval.config().join("junit.xml");
+    let run = eval.run(&mst, &["-q", "--junit", s(&junit)]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("cannot write --junit"),
+        "{}",
+        run.stderr
+    );
+    // The run passed; its process did not, and its record says what the process said.
+    let dir = eval.run_dir("e2e");
+    assert_eq!(
+        read_json(&dir.join("summary.json"))["variants"]["default"]["passed"],
+        1
+    );
+    assert_eq!(read_json(&dir.join("process.json"))["exitCode"], 1);
+}

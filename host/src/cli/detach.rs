@@ -416,17 +416,6 @@ fn signal_owner(owner: &crate::owner::Owner) -> Result<()> {
     }
 }
 
-/// Sets the exit code a run's process record gives (the process exits otherwise than the run
-/// said: a `--junit` file it could not write).
-pub(super) fn record_exit_code(dir: &RunDir, code: u8) {
-    if let Ok(Some(mut process)) = dir.read_process() {
-        process.exit_code = Some(code);
-        if let Err(e) = dir.write_process(&process) {
-            tracing::warn!("cannot record the run's exit code: {e:#}");
-        }
-    }
-}
-
 /// Refuses to resume run `run_id` while a process still collects into it: two would write
 /// one directory, and `mst runs stop` would reach only the later.
 pub(super) fn refuse_running(results: &Path, run_id: &str) -> Result<()> {

@@ -370,6 +370,14 @@ impl Reporter {
 }
 
 impl events::Reporter for Reporter {
+    /// 1 when the `--junit` file could not be written (the process exits 1 then).
+    fn exit_code(&self, run_code: u8) -> u8 {
+        match self.failure.lock().expect("failure").is_some() {
+            true => 1,
+            false => run_code,
+        }
+    }
+
     fn event(&self, event: &RunEvent<'_>) {
         match event {
             RunEvent::Started { total, .. } => {
@@ -468,10 +476,6 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     };
     super::write_stdout_str(&reporter.summary.lock().expect("summary"));
     let failure = reporter.failure.lock().expect("failure").take();
-    if failure.is_some() {
-        // The run recorded its summary's exit code; this process exits 1.
-        super::detach::record_exit_code(&outcome.dir, 1);
-    }
     if let Some(following) = &following {
         SERVING_ONLY.store(true, Ordering::SeqCst);
         following.run.end(None);
@@ -500,6 +504,10 @@ struct Tee<'a> {
 }
 
 impl events::Reporter for Tee<'_> {
+    fn exit_code(&self, run_code: u8) -> u8 {
+        self.terminal.exit_code(run_code)
+    }
+
     fn event(&self, event: &RunEvent<'_>) {
         if let (Some(following), RunEvent::Started { run_id, .. }) = (self.following, event) {
             errln!(

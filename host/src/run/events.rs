@@ -39,6 +39,13 @@ pub enum RunEvent<'a> {
 pub trait Reporter: Sync {
     /// One event, in the order it happened within its shard.
     fn event(&self, event: &RunEvent<'_>);
+
+    /// The exit code the run's process gives for a run whose summary says `run_code`, once
+    /// it heard `Finished`: the same, unless what the reporter did at the end failed (a
+    /// `--junit` file it could not write). The run records it as its process's exit code.
+    fn exit_code(&self, run_code: u8) -> u8 {
+        run_code
+    }
 }
 
 /// A reporter that hears nothing.

@@ -165,7 +165,7 @@ pub fn run(
     };
     let outcome = collect_and_grade(request, ready, (dir.clone(), record), reporter, cancel);
     match &outcome {
-        Ok(outcome) => end.exit_code = outcome.summary.exit_code(),
+        Ok(outcome) => end.exit_code = reporter.exit_code(outcome.summary.exit_code()),
         // Told before the end is recorded: whoever sees the run ended has heard why.
         Err(error) => reporter.event(&RunEvent::Failed(error)),
     }
