@@ -234,4 +234,55 @@ mod tests {
         let error = format!("{:#}", TrialsFile::open(&path).err().unwrap());
         assert!(error.contains("line 1 is not a trial"), "{error}");
     }
+
+    #[test]
+    fn a_bundles_plugin_must_be_named_by_a_digest_and_hash_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let host = PluginHost::new(cache.path().to_path_buf()).unwrap();
+        let plugin = |digest: &str| GradePlugin {
+            name: "acme/grader/x".into(),
+            references: Vec::new(),
+            digest: digest.into(),
+            exec: Vec::new(),
+            read_dirs: Vec::new(),
+            http: Vec::new(),
+        };
+        let refused = |plugin: &GradePlugin| {
+            let error = load_plugin(&host, plugin, dir.path(), Limits::default()).err();
+            format!("{:#}", error.expect("refused"))
+        };
+        // A digest that would name a file elsewhere is refused before any path is made.
+        for digest in [
+            "../../etc/passwd",
+            &"a".repeat(63),
+            &format!("{}/", "a".repeat(63)),
+        ] {
+            assert!(
+                refused(&plugin(digest)).contains("is not a sha256"),
+                "{digest}"
+            );
+        }
+        // A file that does not hash to its name is refused before it is compiled.
+        let named = "0".repeat(64);
+        let plugins_dir = dir.path().join(crate::shard::bundle::GRADE_PLUGINS_DIR);
+        std::fs::create_dir_all(plugins_dir).unwrap();
+        std::fs::write(
+            dir.path().join(plugin(&named).file()),
+            b"\0asm not a grader",
+        )
+        .unwrap();
+        let error = refused(&plugin(&named));
+        assert!(
+            error.contains("not the") && error.contains(&named),
+            "{error}"
+        );
+        // A link in its place is not followed.
+        let real = dir.path().join("real.wasm");
+        std::fs::write(&real, b"x").unwrap();
+        let linked = crate::plugin::loaded::digest(b"x");
+        std::os::unix::fs::symlink(&real, dir.path().join(plugin(&linked).file())).unwrap();
+        let error = refused(&plugin(&linked));
+        assert!(error.contains("is not a regular file"), "{error}");
+    }
 }

@@ -230,10 +230,7 @@ impl Judge {
                     .map_err(|e| e.to_string())?;
                 (score.value, score.pass, score.reason)
             }
-            JudgeKind::Assert(assertion) => {
-                let (ok, reason) = assertion.check(record);
-                (if ok { 1.0 } else { 0.0 }, Some(ok), reason)
-            }
+            JudgeKind::Assert(assertion) => return Ok(self.assertion_call(assertion, record)),
         };
         Ok(JudgeCall {
             judge: self.name.to_string(),
@@ -241,6 +238,17 @@ impl Judge {
             pass,
             reason,
         })
+    }
+
+    /// This judge's call as `assertion` on `record`: it always scores, 1 or 0.
+    fn assertion_call(&self, assertion: &Assertion, record: &TrialRecord) -> JudgeCall {
+        let (ok, reason) = assertion.check(record);
+        JudgeCall {
+            judge: self.name.to_string(),
+            value: if ok { 1.0 } else { 0.0 },
+            pass: Some(ok),
+            reason,
+        }
     }
 
     /// The plugin this judge calls, if it is a plugin judge.
@@ -537,13 +545,25 @@ impl JudgeSet {
         record.trace.status != TrialStatus::Infra && !self.plugin_judges(key).is_empty()
     }
 
+    /// The calls of trial `key`'s assertion judges on `record`, in order: what the
+    /// coordinator adds to a machine's calls of the trial's plugin judges
+    /// ([`JudgeSet::grade_calls`]), made while it reads the trial anyway.
+    pub fn assertion_calls(&self, key: &TrialKey, record: &TrialRecord) -> Vec<JudgeCall> {
+        let judges = self.judges_for(key).iter();
+        let assertions = judges.filter_map(|judge| match &judge.kind {
+            JudgeKind::Assert(assertion) => Some(judge.assertion_call(assertion, record)),
+            JudgeKind::Plugin { .. } => None,
+        });
+        assertions.collect()
+    }
+
     /// Trial `key`'s grade from its plugin judges' `calls` made on a machine, checked by
-    /// [`check_calls`], and its assertions' own calls on `record` made here; the verdict is
-    /// decided here.
+    /// [`check_calls`], and its assertion judges' own calls (`assertions`, from
+    /// [`JudgeSet::assertion_calls`]); the verdict is decided here.
     pub fn grade_calls(
         &self,
         key: &TrialKey,
-        record: &TrialRecord,
+        assertions: &[JudgeCall],
         calls: JudgeCalls,
     ) -> Result<TrialGrade, String> {
         let judges = self.judges_for(key);
@@ -552,21 +572,15 @@ impl JudgeSet {
         let JudgeCalls::Scores(machine) = calls else {
             return Ok(verdict(judges, calls, threshold));
         };
-        let mut machine = machine.into_iter();
-        let mut merged = Vec::with_capacity(judges.len());
-        for judge in judges {
-            let call = match judge.plugin() {
-                Some(_) => machine.next().ok_or("fewer calls than plugin judges")?,
-                None => match judge.call(record) {
-                    Ok(call) => call,
-                    Err(error) => {
-                        let judge = judge.name.to_string();
-                        return Ok(TrialGrade::NotGraded { judge, error });
-                    }
-                },
-            };
-            merged.push(call);
-        }
+        let (mut machine, mut own) = (machine.into_iter(), assertions.iter().cloned());
+        let merged = judges
+            .iter()
+            .map(|judge| match judge.plugin() {
+                Some(_) => machine.next(),
+                None => own.next(),
+            })
+            .collect::<Option<Vec<JudgeCall>>>()
+            .ok_or("fewer calls than judges")?;
         Ok(verdict(judges, JudgeCalls::Scores(merged), threshold))
     }
 

@@ -91,14 +91,14 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     }
     let traces = dir.traces_dir(&record.run_id);
     let grading = std::time::Instant::now();
-    let (out, mut regraded, grades, shards, ungraded) = match &request.on {
+    let (out, mut regraded, grades, shards) = match &request.on {
         None => {
             let grades = super::grade::grade_all(&prepared.judges, &traces, &record.trials, None);
             let out = dir.next_regrade(&record.run_id)?;
             let mut regraded = record.clone();
             // Graded here, whatever graded the run (or regrade) it grades.
             regraded.grading = None;
-            (out, regraded, grades, Vec::new(), 0)
+            (out, regraded, grades, Vec::new())
         }
         Some(on) => on_machines(dir, &record, &prepared, request.limits, on)?,
     };
@@ -110,6 +110,7 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     regraded.baseline = prepared.config.baseline.clone();
     regraded.plugins = prepared.plugin_records();
     prepared.count_usage(&mut regraded.plugins);
+    let ungraded = regraded.grading.as_ref().map_or(0, |g| g.ungraded);
     regraded.grade = match ungraded {
         0 => super::grade::grade_phase(&grades, &pairs),
         // Trials the machines did not grade: `--resume` grades them.
@@ -135,9 +136,9 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     Ok(outcome)
 }
 
-/// What a regrade on machines made: its directory, its record (with `grading` set), the
-/// grades, the grade shards' reports, and how many trials sent to them came back ungraded.
-type OnMachines = (RunDir, RunRecord, Grades, Vec<ShardReport>, usize);
+/// What a regrade on machines made: its directory, its record (with `grading` set, which
+/// counts the trials the shards left ungraded), the grades and the grade shards' reports.
+type OnMachines = (RunDir, RunRecord, Grades, Vec<ShardReport>);
 
 /// A regrade whose plugin judges run in grade shards on `on`'s machines.
 fn on_machines(
@@ -234,12 +235,10 @@ fn on_machines(
         on.reporter.event(&RunEvent::RunnerPlan(&line));
     }
     let sent: usize = staged.iter().map(|shard| shard.bundle.trials.len()).sum();
-    let traces = dir.traces_dir(&record.run_id);
     let answered: Mutex<BTreeMap<TrialKey, Option<TrialGrade>>> = Mutex::default();
     let stored = |key: &TrialKey, answer: TrialRecord| {
-        let grade = traces
-            .read_trace(key)
-            .and_then(|stored| machine_grade(&prepared.judges, key, &stored, &answer));
+        let own = plan.assertions.get(key).map_or(&[][..], Vec::as_slice);
+        let grade = machine_grade(&prepared.judges, key, own, &answer);
         answered.lock().expect("answers").insert(key.clone(), grade);
     };
     let events = |event| on.reporter.event(&RunEvent::Shard(event));
@@ -281,12 +280,11 @@ fn on_machines(
         .into_iter()
         .filter_map(|(key, grade)| Some((key, grade?)))
         .collect();
-    let ungraded = sent - graded.len();
     if let Some(grading) = &mut regraded.grading {
-        grading.ungraded = ungraded as u64;
+        grading.ungraded = (sent - graded.len()) as u64;
     }
     grades.extend(graded);
-    Ok((out, regraded, grades, shards, ungraded))
+    Ok((out, regraded, grades, shards))
 }
 
 /// The regrade `id` (of run `record`) to go on with, refused when it is not a regrade of that
@@ -411,6 +409,9 @@ struct Plan {
     trials: BTreeMap<u32, Vec<TrialKey>>,
     /// The cases those trials name, as the run stored them (answers included).
     cases: Vec<CaseRecord>,
+    /// The calls of those trials' assertion judges, made as they were read (trials with
+    /// none are left out): joined with the machines' calls without reading a trace again.
+    assertions: BTreeMap<TrialKey, Vec<crate::grade::JudgeCall>>,
 }
 
 /// Reads each stored trial once: graded here when no plugin judge needs a machine or a
@@ -431,6 +432,7 @@ fn plan(
     let mut trials: BTreeMap<u32, Vec<TrialKey>> = BTreeMap::new();
     let mut files: BTreeMap<u32, (PathBuf, std::io::BufWriter<std::fs::File>)> = BTreeMap::new();
     let mut cases: BTreeMap<std::sync::Arc<str>, CaseRecord> = BTreeMap::new();
+    let mut assertions = BTreeMap::new();
     for key in &record.trials {
         let Some(stored) = traces.read_trace(key) else {
             continue;
@@ -439,10 +441,14 @@ fn plan(
             graded.push((key.clone(), judges.grade(key, &stored)));
             continue;
         }
+        let own = judges.assertion_calls(key, &stored);
         let answer = answered(key).then(|| answers.read_trace(key)).flatten();
-        if let Some(grade) = answer.and_then(|a| machine_grade(judges, key, &stored, &a)) {
+        if let Some(grade) = answer.and_then(|a| machine_grade(judges, key, &own, &a)) {
             graded.push((key.clone(), grade));
             continue;
+        }
+        if !own.is_empty() {
+            assertions.insert(key.clone(), own);
         }
         let shard = shard_of(&key.case, shards);
         let (path, file) = match files.entry(shard) {
@@ -473,6 +479,7 @@ fn plan(
         graded: graded.into_iter().collect(),
         trials,
         cases: cases.into_values().collect(),
+        assertions,
     })
 }
 
@@ -491,6 +498,20 @@ fn stage(
     let plugins = grade_plugins(prepared, &trials)?;
     let dataset = CaseIndex::new(&prepared.cases.cases);
     let index = CaseIndex::new(cases);
+    // The worker's client is the judges: no agent, servers, checks or artefacts.
+    let grade_spec = VariantSpec {
+        client: "grade".into(),
+        model: None,
+        client_options: None,
+        servers: BTreeMap::new(),
+        provider: None,
+        checks: Vec::new(),
+    };
+    // Only the plugin judges travel: the coordinator makes the assertions' calls itself.
+    let plugin_judges = |configs: &[crate::eval::config::JudgeConfig]| {
+        let judges = configs.iter().filter(|judge| judge.plugin.is_some());
+        judges.cloned().collect::<Vec<_>>()
+    };
     let mut staged = Vec::new();
     for (shard, keys) in trials {
         let dir = collect::shard_dir(staging, shard);
@@ -500,20 +521,6 @@ fn stage(
             .max()
             .unwrap_or(1) as u64;
         let mut bundle = collect::bundle(config, run_id, keys, (shard, shards), heartbeat_ms);
-        // The worker's client is the judges: no agent, servers, checks or artefacts.
-        let grade_spec = VariantSpec {
-            client: "grade".into(),
-            model: None,
-            client_options: None,
-            servers: BTreeMap::new(),
-            provider: None,
-            checks: Vec::new(),
-        };
-        // Only the plugin judges travel: the coordinator makes the assertions' calls itself.
-        let plugin_judges = |configs: &[crate::eval::config::JudgeConfig]| {
-            let judges = configs.iter().filter(|judge| judge.plugin.is_some());
-            judges.cloned().collect::<Vec<_>>()
-        };
         let variant_judges = bundle
             .variants
             .keys()
@@ -578,13 +585,14 @@ fn grade_plugins(
     Ok(plugins.into_values().collect())
 }
 
-/// The grade of trial `key` (stored as `stored`) from a machine's `answer` (its grade shard's
-/// stored "trace"): `None` when the machine could not grade it (the trial stays ungraded, for
-/// `--resume`); a `not-graded` grade naming the shard when its answer is refused.
+/// The grade of trial `key` from a machine's `answer` (its grade shard's stored "trace") and
+/// the trial's own `assertions` calls: `None` when the machine could not grade it (the trial
+/// stays ungraded, for `--resume`); a `not-graded` grade naming the shard when its answer is
+/// refused.
 fn machine_grade(
     judges: &JudgeSet,
     key: &TrialKey,
-    stored: &TrialRecord,
+    assertions: &[crate::grade::JudgeCall],
     answer: &TrialRecord,
 ) -> Option<TrialGrade> {
     if answer.trace.status != TrialStatus::Completed {
@@ -598,7 +606,7 @@ fn machine_grade(
         .and_then(|text| {
             serde_json::from_str::<JudgeCalls>(text).map_err(|e| format!("not judge calls: {e}"))
         });
-    match calls.and_then(|calls| judges.grade_calls(key, stored, calls)) {
+    match calls.and_then(|calls| judges.grade_calls(key, assertions, calls)) {
         Ok(grade) => Some(grade),
         Err(why) => {
             let shard = answer.collected_by.as_ref().map(|c| c.shard.to_string());
