@@ -21,6 +21,24 @@ pub fn read_input(path: &Path) -> Result<Vec<u8>> {
 /// file) is refused; the file is opened non-blocking so that a FIFO planted in its place
 /// cannot hang the reader.
 pub fn read_regular(path: &Path, cap: u64, no_follow: bool) -> Result<Vec<u8>> {
+    let file = open_regular(path, cap, no_follow)?;
+    let mut bytes = Vec::new();
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 > cap {
+        bail!(
+            "{} grew past the {} byte limit while being read",
+            path.display(),
+            cap
+        );
+    }
+    Ok(bytes)
+}
+
+/// Opens a regular file of at most `cap` bytes for reading, checked as [`read_regular`]
+/// checks it; the reader takes care not to read past `cap` should it grow.
+pub fn open_regular(path: &Path, cap: u64, no_follow: bool) -> Result<std::fs::File> {
     let meta = if no_follow {
         std::fs::symlink_metadata(path)
     } else {
@@ -51,18 +69,7 @@ pub fn read_regular(path: &Path, cap: u64, no_follow: bool) -> Result<Vec<u8>> {
     if !file.metadata()?.file_type().is_file() {
         bail!("{} is not a regular file", path.display());
     }
-    let mut bytes = Vec::new();
-    file.take(cap + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    if bytes.len() as u64 > cap {
-        bail!(
-            "{} grew past the {} byte limit while being read",
-            path.display(),
-            cap
-        );
-    }
-    Ok(bytes)
+    Ok(file)
 }
 
 /// Writes `bytes` to `path` atomically (temporary file in the same directory, then rename):

@@ -26,7 +26,7 @@ fn the_agent_sees_neither_the_answers_nor_the_bundle_directory() {
     // worker's command line and prints it whole.
     let agent = r#"echo "cwd=$(pwd)"; echo "entries=$(ls -A | wc -l)"
 b=$(tr '\0' '\n' < /proc/$PPID/cmdline | sed -n '/^--bundle$/{n;p}')
-cat "$b/bundle.json""#;
+cat "$b/bundle.json" "$b/work.jsonl""#;
     let eval = secret_answer_eval(json!(["sh", "-c", agent]));
     let run = eval.run(&mst, &["--json", "-q"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);

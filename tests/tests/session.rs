@@ -6,7 +6,7 @@ use mst::eval::trial::{CaseIndex, CaseRecord, TrialKey};
 use mst::results::RunDir;
 use mst::runner::local::LocalRunner;
 use mst::runner::{MachineRequest, Runner};
-use mst::shard::bundle::{Bundle, BUNDLE_FILE};
+use mst::shard::bundle::Bundle;
 use mst::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession, ShardSettings};
 use mst::shard::limits::Limiter;
 use mst::shard::tokens::ServerTokens;
@@ -80,7 +80,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         let bundle = bundle(&config, task);
         let staged = tempfile::tempdir().unwrap();
         // Written as a run stages it: the case whose input is `task` goes with it.
-        mst::run::collect::write_bundle(&staged.path().join(BUNDLE_FILE), &bundle, &cases).unwrap();
+        mst::run::collect::write_bundle(staged.path(), &bundle, &cases).unwrap();
         let report =
             ShardSession::new(&context, &bundle, &run_dir).run(machine.as_mut(), staged.path());
         assert_eq!(report.ended, ShardEnd::Done, "{task}: {:?}", report.ended);

@@ -10,7 +10,7 @@ use crate::results::RunDir;
 use crate::runner::channel::Channel;
 use crate::runner::{Keep, MachineRequest, Runner};
 use crate::shard::artifacts::BundleArtifacts;
-use crate::shard::bundle::{Bundle, BUNDLE_FILE};
+use crate::shard::bundle::Bundle;
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSession, StoredTrace};
 use crate::shard::protocol::PROTOCOL;
 use anyhow::Result;
@@ -53,7 +53,7 @@ pub fn stage_bundles(
         let mut bundle = bundle(config, run_id, trials, (shard, shards), heartbeat_ms);
         bundle.case_checks = case_checks(&bundle.trials, cases);
         let dir = shard_dir(staging, shard);
-        write_bundle(&dir.join(BUNDLE_FILE), &bundle, cases)?;
+        write_bundle(&dir, &bundle, cases)?;
         staged.push(StagedShard { bundle, dir });
     }
     Ok(staged)
@@ -78,40 +78,20 @@ fn case_checks(
         .collect()
 }
 
-/// Writes `bundle` to `path` as its worker reads it, with the cases its trials name as their
-/// client sees them ([`CaseRecord::for_client`]: never the answers), written straight from
-/// the coordinator's `cases` rather than copied into the bundle first (a run of 100,000 cases
-/// would otherwise hold a second copy of them while the file is written).
-pub fn write_bundle(path: &Path, bundle: &Bundle, cases: &CaseIndex<'_>) -> Result<()> {
-    #[derive(serde::Serialize)]
-    #[serde(bound(serialize = "crate::files::SeqOf<F>: serde::Serialize"))]
-    struct BundleFile<'a, F> {
-        #[serde(flatten)]
-        bundle: &'a Bundle,
-        cases: crate::files::SeqOf<F>,
-    }
-    let mut named: Vec<&str> = bundle.trials.iter().map(|k| &*k.case).collect();
-    named.sort_unstable();
-    named.dedup();
-    let named = &named;
-    let file = BundleFile {
-        bundle,
-        cases: crate::files::SeqOf(|| {
-            named.iter().map(|id| {
-                cases
-                    .get(id)
-                    .expect("a bundle's trials name planned cases")
-                    .for_client()
-            })
-        }),
-    };
-    crate::files::write_atomic_with(path, |out| {
-        serde_json::to_writer(out, &file).map_err(Into::into)
+/// Writes `bundle` into the directory `dir` as its worker reads it ([`crate::shard::bundle::write`]),
+/// with the cases its trials name as their client sees them ([`CaseRecord::for_client`]: never
+/// the answers), written straight from the coordinator's `cases` rather than copied into the
+/// bundle first (a run of 100,000 cases would otherwise hold a second copy of them).
+///
+/// [`CaseRecord::for_client`]: crate::eval::trial::CaseRecord::for_client
+pub fn write_bundle(dir: &Path, bundle: &Bundle, cases: &CaseIndex<'_>) -> Result<()> {
+    crate::shard::bundle::write(dir, bundle, |id| {
+        cases.get(id).map(|case| case.for_client())
     })
 }
 
 /// The bundle of shard `shard` of `shards` that collects `trials`: the variants they name.
-/// Its cases are left empty: [`stage_bundles`] writes them into the bundle's file.
+/// Its cases are not in it: [`write_bundle`] writes them beside it.
 pub fn bundle(
     config: &EvalConfig,
     run_id: &str,
@@ -134,7 +114,6 @@ pub fn bundle(
             .iter()
             .map(|name| (name.to_string(), config.variant(name)))
             .collect::<BTreeMap<String, VariantSpec>>(),
-        cases: Vec::new(),
         trials,
         workdir: None,
         conversation: None,

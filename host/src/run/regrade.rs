@@ -20,7 +20,7 @@ use crate::results::stored::StoredRun;
 use crate::results::{GradingRecord, RunDir, RunRecord, Summary};
 use crate::runner::{self, RunnerOptions};
 use crate::secrets::Secrets;
-use crate::shard::bundle::{GradePlugin, GradeWork, BUNDLE_FILE, GRADE_TRIALS_FILE};
+use crate::shard::bundle::{GradePlugin, GradeWork, GRADE_TRIALS_FILE};
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSettings};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -552,7 +552,7 @@ fn stage(
                 .and_then(|()| std::fs::write(&path, bytes))
                 .with_context(|| format!("cannot stage {}", path.display()))?;
         }
-        collect::write_bundle(&dir.join(BUNDLE_FILE), &bundle, &index)?;
+        collect::write_bundle(&dir, &bundle, &index)?;
         staged.push(StagedShard { bundle, dir });
     }
     Ok(staged)

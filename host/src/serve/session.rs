@@ -22,7 +22,7 @@ use crate::run::collect;
 use crate::runner::channel::Channel;
 use crate::runner::MachineRequest;
 use crate::secrets::Secret;
-use crate::shard::bundle::{Bundle, Turn, BUNDLE_FILE};
+use crate::shard::bundle::{Bundle, Turn};
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -847,7 +847,7 @@ fn run_shard(
         )
     };
     let staging = tempfile::tempdir().map_err(|e| format!("cannot stage the bundle: {e}"))?;
-    collect::write_bundle(&staging.path().join(BUNDLE_FILE), &bundle, cases)
+    collect::write_bundle(staging.path(), &bundle, cases)
         .map_err(|e| format!("cannot stage the bundle: {e:#}"))?;
     std::fs::create_dir_all(&dir.root)
         .map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;

@@ -2,17 +2,29 @@
 //! before the worker starts. It never holds a secret: tokens travel only on the worker's stdin.
 //! Nor does it hold the answers: its cases carry only an id and an input
 //! ([`CaseRecord::for_client`]), since the agent under test runs on the same machine.
+//!
+//! A bundle directory holds `bundle.json` (the shard's settings, [`Bundle`]) and
+//! [`WORK_FILE`] (its trials, each case once with the trials of it), which the worker reads a
+//! line at a time as it starts trials ([`WorkReader`]): its memory does not grow with the shard.
 
 use crate::eval::config::VariantSpec;
-use crate::eval::trial::CaseRecord;
-use crate::eval::trial::TrialKey;
+use crate::eval::trial::{CaseRecord, ClientCase, TrialKey};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// The bundle's file name inside the bundle directory.
+/// The bundle's settings file inside the bundle directory.
 pub const BUNDLE_FILE: &str = "bundle.json";
 
-/// The largest bundle a worker reads.
+/// The bundle's work file inside the bundle directory: one [`WorkLine`] per line, a case and
+/// the trials of it to collect, in the order of the bundle's trials.
+pub const WORK_FILE: &str = "work.jsonl";
+
+/// The largest bundle file (settings or work) a worker reads.
 pub const MAX_BUNDLE_BYTES: u64 = 512 * 1024 * 1024;
 
 /// One shard's work.
@@ -35,11 +47,10 @@ pub struct Bundle {
     /// How often the worker sends `heartbeat`.
     pub heartbeat_ms: u64,
     pub variants: BTreeMap<String, VariantSpec>,
-    /// The cases the trials refer to, as the client sees them (id and input only). Empty in
-    /// the coordinator's copy: its file is written with them (`run::collect::write_bundle`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cases: Vec<CaseRecord>,
-    /// The trials to collect, in order.
+    /// The trials to collect, in order: the coordinator's list, written to [`WORK_FILE`] with
+    /// their cases (never to `bundle.json`), and empty in the worker's copy, which reads them
+    /// from there ([`WorkReader`]).
+    #[serde(skip)]
     pub trials: Vec<TrialKey>,
     /// A directory beside the results (a plain name) that every trial uses as its scratch
     /// directory, kept between bundles: a playground session's shared work directory. Without
@@ -129,6 +140,159 @@ impl GradePlugin {
     }
 }
 
+/// One line of [`WORK_FILE`]: a case as its client sees it (`id` and `input`), and the trials
+/// of it to collect, in order.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkLine<'a, C> {
+    pub case: C,
+    #[serde(borrow)]
+    pub trials: Vec<WorkTrial<'a>>,
+}
+
+/// One trial of a [`WorkLine`]'s case: its variant and repetition.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkTrial<'a> {
+    #[serde(borrow)]
+    pub variant: Cow<'a, str>,
+    pub trial: u32,
+}
+
+/// Writes `bundle` into the directory `dir`: `bundle.json`, and [`WORK_FILE`] with its
+/// trials, a line per run of consecutive trials of one case (a plan's trials of a case are
+/// consecutive: each case is written once), with the case `case_of` gives: what its client
+/// may see, never the answers.
+pub fn write<'c>(
+    dir: &Path,
+    bundle: &Bundle,
+    case_of: impl Fn(&str) -> Option<ClientCase<'c>>,
+) -> Result<()> {
+    crate::files::write_atomic_with(&dir.join(BUNDLE_FILE), |out| {
+        serde_json::to_writer(out, bundle).map_err(Into::into)
+    })?;
+    crate::files::write_atomic_with(&dir.join(WORK_FILE), |out| {
+        for trials in bundle.trials.chunk_by(|a, b| a.case == b.case) {
+            let id = &trials[0].case;
+            let case = case_of(id).ok_or_else(|| {
+                std::io::Error::other(format!("its trials name case `{id}`, which is not planned"))
+            })?;
+            let line = WorkLine {
+                case,
+                trials: (trials.iter())
+                    .map(|key| WorkTrial {
+                        variant: Cow::Borrowed(&key.variant),
+                        trial: key.trial,
+                    })
+                    .collect(),
+            };
+            serde_json::to_writer(&mut *out, &line)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    })
+}
+
+/// A worker's reading of its bundle's [`WORK_FILE`]: the trials in order, each with its case,
+/// one line held at a time.
+pub struct WorkReader {
+    path: PathBuf,
+    lines: std::io::BufReader<std::io::Take<std::fs::File>>,
+    line: Vec<u8>,
+    /// The line being handed out.
+    current: Option<WorkCase>,
+    /// Trials not handed out yet.
+    left: u64,
+}
+
+/// A work line as a worker holds it: the case, and its trials still to hand out (variant and
+/// repetition), last first.
+struct WorkCase {
+    case: Arc<CaseRecord>,
+    trials: Vec<(Arc<str>, u32)>,
+}
+
+impl WorkReader {
+    /// Opens the work file of the bundle in `bundle_dir`. It is read through once first: a
+    /// broken line is refused, by its number, before any trial starts, and the trials are
+    /// counted.
+    pub fn open(bundle_dir: &Path) -> Result<Self> {
+        let mut reader = Self::start(bundle_dir.join(WORK_FILE))?;
+        let mut number = 0u64;
+        while reader.read_line()? {
+            number += 1;
+            let line: WorkLine<'_, CaseRecord> = serde_json::from_slice(&reader.line)
+                .with_context(|| {
+                    format!(
+                        "{} line {number} is not a case and its trials",
+                        reader.path.display()
+                    )
+                })?;
+            reader.left += line.trials.len() as u64;
+        }
+        let left = reader.left;
+        Ok(Self {
+            left,
+            ..Self::start(reader.path)?
+        })
+    }
+
+    fn start(path: PathBuf) -> Result<Self> {
+        let file = crate::files::open_regular(&path, MAX_BUNDLE_BYTES, true)?;
+        Ok(WorkReader {
+            lines: std::io::BufReader::new(std::io::Read::take(file, MAX_BUNDLE_BYTES)),
+            path,
+            line: Vec::new(),
+            current: None,
+            left: 0,
+        })
+    }
+
+    /// Reads the next line into `self.line`; false at the end.
+    fn read_line(&mut self) -> Result<bool> {
+        self.line.clear();
+        let read = (self.lines.read_until(b'\n', &mut self.line))
+            .with_context(|| format!("cannot read {}", self.path.display()))?;
+        Ok(read > 0)
+    }
+
+    /// The next trial to collect and its case (shared by the case's trials), or `None` when
+    /// every trial has been handed out.
+    pub fn next_trial(&mut self) -> Result<Option<(TrialKey, Arc<CaseRecord>)>> {
+        loop {
+            if let Some(WorkCase { case, trials }) = &mut self.current {
+                if let Some((variant, trial)) = trials.pop() {
+                    self.left = self.left.saturating_sub(1);
+                    let key = TrialKey {
+                        variant,
+                        case: case.id.clone(),
+                        trial,
+                    };
+                    return Ok(Some((key, case.clone())));
+                }
+            }
+            self.current = None;
+            if self.left == 0 || !self.read_line()? {
+                return Ok(None);
+            }
+            let line: WorkLine<'_, CaseRecord> = serde_json::from_slice(&self.line)
+                .with_context(|| format!("{} changed while it was read", self.path.display()))?;
+            let trials = (line.trials.into_iter().rev())
+                .map(|t| (Arc::from(&*t.variant), t.trial))
+                .collect();
+            self.current = Some(WorkCase {
+                case: Arc::new(line.case),
+                trials,
+            });
+        }
+    }
+
+    /// How many trials have not been handed out.
+    pub fn left(&self) -> u64 {
+        self.left
+    }
+}
+
 /// A conversation turn, as its bundle describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -150,6 +314,87 @@ pub struct Turn {
 mod tests {
     use super::*;
     use crate::client::Exchange;
+
+    fn key(variant: &str, case: &str, trial: u32) -> TrialKey {
+        TrialKey::new(variant, case, trial)
+    }
+
+    #[test]
+    fn the_work_file_hands_out_each_trial_in_order_with_its_case_and_never_an_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut answered = CaseRecord::new("a", "first".into());
+        answered.expected = Some("answer-canary".into());
+        let cases = [answered, CaseRecord::new("b", "second".into())];
+        let trials = vec![
+            key("v", "a", 0),
+            key("w", "a", 0),
+            key("v", "b", 0),
+            key("v", "a", 1),
+        ];
+        let bundle = Bundle {
+            trials: trials.clone(),
+            ..crate::run::collect::bundle(
+                &crate::eval::config::EvalConfig::parse(
+                    r#"{"name": "t", "datasets": ["x"], "client": "command",
+                        "variants": {"v": {}, "w": {}}}"#,
+                    Path::new("e.json"),
+                )
+                .unwrap(),
+                "run",
+                Vec::new(),
+                (0, 1),
+                1000,
+            )
+        };
+        let case_of = |id: &str| cases.iter().find(|c| &*c.id == id).map(|c| c.for_client());
+        write(dir.path(), &bundle, case_of).unwrap();
+        let settings = std::fs::read_to_string(dir.path().join(BUNDLE_FILE)).unwrap();
+        assert!(!settings.contains("trials"), "{settings}");
+        let work = std::fs::read_to_string(dir.path().join(WORK_FILE)).unwrap();
+        assert!(!work.contains("answer-canary"), "{work}");
+        // Case `a` comes back after `b`: a line per run of one case's trials.
+        assert_eq!(work.lines().count(), 3, "{work}");
+
+        let mut reader = WorkReader::open(dir.path()).unwrap();
+        assert_eq!(reader.left(), 4);
+        let mut read = Vec::new();
+        while let Some((key, case)) = reader.next_trial().unwrap() {
+            assert_eq!(case.id, key.case);
+            assert!(case.expected.is_none());
+            read.push((key, case.input.clone()));
+        }
+        let inputs = ["first", "first", "second", "first"];
+        assert_eq!(
+            read.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            trials
+        );
+        assert!(read
+            .iter()
+            .zip(inputs)
+            .all(|((_, input), want)| input == want));
+        assert_eq!(reader.left(), 0);
+
+        // A case the plan does not hold stages nothing.
+        let stray = Bundle {
+            trials: vec![key("v", "zz", 0)],
+            ..bundle.clone()
+        };
+        let error = write(dir.path(), &stray, case_of).unwrap_err();
+        assert!(format!("{error:#}").contains("case `zz`"), "{error:#}");
+    }
+
+    #[test]
+    fn a_broken_work_file_is_refused_by_its_line_before_any_trial() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = r#"{"case": {"id": "a", "input": 1}, "trials": [{"variant": "v", "trial": 0}]}"#;
+        let answers = r#"{"case": {"id": "b", "input": 1}, "trials": [], "expected": 2}"#;
+        std::fs::write(dir.path().join(WORK_FILE), format!("{good}\n{answers}\n")).unwrap();
+        let error = WorkReader::open(dir.path()).err().unwrap();
+        assert!(format!("{error:#}").contains("line 2"), "{error:#}");
+        std::fs::remove_file(dir.path().join(WORK_FILE)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join(WORK_FILE)).unwrap();
+        assert!(WorkReader::open(dir.path()).is_err(), "a link is not read");
+    }
 
     #[test]
     fn a_turn_without_history_is_the_part_one_bundle_and_one_with_it_round_trips() {

@@ -5,7 +5,7 @@
 //! one stream of `Event`s (coordinator messages, finished trials) with a method per event.
 
 use super::artifacts::{self, ArtifactFile, ArtifactSlots};
-use super::bundle::{Bundle, BUNDLE_FILE, MAX_BUNDLE_BYTES};
+use super::bundle::{Bundle, WorkReader, BUNDLE_FILE, MAX_BUNDLE_BYTES};
 use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, DoneCounts, Token, TokenReason,
     WorkerMessage, PROTOCOL,
@@ -17,7 +17,7 @@ use crate::model::{CallGate, CallSlot};
 use crate::results::trace_path;
 use crate::secrets::{Secret, TokenDir};
 use anyhow::{Context, Result};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -416,59 +416,15 @@ pub fn collect(bundle_dir: &Path, results: &Path) -> u8 {
     }
 }
 
-/// The bundle's cases, sorted by id and found by binary search (no map beside them: a
-/// 100,000-case bundle would hold its cases twice while the map was built), each with how many
-/// of its trials have not started. A case's content is dropped when its last trial starts, so
-/// the worker holds less as the shard goes on.
-struct PendingCases {
-    cases: Vec<CaseRecord>,
-    /// Trials not started yet, per case, in the order of `cases`.
-    left: Vec<u32>,
-}
-
-impl PendingCases {
-    fn new(mut cases: Vec<CaseRecord>, trials: &[TrialKey]) -> Self {
-        cases.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-        cases.shrink_to_fit();
-        let mut pending = PendingCases {
-            left: vec![0; cases.len()],
-            cases,
-        };
-        for key in trials {
-            if let Some(at) = pending.find(&key.case) {
-                pending.left[at] += 1;
-            }
-        }
-        pending
-    }
-
-    fn find(&self, id: &str) -> Option<usize> {
-        self.cases.binary_search_by(|case| (*case.id).cmp(id)).ok()
-    }
-
-    /// The case `id` for one of its trials: the last one takes it, leaving only its id.
-    fn take(&mut self, id: &str) -> Option<CaseRecord> {
-        let at = self.find(id)?;
-        let left = &mut self.left[at];
-        *left = left.checked_sub(1)?;
-        if *left > 0 {
-            return Some(self.cases[at].clone());
-        }
-        let emptied = CaseRecord::new(id, serde_json::Value::Null);
-        Some(std::mem::replace(&mut self.cases[at], emptied))
-    }
-}
-
 /// Clients by variant name.
 type Clients = BTreeMap<String, Arc<dyn Client>>;
 
 /// The worker's state: what is queued, waiting for `granted`, running and finished.
 struct Worker {
-    /// The bundle without its cases and trials, which moved to `cases` and `queue`.
+    /// The bundle's settings; its trials are read from its work file as they start (`queue`).
     bundle: Bundle,
     results: PathBuf,
     wire: Wire,
-    cases: PendingCases,
     clients: Clients,
     token_dir: Option<TokenDir>,
     tokens_ready: bool,
@@ -478,8 +434,10 @@ struct Worker {
     expiring: BTreeMap<String, (u64, u64)>,
     /// Servers whose renewal was asked for since their token last arrived.
     renewal_asked: BTreeSet<String>,
-    queue: VecDeque<TrialKey>,
-    awaiting: Vec<TrialKey>,
+    /// The trials not asked for yet, read from the bundle's work file a case at a time.
+    queue: WorkReader,
+    /// The trials asked for (`acquire`) and not granted yet, with their cases.
+    awaiting: Vec<(TrialKey, Arc<CaseRecord>)>,
     /// Running trials' model calls waiting for their provider slot.
     pending_calls: PendingCalls,
     running: usize,
@@ -503,17 +461,15 @@ impl Worker {
     fn start(bundle_dir: &Path, results: &Path, wire: Wire) -> Result<Self> {
         let path = bundle_dir.join(BUNDLE_FILE);
         let bytes = crate::files::read_regular(&path, MAX_BUNDLE_BYTES, true)?;
-        let mut bundle: Bundle = serde_json::from_slice(&bytes)
+        let bundle: Bundle = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not a bundle", path.display()))?;
         drop(bytes);
+        let queue = WorkReader::open(bundle_dir)?;
         let clients = match &bundle.grading {
             // A grade shard's judges are loaded once the worker said hello (below).
             Some(_) => Clients::new(),
             None => build_clients(&bundle, &BTreeMap::new())?,
         };
-        // The cases and trials move out of the bundle: the worker holds each once.
-        let cases = PendingCases::new(std::mem::take(&mut bundle.cases), &bundle.trials);
-        let queue: VecDeque<TrialKey> = std::mem::take(&mut bundle.trials).into();
         std::fs::create_dir_all(results)
             .with_context(|| format!("cannot create {}", results.display()))?;
         // Beside `results/`, as the coordinator expects them (docs/protocol.md).
@@ -527,7 +483,6 @@ impl Worker {
             bundle,
             results: results.to_path_buf(),
             wire,
-            cases,
             clients,
             token_dir: None,
             tokens_ready: true,
@@ -638,7 +593,7 @@ impl Worker {
     /// Runs until every trial is done (or cancelled), then says `done`.
     fn run(mut self) -> Result<u8> {
         loop {
-            self.ask_for_trials();
+            self.ask_for_trials()?;
             if self.finished() {
                 break;
             }
@@ -674,7 +629,7 @@ impl Worker {
                 Event::Finished(key, outcome) => self.on_finished(key, outcome),
             }
         }
-        self.counts.skipped += (self.queue.len() + self.awaiting.len()) as u32;
+        self.counts.skipped += (self.queue.left() + self.awaiting.len() as u64) as u32;
         self.stop_heartbeat.store(true, Ordering::Relaxed);
         let cleanup = self.clean_up();
         self.wire.send(&WorkerMessage::Done {
@@ -712,13 +667,13 @@ impl Worker {
     }
 
     /// Sends `acquire` for queued trials while there is room under the concurrency.
-    fn ask_for_trials(&mut self) {
+    fn ask_for_trials(&mut self) -> Result<()> {
         let concurrency = self.bundle.concurrency.max(1) as usize;
         while self.tokens_ready
             && !self.cancelled
             && self.running + self.awaiting.len() < concurrency
         {
-            let Some(key) = self.queue.pop_front() else {
+            let Some((key, case)) = self.queue.next_trial()? else {
                 break;
             };
             let variant = self.bundle.variants.get(&*key.variant);
@@ -726,8 +681,9 @@ impl Worker {
                 key: key.clone(),
                 servers: variant.map(VariantSpec::server_labels).unwrap_or_default(),
             });
-            self.awaiting.push(key);
+            self.awaiting.push((key, case));
         }
+        Ok(())
     }
 
     /// Nothing runs and nothing more will: every trial ended, or the shard was cancelled.
@@ -735,7 +691,7 @@ impl Worker {
         let stopping = self.cancelled;
         self.running == 0
             && (self.awaiting.is_empty() || stopping)
-            && (self.queue.is_empty() || stopping)
+            && (self.queue.left() == 0 || stopping)
             && (self.tokens_ready || stopping)
     }
 
@@ -746,24 +702,17 @@ impl Worker {
 
     /// Starts a granted trial on a trial thread.
     fn on_granted(&mut self, key: TrialKey) {
-        let Some(index) = self.awaiting.iter().position(|k| k == &key) else {
+        let Some(index) = self.awaiting.iter().position(|(k, _)| k == &key) else {
             return;
         };
-        self.awaiting.remove(index);
+        let (_, case) = self.awaiting.remove(index);
         if self.cancelled {
             return;
         }
         self.running += 1;
         let events = self.events.clone();
-        let (case, client) = (
-            self.cases.take(&key.case),
-            self.clients.get(&*key.variant).cloned(),
-        );
-        let (Some(case), Some(client)) = (case, client) else {
-            let error = format!(
-                "the bundle has no case `{}` or variant `{}`",
-                key.case, key.variant
-            );
+        let Some(client) = self.clients.get(&*key.variant).cloned() else {
+            let error = format!("the bundle has no variant `{}`", key.variant);
             let _ = events.send(Event::Finished(key, Err(error)));
             return;
         };
@@ -951,32 +900,6 @@ fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<C
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_case_is_handed_to_each_of_its_trials_and_dropped_after_the_last() {
-        let key = |case: &str, trial| TrialKey {
-            variant: "v".into(),
-            case: case.into(),
-            trial,
-        };
-        let cases = vec![
-            CaseRecord::new("b", "second".into()),
-            CaseRecord::new("a", "first".into()),
-        ];
-        let mut pending = PendingCases::new(cases, &[key("a", 0), key("a", 1), key("b", 0)]);
-        assert_eq!(pending.take("a").unwrap().input, "first");
-        assert_eq!(pending.take("b").unwrap().input, "second");
-        assert!(pending.take("zz").is_none(), "no such case");
-        assert_eq!(
-            pending.take("a").unwrap().input,
-            "first",
-            "its second trial"
-        );
-        // Every trial of both started: only their ids are left, and nothing more is handed on.
-        assert!(pending.cases.iter().all(|c| c.input.is_null()));
-        assert!(pending.take("a").is_none());
-        assert!(pending.take("b").is_none());
-    }
 
     #[test]
     fn a_scratch_directory_is_handed_on_empty_and_never_through_a_link() {
