@@ -105,16 +105,32 @@ pub(crate) fn write_stdout_str(text: &str) {
     use std::io::Write;
     let text = crate::secrets::clean(text);
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
+    let written = stdout
         .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(141);
-        }
-        eprintln!("error: cannot write to stdout: {e}");
-        std::process::exit(1);
+        .and_then(|()| stdout.flush());
+    written.unwrap_or_else(|e| stdout_failed(e));
+}
+
+/// `value` on stdout as pretty JSON and a newline, cleaned as [`write_stdout`] cleans text,
+/// and streamed: a run's summary of 100,000 cases is megabytes of JSON, never held as a string.
+pub(crate) fn write_stdout_json(value: &impl serde::Serialize) {
+    use std::io::Write;
+    let stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut out = crate::secrets::clean_json_writer(stdout);
+    let written = serde_json::to_writer_pretty(&mut out, value)
+        .map_err(std::io::Error::from)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    written.unwrap_or_else(|e| stdout_failed(e));
+}
+
+/// Ends mst on a failed write to stdout: quietly with 141 when its reader has gone.
+fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(141);
     }
+    eprintln!("error: cannot write to stdout: {e}");
+    std::process::exit(1);
 }
 
 /// An error that carries its exit code (the default for other errors is 1).

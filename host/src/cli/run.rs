@@ -286,7 +286,12 @@ impl Reporter {
                 *self.failure.lock().expect("failure") = Some(e);
             }
         }
-        let mut text = summary_text(&outcome.summary, &outcome.grades, self.json, &outcome.dir);
+        // `--json` is streamed to stdout from the summary itself (`print`): a run of 100,000
+        // cases has megabytes of it.
+        let mut text = match self.json {
+            true => String::new(),
+            false => summary_text(&outcome.summary, &outcome.grades, false, &outcome.dir),
+        };
         if !self.json {
             text.push_str(&kept_and_artifacts(outcome));
         }
@@ -307,6 +312,22 @@ impl Reporter {
             text.push_str(&format!("resume:  {command} {}\n", outcome.record.run_id));
         }
         *self.summary.lock().expect("summary") = text;
+    }
+
+    /// Prints the summary of the run that finished with `summary`, once it has cleaned up.
+    fn print(&self, summary: &results::Summary) {
+        match self.json {
+            true => super::write_stdout_json(summary),
+            false => super::write_stdout_str(&self.summary.lock().expect("summary")),
+        }
+    }
+
+    /// What a detached run's progress log keeps of the summary: the text `mst run` prints.
+    fn printed(&self, outcome: &run::RunOutcome) -> String {
+        match self.json {
+            true => summary_text(&outcome.summary, &outcome.grades, true, &outcome.dir),
+            false => self.summary.lock().expect("summary").clone(),
+        }
     }
 
     fn trial(&self, key: &dyn std::fmt::Display, collected: bool) {
@@ -474,7 +495,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
         Ok(outcome) => outcome,
         Err(error) => return Err(super::Exit { code: 2, error }.into()),
     };
-    super::write_stdout_str(&reporter.summary.lock().expect("summary"));
+    reporter.print(&outcome.summary);
     let failure = reporter.failure.lock().expect("failure").take();
     if let Some(following) = &following {
         SERVING_ONLY.store(true, Ordering::SeqCst);
@@ -525,10 +546,8 @@ impl events::Reporter for Tee<'_> {
         if let (Some(supervision), RunEvent::Finished(outcome)) = (self.supervision, event) {
             match self.terminal.failure.lock().expect("failure").as_ref() {
                 Some(error) => supervision.failed(1, error),
-                None => supervision.finished(
-                    outcome.summary.exit_code(),
-                    &self.terminal.summary.lock().expect("summary"),
-                ),
+                None => supervision
+                    .finished(outcome.summary.exit_code(), &self.terminal.printed(outcome)),
             }
         }
         if let Some(following) = self.following {
@@ -558,6 +577,14 @@ fn summary_text(
     }
     text.push_str(&format!("results: {}\n", dir.root.display()));
     text
+}
+
+/// Prints the summary: as JSON, streamed ([`super::write_stdout_json`]), or as the table.
+fn print_summary(summary: &results::Summary, grades: &Grades, json: bool, dir: &results::RunDir) {
+    match json {
+        true => super::write_stdout_json(summary),
+        false => super::write_stdout_str(&summary_text(summary, grades, false, dir)),
+    }
 }
 
 /// Where the run's time went, one line: collection, and the grading left once it ended.
@@ -665,12 +692,9 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
     )
     .map_err(|error| super::Exit { code: 2, error })?;
     if args.runner.is_some() {
-        super::write_stdout_str(&reporter.summary.lock().expect("summary"));
+        reporter.print(&outcome.summary);
     } else {
-        out!(
-            "{}",
-            summary_text(&outcome.summary, &outcome.grades, args.json, &outcome.dir)
-        );
+        print_summary(&outcome.summary, &outcome.grades, args.json, &outcome.dir);
     }
     if !args.json {
         outln!("regraded into {}", outcome.record.run_id);
@@ -750,10 +774,7 @@ pub(crate) fn runs(command: RunsCommand) -> Result<u8> {
         } => {
             let dir = ResultsRoot::new(&results_dir).find(&run_id)?;
             let stored = results::stored::StoredRun::read(&dir)?;
-            out!(
-                "{}",
-                summary_text(&stored.summary, &stored.grades, json, &dir)
-            );
+            print_summary(&stored.summary, &stored.grades, json, &dir);
             Ok(0)
         }
         RunsCommand::Cases {

@@ -7,7 +7,9 @@
 
 pub mod redact;
 
-pub use redact::{clean, clean_bytes, clean_text, hold, redact_file, redactor, Redactor};
+pub use redact::{
+    clean, clean_bytes, clean_json_writer, clean_text, hold, redact_file, redactor, Redactor,
+};
 
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;

@@ -253,6 +253,66 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A writer into `out` that makes what is written through it [`terminal_safe`] as it goes; a
+/// character split across writes is held until its last byte arrives, and bytes that are not
+/// UTF-8 are written as U+FFFD (as [`clean_bytes`] does). Flush it at the end.
+pub struct TerminalSafeWriter<W: Write> {
+    out: W,
+    pending: Vec<u8>,
+}
+
+impl<W: Write> TerminalSafeWriter<W> {
+    /// A writer into `out`.
+    pub fn new(out: W) -> Self {
+        TerminalSafeWriter {
+            out,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Writes out every whole character held (everything when `all`).
+    fn drain(&mut self, all: bool) -> std::io::Result<()> {
+        let whole = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            // Only the last character is cut short: it waits for its other bytes.
+            Err(e) if e.error_len().is_none() && !all => e.valid_up_to(),
+            Err(_) => {
+                let text = String::from_utf8_lossy(&self.pending).into_owned();
+                self.out.write_all(terminal_safe(&text).as_bytes())?;
+                self.pending.clear();
+                return Ok(());
+            }
+        };
+        let text = std::str::from_utf8(&self.pending[..whole]).expect("checked above");
+        self.out.write_all(terminal_safe(text).as_bytes())?;
+        self.pending.drain(..whole);
+        Ok(())
+    }
+}
+
+impl<W: Write> Write for TerminalSafeWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        if self.pending.len() >= REDACT_CHUNK {
+            self.drain(false)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.drain(true)?;
+        self.out.flush()
+    }
+}
+
+/// A writer into `out` for a JSON document a terminal shows: held secrets redacted inside its
+/// strings ([`Redactor::json_writer`]) and control characters escaped ([`TerminalSafeWriter`]),
+/// as [`clean`] does a whole text, with nothing the size of the document held. Flush it at the
+/// end.
+pub fn clean_json_writer<W: Write>(out: W) -> RedactingWriter<TerminalSafeWriter<W>> {
+    redactor().json_writer(TerminalSafeWriter::new(out))
+}
+
 /// What a terminal or a log gets of `text`: held secrets redacted, control characters escaped.
 pub fn clean_text(text: &str) -> String {
     clean(text).into_owned()
@@ -285,6 +345,40 @@ pub fn redact_file(path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_streamed_json_document_is_cleaned_as_the_whole_text_is() {
+        let secret = Secret::new("canary-\u{1b}[31m-secret");
+        let redactor = Arc::new(Redactor::new([("KEY", &secret)]));
+        let document = serde_json::json!({
+            "reason": format!("said {} then \u{202e}é\u{9b}", secret.expose()),
+            "more": "x".repeat(3 * REDACT_CHUNK),
+        });
+        let mut out = Vec::new();
+        {
+            let mut writer = redactor.json_writer(TerminalSafeWriter::new(&mut out));
+            // One byte at a time: every secret and character is split across writes.
+            for byte in serde_json::to_vec_pretty(&document).unwrap() {
+                writer.write_all(&[byte]).unwrap();
+            }
+            writer.flush().unwrap();
+        }
+        let whole = serde_json::to_string_pretty(&document).unwrap();
+        let expected = terminal_safe(&redactor.redact(&whole)).into_owned();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out, expected);
+        assert!(!out.contains("canary") && out.contains("[redacted:KEY]"));
+        assert!(out.contains("\\u202e") && out.contains("é") && !out.contains('\u{9b}'));
+        let back: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(back["more"], document["more"], "still the same JSON");
+
+        // Bytes that are not UTF-8 become U+FFFD, once all is written.
+        let mut out = Vec::new();
+        let mut writer = TerminalSafeWriter::new(&mut out);
+        writer.write_all(b"ok \xff \xe2\x80").unwrap();
+        writer.flush().unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "ok \u{fffd} \u{fffd}");
+    }
 
     #[test]
     fn values_become_names_longest_first_and_short_ones_stay() {
