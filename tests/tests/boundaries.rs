@@ -54,6 +54,41 @@ cat "$b/bundle.json" "$b/work.jsonl""#;
     assert_eq!(trace["collectedBy"]["client"], "command", "{trace}");
 }
 
+#[test]
+fn a_work_file_the_agent_cuts_short_ends_the_shard_instead_of_hanging_it() {
+    let mst = Mst::new();
+    // The first trial's agent empties its worker's work file (as the test above, it finds the
+    // bundle through the worker's command line). Each case's line is longer than a read
+    // buffer, so the worker has not yet read the cases after the first.
+    let agent = r#"b=$(tr '\0' '\n' < /proc/$PPID/cmdline | sed -n '/^--bundle$/{n;p}')
+: > "$b/work.jsonl"; echo emptied"#;
+    let input = "y".repeat(20_000);
+    let cases: Vec<_> = (1..=3)
+        .map(|i| json!({"id": format!("c{i}"), "input": input}))
+        .collect();
+    let eval = Eval::new(
+        json!({"name": "cut", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", agent]}, "concurrency": 1,
+               "judges": [{"assert": "exit-code", "value": 0}], "timeout": 30}),
+        &cases,
+    );
+    let mut child = eval.spawn(&mst, &["--json", "-q"]);
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("the run hung on a work file cut short");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let record = read_json(&eval.run_dir("cut").join("run.json"));
+    let reason = record["machines"][0]["ended"]["reason"].as_str().unwrap();
+    assert!(reason.contains("changed while it was read"), "{reason}");
+    assert_eq!(record["collect"], "partial", "{record}");
+    let trace = read_trace(&eval.run_dir("cut"), "default/c1/0");
+    assert_eq!(trace["trace"]["finalText"], "emptied", "{}", trace["trace"]);
+}
+
 /// How a stand-in worker hands its trace back: as a file the coordinator copies, or inside
 /// its `trial` message (as mst's own worker sends a trace that fits one line).
 #[derive(Debug, Clone, Copy)]

@@ -270,22 +270,37 @@ impl<W: Write> TerminalSafeWriter<W> {
         }
     }
 
-    /// Writes out every whole character held (everything when `all`).
+    /// Writes out every whole character held (everything when `all`); each byte that cannot
+    /// begin or continue a character is one U+FFFD, as [`String::from_utf8_lossy`] has it.
     fn drain(&mut self, all: bool) -> std::io::Result<()> {
-        let whole = match std::str::from_utf8(&self.pending) {
-            Ok(_) => self.pending.len(),
-            // Only the last character is cut short: it waits for its other bytes.
-            Err(e) if e.error_len().is_none() && !all => e.valid_up_to(),
-            Err(_) => {
-                let text = String::from_utf8_lossy(&self.pending).into_owned();
-                self.out.write_all(terminal_safe(&text).as_bytes())?;
-                self.pending.clear();
-                return Ok(());
+        let mut at = 0;
+        while at < self.pending.len() {
+            let rest = &self.pending[at..];
+            let (valid, bad) = match std::str::from_utf8(rest) {
+                Ok(text) => (text, None),
+                Err(e) => (
+                    std::str::from_utf8(&rest[..e.valid_up_to()]).expect("valid up to here"),
+                    Some(e.error_len()),
+                ),
+            };
+            self.out.write_all(terminal_safe(valid).as_bytes())?;
+            at += valid.len();
+            match bad {
+                None => {}
+                Some(Some(len)) => {
+                    self.out.write_all("\u{fffd}".as_bytes())?;
+                    at += len;
+                }
+                // A character cut short at the end: it waits for its other bytes, unless
+                // nothing more will come.
+                Some(None) if all => {
+                    self.out.write_all("\u{fffd}".as_bytes())?;
+                    at = self.pending.len();
+                }
+                Some(None) => break,
             }
-        };
-        let text = std::str::from_utf8(&self.pending[..whole]).expect("checked above");
-        self.out.write_all(terminal_safe(text).as_bytes())?;
-        self.pending.drain(..whole);
+        }
+        self.pending.drain(..at);
         Ok(())
     }
 }
@@ -378,6 +393,16 @@ mod tests {
         writer.write_all(b"ok \xff \xe2\x80").unwrap();
         writer.flush().unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "ok \u{fffd} \u{fffd}");
+        // A bad byte within a chunk, and a character the chunk cuts, finished by the next write.
+        let mut out = Vec::new();
+        let mut writer = TerminalSafeWriter::new(&mut out);
+        let mut chunk = "x".repeat(REDACT_CHUNK).into_bytes();
+        chunk.extend_from_slice(b"\xffb\xc3");
+        writer.write_all(&chunk).unwrap();
+        writer.write_all(b"\xa9").unwrap();
+        writer.flush().unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(&out[REDACT_CHUNK..], "\u{fffd}bé");
     }
 
     #[test]

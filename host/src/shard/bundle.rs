@@ -199,6 +199,8 @@ pub struct WorkReader {
     path: PathBuf,
     lines: std::io::BufReader<std::io::Take<std::fs::File>>,
     line: Vec<u8>,
+    /// The number of the line last read, from 1.
+    number: u64,
     /// The line being handed out.
     current: Option<WorkCase>,
     /// Trials not handed out yet.
@@ -215,37 +217,39 @@ struct WorkCase {
 impl WorkReader {
     /// Opens the work file of the bundle in `bundle_dir`. It is read through once first: a
     /// broken line is refused, by its number, before any trial starts, and the trials are
-    /// counted.
+    /// counted; then the same open file is read again from its start, a line at a time.
     pub fn open(bundle_dir: &Path) -> Result<Self> {
-        let mut reader = Self::start(bundle_dir.join(WORK_FILE))?;
-        let mut number = 0u64;
+        let path = bundle_dir.join(WORK_FILE);
+        let file = crate::files::open_regular(&path, MAX_BUNDLE_BYTES, true)?;
+        let mut reader = WorkReader {
+            lines: Self::lines(file),
+            path,
+            line: Vec::new(),
+            number: 0,
+            current: None,
+            left: 0,
+        };
         while reader.read_line()? {
-            number += 1;
             let line: WorkLine<'_, CaseRecord> = serde_json::from_slice(&reader.line)
                 .with_context(|| {
                     format!(
-                        "{} line {number} is not a case and its trials",
-                        reader.path.display()
+                        "{} line {} is not a case and its trials",
+                        reader.path.display(),
+                        reader.number
                     )
                 })?;
             reader.left += line.trials.len() as u64;
         }
-        let left = reader.left;
-        Ok(Self {
-            left,
-            ..Self::start(reader.path)?
-        })
+        let mut file = reader.lines.into_inner().into_inner();
+        std::io::Seek::rewind(&mut file)
+            .with_context(|| format!("cannot read {}", reader.path.display()))?;
+        reader.lines = Self::lines(file);
+        reader.number = 0;
+        Ok(reader)
     }
 
-    fn start(path: PathBuf) -> Result<Self> {
-        let file = crate::files::open_regular(&path, MAX_BUNDLE_BYTES, true)?;
-        Ok(WorkReader {
-            lines: std::io::BufReader::new(std::io::Read::take(file, MAX_BUNDLE_BYTES)),
-            path,
-            line: Vec::new(),
-            current: None,
-            left: 0,
-        })
+    fn lines(file: std::fs::File) -> std::io::BufReader<std::io::Take<std::fs::File>> {
+        std::io::BufReader::new(std::io::Read::take(file, MAX_BUNDLE_BYTES))
     }
 
     /// Reads the next line into `self.line`; false at the end.
@@ -253,16 +257,18 @@ impl WorkReader {
         self.line.clear();
         let read = (self.lines.read_until(b'\n', &mut self.line))
             .with_context(|| format!("cannot read {}", self.path.display()))?;
+        self.number += 1;
         Ok(read > 0)
     }
 
     /// The next trial to collect and its case (shared by the case's trials), or `None` when
-    /// every trial has been handed out.
+    /// every trial has been handed out. A file that no longer holds what the first reading
+    /// counted (cut short, or changed) is an error, never a shard that waits for trials.
     pub fn next_trial(&mut self) -> Result<Option<(TrialKey, Arc<CaseRecord>)>> {
         loop {
             if let Some(WorkCase { case, trials }) = &mut self.current {
                 if let Some((variant, trial)) = trials.pop() {
-                    self.left = self.left.saturating_sub(1);
+                    self.left -= 1;
                     let key = TrialKey {
                         variant,
                         case: case.id.clone(),
@@ -272,11 +278,17 @@ impl WorkReader {
                 }
             }
             self.current = None;
-            if self.left == 0 || !self.read_line()? {
+            if self.left == 0 {
                 return Ok(None);
             }
-            let line: WorkLine<'_, CaseRecord> = serde_json::from_slice(&self.line)
-                .with_context(|| format!("{} changed while it was read", self.path.display()))?;
+            if !self.read_line()? {
+                anyhow::bail!(self.changed());
+            }
+            let line: WorkLine<'_, CaseRecord> =
+                serde_json::from_slice(&self.line).with_context(|| self.changed())?;
+            if line.trials.len() as u64 > self.left {
+                anyhow::bail!(self.changed());
+            }
             let trials = (line.trials.into_iter().rev())
                 .map(|t| (Arc::from(&*t.variant), t.trial))
                 .collect();
@@ -285,6 +297,16 @@ impl WorkReader {
                 trials,
             });
         }
+    }
+
+    /// Why the file cannot be read on: it no longer holds what was counted.
+    fn changed(&self) -> String {
+        format!(
+            "{} changed while it was read (at line {}, {} trial(s) still to come)",
+            self.path.display(),
+            self.number,
+            self.left
+        )
     }
 
     /// How many trials have not been handed out.
@@ -349,7 +371,9 @@ mod tests {
         let case_of = |id: &str| cases.iter().find(|c| &*c.id == id).map(|c| c.for_client());
         write(dir.path(), &bundle, case_of).unwrap();
         let settings = std::fs::read_to_string(dir.path().join(BUNDLE_FILE)).unwrap();
-        assert!(!settings.contains("trials"), "{settings}");
+        for held in ["trials", "cases", "first", "answer-canary"] {
+            assert!(!settings.contains(held), "{held}: {settings}");
+        }
         let work = std::fs::read_to_string(dir.path().join(WORK_FILE)).unwrap();
         assert!(!work.contains("answer-canary"), "{work}");
         // Case `a` comes back after `b`: a line per run of one case's trials.
@@ -391,6 +415,29 @@ mod tests {
         std::fs::write(dir.path().join(WORK_FILE), format!("{good}\n{answers}\n")).unwrap();
         let error = WorkReader::open(dir.path()).err().unwrap();
         assert!(format!("{error:#}").contains("line 2"), "{error:#}");
+
+        // Cut short after it was counted (the agent shares the machine): an error, not a wait.
+        // Each line is longer than the read buffer, so the second is not read yet.
+        let good = format!(
+            r#"{{"case": {{"id": "a", "input": "{}"}}, "trials": [{{"variant": "v", "trial": 0}}]}}"#,
+            "y".repeat(20_000)
+        );
+        let path = dir.path().join(WORK_FILE);
+        std::fs::write(&path, format!("{good}\n{good}\n")).unwrap();
+        let mut reader = WorkReader::open(dir.path()).unwrap();
+        assert_eq!(reader.left(), 2);
+        assert!(reader.next_trial().unwrap().is_some());
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(good.len() as u64 + 1)
+            .unwrap();
+        let error = reader.next_trial().err().unwrap();
+        assert!(
+            format!("{error:#}").contains("changed while it was read"),
+            "{error:#}"
+        );
         std::fs::remove_file(dir.path().join(WORK_FILE)).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join(WORK_FILE)).unwrap();
         assert!(WorkReader::open(dir.path()).is_err(), "a link is not read");

@@ -443,6 +443,8 @@ struct Worker {
     running: usize,
     counts: DoneCounts,
     cancelled: bool,
+    /// Why the work file could not be read on, once it could not: the worker ends `fatal`.
+    broken: Option<anyhow::Error>,
     cancel_trials: Arc<AtomicBool>,
     events: mpsc::Sender<Event>,
     inbox: mpsc::Receiver<Event>,
@@ -461,6 +463,22 @@ impl Worker {
     fn start(bundle_dir: &Path, results: &Path, wire: Wire) -> Result<Self> {
         let path = bundle_dir.join(BUNDLE_FILE);
         let bytes = crate::files::read_regular(&path, MAX_BUNDLE_BYTES, true)?;
+        // Another version's bundle may be laid out otherwise: say so rather than how it differs.
+        #[derive(serde::Deserialize)]
+        struct MadeBy {
+            mst: String,
+        }
+        let made_by = serde_json::from_slice::<MadeBy>(&bytes)
+            .ok()
+            .map(|made| made.mst);
+        let ours = env!("CARGO_PKG_VERSION");
+        if let Some(theirs) = made_by.filter(|theirs| theirs.as_str() != ours) {
+            anyhow::bail!(
+                "{} was made by mst {theirs}, and this worker is mst {ours}: a coordinator's \
+                 bundles run on a worker of its own version",
+                path.display()
+            );
+        }
         let bundle: Bundle = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not a bundle", path.display()))?;
         drop(bytes);
@@ -494,6 +512,7 @@ impl Worker {
             running: 0,
             counts: DoneCounts::default(),
             cancelled: false,
+            broken: None,
             cancel_trials: Arc::new(AtomicBool::new(false)),
             events,
             inbox,
@@ -593,7 +612,7 @@ impl Worker {
     /// Runs until every trial is done (or cancelled), then says `done`.
     fn run(mut self) -> Result<u8> {
         loop {
-            self.ask_for_trials()?;
+            self.ask_for_trials();
             if self.finished() {
                 break;
             }
@@ -632,6 +651,9 @@ impl Worker {
         self.counts.skipped += (self.queue.left() + self.awaiting.len() as u64) as u32;
         self.stop_heartbeat.store(true, Ordering::Relaxed);
         let cleanup = self.clean_up();
+        if let Some(error) = self.broken.take() {
+            return Err(error);
+        }
         self.wire.send(&WorkerMessage::Done {
             counts: self.counts,
             cleanup,
@@ -666,14 +688,24 @@ impl Worker {
         });
     }
 
-    /// Sends `acquire` for queued trials while there is room under the concurrency.
-    fn ask_for_trials(&mut self) -> Result<()> {
+    /// Sends `acquire` for queued trials while there is room under the concurrency. A work
+    /// file that cannot be read on stops the shard: the trials running are cancelled and
+    /// report, and the worker then ends `fatal` ([`Self::run`]).
+    fn ask_for_trials(&mut self) {
         let concurrency = self.bundle.concurrency.max(1) as usize;
         while self.tokens_ready
             && !self.cancelled
             && self.running + self.awaiting.len() < concurrency
         {
-            let Some((key, case)) = self.queue.next_trial()? else {
+            let next = match self.queue.next_trial() {
+                Ok(next) => next,
+                Err(error) => {
+                    self.broken = Some(error);
+                    self.cancel();
+                    break;
+                }
+            };
+            let Some((key, case)) = next else {
                 break;
             };
             let variant = self.bundle.variants.get(&*key.variant);
@@ -683,7 +715,6 @@ impl Worker {
             });
             self.awaiting.push((key, case));
         }
-        Ok(())
     }
 
     /// Nothing runs and nothing more will: every trial ended, or the shard was cancelled.
