@@ -76,65 +76,88 @@ impl Needles {
     }
 }
 
-/// Bytes a [`RedactingWriter`] gathers before it looks for values in them.
+/// Bytes a [`HeldWriter`] gathers before it hands them to its [`Drain`].
 const REDACT_CHUNK: usize = 64 << 10;
 
-/// A writer that redacts a JSON document as it is written, as [`Redactor::redact_json`] does a
-/// whole one: a file of any size is redacted without ever being held whole. It holds back the
-/// bytes a value could still begin in (fewer than the longest value's length), so a value
-/// split across writes is found all the same. [`Write::flush`] writes out everything held;
-/// what is dropped unflushed is lost, as with a `BufWriter` whose flush failed.
-pub struct RedactingWriter<W: Write> {
-    redactor: Arc<Redactor>,
+/// What a [`HeldWriter`] makes of the bytes gathered so far: it writes to `out` what no later
+/// byte can change (everything when `all`) and removes that from `pending`.
+pub trait Drain {
+    /// Writes out what it can of `pending`.
+    fn drain(&self, pending: &mut Vec<u8>, out: &mut dyn Write, all: bool) -> std::io::Result<()>;
+}
+
+/// A writer that gathers what is written through it and passes it on through its [`Drain`]
+/// in chunks, holding back what a later write could still change: a document of any size is
+/// rewritten without ever being held whole. [`Write::flush`] writes out everything held; what
+/// is dropped unflushed is lost, as with a `BufWriter` whose flush failed.
+pub struct HeldWriter<W: Write, D: Drain> {
+    drain: D,
     out: W,
     pending: Vec<u8>,
 }
 
-impl<W: Write> RedactingWriter<W> {
-    /// Writes out what no later byte can change: everything when `all`, else all but the last
-    /// `longest - 1` bytes, or up to the end of a match that reaches into them.
-    fn drain(&mut self, all: bool) -> std::io::Result<()> {
-        let needles = &self.redactor.json;
-        let Some(matcher) = &needles.matcher else {
-            self.out.write_all(&self.pending)?;
-            self.pending.clear();
-            return Ok(());
-        };
-        // A match that starts before `cut` ends inside `pending` (it is at most `longest`
-        // long), so every such match, and the longest at its start, is already in view.
-        let cut = match all {
-            true => self.pending.len(),
-            false => self.pending.len().saturating_sub(needles.longest - 1),
-        };
-        let mut written = 0;
-        for found in matcher.find_iter(&self.pending) {
-            if found.start() >= cut {
-                break;
-            }
-            self.out.write_all(&self.pending[written..found.start()])?;
-            self.out
-                .write_all(needles.with[found.pattern().as_usize()].as_bytes())?;
-            written = found.end();
+impl<W: Write, D: Drain> HeldWriter<W, D> {
+    fn new(drain: D, out: W) -> Self {
+        HeldWriter {
+            drain,
+            out,
+            pending: Vec::new(),
         }
-        let upto = cut.max(written);
-        self.out.write_all(&self.pending[written..upto])?;
-        self.pending.drain(..upto);
-        Ok(())
     }
 }
 
-impl<W: Write> Write for RedactingWriter<W> {
+impl<W: Write, D: Drain> Write for HeldWriter<W, D> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.pending.extend_from_slice(buf);
         if self.pending.len() >= REDACT_CHUNK {
-            self.drain(false)?;
+            self.drain.drain(&mut self.pending, &mut self.out, false)?;
         }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.drain(true)?;
+        self.drain.drain(&mut self.pending, &mut self.out, true)?;
         self.out.flush()
+    }
+}
+
+/// A writer that redacts a JSON document as it is written, as [`Redactor::redact_json`] does a
+/// whole one. It holds back the bytes a value could still begin in (fewer than the longest
+/// value's length), so a value split across writes is found all the same.
+pub type RedactingWriter<W> = HeldWriter<W, JsonRedaction>;
+
+/// The [`Drain`] of a [`RedactingWriter`].
+pub struct JsonRedaction(Arc<Redactor>);
+
+impl Drain for JsonRedaction {
+    /// Writes out what no later byte can change: everything when `all`, else all but the last
+    /// `longest - 1` bytes, or up to the end of a match that reaches into them.
+    fn drain(&self, pending: &mut Vec<u8>, out: &mut dyn Write, all: bool) -> std::io::Result<()> {
+        let needles = &self.0.json;
+        let Some(matcher) = &needles.matcher else {
+            out.write_all(pending)?;
+            pending.clear();
+            return Ok(());
+        };
+        // A match that starts before `cut` ends inside `pending` (it is at most `longest`
+        // long), so every such match, and the longest at its start, is already in view.
+        let cut = match all {
+            true => pending.len(),
+            false => pending.len().saturating_sub(needles.longest - 1),
+        };
+        let mut written = 0;
+        for found in matcher.find_iter(&pending[..]) {
+            if found.start() >= cut {
+                break;
+            }
+            out.write_all(&pending[written..found.start()])?;
+            out.write_all(needles.with[found.pattern().as_usize()].as_bytes())?;
+            written = found.end();
+        }
+        let upto = cut.max(written);
+        out.write_all(&pending[written..upto])?;
+        pending.drain(..upto);
+        Ok(())
     }
 }
 
@@ -194,11 +217,7 @@ impl Redactor {
     /// A writer into `out` that redacts the JSON document written through it, as
     /// [`Redactor::redact_json`] would the whole (flush it at the end).
     pub fn json_writer<W: Write>(self: &Arc<Self>, out: W) -> RedactingWriter<W> {
-        RedactingWriter {
-            redactor: self.clone(),
-            out,
-            pending: Vec::new(),
-        }
+        HeldWriter::new(JsonRedaction(self.clone()), out)
     }
 }
 
@@ -256,26 +275,25 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
 /// A writer into `out` that makes what is written through it [`terminal_safe`] as it goes; a
 /// character split across writes is held until its last byte arrives, and bytes that are not
 /// UTF-8 are written as U+FFFD (as [`clean_bytes`] does). Flush it at the end.
-pub struct TerminalSafeWriter<W: Write> {
-    out: W,
-    pending: Vec<u8>,
-}
+pub type TerminalSafeWriter<W> = HeldWriter<W, TerminalSafe>;
 
 impl<W: Write> TerminalSafeWriter<W> {
     /// A writer into `out`.
-    pub fn new(out: W) -> Self {
-        TerminalSafeWriter {
-            out,
-            pending: Vec::new(),
-        }
+    pub fn terminal_safe(out: W) -> Self {
+        HeldWriter::new(TerminalSafe, out)
     }
+}
 
+/// The [`Drain`] of a [`TerminalSafeWriter`].
+pub struct TerminalSafe;
+
+impl Drain for TerminalSafe {
     /// Writes out every whole character held (everything when `all`); each byte that cannot
     /// begin or continue a character is one U+FFFD, as [`String::from_utf8_lossy`] has it.
-    fn drain(&mut self, all: bool) -> std::io::Result<()> {
+    fn drain(&self, pending: &mut Vec<u8>, out: &mut dyn Write, all: bool) -> std::io::Result<()> {
         let mut at = 0;
-        while at < self.pending.len() {
-            let rest = &self.pending[at..];
+        while at < pending.len() {
+            let rest = &pending[at..];
             let (valid, bad) = match std::str::from_utf8(rest) {
                 Ok(text) => (text, None),
                 Err(e) => (
@@ -283,40 +301,25 @@ impl<W: Write> TerminalSafeWriter<W> {
                     Some(e.error_len()),
                 ),
             };
-            self.out.write_all(terminal_safe(valid).as_bytes())?;
+            out.write_all(terminal_safe(valid).as_bytes())?;
             at += valid.len();
             match bad {
                 None => {}
                 Some(Some(len)) => {
-                    self.out.write_all("\u{fffd}".as_bytes())?;
+                    out.write_all("\u{fffd}".as_bytes())?;
                     at += len;
                 }
                 // A character cut short at the end: it waits for its other bytes, unless
                 // nothing more will come.
                 Some(None) if all => {
-                    self.out.write_all("\u{fffd}".as_bytes())?;
-                    at = self.pending.len();
+                    out.write_all("\u{fffd}".as_bytes())?;
+                    at = pending.len();
                 }
                 Some(None) => break,
             }
         }
-        self.pending.drain(..at);
+        pending.drain(..at);
         Ok(())
-    }
-}
-
-impl<W: Write> Write for TerminalSafeWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.pending.extend_from_slice(buf);
-        if self.pending.len() >= REDACT_CHUNK {
-            self.drain(false)?;
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.drain(true)?;
-        self.out.flush()
     }
 }
 
@@ -325,7 +328,7 @@ impl<W: Write> Write for TerminalSafeWriter<W> {
 /// as [`clean`] does a whole text, with nothing the size of the document held. Flush it at the
 /// end.
 pub fn clean_json_writer<W: Write>(out: W) -> RedactingWriter<TerminalSafeWriter<W>> {
-    redactor().json_writer(TerminalSafeWriter::new(out))
+    redactor().json_writer(TerminalSafeWriter::terminal_safe(out))
 }
 
 /// What a terminal or a log gets of `text`: held secrets redacted, control characters escaped.
@@ -371,7 +374,7 @@ mod tests {
         });
         let mut out = Vec::new();
         {
-            let mut writer = redactor.json_writer(TerminalSafeWriter::new(&mut out));
+            let mut writer = redactor.json_writer(TerminalSafeWriter::terminal_safe(&mut out));
             // One byte at a time: every secret and character is split across writes.
             for byte in serde_json::to_vec_pretty(&document).unwrap() {
                 writer.write_all(&[byte]).unwrap();
@@ -389,13 +392,13 @@ mod tests {
 
         // Bytes that are not UTF-8 become U+FFFD, once all is written.
         let mut out = Vec::new();
-        let mut writer = TerminalSafeWriter::new(&mut out);
+        let mut writer = TerminalSafeWriter::terminal_safe(&mut out);
         writer.write_all(b"ok \xff \xe2\x80").unwrap();
         writer.flush().unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "ok \u{fffd} \u{fffd}");
         // A bad byte within a chunk, and a character the chunk cuts, finished by the next write.
         let mut out = Vec::new();
-        let mut writer = TerminalSafeWriter::new(&mut out);
+        let mut writer = TerminalSafeWriter::terminal_safe(&mut out);
         let mut chunk = "x".repeat(REDACT_CHUNK).into_bytes();
         chunk.extend_from_slice(b"\xffb\xc3");
         writer.write_all(&chunk).unwrap();
