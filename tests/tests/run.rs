@@ -63,6 +63,9 @@ fn the_quickstart_runs_and_records_everything() {
     let machine = &record["machines"][0];
     assert_eq!(machine["ended"]["status"], "done");
     assert_eq!(machine["worker"]["mst"], env!("CARGO_PKG_VERSION"));
+    // The worker's own peak memory, as its `done` said: a real process's, in bytes.
+    let peak = machine["workerPeakRssBytes"].as_u64().unwrap();
+    assert!((1 << 20..1 << 30).contains(&peak), "{machine}");
 
     let trace = read_trace(dir, "baseline/tokyo-time/0");
     assert_eq!(trace["case"]["id"], "tokyo-time");

@@ -150,6 +150,9 @@ pub struct ShardReport {
     /// Why disposing of the machine failed, if it did.
     #[serde(rename = "disposeError", skip_serializing_if = "Option::is_none")]
     pub dispose_error: Option<String>,
+    /// The worker's peak resident memory in bytes, as its `done` said (the machine's word).
+    #[serde(rename = "workerPeakRssBytes", skip_serializing_if = "Option::is_none")]
+    pub worker_peak_rss_bytes: Option<u64>,
 }
 
 impl ShardReport {
@@ -171,6 +174,7 @@ impl ShardReport {
             create_ms: None,
             dispose_ms: None,
             dispose_error: None,
+            worker_peak_rss_bytes: None,
         }
     }
 }
@@ -607,7 +611,12 @@ impl<'a> ShardSession<'a> {
             }),
             WorkerMessage::Event { .. } => self.on_event(message, line_bytes as u64),
             WorkerMessage::ResumeToken { key, token } => self.on_resume_token(key, token),
-            WorkerMessage::Done { cleanup, .. } => {
+            WorkerMessage::Done {
+                cleanup,
+                peak_rss_bytes,
+                ..
+            } => {
+                self.report.worker_peak_rss_bytes = peak_rss_bytes;
                 self.done = Some((cleanup, Instant::now()));
                 None
             }

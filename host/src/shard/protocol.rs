@@ -184,6 +184,15 @@ pub enum WorkerMessage {
     Done {
         counts: DoneCounts,
         cleanup: Cleanup,
+        /// The worker's own peak resident memory, in bytes, when its system tells it: the
+        /// machine's word, recorded with the shard and never acted on. Added within
+        /// `mst.shard/v1`.
+        #[serde(
+            rename = "peakRssBytes",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        peak_rss_bytes: Option<u64>,
     },
     /// The worker cannot go on (e.g. an unreadable bundle); the shard fails as infrastructure.
     Fatal { message: String },
@@ -442,6 +451,7 @@ mod tests {
                     skipped: 0,
                 },
                 cleanup: Cleanup::Ok,
+                peak_rss_bytes: Some(15 << 20),
             },
         ];
         for message in messages {

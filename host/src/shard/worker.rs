@@ -657,6 +657,7 @@ impl Worker {
         self.wire.send(&WorkerMessage::Done {
             counts: self.counts,
             cleanup,
+            peak_rss_bytes: peak_rss_bytes(),
         });
         Ok(0)
     }
@@ -901,6 +902,19 @@ impl Worker {
     }
 }
 
+/// This process's peak resident memory so far, in bytes: `VmHWM` of `/proc/self/status`
+/// (Linux); `None` where that is not known. Not `getrusage`, whose peak carries over `execve`
+/// from the memory the process was started from: a worker spawned by a coordinator would
+/// report the coordinator's peak.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?;
+    let kilobytes: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kilobytes.saturating_mul(1024))
+}
+
 /// Removes the tokens; says truthfully whether that worked (a failure is also logged).
 fn clean_up(tokens: Option<TokenDir>) -> Cleanup {
     let Some(dir) = tokens else {
@@ -931,6 +945,16 @@ fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_peak_memory_reported_is_this_process_own() {
+        let before = peak_rss_bytes().unwrap();
+        // 64 MiB touched: the peak grows by about that much, and no more than the process has.
+        let touched = vec![1u8; 64 << 20];
+        let after = peak_rss_bytes().unwrap();
+        assert!(after >= before && after >= 64 << 20, "{before} → {after}");
+        assert!(touched.iter().all(|&b| b == 1));
+    }
 
     #[test]
     fn a_scratch_directory_is_handed_on_empty_and_never_through_a_link() {
