@@ -115,8 +115,8 @@ pub(crate) fn write_stdout_str(text: &str) {
 /// and streamed: a run's summary of 100,000 cases is megabytes of JSON, never held as a string.
 pub(crate) fn write_stdout_json(value: &impl serde::Serialize) {
     use std::io::Write;
-    let stdout = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut out = crate::secrets::clean_json_writer(stdout);
+    // The writer holds what it is given and passes it on in large chunks: no buffer beside it.
+    let mut out = crate::secrets::clean_json_writer(std::io::stdout().lock());
     let written = serde_json::to_writer_pretty(&mut out, value)
         .map_err(std::io::Error::from)
         .and_then(|()| out.write_all(b"\n"))

@@ -77,7 +77,7 @@ impl Needles {
 }
 
 /// Bytes a [`HeldWriter`] gathers before it hands them to its [`Drain`].
-const REDACT_CHUNK: usize = 64 << 10;
+const HELD_CHUNK: usize = 64 << 10;
 
 /// What a [`HeldWriter`] makes of the bytes gathered so far: it writes to `out` what no later
 /// byte can change (everything when `all`) and removes that from `pending`.
@@ -109,7 +109,7 @@ impl<W: Write, D: Drain> HeldWriter<W, D> {
 impl<W: Write, D: Drain> Write for HeldWriter<W, D> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.pending.extend_from_slice(buf);
-        if self.pending.len() >= REDACT_CHUNK {
+        if self.pending.len() >= HELD_CHUNK {
             self.drain.drain(&mut self.pending, &mut self.out, false)?;
         }
         Ok(buf.len())
@@ -370,7 +370,7 @@ mod tests {
         let redactor = Arc::new(Redactor::new([("KEY", &secret)]));
         let document = serde_json::json!({
             "reason": format!("said {} then \u{202e}é\u{9b}", secret.expose()),
-            "more": "x".repeat(3 * REDACT_CHUNK),
+            "more": "x".repeat(3 * HELD_CHUNK),
         });
         let mut out = Vec::new();
         {
@@ -399,13 +399,13 @@ mod tests {
         // A bad byte within a chunk, and a character the chunk cuts, finished by the next write.
         let mut out = Vec::new();
         let mut writer = TerminalSafeWriter::terminal_safe(&mut out);
-        let mut chunk = "x".repeat(REDACT_CHUNK).into_bytes();
+        let mut chunk = "x".repeat(HELD_CHUNK).into_bytes();
         chunk.extend_from_slice(b"\xffb\xc3");
         writer.write_all(&chunk).unwrap();
         writer.write_all(b"\xa9").unwrap();
         writer.flush().unwrap();
         let out = String::from_utf8(out).unwrap();
-        assert_eq!(&out[REDACT_CHUNK..], "\u{fffd}bé");
+        assert_eq!(&out[HELD_CHUNK..], "\u{fffd}bé");
     }
 
     #[test]

@@ -541,6 +541,45 @@ mod tests {
     }
 
     #[test]
+    fn a_done_peak_memory_is_a_byte_count_or_absent() {
+        let done = |peak: &str| {
+            let counts = r#""counts":{"collected":0,"infra":0,"skipped":0}"#;
+            decode::<WorkerMessage>(&format!(
+                r#"{{"type":"done",{counts},"cleanup":"ok"{peak}}}"#
+            ))
+        };
+        assert!(matches!(
+            done(""),
+            Ok(WorkerMessage::Done {
+                peak_rss_bytes: None,
+                ..
+            })
+        ));
+        assert!(matches!(
+            done(r#","peakRssBytes":18446744073709551615"#),
+            Ok(WorkerMessage::Done {
+                peak_rss_bytes: Some(u64::MAX),
+                ..
+            })
+        ));
+        for hostile in ["-1", "1.5", "\"lots\"", "null", "1e400"] {
+            let peak = format!(r#","peakRssBytes":{hostile}"#);
+            let decoded = done(&peak);
+            // `null` reads as absent; anything else but a byte count breaks the protocol.
+            match hostile {
+                "null" => assert!(matches!(
+                    decoded,
+                    Ok(WorkerMessage::Done {
+                        peak_rss_bytes: None,
+                        ..
+                    })
+                )),
+                _ => assert!(decoded.is_err(), "{hostile}"),
+            }
+        }
+    }
+
+    #[test]
     fn tokens_never_print_or_echo() {
         let mut tokens = BTreeMap::new();
         tokens.insert(
