@@ -126,8 +126,8 @@ struct CaseIdOfLine {
 impl TrialsFile {
     /// Indexes the trials file at `path` by key, reading it once.
     fn open(path: &Path) -> Result<Self> {
-        let file =
-            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        // A regular file only, never through a link, as every file a machine holds is read.
+        let file = crate::files::open_regular(path, crate::shard::bundle::MAX_BUNDLE_BYTES, true)?;
         let mut lines = HashMap::new();
         let mut reader = std::io::BufReader::new(&file);
         let (mut line, mut offset, mut number) = (Vec::new(), 0u64, 0);
@@ -233,6 +233,12 @@ mod tests {
         std::fs::write(&path, "{\"not\": \"a trial\"}\n").unwrap();
         let error = format!("{:#}", TrialsFile::open(&path).err().unwrap());
         assert!(error.contains("line 1 is not a trial"), "{error}");
+
+        // A link (or anything but a regular file) in its place is not read.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &path).unwrap();
+        let error = format!("{:#}", TrialsFile::open(&path).err().unwrap());
+        assert!(error.contains("not a regular file"), "{error}");
     }
 
     #[test]
