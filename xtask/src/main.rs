@@ -318,7 +318,7 @@ fn test() -> Result<()> {
         ("/usr/bin/chromium", "chromium"),
         ("/usr/bin/chromedriver", "chromium-driver"),
     ])?;
-    // The OCI tests (tests/tests/oci.rs) push to and pull from a real registry on loopback.
+    // The OCI tests (tests/tests/e2e/oci.rs) push to and pull from a real registry on loopback.
     engines::ensure_packages(&[
         ("/usr/bin/docker-registry", "docker-registry"),
         ("/usr/bin/htpasswd", "apache2-utils"),

@@ -6,7 +6,8 @@
 //! over the step's stdin and stdout, and moves the bundle and traces as tar streams through
 //! steps too, so no filesystem shared with the nodes is assumed (with `sharedFilesystem`, they
 //! are a local `tar` into the shared `workdir` instead). `dispose-machine` removes the work
-//! directory and cancels the job.
+//! directory and cancels the job; the directory of a job Slurm already ended has no step to be
+//! removed in, and the error names it.
 //!
 //! Options (see [`SCHEMA`]): `partition`, `account`, `qos`, `constraint`, `time` (Slurm's
 //! syntax), `cpus`, `memory` (Slurm's `--mem`), `gpus`, `workdir` (the directory on the node
@@ -493,10 +494,19 @@ impl Runner for Slurm {
         if keep {
             return Ok(());
         }
-        // The node's copy of the work directory goes first (no shared filesystem is assumed);
-        // a job Slurm already ended has no step to run it in, which is no reason to fail.
-        let _ = job.run(&["--", "rm", "-rf", &job.dir]);
-        job.cancel()
+        // The node's copy of the work directory goes first (no shared filesystem is assumed).
+        // A job Slurm already ended (cancelled, timed out, its node lost) has no step to run
+        // it in: the job is still cancelled, and the error says which directory stays where,
+        // for the operator (run.json keeps it as the machine's `disposeError`).
+        let removed = job.run(&["--", "rm", "-rf", &job.dir]);
+        let cancelled = job.cancel();
+        removed.map_err(|e| {
+            unavailable(format!(
+                "the work directory {} of job {} stays on its node: {}",
+                job.dir, job.id, e.message
+            ))
+        })?;
+        cancelled
     }
 }
 

@@ -260,6 +260,16 @@ fn a_job_cancelled_mid_run_leaves_its_trials_missing_and_resume_collects_them() 
         "the lost machine is not the cancelled job's: {}",
         record["machines"]
     );
+    // An ended job has no step to remove its work directory in: run.json names the one that
+    // stays (on this machine, the cluster's only node), and the test removes it.
+    let workdir = lost[0]["placement"]["workdir"].as_str().unwrap();
+    let why = lost[0]["disposeError"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(&format!("the work directory {workdir} of job {job} stays")),
+        "{}",
+        lost[0]
+    );
+    std::fs::remove_dir_all(workdir).unwrap();
     // Missing, never failed: no trial of the cancelled job counts against the agent.
     let counts = &summary["variants"]["default"];
     assert_eq!(

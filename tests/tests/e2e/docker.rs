@@ -708,8 +708,8 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     let image = format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION"));
     let context = format!("context={a}");
     // `mst run` with the image runner plugin, its image and context, and `extra` options.
-    // The operator passes one variable by name (configuration, never a secret).
-    std::env::set_var("MST_TEST_GREETING", "hello from the host");
+    // The operator passes one variable by name (configuration, never a secret): set on mst's
+    // command, never on this process, which other tests share.
     let run_with = |extra: &[&str]| {
         let mut args = vec![
             "--plugin",
@@ -722,7 +722,13 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         for option in [image.as_str(), context.as_str()].iter().chain(extra) {
             args.extend(["--runner-option", option]);
         }
-        eval.run(&mst, &args)
+        let run: Run = mst
+            .command(&eval.args(&args))
+            .env("MST_TEST_GREETING", "hello from the host")
+            .output()
+            .unwrap()
+            .into();
+        run
     };
     // keep=always, so the container can be inspected below; `env` asks for a variable the
     // operator passes.

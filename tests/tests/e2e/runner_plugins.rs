@@ -294,6 +294,12 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     let lost = mst_tests::lost_machines(&record);
     assert_eq!(lost.len(), 1, "{}", record["machines"]);
     assert!(lost[0]["machine"].as_str().unwrap().contains(&b.host()));
+    // A host that is gone cannot remove the shard's work directory: run.json says which stays.
+    let workdir = lost[0]["placement"]["workdir"].as_str().unwrap();
+    let why = lost[0]["disposeError"].as_str().unwrap_or_default();
+    assert!(why.contains("dispose-machine"), "{}", lost[0]);
+    // "Host b" is this machine: remove what a real gone host would keep.
+    std::fs::remove_dir_all(workdir).unwrap();
     let missing = read_json(&dir.join("summary.json"))["missing"]
         .as_array()
         .unwrap()
