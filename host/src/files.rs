@@ -72,6 +72,102 @@ pub fn open_regular(path: &Path, cap: u64, no_follow: bool) -> Result<std::fs::F
     Ok(file)
 }
 
+/// A file of lines someone else wrote (a machine's JSON lines: the work file a worker reads,
+/// the stored trials a grade shard reads), opened as [`open_regular`] opens it and read a line
+/// at a time: never past `cap` bytes in all, nor `line_cap` in one line. Errors name the file
+/// and the line.
+pub struct LineReader {
+    path: std::path::PathBuf,
+    reader: std::io::BufReader<std::io::Take<std::fs::File>>,
+    cap: u64,
+    line_cap: usize,
+    line: Vec<u8>,
+    /// The number of the line last read, from 1 (0 before the first).
+    number: u64,
+    /// Where the line last read starts, and where the next one does.
+    offset: u64,
+    next_offset: u64,
+}
+
+impl LineReader {
+    /// Opens `path` (a regular file, never through a link) of at most `cap` bytes.
+    pub fn open(path: &Path, cap: u64, line_cap: usize) -> Result<Self> {
+        let file = open_regular(path, cap, true)?;
+        Ok(LineReader {
+            path: path.to_path_buf(),
+            reader: std::io::BufReader::new(file.take(cap)),
+            cap,
+            line_cap,
+            line: Vec::new(),
+            number: 0,
+            offset: 0,
+            next_offset: 0,
+        })
+    }
+
+    /// The next line as it is in the file (its `\n` included, when it has one), or `None` at
+    /// the end. A line over `line_cap` bytes is an error.
+    pub fn next_line(&mut self) -> Result<Option<&[u8]>> {
+        use std::io::BufRead;
+        self.line.clear();
+        let read = (&mut self.reader)
+            .take(self.line_cap as u64 + 1)
+            .read_until(b'\n', &mut self.line)
+            .with_context(|| format!("cannot read {}", self.path.display()))?;
+        if read == 0 {
+            return Ok(None);
+        }
+        self.number += 1;
+        if self.line.len() > self.line_cap {
+            bail!(
+                "{} line {}: over {} bytes",
+                self.path.display(),
+                self.number,
+                self.line_cap
+            );
+        }
+        self.offset = self.next_offset;
+        self.next_offset += read as u64;
+        Ok(Some(&self.line))
+    }
+
+    /// The number of the line last read, from 1.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// Where in the file the line last read starts.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The file's path, for errors.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The same open file, to be read again from its start (so that a file swapped in under
+    /// the same name meanwhile is never what is read).
+    pub fn rewound(self) -> Result<Self> {
+        use std::io::Seek;
+        let mut file = self.reader.into_inner().into_inner();
+        file.rewind()
+            .with_context(|| format!("cannot read {}", self.path.display()))?;
+        Ok(LineReader {
+            reader: std::io::BufReader::new(file.take(self.cap)),
+            number: 0,
+            offset: 0,
+            next_offset: 0,
+            ..self
+        })
+    }
+
+    /// The open file, for reading at offsets.
+    pub fn into_file(self) -> std::fs::File {
+        self.reader.into_inner().into_inner()
+    }
+}
+
 /// Writes `bytes` to `path` atomically (temporary file in the same directory, then rename):
 /// readers see the old file or the whole new one, never a part. Used for per-trial traces,
 /// where a trace lost to a power cut is merely missing (and `--resume` collects it again).
@@ -176,6 +272,51 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_reader_keeps_to_its_caps_and_says_where_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lines.jsonl");
+        std::fs::write(&path, "one\ntwo two\nthree").unwrap();
+        let mut lines = LineReader::open(&path, 100, 8).unwrap();
+        let mut seen = Vec::new();
+        while let Some(line) = lines.next_line().unwrap() {
+            let line = String::from_utf8(line.to_vec()).unwrap();
+            seen.push((lines.number(), lines.offset(), line));
+        }
+        assert_eq!(
+            seen,
+            [
+                (1, 0, "one\n".to_string()),
+                (2, 4, "two two\n".into()),
+                (3, 12, "three".into())
+            ]
+        );
+        // Read again from the start, on the same open file.
+        let mut lines = lines.rewound().unwrap();
+        assert_eq!(lines.next_line().unwrap(), Some(&b"one\n"[..]));
+        assert_eq!((lines.number(), lines.offset()), (1, 0));
+
+        // A line over its cap is refused by its number.
+        let mut lines = LineReader::open(&path, 100, 4).unwrap();
+        assert!(lines.next_line().unwrap().is_some());
+        let err = lines.next_line().unwrap_err().to_string();
+        assert!(err.contains("lines.jsonl line 2: over 4 bytes"), "{err}");
+
+        // A file that grows past the cap after it was opened is read no further than the cap.
+        let mut lines = LineReader::open(&path, 20, 100).unwrap();
+        std::fs::write(&path, "one\ntwo two\nthree and a much longer tail\n").unwrap();
+        let mut read = 0;
+        while let Some(line) = lines.next_line().unwrap() {
+            read += line.len();
+        }
+        assert_eq!(read, 20);
+
+        // Never through a link.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(LineReader::open(&link, 100, 100).is_err());
+    }
 
     #[test]
     fn components_cannot_escape() {

@@ -44,7 +44,8 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
-/// The running test's name: libtest runs each test on a thread named after it.
+/// The running test's name, `::` written `.` (`web.the_report_…`): libtest runs each test on a
+/// thread named after its path in the test binary.
 pub fn current_test_name() -> String {
     std::thread::current()
         .name()

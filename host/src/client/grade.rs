@@ -13,7 +13,6 @@ use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost};
 use crate::shard::bundle::{GradePlugin, GradeWork, GRADE_TRIALS_FILE};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
-use std::io::{BufRead, Read};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -126,34 +125,19 @@ struct CaseIdOfLine {
 impl TrialsFile {
     /// Indexes the trials file at `path` by key, reading it once.
     fn open(path: &Path) -> Result<Self> {
-        // A regular file only, never through a link, as every file a machine holds is read.
-        let file = crate::files::open_regular(path, crate::shard::bundle::MAX_BUNDLE_BYTES, true)?;
+        let cap = crate::shard::bundle::MAX_BUNDLE_BYTES;
+        let mut reader = crate::files::LineReader::open(path, cap, MAX_TRIAL_BYTES)?;
         let mut lines = HashMap::new();
-        let mut reader = std::io::BufReader::new(&file);
-        let (mut line, mut offset, mut number) = (Vec::new(), 0u64, 0);
-        loop {
-            line.clear();
-            let read = (&mut reader)
-                .take(MAX_TRIAL_BYTES as u64 + 1)
-                .read_until(b'\n', &mut line)?;
-            if read == 0 {
-                break;
-            }
-            number += 1;
-            if line.len() > MAX_TRIAL_BYTES {
-                bail!(
-                    "{} line {number}: over {MAX_TRIAL_BYTES} bytes",
-                    path.display()
-                );
-            }
-            let key: KeyOfLine = serde_json::from_slice(&line)
-                .with_context(|| format!("{} line {number} is not a trial", path.display()))?;
+        while let Some(line) = reader.next_line()? {
+            let len = line.len();
+            let key = serde_json::from_slice::<KeyOfLine>(line).with_context(|| {
+                format!("{} line {} is not a trial", path.display(), reader.number())
+            })?;
             let key = TrialKey::new(key.variant, key.case.id, key.trial);
-            lines.insert(key, (offset, line.len()));
-            offset += read as u64;
+            lines.insert(key, (reader.offset(), len));
         }
         Ok(TrialsFile {
-            file,
+            file: reader.into_file(),
             lines: Mutex::new(lines),
         })
     }

@@ -13,8 +13,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// The bundle's settings file inside the bundle directory.
@@ -196,11 +195,7 @@ pub fn write<'c>(
 /// A worker's reading of its bundle's [`WORK_FILE`]: the trials in order, each with its case,
 /// one line held at a time.
 pub struct WorkReader {
-    path: PathBuf,
-    lines: std::io::BufReader<std::io::Take<std::fs::File>>,
-    line: Vec<u8>,
-    /// The number of the line last read, from 1.
-    number: u64,
+    lines: crate::files::LineReader,
     /// The line being handed out.
     current: Option<WorkCase>,
     /// Trials not handed out yet.
@@ -220,45 +215,25 @@ impl WorkReader {
     /// counted; then the same open file is read again from its start, a line at a time.
     pub fn open(bundle_dir: &Path) -> Result<Self> {
         let path = bundle_dir.join(WORK_FILE);
-        let file = crate::files::open_regular(&path, MAX_BUNDLE_BYTES, true)?;
-        let mut reader = WorkReader {
-            lines: Self::lines(file),
-            path,
-            line: Vec::new(),
-            number: 0,
-            current: None,
-            left: 0,
-        };
-        while reader.read_line()? {
-            let line: WorkLine<'_, CaseRecord> = serde_json::from_slice(&reader.line)
-                .with_context(|| {
-                    format!(
-                        "{} line {} is not a case and its trials",
-                        reader.path.display(),
-                        reader.number
-                    )
-                })?;
-            reader.left += line.trials.len() as u64;
+        let cap = MAX_BUNDLE_BYTES;
+        let mut lines = crate::files::LineReader::open(&path, cap, cap as usize)?;
+        let mut left = 0;
+        while let Some(line) = lines.next_line()? {
+            let trials = serde_json::from_slice::<WorkLine<'_, CaseRecord>>(line)
+                .map(|line| line.trials.len() as u64);
+            left += trials.with_context(|| {
+                format!(
+                    "{} line {} is not a case and its trials",
+                    path.display(),
+                    lines.number()
+                )
+            })?;
         }
-        let mut file = reader.lines.into_inner().into_inner();
-        std::io::Seek::rewind(&mut file)
-            .with_context(|| format!("cannot read {}", reader.path.display()))?;
-        reader.lines = Self::lines(file);
-        reader.number = 0;
-        Ok(reader)
-    }
-
-    fn lines(file: std::fs::File) -> std::io::BufReader<std::io::Take<std::fs::File>> {
-        std::io::BufReader::new(std::io::Read::take(file, MAX_BUNDLE_BYTES))
-    }
-
-    /// Reads the next line into `self.line`; false at the end.
-    fn read_line(&mut self) -> Result<bool> {
-        self.line.clear();
-        let read = (self.lines.read_until(b'\n', &mut self.line))
-            .with_context(|| format!("cannot read {}", self.path.display()))?;
-        self.number += 1;
-        Ok(read > 0)
+        Ok(WorkReader {
+            lines: lines.rewound()?,
+            current: None,
+            left,
+        })
     }
 
     /// The next trial to collect and its case (shared by the case's trials), or `None` when
@@ -281,21 +256,21 @@ impl WorkReader {
             if self.left == 0 {
                 return Ok(None);
             }
-            if !self.read_line()? {
-                anyhow::bail!(self.changed());
-            }
-            let line: WorkLine<'_, CaseRecord> =
-                serde_json::from_slice(&self.line).with_context(|| self.changed())?;
-            if line.trials.len() as u64 > self.left {
-                anyhow::bail!(self.changed());
-            }
-            let trials = (line.trials.into_iter().rev())
-                .map(|t| (Arc::from(&*t.variant), t.trial))
-                .collect();
-            self.current = Some(WorkCase {
-                case: Arc::new(line.case),
-                trials,
+            // A line that is not what the first reading counted: the file changed.
+            let next = self.lines.next_line()?.and_then(|line| {
+                let line: WorkLine<'_, CaseRecord> = serde_json::from_slice(line).ok()?;
+                let trials: Vec<(Arc<str>, u32)> = (line.trials.into_iter().rev())
+                    .map(|t| (Arc::from(&*t.variant), t.trial))
+                    .collect();
+                Some(WorkCase {
+                    case: Arc::new(line.case),
+                    trials,
+                })
             });
+            match next {
+                Some(work) if work.trials.len() as u64 <= self.left => self.current = Some(work),
+                _ => anyhow::bail!(self.changed()),
+            }
         }
     }
 
@@ -303,8 +278,8 @@ impl WorkReader {
     fn changed(&self) -> String {
         format!(
             "{} changed while it was read (at line {}, {} trial(s) still to come)",
-            self.path.display(),
-            self.number,
+            self.lines.path().display(),
+            self.lines.number(),
             self.left
         )
     }

@@ -6,7 +6,8 @@
 //! a work-stealing one for CPU work.
 
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 /// One trial's work.
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -16,8 +17,16 @@ pub struct TrialThreads {
     jobs: mpsc::Sender<Job>,
     queue: Arc<Mutex<mpsc::Receiver<Job>>>,
     /// Threads started, and jobs given and not yet ended.
-    counts: Arc<Mutex<Counts>>,
+    shared: Arc<Shared>,
     limit: usize,
+}
+
+/// What the pool and its threads share.
+#[derive(Default)]
+struct Shared {
+    counts: Mutex<Counts>,
+    /// Told when the last busy thread ends its job.
+    idle: Condvar,
 }
 
 #[derive(Default)]
@@ -33,7 +42,7 @@ impl TrialThreads {
         TrialThreads {
             jobs,
             queue: Arc::new(Mutex::new(queue)),
-            counts: Arc::default(),
+            shared: Arc::default(),
             limit: limit.max(1),
         }
     }
@@ -43,14 +52,14 @@ impl TrialThreads {
     /// behind another trial.
     pub fn run(&self, job: impl FnOnce() + Send + 'static) {
         {
-            let mut counts = self.counts.lock().expect("trial thread counts");
+            let mut counts = self.shared.counts.lock().expect("trial thread counts");
             // Every thread has a job (or is just ending one): one more, while the limit allows.
             if counts.busy >= counts.started && counts.started < self.limit {
                 counts.started += 1;
-                let (queue, counts) = (self.queue.clone(), self.counts.clone());
+                let (queue, shared) = (self.queue.clone(), self.shared.clone());
                 std::thread::Builder::new()
                     .name("mst-trial".into())
-                    .spawn(move || serve(&queue, &counts))
+                    .spawn(move || serve(&queue, &shared))
                     .expect("start a trial thread");
             }
             counts.busy += 1;
@@ -58,17 +67,34 @@ impl TrialThreads {
         // The receiver lives as long as any thread; threads end only when this pool is dropped.
         let _ = self.jobs.send(Box::new(job));
     }
+
+    /// Waits, at most `limit`, until every job given has ended, what it held included (a
+    /// job's captures are dropped before its thread counts it ended); whether they all had.
+    /// The worker waits so before it ends: what the jobs shared with it (the scratch
+    /// directories, a grade shard's compiled-code cache) is then dropped by the worker itself,
+    /// not by a trial thread racing the process's exit.
+    pub fn wait_idle(&self, limit: Duration) -> bool {
+        let counts = self.shared.counts.lock().expect("trial thread counts");
+        let (counts, _) = (self.shared.idle)
+            .wait_timeout_while(counts, limit, |counts| counts.busy > 0)
+            .expect("trial thread counts");
+        counts.busy == 0
+    }
 }
 
 /// A trial thread's life: take a job, run it, count it ended; until the pool is gone.
-fn serve(queue: &Mutex<mpsc::Receiver<Job>>, counts: &Mutex<Counts>) {
+fn serve(queue: &Mutex<mpsc::Receiver<Job>>, shared: &Shared) {
     loop {
         let job = match queue.lock().expect("trial queue").recv() {
             Ok(job) => job,
             Err(mpsc::RecvError) => return,
         };
         job();
-        counts.lock().expect("trial thread counts").busy -= 1;
+        let mut counts = shared.counts.lock().expect("trial thread counts");
+        counts.busy -= 1;
+        if counts.busy == 0 {
+            shared.idle.notify_all();
+        }
     }
 }
 
@@ -100,14 +126,35 @@ mod tests {
             let id = finished.recv().unwrap();
             assert!(first.contains(&id), "a third thread was started");
         }
-        assert_eq!(pool.counts.lock().unwrap().started, 2);
+        assert_eq!(pool.shared.counts.lock().unwrap().started, 2);
     }
 
     /// Waits until every job given to `pool` has ended and its thread is idle again.
     fn wait_idle(pool: &TrialThreads) {
-        while pool.counts.lock().unwrap().busy > 0 {
-            std::thread::yield_now();
+        assert!(pool.wait_idle(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn waiting_for_idle_threads_waits_for_what_their_jobs_hold() {
+        let pool = TrialThreads::new(2);
+        let (started, running) = mpsc::channel();
+        let held = Arc::new(());
+        for _ in 0..2 {
+            let (held, started) = (held.clone(), started.clone());
+            pool.run(move || {
+                started.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+                drop(held);
+            });
         }
+        (0..2).for_each(|_| running.recv().unwrap());
+        assert!(!pool.wait_idle(Duration::ZERO), "both jobs still run");
+        assert!(pool.wait_idle(Duration::from_secs(10)));
+        assert_eq!(
+            Arc::strong_count(&held),
+            1,
+            "the jobs' captures are dropped"
+        );
     }
 
     #[test]
@@ -122,7 +169,7 @@ mod tests {
             // In the worker the next grant is a round trip away; here, wait for the thread.
             wait_idle(&pool);
         }
-        assert_eq!(pool.counts.lock().unwrap().started, 1);
+        assert_eq!(pool.shared.counts.lock().unwrap().started, 1);
         assert_eq!(seen.len(), 1);
     }
 }

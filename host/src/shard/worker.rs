@@ -331,6 +331,10 @@ impl Drop for Scratch<'_> {
     }
 }
 
+/// How long an ending worker waits for its trial threads to finish jobs that have all
+/// reported: they have only their captures left to drop.
+const JOBS_END: Duration = Duration::from_secs(2);
+
 /// The worker's scratch directories: one per trial running at once, each emptied when its
 /// trial ends and handed to the next, and all removed with the worker. Making and removing a
 /// directory per trial cost more than the trial itself on ext4, whose inode allocator scans
@@ -355,6 +359,17 @@ impl ScratchDirs {
     fn give_back(&self, dir: tempfile::TempDir) {
         if empty_dir(dir.path()).is_ok() {
             self.idle.lock().expect("scratch dirs").push(dir);
+        }
+    }
+
+    /// Removes the idle directories now, as the worker ends, before it says `done`. (Left to
+    /// the pool's drop, whose last owner was at times a trial thread racing the process's
+    /// exit, every run left a directory per trial slot in the machine's temporary directory.)
+    fn remove_idle(&self) {
+        let idle = std::mem::take(&mut *self.idle.lock().expect("scratch dirs"));
+        for dir in idle {
+            // Best effort, as a dropped TempDir's: a scratch directory holds no secret.
+            let _ = dir.close();
         }
     }
 }
@@ -650,6 +665,9 @@ impl Worker {
         }
         self.counts.skipped += (self.queue.left() + self.awaiting.len() as u64) as u32;
         self.stop_heartbeat.store(true, Ordering::Relaxed);
+        // Every trial has reported; their jobs are ending. What they shared with the worker
+        // is then the worker's alone to drop (see `TrialThreads::wait_idle`).
+        self.threads.wait_idle(JOBS_END);
         let cleanup = self.clean_up();
         if let Some(error) = self.broken.take() {
             return Err(error);
@@ -663,6 +681,8 @@ impl Worker {
     }
 
     fn clean_up(&mut self) -> Cleanup {
+        // Every trial has reported, and each gave its scratch directory back before it did.
+        self.scratch.remove_idle();
         clean_up(self.token_dir.take())
     }
 
@@ -987,6 +1007,12 @@ mod tests {
         assert_ne!(fresh.path(), path);
         assert!(outside.path().join("keep").is_file());
         let _ = std::fs::remove_file(&path);
+        // As the worker ends, the idle directories go, while the pool itself may still have
+        // another owner (a trial thread finishing its job).
+        let fresh_path = fresh.path().to_path_buf();
+        dirs.give_back(fresh);
+        dirs.remove_idle();
+        assert!(!fresh_path.exists(), "{}", fresh_path.display());
     }
 
     #[test]

@@ -93,7 +93,7 @@ fn a_served_page_is_clicked_typed_into_read_and_photographed() {
     assert_eq!(
         shot,
         mst_tests::target_dir()
-            .join("test-output/a_served_page_is_clicked_typed_into_read_and_photographed/page.png")
+            .join("test-output/browser.a_served_page_is_clicked_typed_into_read_and_photographed/page.png")
     );
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG: {shot:?}");

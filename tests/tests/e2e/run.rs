@@ -346,6 +346,35 @@ fn limits_hold_across_concurrent_trials() {
 }
 
 #[test]
+fn a_run_leaves_nothing_in_the_temporary_directory() {
+    // The run's own temporary directory: the local machine, the bundles staged and the
+    // trials' scratch directories are made there, and all must be gone when mst exits.
+    let mst = Mst::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = config(json!(["sh", "-c", "echo hi > note.txt; cat"]));
+    config["concurrency"] = json!(3);
+    let eval = Eval::new(config, &cases(9));
+    let run: Run = mst
+        .command(&eval.args(&["-q"]))
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&only_run(&eval.results(), "e2e").join("run.json"));
+    let machine = record["machines"][0]["placement"]["dir"].as_str().unwrap();
+    assert!(
+        machine.starts_with(&*tmp.path().to_string_lossy()),
+        "the local machine was made in the run's TMPDIR: {machine}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}
+
+#[test]
 fn a_bad_config_exits_2_and_names_the_key() {
     let mst = Mst::new();
     let mut bad = config(json!(["cat"]));
