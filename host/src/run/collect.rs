@@ -27,13 +27,13 @@ pub struct StagedShard {
     pub dir: PathBuf,
 }
 
-/// Splits `to_collect` into `shards` bundles (skipping empty shards) and stages each below
-/// `staging`.
+/// Splits the trials of `plan` at the positions `to_collect` into `shards` bundles (skipping
+/// empty shards) and stages each below `staging`.
 pub fn stage_bundles(
     config: &EvalConfig,
     run_id: &str,
     cases: &CaseIndex<'_>,
-    to_collect: &[TrialKey],
+    (plan, to_collect): (&[TrialKey], &[u32]),
     shards: u32,
     heartbeat_ms: u64,
     staging: &Path,
@@ -42,6 +42,7 @@ pub fn stage_bundles(
     for shard in 0..shards {
         let mut trials: Vec<TrialKey> = to_collect
             .iter()
+            .map(|&at| &plan[at as usize])
             .filter(|k| shard_of(&k.case, shards) == shard)
             .cloned()
             .collect();

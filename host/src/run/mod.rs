@@ -225,7 +225,7 @@ fn collect_and_grade(
         &prepared.config,
         &record.run_id,
         &cases,
-        &to_collect,
+        (&record.trials, &to_collect),
         runner_options.shards,
         settings.heartbeat_ms(),
         staging.path(),
@@ -310,19 +310,14 @@ fn collect_and_grade(
 }
 
 /// The planned trials that have no trace yet; each must refer to a case the datasets hold.
-fn trials_to_collect(
-    record: &RunRecord,
-    dir: &RunDir,
-    cases: &CaseIndex<'_>,
-) -> Result<Vec<TrialKey>> {
+fn trials_to_collect(record: &RunRecord, dir: &RunDir, cases: &CaseIndex<'_>) -> Result<Vec<u32>> {
     let mut has_trace = dir.trace_check();
-    let to_collect: Vec<TrialKey> = record
-        .trials
-        .iter()
-        .filter(|k| !has_trace(k))
-        .cloned()
+    // Positions in the plan, four bytes a trial, not a second list of keys beside it.
+    let to_collect: Vec<u32> = (0..record.trials.len() as u32)
+        .filter(|&at| !has_trace(&record.trials[at as usize]))
         .collect();
-    if let Some(key) = to_collect.iter().find(|k| !cases.contains(&k.case)) {
+    let plan = to_collect.iter().map(|&at| &record.trials[at as usize]);
+    if let Some(key) = plan.into_iter().find(|k| !cases.contains(&k.case)) {
         bail!(
             "trial {key} refers to case `{}`, which the datasets no longer hold",
             key.case
