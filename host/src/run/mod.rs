@@ -316,8 +316,8 @@ fn trials_to_collect(record: &RunRecord, dir: &RunDir, cases: &CaseIndex<'_>) ->
     let to_collect: Vec<u32> = (0..record.trials.len() as u32)
         .filter(|&at| !has_trace(&record.trials[at as usize]))
         .collect();
-    let plan = to_collect.iter().map(|&at| &record.trials[at as usize]);
-    if let Some(key) = plan.into_iter().find(|k| !cases.contains(&k.case)) {
+    let mut planned = to_collect.iter().map(|&at| &record.trials[at as usize]);
+    if let Some(key) = planned.find(|k| !cases.contains(&k.case)) {
         bail!(
             "trial {key} refers to case `{}`, which the datasets no longer hold",
             key.case
