@@ -11,14 +11,26 @@ use crate::plugin::set::PluginSet;
 use crate::plugin::Kind;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The resolved cases and a hash of their content, recorded in `run.json`.
-#[derive(Debug, Clone, Default)]
+///
+/// The cases themselves are kept in an unnamed file (gone when this is dropped), each one's
+/// JSON on a line of its own, exactly the lines the content hash reads: memory holds each
+/// case's id (shared with its trials' keys), where its line is and where it came from, 40
+/// bytes a case. A run of 100,000 cases would otherwise hold every case's input and answer
+/// as parsed JSON from the start of the run to its end. A case is read back when it is used:
+/// in order ([`Cases::iter`]), or by id ([`Cases::get`]).
+#[derive(Debug, Default)]
 pub struct Cases {
-    pub cases: Vec<CaseRecord>,
-    /// Where each case comes from, in the order of `cases`: eight bytes a case, not a
+    /// `None` only for no cases.
+    file: Option<std::fs::File>,
+    /// In the datasets' order.
+    spots: Vec<CaseSpot>,
+    /// Positions in `spots` sorted by id.
+    by_id: Vec<u32>,
+    /// Where each case comes from, in the order of `spots`: eight bytes a case, not a
     /// string ([`Cases::origin`] spells it out).
     origins: Vec<Origin>,
     /// The sources the origins name: dataset files, and dataset plugins with their path.
@@ -26,6 +38,20 @@ pub struct Cases {
     /// sha256 over the canonical JSON of every case, in order.
     pub content_hash: String,
 }
+
+/// One case in [`Cases`]' file: its id, its line (`len` bytes at `at`, without the newline)
+/// and its own trial count (`trials`, [`NO_TRIALS`] when it has none), which planning needs of
+/// every case and so reads without parsing any.
+#[derive(Debug)]
+struct CaseSpot {
+    id: Arc<str>,
+    at: u64,
+    len: u32,
+    trials: u32,
+}
+
+/// [`CaseSpot::trials`] of a case without a trial count of its own.
+const NO_TRIALS: u32 = u32::MAX;
 
 /// Where one case comes from: one of [`Cases`]'s sources and, for a file, the line the case
 /// starts on (0 for a dataset plugin's cases).
@@ -36,8 +62,19 @@ struct Origin {
 }
 
 impl Cases {
-    /// Where the case at `index` in `cases` comes from: `file:line` for files, the plugin and
-    /// path for a dataset plugin's cases.
+    /// `cases`, in this order, from nowhere in particular (a dataset plugin's answer, a
+    /// test's list); ids must be unique.
+    pub fn from_records(cases: impl IntoIterator<Item = CaseRecord>) -> Result<Self> {
+        let mut loading = Loading::new()?;
+        let source = loading.source("(given)".to_string(), 0);
+        for case in cases {
+            loading.push(case, source, 0)?;
+        }
+        loading.finish()
+    }
+
+    /// Where the case at `index` in the datasets' order comes from: `file:line` for files, the
+    /// plugin and path for a dataset plugin's cases.
     pub fn origin(&self, index: usize) -> String {
         let Some(origin) = self.origins.get(index) else {
             return String::new();
@@ -48,32 +85,200 @@ impl Cases {
             line => format!("{source}:{line}"),
         }
     }
+
+    /// How many cases there are.
+    pub fn len(&self) -> usize {
+        self.spots.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.spots.is_empty()
+    }
+
+    /// Every case's id, in the datasets' order.
+    pub fn ids(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.spots.iter().map(|spot| &spot.id)
+    }
+
+    /// Every case's id with its own trial count, if it has one, in the datasets' order.
+    pub fn trial_counts(&self) -> impl Iterator<Item = (&Arc<str>, Option<u32>)> {
+        (self.spots.iter())
+            .map(|spot| (&spot.id, (spot.trials != NO_TRIALS).then_some(spot.trials)))
+    }
+
+    /// Whether a case's id is `id`.
+    pub fn contains(&self, id: &str) -> bool {
+        self.position(id).is_some()
+    }
+
+    /// The position in the datasets' order of the case whose id is `id`.
+    fn position(&self, id: &str) -> Option<usize> {
+        super::trial::find_position(&self.spots, &self.by_id, |spot| &*spot.id, id)
+    }
+
+    /// The case whose id is `id`, read from the cases' file.
+    pub fn get(&self, id: &str) -> Result<Option<CaseRecord>> {
+        self.position(id).map(|at| self.read(at)).transpose()
+    }
+
+    /// The case at `index` in the datasets' order.
+    fn read(&self, index: usize) -> Result<CaseRecord> {
+        use std::os::unix::fs::FileExt;
+        let spot = &self.spots[index];
+        let file = self.file.as_ref().context("no cases were kept")?;
+        let mut line = vec![0; spot.len as usize];
+        file.read_exact_at(&mut line, spot.at)
+            .with_context(|| format!("cannot read case `{}` back from the cases' file", spot.id))?;
+        serde_json::from_slice(&line)
+            .with_context(|| format!("case `{}` is damaged in the cases' file", spot.id))
+    }
+
+    /// Every case, in the datasets' order, read from the cases' file as it is reached.
+    pub fn iter(&self) -> impl Iterator<Item = Result<CaseRecord>> + '_ {
+        let mut reader =
+            (self.file.as_ref()).map(|file| std::io::BufReader::new(ReadAt { file, at: 0 }));
+        let mut line = Vec::new();
+        self.spots.iter().map(move |spot| {
+            let reader = reader.as_mut().context("no cases were kept")?;
+            line.resize(spot.len as usize + 1, 0);
+            std::io::Read::read_exact(reader, &mut line).with_context(|| {
+                format!("cannot read case `{}` back from the cases' file", spot.id)
+            })?;
+            serde_json::from_slice(&line[..spot.len as usize])
+                .with_context(|| format!("case `{}` is damaged in the cases' file", spot.id))
+        })
+    }
 }
 
-/// The cases read so far, with their origins and the sources those name: what [`Cases`] will
-/// hold. Every dataset is read straight into it, so no second list of cases is ever made.
-#[derive(Default)]
+/// Reads `file` from `at` on, with positioned reads: any number of readers and lookups share
+/// the file without moving each other's place.
+struct ReadAt<'a> {
+    file: &'a std::fs::File,
+    at: u64,
+}
+
+impl std::io::Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = std::os::unix::fs::FileExt::read_at(self.file, buf, self.at)?;
+        self.at += read as u64;
+        Ok(read)
+    }
+}
+
+/// The cases read so far, written to the cases' file as they are read, with their origins
+/// and the sources those name: what [`Cases`] will hold.
 struct Loading {
-    cases: Vec<CaseRecord>,
+    file: std::io::BufWriter<std::fs::File>,
+    written: u64,
+    line: Vec<u8>,
+    hasher: Sha256,
+    spots: Vec<CaseSpot>,
     origins: Vec<Origin>,
     sources: Vec<String>,
 }
 
 impl Loading {
+    fn new() -> Result<Self> {
+        let file = tempfile::tempfile().context("cannot make a file to keep the cases in")?;
+        Ok(Loading {
+            file: std::io::BufWriter::new(file),
+            written: 0,
+            line: Vec::new(),
+            hasher: Sha256::new(),
+            spots: Vec::new(),
+            origins: Vec::new(),
+            sources: Vec::new(),
+        })
+    }
+
     /// Starts a source (a file, or a dataset plugin with its path) with room for `cases`
     /// more; the index its cases' origins name.
     fn source(&mut self, label: String, cases: usize) -> u32 {
         self.sources.push(label);
-        self.cases.reserve_exact(cases);
+        self.spots.reserve_exact(cases);
         self.origins.reserve_exact(cases);
         (self.sources.len() - 1) as u32
     }
 
     /// Adds `case`, from `source`, starting on `line` (0 when it has none).
-    fn push(&mut self, case: CaseRecord, source: u32, line: usize) {
-        let line = u32::try_from(line).unwrap_or(u32::MAX);
-        self.cases.push(case);
-        self.origins.push(Origin { source, line });
+    fn push(&mut self, case: CaseRecord, source: u32, line: usize) -> Result<()> {
+        let origin = Origin {
+            source,
+            line: u32::try_from(line).unwrap_or(u32::MAX),
+        };
+        if case.id.is_empty() {
+            bail!("{}: a case has an empty `id`", self.origin_of(origin));
+        }
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, &case)?;
+        self.hasher.update(&self.line);
+        self.hasher.update(b"\n");
+        let len = u32::try_from(self.line.len())
+            .ok()
+            .with_context(|| format!("{}: the case is over 4 GiB", self.origin_of(origin)))?;
+        self.line.push(b'\n');
+        std::io::Write::write_all(&mut self.file, &self.line)
+            .context("cannot write to the file the cases are kept in")?;
+        self.spots.push(CaseSpot {
+            trials: case
+                .more()
+                .trials
+                .map_or(NO_TRIALS, |n| n.min(NO_TRIALS - 1)),
+            id: case.id,
+            at: self.written,
+            len,
+        });
+        self.written += self.line.len() as u64;
+        self.origins.push(origin);
+        Ok(())
+    }
+
+    fn origin_of(&self, origin: Origin) -> String {
+        let source = &self.sources[origin.source as usize];
+        match origin.line {
+            0 => source.clone(),
+            line => format!("{source}:{line}"),
+        }
+    }
+
+    /// The cases, their ids checked unique.
+    fn finish(self) -> Result<Cases> {
+        let file = self
+            .file
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .context("cannot write to the file the cases are kept in")?;
+        let mut cases = Cases {
+            file: Some(file),
+            by_id: Vec::new(),
+            spots: self.spots,
+            origins: self.origins,
+            sources: self.sources,
+            content_hash: hex::encode(self.hasher.finalize()),
+        };
+        // By id, then by position: the cases sharing an id lie together, first to last.
+        let spots = &cases.spots;
+        let mut by_id: Vec<u32> = (0..spots.len() as u32).collect();
+        by_id.sort_unstable_by(|a, b| {
+            (spots[*a as usize].id.cmp(&spots[*b as usize].id)).then(a.cmp(b))
+        });
+        // The earliest second use of an id is the one reported, with the id's first use.
+        let twice = by_id
+            .chunk_by(|a, b| spots[*a as usize].id == spots[*b as usize].id)
+            .filter(|same| same.len() > 1)
+            .map(|same| (same[0] as usize, same[1] as usize))
+            .min_by_key(|(_, second)| *second);
+        if let Some((first, second)) = twice {
+            bail!(
+                "case id `{}` appears twice (in {} and {}); ids must be unique",
+                spots[second].id,
+                cases.origin(first),
+                cases.origin(second)
+            );
+        }
+        cases.by_id = by_id;
+        Ok(cases)
     }
 }
 
@@ -92,7 +297,7 @@ fn parse_cases(text: &str, file: &Path, loading: &mut Loading) -> Result<()> {
                 continue;
             }
             let case = serde_json::from_str(line).map_err(|e| not_a_case(index + 1, e))?;
-            loading.push(case, source, index + 1);
+            loading.push(case, source, index + 1)?;
         }
         return Ok(());
     }
@@ -110,15 +315,14 @@ fn parse_cases(text: &str, file: &Path, loading: &mut Loading) -> Result<()> {
                 serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
             let source = loading.source(label, cases.len());
             for (case, line) in cases.into_iter().zip(element_lines(text)) {
-                loading.push(case, source, line);
+                loading.push(case, source, line)?;
             }
             Ok(())
         }
         serde_json::Value::Object(_) => {
             let case = serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
             let source = loading.source(label, 1);
-            loading.push(case, source, first_line(text));
-            Ok(())
+            loading.push(case, source, first_line(text))
         }
         _ => bail!(
             "{}: must hold a case object or an array of cases",
@@ -217,7 +421,7 @@ fn inside(base: &Path, relative: &str) -> Result<PathBuf> {
 
 /// Resolves every entry (paths relative to `base`, the config's directory) into cases.
 pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Result<Cases> {
-    let mut loading = Loading::default();
+    let mut loading = Loading::new()?;
     for (index, entry) in entries.iter().enumerate() {
         match entry {
             DatasetRef::Path(path) => load_path(&inside(base, path)?, &mut loading)?,
@@ -264,46 +468,18 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Resu
                         let label = format!("{plugin_name}({})", path.unwrap_or_default());
                         let source = loading.source(label, raw.len());
                         for case in raw {
-                            loading.push(CaseRecord::from_wit(case)?, source, 0);
+                            loading.push(CaseRecord::from_wit(case)?, source, 0)?;
                         }
                     }
                 }
             }
         }
     }
-    let cases = Cases {
-        cases: loading.cases,
-        origins: loading.origins,
-        sources: loading.sources,
-        content_hash: String::new(),
-    };
-    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(cases.cases.len());
-    for (index, case) in cases.cases.iter().enumerate() {
-        if case.id.is_empty() {
-            bail!("{}: a case has an empty `id`", cases.origin(index));
-        }
-        if let Some(first) = seen.insert(&case.id, index) {
-            bail!(
-                "case id `{}` appears twice (in {} and {}); ids must be unique",
-                case.id,
-                cases.origin(first),
-                cases.origin(index)
-            );
-        }
-    }
-    drop(seen);
-    if cases.cases.is_empty() {
+    let cases = loading.finish()?;
+    if cases.is_empty() {
         bail!("the datasets hold no cases");
     }
-    let mut hasher = Sha256::new();
-    for case in &cases.cases {
-        serde_json::to_writer(&mut hasher, case)?;
-        hasher.update(b"\n");
-    }
-    Ok(Cases {
-        content_hash: hex::encode(hasher.finalize()),
-        ..cases
-    })
+    Ok(cases)
 }
 
 #[cfg(test)]
@@ -335,9 +511,15 @@ mod tests {
             ),
         ];
         let cases = resolve(&entries, dir.path(), &PluginSet::default()).unwrap();
-        let ids: Vec<&str> = cases.cases.iter().map(|c| &*c.id).collect();
+        let ids: Vec<&str> = cases.ids().map(|id| &**id).collect();
         assert_eq!(ids, ["a", "b", "c"]);
-        assert_eq!(cases.cases[2].more().trials, Some(2));
+        let read: Vec<CaseRecord> = cases.iter().map(Result::unwrap).collect();
+        assert_eq!(read[2].more().trials, Some(2));
+        assert_eq!(read[1].input, serde_json::json!(2));
+        assert_eq!(cases.get("b").unwrap().unwrap(), read[1]);
+        assert!(cases.get("z").unwrap().is_none());
+        let counts: Vec<Option<u32>> = cases.trial_counts().map(|(_, n)| n).collect();
+        assert_eq!(counts, [None, None, Some(2)]);
         assert_eq!(cases.content_hash.len(), 64);
 
         let twice = vec![
@@ -449,7 +631,7 @@ mod tests {
         let lines: Vec<String> = ["a", "b", "c", "d"]
             .iter()
             .map(|id| {
-                let index = cases.cases.iter().position(|c| &*c.id == *id).unwrap();
+                let index = cases.ids().position(|c| &**c == *id).unwrap();
                 let origin = cases.origin(index);
                 origin.rsplit_once('/').unwrap().1.to_string()
             })

@@ -1,7 +1,7 @@
 //! Planning: which trials a run needs, and which shard runs each case.
 
 use super::config::EvalConfig;
-use super::trial::CaseRecord;
+use super::dataset::Cases;
 use crate::eval::trial::TrialKey;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -28,7 +28,7 @@ pub struct Filters {
 /// Every trial the run needs, in a stable order: case, variant, repetition.
 pub fn plan(
     config: &EvalConfig,
-    cases: &[CaseRecord],
+    cases: &Cases,
     filters: &Filters,
 ) -> anyhow::Result<Vec<TrialKey>> {
     let variants: Vec<String> = config.variant_names();
@@ -41,7 +41,7 @@ pub fn plan(
         }
     }
     for wanted in &filters.cases {
-        if !cases.iter().any(|c| *c.id == **wanted) {
+        if !cases.contains(wanted) {
             anyhow::bail!("--case {wanted}: no case has that id");
         }
     }
@@ -49,15 +49,12 @@ pub fn plan(
     let variants: Vec<(&String, std::sync::Arc<str>)> =
         variants.iter().map(|v| (v, v.as_str().into())).collect();
     let mut keys = Vec::new();
-    for case in cases
-        .iter()
-        .filter(|c| filters.cases.is_empty() || filters.cases.iter().any(|id| *id == *c.id))
+    for (id, trials) in cases
+        .trial_counts()
+        .filter(|(id, _)| filters.cases.is_empty() || filters.cases.iter().any(|w| **w == ***id))
     {
-        let repetitions = filters
-            .trials
-            .or(case.more().trials)
-            .unwrap_or(config.trials);
-        let case_id = case.id.clone();
+        let repetitions = filters.trials.or(trials).unwrap_or(config.trials);
+        let case_id = id.clone();
         for (_, variant) in variants
             .iter()
             .filter(|(v, _)| filters.variants.is_empty() || filters.variants.contains(v))
@@ -79,6 +76,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eval::trial::CaseRecord;
 
     #[test]
     fn shard_is_the_big_endian_prefix_of_sha256() {
@@ -95,11 +93,12 @@ mod tests {
             std::path::Path::new("e.json"),
         )
         .unwrap();
-        let cases = vec![CaseRecord::new("c1", 1.into()), {
+        let cases = Cases::from_records([CaseRecord::new("c1", 1.into()), {
             let mut case = CaseRecord::new("c2", 2.into());
             case.more_mut().trials = Some(1);
             case
-        }];
+        }])
+        .unwrap();
         assert_eq!(
             plan(&config, &cases, &Filters::default()).unwrap().len(),
             2 * 2 + 2

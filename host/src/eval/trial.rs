@@ -6,6 +6,7 @@ use crate::plugin::bindings as wit;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -48,17 +49,23 @@ pub struct CaseRecord {
     pub input: Value,
     /// What a good answer looks like.
     pub expected: Option<Value>,
-    /// The fields few cases have, boxed together: a run of 100,000 cases holds every case,
-    /// and a case without them costs eight bytes for them all. Read with [`Self::more`].
+    /// The fields few cases have, boxed together: a case without them costs eight bytes for
+    /// them all. Read with [`Self::more`].
     pub more: Option<Box<CaseMore>>,
 }
 
-/// Cases by id: one list of positions sorted by id, searched by halves. The coordinator finds
-/// a trace's case here; a map would cost a run of 100,000 cases about 4 MB more.
-#[derive(Debug, Clone)]
-pub struct CaseIndex<'a> {
-    cases: &'a [CaseRecord],
-    by_id: Vec<u32>,
+/// Cases by id, searched by halves: a list held in memory, with its positions sorted by id
+/// (a map would cost a run of 100,000 cases about 4 MB more), or the eval's [`Cases`], kept
+/// in their file and read back by id. The coordinator finds a trace's case here.
+///
+/// [`Cases`]: super::dataset::Cases
+#[derive(Debug)]
+pub enum CaseIndex<'a> {
+    Held {
+        cases: &'a [CaseRecord],
+        by_id: Vec<u32>,
+    },
+    Kept(&'a super::dataset::Cases),
 }
 
 /// The positions of `items` sorted by `key`: an index searched by halves, four bytes an item
@@ -87,18 +94,34 @@ impl<'a> CaseIndex<'a> {
     /// Indexes `cases`, whose ids are unique (the datasets' loader sees to it).
     pub fn new(cases: &'a [CaseRecord]) -> Self {
         let by_id = sorted_positions(cases, |case| &*case.id);
-        CaseIndex { cases, by_id }
+        CaseIndex::Held { cases, by_id }
     }
 
-    /// The case whose id is `id`.
-    pub fn get(&self, id: &str) -> Option<&'a CaseRecord> {
-        let at = find_position(self.cases, &self.by_id, |case| &*case.id, id)?;
-        Some(&self.cases[at])
+    /// The eval's cases, read from their file when asked for.
+    pub fn kept(cases: &'a super::dataset::Cases) -> Self {
+        CaseIndex::Kept(cases)
+    }
+
+    /// The case whose id is `id`: borrowed when held, read back when kept in a file (which
+    /// can fail).
+    pub fn get(&self, id: &str) -> anyhow::Result<Option<Cow<'a, CaseRecord>>> {
+        match self {
+            CaseIndex::Held { cases, by_id } => {
+                let at = find_position(cases, by_id, |case| &*case.id, id);
+                Ok(at.map(|at| Cow::Borrowed(&cases[at])))
+            }
+            CaseIndex::Kept(cases) => Ok(cases.get(id)?.map(Cow::Owned)),
+        }
     }
 
     /// Whether a case's id is `id`.
     pub fn contains(&self, id: &str) -> bool {
-        self.get(id).is_some()
+        match self {
+            CaseIndex::Held { cases, by_id } => {
+                find_position(cases, by_id, |case| &*case.id, id).is_some()
+            }
+            CaseIndex::Kept(cases) => cases.contains(id),
+        }
     }
 }
 
@@ -657,14 +680,23 @@ mod tests {
             .map(|id| CaseRecord::new(id, serde_json::json!(format!("input of {id}"))))
             .to_vec();
         let index = CaseIndex::new(&cases);
+        let kept = super::super::dataset::Cases::from_records(cases.clone()).unwrap();
+        let kept_index = CaseIndex::kept(&kept);
         for case in &cases {
-            let found = index.get(&case.id).expect("indexed");
-            assert!(std::ptr::eq(found, case), "the case itself, not a copy");
+            let found = index.get(&case.id).unwrap().expect("indexed");
+            assert!(
+                matches!(found, Cow::Borrowed(found) if std::ptr::eq(found, case)),
+                "the case itself, not a copy"
+            );
+            let read = kept_index.get(&case.id).unwrap().expect("kept");
+            assert_eq!(&*read, case);
         }
         for absent in ["", "c", "c-1", "d"] {
             assert!(!index.contains(absent), "{absent}");
+            assert!(!kept_index.contains(absent), "{absent}");
+            assert!(kept_index.get(absent).unwrap().is_none(), "{absent}");
         }
-        assert!(CaseIndex::new(&[]).get("a").is_none());
+        assert!(CaseIndex::new(&[]).get("a").unwrap().is_none());
     }
 
     #[test]

@@ -1,106 +1,238 @@
-//! [`Grades`]: every trial's grade, as a run holds it in memory and as `grades.json` stores it.
+//! [`Grades`]: every trial's grade, as a run holds it and as `grades.json` stores it.
 
 use super::TrialGrade;
 use crate::eval::trial::TrialKey;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
 
-/// Every graded trial's grade, sorted by trial, each trial once.
-///
-/// A flat sorted list rather than a tree: a run of 100,000 trials holds one, and a list costs
-/// each grade its own size and no more (no nodes, no second copy while it is built from the
-/// grading threads' list). Lookups are binary searches.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Grades(Vec<(TrialKey, TrialGrade)>);
+/// Every graded trial's grade, sorted by trial, each trial once: held in memory (read from
+/// `grades.json`, or made by a regrade), or left in the file grading wrote them to as it went
+/// ([`Grades::in_file`]), where a run just collected keeps them: a run of 100,000 trials then
+/// holds where each grade is (56 bytes a trial) rather than the grades (about 150), and reads
+/// each back when it is used. Lookups are binary searches either way.
+#[derive(Debug, Default)]
+pub struct Grades(Store);
+
+#[derive(Debug)]
+enum Store {
+    /// A flat sorted list rather than a tree: each grade its own size and no more.
+    Held(Vec<(TrialKey, TrialGrade)>),
+    InFile(GradeFile),
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store::Held(Vec::new())
+    }
+}
+
+/// Grades in a file of JSON objects, each with the grade in its `grade` field, and where each
+/// trial's is.
+#[derive(Debug)]
+struct GradeFile {
+    file: std::fs::File,
+    /// Sorted by trial, each trial once.
+    spots: Vec<GradeSpot>,
+    /// The file's length: grades added later go here.
+    end: u64,
+}
+
+/// Where one trial's grade is in a grades file: `len` bytes at `at`.
+#[derive(Debug, Clone)]
+pub struct GradeSpot {
+    pub key: TrialKey,
+    pub at: u64,
+    pub len: u32,
+}
+
+/// What a line of a grades file is read as: its grade, whatever else it holds.
+#[derive(Deserialize)]
+struct GradeLine {
+    grade: TrialGrade,
+}
+
+impl GradeFile {
+    /// The grade at `spot`. A file of the run's own that cannot be read back (a disk fault)
+    /// makes the trial's grade say so, and the run's grading `partial`, rather than lose it
+    /// silently.
+    fn read(&self, spot: &GradeSpot) -> TrialGrade {
+        use std::os::unix::fs::FileExt;
+        let mut line = vec![0; spot.len as usize];
+        let read = self
+            .file
+            .read_exact_at(&mut line, spot.at)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                serde_json::from_slice::<GradeLine>(&line).map_err(|e| format!("damaged: {e}"))
+            });
+        match read {
+            Ok(line) => line.grade,
+            Err(e) => {
+                tracing::warn!("cannot read the grade of {} back: {e}", spot.key);
+                TrialGrade::NotGraded {
+                    judge: "mst".into(),
+                    error: format!("its grade could not be read back from the grading file: {e}"),
+                }
+            }
+        }
+    }
+
+    /// Appends `grade` of `key` to the file, and where it is to `spots` (unsorted).
+    fn push(&mut self, key: TrialKey, grade: &TrialGrade) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        #[derive(Serialize)]
+        struct Line<'a> {
+            grade: &'a TrialGrade,
+        }
+        let line = serde_json::to_vec(&Line { grade })?;
+        let len = u32::try_from(line.len()).map_err(std::io::Error::other)?;
+        self.file.write_all_at(&line, self.end)?;
+        self.spots.push(GradeSpot {
+            key,
+            at: self.end,
+            len,
+        });
+        self.end += u64::from(len);
+        Ok(())
+    }
+}
+
+/// Sorts `items` by key (stably, so that a trial's entries stay in the order they came) and
+/// keeps each trial's last.
+fn keep_last_by_key<T>(items: &mut Vec<T>, key: impl Fn(&T) -> &TrialKey) {
+    items.sort_by(|a, b| key(a).cmp(key(b)));
+    // `dedup_by` keeps the first of a run of equals: move each run's last to its front.
+    let mut start = 0;
+    while start < items.len() {
+        let end = start + items[start..].partition_point(|item| key(item) == key(&items[start]));
+        items.swap(start, end - 1);
+        start = end;
+    }
+    items.dedup_by(|later, first| key(later) == key(first));
+    items.shrink_to_fit();
+}
 
 impl Grades {
+    /// The grades in `file` at `spots` (sorted by trial, each trial once), `end` the file's
+    /// length.
+    pub(crate) fn in_file(file: std::fs::File, spots: Vec<GradeSpot>, end: u64) -> Self {
+        debug_assert!(spots.windows(2).all(|pair| pair[0].key < pair[1].key));
+        Grades(Store::InFile(GradeFile { file, spots, end }))
+    }
+
     /// The grade of `key`, if it was graded.
-    pub fn get(&self, key: &TrialKey) -> Option<&TrialGrade> {
-        let at = self.0.binary_search_by(|(k, _)| k.cmp(key)).ok()?;
-        Some(&self.0[at].1)
+    pub fn get(&self, key: &TrialKey) -> Option<Cow<'_, TrialGrade>> {
+        match &self.0 {
+            Store::Held(grades) => {
+                let at = grades.binary_search_by(|(k, _)| k.cmp(key)).ok()?;
+                Some(Cow::Borrowed(&grades[at].1))
+            }
+            Store::InFile(file) => {
+                let at = file.spots.binary_search_by(|s| s.key.cmp(key)).ok()?;
+                Some(Cow::Owned(file.read(&file.spots[at])))
+            }
+        }
     }
 
     /// Whether `key` was graded.
     pub fn contains_key(&self, key: &TrialKey) -> bool {
-        self.get(key).is_some()
+        match &self.0 {
+            Store::Held(grades) => grades.binary_search_by(|(k, _)| k.cmp(key)).is_ok(),
+            Store::InFile(file) => file.spots.binary_search_by(|s| s.key.cmp(key)).is_ok(),
+        }
     }
 
     /// How many trials were graded.
     pub fn len(&self) -> usize {
-        self.0.len()
+        match &self.0 {
+            Store::Held(grades) => grades.len(),
+            Store::InFile(file) => file.spots.len(),
+        }
     }
 
     /// Whether none was.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 
-    /// The grades, by trial.
-    pub fn iter(&self) -> impl Iterator<Item = (&TrialKey, &TrialGrade)> {
-        self.0.iter().map(|(key, grade)| (key, grade))
+    /// The grades, by trial, each read as it is reached.
+    pub fn iter(&self) -> impl Iterator<Item = (&TrialKey, Cow<'_, TrialGrade>)> {
+        (0..self.len()).map(move |at| match &self.0 {
+            Store::Held(grades) => (&grades[at].0, Cow::Borrowed(&grades[at].1)),
+            Store::InFile(file) => {
+                let spot = &file.spots[at];
+                (&spot.key, Cow::Owned(file.read(spot)))
+            }
+        })
     }
 
     /// The grades alone, by trial.
-    pub fn values(&self) -> impl Iterator<Item = &TrialGrade> {
-        self.0.iter().map(|(_, grade)| grade)
-    }
-
-    /// `grades`, already sorted by trial with each trial once.
-    pub(crate) fn from_sorted(grades: Vec<(TrialKey, TrialGrade)>) -> Self {
-        debug_assert!(grades.windows(2).all(|pair| pair[0].0 < pair[1].0));
-        Grades(grades)
+    pub fn values(&self) -> impl Iterator<Item = Cow<'_, TrialGrade>> {
+        self.iter().map(|(_, grade)| grade)
     }
 
     /// Adds `more`; a trial already here keeps the grade that came last.
     pub fn extend(&mut self, more: impl IntoIterator<Item = (TrialKey, TrialGrade)>) {
-        let len = self.0.len();
-        self.0.extend(more);
-        if self.0.len() > len {
-            Self::settle(&mut self.0);
+        match &mut self.0 {
+            Store::Held(grades) => {
+                let len = grades.len();
+                grades.extend(more);
+                if grades.len() > len {
+                    keep_last_by_key(grades, |(key, _)| key);
+                }
+            }
+            Store::InFile(file) => {
+                let len = file.spots.len();
+                let mut unwritten = Vec::new();
+                for (key, grade) in more {
+                    if let Err(e) = file.push(key.clone(), &grade) {
+                        tracing::warn!("the grade of {key} stays in memory: {e}");
+                        unwritten.push((key, grade));
+                    }
+                }
+                if file.spots.len() > len {
+                    keep_last_by_key(&mut file.spots, |spot| &spot.key);
+                }
+                // A grade the file could not take is kept all the same: every grade in
+                // memory then, the file's read back.
+                if !unwritten.is_empty() {
+                    let mut grades: Vec<_> = std::mem::take(self).into_iter().collect();
+                    grades.extend(unwritten);
+                    keep_last_by_key(&mut grades, |(key, _)| key);
+                    self.0 = Store::Held(grades);
+                }
+            }
         }
     }
+}
 
-    /// Sorts `grades` by trial (stably, so that a trial's grades stay in the order they came)
-    /// and keeps each trial's last.
-    fn settle(grades: &mut Vec<(TrialKey, TrialGrade)>) {
-        grades.sort_by(|(a, _), (b, _)| a.cmp(b));
-        // `dedup_by` keeps the first of a run of equals: move each run's last to its front.
-        let mut start = 0;
-        while start < grades.len() {
-            let end = start + grades[start..].partition_point(|(k, _)| *k == grades[start].0);
-            grades.swap(start, end - 1);
-            start = end;
+impl IntoIterator for Grades {
+    type Item = (TrialKey, TrialGrade);
+    type IntoIter = Box<dyn Iterator<Item = (TrialKey, TrialGrade)>>;
+
+    /// The grades, by trial, each read as it is reached.
+    fn into_iter(self) -> Self::IntoIter {
+        match self.0 {
+            Store::Held(grades) => Box::new(grades.into_iter()),
+            Store::InFile(file) => Box::new((0..file.spots.len()).map(move |at| {
+                let spot = &file.spots[at];
+                (spot.key.clone(), file.read(spot))
+            })),
         }
-        grades.dedup_by(|later, first| later.0 == first.0);
-        grades.shrink_to_fit();
+    }
+}
+
+impl PartialEq for Grades {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
     }
 }
 
 impl FromIterator<(TrialKey, TrialGrade)> for Grades {
     fn from_iter<I: IntoIterator<Item = (TrialKey, TrialGrade)>>(grades: I) -> Self {
         let mut grades: Vec<_> = grades.into_iter().collect();
-        Self::settle(&mut grades);
-        Grades(grades)
-    }
-}
-
-impl IntoIterator for Grades {
-    type Item = (TrialKey, TrialGrade);
-    type IntoIter = std::vec::IntoIter<(TrialKey, TrialGrade)>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
-    }
-}
-
-impl<'a> IntoIterator for &'a Grades {
-    type Item = (&'a TrialKey, &'a TrialGrade);
-    type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (TrialKey, TrialGrade)>,
-        fn(&'a (TrialKey, TrialGrade)) -> (&'a TrialKey, &'a TrialGrade),
-    >;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(key, grade)| (key, grade))
+        keep_last_by_key(&mut grades, |(key, _)| key);
+        Grades(Store::Held(grades))
     }
 }
 
@@ -108,7 +240,7 @@ impl<'a> IntoIterator for &'a Grades {
 #[derive(Serialize)]
 struct GradeEntry<'a> {
     key: &'a TrialKey,
-    grade: &'a TrialGrade,
+    grade: Cow<'a, TrialGrade>,
 }
 
 #[derive(Deserialize)]
@@ -156,16 +288,14 @@ mod tests {
         .into_iter()
         .collect();
         assert_eq!(grades.len(), 2);
-        assert_eq!(grades.get(&key("b")), Some(&infra("b3")));
+        assert_eq!(grades.get(&key("b")).as_deref(), Some(&infra("b3")));
         grades.extend([(key("a"), infra("a2")), (key("c"), infra("c1"))]);
-        let listed: Vec<(&str, &TrialGrade)> = grades.iter().map(|(k, g)| (&*k.case, g)).collect();
+        let listed: Vec<(&str, TrialGrade)> = (grades.iter())
+            .map(|(k, g)| (&*k.case, g.into_owned()))
+            .collect();
         assert_eq!(
             listed,
-            [
-                ("a", &infra("a2")),
-                ("b", &infra("b3")),
-                ("c", &infra("c1"))
-            ]
+            [("a", infra("a2")), ("b", infra("b3")), ("c", infra("c1"))]
         );
         assert!(!grades.contains_key(&key("d")));
     }
@@ -183,5 +313,45 @@ mod tests {
         );
         let back: Grades = serde_json::from_value(json).unwrap();
         assert_eq!(back, grades);
+    }
+
+    #[test]
+    fn a_grade_the_file_cannot_give_back_is_not_graded_and_says_why() {
+        use std::io::Write;
+        let mut file = tempfile::tempfile().unwrap();
+        let good = br#"{"grade":{"outcome":"infra","reason":"kept"},"usage":{"calls":1}}"#;
+        file.write_all(good).unwrap();
+        file.write_all(b"{\"grade\": damaged").unwrap();
+        let end = file.metadata().unwrap().len();
+        let spots = vec![
+            GradeSpot {
+                key: key("a"),
+                at: 0,
+                len: good.len() as u32,
+            },
+            GradeSpot {
+                key: key("b"),
+                at: good.len() as u64,
+                len: (end - good.len() as u64) as u32,
+            },
+            // Past the file's end.
+            GradeSpot {
+                key: key("c"),
+                at: end,
+                len: 10,
+            },
+        ];
+        let grades = Grades::in_file(file, spots, end);
+        assert_eq!(grades.get(&key("a")).as_deref(), Some(&infra("kept")));
+        for case in ["b", "c"] {
+            match grades.get(&key(case)).map(Cow::into_owned) {
+                Some(TrialGrade::NotGraded { judge, error }) => {
+                    assert_eq!(judge, "mst");
+                    assert!(error.contains("could not be read back"), "{error}");
+                }
+                other => panic!("{case}: {other:?}"),
+            }
+        }
+        assert!(grades.get(&key("d")).is_none());
     }
 }

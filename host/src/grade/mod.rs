@@ -18,7 +18,7 @@ use crate::eval::trial::{TrialRecord, TrialStatus};
 use crate::plugin::set::PluginSet;
 use crate::plugin::{Kind, LoadedPlugin};
 use anyhow::{bail, Context, Result};
-pub use grades::Grades;
+pub use grades::{GradeSpot, Grades};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -462,7 +462,11 @@ impl CaseRules {
 impl JudgeSet {
     /// The judges of `config` and of `cases`, built against `plugins`. Errors name the judge
     /// and where it is configured.
-    pub fn build(config: &EvalConfig, cases: &[CaseRecord], plugins: &PluginSet) -> Result<Self> {
+    pub fn build(
+        config: &EvalConfig,
+        cases: impl IntoIterator<Item = Result<CaseRecord>>,
+        plugins: &PluginSet,
+    ) -> Result<Self> {
         let build = |configs: &[JudgeConfig], place: &str| judges_of(configs, place, plugins);
         let mut by_variant = BTreeMap::new();
         for name in config.variant_names() {
@@ -477,6 +481,7 @@ impl JudgeSet {
         let mut thresholds = BTreeMap::new();
         let mut rules = BTreeMap::new();
         for case in cases {
+            let case = case?;
             if let Some(configs) = &case.more().judges {
                 by_case.insert(
                     case.id.to_string(),

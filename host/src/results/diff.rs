@@ -313,7 +313,7 @@ impl<'a> Sides<'a> {
             let counts = trials.entry((&*key.variant, &*key.case)).or_default();
             counts.1 += 1;
             if matches!(
-                run.grades.get(key),
+                run.grades.get(key).as_deref(),
                 Some(TrialGrade::Graded { pass: true, .. })
             ) {
                 counts.0 += 1;

@@ -121,6 +121,7 @@ impl Stored {
     fn trial_facts(&self, key: &TrialKey) -> Option<TrialFacts> {
         let trace = self.traces.get(key)?;
         let grade = self.grades.get(key);
+        let grade = grade.as_deref();
         let infra = trace.trace.status == TrialStatus::Infra
             || matches!(grade, Some(TrialGrade::Infra { .. }));
         let error = match (grade, trace.trace.status) {
@@ -381,7 +382,8 @@ fn trial_files(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)> {
             format!("{}/traces/{variant}/{case}/{}.json", target.base, key.trial),
             envelope("trial", &target.id, Value::Object(fields)),
         ));
-        let Some(TrialGrade::Graded { judges, .. }) = run.grades.get(key) else {
+        let grade = run.grades.get(key);
+        let Some(TrialGrade::Graded { judges, .. }) = grade.as_deref() else {
             continue;
         };
         for score in judges {

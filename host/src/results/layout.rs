@@ -14,12 +14,13 @@ use super::trace_log::TraceLog;
 use super::{RunRecord, Summary};
 use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::grade::pairwise::PairResult;
-use crate::grade::{Grades, TrialGrade};
+use crate::grade::Grades;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where a trial's trace file is, relative to a results directory:
 /// `<variant>/<case>/<trial>.json`, each name made safe as a single path component. A worker
@@ -359,32 +360,36 @@ impl RunDir {
             key: &'a TrialKey,
             value: f64,
             pass: bool,
-            reason: &'a str,
+            reason: String,
         }
         self.write_json("grades.json", grades)?;
-        let judges: BTreeSet<&str> = grades
-            .values()
-            .flat_map(TrialGrade::scores)
-            .map(|score| &*score.judge)
-            .collect();
+        // Each judge once, found in one pass (grades may be read from a file as they come).
+        let mut judges: BTreeSet<Arc<str>> = BTreeSet::new();
+        for grade in grades.values() {
+            for score in grade.scores() {
+                if !judges.contains(&score.judge) {
+                    judges.insert(score.judge.clone());
+                }
+            }
+        }
         for judge in judges {
             // Each judge's scores are written as they are found, not gathered first.
             let scores = || {
-                grades.iter().flat_map(move |(key, grade)| {
-                    grade
-                        .scores()
-                        .iter()
-                        .filter(move |score| &*score.judge == judge)
-                        .map(move |score| ScoreEntry {
+                grades.iter().flat_map(|(key, grade)| {
+                    let entries: Vec<ScoreEntry> = (grade.scores().iter())
+                        .filter(|score| score.judge == judge)
+                        .map(|score| ScoreEntry {
                             key,
                             value: score.value,
                             pass: score.pass,
-                            reason: &score.reason,
+                            reason: score.reason.clone(),
                         })
+                        .collect();
+                    entries
                 })
             };
             self.write_json(
-                &format!("scores/{}.json", crate::files::path_component(judge)),
+                &format!("scores/{}.json", crate::files::path_component(&judge)),
                 &crate::files::SeqOf(scores),
             )?;
         }

@@ -266,33 +266,36 @@ impl Summary {
     /// Builds the summary from the planned trials and their grades (absent = missing), each
     /// case's verdict by its rule in `rules`.
     pub fn new(record: &RunRecord, grades: &Grades, rules: &crate::grade::CaseRules) -> Self {
-        // Every trial's grade beside its variant and case, borrowed, sorted (stably: the
-        // repetitions stay in order) so that each case's trials lie together: one flat list
-        // rather than a map holding a list per case, which at 100,000 cases is the end of a
-        // run's largest allocation.
-        let mut trials: Vec<(&TrialKey, Option<&TrialGrade>)> = record
-            .trials
-            .iter()
-            .map(|key| (key, grades.get(key)))
-            .collect();
-        let missing = trials
-            .iter()
-            .filter(|(_, grade)| grade.is_none())
-            .map(|(key, _)| (*key).clone())
-            .collect();
+        // The plan's positions sorted (stably: the repetitions stay in order) so that each
+        // case's trials lie together, four bytes a trial: grades are looked up one case at a
+        // time, as they may be read from a file, never all held at once.
         fn case_of(key: &TrialKey) -> (&str, &str) {
             (&key.variant, &key.case)
         }
-        trials.sort_by(|a, b| case_of(a.0).cmp(&case_of(b.0)));
+        let plan = &record.trials;
+        let mut order: Vec<u32> = (0..plan.len() as u32).collect();
+        order.sort_by(|a, b| case_of(&plan[*a as usize]).cmp(&case_of(&plan[*b as usize])));
+        let mut missing = Vec::new();
         let mut variants: BTreeMap<String, VariantSummary> = BTreeMap::new();
         let mut cases: BTreeMap<String, BTreeMap<Arc<str>, CaseOutcome>> = BTreeMap::new();
         let mut case_grades = Vec::new();
-        for group in trials.chunk_by(|a, b| case_of(a.0) == case_of(b.0)) {
-            let key = group[0].0;
+        for group in
+            order.chunk_by(|a, b| case_of(&plan[*a as usize]) == case_of(&plan[*b as usize]))
+        {
+            let key = &plan[group[0] as usize];
             let (variant, case) = case_of(key);
             case_grades.clear();
-            case_grades.extend(group.iter().map(|(_, grade)| *grade));
-            let outcome = crate::grade::case_outcome(&case_grades, rules.of(case));
+            for &at in group {
+                let trial = &plan[at as usize];
+                let grade = grades.get(trial);
+                if grade.is_none() {
+                    missing.push(at);
+                }
+                case_grades.push(grade);
+            }
+            let borrowed: smallvec::SmallVec<[Option<&TrialGrade>; 4]> =
+                case_grades.iter().map(Option::as_deref).collect();
+            let outcome = crate::grade::case_outcome(&borrowed, rules.of(case));
             if !variants.contains_key(variant) {
                 variants.insert(variant.to_string(), VariantSummary::default());
                 cases.insert(variant.to_string(), BTreeMap::new());
@@ -310,6 +313,12 @@ impl Summary {
                 .expect("inserted with its counts")
                 .insert(key.case.clone(), outcome);
         }
+        // In the plan's order.
+        missing.sort_unstable();
+        let missing = missing
+            .iter()
+            .map(|&at| plan[at as usize].clone())
+            .collect();
         for counts in variants.values_mut() {
             let decided = counts.passed + counts.failed;
             counts.pass_rate = (decided > 0).then(|| f64::from(counts.passed) / f64::from(decided));

@@ -81,24 +81,78 @@ fn plural(n: usize, one: &str) -> String {
     }
 }
 
+/// What [`failures`] tells of one case that did not pass: its planned trials, how many
+/// failed, were not graded or are missing, and the first failure's and break's reason.
+#[derive(Default)]
+struct CaseTally {
+    trials: usize,
+    failed: usize,
+    first_failure: Option<String>,
+    not_graded: usize,
+    first_break: Option<String>,
+    missing: usize,
+}
+
 /// What did not pass, for the end of a run's output: the failed, not-graded, infra and
 /// missing groups (each case with its variant, trial count and first reason; infra trials
 /// grouped by identical cause), at most [`FAILURE_LINES`] lines shared fairly between the
 /// groups, then how many more `mst report` shows. Empty when everything passed.
 pub fn failures(summary: &Summary, grades: &Grades) -> String {
-    // Every planned trial of each case: graded ones and missing ones.
-    let mut trials: BTreeMap<(&str, &str), Vec<Option<&TrialGrade>>> = BTreeMap::new();
-    for (key, grade) in grades {
-        trials
-            .entry((&key.variant, &key.case))
-            .or_default()
-            .push(Some(grade));
+    // One pass over the grades (which may be read from a file as they come): a tally for
+    // each case that did not pass, and the infrastructure failures by cause.
+    let outcome_of = |key: &TrialKey| {
+        summary
+            .cases
+            .get(&*key.variant)
+            .and_then(|cases| cases.get(&key.case))
+            .copied()
+    };
+    let told = [
+        CaseOutcome::Failed,
+        CaseOutcome::NotGraded,
+        CaseOutcome::Incomplete,
+    ];
+    let mut tallies: BTreeMap<(&str, &str), CaseTally> = BTreeMap::new();
+    // One line per cause, the commonest first: a broken runner shows as one big line.
+    let mut causes: BTreeMap<String, Vec<&TrialKey>> = BTreeMap::new();
+    for (key, grade) in grades.iter() {
+        if let TrialGrade::Infra { reason } = &*grade {
+            causes.entry(one_line(reason)).or_default().push(key);
+        }
+        if !outcome_of(key).is_some_and(|outcome| told.contains(&outcome)) {
+            continue;
+        }
+        let tally = tallies.entry((&key.variant, &key.case)).or_default();
+        tally.trials += 1;
+        match &*grade {
+            TrialGrade::Graded {
+                pass: false,
+                judges,
+                ..
+            } => {
+                tally.failed += 1;
+                if tally.first_failure.is_none() {
+                    tally.first_failure = judges
+                        .iter()
+                        .find(|j| !j.pass)
+                        .map(|j| format!(": {}: {}", j.judge, one_line(&j.reason)));
+                }
+            }
+            TrialGrade::NotGraded { judge, error } => {
+                tally.not_graded += 1;
+                if tally.first_break.is_none() {
+                    tally.first_break = Some(format!(": judge `{judge}`: {}", one_line(error)));
+                }
+            }
+            _ => {}
+        }
     }
     for key in &summary.missing {
-        trials
-            .entry((&key.variant, &key.case))
-            .or_default()
-            .push(None);
+        if outcome_of(key).is_some_and(|outcome| told.contains(&outcome)) {
+            let tally = tallies.entry((&key.variant, &key.case)).or_default();
+            tally.trials += 1;
+            tally.missing += 1;
+        }
     }
     let cases_with = |wanted: CaseOutcome| {
         summary.cases.iter().flat_map(move |(variant, cases)| {
@@ -108,58 +162,27 @@ pub fn failures(summary: &Summary, grades: &Grades) -> String {
                 .map(move |(case, _)| (variant.as_str(), &**case))
         })
     };
-    let of = |variant: &str, case: &str| trials.get(&(variant, case)).cloned().unwrap_or_default();
+    let none = CaseTally::default();
+    let of = |variant, case| tallies.get(&(variant, case)).unwrap_or(&none);
     let mut failed = Vec::new();
     for (variant, case) in cases_with(CaseOutcome::Failed) {
-        let trials = of(variant, case);
-        let fails: Vec<&crate::grade::JudgeScores> = trials
-            .iter()
-            .filter_map(|g| match g {
-                Some(TrialGrade::Graded {
-                    pass: false,
-                    judges,
-                    ..
-                }) => Some(judges),
-                _ => None,
-            })
-            .collect();
-        let reason = fails
-            .iter()
-            .find_map(|judges| judges.iter().find(|j| !j.pass))
-            .map_or(String::new(), |j| {
-                format!(": {}: {}", j.judge, one_line(&j.reason))
-            });
+        let tally = of(variant, case);
         failed.push(format!(
-            "{variant}  {case}  {}/{} trials failed{reason}",
-            fails.len(),
-            trials.len()
+            "{variant}  {case}  {}/{} trials failed{}",
+            tally.failed,
+            tally.trials,
+            tally.first_failure.as_deref().unwrap_or_default()
         ));
     }
     let mut not_graded = Vec::new();
     for (variant, case) in cases_with(CaseOutcome::NotGraded) {
-        let trials = of(variant, case);
-        let broken: Vec<(&String, &String)> = trials
-            .iter()
-            .filter_map(|g| match g {
-                Some(TrialGrade::NotGraded { judge, error }) => Some((judge, error)),
-                _ => None,
-            })
-            .collect();
-        let reason = broken.first().map_or(String::new(), |(judge, error)| {
-            format!(": judge `{judge}`: {}", one_line(error))
-        });
+        let tally = of(variant, case);
         not_graded.push(format!(
-            "{variant}  {case}  {}/{} trials not graded{reason}",
-            broken.len(),
-            trials.len()
+            "{variant}  {case}  {}/{} trials not graded{}",
+            tally.not_graded,
+            tally.trials,
+            tally.first_break.as_deref().unwrap_or_default()
         ));
-    }
-    // One line per cause, the commonest first: a broken runner shows as one big line.
-    let mut causes: BTreeMap<String, Vec<&TrialKey>> = BTreeMap::new();
-    for (key, grade) in grades {
-        if let TrialGrade::Infra { reason } = grade {
-            causes.entry(one_line(reason)).or_default().push(key);
-        }
     }
     let infra_trials: usize = causes.values().map(Vec::len).sum();
     let mut causes: Vec<(String, Vec<&TrialKey>)> = causes.into_iter().collect();
@@ -180,11 +203,10 @@ pub fn failures(summary: &Summary, grades: &Grades) -> String {
         .collect();
     let mut missing = Vec::new();
     for (variant, case) in cases_with(CaseOutcome::Incomplete) {
-        let trials = of(variant, case);
-        let absent = trials.iter().filter(|g| g.is_none()).count();
+        let tally = of(variant, case);
         missing.push(format!(
-            "{variant}  {case}  {absent}/{} trials missing",
-            trials.len()
+            "{variant}  {case}  {}/{} trials missing",
+            tally.missing, tally.trials
         ));
     }
     let groups = [

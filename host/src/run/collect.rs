@@ -52,7 +52,7 @@ pub fn stage_bundles(
             continue;
         }
         let mut bundle = bundle(config, run_id, trials, (shard, shards), heartbeat_ms);
-        bundle.case_checks = case_checks(&bundle.trials, cases);
+        bundle.case_checks = case_checks(&bundle.trials, cases)?;
         let dir = shard_dir(staging, shard);
         write_bundle(&dir, &bundle, cases)?;
         staged.push(StagedShard { bundle, dir });
@@ -69,14 +69,16 @@ pub fn shard_dir(staging: &Path, shard: u32) -> PathBuf {
 fn case_checks(
     trials: &[TrialKey],
     cases: &CaseIndex<'_>,
-) -> BTreeMap<String, Vec<crate::eval::config::CheckSpec>> {
-    trials
-        .iter()
-        .filter_map(|key| {
-            let checks = cases.get(&key.case)?.more().checks.as_ref()?;
-            Some((key.case.to_string(), checks.clone()))
-        })
-        .collect()
+) -> Result<BTreeMap<String, Vec<crate::eval::config::CheckSpec>>> {
+    let mut checks = BTreeMap::new();
+    // Each case once: a case's trials lie together.
+    for trials in trials.chunk_by(|a, b| a.case == b.case) {
+        let id = &trials[0].case;
+        if let Some(own) = cases.get(id)?.and_then(|case| case.more().checks.clone()) {
+            checks.insert(id.to_string(), own);
+        }
+    }
+    Ok(checks)
 }
 
 /// Writes `bundle` into the directory `dir` as its worker reads it ([`crate::shard::bundle::write`]),
@@ -86,9 +88,7 @@ fn case_checks(
 ///
 /// [`CaseRecord::for_client`]: crate::eval::trial::CaseRecord::for_client
 pub fn write_bundle(dir: &Path, bundle: &Bundle, cases: &CaseIndex<'_>) -> Result<()> {
-    crate::shard::bundle::write(dir, bundle, |id| {
-        cases.get(id).map(|case| case.for_client())
-    })
+    crate::shard::bundle::write(dir, bundle, |id| cases.get(id))
 }
 
 /// The bundle of shard `shard` of `shards` that collects `trials`: the variants they name.

@@ -5,7 +5,7 @@
 
 use crate::eval::trial::{find_position, sorted_positions, CaseIndex, TrialKey, TrialRecord};
 use crate::grade::pairwise::{self, CaseComparison, PairJudge, PairOutcome, PairResult};
-use crate::grade::{Grades, JudgeSet, TrialGrade};
+use crate::grade::{GradeSpot, Grades, JudgeSet, TrialGrade};
 use crate::model::UsageTotals;
 use crate::results::stored::StoredRun;
 use crate::results::usage::trace_usage;
@@ -29,8 +29,11 @@ fn threads() -> usize {
 /// The stored trace of `key`, its case replaced by the coordinator's when `cases` has it.
 fn read_trace(dir: &RunDir, key: &TrialKey, cases: Option<&Cases<'_>>) -> Option<TrialRecord> {
     let mut trace = dir.read_trace(key)?;
-    if let Some(case) = cases.and_then(|cases| cases.get(&key.case)) {
-        trace.case = case.clone();
+    match cases.map(|cases| cases.get(&key.case)) {
+        Some(Ok(Some(case))) => trace.case = case.into_owned(),
+        // Graded against the case the trace holds, as when no cases are given.
+        Some(Err(e)) => tracing::warn!("{key}: {e:#}"),
+        Some(Ok(None)) | None => {}
     }
     Some(trace)
 }
@@ -76,6 +79,7 @@ struct Assessment {
     trial: u32,
     order: u32,
     len: u32,
+    used_models: bool,
 }
 
 /// A line of the spill file.
@@ -101,10 +105,9 @@ struct Spill {
 /// its trial was graded, and the trial was rewritten as infra) keeps its last version's grade.
 ///
 /// Each grade goes to a spill file (an unnamed file in the run directory, gone when the run
-/// ends, however it ends) as it is made; memory holds only where it is. A run's peak memory is
-/// reached while it collects, when the cases and the shards' plans are held too: 100,000
-/// grades in memory would add about 20 MB there, 24 bytes a trial here. They are read back
-/// when the run is written ([`Graded::read`]), once the cases are gone.
+/// ends, however it ends) as it is made; memory holds only where it is, 24 bytes a trial
+/// (100,000 grades in memory would be about 15 MB). They stay there: [`Graded::read`] hands
+/// them on as [`Grades`] kept in that file, each read back when it is used.
 pub struct Grading<'scope> {
     plan: &'scope [TrialKey],
     traces: mpsc::Sender<Stored>,
@@ -121,7 +124,7 @@ pub struct Graded {
     assessed: Vec<Assessment>,
 }
 
-/// The grades [`Graded::read`] read back, and the agents' model usage in their traces.
+/// The grades [`Graded::read`] hands on, and the agents' model usage in their traces.
 pub struct ReadBack {
     pub grades: Grades,
     /// The agents' usage in the graded traces, by variant.
@@ -155,44 +158,43 @@ impl Graded {
             .is_ok()
     }
 
-    /// Reads the grades back from the spill file, by trial, with the usage their traces held.
+    /// The grades, left in the spill file and found there by trial, with the model usage of
+    /// the graded traces (read from the lines of the traces that used a model).
     /// `plan`: the run's, which grading was given.
     pub fn read(self, plan: &[TrialKey]) -> anyhow::Result<ReadBack> {
         use std::os::unix::fs::FileExt;
-        let mut grades = Vec::with_capacity(self.assessed.len());
         let mut usage: BTreeMap<String, UsageTotals> = BTreeMap::new();
-        // Each judge's name once, as grading made it, rather than once per score read.
-        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut spots = Vec::with_capacity(self.assessed.len());
         let mut line = Vec::new();
-        for assessment in self.assessed {
-            line.resize(assessment.len as usize, 0);
-            self.spill
-                .read_exact_at(&mut line, assessment.at)
-                .context("cannot read back a grade from the grading spill file")?;
-            let Spilled {
-                mut grade,
-                usage: used,
-            } = serde_json::from_slice(&line)
-                .context("a grade in the grading spill file is damaged")?;
-            if let TrialGrade::Graded { judges, .. } = &mut grade {
-                for score in judges {
-                    match names.iter().find(|name| **name == score.judge) {
-                        Some(name) => score.judge = name.clone(),
-                        None => names.push(score.judge.clone()),
-                    }
-                }
-            }
+        for assessment in &self.assessed {
             let key = &plan[assessment.trial as usize];
-            if !used.is_empty() {
+            if assessment.used_models {
+                line.resize(assessment.len as usize, 0);
+                self.spill
+                    .read_exact_at(&mut line, assessment.at)
+                    .context("cannot read back a grade from the grading spill file")?;
+                let Spilled { usage: used, .. } =
+                    serde_json::from_slice::<Spilled<serde::de::IgnoredAny>>(&line)
+                        .context("a grade in the grading spill file is damaged")?;
                 usage
                     .entry(key.variant.to_string())
                     .or_default()
                     .merge(&used);
             }
-            grades.push((key.clone(), grade));
+            spots.push(GradeSpot {
+                key: key.clone(),
+                at: assessment.at,
+                len: assessment.len,
+            });
         }
+        drop(self.assessed);
+        let end = self
+            .spill
+            .metadata()
+            .context("cannot read the grading spill file")?
+            .len();
         Ok(ReadBack {
-            grades: Grades::from_sorted(grades),
+            grades: Grades::in_file(self.spill, spots, end),
             usage,
         })
     }
@@ -242,13 +244,15 @@ impl<'scope> Grading<'scope> {
                         let grade = judges.grade(&key, &record);
                         let usage = trace_usage(&record.trace);
                         drop(record);
+                        let used_models = !usage.is_empty();
                         line.clear();
                         serde_json::to_writer(&mut line, &Spilled { grade, usage })
                             .expect("a grade serialises");
-                        spill
-                            .lock()
-                            .expect("grading spill")
-                            .push(trial as u32, order, &line);
+                        spill.lock().expect("grading spill").push(
+                            (trial as u32, order),
+                            &line,
+                            used_models,
+                        );
                     }
                 })
             })
@@ -295,8 +299,8 @@ impl<'scope> Grading<'scope> {
 
 impl Spill {
     /// Appends `line`, the grade of the trace of the plan's trial `trial` that arrived
-    /// `order`th.
-    fn push(&mut self, trial: u32, order: u32, line: &[u8]) {
+    /// `order`th, which `used_models` when the agent made model calls.
+    fn push(&mut self, (trial, order): (u32, u32), line: &[u8], used_models: bool) {
         if self.broken.is_some() {
             return;
         }
@@ -314,6 +318,7 @@ impl Spill {
                     trial,
                     order,
                     len,
+                    used_models,
                 });
                 self.written += line.len() as u64;
             }
@@ -451,7 +456,7 @@ fn on_threads<K: Clone + Ord + Sync + Send, V: Send>(
 pub fn grade_phase(grades: &Grades, pairs: &[PairResult]) -> Phase {
     let trial_broke = grades
         .values()
-        .any(|g| matches!(g, TrialGrade::NotGraded { .. }));
+        .any(|g| matches!(*g, TrialGrade::NotGraded { .. }));
     let pair_broke = pairs
         .iter()
         .flat_map(|p| &p.cases)
@@ -532,9 +537,10 @@ mod tests {
                 calls: *calls,
                 ..UsageTotals::default()
             };
+            let used_models = !usage.is_empty();
             let line = serde_json::to_vec(&Spilled { grade, usage }).unwrap();
             let trial = plan.iter().position(|k| &*k.case == *case).unwrap();
-            spill.push(trial as u32, *order, &line);
+            spill.push((trial as u32, *order), &line, used_models);
         }
         assert!(spill.broken.is_none());
         Graded::of(plan, spill.file.into_inner().unwrap(), spill.assessed)
@@ -568,8 +574,8 @@ mod tests {
         let reasons: Vec<String> = read
             .grades
             .values()
-            .map(|g| match g {
-                TrialGrade::Infra { reason } => reason.clone(),
+            .map(|g| match g.into_owned() {
+                TrialGrade::Infra { reason } => reason,
                 other => format!("{other:?}"),
             })
             .collect();
@@ -579,7 +585,7 @@ mod tests {
     }
 
     #[test]
-    fn grades_read_back_from_the_spill_are_whole_and_share_their_judges_names() {
+    fn grades_left_in_the_spill_read_back_whole_and_can_be_added_to() {
         let score = |reason: &str| crate::grade::JudgeScore {
             judge: "judge".into(),
             value: 0.5,
@@ -604,27 +610,36 @@ mod tests {
                 ("b", 1, broken.clone(), 0),
             ],
         );
-        let read = graded.read(&plan).unwrap();
+        let mut read = graded.read(&plan).unwrap();
         assert!(read.usage.is_empty(), "no trace used a model");
-        let grades: Vec<_> = read.grades.values().collect();
+        let grades: Vec<TrialGrade> = read.grades.values().map(|g| g.into_owned()).collect();
         assert_eq!(
             grades,
             [
-                &graded_with("first \"quoted\""),
-                &broken,
-                &graded_with("third")
+                graded_with("first \"quoted\""),
+                broken.clone(),
+                graded_with("third")
             ]
         );
-        let names: Vec<&Arc<str>> = read
-            .grades
-            .values()
-            .flat_map(|g| g.scores())
-            .map(|s| &s.judge)
-            .collect();
-        assert!(
-            Arc::ptr_eq(names[0], names[1]),
-            "one name for all of a judge's scores"
+        // A resume's earlier traces, graded at the end, join them in the same file; the
+        // later grade of a trial wins.
+        read.grades.extend([
+            (TrialKey::new("v", "b", 0), infra("regraded")),
+            (TrialKey::new("v", "d", 0), infra("new")),
+        ]);
+        let keys: Vec<String> = read.grades.iter().map(|(k, _)| k.to_string()).collect();
+        assert_eq!(keys.len(), 4, "{keys:?}");
+        assert_eq!(
+            read.grades.get(&TrialKey::new("v", "b", 0)).as_deref(),
+            Some(&infra("regraded"))
         );
+        assert_eq!(
+            read.grades.get(&TrialKey::new("v", "a", 0)).as_deref(),
+            Some(&graded_with("first \"quoted\""))
+        );
+        let back: Grades =
+            serde_json::from_value(serde_json::to_value(&read.grades).unwrap()).unwrap();
+        assert_eq!(back, read.grades, "grades.json holds what the file held");
     }
 
     #[test]

@@ -207,11 +207,10 @@ fn collect_and_grade(
         runner,
     } = ready;
 
-    // The cases are planned now. They are held while bundles are staged, traces checked and
-    // graded, and no longer: the run's files are written without them (a run's memory is
-    // mostly its cases, its plan and its grades, and the grades are read back at the end).
+    // The cases are planned now. They are looked up (in their file) while bundles are staged
+    // and traces checked and graded, and dropped before the run's files are written.
     let case_list = std::mem::take(&mut prepared.cases);
-    let cases = CaseIndex::new(&case_list.cases);
+    let cases = CaseIndex::kept(&case_list);
     let to_collect = trials_to_collect(&record, &dir, &cases)?;
     reporter.event(&RunEvent::Started {
         run_id: &record.run_id,

@@ -75,7 +75,7 @@ pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> 
     ));
     let plugins = load_plugins(home, &config, &base, request, &model_access)?;
     let cases = dataset::resolve(&config.datasets, &base, &plugins)?;
-    let judges = JudgeSet::build(&config, &cases.cases, &plugins)?;
+    let judges = JudgeSet::build(&config, cases.iter(), &plugins)?;
     let pairwise = PairJudge::build_all(&config, &plugins)?;
     Ok(Prepared {
         config,
@@ -325,11 +325,16 @@ impl Prepared {
                 redactor.redact(&name)
             );
         }
-        if let Some(index) = self.cases.cases.iter().position(|c| redactor.finds(&c.id)) {
+        if let Some((index, id)) = self
+            .cases
+            .ids()
+            .enumerate()
+            .find(|(_, id)| redactor.finds(id))
+        {
             anyhow::bail!(
                 "case `{}` ({}): its id holds the value of a secret; {fix}: give the case \
                  another id",
-                redactor.redact(&self.cases.cases[index].id),
+                redactor.redact(id),
                 self.cases.origin(index)
             );
         }
@@ -344,6 +349,7 @@ impl Prepared {
         // `--variant` does not stop it.
         let wanted =
             |list: &[String], name: &str| list.is_empty() || list.iter().any(|w| w == name);
+        let mut specs = Vec::new();
         for name in self.config.variant_names() {
             if !wanted(&filters.variants, &name) {
                 continue;
@@ -351,25 +357,25 @@ impl Prepared {
             let spec = self.config.variant(&name);
             crate::client::client(&spec, &BTreeMap::new())
                 .with_context(|| format!("variant `{name}`"))?;
-            for (index, case) in self
-                .cases
-                .cases
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| wanted(&filters.cases, &c.id))
-            {
-                crate::client::check_input(&spec, &case.input).with_context(|| {
-                    format!(
-                        "case `{}` ({}): its input does not suit variant `{name}`'s `{}` client",
-                        case.id,
-                        self.cases.origin(index),
-                        spec.client
-                    )
-                })?;
-            }
+            specs.push((name, spec));
         }
-        // A case's own checks, as the eval's and the variants' were when the config loaded.
-        for (index, case) in self.cases.cases.iter().enumerate() {
+        // One pass over the cases, which are read from their file as they come.
+        for (index, case) in self.cases.iter().enumerate() {
+            let case = case?;
+            if wanted(&filters.cases, &case.id) {
+                for (name, spec) in &specs {
+                    crate::client::check_input(spec, &case.input).with_context(|| {
+                        format!(
+                            "case `{}` ({}): its input does not suit variant `{name}`'s `{}` \
+                             client",
+                            case.id,
+                            self.cases.origin(index),
+                            spec.client
+                        )
+                    })?;
+                }
+            }
+            // A case's own checks, as the eval's and the variants' were when the config loaded.
             if let Some(checks) = &case.more().checks {
                 crate::eval::config::validate_checks(checks, "checks").with_context(|| {
                     format!("case `{}` ({})", case.id, self.cases.origin(index))

@@ -496,7 +496,7 @@ fn stage(
 ) -> Result<Vec<StagedShard>> {
     let config = &prepared.config;
     let plugins = grade_plugins(prepared, &trials)?;
-    let dataset = CaseIndex::new(&prepared.cases.cases);
+    let dataset = CaseIndex::kept(&prepared.cases);
     let index = CaseIndex::new(cases);
     // The worker's client is the judges: no agent, servers, checks or artefacts.
     let grade_spec = VariantSpec {
@@ -529,14 +529,16 @@ fn stage(
         for spec in bundle.variants.values_mut() {
             *spec = grade_spec.clone();
         }
-        let case_judges = bundle
-            .trials
-            .iter()
-            .filter_map(|key| {
-                let judges = dataset.get(&key.case)?.more().judges.as_deref()?;
-                Some((key.case.to_string(), plugin_judges(judges)))
-            })
-            .collect();
+        let mut case_judges = BTreeMap::new();
+        // Each case once: a case's trials lie together.
+        for trials in bundle.trials.chunk_by(|a, b| a.case == b.case) {
+            let id = &trials[0].case;
+            if let Some(case) = dataset.get(id)? {
+                if let Some(judges) = &case.more().judges {
+                    case_judges.insert(id.to_string(), plugin_judges(judges));
+                }
+            }
+        }
         bundle.artifacts = None;
         bundle.timeout_ms = (limits.call_timeout.as_millis() as u64).saturating_mul(most_judges);
         bundle.grading = Some(GradeWork {

@@ -49,7 +49,7 @@ pub fn open(
             (dir, record)
         }
         None => {
-            let trials = plan::plan(config, &prepared.cases.cases, &request.filters)?;
+            let trials = plan::plan(config, &prepared.cases, &request.filters)?;
             let run_id = results::layout::new_run_id();
             let record = RunRecord {
                 git: prepare::git_state(&prepared.base),

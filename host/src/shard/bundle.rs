@@ -8,7 +8,7 @@
 //! line at a time as it starts trials ([`WorkReader`]): its memory does not grow with the shard.
 
 use crate::eval::config::VariantSpec;
-use crate::eval::trial::{CaseRecord, ClientCase, TrialKey};
+use crate::eval::trial::{CaseRecord, TrialKey};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -165,7 +165,7 @@ pub struct WorkTrial<'a> {
 pub fn write<'c>(
     dir: &Path,
     bundle: &Bundle,
-    case_of: impl Fn(&str) -> Option<ClientCase<'c>>,
+    case_of: impl Fn(&str) -> Result<Option<Cow<'c, CaseRecord>>>,
 ) -> Result<()> {
     crate::files::write_atomic_with(&dir.join(BUNDLE_FILE), |out| {
         serde_json::to_writer(out, bundle).map_err(Into::into)
@@ -173,11 +173,12 @@ pub fn write<'c>(
     crate::files::write_atomic_with(&dir.join(WORK_FILE), |out| {
         for trials in bundle.trials.chunk_by(|a, b| a.case == b.case) {
             let id = &trials[0].case;
-            let case = case_of(id).ok_or_else(|| {
+            let case = case_of(id).map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+            let case = case.ok_or_else(|| {
                 std::io::Error::other(format!("its trials name case `{id}`, which is not planned"))
             })?;
             let line = WorkLine {
-                case,
+                case: case.for_client(),
                 trials: (trials.iter())
                     .map(|key| WorkTrial {
                         variant: Cow::Borrowed(&key.variant),
@@ -343,7 +344,7 @@ mod tests {
                 1000,
             )
         };
-        let case_of = |id: &str| cases.iter().find(|c| &*c.id == id).map(|c| c.for_client());
+        let case_of = |id: &str| Ok(cases.iter().find(|c| &*c.id == id).map(Cow::Borrowed));
         write(dir.path(), &bundle, case_of).unwrap();
         let settings = std::fs::read_to_string(dir.path().join(BUNDLE_FILE)).unwrap();
         for held in ["trials", "cases", "first", "answer-canary"] {

@@ -1190,17 +1190,22 @@ impl<'a> ShardSession<'a> {
                 record.variant, record.case.id, record.trial
             ));
         }
-        let Some(case) = self.context.cases.get(&key.case) else {
+        let case = self
+            .context
+            .cases
+            .get(&key.case)
+            .map_err(|e| format!("{e:#}"))?;
+        let Some(case) = case else {
             return Err(format!("case `{}` is not one this run sent", key.case));
         };
-        if !record.case.is_client_view_of(case) {
+        if !record.case.is_client_view_of(&case) {
             return Err(format!(
                 "its case `{}` is not the one the coordinator sent (input, or fields the \
                  machine never had)",
                 key.case
             ));
         }
-        record.case = (*case).clone();
+        record.case = case.into_owned();
         let client = self.report.worker.as_ref().map(|w| &w.client);
         record.collected_by = Some(CollectedBy {
             shard: self.bundle.shard,
@@ -1242,10 +1247,16 @@ impl<'a> ShardSession<'a> {
     /// back for it, so the trial counts as infra (not missing) and nothing the worker wrote
     /// is kept.
     fn write_infra(&self, key: &TrialKey, reason: &str) {
-        let Some(case) = self.context.cases.get(&key.case) else {
-            return;
+        let case = match self.context.cases.get(&key.case) {
+            Ok(Some(case)) => case.into_owned(),
+            Ok(None) => return,
+            // The infra failure is recorded all the same, with the case as its key names it.
+            Err(e) => {
+                tracing::warn!("{key}: {e:#}");
+                crate::eval::trial::CaseRecord::new(key.case.clone(), serde_json::Value::Null)
+            }
         };
-        let record = TrialRecord::infra((*case).clone(), key, reason);
+        let record = TrialRecord::infra(case, key, reason);
         if let (Ok(record), Some(stored)) =
             (self.run_dir.store_trace(key, record), self.context.stored)
         {

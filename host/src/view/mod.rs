@@ -7,7 +7,7 @@ pub mod html;
 
 use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::grade::pairwise::PairResult;
-use crate::grade::{JudgeScore, TrialGrade};
+use crate::grade::{JudgeScores, TrialGrade};
 use crate::results::stored::StoredRun;
 use crate::results::{RunDir, Summary};
 use anyhow::Result;
@@ -41,8 +41,8 @@ pub struct TrialRow<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
     /// Every judge's score and reason, when graded.
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    pub judges: &'a [JudgeScore],
+    #[serde(skip_serializing_if = "JudgeScores::is_empty")]
+    pub judges: JudgeScores,
     /// Why it is not graded (the judge and its error) or an infrastructure failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
@@ -180,7 +180,9 @@ impl LoadedRun {
     /// The row of `key`, the trial at `index` in the plan.
     fn row<'a>(&'a self, index: usize, key: &'a TrialKey) -> TrialRow<'a> {
         let trace = self.facts.get(index).and_then(Option::as_ref);
-        let grade = self.run.grades.get(key);
+        // Owned: the grade may have been read from a file for this row alone.
+        let grade = self.run.grades.get(key).map(std::borrow::Cow::into_owned);
+        let none = JudgeScores::new();
         let (outcome, score, judges, cause) = match grade {
             Some(TrialGrade::Graded {
                 score,
@@ -191,20 +193,18 @@ impl LoadedRun {
                     true => TrialOutcome::Passed,
                     false => TrialOutcome::Failed,
                 },
-                Some(*score),
-                judges.as_slice(),
+                Some(score),
+                judges,
                 None,
             ),
             Some(TrialGrade::NotGraded { judge, error }) => (
                 TrialOutcome::NotGraded,
                 None,
-                &[][..],
+                none,
                 Some(format!("{judge}: {error}")),
             ),
-            Some(TrialGrade::Infra { reason }) => {
-                (TrialOutcome::Infra, None, &[][..], Some(reason.clone()))
-            }
-            None => (TrialOutcome::Missing, None, &[][..], None),
+            Some(TrialGrade::Infra { reason }) => (TrialOutcome::Infra, None, none, Some(reason)),
+            None => (TrialOutcome::Missing, None, none, None),
         };
         TrialRow {
             variant: &key.variant,
