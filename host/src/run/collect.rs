@@ -10,7 +10,7 @@ use crate::results::RunDir;
 use crate::runner::channel::Channel;
 use crate::runner::{Keep, MachineRequest, Runner};
 use crate::shard::artifacts::BundleArtifacts;
-use crate::shard::bundle::Bundle;
+use crate::shard::bundle::{Bundle, ShardTrials};
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSession, StoredTrace};
 use crate::shard::protocol::PROTOCOL;
 use anyhow::Result;
@@ -25,6 +25,20 @@ pub struct StagedShard {
     /// looks cases up in the coordinator's own, so they are not held twice while the shard runs.
     pub bundle: Bundle,
     pub dir: PathBuf,
+    /// The bundle's trials as positions in the run's plan, when it was staged from one (its
+    /// own list of trials is then empty).
+    pub in_plan: Option<Vec<u32>>,
+}
+
+impl StagedShard {
+    /// The shard's trials: positions in `plan` (the run's, which it was staged from), or the
+    /// bundle's own list.
+    pub fn trials<'a>(&'a self, plan: &'a [TrialKey]) -> ShardTrials<'a> {
+        match &self.in_plan {
+            Some(at) => ShardTrials::InPlan { plan, at },
+            None => self.bundle.own_trials(),
+        }
+    }
 }
 
 /// Splits the trials of `plan` at the positions `to_collect` into `shards` bundles (skipping
@@ -40,22 +54,25 @@ pub fn stage_bundles(
 ) -> Result<Vec<StagedShard>> {
     let mut staged = Vec::new();
     for shard in 0..shards {
-        let mut trials: Vec<TrialKey> = to_collect
-            .iter()
-            .map(|&at| &plan[at as usize])
-            .filter(|k| shard_of(&k.case, shards) == shard)
-            .cloned()
+        let mut at: Vec<u32> = (to_collect.iter().copied())
+            .filter(|&at| shard_of(&plan[at as usize].case, shards) == shard)
             .collect();
         // Held while the shard runs, once per trial: no room to spare.
-        trials.shrink_to_fit();
-        if trials.is_empty() {
+        at.shrink_to_fit();
+        if at.is_empty() {
             continue;
         }
-        let mut bundle = bundle(config, run_id, trials, (shard, shards), heartbeat_ms);
-        bundle.case_checks = case_checks(&bundle.trials, cases)?;
+        let trials = ShardTrials::InPlan { plan, at: &at };
+        let mut bundle = bundle(config, run_id, Vec::new(), (shard, shards), heartbeat_ms);
+        bundle.variants = variants_of(config, trials.iter());
+        bundle.case_checks = case_checks(trials, cases)?;
         let dir = shard_dir(staging, shard);
-        write_bundle(&dir, &bundle, cases)?;
-        staged.push(StagedShard { bundle, dir });
+        write_bundle(&dir, (&bundle, trials), cases)?;
+        staged.push(StagedShard {
+            bundle,
+            dir,
+            in_plan: Some(at),
+        });
     }
     Ok(staged)
 }
@@ -67,15 +84,22 @@ pub fn shard_dir(staging: &Path, shard: u32) -> PathBuf {
 
 /// The checks of the cases `trials` name that have their own, by case id.
 fn case_checks(
-    trials: &[TrialKey],
+    trials: ShardTrials<'_>,
     cases: &CaseIndex<'_>,
 ) -> Result<BTreeMap<String, Vec<crate::eval::config::CheckSpec>>> {
     let mut checks = BTreeMap::new();
-    // Each case once: a case's trials lie together.
-    for trials in trials.chunk_by(|a, b| a.case == b.case) {
-        let id = &trials[0].case;
-        if let Some(own) = cases.get(id)?.and_then(|case| case.more().checks.clone()) {
-            checks.insert(id.to_string(), own);
+    let mut last: Option<&str> = None;
+    for key in trials.iter() {
+        // Each case once: a case's trials lie together.
+        if last == Some(&*key.case) {
+            continue;
+        }
+        last = Some(&key.case);
+        if let Some(own) = cases
+            .get(&key.case)?
+            .and_then(|case| case.more().checks.clone())
+        {
+            checks.insert(key.case.to_string(), own);
         }
     }
     Ok(checks)
@@ -87,7 +111,11 @@ fn case_checks(
 /// bundle first (a run of 100,000 cases would otherwise hold a second copy of them).
 ///
 /// [`CaseRecord::for_client`]: crate::eval::trial::CaseRecord::for_client
-pub fn write_bundle(dir: &Path, bundle: &Bundle, cases: &CaseIndex<'_>) -> Result<()> {
+pub fn write_bundle(
+    dir: &Path,
+    bundle: (&Bundle, ShardTrials<'_>),
+    cases: &CaseIndex<'_>,
+) -> Result<()> {
     crate::shard::bundle::write(dir, bundle, |id| cases.get(id))
 }
 
@@ -100,7 +128,6 @@ pub fn bundle(
     (shard, shards): (u32, u32),
     heartbeat_ms: u64,
 ) -> Bundle {
-    let variants: BTreeSet<&str> = trials.iter().map(|k| &*k.variant).collect();
     Bundle {
         protocol: PROTOCOL.to_string(),
         mst: env!("CARGO_PKG_VERSION").to_string(),
@@ -111,10 +138,7 @@ pub fn bundle(
         concurrency: config.concurrency,
         timeout_ms: (config.timeout * 1000.0) as u64,
         heartbeat_ms,
-        variants: variants
-            .iter()
-            .map(|name| (name.to_string(), config.variant(name)))
-            .collect::<BTreeMap<String, VariantSpec>>(),
+        variants: variants_of(config, trials.iter()),
         trials,
         workdir: None,
         conversation: None,
@@ -127,8 +151,21 @@ pub fn bundle(
     }
 }
 
+/// The specs of the variants `trials` name.
+fn variants_of<'k>(
+    config: &EvalConfig,
+    trials: impl Iterator<Item = &'k TrialKey>,
+) -> BTreeMap<String, VariantSpec> {
+    let names: BTreeSet<&str> = trials.map(|k| &*k.variant).collect();
+    (names.into_iter())
+        .map(|name| (name.to_string(), config.variant(name)))
+        .collect()
+}
+
 /// What the shards of one collection share.
 pub struct Collection<'a> {
+    /// The plan the shards were staged from (their trials are positions in it).
+    pub plan: &'a [TrialKey],
     pub runner: &'a dyn Runner,
     pub keep: Keep,
     pub run_dir: &'a RunDir,
@@ -173,7 +210,8 @@ impl Collection<'_> {
             Err(e) => return self.not_created(bundle.shard, e),
         };
         let created = Instant::now();
-        let mut report = ShardSession::new(self.context, bundle, self.run_dir)
+        let trials = staged.trials(self.plan);
+        let mut report = ShardSession::new(self.context, (bundle, trials), self.run_dir)
             .run(machine.as_mut(), &staged.dir);
         // Times count from when the runner started making the machine, after any wait for
         // room on its hosts (`waitMs` is that wait).
@@ -183,7 +221,7 @@ impl Collection<'_> {
         report.ready_ms = report
             .hello_at
             .map(|at| at.duration_since(since).as_millis() as u64);
-        self.diagnose(machine.as_mut(), bundle, &mut report);
+        self.diagnose(machine.as_mut(), trials, &mut report);
         self.dispose(machine.as_mut(), &mut report);
         report
     }
@@ -203,7 +241,12 @@ impl Collection<'_> {
 
     /// The machine's own account (out of memory, vanished) says more than a broken channel
     /// does; after a finished shard it taints the trials whose client failed.
-    fn diagnose(&self, machine: &mut dyn Channel, bundle: &Bundle, report: &mut ShardReport) {
+    fn diagnose(
+        &self,
+        machine: &mut dyn Channel,
+        trials: ShardTrials<'_>,
+        report: &mut ShardReport,
+    ) {
         let Some(diagnosis) = machine.diagnose() else {
             return;
         };
@@ -213,7 +256,7 @@ impl Collection<'_> {
                 let collected = report
                     .collected
                     .iter()
-                    .filter_map(|&at| bundle.trials.get(at as usize));
+                    .filter_map(|&at| trials.get(at as usize));
                 let moved = failed_trials_to_infra(
                     self.run_dir,
                     collected,

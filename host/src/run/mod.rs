@@ -263,6 +263,7 @@ fn collect_and_grade(
             stored: Some(&stored),
         };
         let collection = Collection {
+            plan,
             runner: runner.as_ref(),
             keep: runner_options.keep,
             run_dir: &dir,

@@ -257,6 +257,7 @@ fn on_machines(
         stored: Some(&stored),
     };
     let collection = Collection {
+        plan: &[],
         runner: runner.as_ref(),
         keep: options.keep,
         run_dir: &answers,
@@ -554,8 +555,12 @@ fn stage(
                 .and_then(|()| std::fs::write(&path, bytes))
                 .with_context(|| format!("cannot stage {}", path.display()))?;
         }
-        collect::write_bundle(&dir, &bundle, &index)?;
-        staged.push(StagedShard { bundle, dir });
+        collect::write_bundle(&dir, (&bundle, bundle.own_trials()), &index)?;
+        staged.push(StagedShard {
+            bundle,
+            dir,
+            in_plan: None,
+        });
     }
     Ok(staged)
 }

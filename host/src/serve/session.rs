@@ -847,7 +847,7 @@ fn run_shard(
         )
     };
     let staging = tempfile::tempdir().map_err(|e| format!("cannot stage the bundle: {e}"))?;
-    collect::write_bundle(staging.path(), &bundle, cases)
+    collect::write_bundle(staging.path(), (&bundle, bundle.own_trials()), cases)
         .map_err(|e| format!("cannot stage the bundle: {e:#}"))?;
     std::fs::create_dir_all(&dir.root)
         .map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;
@@ -863,7 +863,8 @@ fn run_shard(
         artifacts: None,
         stored: None,
     };
-    let report = ShardSession::new(&context, &bundle, dir).run(machine, staging.path());
+    let report = ShardSession::new(&context, (&bundle, bundle.own_trials()), dir)
+        .run(machine, staging.path());
     match report.ended {
         ShardEnd::Done | ShardEnd::DoneCleanupFailed => Ok(()),
         other => Err(other.to_string()),

@@ -82,6 +82,51 @@ pub struct Bundle {
     pub grading: Option<GradeWork>,
 }
 
+impl Bundle {
+    /// The bundle's own list of trials.
+    pub fn own_trials(&self) -> ShardTrials<'_> {
+        ShardTrials::Keys(&self.trials)
+    }
+}
+
+/// A shard's trials as the coordinator holds them while the shard runs: the bundle's own list
+/// of keys, or positions in the run's plan (four bytes a trial where a key takes forty: a
+/// run's shards together hold one per trial).
+#[derive(Debug, Clone, Copy)]
+pub enum ShardTrials<'a> {
+    Keys(&'a [TrialKey]),
+    InPlan { plan: &'a [TrialKey], at: &'a [u32] },
+}
+
+impl<'a> ShardTrials<'a> {
+    /// How many trials the shard has.
+    pub fn len(&self) -> usize {
+        match self {
+            ShardTrials::Keys(keys) => keys.len(),
+            ShardTrials::InPlan { at, .. } => at.len(),
+        }
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The shard's trial at `index`, if it has one.
+    pub fn get(&self, index: usize) -> Option<&'a TrialKey> {
+        match *self {
+            ShardTrials::Keys(keys) => keys.get(index),
+            ShardTrials::InPlan { plan, at } => at.get(index).map(|&at| &plan[at as usize]),
+        }
+    }
+
+    /// The shard's trials, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a TrialKey> + 'a {
+        let this = *self;
+        (0..this.len()).filter_map(move |index| this.get(index))
+    }
+}
+
 /// The file in a grade shard's bundle directory holding the stored trials to grade, one trial
 /// record (case with its answers, and trace) per line.
 pub const GRADE_TRIALS_FILE: &str = "trials.jsonl";
@@ -164,15 +209,21 @@ pub struct WorkTrial<'a> {
 /// may see, never the answers.
 pub fn write<'c>(
     dir: &Path,
-    bundle: &Bundle,
+    (bundle, trials): (&Bundle, ShardTrials<'_>),
     case_of: impl Fn(&str) -> Result<Option<Cow<'c, CaseRecord>>>,
 ) -> Result<()> {
     crate::files::write_atomic_with(&dir.join(BUNDLE_FILE), |out| {
         serde_json::to_writer(out, bundle).map_err(Into::into)
     })?;
     crate::files::write_atomic_with(&dir.join(WORK_FILE), |out| {
-        for trials in bundle.trials.chunk_by(|a, b| a.case == b.case) {
-            let id = &trials[0].case;
+        let mut keys = trials.iter().peekable();
+        while let Some(first) = keys.next() {
+            // A case's trials lie together: one line each.
+            let mut trials = vec![first];
+            while let Some(key) = keys.next_if(|key| key.case == first.case) {
+                trials.push(key);
+            }
+            let id = &first.case;
             let case = case_of(id).map_err(|e| std::io::Error::other(format!("{e:#}")))?;
             let case = case.ok_or_else(|| {
                 std::io::Error::other(format!("its trials name case `{id}`, which is not planned"))
@@ -345,7 +396,7 @@ mod tests {
             )
         };
         let case_of = |id: &str| Ok(cases.iter().find(|c| &*c.id == id).map(Cow::Borrowed));
-        write(dir.path(), &bundle, case_of).unwrap();
+        write(dir.path(), (&bundle, bundle.own_trials()), case_of).unwrap();
         let settings = std::fs::read_to_string(dir.path().join(BUNDLE_FILE)).unwrap();
         for held in ["trials", "cases", "first", "answer-canary"] {
             assert!(!settings.contains(held), "{held}: {settings}");
@@ -379,7 +430,7 @@ mod tests {
             trials: vec![key("v", "zz", 0)],
             ..bundle.clone()
         };
-        let error = write(dir.path(), &stray, case_of).unwrap_err();
+        let error = write(dir.path(), (&stray, stray.own_trials()), case_of).unwrap_err();
         assert!(format!("{error:#}").contains("case `zz`"), "{error:#}");
     }
 

@@ -9,17 +9,14 @@
 //! checks is replaced by the coordinator's own infra record.
 
 use super::artifacts::{ArtifactCopier, ArtifactFile, ArtifactTally};
-use super::bundle::{Bundle, BUNDLE_FILE};
+use super::bundle::{Bundle, ShardTrials, BUNDLE_FILE};
 use super::limits::{Holder, Limiter};
 use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, WorkerMessage, PROTOCOL,
 };
 use super::tokens::{renewal_due, ServerTokens};
 use crate::eval::config::VariantSpec;
-use crate::eval::trial::{
-    find_position, sorted_positions, CaseIndex, CollectedBy, TraceEvent, TrialKey, TrialRecord,
-    TrialStatus,
-};
+use crate::eval::trial::{CaseIndex, CollectedBy, TraceEvent, TrialKey, TrialRecord, TrialStatus};
 use crate::results::{trace_path, RunDir};
 use crate::runner::channel::{Channel, KeptMachine, Refused};
 use serde::Serialize;
@@ -329,6 +326,8 @@ struct Progress {
 pub struct ShardSession<'a> {
     context: &'a ShardContext<'a>,
     bundle: &'a Bundle,
+    /// The bundle's trials (its own list, or positions in the run's plan).
+    trials: ShardTrials<'a>,
     run_dir: &'a RunDir,
     report: ShardReport,
     /// The positions of the bundle's trials, sorted by key: a trial is found by halves, and
@@ -368,15 +367,22 @@ pub struct ShardSession<'a> {
 }
 
 impl<'a> ShardSession<'a> {
-    /// A session for `bundle`, whose traces land in `run_dir`.
-    pub fn new(context: &'a ShardContext<'a>, bundle: &'a Bundle, run_dir: &'a RunDir) -> Self {
+    /// A session for `bundle`, collecting `trials`, whose traces land in `run_dir`.
+    pub fn new(
+        context: &'a ShardContext<'a>,
+        (bundle, trials): (&'a Bundle, ShardTrials<'a>),
+        run_dir: &'a RunDir,
+    ) -> Self {
+        let mut planned: Vec<u32> = (0..trials.len() as u32).collect();
+        planned.sort_unstable_by_key(|&at| trials.get(at as usize));
         ShardSession {
             context,
             bundle,
+            trials,
             run_dir,
             report: ShardReport::new(bundle.shard, String::new()),
-            planned: sorted_positions(&bundle.trials, |key| key),
-            progress: vec![Progress::default(); bundle.trials.len()],
+            planned,
+            progress: vec![Progress::default(); trials.len()],
             waiting: Vec::new(),
             calls: BTreeMap::new(),
             streams: Streams::default(),
@@ -628,7 +634,10 @@ impl<'a> ShardSession<'a> {
 
     /// `key`'s position in the bundle, when the bundle has it.
     fn position(&self, key: &TrialKey) -> Option<usize> {
-        find_position(&self.bundle.trials, &self.planned, |key| key, key)
+        let at = (self.planned)
+            .binary_search_by(|&at| self.trials.get(at as usize).cmp(&Some(key)))
+            .ok()?;
+        Some(self.planned[at] as usize)
     }
 
     /// The plan's own copy of `key` when the bundle planned it, else `key`: a key kept past
@@ -636,7 +645,7 @@ impl<'a> ShardSession<'a> {
     /// worker's copies of them.
     fn planned_key(&self, key: TrialKey) -> TrialKey {
         match self.position(&key) {
-            Some(at) => self.bundle.trials[at].clone(),
+            Some(at) => self.trials.get(at).cloned().unwrap_or(key),
             None => key,
         }
     }

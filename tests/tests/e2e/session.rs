@@ -80,9 +80,10 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         let bundle = bundle(&config, task);
         let staged = tempfile::tempdir().unwrap();
         // Written as a run stages it: the case whose input is `task` goes with it.
-        mst::run::collect::write_bundle(staged.path(), &bundle, &cases).unwrap();
-        let report =
-            ShardSession::new(&context, &bundle, &run_dir).run(machine.as_mut(), staged.path());
+        mst::run::collect::write_bundle(staged.path(), (&bundle, bundle.own_trials()), &cases)
+            .unwrap();
+        let report = ShardSession::new(&context, (&bundle, bundle.own_trials()), &run_dir)
+            .run(machine.as_mut(), staged.path());
         assert_eq!(report.ended, ShardEnd::Done, "{task}: {:?}", report.ended);
         // Every trial of the bundle, by its position in it, in order.
         let every: Vec<u32> = (0..bundle.trials.len() as u32).collect();
