@@ -4,12 +4,14 @@ use super::TrialGrade;
 use crate::eval::trial::TrialKey;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// Every graded trial's grade, sorted by trial, each trial once: held in memory (read from
 /// `grades.json`, or made by a regrade), or left in the file grading wrote them to as it went
 /// ([`Grades::in_file`]), where a run just collected keeps them: a run of 100,000 trials then
-/// holds where each grade is (56 bytes a trial) rather than the grades (about 150), and reads
-/// each back when it is used. Lookups are binary searches either way.
+/// holds where each grade is (16 bytes a trial: its trial's position in the run's plan, and
+/// its place in the file) rather than the grades (about 150), and reads each back when it is
+/// used. Lookups are binary searches either way.
 #[derive(Debug, Default)]
 pub struct Grades(Store);
 
@@ -31,18 +33,21 @@ impl Default for Store {
 #[derive(Debug)]
 struct GradeFile {
     file: std::fs::File,
+    /// The run's plan: the spots name their trials by position in it.
+    plan: Arc<[TrialKey]>,
     /// Sorted by trial, each trial once.
     spots: Vec<GradeSpot>,
     /// The file's length: grades added later go here.
     end: u64,
 }
 
-/// Where one trial's grade is in a grades file: `len` bytes at `at`.
-#[derive(Debug, Clone)]
+/// Where one trial's grade is in a grades file: `len` bytes at `at`, the grade of the plan's
+/// trial at position `trial`.
+#[derive(Debug, Clone, Copy)]
 pub struct GradeSpot {
-    pub key: TrialKey,
-    pub at: u64,
+    pub trial: u32,
     pub len: u32,
+    pub at: u64,
 }
 
 /// What a line of a grades file is read as: its grade, whatever else it holds.
@@ -55,6 +60,17 @@ impl GradeFile {
     /// The grade at `spot`. A file of the run's own that cannot be read back (a disk fault)
     /// makes the trial's grade say so, and the run's grading `partial`, rather than lose it
     /// silently.
+    /// The trial of `spot`.
+    fn key(&self, spot: &GradeSpot) -> &TrialKey {
+        &self.plan[spot.trial as usize]
+    }
+
+    /// Where the grade of `key` is, if the file has one.
+    fn find(&self, key: &TrialKey) -> Option<&GradeSpot> {
+        let at = self.spots.binary_search_by(|s| self.key(s).cmp(key)).ok()?;
+        Some(&self.spots[at])
+    }
+
     fn read(&self, spot: &GradeSpot) -> TrialGrade {
         use std::os::unix::fs::FileExt;
         let mut line = vec![0; spot.len as usize];
@@ -68,7 +84,7 @@ impl GradeFile {
         match read {
             Ok(line) => line.grade,
             Err(e) => {
-                tracing::warn!("cannot read the grade of {} back: {e}", spot.key);
+                tracing::warn!("cannot read the grade of {} back: {e}", self.key(spot));
                 TrialGrade::NotGraded {
                     judge: "mst".into(),
                     error: format!("its grade could not be read back from the grading file: {e}"),
@@ -77,8 +93,9 @@ impl GradeFile {
         }
     }
 
-    /// Appends `grade` of `key` to the file, and where it is to `spots` (unsorted).
-    fn push(&mut self, key: TrialKey, grade: &TrialGrade) -> std::io::Result<()> {
+    /// Appends `grade` of the plan's trial at `trial` to the file, and where it is to `spots`
+    /// (unsorted).
+    fn push(&mut self, trial: u32, grade: &TrialGrade) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
         #[derive(Serialize)]
         struct Line<'a> {
@@ -88,7 +105,7 @@ impl GradeFile {
         let len = u32::try_from(line.len()).map_err(std::io::Error::other)?;
         self.file.write_all_at(&line, self.end)?;
         self.spots.push(GradeSpot {
-            key,
+            trial,
             at: self.end,
             len,
         });
@@ -97,27 +114,39 @@ impl GradeFile {
     }
 }
 
-/// Sorts `items` by key (stably, so that a trial's entries stay in the order they came) and
-/// keeps each trial's last.
-fn keep_last_by_key<T>(items: &mut Vec<T>, key: impl Fn(&T) -> &TrialKey) {
-    items.sort_by(|a, b| key(a).cmp(key(b)));
+/// Sorts `items` by trial, as `order` compares them (stably, so that a trial's entries stay
+/// in the order they came), and keeps each trial's last.
+fn keep_last_by<T>(items: &mut Vec<T>, order: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    items.sort_by(&order);
+    let same = |a: &T, b: &T| order(a, b).is_eq();
     // `dedup_by` keeps the first of a run of equals: move each run's last to its front.
     let mut start = 0;
     while start < items.len() {
-        let end = start + items[start..].partition_point(|item| key(item) == key(&items[start]));
+        let end = start + items[start..].partition_point(|item| same(item, &items[start]));
         items.swap(start, end - 1);
         start = end;
     }
-    items.dedup_by(|later, first| key(later) == key(first));
+    items.dedup_by(|later, first| same(later, first));
     items.shrink_to_fit();
 }
 
 impl Grades {
-    /// The grades in `file` at `spots` (sorted by trial, each trial once), `end` the file's
-    /// length.
-    pub(crate) fn in_file(file: std::fs::File, spots: Vec<GradeSpot>, end: u64) -> Self {
-        debug_assert!(spots.windows(2).all(|pair| pair[0].key < pair[1].key));
-        Grades(Store::InFile(GradeFile { file, spots, end }))
+    /// The grades in `file` at `spots` (sorted by trial, each trial once) of trials of
+    /// `plan`, `end` the file's length.
+    pub(crate) fn in_file(
+        file: std::fs::File,
+        plan: Arc<[TrialKey]>,
+        spots: Vec<GradeSpot>,
+        end: u64,
+    ) -> Self {
+        let key = |spot: &GradeSpot| &plan[spot.trial as usize];
+        debug_assert!(spots.windows(2).all(|pair| key(&pair[0]) < key(&pair[1])));
+        Grades(Store::InFile(GradeFile {
+            file,
+            plan,
+            spots,
+            end,
+        }))
     }
 
     /// The grade of `key`, if it was graded.
@@ -127,10 +156,7 @@ impl Grades {
                 let at = grades.binary_search_by(|(k, _)| k.cmp(key)).ok()?;
                 Some(Cow::Borrowed(&grades[at].1))
             }
-            Store::InFile(file) => {
-                let at = file.spots.binary_search_by(|s| s.key.cmp(key)).ok()?;
-                Some(Cow::Owned(file.read(&file.spots[at])))
-            }
+            Store::InFile(file) => Some(Cow::Owned(file.read(file.find(key)?))),
         }
     }
 
@@ -138,7 +164,7 @@ impl Grades {
     pub fn contains_key(&self, key: &TrialKey) -> bool {
         match &self.0 {
             Store::Held(grades) => grades.binary_search_by(|(k, _)| k.cmp(key)).is_ok(),
-            Store::InFile(file) => file.spots.binary_search_by(|s| s.key.cmp(key)).is_ok(),
+            Store::InFile(file) => file.find(key).is_some(),
         }
     }
 
@@ -161,7 +187,7 @@ impl Grades {
             Store::Held(grades) => (&grades[at].0, Cow::Borrowed(&grades[at].1)),
             Store::InFile(file) => {
                 let spot = &file.spots[at];
-                (&spot.key, Cow::Owned(file.read(spot)))
+                (file.key(spot), Cow::Owned(file.read(spot)))
             }
         })
     }
@@ -178,27 +204,42 @@ impl Grades {
                 let len = grades.len();
                 grades.extend(more);
                 if grades.len() > len {
-                    keep_last_by_key(grades, |(key, _)| key);
+                    keep_last_by(grades, |a, b| a.0.cmp(&b.0));
                 }
             }
             Store::InFile(file) => {
                 let len = file.spots.len();
                 let mut unwritten = Vec::new();
+                let mut more = more.into_iter().peekable();
+                // The plan's positions by key, made only when there is something to add.
+                let by_key = match more.peek() {
+                    Some(_) => crate::eval::trial::sorted_positions(&file.plan, |key| key),
+                    None => Vec::new(),
+                };
                 for (key, grade) in more {
-                    if let Err(e) = file.push(key.clone(), &grade) {
+                    let trial = crate::eval::trial::find_position(&file.plan, &by_key, |k| k, &key);
+                    let pushed = match trial {
+                        Some(trial) => file.push(trial as u32, &grade),
+                        None => Err(std::io::Error::other("the trial is not in the run's plan")),
+                    };
+                    if let Err(e) = pushed {
                         tracing::warn!("the grade of {key} stays in memory: {e}");
                         unwritten.push((key, grade));
                     }
                 }
+                drop(by_key);
                 if file.spots.len() > len {
-                    keep_last_by_key(&mut file.spots, |spot| &spot.key);
+                    let plan = &file.plan;
+                    keep_last_by(&mut file.spots, |a, b| {
+                        plan[a.trial as usize].cmp(&plan[b.trial as usize])
+                    });
                 }
                 // A grade the file could not take is kept all the same: every grade in
                 // memory then, the file's read back.
                 if !unwritten.is_empty() {
                     let mut grades: Vec<_> = std::mem::take(self).into_iter().collect();
                     grades.extend(unwritten);
-                    keep_last_by_key(&mut grades, |(key, _)| key);
+                    keep_last_by(&mut grades, |a, b| a.0.cmp(&b.0));
                     self.0 = Store::Held(grades);
                 }
             }
@@ -216,7 +257,7 @@ impl IntoIterator for Grades {
             Store::Held(grades) => Box::new(grades.into_iter()),
             Store::InFile(file) => Box::new((0..file.spots.len()).map(move |at| {
                 let spot = &file.spots[at];
-                (spot.key.clone(), file.read(spot))
+                (file.key(spot).clone(), file.read(spot))
             })),
         }
     }
@@ -231,7 +272,7 @@ impl PartialEq for Grades {
 impl FromIterator<(TrialKey, TrialGrade)> for Grades {
     fn from_iter<I: IntoIterator<Item = (TrialKey, TrialGrade)>>(grades: I) -> Self {
         let mut grades: Vec<_> = grades.into_iter().collect();
-        keep_last_by_key(&mut grades, |(key, _)| key);
+        keep_last_by(&mut grades, |a, b| a.0.cmp(&b.0));
         Grades(Store::Held(grades))
     }
 }
@@ -323,25 +364,26 @@ mod tests {
         file.write_all(good).unwrap();
         file.write_all(b"{\"grade\": damaged").unwrap();
         let end = file.metadata().unwrap().len();
+        let plan: Arc<[TrialKey]> = ["a", "b", "c", "d"].map(key).into();
         let spots = vec![
             GradeSpot {
-                key: key("a"),
+                trial: 0,
                 at: 0,
                 len: good.len() as u32,
             },
             GradeSpot {
-                key: key("b"),
+                trial: 1,
                 at: good.len() as u64,
                 len: (end - good.len() as u64) as u32,
             },
             // Past the file's end.
             GradeSpot {
-                key: key("c"),
+                trial: 2,
                 at: end,
                 len: 10,
             },
         ];
-        let grades = Grades::in_file(file, spots, end);
+        let grades = Grades::in_file(file, plan, spots, end);
         assert_eq!(grades.get(&key("a")).as_deref(), Some(&infra("kept")));
         for case in ["b", "c"] {
             match grades.get(&key(case)).map(Cow::into_owned) {

@@ -309,7 +309,7 @@ struct Sides<'a> {
 impl<'a> Sides<'a> {
     fn of(run: &'a StoredRun) -> Self {
         let mut trials: BTreeMap<(&str, &str), (u32, u32)> = BTreeMap::new();
-        for key in &run.record.trials {
+        for key in run.record.trials.iter() {
             let counts = trials.entry((&*key.variant, &*key.case)).or_default();
             counts.1 += 1;
             if matches!(
@@ -387,7 +387,7 @@ mod tests {
             machines: Vec::new(),
             plugins: Vec::new(),
             filters: Default::default(),
-            trials: Vec::new(),
+            trials: Default::default(),
             baseline: None,
             collect: Phase::Complete,
             grade: Phase::Complete,
@@ -396,6 +396,7 @@ mod tests {
             grading: None,
         };
         let mut grades = BTreeMap::new();
+        let mut planned = Vec::new();
         for (variant, case, passes) in trials {
             for (n, pass) in passes.iter().enumerate() {
                 let key = TrialKey {
@@ -413,10 +414,11 @@ mod tests {
                         reason: "gone".into(),
                     },
                 };
-                record.trials.push(key.clone());
+                planned.push(key.clone());
                 grades.insert(key, grade);
             }
         }
+        record.trials = planned.into();
         let grades: crate::grade::Grades = grades.into_iter().collect();
         let summary = Summary::new(&record, &grades, &CaseRules::default());
         StoredRun {

@@ -288,7 +288,7 @@ fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
 /// The case ids planned, in plan order.
 fn planned_cases(record: &RunRecord) -> Vec<&str> {
     let mut seen: Vec<&str> = Vec::new();
-    for key in &record.trials {
+    for key in record.trials.iter() {
         if !seen.contains(&&*key.case) {
             seen.push(&key.case);
         }
@@ -357,7 +357,7 @@ fn run_file(run: &Stored, target: &Target<'_>) -> (String, Value) {
 /// One trial record per trial that came back, and one score record per judge score.
 fn trial_files(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)> {
     let mut files = Vec::new();
-    for key in &run.record.trials {
+    for key in run.record.trials.iter() {
         let (Some(facts), Some(trace)) = (run.trial_facts(key), run.traces.get(key)) else {
             continue;
         };

@@ -109,7 +109,9 @@ pub struct RunRecord {
     pub plugins: Vec<PluginRecord>,
     /// The command line's filters, so `--resume` plans the same trials.
     pub filters: Filters,
-    pub trials: Vec<TrialKey>,
+    /// Every planned trial. Shared: grades kept in a file name their trials by position in
+    /// it (`grade::Grades`), so a run holds each key once.
+    pub trials: Arc<[TrialKey]>,
     /// The config's `baseline` variant, which the others are compared with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,

@@ -96,7 +96,7 @@ impl StoredRun {
     /// The variants, the baseline first, then as the plan met them.
     pub fn variants(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.record.baseline.iter().map(String::as_str).collect();
-        for key in &self.record.trials {
+        for key in self.record.trials.iter() {
             if !names.contains(&&*key.variant) {
                 names.push(&key.variant);
             }

@@ -161,7 +161,7 @@ impl Graded {
     /// The grades, left in the spill file and found there by trial, with the model usage of
     /// the graded traces (read from the lines of the traces that used a model).
     /// `plan`: the run's, which grading was given.
-    pub fn read(self, plan: &[TrialKey]) -> anyhow::Result<ReadBack> {
+    pub fn read(self, plan: &Arc<[TrialKey]>) -> anyhow::Result<ReadBack> {
         use std::os::unix::fs::FileExt;
         let mut usage: BTreeMap<String, UsageTotals> = BTreeMap::new();
         let mut spots = Vec::with_capacity(self.assessed.len());
@@ -182,7 +182,7 @@ impl Graded {
                     .merge(&used);
             }
             spots.push(GradeSpot {
-                key: key.clone(),
+                trial: assessment.trial,
                 at: assessment.at,
                 len: assessment.len,
             });
@@ -194,7 +194,7 @@ impl Graded {
             .context("cannot read the grading spill file")?
             .len();
         Ok(ReadBack {
-            grades: Grades::in_file(self.spill, spots, end),
+            grades: Grades::in_file(self.spill, plan.clone(), spots, end),
             usage,
         })
     }
@@ -517,10 +517,10 @@ mod tests {
     }
 
     /// The plan of the spill tests: trials `v/a/0`, `v/b/0`, `v/c/0`.
-    fn plan() -> Vec<TrialKey> {
+    fn plan() -> Arc<[TrialKey]> {
         ["c", "a", "b"]
             .map(|case| TrialKey::new("v", case, 0))
-            .to_vec()
+            .into()
     }
 
     /// A spill of trials of `plan` as the grading threads leave it, with `grades` pushed in

@@ -209,7 +209,7 @@ impl Prepared {
             machines: Vec::new(),
             plugins: self.plugin_records(),
             filters: Default::default(),
-            trials: Vec::new(),
+            trials: Default::default(),
             baseline: self.config.baseline.clone(),
             collect: crate::results::Phase::Partial,
             grade: crate::results::Phase::Partial,

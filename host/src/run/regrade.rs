@@ -150,7 +150,7 @@ fn on_machines(
 ) -> Result<OnMachines> {
     // Before anything is written: the judges of the run's trials must be able to go.
     let mut checked = std::collections::BTreeSet::new();
-    for key in &record.trials {
+    for key in record.trials.iter() {
         for judge in prepared.judges.plugin_judges(key) {
             // A judge's name may be another judge's elsewhere; its plugin and options differ.
             let plugin = judge.plugin().map(|p| p.digest());
@@ -434,7 +434,7 @@ fn plan(
     let mut files: BTreeMap<u32, (PathBuf, std::io::BufWriter<std::fs::File>)> = BTreeMap::new();
     let mut cases: BTreeMap<std::sync::Arc<str>, CaseRecord> = BTreeMap::new();
     let mut assertions = BTreeMap::new();
-    for key in &record.trials {
+    for key in record.trials.iter() {
         let Some(stored) = traces.read_trace(key) else {
             continue;
         };
