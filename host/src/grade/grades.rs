@@ -396,4 +396,32 @@ mod tests {
         }
         assert!(grades.get(&key("d")).is_none());
     }
+
+    #[test]
+    fn grades_in_a_file_take_more_there_and_a_stranger_brings_them_all_into_memory() {
+        let plan: Arc<[TrialKey]> = ["b", "a", "c"].map(key).into();
+        let mut in_file = Grades::in_file(tempfile::tempfile().unwrap(), plan, Vec::new(), 0);
+        in_file.extend([(key("c"), infra("c1")), (key("a"), infra("a1"))]);
+        in_file.extend([(key("c"), infra("c2"))]);
+        assert!(
+            matches!(in_file.0, Store::InFile(_)),
+            "planned trials stay in the file"
+        );
+        let listed: Vec<(String, TrialGrade)> = (in_file.iter())
+            .map(|(k, g)| (k.case.to_string(), g.into_owned()))
+            .collect();
+        let expected = [
+            ("a".to_string(), infra("a1")),
+            ("c".to_string(), infra("c2")),
+        ];
+        assert_eq!(listed, expected, "by key, each trial's last");
+        assert!(!in_file.contains_key(&key("b")));
+        // A trial the plan does not hold has no place in the file: kept in memory, with the
+        // rest read back beside it.
+        in_file.extend([(key("z"), infra("z1"))]);
+        assert!(matches!(in_file.0, Store::Held(_)));
+        assert_eq!(in_file.len(), 3);
+        assert_eq!(in_file.get(&key("c")).as_deref(), Some(&infra("c2")));
+        assert_eq!(in_file.get(&key("z")).as_deref(), Some(&infra("z1")));
+    }
 }
