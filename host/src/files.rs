@@ -12,6 +12,21 @@ use std::path::{Component, Path};
 /// The largest file mst reads as a plugin, config or dataset named by the user.
 pub const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
 
+/// The JSON value in the `len` bytes of `file` at `at`: a line of a file kept with an index of
+/// where each line is (the kept cases, grades, a grade shard's trials, the trace log). A short
+/// read is `UnexpectedEof`, bad JSON `InvalidData`; callers say which file and line.
+pub fn read_json_at<T: serde::de::DeserializeOwned>(
+    file: &std::fs::File,
+    at: u64,
+    len: usize,
+) -> std::io::Result<T> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0; len];
+    file.read_exact_at(&mut bytes, at)?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// Reads a file the user named: regular files only, at most [`MAX_INPUT_BYTES`].
 pub fn read_input(path: &Path) -> Result<Vec<u8>> {
     read_regular(path, MAX_INPUT_BYTES, false)

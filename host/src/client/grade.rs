@@ -144,13 +144,9 @@ impl TrialsFile {
 
     /// The stored trial `key`, once: `None` when the file has none (or it was taken).
     fn take(&self, key: &TrialKey) -> Option<Result<TrialRecord, String>> {
-        use std::os::unix::fs::FileExt;
         let (offset, len) = self.lines.lock().expect("trials lock").remove(key)?;
-        let mut bytes = vec![0; len];
-        let read = self.file.read_exact_at(&mut bytes, offset);
         Some(
-            read.map_err(|e| e.to_string())
-                .and_then(|()| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+            crate::files::read_json_at(&self.file, offset, len)
                 .map_err(|e| format!("the bundle's stored trial {key} cannot be read: {e}")),
         )
     }

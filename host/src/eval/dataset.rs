@@ -61,9 +61,21 @@ struct Origin {
     line: u32,
 }
 
+impl Origin {
+    /// `file:line` for a file's case, the plugin and path for a dataset plugin's; `sources`
+    /// are the ones it names.
+    fn describe(self, sources: &[String]) -> String {
+        let source = &sources[self.source as usize];
+        match self.line {
+            0 => source.clone(),
+            line => format!("{source}:{line}"),
+        }
+    }
+}
+
 impl Cases {
-    /// `cases`, in this order, from nowhere in particular (a dataset plugin's answer, a
-    /// test's list); ids must be unique.
+    /// `cases`, in this order, from nowhere in particular (a test's list); ids must be
+    /// unique.
     pub fn from_records(cases: impl IntoIterator<Item = CaseRecord>) -> Result<Self> {
         let mut loading = Loading::new()?;
         let source = loading.source("(given)".to_string(), 0);
@@ -76,14 +88,7 @@ impl Cases {
     /// Where the case at `index` in the datasets' order comes from: `file:line` for files, the
     /// plugin and path for a dataset plugin's cases.
     pub fn origin(&self, index: usize) -> String {
-        let Some(origin) = self.origins.get(index) else {
-            return String::new();
-        };
-        let source = &self.sources[origin.source as usize];
-        match origin.line {
-            0 => source.clone(),
-            line => format!("{source}:{line}"),
-        }
+        (self.origins.get(index)).map_or_else(String::new, |o| o.describe(&self.sources))
     }
 
     /// How many cases there are.
@@ -124,14 +129,10 @@ impl Cases {
 
     /// The case at `index` in the datasets' order.
     fn read(&self, index: usize) -> Result<CaseRecord> {
-        use std::os::unix::fs::FileExt;
         let spot = &self.spots[index];
         let file = self.file.as_ref().context("no cases were kept")?;
-        let mut line = vec![0; spot.len as usize];
-        file.read_exact_at(&mut line, spot.at)
-            .with_context(|| format!("cannot read case `{}` back from the cases' file", spot.id))?;
-        serde_json::from_slice(&line)
-            .with_context(|| format!("case `{}` is damaged in the cases' file", spot.id))
+        crate::files::read_json_at(file, spot.at, spot.len as usize)
+            .with_context(|| format!("cannot read case `{}` back from the cases' file", spot.id))
     }
 
     /// Every case, in the datasets' order, read from the cases' file as it is reached.
@@ -235,11 +236,7 @@ impl Loading {
     }
 
     fn origin_of(&self, origin: Origin) -> String {
-        let source = &self.sources[origin.source as usize];
-        match origin.line {
-            0 => source.clone(),
-            line => format!("{source}:{line}"),
-        }
+        origin.describe(&self.sources)
     }
 
     /// The cases, their ids checked unique.

@@ -72,16 +72,7 @@ impl GradeFile {
     }
 
     fn read(&self, spot: &GradeSpot) -> TrialGrade {
-        use std::os::unix::fs::FileExt;
-        let mut line = vec![0; spot.len as usize];
-        let read = self
-            .file
-            .read_exact_at(&mut line, spot.at)
-            .map_err(|e| e.to_string())
-            .and_then(|()| {
-                serde_json::from_slice::<GradeLine>(&line).map_err(|e| format!("damaged: {e}"))
-            });
-        match read {
+        match crate::files::read_json_at::<GradeLine>(&self.file, spot.at, spot.len as usize) {
             Ok(line) => line.grade,
             Err(e) => {
                 tracing::warn!("cannot read the grade of {} back: {e}", self.key(spot));

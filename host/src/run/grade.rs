@@ -162,20 +162,18 @@ impl Graded {
     /// the graded traces (read from the lines of the traces that used a model).
     /// `plan`: the run's, which grading was given.
     pub fn read(self, plan: &Arc<[TrialKey]>) -> anyhow::Result<ReadBack> {
-        use std::os::unix::fs::FileExt;
         let mut usage: BTreeMap<String, UsageTotals> = BTreeMap::new();
         let mut spots = Vec::with_capacity(self.assessed.len());
-        let mut line = Vec::new();
         for assessment in &self.assessed {
             let key = &plan[assessment.trial as usize];
             if assessment.used_models {
-                line.resize(assessment.len as usize, 0);
-                self.spill
-                    .read_exact_at(&mut line, assessment.at)
-                    .context("cannot read back a grade from the grading spill file")?;
                 let Spilled { usage: used, .. } =
-                    serde_json::from_slice::<Spilled<serde::de::IgnoredAny>>(&line)
-                        .context("a grade in the grading spill file is damaged")?;
+                    crate::files::read_json_at::<Spilled<serde::de::IgnoredAny>>(
+                        &self.spill,
+                        assessment.at,
+                        assessment.len as usize,
+                    )
+                    .context("cannot read back a grade from the grading spill file")?;
                 usage
                     .entry(key.variant.to_string())
                     .or_default()
