@@ -25,6 +25,10 @@ pub struct Filters {
     pub trials: Option<u32>,
 }
 
+/// The most trials one run may plan. Far beyond any eval seen so far (a coordinator holds about
+/// 200 bytes a trial: 2 GB here), and well inside the 32-bit positions a plan is indexed by.
+pub const MAX_PLANNED_TRIALS: u64 = 10_000_000;
+
 /// Every trial the run needs, in a stable order: case, variant, repetition.
 pub fn plan(
     config: &EvalConfig,
@@ -45,31 +49,51 @@ pub fn plan(
             anyhow::bail!("--case {wanted}: no case has that id");
         }
     }
-    // One shared name per variant and per case, however many trials name it.
-    let variants: Vec<(&String, std::sync::Arc<str>)> =
-        variants.iter().map(|v| (v, v.as_str().into())).collect();
-    let mut keys = Vec::new();
-    for (id, trials) in cases
-        .trial_counts()
-        .filter(|(id, _)| filters.cases.is_empty() || filters.cases.iter().any(|w| **w == ***id))
-    {
-        let repetitions = filters.trials.or(trials).unwrap_or(config.trials);
-        let case_id = id.clone();
-        for (_, variant) in variants
-            .iter()
-            .filter(|(v, _)| filters.variants.is_empty() || filters.variants.contains(v))
-        {
-            for trial in 0..repetitions {
+    let chosen = |id: &str| filters.cases.is_empty() || filters.cases.iter().any(|w| w == id);
+    let variants: Vec<std::sync::Arc<str>> = variants
+        .iter()
+        .filter(|v| filters.variants.is_empty() || filters.variants.contains(v))
+        .map(|v| v.as_str().into())
+        .collect();
+    let repetitions = |trials: Option<u32>| filters.trials.or(trials).unwrap_or(config.trials);
+    // Counted before anything is made: a `trials` of four billion is refused by name, not
+    // met by the machine running out of memory.
+    let mut planned: u64 = 0;
+    let mut largest: Option<(&std::sync::Arc<str>, Option<u32>)> = None;
+    for (id, trials) in cases.trial_counts().filter(|(id, _)| chosen(id)) {
+        planned += u64::from(repetitions(trials)) * variants.len() as u64;
+        if largest.is_none_or(|(_, most)| repetitions(trials) > repetitions(most)) {
+            largest = Some((id, trials));
+        }
+    }
+    if planned > MAX_PLANNED_TRIALS {
+        let (id, trials) = largest.expect("a plan of trials has a case");
+        let count = repetitions(trials);
+        let from = match (filters.trials, trials) {
+            (Some(_), _) => "`--trials`".to_string(),
+            (None, Some(_)) => format!("case {id:?}'s own `trials`"),
+            (None, None) => "the eval's `trials`".to_string(),
+        };
+        anyhow::bail!(
+            "the run would plan {planned} trials, more than the {MAX_PLANNED_TRIALS} one run \
+             may hold; the most come from case {id:?}, {count} trials a variant from {from}: \
+             lower it, or split the cases across runs (`--case`)"
+        );
+    }
+    // One shared name per variant and per case, however many trials name it; held for the
+    // whole run, once per trial, so made at its size.
+    let mut keys = Vec::with_capacity(planned as usize);
+    for (id, trials) in cases.trial_counts().filter(|(id, _)| chosen(id)) {
+        for variant in &variants {
+            for trial in 0..repetitions(trials) {
                 keys.push(TrialKey {
                     variant: variant.clone(),
-                    case: case_id.clone(),
+                    case: id.clone(),
                     trial,
                 });
             }
         }
     }
-    // Held for the whole run, once per trial: no room to spare.
-    keys.shrink_to_fit();
     Ok(keys)
 }
 
@@ -120,5 +144,58 @@ mod tests {
             }
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_plan_too_big_to_hold_is_refused_naming_where_its_trials_come_from() {
+        let config = EvalConfig::parse(
+            r#"{"name": "t", "datasets": ["x"], "client": "command", "trials": 2, "variants": {"a": {}, "b": {}}}"#,
+            std::path::Path::new("e.json"),
+        )
+        .unwrap();
+        let many = |id: &str, trials| {
+            let mut case = CaseRecord::new(id, 1.into());
+            case.more_mut().trials = Some(trials);
+            case
+        };
+        let cases = Cases::from_records([many("small", 3), many("huge", 4_000_000_000), {
+            CaseRecord::new("c", 1.into())
+        }])
+        .unwrap();
+        let error = plan(&config, &cases, &Filters::default())
+            .unwrap_err()
+            .to_string();
+        // 2 variants × (3 + 4,000,000,000 + the eval's 2).
+        assert!(error.contains("would plan 8000000010 trials"), "{error}");
+        assert!(
+            error.contains(
+                r#"case "huge", 4000000000 trials a variant from case "huge"'s own `trials`"#
+            ),
+            "{error}"
+        );
+        // `--trials` for every case: named as the source.
+        let cases = Cases::from_records([CaseRecord::new("c1", 1.into())]).unwrap();
+        let error = plan(
+            &config,
+            &cases,
+            &Filters {
+                trials: Some(6_000_000),
+                ..Filters::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("would plan 12000000 trials"), "{error}");
+        assert!(error.contains("from `--trials`"), "{error}");
+        // The eval's own count, one over the limit.
+        let config = EvalConfig::parse(
+            r#"{"name": "t", "datasets": ["x"], "client": "command", "trials": 10000001}"#,
+            std::path::Path::new("e.json"),
+        )
+        .unwrap();
+        let error = plan(&config, &cases, &Filters::default())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("from the eval's `trials`"), "{error}");
     }
 }

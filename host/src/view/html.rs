@@ -4,7 +4,7 @@
 
 use super::LoadedRun;
 use crate::results::report::escape as text;
-use std::io::Write;
+use std::io::{Seek, Write};
 
 /// The page script every view shares: renders a [`super::RunView`].
 pub const REPORT_JS: &str = include_str!("assets/report.js");
@@ -46,9 +46,8 @@ impl<W: std::io::Write> std::io::Write for ScriptSafe<W> {
 /// Writes the whole report of `run` (stored in `dir`) to `out`, compared with `diff` when
 /// given. Each trace sits in its own inert `<script type="application/json">` element, parsed
 /// only when its trial is opened, so a run of 10,000 trials opens as fast as its table renders.
-/// Each trace is read from `dir` once, written and dropped in turn, and the view (whose rows
-/// need only each trace's facts) follows them: writing the report holds the view in memory,
-/// never the traces.
+/// Each trace is read from `dir` once, as the view's row of its trial is written: writing the
+/// report holds one trace and one row at a time.
 pub fn report(
     run: crate::results::stored::StoredRun,
     dir: &crate::results::RunDir,
@@ -75,20 +74,29 @@ pub fn report(
             text(&title),
         ),
     )?;
-    let run = LoadedRun::gather(run, dir, |index, trace| {
+    // Each trace is written to a file of its own as its row is made, and copied after the
+    // view: one read of each, and nothing of it kept.
+    let run = LoadedRun::without_traces(run);
+    let mut traces = std::io::BufWriter::new(tempfile::tempfile()?);
+    let mut write_trace = |index: usize, trace: &crate::eval::trial::TrialRecord| {
         write!(
-            out,
+            traces,
             "<script type=\"application/json\" id=\"mst-trace-{index}\">"
         )?;
-        write_script_json(out, trace)?;
-        out.write_all(b"</script>\n")
-    })?;
-    let mut view = run.view();
-    view.diff = diff;
-    out.write_all(b"<script type=\"application/json\" id=\"mst-view\">")?;
-    write_script_json(out, &view)?;
-    out.write_all(b"</script>\n")?;
-    drop(view);
+        write_script_json(&mut traces, trace)?;
+        traces.write_all(b"</script>\n")
+    };
+    {
+        let sink: super::TraceSink<'_> = std::cell::RefCell::new(&mut write_trace);
+        let mut view = run.view_reading(dir, &sink);
+        view.diff = diff;
+        out.write_all(b"<script type=\"application/json\" id=\"mst-view\">")?;
+        write_script_json(out, &view)?;
+        out.write_all(b"</script>\n")?;
+    }
+    let mut traces = traces.into_inner().map_err(|e| e.into_error())?;
+    traces.rewind()?;
+    std::io::copy(&mut traces, out)?;
     put(out, &format!(
         "<script>\n{REPORT_JS}</script>\n<script>\nMstReport.render(document.getElementById('app'), \
          JSON.parse(document.getElementById('mst-view').textContent), function (index) {{\n  \

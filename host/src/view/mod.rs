@@ -78,25 +78,47 @@ pub struct RunView<'a> {
 
 /// A view's rows, one per planned trial in plan order, each made as it is written out: a view
 /// of 100,000 trials never holds them all.
-pub struct TrialRows<'a>(&'a LoadedRun);
+pub struct TrialRows<'a> {
+    run: &'a LoadedRun,
+    /// Where each trace is read, and handed on, as its row is written (a run loaded without its
+    /// traces' facts): the report reads every trace once, and keeps nothing of it.
+    reading: Option<(&'a RunDir, &'a TraceSink<'a>)>,
+}
+
+/// What each trace is handed to, with its index in the plan, as its row is written.
+pub type TraceSink<'a> =
+    std::cell::RefCell<&'a mut dyn FnMut(usize, &TrialRecord) -> std::io::Result<()>>;
 
 impl Serialize for TrialRows<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let run = self.0;
-        serializer.collect_seq(
-            run.run
-                .record
-                .trials
-                .iter()
-                .enumerate()
-                .map(|(index, key)| run.row(index, key)),
-        )
+        use serde::ser::{Error, SerializeSeq};
+        let run = self.run;
+        let trials = &run.run.record.trials;
+        let mut rows = serializer.serialize_seq(Some(trials.len()))?;
+        for (index, key) in trials.iter().enumerate() {
+            let read: Option<TraceFacts>;
+            let facts = match self.reading {
+                Some((dir, sink)) => {
+                    read = match run.run.read_trace(dir, key) {
+                        Some(trace) => {
+                            (sink.borrow_mut())(index, &trace).map_err(S::Error::custom)?;
+                            Some(TraceFacts::of(trace))
+                        }
+                        None => None,
+                    };
+                    read.as_ref()
+                }
+                None => run.facts.get(index).and_then(Option::as_ref),
+            };
+            rows.serialize_element(&run.row(key, facts))?;
+        }
+        rows.end()
     }
 }
 
 impl std::fmt::Debug for TrialRows<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "TrialRows({} trials)", self.0.run.record.trials.len())
+        write!(f, "TrialRows({} trials)", self.run.run.record.trials.len())
     }
 }
 
@@ -127,7 +149,8 @@ impl TraceFacts {
 /// A stored run read for a view: the run, and what its rows show of each trace.
 pub struct LoadedRun {
     pub run: StoredRun,
-    /// Each planned trial's facts, in plan order (none for a missing trace).
+    /// Each planned trial's facts, in plan order (none for a missing trace); empty when the
+    /// rows read the traces as they are written.
     facts: Vec<Option<TraceFacts>>,
     /// `run.json` as the view shows it: without its trial list (the rows are the trials), made
     /// once, without ever turning 100,000 trial keys into a JSON tree.
@@ -135,51 +158,56 @@ pub struct LoadedRun {
 }
 
 impl LoadedRun {
-    /// Reads the run in `dir`, and its traces one at a time.
+    /// Reads the run in `dir`, and its traces one at a time, keeping what the rows show of each:
+    /// for a view served many times.
     pub fn read(dir: &RunDir) -> Result<Self> {
-        Self::gather(StoredRun::read(dir)?, dir, |_, _| Ok(()))
+        let mut run = Self::without_traces(StoredRun::read(dir)?);
+        run.facts = (run.run.record.trials.iter())
+            .map(|key| run.run.read_trace(dir, key).map(TraceFacts::of))
+            .collect();
+        Ok(run)
     }
 
-    /// `run` with its traces read from `dir` one at a time, in plan order: each is handed to
-    /// `each` (with its index in the plan) and then dropped, only its row's facts kept, so a
-    /// caller that writes the traces out reads each once.
-    pub fn gather<E>(
-        mut run: StoredRun,
-        dir: &RunDir,
-        mut each: impl FnMut(usize, &TrialRecord) -> std::result::Result<(), E>,
-    ) -> std::result::Result<Self, E> {
-        let mut facts = Vec::with_capacity(run.record.trials.len());
-        for (index, key) in run.record.trials.iter().enumerate() {
-            let trace = run.read_trace(dir, key);
-            if let Some(trace) = &trace {
-                each(index, trace)?;
-            }
-            facts.push(trace.map(TraceFacts::of));
-        }
+    /// `run` with none of its traces read: for a view written once ([`Self::view_reading`]),
+    /// whose rows read them.
+    pub fn without_traces(mut run: StoredRun) -> Self {
         let trials = std::mem::take(&mut run.record.trials);
         let mut record = serde_json::to_value(&run.record).unwrap_or_default();
         run.record.trials = trials;
         if let Some(map) = record.as_object_mut() {
             map.remove("trials");
         }
-        Ok(LoadedRun { run, facts, record })
+        LoadedRun {
+            run,
+            facts: Vec::new(),
+            record,
+        }
     }
 
-    /// The view of this run.
+    /// The view of this run, its rows made from the facts read with it.
     pub fn view(&self) -> RunView<'_> {
+        self.view_with(None)
+    }
+
+    /// The view of this run, its rows made as they are written from the traces in `dir`, each
+    /// trace then handed to `sink`, and dropped: a trace is read once, and nothing of it kept.
+    pub fn view_reading<'a>(&'a self, dir: &'a RunDir, sink: &'a TraceSink<'a>) -> RunView<'a> {
+        self.view_with(Some((dir, sink)))
+    }
+
+    fn view_with<'a>(&'a self, reading: Option<(&'a RunDir, &'a TraceSink<'a>)>) -> RunView<'a> {
         RunView {
             format: VIEW_FORMAT,
             run: &self.record,
             summary: &self.run.summary,
-            trials: TrialRows(self),
+            trials: TrialRows { run: self, reading },
             pairs: &self.run.pairs,
             diff: None,
         }
     }
 
-    /// The row of `key`, the trial at `index` in the plan.
-    fn row<'a>(&'a self, index: usize, key: &'a TrialKey) -> TrialRow<'a> {
-        let trace = self.facts.get(index).and_then(Option::as_ref);
+    /// The row of `key`, whose trace has `trace`'s facts (none when missing).
+    fn row<'a>(&'a self, key: &'a TrialKey, trace: Option<&'a TraceFacts>) -> TrialRow<'a> {
         // Owned: the grade may have been read from a file for this row alone.
         let grade = self.run.grades.get(key).map(std::borrow::Cow::into_owned);
         let none = JudgeScores::new();

@@ -7,20 +7,23 @@
 //! got slower the more runs had been deleted before it (issue 16, docs/performance.md). The
 //! log costs one inode per run, whatever its size.
 //!
-//! The index (where each trial's last line starts, and its length) lives in memory, one per
-//! log per process ([`TraceLog::of`]): built as this process appends, and brought up to date
-//! by reading only the bytes added since it last looked, so readers in other processes (`mst
-//! serve` following a run, `mst grade`) see each new trace without reading the log again.
+//! The index (where each trial's last line starts, and its length) is one per log per process
+//! ([`TraceLog::of`]), kept in a file of its own rather than in memory (`index.rs`): built as
+//! this process appends, and brought up to date by reading only the bytes added since it last
+//! looked, so readers in other processes (`mst serve` following a run, `mst grade`) see each
+//! new trace without reading the log again.
 //! Trials are indexed by a 64-bit hash of their key under a per-log random key; a read checks
 //! that the line it finds is the trial's, and [`TraceLog::contains`] is wrong only on a 64-bit
 //! collision. A line cut short (a crash mid-append) is skipped by readers and closed off by
 //! the next writer, so it loses that one trace (which `--resume` collects again) and nothing
 //! else.
 
+mod index;
+
 use crate::eval::trial::{TrialKey, TrialRecord};
 use anyhow::{bail, Context, Result};
+use index::{Line, LineIndex};
 use serde::Deserialize;
-use std::collections::HashMap;
 use std::fs::File;
 use std::hash::BuildHasher;
 use std::io::{BufRead, Read, Seek, SeekFrom, Write};
@@ -37,13 +40,6 @@ const MAX_LINE_BYTES: u64 = 256 << 20;
 /// How many logs a process keeps an index for (a long-lived `mst serve` reads many runs).
 const KEPT_LOGS: usize = 16;
 
-/// Where one trial's last line is.
-#[derive(Debug, Clone, Copy)]
-struct Line {
-    offset: u64,
-    len: u32,
-}
-
 /// One run's trace log, shared by every thread of this process that reads or writes it.
 pub struct TraceLog {
     path: PathBuf,
@@ -54,7 +50,7 @@ pub struct TraceLog {
 #[derive(Default)]
 struct State {
     /// Each indexed trial's last line, by key hash.
-    index: HashMap<u64, Line>,
+    index: LineIndex,
     /// The log's bytes indexed so far: everything before holds whole lines only.
     scanned: u64,
     /// The open log, for reading (and appending, once this process appended).
@@ -140,13 +136,16 @@ impl TraceLog {
         let end = (&mut &*file).stream_position()?;
         let offset = end - record.len() as u64 + start;
         let hash = self.hash(&key.variant, &key.case, key.trial);
-        state.index.insert(
-            hash,
-            Line {
-                offset,
-                len: line.len() as u32,
-            },
-        );
+        state
+            .index
+            .insert(
+                hash,
+                Line {
+                    offset,
+                    len: line.len() as u32,
+                },
+            )
+            .with_context(|| format!("cannot index {}", self.path.display()))?;
         // Nobody else wrote in between: the index covers this line too.
         if end - record.len() as u64 == state.scanned {
             state.scanned = end;
@@ -154,20 +153,21 @@ impl TraceLog {
         Ok(())
     }
 
-    /// Makes room in the index for `more` traces at once: one allocation made by the caller,
-    /// rather than tables doubled one after another as the traces arrive, each old table left
-    /// behind in the storing thread's heap.
+    /// Makes room in the index for `more` traces at once: one table made up front, rather
+    /// than tables doubled one after another as the traces arrive. (A failure here is met again,
+    /// and reported, by the append that needs the room.)
     pub fn reserve(&self, more: usize) {
-        self.state.lock().expect("trace log").index.reserve(more);
+        let _ = self.state.lock().expect("trace log").index.reserve(more);
     }
 
     /// The last trace of `key` in the log, if it has one.
     pub fn read(&self, key: &TrialKey) -> Option<TrialRecord> {
         let mut state = self.state.lock().expect("trace log");
         self.refresh(&mut state).ok()?;
-        let line = *state
+        let line = state
             .index
-            .get(&self.hash(&key.variant, &key.case, key.trial))?;
+            .get(self.hash(&key.variant, &key.case, key.trial))
+            .ok()??;
         let mut bytes = vec![0; line.len as usize];
         state
             .file
@@ -186,9 +186,12 @@ impl TraceLog {
     pub fn contains(&self, key: &TrialKey) -> bool {
         let mut state = self.state.lock().expect("trace log");
         self.refresh(&mut state).is_ok()
-            && state
-                .index
-                .contains_key(&self.hash(&key.variant, &key.case, key.trial))
+            && matches!(
+                state
+                    .index
+                    .get(self.hash(&key.variant, &key.case, key.trial)),
+                Ok(Some(_))
+            )
     }
 
     /// Opens the log (creating it when `create`), refusing anything but a regular file: a run
@@ -292,7 +295,10 @@ impl TraceLog {
                 let variant = key.variant.as_deref().unwrap_or("default");
                 let hash = self.hash(variant, &key.case.id, key.trial);
                 let len = body.len() as u32;
-                state.index.insert(hash, Line { offset, len });
+                state
+                    .index
+                    .insert(hash, Line { offset, len })
+                    .with_context(|| format!("cannot index {}", self.path.display()))?;
             }
             offset += read as u64;
         }
