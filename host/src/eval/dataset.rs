@@ -76,6 +76,7 @@ impl Origin {
 impl Cases {
     /// `cases`, in this order, from nowhere in particular (a test's list); ids must be
     /// unique.
+    #[cfg(test)]
     pub fn from_records(cases: impl IntoIterator<Item = CaseRecord>) -> Result<Self> {
         let mut loading = Loading::new()?;
         let source = loading.source("(given)".to_string(), 0);
@@ -482,6 +483,34 @@ pub fn resolve(entries: &[DatasetRef], base: &Path, plugins: &PluginSet) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_damaged_or_shortened_cases_file_is_an_error_naming_the_case_never_a_missing_case() {
+        use std::os::unix::fs::FileExt;
+        let cases = Cases::from_records(
+            ["c1", "c2", "c3"]
+                .map(|id| CaseRecord::new(id, serde_json::json!({"prompt": "hello"}))),
+        )
+        .unwrap();
+        let file = cases.file.as_ref().unwrap();
+        // The second case's line, overwritten in place.
+        let spot = &cases.spots[1];
+        file.write_all_at(&vec![b'#'; spot.len as usize], spot.at)
+            .unwrap();
+        let error = format!("{:#}", cases.get("c2").unwrap_err());
+        assert!(error.contains("cannot read case `c2` back"), "{error}");
+        assert!(cases.get("c1").unwrap().is_some() && cases.get("c4").unwrap().is_none());
+        let read: Vec<_> = cases.iter().collect();
+        assert!(read[0].is_ok() && read[2].is_ok());
+        let error = format!("{:#}", read[1].as_ref().unwrap_err());
+        assert!(error.contains("case `c2` is damaged"), "{error}");
+        // Cut short: the last case cannot be read at all.
+        file.set_len(cases.spots[2].at + 3).unwrap();
+        let error = format!("{:#}", cases.get("c3").unwrap_err());
+        assert!(error.contains("cannot read case `c3` back"), "{error}");
+        let error = format!("{:#}", cases.iter().last().unwrap().unwrap_err());
+        assert!(error.contains("cannot read case `c3` back"), "{error}");
+    }
 
     #[test]
     fn files_dirs_and_unique_ids() {

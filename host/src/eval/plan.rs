@@ -110,13 +110,24 @@ mod tests {
         assert_eq!(shard_of("anything", 1), 0);
     }
 
+    /// An eval of the `command` client with `more` fields.
+    fn eval_config(more: &str) -> EvalConfig {
+        let mut json: serde_json::Value =
+            serde_json::json!({"name": "t", "datasets": ["x"], "client": "command"});
+        let more: serde_json::Value = serde_json::from_str(more).unwrap();
+        json.as_object_mut()
+            .unwrap()
+            .extend(more.as_object().unwrap().clone());
+        EvalConfig::parse(&json.to_string(), std::path::Path::new("e.json")).unwrap()
+    }
+
+    fn two_variants_two_trials() -> EvalConfig {
+        eval_config(r#"{"trials": 2, "variants": {"a": {}, "b": {}}}"#)
+    }
+
     #[test]
     fn plans_every_variant_and_repetition_with_filters() {
-        let config = EvalConfig::parse(
-            r#"{"name": "t", "datasets": ["x"], "client": "command", "trials": 2, "variants": {"a": {}, "b": {}}}"#,
-            std::path::Path::new("e.json"),
-        )
-        .unwrap();
+        let config = two_variants_two_trials();
         let cases = Cases::from_records([CaseRecord::new("c1", 1.into()), {
             let mut case = CaseRecord::new("c2", 2.into());
             case.more_mut().trials = Some(1);
@@ -148,11 +159,7 @@ mod tests {
 
     #[test]
     fn a_plan_too_big_to_hold_is_refused_naming_where_its_trials_come_from() {
-        let config = EvalConfig::parse(
-            r#"{"name": "t", "datasets": ["x"], "client": "command", "trials": 2, "variants": {"a": {}, "b": {}}}"#,
-            std::path::Path::new("e.json"),
-        )
-        .unwrap();
+        let config = two_variants_two_trials();
         let many = |id: &str, trials| {
             let mut case = CaseRecord::new(id, 1.into());
             case.more_mut().trials = Some(trials);
@@ -188,11 +195,7 @@ mod tests {
         assert!(error.contains("would plan 12000000 trials"), "{error}");
         assert!(error.contains("from `--trials`"), "{error}");
         // The eval's own count, one over the limit.
-        let config = EvalConfig::parse(
-            r#"{"name": "t", "datasets": ["x"], "client": "command", "trials": 10000001}"#,
-            std::path::Path::new("e.json"),
-        )
-        .unwrap();
+        let config = eval_config(r#"{"trials": 10000001}"#);
         let error = plan(&config, &cases, &Filters::default())
             .unwrap_err()
             .to_string();

@@ -10,7 +10,7 @@
 //! <results>/<eval>/sessions/<session-id>/          a playground session (`mst serve`)
 //! ```
 
-use super::trace_log::TraceLog;
+use super::trace_log::{TraceLine, TraceLog};
 use super::{RunRecord, Summary};
 use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::grade::pairwise::PairResult;
@@ -344,11 +344,26 @@ impl RunDir {
     /// The trace of `key`, if it was collected: its last line in the trace log, or its own
     /// file in a run of format 1.
     pub fn read_trace(&self, key: &TrialKey) -> Option<TrialRecord> {
-        self.trace_log().read(key).or_else(|| {
-            let path = self.format_1_trace_file(key);
-            let bytes = crate::files::read_regular(&path, 256 << 20, true).ok()?;
-            serde_json::from_slice(&bytes).ok()
+        self.trace_log()
+            .read(key)
+            .or_else(|| self.read_format_1_trace(key))
+    }
+
+    /// The trace of `key` read as `T`, with its compact JSON: its line in the trace log as
+    /// written, or a format-1 file's record written afresh (so every trace is copied out in
+    /// today's shape).
+    pub fn read_trace_line<T: TraceLine>(&self, key: &TrialKey) -> Option<(T, Vec<u8>)> {
+        self.trace_log().read_line(key).or_else(|| {
+            let record = self.read_format_1_trace(key)?;
+            let line = serde_json::to_vec(&record).ok()?;
+            Some((serde_json::from_slice(&line).ok()?, line))
         })
+    }
+
+    fn read_format_1_trace(&self, key: &TrialKey) -> Option<TrialRecord> {
+        let path = self.format_1_trace_file(key);
+        let bytes = crate::files::read_regular(&path, 256 << 20, true).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// Writes grades, per-judge scores and the summary. Entries are made from `grades` as they

@@ -83,6 +83,15 @@ impl StoredRun {
         dir.traces_dir(&self.record.run_id).read_trace(key)
     }
 
+    /// [`Self::read_trace`] with the trace's compact JSON ([`RunDir::read_trace_line`]).
+    pub fn read_trace_line<T: super::trace_log::TraceLine>(
+        &self,
+        dir: &RunDir,
+        key: &TrialKey,
+    ) -> Option<(T, Vec<u8>)> {
+        dir.traces_dir(&self.record.run_id).read_trace_line(key)
+    }
+
     /// The traces of the planned trials that came back (a regrade's come from the graded run).
     pub fn read_traces(&self, dir: &RunDir) -> BTreeMap<TrialKey, TrialRecord> {
         let traces_dir = dir.traces_dir(&self.record.run_id);

@@ -65,9 +65,8 @@ pub fn stage_bundles(
         let trials = ShardTrials::InPlan { plan, at: &at };
         let mut bundle = bundle(config, run_id, Vec::new(), (shard, shards), heartbeat_ms);
         bundle.variants = variants_of(config, trials.iter());
-        bundle.case_checks = case_checks(trials, cases)?;
         let dir = shard_dir(staging, shard);
-        write_bundle(&dir, (&bundle, trials), cases)?;
+        write_bundle(&dir, &mut bundle, Some(trials), cases)?;
         staged.push(StagedShard {
             bundle,
             dir,
@@ -82,41 +81,20 @@ pub fn shard_dir(staging: &Path, shard: u32) -> PathBuf {
     staging.join(format!("shard-{shard}"))
 }
 
-/// The checks of the cases `trials` name that have their own, by case id.
-fn case_checks(
-    trials: ShardTrials<'_>,
-    cases: &CaseIndex<'_>,
-) -> Result<BTreeMap<String, Vec<crate::eval::config::CheckSpec>>> {
-    let mut checks = BTreeMap::new();
-    let mut last: Option<&str> = None;
-    for key in trials.iter() {
-        // Each case once: a case's trials lie together.
-        if last == Some(&*key.case) {
-            continue;
-        }
-        last = Some(&key.case);
-        if let Some(own) = cases
-            .get(&key.case)?
-            .and_then(|case| case.more().checks.clone())
-        {
-            checks.insert(key.case.to_string(), own);
-        }
-    }
-    Ok(checks)
-}
-
 /// Writes `bundle` into the directory `dir` as its worker reads it ([`crate::shard::bundle::write`]),
-/// with the cases its trials name as their client sees them ([`CaseRecord::for_client`]: never
-/// the answers), written straight from the coordinator's `cases` rather than copied into the
-/// bundle first (a run of 100,000 cases would otherwise hold a second copy of them).
+/// with the cases its trials (`in_plan`, or its own) name as their client sees them
+/// ([`CaseRecord::for_client`]: never the answers), written straight from the coordinator's
+/// `cases` rather than copied into the bundle first (a run of 100,000 cases would otherwise
+/// hold a second copy of them), and the checks of those that have their own.
 ///
 /// [`CaseRecord::for_client`]: crate::eval::trial::CaseRecord::for_client
 pub fn write_bundle(
     dir: &Path,
-    bundle: (&Bundle, ShardTrials<'_>),
+    bundle: &mut Bundle,
+    in_plan: Option<ShardTrials<'_>>,
     cases: &CaseIndex<'_>,
 ) -> Result<()> {
-    crate::shard::bundle::write(dir, bundle, |id| cases.get(id))
+    crate::shard::bundle::write(dir, bundle, in_plan, |id| cases.get(id))
 }
 
 /// The bundle of shard `shard` of `shards` that collects `trials`: the variants they name.

@@ -555,7 +555,7 @@ fn stage(
                 .and_then(|()| std::fs::write(&path, bytes))
                 .with_context(|| format!("cannot stage {}", path.display()))?;
         }
-        collect::write_bundle(&dir, (&bundle, bundle.own_trials()), &index)?;
+        collect::write_bundle(&dir, &mut bundle, None, &index)?;
         staged.push(StagedShard {
             bundle,
             dir,

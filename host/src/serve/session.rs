@@ -829,7 +829,7 @@ fn run_shard(
     cancel: &AtomicBool,
     events: &(dyn Fn(ShardEvent) + Sync),
 ) -> Result<(), String> {
-    let bundle = Bundle {
+    let mut bundle = Bundle {
         token_budget,
         // A playground task's evidence is its live trace; artefacts are a batch run's.
         artifacts: None,
@@ -847,7 +847,7 @@ fn run_shard(
         )
     };
     let staging = tempfile::tempdir().map_err(|e| format!("cannot stage the bundle: {e}"))?;
-    collect::write_bundle(staging.path(), (&bundle, bundle.own_trials()), cases)
+    collect::write_bundle(staging.path(), &mut bundle, None, cases)
         .map_err(|e| format!("cannot stage the bundle: {e:#}"))?;
     std::fs::create_dir_all(&dir.root)
         .map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;

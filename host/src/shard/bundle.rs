@@ -203,18 +203,20 @@ pub struct WorkTrial<'a> {
     pub trial: u32,
 }
 
-/// Writes `bundle` into the directory `dir`: `bundle.json`, and [`WORK_FILE`] with its
-/// trials, a line per run of consecutive trials of one case (a plan's trials of a case are
-/// consecutive: each case is written once), with the case `case_of` gives: what its client
-/// may see, never the answers.
+/// Writes `bundle` into the directory `dir`: [`WORK_FILE`] with its trials (`in_plan`, or the
+/// bundle's own list when `None`), a line per run of consecutive trials of one case (a plan's
+/// trials of a case are consecutive: each case is written once), with the case `case_of`
+/// gives: what its client may see, never the answers; then `bundle.json`, its
+/// [`Bundle::case_checks`] those of the cases written that have their own (each case is read
+/// once, for both).
 pub fn write<'c>(
     dir: &Path,
-    (bundle, trials): (&Bundle, ShardTrials<'_>),
+    bundle: &mut Bundle,
+    in_plan: Option<ShardTrials<'_>>,
     case_of: impl Fn(&str) -> Result<Option<Cow<'c, CaseRecord>>>,
 ) -> Result<()> {
-    crate::files::write_atomic_with(&dir.join(BUNDLE_FILE), |out| {
-        serde_json::to_writer(out, bundle).map_err(Into::into)
-    })?;
+    let trials = in_plan.unwrap_or(ShardTrials::Keys(&bundle.trials));
+    let mut case_checks = BTreeMap::new();
     crate::files::write_atomic_with(&dir.join(WORK_FILE), |out| {
         let mut keys = trials.iter().peekable();
         while let Some(first) = keys.next() {
@@ -228,6 +230,9 @@ pub fn write<'c>(
             let case = case.ok_or_else(|| {
                 std::io::Error::other(format!("its trials name case `{id}`, which is not planned"))
             })?;
+            if let Some(own) = &case.more().checks {
+                case_checks.insert(id.to_string(), own.clone());
+            }
             let line = WorkLine {
                 case: case.for_client(),
                 trials: (trials.iter())
@@ -241,6 +246,10 @@ pub fn write<'c>(
             out.write_all(b"\n")?;
         }
         Ok(())
+    })?;
+    bundle.case_checks = case_checks;
+    crate::files::write_atomic_with(&dir.join(BUNDLE_FILE), |out| {
+        serde_json::to_writer(out, &*bundle).map_err(Into::into)
     })
 }
 
@@ -373,14 +382,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut answered = CaseRecord::new("a", "first".into());
         answered.expected = Some("answer-canary".into());
-        let cases = [answered, CaseRecord::new("b", "second".into())];
+        let mut checked = CaseRecord::new("b", "second".into());
+        checked.more_mut().checks = Some(
+            serde_json::from_value(serde_json::json!([{"name": "own", "run": ["true"]}])).unwrap(),
+        );
+        let cases = [answered, checked];
         let trials = vec![
             key("v", "a", 0),
             key("w", "a", 0),
             key("v", "b", 0),
             key("v", "a", 1),
         ];
-        let bundle = Bundle {
+        let mut bundle = Bundle {
             trials: trials.clone(),
             ..crate::run::collect::bundle(
                 &crate::eval::config::EvalConfig::parse(
@@ -396,11 +409,19 @@ mod tests {
             )
         };
         let case_of = |id: &str| Ok(cases.iter().find(|c| &*c.id == id).map(Cow::Borrowed));
-        write(dir.path(), (&bundle, bundle.own_trials()), case_of).unwrap();
+        write(dir.path(), &mut bundle, None, case_of).unwrap();
         let settings = std::fs::read_to_string(dir.path().join(BUNDLE_FILE)).unwrap();
         for held in ["trials", "cases", "first", "answer-canary"] {
             assert!(!settings.contains(held), "{held}: {settings}");
         }
+        // The checks of the cases that have their own, gathered as the cases were written.
+        let written: Bundle = serde_json::from_str(&settings).unwrap();
+        assert_eq!(
+            written.case_checks.keys().collect::<Vec<_>>(),
+            ["b"],
+            "{settings}"
+        );
+        assert_eq!(written.case_checks, bundle.case_checks);
         let work = std::fs::read_to_string(dir.path().join(WORK_FILE)).unwrap();
         assert!(!work.contains("answer-canary"), "{work}");
         // Case `a` comes back after `b`: a line per run of one case's trials.
@@ -426,11 +447,11 @@ mod tests {
         assert_eq!(reader.left(), 0);
 
         // A case the plan does not hold stages nothing.
-        let stray = Bundle {
+        let mut stray = Bundle {
             trials: vec![key("v", "zz", 0)],
             ..bundle.clone()
         };
-        let error = write(dir.path(), (&stray, stray.own_trials()), case_of).unwrap_err();
+        let error = write(dir.path(), &mut stray, None, case_of).unwrap_err();
         assert!(format!("{error:#}").contains("case `zz`"), "{error:#}");
     }
 

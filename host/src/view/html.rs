@@ -24,6 +24,15 @@ pub fn write_script_json(
     out.flush()
 }
 
+/// [`write_script_json`] for a document already written as JSON text (a trace's line in its
+/// run's log), copied through the same redaction and escaping rather than parsed and written
+/// again.
+pub fn write_script_json_text(out: &mut dyn std::io::Write, json: &[u8]) -> std::io::Result<()> {
+    let mut out = crate::secrets::redactor().json_writer(ScriptSafe(out));
+    out.write_all(json)?;
+    out.flush()
+}
+
 /// A writer that turns every `<` into `\u003c` on its way to the one it wraps.
 struct ScriptSafe<W>(W);
 
@@ -78,12 +87,12 @@ pub fn report(
     // view: one read of each, and nothing of it kept.
     let run = LoadedRun::without_traces(run);
     let mut traces = std::io::BufWriter::new(tempfile::tempfile()?);
-    let mut write_trace = |index: usize, trace: &crate::eval::trial::TrialRecord| {
+    let mut write_trace = |index: usize, trace: &[u8]| {
         write!(
             traces,
             "<script type=\"application/json\" id=\"mst-trace-{index}\">"
         )?;
-        write_script_json(&mut traces, trace)?;
+        write_script_json_text(&mut traces, trace)?;
         traces.write_all(b"</script>\n")
     };
     {
@@ -191,6 +200,24 @@ mod tests {
         assert!(!inlined.contains("ary-3f8e1d"), "{inlined}");
         let back: serde_json::Value = serde_json::from_str(&inlined).unwrap();
         assert_eq!(back["said"], "the key is [redacted:HTML_TEST_CANARY]");
+    }
+
+    #[test]
+    fn json_text_copied_into_a_script_is_escaped_and_redacted_as_json_written_there_is() {
+        let canary = "can<ary-77c2a0-only-in-this-test";
+        crate::secrets::hold("HTML_TEXT_CANARY", &crate::secrets::Secret::new(canary));
+        let trace = serde_json::json!({
+            "text": "</script><script>alert(1)</script><!--",
+            "said": format!("the key is {canary}"),
+        });
+        let mut copied = Vec::new();
+        write_script_json_text(&mut copied, &serde_json::to_vec(&trace).unwrap()).unwrap();
+        let copied = String::from_utf8(copied).unwrap();
+        assert_eq!(copied, script_json(&trace));
+        assert!(
+            !copied.contains('<') && !copied.contains("ary-77c2a0"),
+            "{copied}"
+        );
     }
 
     #[test]

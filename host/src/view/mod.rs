@@ -5,7 +5,7 @@
 
 pub mod html;
 
-use crate::eval::trial::{TrialKey, TrialRecord};
+use crate::eval::trial::TrialKey;
 use crate::grade::pairwise::PairResult;
 use crate::grade::{JudgeScores, TrialGrade};
 use crate::results::stored::StoredRun;
@@ -85,9 +85,9 @@ pub struct TrialRows<'a> {
     reading: Option<(&'a RunDir, &'a TraceSink<'a>)>,
 }
 
-/// What each trace is handed to, with its index in the plan, as its row is written.
-pub type TraceSink<'a> =
-    std::cell::RefCell<&'a mut dyn FnMut(usize, &TrialRecord) -> std::io::Result<()>>;
+/// What each trace's compact JSON is handed to, with its index in the plan, as its row is
+/// written.
+pub type TraceSink<'a> = std::cell::RefCell<&'a mut dyn FnMut(usize, &[u8]) -> std::io::Result<()>>;
 
 impl Serialize for TrialRows<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -99,9 +99,9 @@ impl Serialize for TrialRows<'_> {
             let read: Option<TraceFacts>;
             let facts = match self.reading {
                 Some((dir, sink)) => {
-                    read = match run.run.read_trace(dir, key) {
-                        Some(trace) => {
-                            (sink.borrow_mut())(index, &trace).map_err(S::Error::custom)?;
+                    read = match run.run.read_trace_line::<RowLine>(dir, key) {
+                        Some((trace, line)) => {
+                            (sink.borrow_mut())(index, &line).map_err(S::Error::custom)?;
                             Some(TraceFacts::of(trace))
                         }
                         None => None,
@@ -122,9 +122,9 @@ impl std::fmt::Debug for TrialRows<'_> {
     }
 }
 
-/// What a row shows of a trial's trace, kept instead of the trace: a view of 100,000 trials
-/// holds these, and reads each trace again only to write it out or when it is opened.
-/// 32 bytes: the tags, which few cases have, are boxed.
+/// What a row shows of a trial's trace, kept instead of the trace by a served view, which
+/// reads a trace again only when it is opened. 32 bytes: the tags, which few cases have, are
+/// boxed.
 struct TraceFacts {
     // A thin pointer on purpose: 8 bytes for a list few trials have (a boxed slice is 16).
     #[allow(clippy::box_collection)]
@@ -134,14 +134,51 @@ struct TraceFacts {
     events: u32,
 }
 
+/// A trace line as a row reads it: which trial it is, and the row's facts; the events are
+/// counted, not parsed, and the rest is skipped.
+#[derive(serde::Deserialize)]
+struct RowLine {
+    case: RowCase,
+    variant: Option<String>,
+    #[serde(default)]
+    trial: u32,
+    trace: RowTrace,
+}
+
+#[derive(serde::Deserialize)]
+struct RowCase {
+    id: String,
+    #[serde(default)]
+    tags: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RowTrace {
+    #[serde(default)]
+    duration_ms: u64,
+    #[serde(default)]
+    exit_code: Option<i32>,
+    #[serde(default)]
+    events: Vec<serde::de::IgnoredAny>,
+}
+
+impl crate::results::trace_log::TraceLine for RowLine {
+    fn is_of(&self, key: &TrialKey) -> bool {
+        self.variant.as_deref().unwrap_or("default") == &*key.variant
+            && self.case.id == *key.case
+            && self.trial == key.trial
+    }
+}
+
 impl TraceFacts {
-    fn of(record: TrialRecord) -> Self {
-        let tags = record.case.more.map(|more| more.tags);
+    fn of(line: RowLine) -> Self {
+        let tags = line.case.tags;
         TraceFacts {
-            tags: tags.filter(|tags| !tags.is_empty()).map(Box::new),
-            duration_ms: record.trace.duration_ms,
-            exit_code: record.trace.exit_code,
-            events: record.trace.events.len().try_into().unwrap_or(u32::MAX),
+            tags: (!tags.is_empty()).then(|| Box::new(tags)),
+            duration_ms: line.trace.duration_ms,
+            exit_code: line.trace.exit_code,
+            events: line.trace.events.len().try_into().unwrap_or(u32::MAX),
         }
     }
 }
@@ -163,7 +200,10 @@ impl LoadedRun {
     pub fn read(dir: &RunDir) -> Result<Self> {
         let mut run = Self::without_traces(StoredRun::read(dir)?);
         run.facts = (run.run.record.trials.iter())
-            .map(|key| run.run.read_trace(dir, key).map(TraceFacts::of))
+            .map(|key| {
+                let (line, _) = run.run.read_trace_line::<RowLine>(dir, key)?;
+                Some(TraceFacts::of(line))
+            })
             .collect();
         Ok(run)
     }
@@ -250,5 +290,45 @@ impl LoadedRun {
             events: trace.map_or(0, |t| t.events as usize),
             has_trace: trace.is_some(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::trial::{CaseRecord, TrialRecord};
+    use crate::results::trace_log::TraceLine;
+
+    #[test]
+    fn a_row_reads_its_facts_and_its_trial_from_the_trace_line_alone() {
+        let mut case = CaseRecord::new("c1", serde_json::json!("in"));
+        case.more_mut().tags = vec!["smoke".into()];
+        let mut record = TrialRecord::answered(case, "out");
+        record.variant = "agent".into();
+        record.trial = 2;
+        record.trace.exit_code = Some(3);
+        record.trace.duration_ms = 41;
+        for seq in 0..2 {
+            record.trace.events.push(crate::eval::trial::TraceEvent {
+                seq,
+                at_ms: 4,
+                kind: crate::eval::trial::EventKind::ToolCall {
+                    id: seq.to_string(),
+                    server: None,
+                    tool: "now".into(),
+                    arguments: serde_json::json!({"nested": [{"deep": 1}]}),
+                },
+            });
+        }
+        let line: RowLine = serde_json::from_slice(&serde_json::to_vec(&record).unwrap()).unwrap();
+        assert!(line.is_of(&TrialKey::new("agent", "c1", 2)));
+        assert!(!line.is_of(&TrialKey::new("agent", "c1", 1)));
+        assert!(!line.is_of(&TrialKey::new("default", "c1", 2)));
+        let facts = TraceFacts::of(line);
+        assert_eq!(facts.tags.as_deref(), Some(&vec!["smoke".to_string()]));
+        assert_eq!(
+            (facts.duration_ms, facts.exit_code, facts.events),
+            (41, Some(3), 2)
+        );
     }
 }

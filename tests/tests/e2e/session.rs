@@ -77,11 +77,10 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         root: results.path().to_path_buf(),
     };
     for task in tasks {
-        let bundle = bundle(&config, task);
+        let mut bundle = bundle(&config, task);
         let staged = tempfile::tempdir().unwrap();
         // Written as a run stages it: the case whose input is `task` goes with it.
-        mst::run::collect::write_bundle(staged.path(), (&bundle, bundle.own_trials()), &cases)
-            .unwrap();
+        mst::run::collect::write_bundle(staged.path(), &mut bundle, None, &cases).unwrap();
         let report = ShardSession::new(&context, (&bundle, bundle.own_trials()), &run_dir)
             .run(machine.as_mut(), staged.path());
         assert_eq!(report.ended, ShardEnd::Done, "{task}: {:?}", report.ended);

@@ -59,6 +59,18 @@ struct State {
     appending: bool,
 }
 
+/// What a reader takes from a trace line: anything that says which trial the line is for.
+pub trait TraceLine: serde::de::DeserializeOwned {
+    /// Whether this line is `key`'s trace.
+    fn is_of(&self, key: &TrialKey) -> bool;
+}
+
+impl TraceLine for TrialRecord {
+    fn is_of(&self, key: &TrialKey) -> bool {
+        *self.variant == *key.variant && *self.case.id == *key.case && self.trial == key.trial
+    }
+}
+
 /// The trial a line is for: only the key's fields are read, the rest is skipped.
 #[derive(Deserialize)]
 struct LineKey<'a> {
@@ -162,6 +174,13 @@ impl TraceLog {
 
     /// The last trace of `key` in the log, if it has one.
     pub fn read(&self, key: &TrialKey) -> Option<TrialRecord> {
+        self.read_line::<TrialRecord>(key).map(|(record, _)| record)
+    }
+
+    /// The last trace of `key` in the log read as `T` (the whole record, or only what a caller
+    /// needs of it), with its line as written (compact JSON, no newline): a caller that writes
+    /// the trace out copies the line rather than writing it afresh.
+    pub fn read_line<T: TraceLine>(&self, key: &TrialKey) -> Option<(T, Vec<u8>)> {
         let mut state = self.state.lock().expect("trace log");
         self.refresh(&mut state).ok()?;
         let line = state
@@ -175,11 +194,9 @@ impl TraceLog {
             .read_exact_at(&mut bytes, line.offset)
             .ok()?;
         drop(state);
-        let record: TrialRecord = serde_json::from_slice(&bytes).ok()?;
-        let is_its = *record.variant == *key.variant
-            && *record.case.id == *key.case
-            && record.trial == key.trial;
-        is_its.then_some(record)
+        let read: T = serde_json::from_slice(&bytes).ok()?;
+        // Keys are indexed by a hash: the line found must be the trial's.
+        read.is_of(key).then_some((read, bytes))
     }
 
     /// Whether the log holds a trace of `key`.
