@@ -353,11 +353,18 @@ impl RunDir {
     /// written, or a format-1 file's record written afresh (so every trace is copied out in
     /// today's shape).
     pub fn read_trace_line<T: TraceLine>(&self, key: &TrialKey) -> Option<(T, Vec<u8>)> {
-        self.trace_log().read_line(key).or_else(|| {
-            let record = self.read_format_1_trace(key)?;
-            let line = serde_json::to_vec(&record).ok()?;
-            Some((serde_json::from_slice(&line).ok()?, line))
-        })
+        let record = match self.trace_log().read_line(key) {
+            // As this mst writes a line (UTF-8, no `\u` escape but a control character's,
+            // which serde_json writes as `\u00XX`): what it copies out is what was written.
+            Some((read, line)) if is_plain_json(&line) => return Some((read, line)),
+            // Written elsewhere, or by hand: written afresh from the record, as a reader that
+            // parses it sees it (an escape such as `\u0073` spelled out, where the redaction
+            // of held secrets looks for it).
+            Some(_) => self.trace_log().read(key)?,
+            None => self.read_format_1_trace(key)?,
+        };
+        let line = serde_json::to_vec(&record).ok()?;
+        Some((serde_json::from_slice(&line).ok()?, line))
     }
 
     fn read_format_1_trace(&self, key: &TrialKey) -> Option<TrialRecord> {
@@ -421,9 +428,55 @@ impl RunDir {
     }
 }
 
+/// Whether `line` is JSON text as serde_json writes it: valid UTF-8, and no `\u` escape but a
+/// control character's (`\u0000` to `\u001f`). (A `\\u` is an escaped backslash and a `u`,
+/// counted as an escape here: a needless rewrite, never a missed one.)
+fn is_plain_json(line: &[u8]) -> bool {
+    std::str::from_utf8(line).is_ok()
+        && line
+            .windows(6)
+            .filter(|w| w.starts_with(b"\\u"))
+            .all(|w| w[2..4] == *b"00" && matches!(w[4], b'0' | b'1'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_json_as_serde_json_writes_it_is_copied_as_written() {
+        assert!(is_plain_json(br#"{"said":"tab\there \u001f <b> \"q\""}"#));
+        assert!(!is_plain_json(br#"{"said":"\u0073ecret"}"#));
+        assert!(!is_plain_json(br#"{"said":"\u00e9"}"#));
+        assert!(!is_plain_json(b"{\"said\":\"\xff\"}"));
+        // A line that spells a held secret with escapes is written afresh, so the redaction
+        // sees the secret as it is written when a trace is stored.
+        let record: TrialRecord = serde_json::from_slice(
+            br#"{"case":{"id":"c","input":1},"trace":{"finalText":"\u0073ecret"}}"#,
+        )
+        .unwrap();
+        let line = serde_json::to_vec(&record).unwrap();
+        assert!(is_plain_json(&line), "{}", String::from_utf8_lossy(&line));
+        assert!(String::from_utf8_lossy(&line).contains("secret"));
+        // Read from a run's log: the hand-written line comes back written afresh, a plain one
+        // as it was.
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::new(dir.path(), "r1");
+        let key = |case: &str| TrialKey::new("default", case, 0);
+        let plain = r#"{"case":{"id":"plain","input":1},"trace":{"finalText":"as written"}}"#;
+        let escaped = r#"{"case":{"id":"escaped","input":1},"trace":{"finalText":"\u0073ecret"}}"#;
+        std::fs::create_dir_all(&run.root).unwrap();
+        std::fs::write(
+            run.root.join(super::super::trace_log::TRACES_FILE),
+            format!("{plain}\n{escaped}\n"),
+        )
+        .unwrap();
+        let (_, line) = run.read_trace_line::<TrialRecord>(&key("plain")).unwrap();
+        assert_eq!(line, plain.as_bytes());
+        let (read, line) = run.read_trace_line::<TrialRecord>(&key("escaped")).unwrap();
+        assert_eq!(read.trace.final_text.as_deref(), Some("secret"));
+        assert!(String::from_utf8_lossy(&line).contains(r#""finalText":"secret""#));
+    }
 
     #[test]
     fn traces_go_to_the_log_and_a_format_1_run_s_files_are_still_read() {

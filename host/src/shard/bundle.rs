@@ -208,7 +208,8 @@ pub struct WorkTrial<'a> {
 /// trials of a case are consecutive: each case is written once), with the case `case_of`
 /// gives: what its client may see, never the answers; then `bundle.json`, its
 /// [`Bundle::case_checks`] those of the cases written that have their own (each case is read
-/// once, for both).
+/// once, for both). A grade shard's bundle gets none: its machine runs judges, never a case's
+/// programs.
 pub fn write<'c>(
     dir: &Path,
     bundle: &mut Bundle,
@@ -216,6 +217,7 @@ pub fn write<'c>(
     case_of: impl Fn(&str) -> Result<Option<Cow<'c, CaseRecord>>>,
 ) -> Result<()> {
     let trials = in_plan.unwrap_or(ShardTrials::Keys(&bundle.trials));
+    let collects = bundle.grading.is_none();
     let mut case_checks = BTreeMap::new();
     crate::files::write_atomic_with(&dir.join(WORK_FILE), |out| {
         let mut keys = trials.iter().peekable();
@@ -230,7 +232,7 @@ pub fn write<'c>(
             let case = case.ok_or_else(|| {
                 std::io::Error::other(format!("its trials name case `{id}`, which is not planned"))
             })?;
-            if let Some(own) = &case.more().checks {
+            if let Some(own) = case.more().checks.as_ref().filter(|_| collects) {
                 case_checks.insert(id.to_string(), own.clone());
             }
             let line = WorkLine {
@@ -422,6 +424,21 @@ mod tests {
             "{settings}"
         );
         assert_eq!(written.case_checks, bundle.case_checks);
+        // A grade shard's machine runs judges: no case's programs go to it.
+        let mut grading = Bundle {
+            grading: Some(GradeWork {
+                variant_judges: BTreeMap::new(),
+                case_judges: BTreeMap::new(),
+                plugins: Vec::new(),
+                plugin_memory_bytes: 1 << 20,
+                plugin_timeout_ms: 1000,
+            }),
+            ..bundle.clone()
+        };
+        write(dir.path(), &mut grading, None, case_of).unwrap();
+        assert!(grading.case_checks.is_empty());
+        let settings = std::fs::read_to_string(dir.path().join(BUNDLE_FILE)).unwrap();
+        assert!(!settings.contains("own"), "{settings}");
         let work = std::fs::read_to_string(dir.path().join(WORK_FILE)).unwrap();
         assert!(!work.contains("answer-canary"), "{work}");
         // Case `a` comes back after `b`: a line per run of one case's trials.

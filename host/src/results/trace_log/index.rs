@@ -1,12 +1,14 @@
 //! The trace log's index, kept in a file rather than in memory: an open-addressing hash table
 //! (linear probing, at most half full) of fixed 20-byte slots in an unnamed file in `$TMPDIR`,
-//! read and written with `pread`/`pwrite`.
+//! read and written with `pread`/`pwrite`. Memory keeps one byte a slot, a tag from the key's
+//! hash (0 for an empty slot), so that a probe reads from the file only the slots whose tag
+//! matches: an insert is one write, a look-up of a key the table has is one read, and one of a
+//! key it lacks is almost always none.
 //!
-//! Held in memory it cost about 33 bytes a trial for as long as the process ran, the largest
-//! single thing a coordinator kept at 100,000 trials (issue 16: memory flat in N). In a file it
-//! costs the page cache's pages, which the kernel may drop, and one or two system calls a look-up
-//! (a few hundred nanoseconds when the page is cached), against the tens of microseconds a
-//! trace takes to store.
+//! Held in memory the index cost about 33 bytes a trial for as long as the process ran, the
+//! largest single thing a coordinator kept at 100,000 trials (issue 16: memory flat in N). Now
+//! it costs about 2.6 bytes a trial (the tags, the table a third full or more) and the page
+//! cache's pages, which the kernel may drop.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -22,10 +24,6 @@ pub(super) struct Line {
 /// A slot: the key (0 when empty), the line's offset, its length; little-endian.
 const SLOT: usize = 20;
 
-/// Slots read at once while probing: with the table at most half full, a look-up almost always
-/// ends within them, in one read.
-const PROBE_READ: u64 = 8;
-
 /// The smallest table made.
 const MIN_SLOTS: u64 = 1024;
 
@@ -36,6 +34,8 @@ pub(super) struct LineIndex {
     file: Option<File>,
     /// Its slots: a power of two, or 0 before the first insert.
     slots: u64,
+    /// Each slot's tag ([`tag`]), 0 when it is empty.
+    tags: Vec<u8>,
     /// Slots in use.
     len: u64,
 }
@@ -44,6 +44,12 @@ pub(super) struct LineIndex {
 /// check that the line they find is the trial's, as they do for any collision).
 fn stored(hash: u64) -> u64 {
     hash.max(1)
+}
+
+/// A key's tag: its top byte, never 0 (which marks an empty slot). The slot is chosen by the
+/// key's low bits, so the tag tells apart most keys that probe the same slots.
+fn tag(key: u64) -> u8 {
+    ((key >> 56) as u8).max(1)
 }
 
 fn decode(slot: &[u8]) -> (u64, Line) {
@@ -108,59 +114,59 @@ impl LineIndex {
             return Ok((0, None));
         };
         let mask = self.slots - 1;
+        let tag = tag(key);
         let mut at = key & mask;
-        let mut buffer = [0u8; SLOT * PROBE_READ as usize];
+        let mut slot = [0u8; SLOT];
         // At most half full: an empty slot is always found.
         loop {
-            // Up to the table's end; the probe wraps to its start after.
-            let count = PROBE_READ.min(self.slots - at);
-            let bytes = &mut buffer[..SLOT * count as usize];
-            file.read_exact_at(bytes, at * SLOT as u64)?;
-            for slot in bytes.chunks_exact(SLOT) {
-                let (held, line) = decode(slot);
-                if held == key {
-                    return Ok((at, Some(line)));
+            match self.tags[at as usize] {
+                0 => return Ok((at, None)),
+                held if held == tag => {
+                    file.read_exact_at(&mut slot, at * SLOT as u64)?;
+                    let (held, line) = decode(&slot);
+                    if held == key {
+                        return Ok((at, Some(line)));
+                    }
                 }
-                if held == 0 {
-                    return Ok((at, None));
-                }
-                at = (at + 1) & mask;
+                _ => {}
             }
+            at = (at + 1) & mask;
         }
     }
 
-    fn write(&self, slot: u64, key: u64, line: Line) -> io::Result<()> {
+    fn write(&mut self, slot: u64, key: u64, line: Line) -> io::Result<()> {
         let file = self.file.as_ref().expect("a table before a write");
-        file.write_all_at(&encode(key, line), slot * SLOT as u64)
+        file.write_all_at(&encode(key, line), slot * SLOT as u64)?;
+        self.tags[slot as usize] = tag(key);
+        Ok(())
     }
 
-    /// Moves every key into a new table of `slots` slots.
+    /// Moves every key into a new table of `slots` slots. The new table takes this one's place
+    /// only once every key is in it: a failure leaves this one as it was.
     fn rehash(&mut self, slots: u64) -> io::Result<()> {
         let file = tempfile::tempfile()?;
         // A sparse file: every slot reads as empty until written.
         file.set_len(slots * SLOT as u64)?;
-        let old = std::mem::replace(
-            self,
-            LineIndex {
-                file: Some(file),
-                slots,
-                len: 0,
-            },
-        );
-        let Some(old_file) = old.file else {
-            return Ok(());
+        let mut moved = LineIndex {
+            file: Some(file),
+            slots,
+            tags: vec![0; slots as usize],
+            len: 0,
         };
-        let mut reader = io::BufReader::with_capacity(SLOT * 4096, &old_file);
-        let mut slot = [0u8; SLOT];
-        for _ in 0..old.slots {
-            reader.read_exact(&mut slot)?;
-            let (key, line) = decode(&slot);
-            if key != 0 {
-                let (at, _) = self.probe(key)?;
-                self.write(at, key, line)?;
-                self.len += 1;
+        if let Some(old) = &self.file {
+            let mut reader = io::BufReader::with_capacity(SLOT * 4096, old);
+            let mut slot = [0u8; SLOT];
+            for _ in 0..self.slots {
+                reader.read_exact(&mut slot)?;
+                let (key, line) = decode(&slot);
+                if key != 0 {
+                    let (at, _) = moved.probe(key)?;
+                    moved.write(at, key, line)?;
+                    moved.len += 1;
+                }
             }
         }
+        *self = moved;
         Ok(())
     }
 }

@@ -166,10 +166,16 @@ impl TraceLog {
     }
 
     /// Makes room in the index for `more` traces at once: one table made up front, rather
-    /// than tables doubled one after another as the traces arrive. (A failure here is met again,
-    /// and reported, by the append that needs the room.)
+    /// than tables doubled one after another as the traces arrive. A failure leaves the index
+    /// as it was (each append then makes its own room, and reports its own failure).
     pub fn reserve(&self, more: usize) {
-        let _ = self.state.lock().expect("trace log").index.reserve(more);
+        let mut state = self.state.lock().expect("trace log");
+        if let Err(e) = state.index.reserve(more) {
+            tracing::warn!(
+                "cannot make room in the index of {} for {more} traces: {e}",
+                self.path.display()
+            );
+        }
     }
 
     /// The last trace of `key` in the log, if it has one.
