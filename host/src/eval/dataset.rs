@@ -10,48 +10,77 @@ use super::trial::CaseRecord;
 use crate::plugin::set::PluginSet;
 use crate::plugin::Kind;
 use anyhow::{bail, Context, Result};
+use arcstr::ArcStr;
 use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The resolved cases and a hash of their content, recorded in `run.json`.
 ///
 /// The cases themselves are kept in an unnamed file (gone when this is dropped), each one's
-/// JSON on a line of its own, exactly the lines the content hash reads: memory holds each
-/// case's id (shared with its trials' keys), where its line is and where it came from, 40
-/// bytes a case. A run of 100,000 cases would otherwise hold every case's input and answer
-/// as parsed JSON from the start of the run to its end. A case is read back when it is used:
-/// in order ([`Cases::iter`]), or by id ([`Cases::get`]).
+/// JSON on a line of its own, exactly the lines the content hash reads, and where each line is
+/// and where each case came from in a second one, a fixed-size [`Place`] a case. Memory holds
+/// each case's id (shared with its trials' keys) and its place among the ids sorted, 12 bytes a
+/// case beside the id's own: a run of 100,000 cases would otherwise hold every case's input
+/// and answer as parsed JSON from the start of the run to its end. A case is read back when it
+/// is used: in order ([`Cases::iter`]), or by id ([`Cases::get`]).
 #[derive(Debug, Default)]
 pub struct Cases {
     /// `None` only for no cases.
-    file: Option<std::fs::File>,
-    /// In the datasets' order.
-    spots: Vec<CaseSpot>,
-    /// Positions in `spots` sorted by id.
+    file: Option<File>,
+    /// Each case's [`Place`], in the datasets' order. `None` only for no cases.
+    places: Option<File>,
+    /// Every case's id, in the datasets' order.
+    ids: Vec<ArcStr>,
+    /// Positions in `ids` sorted by id.
     by_id: Vec<u32>,
-    /// Where each case comes from, in the order of `spots`: eight bytes a case, not a
-    /// string ([`Cases::origin`] spells it out).
-    origins: Vec<Origin>,
-    /// The sources the origins name: dataset files, and dataset plugins with their path.
+    /// The cases with a trial count of their own, as (position, count), by position: few
+    /// evals give any case one, so this is most often empty.
+    own_trials: Vec<(u32, u32)>,
+    /// The sources the places' origins name: dataset files, and dataset plugins with their
+    /// path.
     sources: Vec<String>,
     /// sha256 over the canonical JSON of every case, in order.
     pub content_hash: String,
 }
 
-/// One case in [`Cases`]' file: its id, its line (`len` bytes at `at`, without the newline)
-/// and its own trial count (`trials`, [`NO_TRIALS`] when it has none), which planning needs of
-/// every case and so reads without parsing any.
-#[derive(Debug)]
-struct CaseSpot {
-    id: Arc<str>,
+/// Where one case is: its line in the cases' file (`len` bytes at `at`, without the newline)
+/// and where it came from.
+#[derive(Debug, Clone, Copy)]
+struct Place {
     at: u64,
     len: u32,
-    trials: u32,
+    origin: Origin,
 }
 
-/// [`CaseSpot::trials`] of a case without a trial count of its own.
-const NO_TRIALS: u32 = u32::MAX;
+/// A [`Place`]'s size in the places' file: `at`, `len`, the origin's `source` and `line`;
+/// little-endian.
+const PLACE: usize = 20;
+
+impl Place {
+    fn encode(self) -> [u8; PLACE] {
+        let mut bytes = [0; PLACE];
+        bytes[..8].copy_from_slice(&self.at.to_le_bytes());
+        bytes[8..12].copy_from_slice(&self.len.to_le_bytes());
+        bytes[12..16].copy_from_slice(&self.origin.source.to_le_bytes());
+        bytes[16..].copy_from_slice(&self.origin.line.to_le_bytes());
+        bytes
+    }
+
+    fn decode(bytes: &[u8; PLACE]) -> Self {
+        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        Place {
+            at: u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
+            len: word(8),
+            origin: Origin {
+                source: word(12),
+                line: word(16),
+            },
+        }
+    }
+}
 
 /// Where one case comes from: one of [`Cases`]'s sources and, for a file, the line the case
 /// starts on (0 for a dataset plugin's cases).
@@ -65,9 +94,9 @@ impl Origin {
     /// `file:line` for a file's case, the plugin and path for a dataset plugin's; `sources`
     /// are the ones it names.
     fn describe(self, sources: &[String]) -> String {
-        let source = &sources[self.source as usize];
+        let source = (sources.get(self.source as usize)).map_or("(an unknown source)", |s| s);
         match self.line {
-            0 => source.clone(),
+            0 => source.to_string(),
             line => format!("{source}:{line}"),
         }
     }
@@ -89,28 +118,42 @@ impl Cases {
     /// Where the case at `index` in the datasets' order comes from: `file:line` for files, the
     /// plugin and path for a dataset plugin's cases.
     pub fn origin(&self, index: usize) -> String {
-        (self.origins.get(index)).map_or_else(String::new, |o| o.describe(&self.sources))
+        match self.place(index) {
+            Ok(place) => place.origin.describe(&self.sources),
+            Err(e) => format!("where it came from cannot be read back: {e}"),
+        }
+    }
+
+    /// The place of the case at `index`, read from the places' file.
+    fn place(&self, index: usize) -> std::io::Result<Place> {
+        let places = (self.places.as_ref()).ok_or_else(|| std::io::Error::other("no cases"))?;
+        let mut bytes = [0; PLACE];
+        places.read_exact_at(&mut bytes, index as u64 * PLACE as u64)?;
+        Ok(Place::decode(&bytes))
     }
 
     /// How many cases there are.
     pub fn len(&self) -> usize {
-        self.spots.len()
+        self.ids.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.spots.is_empty()
+        self.ids.is_empty()
     }
 
     /// Every case's id, in the datasets' order.
-    pub fn ids(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.spots.iter().map(|spot| &spot.id)
+    pub fn ids(&self) -> impl Iterator<Item = &ArcStr> {
+        self.ids.iter()
     }
 
     /// Every case's id with its own trial count, if it has one, in the datasets' order.
-    pub fn trial_counts(&self) -> impl Iterator<Item = (&Arc<str>, Option<u32>)> {
-        (self.spots.iter())
-            .map(|spot| (&spot.id, (spot.trials != NO_TRIALS).then_some(spot.trials)))
+    pub fn trial_counts(&self) -> impl Iterator<Item = (&ArcStr, Option<u32>)> {
+        let mut own = self.own_trials.iter().peekable();
+        (self.ids.iter().enumerate()).map(move |(at, id)| {
+            let count = own.next_if(|(of, _)| *of as usize == at).map(|(_, n)| *n);
+            (id, count)
+        })
     }
 
     /// Whether a case's id is `id`.
@@ -120,7 +163,7 @@ impl Cases {
 
     /// The position in the datasets' order of the case whose id is `id`.
     fn position(&self, id: &str) -> Option<usize> {
-        super::trial::find_position(&self.spots, &self.by_id, |spot| &*spot.id, id)
+        super::trial::find_position(&self.ids, &self.by_id, |id| &**id, id)
     }
 
     /// The case whose id is `id`, read from the cases' file.
@@ -130,25 +173,32 @@ impl Cases {
 
     /// The case at `index` in the datasets' order.
     fn read(&self, index: usize) -> Result<CaseRecord> {
-        let spot = &self.spots[index];
+        let id = &self.ids[index];
+        let read_back = || format!("cannot read case `{id}` back from the cases' file");
+        let place = self.place(index).with_context(read_back)?;
         let file = self.file.as_ref().context("no cases were kept")?;
-        crate::files::read_json_at(file, spot.at, spot.len as usize)
-            .with_context(|| format!("cannot read case `{}` back from the cases' file", spot.id))
+        crate::files::read_json_at(file, place.at, place.len as usize).with_context(read_back)
     }
 
     /// Every case, in the datasets' order, read from the cases' file as it is reached.
     pub fn iter(&self) -> impl Iterator<Item = Result<CaseRecord>> + '_ {
-        let mut reader =
-            (self.file.as_ref()).map(|file| std::io::BufReader::new(ReadAt { file, at: 0 }));
+        let mut reader = (self.file.as_ref()).map(|file| BufReader::new(ReadAt { file, at: 0 }));
         let mut line = Vec::new();
-        self.spots.iter().map(move |spot| {
+        self.ids.iter().map(move |id| {
             let reader = reader.as_mut().context("no cases were kept")?;
-            line.resize(spot.len as usize + 1, 0);
-            std::io::Read::read_exact(reader, &mut line).with_context(|| {
-                format!("cannot read case `{}` back from the cases' file", spot.id)
-            })?;
-            serde_json::from_slice(&line[..spot.len as usize])
-                .with_context(|| format!("case `{}` is damaged in the cases' file", spot.id))
+            line.clear();
+            // Every line the file was given ends in a newline: one without ends early.
+            let read = reader
+                .read_until(b'\n', &mut line)
+                .map_err(anyhow::Error::from);
+            match read {
+                Ok(_) if line.ends_with(b"\n") => Ok(()),
+                Ok(_) => Err(anyhow::anyhow!("the file ends before its line")),
+                Err(e) => Err(e),
+            }
+            .with_context(|| format!("cannot read case `{id}` back from the cases' file"))?;
+            serde_json::from_slice(&line[..line.len() - 1])
+                .with_context(|| format!("case `{id}` is damaged in the cases' file"))
         })
     }
 }
@@ -156,40 +206,42 @@ impl Cases {
 /// Reads `file` from `at` on, with positioned reads: any number of readers and lookups share
 /// the file without moving each other's place.
 struct ReadAt<'a> {
-    file: &'a std::fs::File,
+    file: &'a File,
     at: u64,
 }
 
 impl std::io::Read for ReadAt<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let read = std::os::unix::fs::FileExt::read_at(self.file, buf, self.at)?;
+        let read = self.file.read_at(buf, self.at)?;
         self.at += read as u64;
         Ok(read)
     }
 }
 
-/// The cases read so far, written to the cases' file as they are read, with their origins
-/// and the sources those name: what [`Cases`] will hold.
+/// The cases read so far, written to the cases' file as they are read, with their places
+/// written to theirs: what [`Cases`] will hold.
 struct Loading {
-    file: std::io::BufWriter<std::fs::File>,
+    file: BufWriter<File>,
+    places: BufWriter<File>,
     written: u64,
     line: Vec<u8>,
     hasher: Sha256,
-    spots: Vec<CaseSpot>,
-    origins: Vec<Origin>,
+    ids: Vec<ArcStr>,
+    own_trials: Vec<(u32, u32)>,
     sources: Vec<String>,
 }
 
 impl Loading {
     fn new() -> Result<Self> {
-        let file = tempfile::tempfile().context("cannot make a file to keep the cases in")?;
+        let file = || tempfile::tempfile().context("cannot make a file to keep the cases in");
         Ok(Loading {
-            file: std::io::BufWriter::new(file),
+            file: BufWriter::new(file()?),
+            places: BufWriter::new(file()?),
             written: 0,
             line: Vec::new(),
             hasher: Sha256::new(),
-            spots: Vec::new(),
-            origins: Vec::new(),
+            ids: Vec::new(),
+            own_trials: Vec::new(),
             sources: Vec::new(),
         })
     }
@@ -198,8 +250,7 @@ impl Loading {
     /// more; the index its cases' origins name.
     fn source(&mut self, label: String, cases: usize) -> u32 {
         self.sources.push(label);
-        self.spots.reserve_exact(cases);
-        self.origins.reserve_exact(cases);
+        self.ids.reserve_exact(cases);
         (self.sources.len() - 1) as u32
     }
 
@@ -212,6 +263,9 @@ impl Loading {
         if case.id.is_empty() {
             bail!("{}: a case has an empty `id`", self.origin_of(origin));
         }
+        let position = u32::try_from(self.ids.len())
+            .ok()
+            .with_context(|| format!("{}: more than 4 billion cases", self.origin_of(origin)))?;
         self.line.clear();
         serde_json::to_writer(&mut self.line, &case)?;
         self.hasher.update(&self.line);
@@ -220,19 +274,19 @@ impl Loading {
             .ok()
             .with_context(|| format!("{}: the case is over 4 GiB", self.origin_of(origin)))?;
         self.line.push(b'\n');
-        std::io::Write::write_all(&mut self.file, &self.line)
-            .context("cannot write to the file the cases are kept in")?;
-        self.spots.push(CaseSpot {
-            trials: case
-                .more()
-                .trials
-                .map_or(NO_TRIALS, |n| n.min(NO_TRIALS - 1)),
-            id: case.id,
+        let place = Place {
             at: self.written,
             len,
-        });
+            origin,
+        };
+        (self.file.write_all(&self.line))
+            .and_then(|()| self.places.write_all(&place.encode()))
+            .context("cannot write to the file the cases are kept in")?;
         self.written += self.line.len() as u64;
-        self.origins.push(origin);
+        if let Some(trials) = case.more().trials {
+            self.own_trials.push((position, trials));
+        }
+        self.ids.push(case.id);
         Ok(())
     }
 
@@ -242,35 +296,33 @@ impl Loading {
 
     /// The cases, their ids checked unique.
     fn finish(self) -> Result<Cases> {
-        let file = self
-            .file
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .context("cannot write to the file the cases are kept in")?;
+        let written = |file: BufWriter<File>| {
+            (file.into_inner().map_err(|e| e.into_error()))
+                .context("cannot write to the file the cases are kept in")
+        };
         let mut cases = Cases {
-            file: Some(file),
+            file: Some(written(self.file)?),
+            places: Some(written(self.places)?),
             by_id: Vec::new(),
-            spots: self.spots,
-            origins: self.origins,
+            ids: self.ids,
+            own_trials: self.own_trials,
             sources: self.sources,
             content_hash: hex::encode(self.hasher.finalize()),
         };
         // By id, then by position: the cases sharing an id lie together, first to last.
-        let spots = &cases.spots;
-        let mut by_id: Vec<u32> = (0..spots.len() as u32).collect();
-        by_id.sort_unstable_by(|a, b| {
-            (spots[*a as usize].id.cmp(&spots[*b as usize].id)).then(a.cmp(b))
-        });
+        let ids = &cases.ids;
+        let mut by_id: Vec<u32> = (0..ids.len() as u32).collect();
+        by_id.sort_unstable_by(|a, b| (ids[*a as usize].cmp(&ids[*b as usize])).then(a.cmp(b)));
         // The earliest second use of an id is the one reported, with the id's first use.
         let twice = by_id
-            .chunk_by(|a, b| spots[*a as usize].id == spots[*b as usize].id)
+            .chunk_by(|a, b| ids[*a as usize] == ids[*b as usize])
             .filter(|same| same.len() > 1)
             .map(|same| (same[0] as usize, same[1] as usize))
             .min_by_key(|(_, second)| *second);
         if let Some((first, second)) = twice {
             bail!(
                 "case id `{}` appears twice (in {} and {}); ids must be unique",
-                spots[second].id,
+                ids[second],
                 cases.origin(first),
                 cases.origin(second)
             );
@@ -280,25 +332,45 @@ impl Loading {
     }
 }
 
-/// The cases in one file, each with where it starts (`file:line`). Every error names the file
-/// and line; an MST dataset (`{"name", "cases": […]}`) is refused with how to convert it.
+/// The cases of a `.jsonl` file, one a line, read a line at a time: a dataset of any size
+/// costs the memory of its longest line, where reading it whole cost its size (8 MB for
+/// 100,000 small cases, the peak of such a run). Every error names the file and line.
+fn parse_jsonl(file: &Path, loading: &mut Loading) -> Result<()> {
+    use crate::files::{LineReader, MAX_INPUT_BYTES};
+    let blank = |line: &[u8]| line.iter().all(u8::is_ascii_whitespace);
+    let mut lines = LineReader::open(file, MAX_INPUT_BYTES, MAX_INPUT_BYTES as usize)?;
+    // Counted first, on the same open file, so that the cases' list is made at its size.
+    let mut cases = 0;
+    while let Some(line) = lines.next_line()? {
+        cases += usize::from(!blank(line));
+    }
+    let source = loading.source(file.display().to_string(), cases);
+    let mut lines = lines.rewound()?;
+    let mut number = 0;
+    while let Some(line) = lines.next_line()? {
+        number += 1;
+        if blank(line) {
+            continue;
+        }
+        // Without its line ending, so that an error's position is on this line.
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let line = std::str::from_utf8(line)
+            .with_context(|| format!("{}:{number} is not UTF-8", file.display()))?;
+        let case =
+            serde_json::from_str(line).map_err(|e| anyhow::anyhow!(located(file, number, &e)))?;
+        loading.push(case, source, number)?;
+    }
+    Ok(())
+}
+
+/// The cases in one `.json` file, each with where it starts (`file:line`). Every error names
+/// the file and line; an MST dataset (`{"name", "cases": […]}`) is refused with how to convert it.
 fn parse_cases(text: &str, file: &Path, loading: &mut Loading) -> Result<()> {
     let at = |line: usize| format!("{}:{line}", file.display());
     let not_a_case =
         |first_line: usize, e: serde_json::Error| anyhow::anyhow!(located(file, first_line, &e));
     let label = file.display().to_string();
-    if file.extension().is_some_and(|e| e == "jsonl") {
-        let lines = text.lines().filter(|line| !line.trim().is_empty()).count();
-        let source = loading.source(label, lines);
-        for (index, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let case = serde_json::from_str(line).map_err(|e| not_a_case(index + 1, e))?;
-            loading.push(case, source, index + 1)?;
-        }
-        return Ok(());
-    }
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
     if let Some(object) = value.as_object() {
         if object.contains_key("cases") || object.contains_key("$schema") {
@@ -394,6 +466,8 @@ fn load_dir(dir: &Path, loading: &mut Loading) -> Result<()> {
 fn load_path(path: &Path, loading: &mut Loading) -> Result<()> {
     if path.is_dir() {
         load_dir(path, loading)
+    } else if path.extension().is_some_and(|e| e == "jsonl") {
+        parse_jsonl(path, loading)
     } else {
         parse_cases(&read_text(path)?, path, loading)
     }
@@ -494,8 +568,8 @@ mod tests {
         .unwrap();
         let file = cases.file.as_ref().unwrap();
         // The second case's line, overwritten in place.
-        let spot = &cases.spots[1];
-        file.write_all_at(&vec![b'#'; spot.len as usize], spot.at)
+        let place = cases.place(1).unwrap();
+        file.write_all_at(&vec![b'#'; place.len as usize], place.at)
             .unwrap();
         let error = format!("{:#}", cases.get("c2").unwrap_err());
         assert!(error.contains("cannot read case `c2` back"), "{error}");
@@ -505,7 +579,7 @@ mod tests {
         let error = format!("{:#}", read[1].as_ref().unwrap_err());
         assert!(error.contains("case `c2` is damaged"), "{error}");
         // Cut short: the last case cannot be read at all.
-        file.set_len(cases.spots[2].at + 3).unwrap();
+        file.set_len(cases.place(2).unwrap().at + 3).unwrap();
         let error = format!("{:#}", cases.get("c3").unwrap_err());
         assert!(error.contains("cannot read case `c3` back"), "{error}");
         let error = format!("{:#}", cases.iter().last().unwrap().unwrap_err());
@@ -556,6 +630,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`a` appears twice"), "{err}");
+    }
+
+    #[test]
+    fn a_jsonl_file_read_a_line_at_a_time_keeps_its_line_numbers_and_names_a_bad_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let resolved = |text: &[u8]| {
+            std::fs::write(dir.path().join("d.jsonl"), text).unwrap();
+            let entries = [DatasetRef::Path("d.jsonl".into())];
+            resolve(&entries, dir.path(), &PluginSet::default()).map_err(|e| format!("{e:#}"))
+        };
+        // Blank lines, a line ending in CRLF, and a last line without a newline.
+        let cases =
+            resolved(b"\n{\"id\":\"a\",\"input\":1}\r\n  \n{\"id\":\"b\",\"input\":\"\xc3\xa9\"}")
+                .unwrap();
+        assert_eq!(cases.len(), 2);
+        assert_eq!(
+            cases.origin(0),
+            format!("{}:2", dir.path().join("d.jsonl").display())
+        );
+        assert!(
+            cases.origin(1).ends_with("d.jsonl:4"),
+            "{}",
+            cases.origin(1)
+        );
+        assert_eq!(
+            cases.get("b").unwrap().unwrap().input,
+            serde_json::json!("\u{e9}")
+        );
+        let error = resolved(b"{\"id\":\"a\",\"input\":1}\n\n{\"id\":\"b\",\"input\":\"\xff\"}\n")
+            .unwrap_err();
+        assert!(error.contains("d.jsonl:3 is not UTF-8"), "{error}");
+        let error = resolved(b"{\"id\":\"a\",\"input\":1}\n{\"id\":\"b\",\n").unwrap_err();
+        assert!(error.contains("d.jsonl:2:"), "{error}");
     }
 
     #[test]

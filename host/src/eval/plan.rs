@@ -50,7 +50,7 @@ pub fn plan(
         }
     }
     let chosen = |id: &str| filters.cases.is_empty() || filters.cases.iter().any(|w| w == id);
-    let variants: Vec<std::sync::Arc<str>> = variants
+    let variants: Vec<arcstr::ArcStr> = variants
         .iter()
         .filter(|v| filters.variants.is_empty() || filters.variants.contains(v))
         .map(|v| v.as_str().into())
@@ -59,7 +59,7 @@ pub fn plan(
     // Counted before anything is made: a `trials` of four billion is refused by name, not
     // met by the machine running out of memory.
     let mut planned: u64 = 0;
-    let mut largest: Option<(&std::sync::Arc<str>, Option<u32>)> = None;
+    let mut largest: Option<(&arcstr::ArcStr, Option<u32>)> = None;
     for (id, trials) in cases.trial_counts().filter(|(id, _)| chosen(id)) {
         planned += u64::from(repetitions(trials)) * variants.len() as u64;
         if largest.is_none_or(|(_, most)| repetitions(trials) > repetitions(most)) {

@@ -171,7 +171,7 @@ impl RunDir {
     /// variant directories) is never asked for a file per trial it cannot have.
     pub fn trace_check(&self) -> impl FnMut(&TrialKey) -> bool + '_ {
         let log = self.trace_log();
-        let mut format_1: std::collections::HashMap<std::sync::Arc<str>, bool> =
+        let mut format_1: std::collections::HashMap<arcstr::ArcStr, bool> =
             std::collections::HashMap::new();
         move |key| {
             log.contains(key)

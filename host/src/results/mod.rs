@@ -22,6 +22,7 @@ use crate::eval::plan::Filters;
 use crate::eval::trial::TrialKey;
 use crate::grade::pairwise::{PairOutcome, PairResult};
 use crate::grade::{CaseOutcome, Grades, TrialGrade};
+use arcstr::ArcStr;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -211,7 +212,7 @@ pub struct Summary {
     pub baseline: Option<String>,
     pub variants: BTreeMap<String, VariantSummary>,
     /// `cases[variant][case]`. A case's id is the plan's own, shared with its trials' keys.
-    pub cases: BTreeMap<String, BTreeMap<Arc<str>, CaseOutcome>>,
+    pub cases: BTreeMap<String, BTreeMap<ArcStr, CaseOutcome>>,
     /// The rules that made the case verdicts (`casePass`): the eval's, and cases' own.
     #[serde(default)]
     pub case_pass: crate::grade::CaseRules,
@@ -279,7 +280,7 @@ impl Summary {
         order.sort_by(|a, b| case_of(&plan[*a as usize]).cmp(&case_of(&plan[*b as usize])));
         let mut missing = Vec::new();
         let mut variants: BTreeMap<String, VariantSummary> = BTreeMap::new();
-        let mut cases: BTreeMap<String, BTreeMap<Arc<str>, CaseOutcome>> = BTreeMap::new();
+        let mut cases: BTreeMap<String, BTreeMap<ArcStr, CaseOutcome>> = BTreeMap::new();
         let mut case_grades = Vec::new();
         for group in
             order.chunk_by(|a, b| case_of(&plan[*a as usize]) == case_of(&plan[*b as usize]))

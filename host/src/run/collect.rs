@@ -236,10 +236,7 @@ impl Collection<'_> {
         report.ended = match &report.ended {
             ShardEnd::Lost(why) => ShardEnd::Lost(format!("{diagnosis} ({why})")),
             ShardEnd::Done | ShardEnd::DoneCleanupFailed => {
-                let collected = report
-                    .collected
-                    .iter()
-                    .filter_map(|&at| trials.get(at as usize));
+                let collected = (report.collected.ones()).filter_map(|at| trials.get(at));
                 let moved = failed_trials_to_infra(
                     self.run_dir,
                     collected,

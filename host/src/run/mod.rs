@@ -241,7 +241,7 @@ fn collect_and_grade(
     // Each trace is graded as it is stored, on threads of their own, while collection goes on.
     let (judges, plan, run_id) = (&prepared.judges, &record.trials, &record.run_id);
     let (shards, graded, timings) = std::thread::scope(|scope| -> Result<_> {
-        let grading = grade::Grading::start(scope, judges, plan, collecting_trials, &dir.root)?;
+        let grading = grade::Grading::start(scope, judges, plan, &dir.root)?;
         let stored = |key: &TrialKey, trace| grading.stored(key, trace);
         let artifact_bytes = AtomicU64::new(0);
         let artifacts = prepared.config.artifacts.enabled.then(|| ArtifactCopier {
@@ -344,8 +344,8 @@ fn grade_rest(
 ) -> Rest {
     let grading = Instant::now();
     let trials = &record.trials;
-    let grades = grade::grade_rest(&prepared.judges, dir, trials, Some(cases), |key| {
-        graded.contains(trials, key)
+    let grades = grade::grade_rest(&prepared.judges, dir, trials, Some(cases), |at| {
+        graded.contains(at)
     });
     let pairs = grade::pairwise_all(&prepared.pairwise, dir, trials, Some(cases));
     if let Some(timings) = &mut record.timings {

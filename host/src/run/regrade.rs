@@ -432,7 +432,7 @@ fn plan(
     let mut graded = Vec::new();
     let mut trials: BTreeMap<u32, Vec<TrialKey>> = BTreeMap::new();
     let mut files: BTreeMap<u32, (PathBuf, std::io::BufWriter<std::fs::File>)> = BTreeMap::new();
-    let mut cases: BTreeMap<std::sync::Arc<str>, CaseRecord> = BTreeMap::new();
+    let mut cases: BTreeMap<arcstr::ArcStr, CaseRecord> = BTreeMap::new();
     let mut assertions = BTreeMap::new();
     for key in record.trials.iter() {
         let Some(stored) = traces.read_trace(key) else {

@@ -10,6 +10,7 @@
 use crate::eval::config::VariantSpec;
 use crate::eval::trial::{CaseRecord, TrialKey};
 use anyhow::{Context, Result};
+use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -269,7 +270,7 @@ pub struct WorkReader {
 /// repetition), last first.
 struct WorkCase {
     case: Arc<CaseRecord>,
-    trials: Vec<(Arc<str>, u32)>,
+    trials: Vec<(ArcStr, u32)>,
 }
 
 impl WorkReader {
@@ -322,8 +323,8 @@ impl WorkReader {
             // A line that is not what the first reading counted: the file changed.
             let next = self.lines.next_line()?.and_then(|line| {
                 let line: WorkLine<'_, CaseRecord> = serde_json::from_slice(line).ok()?;
-                let trials: Vec<(Arc<str>, u32)> = (line.trials.into_iter().rev())
-                    .map(|t| (Arc::from(&*t.variant), t.trial))
+                let trials: Vec<(ArcStr, u32)> = (line.trials.into_iter().rev())
+                    .map(|t| (ArcStr::from(&*t.variant), t.trial))
                     .collect();
                 Some(WorkCase {
                     case: Arc::new(line.case),

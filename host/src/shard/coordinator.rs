@@ -19,6 +19,7 @@ use crate::eval::config::VariantSpec;
 use crate::eval::trial::{CaseIndex, CollectedBy, TraceEvent, TrialKey, TrialRecord, TrialStatus};
 use crate::results::{trace_path, RunDir};
 use crate::runner::channel::{Channel, KeptMachine, Refused};
+use fixedbitset::FixedBitSet;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -110,10 +111,10 @@ pub struct ShardReport {
     pub ended: ShardEnd,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerIdentity>,
-    /// Trials whose trace was copied back and validated, as positions in the bundle's
-    /// `trials` (four bytes each, not a key).
+    /// Trials whose trace was copied back and validated, by position in the bundle's
+    /// `trials`: one bit a trial, for as long as the run keeps the report.
     #[serde(skip)]
-    pub collected: Vec<u32>,
+    pub collected: FixedBitSet,
     /// Where a kept machine is, and how to get into it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<KeptMachine>,
@@ -160,7 +161,7 @@ impl ShardReport {
             machine,
             ended: ShardEnd::Done,
             worker: None,
-            collected: Vec::new(),
+            collected: FixedBitSet::new(),
             kept: None,
             failed_trials: 0,
             artifacts: ArtifactTally::default(),
@@ -380,7 +381,10 @@ impl<'a> ShardSession<'a> {
             bundle,
             trials,
             run_dir,
-            report: ShardReport::new(bundle.shard, String::new()),
+            report: ShardReport {
+                collected: FixedBitSet::with_capacity(trials.len()),
+                ..ShardReport::new(bundle.shard, String::new())
+            },
             planned,
             progress: vec![Progress::default(); trials.len()],
             waiting: Vec::new(),
@@ -1241,7 +1245,7 @@ impl<'a> ShardSession<'a> {
     fn collected(&mut self, key: TrialKey) {
         let shard = self.bundle.shard;
         if let Some(at) = self.position(&key) {
-            self.report.collected.push(at as u32);
+            self.report.collected.grow_and_insert(at);
         }
         (self.context.events)(ShardEvent::TrialCollected { shard, key });
     }

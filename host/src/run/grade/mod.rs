@@ -5,12 +5,10 @@
 
 use crate::eval::trial::{find_position, sorted_positions, CaseIndex, TrialKey, TrialRecord};
 use crate::grade::pairwise::{self, CaseComparison, PairJudge, PairOutcome, PairResult};
-use crate::grade::{GradeSpot, Grades, JudgeSet, TrialGrade};
-use crate::model::UsageTotals;
+use crate::grade::{Grades, JudgeSet, TrialGrade};
 use crate::results::stored::StoredRun;
 use crate::results::usage::trace_usage;
 use crate::results::{Phase, RunDir};
-use anyhow::Context;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -50,16 +48,19 @@ pub fn grade_all(
     grade_rest(judges, dir, trials, cases, |_| false)
 }
 
-/// [`grade_all`] for the trials that are not `graded` already (by [`Grading`], which did not
-/// see those an earlier run of a resumed one collected).
+/// [`grade_all`] for the trials that are not `graded` already, by position in `trials` (by
+/// [`Grading`], which did not see those an earlier run of a resumed one collected).
 pub fn grade_rest(
     judges: &JudgeSet,
     dir: &RunDir,
     trials: &[TrialKey],
     cases: Option<&Cases<'_>>,
-    graded: impl Fn(&TrialKey) -> bool,
+    graded: impl Fn(usize) -> bool,
 ) -> Grades {
-    let rest: Vec<TrialKey> = trials.iter().filter(|key| !graded(key)).cloned().collect();
+    let rest: Vec<TrialKey> = (trials.iter().enumerate())
+        .filter(|(at, _)| !graded(*at))
+        .map(|(_, key)| key.clone())
+        .collect();
     on_threads(&rest, threads(), |key| {
         Some(judges.grade(key, &read_trace(dir, key, cases)?))
     })
@@ -67,37 +68,13 @@ pub fn grade_rest(
     .collect()
 }
 
+mod spill;
+
+pub use spill::{Graded, ReadBack};
+use spill::{Spill, Spilled};
+
 /// One stored trace to grade: its order of arrival, its key, the record as stored.
 type Stored = (u32, TrialKey, TrialRecord);
-
-/// Where grading left one stored trace's grade: the trial's position in the plan, the
-/// trace's order of arrival (a later version of a trace replaces an earlier one's grade), and
-/// the line in the spill file that holds its grade and the agent's model usage in it. 24
-/// bytes: a run of 100,000 trials holds one for each.
-struct Assessment {
-    at: u64,
-    trial: u32,
-    order: u32,
-    len: u32,
-    used_models: bool,
-}
-
-/// A line of the spill file.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Spilled<G> {
-    grade: G,
-    #[serde(default, skip_serializing_if = "UsageTotals::is_empty")]
-    usage: UsageTotals,
-}
-
-/// The grading threads' shared end: the spill file, and where each grade is in it.
-struct Spill {
-    file: std::io::BufWriter<std::fs::File>,
-    written: u64,
-    assessed: Vec<Assessment>,
-    /// The first write that failed; grading goes on, and [`Grading::finish`] reports it.
-    broken: Option<std::io::Error>,
-}
 
 /// Grades traces as the shards store them, on one thread per core, while collection goes on,
 /// so that grading overlaps collecting and the traces are not read back from disk (the agents'
@@ -105,123 +82,31 @@ struct Spill {
 /// its trial was graded, and the trial was rewritten as infra) keeps its last version's grade.
 ///
 /// Each grade goes to a spill file (an unnamed file in the run directory, gone when the run
-/// ends, however it ends) as it is made; memory holds only where it is, 24 bytes a trial
-/// (100,000 grades in memory would be about 15 MB). They stay there: [`Graded::read`] hands
-/// them on as [`Grades`] kept in that file, each read back when it is used.
+/// ends, however it ends) as it is made, and where it is to a slot of the trial's in a second
+/// one ([`spill`]): memory holds one bit a trial (100,000 grades in memory would be about 15
+/// MB). They stay there: [`Graded::read`] hands them on as [`Grades`] kept in that file, each
+/// read back when it is used.
 pub struct Grading<'scope> {
-    plan: &'scope [TrialKey],
     traces: mpsc::Sender<Stored>,
     next: AtomicU32,
     spill: Arc<Mutex<Spill>>,
     threads: Vec<std::thread::ScopedJoinHandle<'scope, ()>>,
 }
 
-/// What [`Grading`] made of the traces it saw: one assessment per trial, sorted by key, each
-/// grade in the spill file.
-/// Its trials are positions in the plan, which its methods are given.
-pub struct Graded {
-    spill: std::fs::File,
-    assessed: Vec<Assessment>,
-}
-
-/// The grades [`Graded::read`] hands on, and the agents' model usage in their traces.
-pub struct ReadBack {
-    pub grades: Grades,
-    /// The agents' usage in the graded traces, by variant.
-    pub usage: BTreeMap<String, UsageTotals>,
-}
-
-impl Graded {
-    /// Sorts `assessed` (of trials of `plan`) by trial and keeps each trial's last version.
-    fn of(plan: &[TrialKey], spill: std::fs::File, mut assessed: Vec<Assessment>) -> Self {
-        let key = |a: &Assessment| &plan[a.trial as usize];
-        // Sorting in place: the later version of a trial first, which `dedup` keeps.
-        assessed.sort_unstable_by(|a, b| key(a).cmp(key(b)).then(b.order.cmp(&a.order)));
-        assessed.dedup_by(|later, first| later.trial == first.trial);
-        Graded { spill, assessed }
-    }
-
-    /// How many traces were graded.
-    pub fn len(&self) -> usize {
-        self.assessed.len()
-    }
-
-    /// Whether none was.
-    pub fn is_empty(&self) -> bool {
-        self.assessed.is_empty()
-    }
-
-    /// Whether `key`'s trace was graded (`plan`: the run's, which grading was given).
-    pub fn contains(&self, plan: &[TrialKey], key: &TrialKey) -> bool {
-        self.assessed
-            .binary_search_by(|a| plan[a.trial as usize].cmp(key))
-            .is_ok()
-    }
-
-    /// The grades, left in the spill file and found there by trial, with the model usage of
-    /// the graded traces (read from the lines of the traces that used a model).
-    /// `plan`: the run's, which grading was given.
-    pub fn read(self, plan: &Arc<[TrialKey]>) -> anyhow::Result<ReadBack> {
-        let mut usage: BTreeMap<String, UsageTotals> = BTreeMap::new();
-        let mut spots = Vec::with_capacity(self.assessed.len());
-        for assessment in &self.assessed {
-            let key = &plan[assessment.trial as usize];
-            if assessment.used_models {
-                let Spilled { usage: used, .. } =
-                    crate::files::read_json_at::<Spilled<serde::de::IgnoredAny>>(
-                        &self.spill,
-                        assessment.at,
-                        assessment.len as usize,
-                    )
-                    .context("cannot read back a grade from the grading spill file")?;
-                usage
-                    .entry(key.variant.to_string())
-                    .or_default()
-                    .merge(&used);
-            }
-            spots.push(GradeSpot {
-                trial: assessment.trial,
-                at: assessment.at,
-                len: assessment.len,
-            });
-        }
-        drop(self.assessed);
-        let end = self
-            .spill
-            .metadata()
-            .context("cannot read the grading spill file")?
-            .len();
-        Ok(ReadBack {
-            grades: Grades::in_file(self.spill, plan.clone(), spots, end),
-            usage,
-        })
-    }
-}
-
 impl<'scope> Grading<'scope> {
-    /// Starts the grading threads in `scope`, grading with `judges` the traces of about
-    /// `expected` trials of `plan`, their grades spilled into a file in `dir`.
+    /// Starts the grading threads in `scope`, grading with `judges` the traces of trials of
+    /// `plan`, their grades spilled into files in `dir`.
     pub fn start<'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         judges: &'env JudgeSet,
         plan: &'env [TrialKey],
-        expected: usize,
         dir: &std::path::Path,
     ) -> anyhow::Result<Self> {
         // The plan's positions sorted by key: a trace's trial is found by halves.
         let by_key = Arc::new(sorted_positions(plan, |key| key));
-        let file = tempfile::tempfile_in(dir)
-            .with_context(|| format!("cannot make the grading spill file in {}", dir.display()))?;
+        let spill = Arc::new(Mutex::new(Spill::new(dir, plan.len())?));
         let (traces, queue) = mpsc::channel::<Stored>();
         let queue = Arc::new(Mutex::new(queue));
-        // Room for each trial once, made up front: a list grown by doubling could hold up to
-        // twice the room it needs at the end of a run, when memory peaks.
-        let spill = Arc::new(Mutex::new(Spill {
-            file: std::io::BufWriter::new(file),
-            written: 0,
-            assessed: Vec::with_capacity(expected),
-            broken: None,
-        }));
         let threads = (0..threads())
             .map(|_| {
                 let queue = queue.clone();
@@ -256,7 +141,6 @@ impl<'scope> Grading<'scope> {
             })
             .collect();
         Ok(Grading {
-            plan,
             traces,
             next: AtomicU32::new(0),
             spill,
@@ -278,50 +162,7 @@ impl<'scope> Grading<'scope> {
             thread.join().expect("grading threads do not panic");
         }
         let spill = Arc::into_inner(self.spill).expect("the grading threads ended");
-        let Spill {
-            file,
-            assessed,
-            broken,
-            ..
-        } = spill.into_inner().expect("grading spill");
-        if let Some(e) = broken {
-            return Err(e).context("cannot write the grading spill file");
-        }
-        let file = file
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .context("cannot write the grading spill file")?;
-        Ok(Graded::of(self.plan, file, assessed))
-    }
-}
-
-impl Spill {
-    /// Appends `line`, the grade of the trace of the plan's trial `trial` that arrived
-    /// `order`th, which `used_models` when the agent made model calls.
-    fn push(&mut self, (trial, order): (u32, u32), line: &[u8], used_models: bool) {
-        if self.broken.is_some() {
-            return;
-        }
-        let Ok(len) = u32::try_from(line.len()) else {
-            self.broken = Some(std::io::Error::other(format!(
-                "a grade is {} bytes, more than a grade may be",
-                line.len()
-            )));
-            return;
-        };
-        match std::io::Write::write_all(&mut self.file, line) {
-            Ok(()) => {
-                self.assessed.push(Assessment {
-                    at: self.written,
-                    trial,
-                    order,
-                    len,
-                    used_models,
-                });
-                self.written += line.len() as u64;
-            }
-            Err(e) => self.broken = Some(e),
-        }
+        (spill.into_inner().expect("grading spill")).finish()
     }
 }
 
@@ -512,132 +353,6 @@ mod tests {
             "0 and 4 are not in both"
         );
         assert_eq!(first_of_both(&of_a, &BTreeSet::from([7]), Some), None);
-    }
-
-    /// The plan of the spill tests: trials `v/a/0`, `v/b/0`, `v/c/0`.
-    fn plan() -> Arc<[TrialKey]> {
-        ["c", "a", "b"]
-            .map(|case| TrialKey::new("v", case, 0))
-            .into()
-    }
-
-    /// A spill of trials of `plan` as the grading threads leave it, with `grades` pushed in
-    /// this order.
-    fn spilled(plan: &[TrialKey], grades: &[(&str, u32, TrialGrade, u64)]) -> Graded {
-        let mut spill = Spill {
-            file: std::io::BufWriter::new(tempfile::tempfile().unwrap()),
-            written: 0,
-            assessed: Vec::new(),
-            broken: None,
-        };
-        for (case, order, grade, calls) in grades {
-            let usage = UsageTotals {
-                calls: *calls,
-                ..UsageTotals::default()
-            };
-            let used_models = !usage.is_empty();
-            let line = serde_json::to_vec(&Spilled { grade, usage }).unwrap();
-            let trial = plan.iter().position(|k| &*k.case == *case).unwrap();
-            spill.push((trial as u32, *order), &line, used_models);
-        }
-        assert!(spill.broken.is_none());
-        Graded::of(plan, spill.file.into_inner().unwrap(), spill.assessed)
-    }
-
-    fn infra(reason: &str) -> TrialGrade {
-        TrialGrade::Infra {
-            reason: reason.into(),
-        }
-    }
-
-    #[test]
-    fn a_trace_graded_twice_keeps_its_later_versions_grade_whichever_finished_first() {
-        // a's rewrite (stored third) finished grading before its first version did.
-        let plan = plan();
-        let graded = spilled(
-            &plan,
-            &[
-                ("b", 1, infra("only"), 1),
-                ("a", 2, infra("rewritten"), 0),
-                ("a", 0, infra("first"), 10),
-            ],
-        );
-        assert_eq!(graded.len(), 2);
-        assert!(graded.contains(&plan, &TrialKey::new("v", "a", 0)));
-        assert!(
-            !graded.contains(&plan, &TrialKey::new("v", "c", 0)),
-            "never seen"
-        );
-        let read = graded.read(&plan).unwrap();
-        let reasons: Vec<String> = read
-            .grades
-            .values()
-            .map(|g| match g.into_owned() {
-                TrialGrade::Infra { reason } => reason,
-                other => format!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(reasons, ["rewritten", "only"]);
-        // The first version's usage is not counted: its rewrite replaced it.
-        assert_eq!(read.usage["v"].calls, 1);
-    }
-
-    #[test]
-    fn grades_left_in_the_spill_read_back_whole_and_can_be_added_to() {
-        let score = |reason: &str| crate::grade::JudgeScore {
-            judge: "judge".into(),
-            value: 0.5,
-            pass: false,
-            reason: reason.into(),
-        };
-        let graded_with = |reason: &str| TrialGrade::Graded {
-            score: 0.5,
-            pass: false,
-            judges: smallvec::smallvec![score(reason)],
-        };
-        let broken = TrialGrade::NotGraded {
-            judge: "judge".into(),
-            error: "it trapped \u{1F4A5}\nand said so".into(),
-        };
-        let plan = plan();
-        let graded = spilled(
-            &plan,
-            &[
-                ("a", 0, graded_with("first \"quoted\""), 0),
-                ("c", 2, graded_with("third"), 0),
-                ("b", 1, broken.clone(), 0),
-            ],
-        );
-        let mut read = graded.read(&plan).unwrap();
-        assert!(read.usage.is_empty(), "no trace used a model");
-        let grades: Vec<TrialGrade> = read.grades.values().map(|g| g.into_owned()).collect();
-        assert_eq!(
-            grades,
-            [
-                graded_with("first \"quoted\""),
-                broken.clone(),
-                graded_with("third")
-            ]
-        );
-        // A resume's earlier traces, graded at the end, join them in the same file; the
-        // later grade of a trial wins.
-        read.grades.extend([
-            (TrialKey::new("v", "b", 0), infra("regraded")),
-            (TrialKey::new("v", "d", 0), infra("new")),
-        ]);
-        let keys: Vec<String> = read.grades.iter().map(|(k, _)| k.to_string()).collect();
-        assert_eq!(keys.len(), 4, "{keys:?}");
-        assert_eq!(
-            read.grades.get(&TrialKey::new("v", "b", 0)).as_deref(),
-            Some(&infra("regraded"))
-        );
-        assert_eq!(
-            read.grades.get(&TrialKey::new("v", "a", 0)).as_deref(),
-            Some(&graded_with("first \"quoted\""))
-        );
-        let back: Grades =
-            serde_json::from_value(serde_json::to_value(&read.grades).unwrap()).unwrap();
-        assert_eq!(back, read.grades, "grades.json holds what the file held");
     }
 
     #[test]
