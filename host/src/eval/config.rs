@@ -1197,7 +1197,7 @@ impl EvalConfig {
     /// The variants to run: the configured ones, or `default`.
     pub fn variant_names(&self) -> Vec<String> {
         if self.variants.is_empty() {
-            vec!["default".to_string()]
+            vec![crate::eval::trial::DEFAULT_VARIANT.to_string()]
         } else {
             self.variants.keys().cloned().collect()
         }

@@ -436,8 +436,18 @@ pub struct CollectedBy {
     pub client_version: String,
 }
 
+/// The variant of an eval that names none, and of a stored trace that names none (written
+/// before traces named their variant).
+pub const DEFAULT_VARIANT: &str = "default";
+
+/// `variant`, or [`DEFAULT_VARIANT`] when a line names none: the one rule every reader of a
+/// stored trace's key follows.
+pub fn variant_or_default(variant: Option<&str>) -> &str {
+    variant.unwrap_or(DEFAULT_VARIANT)
+}
+
 fn default_variant() -> String {
-    "default".to_string()
+    DEFAULT_VARIANT.to_string()
 }
 
 impl TrialRecord {

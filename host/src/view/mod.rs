@@ -165,7 +165,7 @@ struct RowTrace {
 
 impl crate::results::trace_log::TraceLine for RowLine {
     fn is_of(&self, key: &TrialKey) -> bool {
-        self.variant.as_deref().unwrap_or("default") == &*key.variant
+        crate::eval::trial::variant_or_default(self.variant.as_deref()) == &*key.variant
             && self.case.id == *key.case
             && self.trial == key.trial
     }

@@ -315,7 +315,7 @@ impl TraceLog {
             }
             let body = &line[..line.len() - 1];
             if let Ok(key) = serde_json::from_slice::<LineKey<'_>>(body) {
-                let variant = key.variant.as_deref().unwrap_or("default");
+                let variant = crate::eval::trial::variant_or_default(key.variant.as_deref());
                 let hash = self.hash(variant, &key.case.id, key.trial);
                 let len = body.len() as u32;
                 state
