@@ -88,9 +88,10 @@ pub fn open_regular(path: &Path, cap: u64, no_follow: bool) -> Result<std::fs::F
 }
 
 /// A file of lines someone else wrote (a machine's JSON lines: the work file a worker reads,
-/// the stored trials a grade shard reads), opened as [`open_regular`] opens it and read a line
-/// at a time: never past `cap` bytes in all, nor `line_cap` in one line. Errors name the file
-/// and the line.
+/// the stored trials a grade shard reads, a `.jsonl` dataset), opened as [`open_regular`]
+/// opens it and read a line at a time: never past `cap` bytes in all (a file that grows past
+/// it while it is read is an error, never a silently shorter file), nor `line_cap` in one
+/// line. Errors name the file and the line.
 pub struct LineReader {
     path: std::path::PathBuf,
     reader: std::io::BufReader<std::io::Take<std::fs::File>>,
@@ -110,7 +111,8 @@ impl LineReader {
         let file = open_regular(path, cap, true)?;
         Ok(LineReader {
             path: path.to_path_buf(),
-            reader: std::io::BufReader::new(file.take(cap)),
+            // One byte over the cap: a file that grew past it is seen to have.
+            reader: std::io::BufReader::new(file.take(cap + 1)),
             cap,
             line_cap,
             line: Vec::new(),
@@ -143,6 +145,13 @@ impl LineReader {
         }
         self.offset = self.next_offset;
         self.next_offset += read as u64;
+        if self.next_offset > self.cap {
+            bail!(
+                "{} grew past the {} byte limit while being read",
+                self.path.display(),
+                self.cap
+            );
+        }
         Ok(Some(&self.line))
     }
 
@@ -169,7 +178,7 @@ impl LineReader {
         file.rewind()
             .with_context(|| format!("cannot read {}", self.path.display()))?;
         Ok(LineReader {
-            reader: std::io::BufReader::new(file.take(self.cap)),
+            reader: std::io::BufReader::new(file.take(self.cap + 1)),
             number: 0,
             offset: 0,
             next_offset: 0,
@@ -318,14 +327,35 @@ mod tests {
         let err = lines.next_line().unwrap_err().to_string();
         assert!(err.contains("lines.jsonl line 2: over 4 bytes"), "{err}");
 
-        // A file that grows past the cap after it was opened is read no further than the cap.
-        let mut lines = LineReader::open(&path, 20, 100).unwrap();
-        std::fs::write(&path, "one\ntwo two\nthree and a much longer tail\n").unwrap();
+        // A file that grows past the cap after it was opened is an error once the cap is
+        // passed, whether or not a line ends at the cap: never a file silently cut short.
+        for grown in [
+            "one\ntwo two\nthree\nfour and more\n",
+            "one\ntwo two\nthree and more\n",
+        ] {
+            std::fs::write(&path, "one\ntwo two\nthree").unwrap();
+            let mut lines = LineReader::open(&path, 18, 100).unwrap();
+            std::fs::write(&path, grown).unwrap();
+            let err = loop {
+                match lines.next_line() {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => panic!("{grown:?} was read to its end"),
+                    Err(e) => break e.to_string(),
+                }
+            };
+            assert!(
+                err.contains("grew past the 18 byte limit"),
+                "{grown:?}: {err}"
+            );
+        }
+        // A file of exactly the cap is read whole.
+        std::fs::write(&path, "one\ntwo two\nthree").unwrap();
+        let mut lines = LineReader::open(&path, 17, 100).unwrap();
         let mut read = 0;
         while let Some(line) = lines.next_line().unwrap() {
             read += line.len();
         }
-        assert_eq!(read, 20);
+        assert_eq!(read, 17);
 
         // Never through a link.
         let link = dir.path().join("link");

@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use arcstr::ArcStr;
 use sha2::{Digest, Sha256};
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -180,24 +180,23 @@ impl Cases {
         crate::files::read_json_at(file, place.at, place.len as usize).with_context(read_back)
     }
 
-    /// Every case, in the datasets' order, read from the cases' file as it is reached.
+    /// Every case, in the datasets' order, read from the cases' file as it is reached, each
+    /// line exactly as long as its place says (a damaged file spoils one case, not the rest).
     pub fn iter(&self) -> impl Iterator<Item = Result<CaseRecord>> + '_ {
-        let mut reader = (self.file.as_ref()).map(|file| BufReader::new(ReadAt { file, at: 0 }));
+        let mut lines = self.file.as_ref().map(ReadAt::from_start);
+        let mut places = self.places.as_ref().map(ReadAt::from_start);
         let mut line = Vec::new();
         self.ids.iter().map(move |id| {
-            let reader = reader.as_mut().context("no cases were kept")?;
-            line.clear();
-            // Every line the file was given ends in a newline: one without ends early.
-            let read = reader
-                .read_until(b'\n', &mut line)
-                .map_err(anyhow::Error::from);
-            match read {
-                Ok(_) if line.ends_with(b"\n") => Ok(()),
-                Ok(_) => Err(anyhow::anyhow!("the file ends before its line")),
-                Err(e) => Err(e),
-            }
-            .with_context(|| format!("cannot read case `{id}` back from the cases' file"))?;
-            serde_json::from_slice(&line[..line.len() - 1])
+            let read_back = || format!("cannot read case `{id}` back from the cases' file");
+            let (lines, places) = (lines.as_mut(), places.as_mut());
+            let (lines, places) = lines.zip(places).context("no cases were kept")?;
+            let mut place = [0; PLACE];
+            places.read_exact(&mut place).with_context(read_back)?;
+            let place = Place::decode(&place);
+            // The lines lie one after another, each with its newline.
+            line.resize(place.len as usize + 1, 0);
+            lines.read_exact(&mut line).with_context(read_back)?;
+            serde_json::from_slice(&line[..place.len as usize])
                 .with_context(|| format!("case `{id}` is damaged in the cases' file"))
         })
     }
@@ -208,6 +207,13 @@ impl Cases {
 struct ReadAt<'a> {
     file: &'a File,
     at: u64,
+}
+
+impl<'a> ReadAt<'a> {
+    /// `file` read in order from its start, in large reads.
+    fn from_start(file: &'a File) -> BufReader<Self> {
+        BufReader::new(ReadAt { file, at: 0 })
+    }
 }
 
 impl std::io::Read for ReadAt<'_> {
@@ -337,7 +343,8 @@ impl Loading {
 /// 100,000 small cases, the peak of such a run). Every error names the file and line.
 fn parse_jsonl(file: &Path, loading: &mut Loading) -> Result<()> {
     use crate::files::{LineReader, MAX_INPUT_BYTES};
-    let blank = |line: &[u8]| line.iter().all(u8::is_ascii_whitespace);
+    // Blank as `str::trim` sees it; a line that is not UTF-8 is not blank, so its error names it.
+    let blank = |line: &[u8]| std::str::from_utf8(line).is_ok_and(|line| line.trim().is_empty());
     let mut lines = LineReader::open(file, MAX_INPUT_BYTES, MAX_INPUT_BYTES as usize)?;
     // Counted first, on the same open file, so that the cases' list is made at its size.
     let mut cases = 0;
@@ -640,17 +647,19 @@ mod tests {
             let entries = [DatasetRef::Path("d.jsonl".into())];
             resolve(&entries, dir.path(), &PluginSet::default()).map_err(|e| format!("{e:#}"))
         };
-        // Blank lines, a line ending in CRLF, and a last line without a newline.
-        let cases =
-            resolved(b"\n{\"id\":\"a\",\"input\":1}\r\n  \n{\"id\":\"b\",\"input\":\"\xc3\xa9\"}")
-                .unwrap();
+        // Blank lines (one of them a no-break space, one a vertical tab), a line ending in
+        // CRLF, and a last line without a newline.
+        let cases = resolved(
+            b"\n{\"id\":\"a\",\"input\":1}\r\n \xc2\xa0\n\x0b\n{\"id\":\"b\",\"input\":\"\xc3\xa9\"}",
+        )
+        .unwrap();
         assert_eq!(cases.len(), 2);
         assert_eq!(
             cases.origin(0),
             format!("{}:2", dir.path().join("d.jsonl").display())
         );
         assert!(
-            cases.origin(1).ends_with("d.jsonl:4"),
+            cases.origin(1).ends_with("d.jsonl:5"),
             "{}",
             cases.origin(1)
         );

@@ -24,6 +24,7 @@ pub struct TrialKey {
 
 // A run holds a key for every trial it plans: the names are thin shared strings
 // ([`ArcStr`], one word each; `Arc<str>` is two), so a key is 24 bytes rather than 40.
+#[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::size_of::<TrialKey>() == 24);
 
 impl TrialKey {
