@@ -316,10 +316,9 @@ impl Reporter {
 
     /// Prints the summary of the run that finished with `summary`, once it has cleaned up.
     fn print(&self, summary: &results::Summary) {
-        match self.json {
-            true => super::write_stdout_json(summary),
-            false => super::write_stdout_str(&self.summary.lock().expect("summary")),
-        }
+        print_summary_as(summary, self.json, || {
+            self.summary.lock().expect("summary").clone()
+        });
     }
 
     /// What a detached run's progress log keeps of the summary: the text `mst run` prints.
@@ -581,9 +580,14 @@ fn summary_text(
 
 /// Prints the summary: as JSON, streamed ([`super::write_stdout_json`]), or as the table.
 fn print_summary(summary: &results::Summary, grades: &Grades, json: bool, dir: &results::RunDir) {
+    print_summary_as(summary, json, || summary_text(summary, grades, false, dir));
+}
+
+/// Prints `summary` as JSON, streamed, or as `text` (made only when it is printed).
+fn print_summary_as(summary: &results::Summary, json: bool, text: impl FnOnce() -> String) {
     match json {
         true => super::write_stdout_json(summary),
-        false => super::write_stdout_str(&summary_text(summary, grades, false, dir)),
+        false => super::write_stdout_str(&text()),
     }
 }
 

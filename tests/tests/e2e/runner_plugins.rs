@@ -516,6 +516,42 @@ fn a_huge_machine_description_is_cut_before_it_reaches_the_run() {
 }
 
 #[test]
+fn a_dispose_error_of_escapes_and_forged_lines_reaches_the_terminal_and_run_json_defused() {
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 2, 30);
+    let run = hostile_run(&mst, &eval, "dirty-dispose", &["--allow-exec", "sh"]);
+    // The trials ran; only the machine's disposal failed, and the run says so.
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("cannot dispose of its machine")
+            && run.stderr.contains("the work directory stays\\nshard 9"),
+        "{}",
+        run.stderr
+    );
+    for (name, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{name}: {text:?}"
+        );
+        assert!(
+            !text.lines().any(|line| line.starts_with("shard 9")),
+            "a forged line on {name}: {text}"
+        );
+    }
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let machines = record["machines"].as_array().unwrap();
+    assert!(!machines.is_empty());
+    for machine in machines {
+        let why = machine["disposeError"].as_str().unwrap_or_default();
+        assert!(why.contains("the work directory stays"), "{machine}");
+        assert!(
+            !why.contains(['\u{1b}', '\u{7}', '\n']),
+            "run.json keeps the error defused: {why:?}"
+        );
+    }
+}
+
+#[test]
 fn a_dispose_machine_sleeping_in_a_host_call_is_stopped_at_the_time_limit() {
     let mst = Mst::new();
     let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 2, 30);
