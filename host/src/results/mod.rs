@@ -111,7 +111,8 @@ pub struct RunRecord {
     /// The command line's filters, so `--resume` plans the same trials.
     pub filters: Filters,
     /// Every planned trial. Shared: grades kept in a file name their trials by position in
-    /// it (`grade::Grades`), so a run holds each key once.
+    /// it (`grade::Grades`), so a run holds each key once, and the keys share their names.
+    #[serde(deserialize_with = "crate::eval::trial::keys_sharing_names")]
     pub trials: Arc<[TrialKey]>,
     /// The config's `baseline` variant, which the others are compared with.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,7 +7,6 @@ use crate::grade::pairwise::PairResult;
 use crate::grade::Grades;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// Everything of a graded run but its traces (read those with [`StoredRun::read_traces`]).
 pub struct StoredRun {
@@ -17,12 +16,6 @@ pub struct StoredRun {
     pub pairs: Vec<PairResult>,
     /// When grading last wrote `summary.json` (seconds since the epoch).
     pub finished_at: u64,
-}
-
-/// Reads a JSON result file, naming it when it is damaged.
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let bytes = crate::files::read_input(path)?;
-    serde_json::from_slice(&bytes).with_context(|| format!("{} is damaged", path.display()))
 }
 
 impl StoredRun {
@@ -47,7 +40,7 @@ impl StoredRun {
     pub fn read(dir: &RunDir) -> Result<Self> {
         let record = dir.read_record()?;
         let summary_path = dir.root.join("summary.json");
-        let summary: Summary = read_json(&summary_path).with_context(|| {
+        let summary: Summary = crate::files::read_json_file(&summary_path).with_context(|| {
             format!(
                 "run `{}` has no readable summary; `mst grade {}` grades it again",
                 record.run_id, record.run_id
@@ -55,12 +48,12 @@ impl StoredRun {
         })?;
         let grades_path = dir.root.join("grades.json");
         let grades: Grades = match grades_path.exists() {
-            true => read_json(&grades_path)?,
+            true => crate::files::read_json_file(&grades_path)?,
             false => Grades::default(),
         };
         let pairwise_path = dir.root.join("pairwise.json");
         let pairs: Vec<PairResult> = match pairwise_path.exists() {
-            true => read_json(&pairwise_path)?,
+            true => crate::files::read_json_file(&pairwise_path)?,
             false => Vec::new(),
         };
         let finished_at = std::fs::metadata(&summary_path)

@@ -301,10 +301,10 @@ fn collect_and_grade(
     }
     record.timings = Some(timings);
 
-    let rest = grade_rest(&prepared, &cases, &dir, &mut record, &graded);
+    let (graded, pairs) = grade_rest(&prepared, &cases, &dir, &mut record, graded)?;
     drop(cases);
     drop(case_list);
-    let outcome = finish(&prepared, dir, record, shards, graded, rest)?;
+    let outcome = finish(&prepared, dir, record, shards, graded, pairs)?;
     reporter.event(&RunEvent::Finished(&outcome));
     Ok(outcome)
 }
@@ -326,43 +326,41 @@ fn trials_to_collect(record: &RunRecord, dir: &RunDir, cases: &CaseIndex<'_>) ->
     Ok(to_collect)
 }
 
-/// What grading at the end of a run adds to what was graded while collecting.
-struct Rest {
-    grades: Grades,
-    pairs: Vec<crate::grade::pairwise::PairResult>,
-}
-
 /// Grades everything collected so far that `graded` (what was graded while collecting) lacks
-/// (a resume grades the earlier collections' traces too), and runs the pairwise judges: the
-/// last work that needs the cases.
+/// (a resume grades the earlier collections' traces too), into its files, and runs the
+/// pairwise judges: the last work that needs the cases.
 fn grade_rest(
     prepared: &prepare::Prepared,
     cases: &CaseIndex<'_>,
     dir: &RunDir,
     record: &mut RunRecord,
-    graded: &grade::Graded,
-) -> Rest {
+    graded: grade::Graded,
+) -> Result<(grade::Graded, Vec<crate::grade::pairwise::PairResult>)> {
     let grading = Instant::now();
     let trials = &record.trials;
-    let grades = grade::grade_rest(&prepared.judges, dir, trials, Some(cases), |at| {
-        graded.contains(at)
-    });
+    let graded = grade::grade_rest(&prepared.judges, dir, trials, Some(cases), graded)
+        .with_context(|| {
+            format!(
+                "run {} stored its traces but could not keep their grades; `mst grade {0}` \
+                 grades them again",
+                record.run_id
+            )
+        })?;
     let pairs = grade::pairwise_all(&prepared.pairwise, dir, trials, Some(cases));
     if let Some(timings) = &mut record.timings {
         timings.grade_after_ms += grading.elapsed().as_millis() as u64;
     }
-    Rest { grades, pairs }
+    Ok((graded, pairs))
 }
 
-/// Reads back what was graded while collecting, joins the rest, and writes the record,
-/// grades, scores and summary.
+/// Reads back what was graded, and writes the record, grades, scores and summary.
 fn finish(
     prepared: &prepare::Prepared,
     dir: RunDir,
     mut record: RunRecord,
     shards: Vec<ShardReport>,
     graded: grade::Graded,
-    rest: Rest,
+    pairs: Vec<crate::grade::pairwise::PairResult>,
 ) -> Result<RunOutcome> {
     let missing = {
         let mut has_trace = dir.trace_check();
@@ -374,12 +372,10 @@ fn finish(
     };
     let read_back = graded.read(&record.trials)?;
     // The agents' usage, from what grading saw and from the traces it did not.
-    let mut grades = read_back.grades;
+    let grades = read_back.grades;
     let usage = UsageSummary::of_agents(&dir, &record.trials, read_back.usage, |key| {
         grades.contains_key(key)
     });
-    grades.extend(rest.grades);
-    let pairs = rest.pairs;
     record.grade = grade::grade_phase(&grades, &pairs);
     prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;

@@ -93,7 +93,7 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     let grading = std::time::Instant::now();
     let (out, mut regraded, grades, shards) = match &request.on {
         None => {
-            let grades = super::grade::grade_all(&prepared.judges, &traces, &record.trials, None);
+            let grades = super::grade::grade_all(&prepared.judges, &traces, &record.trials, None)?;
             let out = dir.next_regrade(&record.run_id)?;
             let mut regraded = record.clone();
             // Graded here, whatever graded the run (or regrade) it grades.

@@ -9,6 +9,7 @@ use crate::grade::{Grades, JudgeSet, TrialGrade};
 use crate::results::stored::StoredRun;
 use crate::results::usage::trace_usage;
 use crate::results::{Phase, RunDir};
+use anyhow::Context;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -36,36 +37,77 @@ fn read_trace(dir: &RunDir, key: &TrialKey, cases: Option<&Cases<'_>>) -> Option
     Some(trace)
 }
 
-/// Grades every collected trace of `trials` in `dir` (missing ones are left out), on one
-/// worker thread per core. With `cases`, each trace is graded against the coordinator's own
-/// case, whatever the stored trace holds.
+/// Grades every collected trace of the trials of `plan` in `dir` (missing ones are left out),
+/// on one worker thread per core, each grade spilled to a file in the temporary directory as
+/// it is made. With `cases`, each trace is graded against the coordinator's own case,
+/// whatever the stored trace holds.
 pub fn grade_all(
     judges: &JudgeSet,
     dir: &RunDir,
-    trials: &[TrialKey],
+    plan: &Arc<[TrialKey]>,
     cases: Option<&Cases<'_>>,
-) -> Grades {
-    grade_rest(judges, dir, trials, cases, |_| false)
+) -> anyhow::Result<Grades> {
+    let none = Spill::new(&std::env::temp_dir(), plan.len())?.finish()?;
+    Ok(grade_rest(judges, dir, plan, cases, none)?
+        .read(plan)?
+        .grades)
 }
 
-/// [`grade_all`] for the trials that are not `graded` already, by position in `trials` (by
-/// [`Grading`], which did not see those an earlier run of a resumed one collected).
+/// Adds to `graded` (of trials of `plan`) the grades of the trials it lacks whose traces are
+/// in `dir` (an earlier collection's, on a resume), on one worker thread per core, each
+/// spilled into `graded`'s files as it is made: memory holds none of them. With `cases`, each
+/// trace is graded against the coordinator's own case.
 pub fn grade_rest(
     judges: &JudgeSet,
     dir: &RunDir,
-    trials: &[TrialKey],
+    plan: &[TrialKey],
     cases: Option<&Cases<'_>>,
-    graded: impl Fn(usize) -> bool,
-) -> Grades {
-    let rest: Vec<TrialKey> = (trials.iter().enumerate())
-        .filter(|(at, _)| !graded(*at))
-        .map(|(_, key)| key.clone())
+    graded: Graded,
+) -> anyhow::Result<Graded> {
+    let rest: Vec<u32> = (0..plan.len() as u32)
+        .filter(|&at| !graded.contains(at as usize))
         .collect();
-    on_threads(&rest, threads(), |key| {
-        Some(judges.grade(key, &read_trace(dir, key, cases)?))
-    })
-    .into_iter()
-    .collect()
+    let spill = Spill::reopen(graded).context("cannot reopen the grading spill file")?;
+    let spill = Mutex::new(spill);
+    let chunk = rest.len().div_ceil(threads()).max(1);
+    std::thread::scope(|scope| {
+        for positions in rest.chunks(chunk) {
+            let spill = &spill;
+            scope.spawn(move || {
+                let mut line = Vec::new();
+                for &at in positions {
+                    let key = &plan[at as usize];
+                    let Some(record) = read_trace(dir, key, cases) else {
+                        continue;
+                    };
+                    let used_models = spilled_line(judges, key, record, &mut line);
+                    // Each trial once: its order of arrival decides nothing here.
+                    spill
+                        .lock()
+                        .expect("grading spill")
+                        .push((at, 0), &line, used_models);
+                }
+            });
+        }
+    });
+    spill.into_inner().expect("grading spill").finish()
+}
+
+/// Grades `record`, the trace of `key`, into `line` as the spill file holds it (its grade and
+/// the agent's model usage); whether the agent made model calls.
+fn spilled_line(
+    judges: &JudgeSet,
+    key: &TrialKey,
+    record: TrialRecord,
+    line: &mut Vec<u8>,
+) -> bool {
+    let grade = judges.grade(key, &record);
+    let usage = trace_usage(&record.trace);
+    drop(record);
+    let used_models = !usage.is_empty();
+    line.clear();
+    serde_json::to_writer(&mut *line, &Spilled { grade, usage }).expect("a grade serialises");
+    used_models
 }
 
 mod spill;
@@ -124,13 +166,7 @@ impl<'scope> Grading<'scope> {
                             tracing::warn!("trial {key} is not in the plan; it is not graded");
                             continue;
                         };
-                        let grade = judges.grade(&key, &record);
-                        let usage = trace_usage(&record.trace);
-                        drop(record);
-                        let used_models = !usage.is_empty();
-                        line.clear();
-                        serde_json::to_writer(&mut line, &Spilled { grade, usage })
-                            .expect("a grade serialises");
+                        let used_models = spilled_line(judges, &key, record, &mut line);
                         spill.lock().expect("grading spill").push(
                             (trial as u32, order),
                             &line,

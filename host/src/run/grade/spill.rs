@@ -106,6 +106,24 @@ impl Spill {
         })
     }
 
+    /// Takes `graded`'s files up again, to add the grades of trials it lacks.
+    pub fn reopen(graded: Graded) -> io::Result<Self> {
+        use std::io::Seek;
+        let Graded {
+            mut spill,
+            slots,
+            filled,
+        } = graded;
+        let written = spill.seek(io::SeekFrom::End(0))?;
+        Ok(Spill {
+            file: io::BufWriter::new(spill),
+            written,
+            slots,
+            filled,
+            broken: None,
+        })
+    }
+
     /// Appends `line`, the grade of the trace of the plan's trial `trial` that arrived
     /// `order`th, which `used_models` when the agent made model calls; a grade of a later
     /// version of the same trace, already here, stays.
@@ -346,6 +364,38 @@ mod tests {
         let grades: Vec<TrialGrade> = read.grades.values().map(|g| g.into_owned()).collect();
         assert_eq!(grades, [infra("second")]);
         assert!(read.usage.is_empty(), "the second version used no model");
+    }
+
+    #[test]
+    fn a_spill_reopened_keeps_its_grades_and_takes_the_trials_it_lacks() {
+        let plan = plan();
+        let graded = spilled(&plan, &[("a", 0, infra("while collecting"), 2)]);
+        assert!(graded.contains(1) && !graded.contains(2));
+        let mut spill = Spill::reopen(graded).unwrap();
+        let line = |reason: &str, calls: u64| {
+            let usage = UsageTotals {
+                calls,
+                ..UsageTotals::default()
+            };
+            serde_json::to_vec(&Spilled {
+                grade: infra(reason),
+                usage,
+            })
+            .unwrap()
+        };
+        spill.push((2, 0), &line("at the end", 3), true);
+        let read = spill.finish().unwrap().read(&plan).unwrap();
+        let grades: Vec<(String, TrialGrade)> = (read.grades.iter())
+            .map(|(key, grade)| (key.to_string(), grade.into_owned()))
+            .collect();
+        assert_eq!(
+            grades,
+            [
+                ("v/a/0".to_string(), infra("while collecting")),
+                ("v/b/0".to_string(), infra("at the end"))
+            ]
+        );
+        assert_eq!(read.usage["v"].calls, 5, "both lines' usage");
     }
 
     #[test]
