@@ -281,6 +281,91 @@ struct OwnedGradeEntry {
     grade: TrialGrade,
 }
 
+impl Grades {
+    /// The grades in `grades.json` at `path`, of trials of `plan` (the run's), copied as they
+    /// are read into an unnamed file and kept there ([`Grades::in_file`]): a run of 100,000
+    /// trials is then 16 bytes a grade to read, where the grades and their keys held in
+    /// memory were about 200. A file naming a trial the plan lacks is held in memory whole.
+    pub fn read_file(path: &std::path::Path, plan: Arc<[TrialKey]>) -> anyhow::Result<Self> {
+        let file = match tempfile::tempfile() {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::warn!("the grades of {} are held in memory: {e}", path.display());
+                return crate::files::read_json_file(path);
+            }
+        };
+        let mut into = IntoFile {
+            by_key: crate::eval::trial::sorted_positions(&plan, |key| key),
+            file: GradeFile {
+                file,
+                plan,
+                spots: Vec::new(),
+                end: 0,
+            },
+            held: Vec::new(),
+        };
+        crate::files::read_json_file_with(path, &mut into)?;
+        let IntoFile {
+            file: mut grades,
+            held,
+            ..
+        } = into;
+        let plan = &grades.plan;
+        keep_last_by(&mut grades.spots, |a, b| {
+            plan[a.trial as usize].cmp(&plan[b.trial as usize])
+        });
+        let mut grades = Grades(Store::InFile(grades));
+        if !held.is_empty() {
+            let mut all: Vec<_> = std::mem::take(&mut grades).into_iter().collect();
+            all.extend(held);
+            grades = all.into_iter().collect();
+        }
+        Ok(grades)
+    }
+}
+
+/// [`Grades::read_file`]'s reading: each grade of a planned trial written to `file` as it is
+/// read; one of a trial the plan lacks, or one the file could not take, held.
+struct IntoFile {
+    /// The plan's positions sorted by key.
+    by_key: Vec<u32>,
+    file: GradeFile,
+    held: Vec<(TrialKey, TrialGrade)>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for &mut IntoFile {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for &mut IntoFile {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of grades, each with its `key` and `grade`")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let plan = self.file.plan.clone();
+        while let Some(OwnedGradeEntry { key, grade }) = seq.next_element()? {
+            let trial = crate::eval::trial::find_position(&plan, &self.by_key, |k| k, &key);
+            let copied = trial.map(|trial| self.file.push(trial as u32, &grade));
+            match copied {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    tracing::warn!("the grade of {key} stays in memory: {e}");
+                    self.held.push((key, grade));
+                }
+                None => self.held.push((key, grade)),
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `grades.json`'s form: a list of `{"key", "grade"}`, written straight from the grades.
 impl Serialize for Grades {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -307,6 +392,52 @@ mod tests {
         TrialGrade::Infra {
             reason: reason.into(),
         }
+    }
+
+    #[test]
+    fn grades_json_read_into_a_file_keeps_each_trials_last_grade_and_any_the_plan_lacks() {
+        let plan: Arc<[TrialKey]> = ["c", "a", "b"].map(key).into();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grades.json");
+        let written: Grades = [(key("b"), infra("b")), (key("a"), infra("a1"))]
+            .into_iter()
+            .collect();
+        // As written, then a later grade of `a` and one of a trial the plan lacks.
+        let mut entries = serde_json::to_value(&written).unwrap();
+        let more = [(key("a"), infra("a2")), (key("z"), infra("z"))];
+        for (key, grade) in &more {
+            let entry = serde_json::json!({"key": key, "grade": grade});
+            entries.as_array_mut().unwrap().push(entry);
+        }
+        std::fs::write(&path, entries.to_string()).unwrap();
+        let read = Grades::read_file(&path, plan.clone()).unwrap();
+        let listed: Vec<(String, TrialGrade)> = (read.iter())
+            .map(|(k, g)| (k.case.to_string(), g.into_owned()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("a".into(), infra("a2")),
+                ("b".into(), infra("b")),
+                ("z".into(), infra("z"))
+            ]
+        );
+        // Only planned trials: kept in the file, and the same grades as read into memory.
+        std::fs::write(&path, serde_json::to_string(&written).unwrap()).unwrap();
+        let in_file = Grades::read_file(&path, plan.clone()).unwrap();
+        assert!(matches!(in_file.0, Store::InFile(_)));
+        let held: Grades = crate::files::read_json_file(&path).unwrap();
+        assert_eq!(in_file, held);
+        assert_eq!(in_file.get(&key("a")).as_deref(), Some(&infra("a1")));
+        assert!(in_file.get(&key("c")).is_none());
+        // Damaged: named, never a shorter list of grades.
+        std::fs::write(
+            &path,
+            r#"[{"key": {"variant": "v", "case": "a", "trial": 0}, "gra"#,
+        )
+        .unwrap();
+        let error = format!("{:#}", Grades::read_file(&path, plan).unwrap_err());
+        assert!(error.contains("grades.json is damaged"), "{error}");
     }
 
     #[test]

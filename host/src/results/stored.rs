@@ -48,7 +48,7 @@ impl StoredRun {
         })?;
         let grades_path = dir.root.join("grades.json");
         let grades: Grades = match grades_path.exists() {
-            true => crate::files::read_json_file(&grades_path)?,
+            true => Grades::read_file(&grades_path, record.trials.clone())?,
             false => Grades::default(),
         };
         let pairwise_path = dir.root.join("pairwise.json");
