@@ -6,11 +6,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// Every graded trial's grade, sorted by trial, each trial once: held in memory (read from
-/// `grades.json`, or made by a regrade), or left in the file grading wrote them to as it went
-/// ([`Grades::in_file`]), where a run just collected keeps them: a run of 100,000 trials then
-/// holds where each grade is (16 bytes a trial: its trial's position in the run's plan, and
-/// its place in the file) rather than the grades (about 150), and reads each back when it is
+/// Every graded trial's grade, sorted by trial, each trial once: held in memory (a short list,
+/// or grades a file could not take), or left in a file ([`Grades::in_file`]): the one grading
+/// wrote them to as it went, where a run just collected or regraded keeps them, or a copy of
+/// a stored run's `grades.json` ([`Grades::read_file`]). A run of 100,000 trials then holds
+/// where each grade is (16 bytes a trial: its trial's position in the run's plan, and its
+/// place in the file) rather than the grades (about 150), and reads each back when it is
 /// used. Lookups are binary searches either way.
 #[derive(Debug, Default)]
 pub struct Grades(Store);
@@ -88,21 +89,30 @@ impl GradeFile {
     /// (unsorted).
     fn push(&mut self, trial: u32, grade: &TrialGrade) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
-        #[derive(Serialize)]
-        struct Line<'a> {
-            grade: &'a TrialGrade,
-        }
-        let line = serde_json::to_vec(&Line { grade })?;
-        let len = u32::try_from(line.len()).map_err(std::io::Error::other)?;
+        let mut line = Vec::new();
+        let len = grade_line(grade, &mut line)?;
         self.file.write_all_at(&line, self.end)?;
-        self.spots.push(GradeSpot {
-            trial,
-            at: self.end,
-            len,
-        });
-        self.end += u64::from(len);
+        self.spot(trial, len);
         Ok(())
     }
+
+    /// Notes that the file's next `len` bytes are the grade of the plan's trial `trial`.
+    fn spot(&mut self, trial: u32, len: u32) {
+        let at = self.end;
+        self.spots.push(GradeSpot { trial, at, len });
+        self.end += u64::from(len);
+    }
+}
+
+/// `grade` as a line of a grades file holds it, in `line`; its length.
+fn grade_line(grade: &TrialGrade, line: &mut Vec<u8>) -> std::io::Result<u32> {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        grade: &'a TrialGrade,
+    }
+    line.clear();
+    serde_json::to_writer(&mut *line, &Line { grade })?;
+    u32::try_from(line.len()).map_err(std::io::Error::other)
 }
 
 /// Sorts `items` by trial, as `order` compares them (stably, so that a trial's entries stay
@@ -287,8 +297,14 @@ impl Grades {
     /// trials is then 16 bytes a grade to read, where the grades and their keys held in
     /// memory were about 200. A file naming a trial the plan lacks is held in memory whole.
     pub fn read_file(path: &std::path::Path, plan: Arc<[TrialKey]>) -> anyhow::Result<Self> {
-        let file = match tempfile::tempfile() {
-            Ok(file) => file,
+        // Beside the file (a disk, where `$TMPDIR` may be memory), else in `$TMPDIR`; written
+        // through a second handle of it, buffered.
+        let beside = path.parent().map(tempfile::tempfile_in);
+        let copy = (beside.unwrap_or_else(tempfile::tempfile))
+            .or_else(|_| tempfile::tempfile())
+            .and_then(|file| Ok((file.try_clone()?, file)));
+        let (writer, file) = match copy {
+            Ok(copy) => copy,
             Err(e) => {
                 tracing::warn!("the grades of {} are held in memory: {e}", path.display());
                 return crate::files::read_json_file(path);
@@ -296,7 +312,9 @@ impl Grades {
         };
         let mut into = IntoFile {
             by_key: crate::eval::trial::sorted_positions(&plan, |key| key),
-            file: GradeFile {
+            writer: Some(std::io::BufWriter::new(writer)),
+            line: Vec::new(),
+            grades: GradeFile {
                 file,
                 plan,
                 spots: Vec::new(),
@@ -306,10 +324,17 @@ impl Grades {
         };
         crate::files::read_json_file_with(path, &mut into)?;
         let IntoFile {
-            file: mut grades,
+            writer,
+            mut grades,
             held,
             ..
         } = into;
+        if let Some(Err(e)) = writer.map(|writer| writer.into_inner()) {
+            // The copy is not whole: every grade is read again, into memory.
+            let e = e.error();
+            tracing::warn!("the grades of {} are held in memory: {e}", path.display());
+            return crate::files::read_json_file(path);
+        }
         let plan = &grades.plan;
         keep_last_by(&mut grades.spots, |a, b| {
             plan[a.trial as usize].cmp(&plan[b.trial as usize])
@@ -324,12 +349,17 @@ impl Grades {
     }
 }
 
-/// [`Grades::read_file`]'s reading: each grade of a planned trial written to `file` as it is
-/// read; one of a trial the plan lacks, or one the file could not take, held.
+/// [`Grades::read_file`]'s reading: each grade of a planned trial written to the copy as it is
+/// read; one of a trial the plan lacks, and every one after a write failed, held (so a
+/// trial's last grade stays last).
 struct IntoFile {
     /// The plan's positions sorted by key.
     by_key: Vec<u32>,
-    file: GradeFile,
+    /// The copy being written (a second handle of `grades.file`); `None` once a write failed.
+    writer: Option<std::io::BufWriter<std::fs::File>>,
+    line: Vec<u8>,
+    /// The copy, and where each grade is in it.
+    grades: GradeFile,
     held: Vec<(TrialKey, TrialGrade)>,
 }
 
@@ -349,17 +379,22 @@ impl<'de> serde::de::Visitor<'de> for &mut IntoFile {
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let plan = self.file.plan.clone();
+        let plan = self.grades.plan.clone();
         while let Some(OwnedGradeEntry { key, grade }) = seq.next_element()? {
             let trial = crate::eval::trial::find_position(&plan, &self.by_key, |k| k, &key);
-            let copied = trial.map(|trial| self.file.push(trial as u32, &grade));
-            match copied {
-                Some(Ok(())) => {}
-                Some(Err(e)) => {
-                    tracing::warn!("the grade of {key} stays in memory: {e}");
+            let (Some(trial), Some(writer)) = (trial, &mut self.writer) else {
+                self.held.push((key, grade));
+                continue;
+            };
+            let written = grade_line(&grade, &mut self.line)
+                .and_then(|len| std::io::Write::write_all(writer, &self.line).map(|()| len));
+            match written {
+                Ok(len) => self.grades.spot(trial as u32, len),
+                Err(e) => {
+                    tracing::warn!("the grades from {key} on stay in memory: {e}");
+                    self.writer = None;
                     self.held.push((key, grade));
                 }
-                None => self.held.push((key, grade)),
             }
         }
         Ok(())

@@ -325,7 +325,8 @@ impl RunDir {
     /// Reads `run.json`.
     pub fn read_record(&self) -> Result<RunRecord> {
         let path = self.root.join(RUN_FILE);
-        if !path.exists() {
+        // Only a file that is not there is no run; one that cannot be read says why.
+        if matches!(path.try_exists(), Ok(false)) {
             anyhow::bail!("no run at {}: it has no {RUN_FILE}", self.root.display());
         }
         // Read as it is parsed: a run of 100,000 trials has a `run.json` of about 17 MB.

@@ -38,8 +38,8 @@ fn read_trace(dir: &RunDir, key: &TrialKey, cases: Option<&Cases<'_>>) -> Option
 }
 
 /// Grades every collected trace of the trials of `plan` in `dir` (missing ones are left out),
-/// on one worker thread per core, each grade spilled to a file in the temporary directory as
-/// it is made. With `cases`, each trace is graded against the coordinator's own case,
+/// on one worker thread per core, each grade spilled as it is made to a file in `dir` (or in
+/// the temporary directory, when `dir` cannot take one). With `cases`, each trace is graded against the coordinator's own case,
 /// whatever the stored trace holds.
 pub fn grade_all(
     judges: &JudgeSet,
@@ -47,7 +47,9 @@ pub fn grade_all(
     plan: &Arc<[TrialKey]>,
     cases: Option<&Cases<'_>>,
 ) -> anyhow::Result<Grades> {
-    let none = Spill::new(&std::env::temp_dir(), plan.len())?.finish()?;
+    let spill = (Spill::new(&dir.root, plan.len()))
+        .or_else(|_| Spill::new(&std::env::temp_dir(), plan.len()))?;
+    let none = spill.finish()?;
     Ok(grade_rest(judges, dir, plan, cases, none)?
         .read(plan)?
         .grades)
