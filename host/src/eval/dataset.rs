@@ -306,11 +306,13 @@ impl Loading {
             (file.into_inner().map_err(|e| e.into_error()))
                 .context("cannot write to the file the cases are kept in")
         };
+        let mut ids = self.ids;
+        ids.shrink_to_fit();
         let mut cases = Cases {
             file: Some(written(self.file)?),
             places: Some(written(self.places)?),
             by_id: Vec::new(),
-            ids: self.ids,
+            ids,
             own_trials: self.own_trials,
             sources: self.sources,
             content_hash: hex::encode(self.hasher.finalize()),
@@ -346,13 +348,8 @@ fn parse_jsonl(file: &Path, loading: &mut Loading) -> Result<()> {
     // Blank as `str::trim` sees it; a line that is not UTF-8 is not blank, so its error names it.
     let blank = |line: &[u8]| std::str::from_utf8(line).is_ok_and(|line| line.trim().is_empty());
     let mut lines = LineReader::open(file, MAX_INPUT_BYTES, MAX_INPUT_BYTES as usize)?;
-    // Counted first, on the same open file, so that the cases' list is made at its size.
-    let mut cases = 0;
-    while let Some(line) = lines.next_line()? {
-        cases += usize::from(!blank(line));
-    }
-    let source = loading.source(file.display().to_string(), cases);
-    let mut lines = lines.rewound()?;
+    // Read once: the ids' list grows as it goes, and is made to its size at the end.
+    let source = loading.source(file.display().to_string(), 0);
     let mut number = 0;
     while let Some(line) = lines.next_line()? {
         number += 1;

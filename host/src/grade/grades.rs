@@ -340,11 +340,8 @@ impl Grades {
             plan[a.trial as usize].cmp(&plan[b.trial as usize])
         });
         let mut grades = Grades(Store::InFile(grades));
-        if !held.is_empty() {
-            let mut all: Vec<_> = std::mem::take(&mut grades).into_iter().collect();
-            all.extend(held);
-            grades = all.into_iter().collect();
-        }
+        // After the copied ones, so a trial's last grade stays last.
+        grades.extend(held);
         Ok(grades)
     }
 }

@@ -362,7 +362,7 @@ impl RunDir {
             // Written elsewhere, or by hand: written afresh from the record, as a reader that
             // parses it sees it (an escape such as `\u0073` spelled out, where the redaction
             // of held secrets looks for it).
-            Some(_) => self.trace_log().read(key)?,
+            Some((_, line)) => serde_json::from_slice::<TrialRecord>(&line).ok()?,
             None => self.read_format_1_trace(key)?,
         };
         let line = serde_json::to_vec(&record).ok()?;
