@@ -3,8 +3,12 @@
 use super::config::EvalConfig;
 use super::dataset::Cases;
 use crate::eval::trial::TrialKey;
+use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
 
 /// The shard a case belongs to: the first four bytes of sha256(case id), big-endian, mod `shards`.
 /// All of a case's variants and trials go to one shard, so paired comparisons run on one machine.
@@ -25,16 +29,12 @@ pub struct Filters {
     pub trials: Option<u32>,
 }
 
-/// The most trials one run may plan. Far beyond any eval seen so far (a coordinator holds about
-/// 200 bytes a trial: 2 GB here), and well inside the 32-bit positions a plan is indexed by.
+/// The most trials one run may plan. Far beyond any eval seen so far (a coordinator holds
+/// tens of bytes a trial: hundreds of megabytes here), and well inside the 32-bit positions a plan is indexed by.
 pub const MAX_PLANNED_TRIALS: u64 = 10_000_000;
 
-/// Every trial the run needs, in a stable order: case, variant, repetition.
-pub fn plan(
-    config: &EvalConfig,
-    cases: &Cases,
-    filters: &Filters,
-) -> anyhow::Result<Vec<TrialKey>> {
+/// The run's [`Plan`]: every trial it needs, in a stable order (case, variant, repetition).
+pub fn plan(config: &EvalConfig, cases: &Cases, filters: &Filters) -> anyhow::Result<Plan> {
     let variants: Vec<String> = config.variant_names();
     for wanted in &filters.variants {
         if !variants.contains(wanted) {
@@ -80,21 +80,454 @@ pub fn plan(
              lower it, or split the cases across runs (`--case`)"
         );
     }
-    // One shared name per variant and per case, however many trials name it; held for the
-    // whole run, once per trial, so made at its size.
-    let mut keys = Vec::with_capacity(planned as usize);
-    for (id, trials) in cases.trial_counts().filter(|(id, _)| chosen(id)) {
-        for variant in &variants {
-            for trial in 0..repetitions(trials) {
-                keys.push(TrialKey {
-                    variant: variant.clone(),
-                    case: id.clone(),
-                    trial,
-                });
+    let cases = (cases.trial_counts())
+        .filter(|(id, _)| chosen(id))
+        .map(|(id, trials)| (id.clone(), repetitions(trials)));
+    Plan::new(variants, cases).map_err(|e| anyhow::anyhow!("cannot plan the run: {e}"))
+}
+
+/// Every trial a run plans, in the order [`plan`] makes them: case by case (in the datasets'
+/// order), each variant, each repetition from 0. Held as its names, each once, and how many
+/// repetitions each case has: a trial's [`TrialKey`] is made when it is asked for. A plan of
+/// 100,000 trials holds about 16 bytes a case, where a list of keys held 24 a trial; the keys
+/// it makes share its names. `run.json` lists every key ([`Plan`]'s serde form). Clones
+/// share one plan.
+#[derive(Clone, Default, PartialEq)]
+pub struct Plan(Arc<Grid>);
+
+/// A plan's parts: every case has every variant, each repeated as often as its case says.
+#[derive(Default, PartialEq)]
+struct Grid {
+    /// Each case's variants, in order.
+    variants: Vec<ArcStr>,
+    /// The planned cases' ids, in the plan's order.
+    cases: Vec<ArcStr>,
+    /// Positions in `cases` sorted by id: a key's case is found by halves.
+    by_id: Vec<u32>,
+    /// How many times each case repeats each variant.
+    repetitions: Repetitions,
+    /// Trials in all.
+    len: u32,
+}
+
+/// How many times each case of a plan repeats each variant.
+#[derive(PartialEq)]
+enum Repetitions {
+    /// Every case the same count, as a plan without cases' own `trials` has: nothing held
+    /// per case.
+    Same(u32),
+    /// Where each case's trials start, and the plan's length last: four bytes a case.
+    Starts(Vec<u32>),
+}
+
+impl Default for Repetitions {
+    fn default() -> Self {
+        Repetitions::Same(0)
+    }
+}
+
+impl Plan {
+    /// The plan of each of `variants` (none named twice) under each of `cases` in turn (with
+    /// how many times the case repeats each variant; one with none has no trials and is left
+    /// out). Fails when a case or a variant is named twice, or the plan has more trials than
+    /// its 32-bit positions can count.
+    pub fn new(
+        variants: Vec<ArcStr>,
+        cases: impl IntoIterator<Item = (ArcStr, u32)>,
+    ) -> Result<Self, String> {
+        let mut made = GridBuilder::new(variants)?;
+        for (case, repetitions) in cases {
+            made.case(case, repetitions)?;
+        }
+        made.finish()
+    }
+
+    /// The plan whose trials are `keys`, which must be in a plan's order (see [`Plan`]):
+    /// what a stored list of keys is read back as.
+    pub fn from_keys(keys: impl IntoIterator<Item = TrialKey>) -> Result<Self, String> {
+        let mut made = KeysReader::default();
+        for key in keys {
+            made.key(&key.variant, &key.case, key.trial)?;
+        }
+        made.finish()
+    }
+
+    /// How many trials the plan has.
+    pub fn len(&self) -> usize {
+        self.0.len as usize
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+
+    /// The trial at position `at` (below [`Self::len`]): its variant, case and repetition,
+    /// borrowed from the plan.
+    pub fn parts(&self, at: usize) -> (&ArcStr, &ArcStr, u32) {
+        let grid = &*self.0;
+        assert!(at < self.len(), "position {at} of a plan of {}", self.len());
+        let at = at as u32;
+        let case = grid.case_at(at);
+        let repetitions = grid.repetitions_of(case);
+        let within = at - grid.start_of(case);
+        let variant = &grid.variants[(within / repetitions) as usize];
+        (variant, &grid.cases[case], within % repetitions)
+    }
+
+    /// The key of the trial at position `at` (below [`Self::len`]), sharing the plan's names.
+    pub fn key(&self, at: usize) -> TrialKey {
+        let (variant, case, trial) = self.parts(at);
+        TrialKey::new(variant.clone(), case.clone(), trial)
+    }
+
+    /// The key of the trial at position `at`, if the plan has one there.
+    pub fn get(&self, at: usize) -> Option<TrialKey> {
+        (at < self.len()).then(|| self.key(at))
+    }
+
+    /// The id of the case of the trial at position `at` (below [`Self::len`]).
+    pub fn case_of(&self, at: usize) -> &ArcStr {
+        self.parts(at).1
+    }
+
+    /// Every trial's key, in order.
+    pub fn keys(&self) -> impl Iterator<Item = TrialKey> + '_ {
+        self.groups().flat_map(|(variant, case, trials)| {
+            (0..trials.len() as u32)
+                .map(|trial| TrialKey::new(variant.clone(), case.clone(), trial))
+        })
+    }
+
+    /// Each case's trials of each variant, in order: the variant, the case, and their
+    /// positions (repetitions 0, 1, … in turn).
+    pub fn groups(&self) -> impl Iterator<Item = (&ArcStr, &ArcStr, std::ops::Range<u32>)> + '_ {
+        let grid = &*self.0;
+        grid.cases.iter().enumerate().flat_map(move |(case, id)| {
+            let (start, repetitions) = (grid.start_of(case), grid.repetitions_of(case));
+            grid.variants
+                .iter()
+                .enumerate()
+                .map(move |(variant, name)| {
+                    let first = start + variant as u32 * repetitions;
+                    (name, id, first..first + repetitions)
+                })
+        })
+    }
+
+    /// Every position, in the order of their trials' keys (variant, case, repetition): the
+    /// variants sorted, the cases by id, with nothing held to sort them.
+    pub fn positions_by_key(&self) -> impl Iterator<Item = usize> + '_ {
+        let grid = &*self.0;
+        let mut variants: Vec<u32> = (0..grid.variants.len() as u32).collect();
+        variants.sort_by_key(|&variant| &grid.variants[variant as usize]);
+        variants.into_iter().flat_map(move |variant| {
+            grid.by_id.iter().flat_map(move |&case| {
+                let repetitions = grid.repetitions_of(case as usize);
+                let first = grid.start_of(case as usize) + variant * repetitions;
+                (first..first + repetitions).map(|at| at as usize)
+            })
+        })
+    }
+
+    /// The variants every case has, in order.
+    pub fn variants(&self) -> &[ArcStr] {
+        &self.0.variants
+    }
+
+    /// The planned cases' ids, in order.
+    pub fn cases(&self) -> &[ArcStr] {
+        &self.0.cases
+    }
+
+    /// The position of the trial `key`, if the plan has it.
+    pub fn position(&self, key: &TrialKey) -> Option<usize> {
+        let grid = &*self.0;
+        let found = grid
+            .by_id
+            .binary_search_by(|&case| grid.cases[case as usize].as_str().cmp(&key.case))
+            .ok()?;
+        let case = grid.by_id[found] as usize;
+        let variant = grid.variants.iter().position(|v| *v == key.variant)? as u32;
+        let repetitions = grid.repetitions_of(case);
+        (key.trial < repetitions)
+            .then(|| (grid.start_of(case) + variant * repetitions + key.trial) as usize)
+    }
+
+    /// How the trials at positions `a` and `b` compare as their keys do (variant, case,
+    /// repetition), without making them.
+    pub fn cmp_at(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        let ((va, ca, ta), (vb, cb, tb)) = (self.parts(a), self.parts(b));
+        (va.as_str(), ca.as_str(), ta).cmp(&(vb.as_str(), cb.as_str(), tb))
+    }
+
+    /// How the trial at position `at` compares with `key`, as keys compare.
+    pub fn cmp_with(&self, at: usize, key: &TrialKey) -> std::cmp::Ordering {
+        let (variant, case, trial) = self.parts(at);
+        (variant.as_str(), case.as_str(), trial).cmp(&(&key.variant, &key.case, key.trial))
+    }
+}
+
+impl Grid {
+    /// The case (its position in `cases`) of the trial at `at`.
+    fn case_at(&self, at: u32) -> usize {
+        match &self.repetitions {
+            Repetitions::Same(repetitions) => {
+                (at / (repetitions * self.variants.len() as u32)) as usize
+            }
+            Repetitions::Starts(starts) => starts.partition_point(|&start| start <= at) - 1,
+        }
+    }
+
+    /// Where case `case`'s trials start.
+    fn start_of(&self, case: usize) -> u32 {
+        match &self.repetitions {
+            Repetitions::Same(repetitions) => {
+                case as u32 * repetitions * self.variants.len() as u32
+            }
+            Repetitions::Starts(starts) => starts[case],
+        }
+    }
+
+    /// How many times case `case` repeats each variant.
+    fn repetitions_of(&self, case: usize) -> u32 {
+        match &self.repetitions {
+            Repetitions::Same(repetitions) => *repetitions,
+            Repetitions::Starts(starts) => {
+                (starts[case + 1] - starts[case]) / self.variants.len() as u32
             }
         }
     }
-    Ok(keys)
+}
+
+/// A plan made a case at a time.
+struct GridBuilder {
+    variants: Vec<ArcStr>,
+    cases: Vec<ArcStr>,
+    /// Each case's repetitions of each variant.
+    repetitions: Vec<u32>,
+    len: u64,
+}
+
+impl GridBuilder {
+    fn new(variants: Vec<ArcStr>) -> Result<Self, String> {
+        if let Some(twice) =
+            (variants.iter().enumerate()).find(|(at, v)| variants[..*at].contains(v))
+        {
+            return Err(format!("variant `{}` is planned twice", twice.1));
+        }
+        Ok(GridBuilder {
+            variants,
+            cases: Vec::new(),
+            repetitions: Vec::new(),
+            len: 0,
+        })
+    }
+
+    fn case(&mut self, case: ArcStr, repetitions: u32) -> Result<(), String> {
+        if repetitions == 0 || self.variants.is_empty() {
+            return Ok(());
+        }
+        self.len += u64::from(repetitions) * self.variants.len() as u64;
+        if self.len > u64::from(u32::MAX) {
+            return Err(format!("more than {} trials", u32::MAX));
+        }
+        self.cases.push(case);
+        self.repetitions.push(repetitions);
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Plan, String> {
+        let GridBuilder {
+            variants,
+            mut cases,
+            repetitions,
+            len,
+        } = self;
+        let by_id = super::trial::sorted_positions(&cases, |id| id.as_str());
+        if let Some(pair) = by_id
+            .windows(2)
+            .find(|pair| cases[pair[0] as usize] == cases[pair[1] as usize])
+        {
+            return Err(format!(
+                "case `{}` is planned twice",
+                cases[pair[0] as usize]
+            ));
+        }
+        cases.shrink_to_fit();
+        let repetitions = match repetitions.first() {
+            Some(&first) if repetitions.iter().any(|&r| r != first) => {
+                let mut starts = Vec::with_capacity(repetitions.len() + 1);
+                let mut start = 0;
+                for count in repetitions {
+                    starts.push(start);
+                    start += count * variants.len() as u32;
+                }
+                starts.push(start);
+                Repetitions::Starts(starts)
+            }
+            first => Repetitions::Same(first.copied().unwrap_or(0)),
+        };
+        Ok(Plan(Arc::new(Grid {
+            variants,
+            cases,
+            by_id,
+            repetitions,
+            len: len as u32,
+        })))
+    }
+}
+
+/// Reads a plan back from its keys, one at a time, checking they come in a plan's order.
+#[derive(Default)]
+struct KeysReader {
+    /// The first case's variants, as they come; every later case must list the same.
+    variants: Vec<ArcStr>,
+    cases: Vec<(ArcStr, u32)>,
+    /// The case being read: its id, the variant it is at, the repetitions seen of that
+    /// variant, and of each variant before it.
+    current: Option<(ArcStr, usize, u32, Option<u32>)>,
+}
+
+impl KeysReader {
+    fn key(&mut self, variant: &str, case: &str, trial: u32) -> Result<(), String> {
+        let out_of_order = || {
+            format!(
+                "trial {variant}/{case}/{trial} is out of a plan's order (case by case, each \
+                 variant in turn, each repetition from 0)"
+            )
+        };
+        let first_case = self.cases.is_empty();
+        match &mut self.current {
+            Some((id, at, seen, _)) if **id == *case && *self.variants[*at] == *variant => {
+                if trial != *seen {
+                    return Err(out_of_order());
+                }
+                *seen += 1;
+            }
+            Some((id, at, seen, each)) if **id == *case => {
+                // The next variant of the same case.
+                if trial != 0 || each.is_some_and(|each| each != *seen) {
+                    return Err(out_of_order());
+                }
+                *each = Some(*seen);
+                *at += 1;
+                *seen = 1;
+                if first_case
+                    && *at == self.variants.len()
+                    && !self.variants.iter().any(|v| v == variant)
+                {
+                    self.variants.push(variant.into());
+                } else if self.variants.get(*at).is_none_or(|v| v != variant) {
+                    return Err(out_of_order());
+                }
+            }
+            _ => {
+                self.close()?;
+                if trial != 0 {
+                    return Err(out_of_order());
+                }
+                if self.cases.is_empty() {
+                    self.variants.push(variant.into());
+                } else if *self.variants[0] != *variant {
+                    return Err(out_of_order());
+                }
+                self.current = Some((case.into(), 0, 1, None));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the case being read, which must have had every variant, each as often.
+    fn close(&mut self) -> Result<(), String> {
+        let Some((id, at, seen, each)) = self.current.take() else {
+            return Ok(());
+        };
+        if at + 1 != self.variants.len() || each.is_some_and(|each| each != seen) {
+            return Err(format!(
+                "case `{id}` lacks trials of a plan: every case has every variant, each as often"
+            ));
+        }
+        self.cases.push((id, seen));
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Plan, String> {
+        self.close()?;
+        Plan::new(self.variants, self.cases)
+    }
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let grid = &*self.0;
+        write!(
+            f,
+            "Plan({} trials: {} cases × {:?})",
+            grid.len,
+            grid.cases.len(),
+            grid.variants
+        )
+    }
+}
+
+/// As `run.json` lists a plan: every trial's key, in order.
+impl Serialize for Plan {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// A key as [`TrialKey`] serialises, borrowed from the plan.
+        #[derive(Serialize)]
+        struct Key<'a> {
+            variant: &'a str,
+            case: &'a str,
+            trial: u32,
+        }
+        use serde::ser::SerializeSeq;
+        let mut keys = serializer.serialize_seq(Some(self.len()))?;
+        for (variant, case, trials) in self.groups() {
+            for trial in 0..trials.len() as u32 {
+                keys.serialize_element(&Key {
+                    variant,
+                    case,
+                    trial,
+                })?;
+            }
+        }
+        keys.end()
+    }
+}
+
+/// Reads the list [`Plan`]'s `Serialize` writes, one key at a time: each name is held once,
+/// however many keys name it, and a list out of a plan's order is refused by the trial
+/// where it goes wrong.
+impl<'de> Deserialize<'de> for Plan {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// A key's fields as they are read.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct KeyFields<'a> {
+            #[serde(borrow)]
+            variant: Cow<'a, str>,
+            #[serde(borrow)]
+            case: Cow<'a, str>,
+            trial: u32,
+        }
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = Plan;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of trial keys")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Plan, A::Error> {
+                let mut plan = KeysReader::default();
+                while let Some(key) = seq.next_element::<KeyFields<'_>>()? {
+                    plan.key(&key.variant, &key.case, key.trial)
+                        .map_err(serde::de::Error::custom)?;
+                }
+                plan.finish().map_err(serde::de::Error::custom)
+            }
+        }
+        deserializer.deserialize_seq(Keys)
+    }
 }
 
 #[cfg(test)]
@@ -145,7 +578,7 @@ mod tests {
         };
         let keys = plan(&config, &cases, &only).unwrap();
         assert_eq!(keys.len(), 3);
-        assert!(keys.iter().all(|k| &*k.variant == "b" && &*k.case == "c1"));
+        assert!(keys.keys().all(|k| &*k.variant == "b" && &*k.case == "c1"));
         assert!(plan(
             &config,
             &cases,
@@ -200,5 +633,141 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("from the eval's `trials`"), "{error}");
+    }
+    /// Keys of `(variant, case, trial)`.
+    fn keys(list: &[(&str, &str, u32)]) -> Vec<TrialKey> {
+        list.iter()
+            .map(|&(v, c, t)| TrialKey::new(v, c, t))
+            .collect()
+    }
+
+    #[test]
+    fn a_plan_makes_its_keys_in_order_finds_their_positions_and_lists_them_as_it_reads_them() {
+        let variants = vec![ArcStr::from("b"), ArcStr::from("a")];
+        // Cases' own counts (the case with none is left out), then one count for every case.
+        let each = Plan::new(
+            variants.clone(),
+            [("c2", 2), ("none", 0), ("c1", 1), ("c3", 2)].map(|(c, n)| (c.into(), n)),
+        )
+        .unwrap();
+        let same = Plan::new(variants, ["c2", "c1"].map(|c| (c.into(), 2))).unwrap();
+        let expected_each = keys(&[
+            ("b", "c2", 0),
+            ("b", "c2", 1),
+            ("a", "c2", 0),
+            ("a", "c2", 1),
+            ("b", "c1", 0),
+            ("a", "c1", 0),
+            ("b", "c3", 0),
+            ("b", "c3", 1),
+            ("a", "c3", 0),
+            ("a", "c3", 1),
+        ]);
+        let expected_same = keys(&[
+            ("b", "c2", 0),
+            ("b", "c2", 1),
+            ("a", "c2", 0),
+            ("a", "c2", 1),
+            ("b", "c1", 0),
+            ("b", "c1", 1),
+            ("a", "c1", 0),
+            ("a", "c1", 1),
+        ]);
+        for (plan, expected) in [(&each, &expected_each), (&same, &expected_same)] {
+            assert_eq!(plan.len(), expected.len());
+            assert_eq!(plan.keys().collect::<Vec<_>>(), *expected);
+            for (at, key) in expected.iter().enumerate() {
+                assert_eq!(plan.key(at), *key);
+                assert_eq!(plan.position(key), Some(at), "{key}");
+                assert_eq!(plan.case_of(at), &key.case);
+                assert_eq!(plan.cmp_with(at, key), std::cmp::Ordering::Equal);
+            }
+            assert_eq!(plan.get(plan.len()), None);
+            for absent in keys(&[
+                ("a", "c1", 2),
+                ("z", "c1", 0),
+                ("a", "none", 0),
+                ("a", "c0", 0),
+            ]) {
+                assert_eq!(plan.position(&absent), None, "{absent}");
+            }
+            // Positions sorted as their keys sort.
+            let mut by_position: Vec<usize> = (0..plan.len()).collect();
+            by_position.sort_by(|a, b| plan.cmp_at(*a, *b));
+            let mut sorted = expected.clone();
+            sorted.sort();
+            let made: Vec<TrialKey> = by_position.iter().map(|&at| plan.key(at)).collect();
+            assert_eq!(made, sorted);
+            assert_eq!(plan.positions_by_key().collect::<Vec<_>>(), by_position);
+            // Listed as keys are, read back the same from text and from a reader, every
+            // key of a case sharing its one name.
+            let text = serde_json::to_string(plan).unwrap();
+            assert_eq!(text, serde_json::to_string(expected).unwrap());
+            let from_text: Plan = serde_json::from_str(&text).unwrap();
+            let from_reader: Plan = serde_json::from_reader(text.as_bytes()).unwrap();
+            for read in [from_text, from_reader] {
+                assert_eq!(read, *plan);
+                assert!(ArcStr::ptr_eq(&read.key(0).case, &read.key(3).case));
+                assert!(ArcStr::ptr_eq(&read.key(0).variant, &read.key(4).variant));
+            }
+            assert_eq!(Plan::from_keys(expected.iter().cloned()).unwrap(), *plan);
+        }
+        let groups: Vec<(String, String, std::ops::Range<u32>)> = (each.groups())
+            .map(|(v, c, at)| (v.to_string(), c.to_string(), at))
+            .collect();
+        assert_eq!(groups[1], ("a".into(), "c2".into(), 2..4));
+        assert_eq!(groups[3], ("a".into(), "c1".into(), 5..6));
+        assert_eq!(groups.len(), 6);
+        let empty: Plan = serde_json::from_str("[]").unwrap();
+        assert!(empty.is_empty() && empty.keys().next().is_none());
+    }
+
+    #[test]
+    fn a_list_of_keys_out_of_a_plans_order_is_refused_naming_where() {
+        let key =
+            |v: &str, c: &str, t: u32| serde_json::json!({"variant": v, "case": c, "trial": t});
+        for (bad, names) in [
+            (serde_json::json!([key("a", "c1", 1)]), "a/c1/1"),
+            // Repetitions of a variant together.
+            (
+                serde_json::json!([key("a", "c1", 0), key("b", "c1", 0), key("a", "c1", 1)]),
+                "a/c1/1",
+            ),
+            // Every case has every variant, each as often.
+            (
+                serde_json::json!([key("a", "c1", 0), key("b", "c1", 0), key("a", "c2", 0)]),
+                "`c2`",
+            ),
+            (
+                serde_json::json!([key("a", "c1", 0), key("a", "c1", 1), key("b", "c1", 0)]),
+                "`c1`",
+            ),
+            (
+                serde_json::json!([key("a", "c1", 0), key("b", "c2", 0)]),
+                "b/c2/0",
+            ),
+            // A case's trials together.
+            (
+                serde_json::json!([key("a", "c1", 0), key("a", "c2", 0), key("a", "c1", 0)]),
+                "`c1` is planned twice",
+            ),
+            (
+                serde_json::json!([key("a", "c1", 0), key("b", "c1", 0), key("a", "c1", 0)]),
+                "a/c1/0",
+            ),
+            (
+                serde_json::json!([{"variant": "a", "case": "c1", "trial": 0, "extra": 1}]),
+                "extra",
+            ),
+            (serde_json::json!([{"variant": "a", "trial": 0}]), "case"),
+            (serde_json::json!({"variant": "a"}), "a list of trial keys"),
+        ] {
+            let error = serde_json::from_value::<Plan>(bad.clone())
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(names), "{bad}: {error}");
+        }
+        let twice = Plan::new(vec!["a".into(), "a".into()], [("c".into(), 1)]);
+        assert!(twice.unwrap_err().contains("variant `a` is planned twice"));
     }
 }

@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
 
 /// Identifies one trial: a case under a variant, and the repetition number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -17,14 +16,15 @@ use std::sync::Arc;
 pub struct TrialKey {
     /// Shared by every trial of the variant: a run of 100,000 trials holds each name once.
     pub variant: ArcStr,
-    /// Shared by every trial of the case, and with the plan's other keys.
+    /// Shared by every trial of the case, and with the plan.
     pub case: ArcStr,
     /// 0-based repetition.
     pub trial: u32,
 }
 
-// A run holds a key for every trial it plans: the names are thin shared strings
-// ([`ArcStr`], one word each; `Arc<str>` is two), so a key is 24 bytes rather than 40.
+// A shard's own list, the grades held in memory and every message name trials by key: the
+// names are thin shared strings ([`ArcStr`], one word each; `Arc<str>` is two), so a key is
+// 24 bytes rather than 40. (A run's plan holds no keys: it makes them.)
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::size_of::<TrialKey>() == 24);
 
@@ -43,59 +43,6 @@ impl fmt::Display for TrialKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}/{}", self.variant, self.case, self.trial)
     }
-}
-
-/// Reads a list of trial keys (`run.json`'s `trials`) with their names shared as a plan
-/// shares them: one name per variant, and one per case for the keys that follow each other
-/// (a plan lists each case's trials together). Read with the derived `Deserialize`, every key
-/// would hold two names of its own: about 5 MB more for a run of 100,000 trials.
-pub fn keys_sharing_names<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Arc<[TrialKey]>, D::Error> {
-    /// A key's fields as they are read, before its names are shared.
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct KeyFields<'a> {
-        #[serde(borrow)]
-        variant: Cow<'a, str>,
-        #[serde(borrow)]
-        case: Cow<'a, str>,
-        trial: u32,
-    }
-    struct Keys;
-    impl<'de> serde::de::Visitor<'de> for Keys {
-        type Value = Arc<[TrialKey]>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a list of trial keys")
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut keys = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
-            let mut variants: Vec<ArcStr> = Vec::new();
-            let mut case = ArcStr::default();
-            while let Some(key) = seq.next_element::<KeyFields<'_>>()? {
-                let variant = match variants.iter().find(|v| ***v == *key.variant) {
-                    Some(variant) => variant.clone(),
-                    None => {
-                        variants.push(ArcStr::from(&*key.variant));
-                        variants[variants.len() - 1].clone()
-                    }
-                };
-                if *case != *key.case {
-                    case = ArcStr::from(&*key.case);
-                }
-                keys.push(TrialKey {
-                    variant,
-                    case: case.clone(),
-                    trial: key.trial,
-                });
-            }
-            Ok(keys.into())
-        }
-    }
-    deserializer.deserialize_seq(Keys)
 }
 
 /// One evaluation case.
@@ -742,45 +689,6 @@ impl CaseRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_plans_keys_read_back_share_their_names_and_refuse_what_is_not_a_key() {
-        #[derive(Deserialize)]
-        struct Record {
-            #[serde(deserialize_with = "keys_sharing_names")]
-            trials: Arc<[TrialKey]>,
-        }
-        let key = |v: &str, c: &str, t: u32| json!({"variant": v, "case": c, "trial": t});
-        let text = json!({"trials": [key("a", "c1", 0), key("b", "c1", 0), key("a", "c1", 1),
-                                     key("a", "c2", 0), key("b", "c2", 0)]})
-        .to_string();
-        // Read from text and from a reader (as `run.json` is), alike.
-        let from_text: Record = serde_json::from_str(&text).unwrap();
-        let from_reader: Record = serde_json::from_reader(text.as_bytes()).unwrap();
-        for trials in [&from_text.trials, &from_reader.trials] {
-            let shown: Vec<String> = trials.iter().map(ToString::to_string).collect();
-            assert_eq!(shown, ["a/c1/0", "b/c1/0", "a/c1/1", "a/c2/0", "b/c2/0"]);
-            assert!(ArcStr::ptr_eq(&trials[0].variant, &trials[2].variant));
-            assert!(ArcStr::ptr_eq(&trials[1].variant, &trials[4].variant));
-            assert!(ArcStr::ptr_eq(&trials[0].case, &trials[2].case));
-            assert!(ArcStr::ptr_eq(&trials[3].case, &trials[4].case));
-        }
-        for bad in [
-            json!({"trials": [{"variant": "a", "case": "c1", "trial": 0, "extra": 1}]}),
-            json!({"trials": [{"variant": "a", "trial": 0}]}),
-            json!({"trials": {"variant": "a"}}),
-        ] {
-            let error = serde_json::from_value::<Record>(bad.clone()).err().unwrap();
-            let error = error.to_string();
-            assert!(
-                error.contains("extra")
-                    || error.contains("case")
-                    || error.contains("a list of trial keys"),
-                "{bad}: {error}"
-            );
-        }
-    }
 
     #[test]
     fn the_case_index_finds_every_case_by_id_and_nothing_else() {

@@ -1,24 +1,25 @@
 //! [`Grades`]: every trial's grade, as a run holds it and as `grades.json` stores it.
 
+use super::slots::{Slot, Slots};
 use super::TrialGrade;
+use crate::eval::plan::Plan;
 use crate::eval::trial::TrialKey;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Cow;
-use std::sync::Arc;
 
-/// Every graded trial's grade, sorted by trial, each trial once: held in memory (a short list,
-/// or grades a file could not take), or left in a file ([`Grades::in_file`]): the one grading
-/// wrote them to as it went, where a run just collected or regraded keeps them, or a copy of
-/// a stored run's `grades.json` ([`Grades::read_file`]). A run of 100,000 trials then holds
-/// where each grade is (16 bytes a trial: its trial's position in the run's plan, and its
-/// place in the file) rather than the grades (about 150), and reads each back when it is
-/// used. Lookups are binary searches either way.
+/// Every graded trial's grade, in the order of their keys, each trial once: held in memory (a
+/// short list, or grades a file could not take), or left in a file ([`Grades::in_file`]):
+/// the one grading wrote them to as it went, where a run just collected or regraded keeps
+/// them, or a copy of a stored run's `grades.json` ([`Grades::read_file`]). A grade left in
+/// a file is found through [`Slots`], one for each trial of the run's plan, in a second file:
+/// memory holds one bit a trial rather than the grades (about 150 bytes a trial), and each is
+/// read back when it is used.
 #[derive(Debug, Default)]
 pub struct Grades(Store);
 
 #[derive(Debug)]
 enum Store {
-    /// A flat sorted list rather than a tree: each grade its own size and no more.
+    /// A flat list sorted by key rather than a tree: each grade its own size and no more.
     Held(Vec<(TrialKey, TrialGrade)>),
     InFile(GradeFile),
 }
@@ -29,26 +30,17 @@ impl Default for Store {
     }
 }
 
-/// Grades in a file of JSON objects, each with the grade in its `grade` field, and where each
-/// trial's is.
+/// Grades in a file of JSON objects, each with the grade in its `grade` field, and each
+/// trial's slot: where its grade is.
 #[derive(Debug)]
 struct GradeFile {
     file: std::fs::File,
-    /// The run's plan: the spots name their trials by position in it.
-    plan: Arc<[TrialKey]>,
-    /// Sorted by trial, each trial once.
-    spots: Vec<GradeSpot>,
+    /// By the trial's position in `plan`.
+    slots: Slots,
+    /// The run's plan.
+    plan: Plan,
     /// The file's length: grades added later go here.
     end: u64,
-}
-
-/// Where one trial's grade is in a grades file: `len` bytes at `at`, the grade of the plan's
-/// trial at position `trial`.
-#[derive(Debug, Clone, Copy)]
-pub struct GradeSpot {
-    pub trial: u32,
-    pub len: u32,
-    pub at: u64,
 }
 
 /// What a line of a grades file is read as: its grade, whatever else it holds.
@@ -58,25 +50,28 @@ struct GradeLine {
 }
 
 impl GradeFile {
-    /// The grade at `spot`. A file of the run's own that cannot be read back (a disk fault)
-    /// makes the trial's grade say so, and the run's grading `partial`, rather than lose it
-    /// silently.
-    /// The trial of `spot`.
-    fn key(&self, spot: &GradeSpot) -> &TrialKey {
-        &self.plan[spot.trial as usize]
+    /// The position in the plan of `key`'s trial, if the file has its grade.
+    fn find(&self, key: &TrialKey) -> Option<usize> {
+        self.plan
+            .position(key)
+            .filter(|&trial| self.slots.contains(trial))
     }
 
-    /// Where the grade of `key` is, if the file has one.
-    fn find(&self, key: &TrialKey) -> Option<&GradeSpot> {
-        let at = self.spots.binary_search_by(|s| self.key(s).cmp(key)).ok()?;
-        Some(&self.spots[at])
-    }
-
-    fn read(&self, spot: &GradeSpot) -> TrialGrade {
-        match crate::files::read_json_at::<GradeLine>(&self.file, spot.at, spot.len as usize) {
+    /// The grade of the plan's trial at `trial`, which the file has. A file of the run's own
+    /// that cannot be read back (a disk fault) makes the trial's grade say so, and the run's
+    /// grading `partial`, rather than lose it silently.
+    fn read(&self, trial: usize) -> TrialGrade {
+        let read = self.slots.get(trial).and_then(|slot| {
+            let slot = slot.ok_or_else(|| std::io::Error::other("it has no slot"))?;
+            crate::files::read_json_at::<GradeLine>(&self.file, slot.at, slot.len as usize)
+        });
+        match read {
             Ok(line) => line.grade,
             Err(e) => {
-                tracing::warn!("cannot read the grade of {} back: {e}", self.key(spot));
+                tracing::warn!(
+                    "cannot read the grade of {} back: {e}",
+                    self.plan.key(trial)
+                );
                 TrialGrade::NotGraded {
                     judge: "mst".into(),
                     error: format!("its grade could not be read back from the grading file: {e}"),
@@ -85,34 +80,38 @@ impl GradeFile {
         }
     }
 
-    /// Appends `grade` of the plan's trial at `trial` to the file, and where it is to `spots`
-    /// (unsorted).
-    fn push(&mut self, trial: u32, grade: &TrialGrade) -> std::io::Result<()> {
+    /// The positions of the trials graded, in the order of their keys.
+    fn graded(&self) -> impl Iterator<Item = usize> + '_ {
+        (self.plan.positions_by_key()).filter(|&trial| self.slots.contains(trial))
+    }
+
+    /// Appends `grade` of the plan's trial at `trial` to the file, and where it is to its
+    /// slot: an earlier grade of the trial is replaced.
+    fn push(&mut self, trial: usize, grade: &TrialGrade) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
         let mut line = Vec::new();
-        let len = grade_line(grade, &mut line)?;
+        grade_line(grade, &mut line)?;
         self.file.write_all_at(&line, self.end)?;
-        self.spot(trial, len);
-        Ok(())
+        self.spot(trial, line.len())
     }
 
     /// Notes that the file's next `len` bytes are the grade of the plan's trial `trial`.
-    fn spot(&mut self, trial: u32, len: u32) {
-        let at = self.end;
-        self.spots.push(GradeSpot { trial, at, len });
-        self.end += u64::from(len);
+    fn spot(&mut self, trial: usize, len: usize) -> std::io::Result<()> {
+        self.slots.set(trial, Slot::new(self.end, len)?)?;
+        self.end += len as u64;
+        Ok(())
     }
 }
 
 /// `grade` as a line of a grades file holds it, in `line`; its length.
-fn grade_line(grade: &TrialGrade, line: &mut Vec<u8>) -> std::io::Result<u32> {
+fn grade_line(grade: &TrialGrade, line: &mut Vec<u8>) -> std::io::Result<()> {
     #[derive(Serialize)]
     struct Line<'a> {
         grade: &'a TrialGrade,
     }
     line.clear();
     serde_json::to_writer(&mut *line, &Line { grade })?;
-    u32::try_from(line.len()).map_err(std::io::Error::other)
+    Ok(())
 }
 
 /// Sorts `items` by trial, as `order` compares them (stably, so that a trial's entries stay
@@ -132,20 +131,13 @@ fn keep_last_by<T>(items: &mut Vec<T>, order: impl Fn(&T, &T) -> std::cmp::Order
 }
 
 impl Grades {
-    /// The grades in `file` at `spots` (sorted by trial, each trial once) of trials of
-    /// `plan`, `end` the file's length.
-    pub(crate) fn in_file(
-        file: std::fs::File,
-        plan: Arc<[TrialKey]>,
-        spots: Vec<GradeSpot>,
-        end: u64,
-    ) -> Self {
-        let key = |spot: &GradeSpot| &plan[spot.trial as usize];
-        debug_assert!(spots.windows(2).all(|pair| key(&pair[0]) < key(&pair[1])));
+    /// The grades in `file` of trials of `plan`, each where its trial's slot in `slots`
+    /// says; `end` the file's length.
+    pub(crate) fn in_file(file: std::fs::File, slots: Slots, plan: Plan, end: u64) -> Self {
         Grades(Store::InFile(GradeFile {
             file,
+            slots,
             plan,
-            spots,
             end,
         }))
     }
@@ -173,7 +165,7 @@ impl Grades {
     pub fn len(&self) -> usize {
         match &self.0 {
             Store::Held(grades) => grades.len(),
-            Store::InFile(file) => file.spots.len(),
+            Store::InFile(file) => file.slots.count(),
         }
     }
 
@@ -183,14 +175,18 @@ impl Grades {
     }
 
     /// The grades, by trial, each read as it is reached.
-    pub fn iter(&self) -> impl Iterator<Item = (&TrialKey, Cow<'_, TrialGrade>)> {
-        (0..self.len()).map(move |at| match &self.0 {
-            Store::Held(grades) => (&grades[at].0, Cow::Borrowed(&grades[at].1)),
-            Store::InFile(file) => {
-                let spot = &file.spots[at];
-                (file.key(spot), Cow::Owned(file.read(spot)))
-            }
-        })
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (Cow<'_, TrialKey>, Cow<'_, TrialGrade>)> + '_> {
+        match &self.0 {
+            Store::Held(grades) => Box::new(
+                (grades.iter()).map(|(key, grade)| (Cow::Borrowed(key), Cow::Borrowed(grade))),
+            ),
+            Store::InFile(file) => Box::new(file.graded().map(|trial| {
+                (
+                    Cow::Owned(file.plan.key(trial)),
+                    Cow::Owned(file.read(trial)),
+                )
+            })),
+        }
     }
 
     /// The grades alone, by trial.
@@ -209,31 +205,21 @@ impl Grades {
                 }
             }
             Store::InFile(file) => {
-                let len = file.spots.len();
                 let mut unwritten = Vec::new();
-                let mut more = more.into_iter().peekable();
-                // The plan's positions by key, made only when there is something to add.
-                let by_key = match more.peek() {
-                    Some(_) => crate::eval::trial::sorted_positions(&file.plan, |key| key),
-                    None => Vec::new(),
-                };
                 for (key, grade) in more {
-                    let trial = crate::eval::trial::find_position(&file.plan, &by_key, |k| k, &key);
-                    let pushed = match trial {
-                        Some(trial) => file.push(trial as u32, &grade),
-                        None => Err(std::io::Error::other("the trial is not in the run's plan")),
+                    // After a write failed, every later grade is held: a trial's last grade
+                    // stays last.
+                    let pushed = match (file.plan.position(&key), unwritten.is_empty()) {
+                        (Some(trial), true) => file.push(trial, &grade),
+                        (None, _) => {
+                            Err(std::io::Error::other("the trial is not in the run's plan"))
+                        }
+                        (Some(_), false) => Err(std::io::Error::other("an earlier grade is held")),
                     };
                     if let Err(e) = pushed {
                         tracing::warn!("the grade of {key} stays in memory: {e}");
                         unwritten.push((key, grade));
                     }
-                }
-                drop(by_key);
-                if file.spots.len() > len {
-                    let plan = &file.plan;
-                    keep_last_by(&mut file.spots, |a, b| {
-                        plan[a.trial as usize].cmp(&plan[b.trial as usize])
-                    });
                 }
                 // A grade the file could not take is kept all the same: every grade in
                 // memory then, the file's read back.
@@ -256,10 +242,16 @@ impl IntoIterator for Grades {
     fn into_iter(self) -> Self::IntoIter {
         match self.0 {
             Store::Held(grades) => Box::new(grades.into_iter()),
-            Store::InFile(file) => Box::new((0..file.spots.len()).map(move |at| {
-                let spot = &file.spots[at];
-                (file.key(spot).clone(), file.read(spot))
-            })),
+            Store::InFile(file) => {
+                // Listed first (four bytes a grade, while they are read): the iterator owns
+                // the file its positions come from.
+                let graded: Vec<u32> = file.graded().map(|trial| trial as u32).collect();
+                Box::new(
+                    (graded.into_iter()).map(move |trial| {
+                        (file.plan.key(trial as usize), file.read(trial as usize))
+                    }),
+                )
+            }
         }
     }
 }
@@ -281,7 +273,7 @@ impl FromIterator<(TrialKey, TrialGrade)> for Grades {
 /// One entry of `grades.json`.
 #[derive(Serialize)]
 struct GradeEntry<'a> {
-    key: &'a TrialKey,
+    key: Cow<'a, TrialKey>,
     grade: Cow<'a, TrialGrade>,
 }
 
@@ -293,17 +285,21 @@ struct OwnedGradeEntry {
 
 impl Grades {
     /// The grades in `grades.json` at `path`, of trials of `plan` (the run's), copied as they
-    /// are read into an unnamed file and kept there ([`Grades::in_file`]): a run of 100,000
-    /// trials is then 16 bytes a grade to read, where the grades and their keys held in
-    /// memory were about 200. A file naming a trial the plan lacks is held in memory whole.
-    pub fn read_file(path: &std::path::Path, plan: Arc<[TrialKey]>) -> anyhow::Result<Self> {
+    /// are read into an unnamed file and kept there, found through their slots
+    /// ([`Grades::in_file`]): a run of 100,000 trials then holds a bit a trial, where the
+    /// grades and their keys held in memory were about 200 bytes. Grades of a trial the plan
+    /// lacks bring them all into memory.
+    pub fn read_file(path: &std::path::Path, plan: Plan) -> anyhow::Result<Self> {
         // Beside the file (a disk, where `$TMPDIR` may be memory), else in `$TMPDIR`; written
         // through a second handle of it, buffered.
-        let beside = path.parent().map(tempfile::tempfile_in);
-        let copy = (beside.unwrap_or_else(tempfile::tempfile))
-            .or_else(|_| tempfile::tempfile())
-            .and_then(|file| Ok((file.try_clone()?, file)));
-        let (writer, file) = match copy {
+        let made = |dir: &std::path::Path| -> std::io::Result<_> {
+            let file = tempfile::tempfile_in(dir)?;
+            Ok((file.try_clone()?, file, Slots::new_in(dir, plan.len())?))
+        };
+        let beside =
+            (path.parent()).map_or_else(|| Err(std::io::Error::other("no directory")), made);
+        let copy = beside.or_else(|_| made(&std::env::temp_dir()));
+        let (writer, file, slots) = match copy {
             Ok(copy) => copy,
             Err(e) => {
                 tracing::warn!("the grades of {} are held in memory: {e}", path.display());
@@ -311,13 +307,12 @@ impl Grades {
             }
         };
         let mut into = IntoFile {
-            by_key: crate::eval::trial::sorted_positions(&plan, |key| key),
             writer: Some(std::io::BufWriter::new(writer)),
             line: Vec::new(),
             grades: GradeFile {
                 file,
+                slots,
                 plan,
-                spots: Vec::new(),
                 end: 0,
             },
             held: Vec::new(),
@@ -325,7 +320,7 @@ impl Grades {
         crate::files::read_json_file_with(path, &mut into)?;
         let IntoFile {
             writer,
-            mut grades,
+            grades,
             held,
             ..
         } = into;
@@ -335,10 +330,6 @@ impl Grades {
             tracing::warn!("the grades of {} are held in memory: {e}", path.display());
             return crate::files::read_json_file(path);
         }
-        let plan = &grades.plan;
-        keep_last_by(&mut grades.spots, |a, b| {
-            plan[a.trial as usize].cmp(&plan[b.trial as usize])
-        });
         let mut grades = Grades(Store::InFile(grades));
         // After the copied ones, so a trial's last grade stays last.
         grades.extend(held);
@@ -350,12 +341,10 @@ impl Grades {
 /// read; one of a trial the plan lacks, and every one after a write failed, held (so a
 /// trial's last grade stays last).
 struct IntoFile {
-    /// The plan's positions sorted by key.
-    by_key: Vec<u32>,
     /// The copy being written (a second handle of `grades.file`); `None` once a write failed.
     writer: Option<std::io::BufWriter<std::fs::File>>,
     line: Vec<u8>,
-    /// The copy, and where each grade is in it.
+    /// The copy, and each grade's slot.
     grades: GradeFile,
     held: Vec<(TrialKey, TrialGrade)>,
 }
@@ -378,15 +367,16 @@ impl<'de> serde::de::Visitor<'de> for &mut IntoFile {
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let plan = self.grades.plan.clone();
         while let Some(OwnedGradeEntry { key, grade }) = seq.next_element()? {
-            let trial = crate::eval::trial::find_position(&plan, &self.by_key, |k| k, &key);
+            let trial = plan.position(&key);
             let (Some(trial), Some(writer)) = (trial, &mut self.writer) else {
                 self.held.push((key, grade));
                 continue;
             };
             let written = grade_line(&grade, &mut self.line)
-                .and_then(|len| std::io::Write::write_all(writer, &self.line).map(|()| len));
+                .and_then(|()| std::io::Write::write_all(writer, &self.line))
+                .and_then(|()| self.grades.spot(trial, self.line.len()));
             match written {
-                Ok(len) => self.grades.spot(trial as u32, len),
+                Ok(()) => {}
                 Err(e) => {
                     tracing::warn!("the grades from {key} on stay in memory: {e}");
                     self.writer = None;
@@ -428,7 +418,7 @@ mod tests {
 
     #[test]
     fn grades_json_read_into_a_file_keeps_each_trials_last_grade_and_any_the_plan_lacks() {
-        let plan: Arc<[TrialKey]> = ["c", "a", "b"].map(key).into();
+        let plan = Plan::from_keys(["c", "a", "b"].map(key)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("grades.json");
         let written: Grades = [(key("b"), infra("b")), (key("a"), infra("a1"))]
@@ -485,12 +475,13 @@ mod tests {
         assert_eq!(grades.len(), 2);
         assert_eq!(grades.get(&key("b")).as_deref(), Some(&infra("b3")));
         grades.extend([(key("a"), infra("a2")), (key("c"), infra("c1"))]);
-        let listed: Vec<(&str, TrialGrade)> = (grades.iter())
-            .map(|(k, g)| (&*k.case, g.into_owned()))
+        let listed: Vec<(String, TrialGrade)> = (grades.iter())
+            .map(|(k, g)| (k.case.to_string(), g.into_owned()))
             .collect();
         assert_eq!(
             listed,
             [("a", infra("a2")), ("b", infra("b3")), ("c", infra("c1"))]
+                .map(|(case, grade)| (case.to_string(), grade))
         );
         assert!(!grades.contains_key(&key("d")));
     }
@@ -518,26 +509,17 @@ mod tests {
         file.write_all(good).unwrap();
         file.write_all(b"{\"grade\": damaged").unwrap();
         let end = file.metadata().unwrap().len();
-        let plan: Arc<[TrialKey]> = ["a", "b", "c", "d"].map(key).into();
-        let spots = vec![
-            GradeSpot {
-                trial: 0,
-                at: 0,
-                len: good.len() as u32,
-            },
-            GradeSpot {
-                trial: 1,
-                at: good.len() as u64,
-                len: (end - good.len() as u64) as u32,
-            },
-            // Past the file's end.
-            GradeSpot {
-                trial: 2,
-                at: end,
-                len: 10,
-            },
-        ];
-        let grades = Grades::in_file(file, plan, spots, end);
+        let plan = Plan::from_keys(["a", "b", "c", "d"].map(key)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut slots = Slots::new_in(dir.path(), plan.len()).unwrap();
+        slots.set(0, Slot::new(0, good.len()).unwrap()).unwrap();
+        let damaged = (end - good.len() as u64) as usize;
+        slots
+            .set(1, Slot::new(good.len() as u64, damaged).unwrap())
+            .unwrap();
+        // Past the file's end.
+        slots.set(2, Slot::new(end, 10).unwrap()).unwrap();
+        let grades = Grades::in_file(file, slots, plan, end);
         assert_eq!(grades.get(&key("a")).as_deref(), Some(&infra("kept")));
         for case in ["b", "c"] {
             match grades.get(&key(case)).map(Cow::into_owned) {
@@ -553,8 +535,10 @@ mod tests {
 
     #[test]
     fn grades_in_a_file_take_more_there_and_a_stranger_brings_them_all_into_memory() {
-        let plan: Arc<[TrialKey]> = ["b", "a", "c"].map(key).into();
-        let mut in_file = Grades::in_file(tempfile::tempfile().unwrap(), plan, Vec::new(), 0);
+        let plan = Plan::from_keys(["b", "a", "c"].map(key)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let slots = Slots::new_in(dir.path(), plan.len()).unwrap();
+        let mut in_file = Grades::in_file(tempfile::tempfile().unwrap(), slots, plan, 0);
         in_file.extend([(key("c"), infra("c1")), (key("a"), infra("a1"))]);
         in_file.extend([(key("c"), infra("c2"))]);
         assert!(

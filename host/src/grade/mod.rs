@@ -8,6 +8,7 @@
 
 mod grades;
 pub mod pairwise;
+pub(crate) mod slots;
 pub mod tools;
 
 pub use crate::eval::config::CaseRule;
@@ -18,7 +19,7 @@ use crate::eval::trial::{TrialRecord, TrialStatus};
 use crate::plugin::set::PluginSet;
 use crate::plugin::{Kind, LoadedPlugin};
 use anyhow::{bail, Context, Result};
-pub use grades::{GradeSpot, Grades};
+pub use grades::Grades;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -309,14 +309,17 @@ struct Sides<'a> {
 impl<'a> Sides<'a> {
     fn of(run: &'a StoredRun) -> Self {
         let mut trials: BTreeMap<(&str, &str), (u32, u32)> = BTreeMap::new();
-        for key in run.record.trials.iter() {
-            let counts = trials.entry((&*key.variant, &*key.case)).or_default();
-            counts.1 += 1;
-            if matches!(
-                run.grades.get(key).as_deref(),
-                Some(TrialGrade::Graded { pass: true, .. })
-            ) {
-                counts.0 += 1;
+        let plan = &run.record.trials;
+        for (variant, case, positions) in plan.groups() {
+            let counts = trials.entry((variant, case)).or_default();
+            for at in positions {
+                counts.1 += 1;
+                if matches!(
+                    run.grades.get(&plan.key(at as usize)).as_deref(),
+                    Some(TrialGrade::Graded { pass: true, .. })
+                ) {
+                    counts.0 += 1;
+                }
             }
         }
         Sides { run, trials }
@@ -418,7 +421,7 @@ mod tests {
                 grades.insert(key, grade);
             }
         }
-        record.trials = planned.into();
+        record.trials = crate::eval::plan::Plan::from_keys(planned).unwrap();
         let grades: crate::grade::Grades = grades.into_iter().collect();
         let summary = Summary::new(&record, &grades, &CaseRules::default());
         StoredRun {

@@ -287,13 +287,12 @@ fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
 
 /// The case ids planned, in plan order.
 fn planned_cases(record: &RunRecord) -> Vec<&str> {
-    let mut seen: Vec<&str> = Vec::new();
-    for key in record.trials.iter() {
-        if !seen.contains(&&*key.case) {
-            seen.push(&key.case);
-        }
-    }
-    seen
+    record
+        .trials
+        .cases()
+        .iter()
+        .map(arcstr::ArcStr::as_str)
+        .collect()
 }
 
 /// `run.json`.
@@ -357,8 +356,8 @@ fn run_file(run: &Stored, target: &Target<'_>) -> (String, Value) {
 /// One trial record per trial that came back, and one score record per judge score.
 fn trial_files(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)> {
     let mut files = Vec::new();
-    for key in run.record.trials.iter() {
-        let (Some(facts), Some(trace)) = (run.trial_facts(key), run.traces.get(key)) else {
+    for key in run.record.trials.keys() {
+        let (Some(facts), Some(trace)) = (run.trial_facts(&key), run.traces.get(&key)) else {
             continue;
         };
         let mut trace_value = serde_json::to_value(&trace.trace).unwrap_or_default();
@@ -382,7 +381,7 @@ fn trial_files(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)> {
             format!("{}/traces/{variant}/{case}/{}.json", target.base, key.trial),
             envelope("trial", &target.id, Value::Object(fields)),
         ));
-        let grade = run.grades.get(key);
+        let grade = run.grades.get(&key);
         let Some(TrialGrade::Graded { judges, .. }) = grade.as_deref() else {
             continue;
         };
@@ -457,7 +456,7 @@ fn results_and_summary(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)
             };
             let trials: Vec<(u32, TrialFacts)> = run
                 .trials_of(variant, case)
-                .filter_map(|k| run.trial_facts(k).map(|f| (k.trial, f)))
+                .filter_map(|k| run.trial_facts(&k).map(|f| (k.trial, f)))
                 .collect();
             let graded = trials.iter().filter(|(_, f)| f.graded).count();
             let passed = trials.iter().filter(|(_, f)| f.pass).count();

@@ -18,7 +18,7 @@ pub mod usage;
 
 pub use layout::{trace_path, trial_dir, ResultsRoot, RunDir};
 
-use crate::eval::plan::Filters;
+use crate::eval::plan::{Filters, Plan};
 use crate::eval::trial::TrialKey;
 use crate::grade::pairwise::{PairOutcome, PairResult};
 use crate::grade::{CaseOutcome, Grades, TrialGrade};
@@ -26,7 +26,6 @@ use arcstr::ArcStr;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Whether a phase finished for every trial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,10 +109,9 @@ pub struct RunRecord {
     pub plugins: Vec<PluginRecord>,
     /// The command line's filters, so `--resume` plans the same trials.
     pub filters: Filters,
-    /// Every planned trial. Shared: grades kept in a file name their trials by position in
-    /// it (`grade::Grades`), so a run holds each key once, and the keys share their names.
-    #[serde(deserialize_with = "crate::eval::trial::keys_sharing_names")]
-    pub trials: Arc<[TrialKey]>,
+    /// Every planned trial, listed as keys. Shared: grades kept in a file name their trials
+    /// by position in it (`grade::Grades`).
+    pub trials: Plan,
     /// The config's `baseline` variant, which the others are compared with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,
@@ -270,41 +268,32 @@ impl Summary {
     /// Builds the summary from the planned trials and their grades (absent = missing), each
     /// case's verdict by its rule in `rules`.
     pub fn new(record: &RunRecord, grades: &Grades, rules: &crate::grade::CaseRules) -> Self {
-        // The plan's positions sorted (stably: the repetitions stay in order) so that each
-        // case's trials lie together, four bytes a trial: grades are looked up one case at a
-        // time, as they may be read from a file, never all held at once.
-        fn case_of(key: &TrialKey) -> (&str, &str) {
-            (&key.variant, &key.case)
-        }
+        // A case's trials of a variant lie together in the plan: grades are looked up one
+        // case at a time, as they may be read from a file, never all held at once.
         let plan = &record.trials;
-        let mut order: Vec<u32> = (0..plan.len() as u32).collect();
-        order.sort_by(|a, b| case_of(&plan[*a as usize]).cmp(&case_of(&plan[*b as usize])));
         let mut missing = Vec::new();
         let mut variants: BTreeMap<String, VariantSummary> = BTreeMap::new();
         let mut cases: BTreeMap<String, BTreeMap<ArcStr, CaseOutcome>> = BTreeMap::new();
         let mut case_grades = Vec::new();
-        for group in
-            order.chunk_by(|a, b| case_of(&plan[*a as usize]) == case_of(&plan[*b as usize]))
-        {
-            let key = &plan[group[0] as usize];
-            let (variant, case) = case_of(key);
+        for (variant, case, positions) in plan.groups() {
             case_grades.clear();
-            for &at in group {
-                let trial = &plan[at as usize];
-                let grade = grades.get(trial);
+            for at in positions {
+                let trial = plan.key(at as usize);
+                let grade = grades.get(&trial);
                 if grade.is_none() {
-                    missing.push(at);
+                    // In the plan's order, as the groups come.
+                    missing.push(trial);
                 }
                 case_grades.push(grade);
             }
             let borrowed: smallvec::SmallVec<[Option<&TrialGrade>; 4]> =
                 case_grades.iter().map(Option::as_deref).collect();
             let outcome = crate::grade::case_outcome(&borrowed, rules.of(case));
-            if !variants.contains_key(variant) {
+            if !variants.contains_key(variant.as_str()) {
                 variants.insert(variant.to_string(), VariantSummary::default());
                 cases.insert(variant.to_string(), BTreeMap::new());
             }
-            let counts = variants.get_mut(variant).expect("inserted above");
+            let counts = variants.get_mut(variant.as_str()).expect("inserted above");
             match outcome {
                 CaseOutcome::Passed => counts.passed += 1,
                 CaseOutcome::Failed => counts.failed += 1,
@@ -313,16 +302,10 @@ impl Summary {
                 CaseOutcome::Infra => counts.infra += 1,
             }
             cases
-                .get_mut(variant)
+                .get_mut(variant.as_str())
                 .expect("inserted with its counts")
-                .insert(key.case.clone(), outcome);
+                .insert(case.clone(), outcome);
         }
-        // In the plan's order.
-        missing.sort_unstable();
-        let missing = missing
-            .iter()
-            .map(|&at| plan[at as usize].clone())
-            .collect();
         for counts in variants.values_mut() {
             let decided = counts.passed + counts.failed;
             counts.pass_rate = (decided > 0).then(|| f64::from(counts.passed) / f64::from(decided));

@@ -100,12 +100,11 @@ struct CaseTally {
 pub fn failures(summary: &Summary, grades: &Grades) -> String {
     // One pass over the grades (which may be read from a file as they come): a tally for
     // each case that did not pass, and the infrastructure failures by cause.
+    // The outcome of `key`'s case, with its variant and case as the summary names them.
     let outcome_of = |key: &TrialKey| {
-        summary
-            .cases
-            .get(&*key.variant)
-            .and_then(|cases| cases.get(&key.case))
-            .copied()
+        let (variant, cases) = summary.cases.get_key_value(&*key.variant)?;
+        let (case, outcome) = cases.get_key_value(&key.case)?;
+        Some((variant.as_str(), case.as_str(), *outcome))
     };
     let told = [
         CaseOutcome::Failed,
@@ -114,15 +113,18 @@ pub fn failures(summary: &Summary, grades: &Grades) -> String {
     ];
     let mut tallies: BTreeMap<(&str, &str), CaseTally> = BTreeMap::new();
     // One line per cause, the commonest first: a broken runner shows as one big line.
-    let mut causes: BTreeMap<String, Vec<&TrialKey>> = BTreeMap::new();
+    let mut causes: BTreeMap<String, Vec<TrialKey>> = BTreeMap::new();
     for (key, grade) in grades.iter() {
         if let TrialGrade::Infra { reason } = &*grade {
-            causes.entry(one_line(reason)).or_default().push(key);
+            causes
+                .entry(one_line(reason))
+                .or_default()
+                .push(key.clone().into_owned());
         }
-        if !outcome_of(key).is_some_and(|outcome| told.contains(&outcome)) {
+        let Some((variant, case, _)) = outcome_of(&key).filter(|(_, _, o)| told.contains(o)) else {
             continue;
-        }
-        let tally = tallies.entry((&key.variant, &key.case)).or_default();
+        };
+        let tally = tallies.entry((variant, case)).or_default();
         tally.trials += 1;
         match &*grade {
             TrialGrade::Graded {
@@ -148,8 +150,8 @@ pub fn failures(summary: &Summary, grades: &Grades) -> String {
         }
     }
     for key in &summary.missing {
-        if outcome_of(key).is_some_and(|outcome| told.contains(&outcome)) {
-            let tally = tallies.entry((&key.variant, &key.case)).or_default();
+        if let Some((variant, case, _)) = outcome_of(key).filter(|(_, _, o)| told.contains(o)) {
+            let tally = tallies.entry((variant, case)).or_default();
             tally.trials += 1;
             tally.missing += 1;
         }
@@ -185,7 +187,7 @@ pub fn failures(summary: &Summary, grades: &Grades) -> String {
         ));
     }
     let infra_trials: usize = causes.values().map(Vec::len).sum();
-    let mut causes: Vec<(String, Vec<&TrialKey>)> = causes.into_iter().collect();
+    let mut causes: Vec<(String, Vec<TrialKey>)> = causes.into_iter().collect();
     causes.sort_by_key(|(_, keys)| std::cmp::Reverse(keys.len()));
     let infra: Vec<String> = causes
         .iter()
@@ -398,13 +400,13 @@ mod tests {
         for case in ["i1", "i2"] {
             for trial in 0..2 {
                 let reason = "cannot start `/no/agent`: not found".to_string();
-                add(key("w", case, trial), Some(TrialGrade::Infra { reason }));
+                add(key("v", case, trial), Some(TrialGrade::Infra { reason }));
             }
         }
         let other = TrialGrade::Infra {
             reason: "cancelled".into(),
         };
-        add(key("w", "i3", 0), Some(other));
+        add(key("v", "i3", 0), Some(other));
         add(key("v", "gone", 0), None);
         add(key("v", "gone", 1), Some(graded(true, "fine")));
         let grades: Grades = grades.into_iter().collect();
@@ -417,8 +419,8 @@ not graded (1 case):
   v  judge  1/1 trials not graded: judge `rubric`: the model said 500
 
 infra (5 trials):
-  4 trials: cannot start `/no/agent`: not found (w/i1 and 1 other case)
-  1 trial: cancelled (w/i3)
+  4 trials: cannot start `/no/agent`: not found (v/i1 and 1 other case)
+  1 trial: cancelled (v/i3)
 
 missing (1 trial):
   v  gone  1/2 trials missing
@@ -435,13 +437,13 @@ missing (1 trial):
         let infra = TrialGrade::Infra {
             reason: "docker: no such image".into(),
         };
-        grades.insert(key("w", "c00", 0), infra);
+        grades.insert(key("v", "c30", 0), infra);
         let planned: Vec<TrialKey> = grades.keys().cloned().collect();
         let grades: Grades = grades.into_iter().collect();
         let text = failures(&summary(&planned, &grades), &grades);
         assert_eq!(text.matches("trials failed").count(), 19, "{text}");
         assert!(
-            text.contains("1 trial: docker: no such image (w/c00)"),
+            text.contains("1 trial: docker: no such image (v/c30)"),
             "{text}"
         );
         assert!(

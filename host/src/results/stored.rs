@@ -88,19 +88,17 @@ impl StoredRun {
     /// The traces of the planned trials that came back (a regrade's come from the graded run).
     pub fn read_traces(&self, dir: &RunDir) -> BTreeMap<TrialKey, TrialRecord> {
         let traces_dir = dir.traces_dir(&self.record.run_id);
-        self.record
-            .trials
-            .iter()
-            .filter_map(|key| traces_dir.read_trace(key).map(|trace| (key.clone(), trace)))
+        (self.record.trials.keys())
+            .filter_map(|key| Some((key.clone(), traces_dir.read_trace(&key)?)))
             .collect()
     }
 
     /// The variants, the baseline first, then as the plan met them.
     pub fn variants(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.record.baseline.iter().map(String::as_str).collect();
-        for key in self.record.trials.iter() {
-            if !names.contains(&&*key.variant) {
-                names.push(&key.variant);
+        for variant in self.record.trials.variants() {
+            if !names.contains(&variant.as_str()) {
+                names.push(variant);
             }
         }
         names
@@ -111,10 +109,10 @@ impl StoredRun {
         &'a self,
         variant: &'a str,
         case: &'a str,
-    ) -> impl Iterator<Item = &'a TrialKey> {
-        self.record
-            .trials
-            .iter()
-            .filter(move |k| &*k.variant == variant && &*k.case == case)
+    ) -> impl Iterator<Item = TrialKey> + 'a {
+        let plan = &self.record.trials;
+        (plan.groups())
+            .filter(move |(v, c, _)| *v == variant && *c == case)
+            .flat_map(move |(_, _, positions)| positions.map(|at| plan.key(at as usize)))
     }
 }

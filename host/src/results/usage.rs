@@ -3,6 +3,7 @@
 //! plugins' (their `model` calls, counted by the host while it graded).
 
 use super::{PluginRecord, RunDir};
+use crate::eval::plan::Plan;
 use crate::eval::trial::{TraceRecord, TrialKey};
 use crate::model::UsageTotals;
 use serde::{Deserialize, Serialize};
@@ -22,7 +23,7 @@ pub struct UsageSummary {
 impl UsageSummary {
     /// The usage in the traces of `trials` in `dir` (missing ones are left out) and that of
     /// `plugins`, as their records say.
-    pub fn of_run(dir: &RunDir, trials: &[TrialKey], plugins: &[PluginRecord]) -> Self {
+    pub fn of_run(dir: &RunDir, trials: &Plan, plugins: &[PluginRecord]) -> Self {
         Self::of_agents(dir, trials, BTreeMap::new(), |_| false).with_plugins(plugins)
     }
 
@@ -30,13 +31,13 @@ impl UsageSummary {
     /// arrived), and the usage in the traces of the other `trials` in `dir`, read from them.
     pub fn of_agents(
         dir: &RunDir,
-        trials: &[TrialKey],
+        trials: &Plan,
         counted: BTreeMap<String, UsageTotals>,
         is_counted: impl Fn(&TrialKey) -> bool,
     ) -> Self {
         let mut variants = counted;
-        for key in trials.iter().filter(|key| !is_counted(key)) {
-            let Some(record) = dir.read_trace(key) else {
+        for key in trials.keys().filter(|key| !is_counted(key)) {
+            let Some(record) = dir.read_trace(&key) else {
                 continue;
             };
             let totals = trace_usage(&record.trace);

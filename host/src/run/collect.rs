@@ -4,7 +4,7 @@
 
 use super::events::{Reporter, RunEvent};
 use crate::eval::config::{EvalConfig, VariantSpec};
-use crate::eval::plan::shard_of;
+use crate::eval::plan::{shard_of, Plan};
 use crate::eval::trial::{CaseIndex, TrialKey, TrialStatus};
 use crate::results::RunDir;
 use crate::runner::channel::Channel;
@@ -33,7 +33,7 @@ pub struct StagedShard {
 impl StagedShard {
     /// The shard's trials: positions in `plan` (the run's, which it was staged from), or the
     /// bundle's own list.
-    pub fn trials<'a>(&'a self, plan: &'a [TrialKey]) -> ShardTrials<'a> {
+    pub fn trials<'a>(&'a self, plan: &'a Plan) -> ShardTrials<'a> {
         match &self.in_plan {
             Some(at) => ShardTrials::InPlan { plan, at },
             None => self.bundle.own_trials(),
@@ -47,7 +47,7 @@ pub fn stage_bundles(
     config: &EvalConfig,
     run_id: &str,
     cases: &CaseIndex<'_>,
-    (plan, to_collect): (&[TrialKey], &[u32]),
+    (plan, to_collect): (&Plan, &[u32]),
     shards: u32,
     heartbeat_ms: u64,
     staging: &Path,
@@ -55,7 +55,7 @@ pub fn stage_bundles(
     let mut staged = Vec::new();
     for shard in 0..shards {
         let mut at: Vec<u32> = (to_collect.iter().copied())
-            .filter(|&at| shard_of(&plan[at as usize].case, shards) == shard)
+            .filter(|&at| shard_of(plan.case_of(at as usize), shards) == shard)
             .collect();
         // Held while the shard runs, once per trial: no room to spare.
         at.shrink_to_fit();
@@ -116,7 +116,7 @@ pub fn bundle(
         concurrency: config.concurrency,
         timeout_ms: (config.timeout * 1000.0) as u64,
         heartbeat_ms,
-        variants: variants_of(config, trials.iter()),
+        variants: variants_of(config, trials.iter().cloned()),
         trials,
         workdir: None,
         conversation: None,
@@ -130,25 +130,25 @@ pub fn bundle(
 }
 
 /// The specs of the variants `trials` name.
-fn variants_of<'k>(
+fn variants_of(
     config: &EvalConfig,
-    trials: impl Iterator<Item = &'k TrialKey>,
+    trials: impl Iterator<Item = TrialKey>,
 ) -> BTreeMap<String, VariantSpec> {
     // Inserted one at a time: collecting into a set first gathers every trial's name into a
     // list and sorts it (3.7 MB at 100,000 trials, once the peak of a whole run).
-    let mut names: BTreeSet<&str> = BTreeSet::new();
+    let mut names: BTreeSet<arcstr::ArcStr> = BTreeSet::new();
     for key in trials {
-        names.insert(&key.variant);
+        names.insert(key.variant);
     }
     (names.into_iter())
-        .map(|name| (name.to_string(), config.variant(name)))
+        .map(|name| (name.to_string(), config.variant(&name)))
         .collect()
 }
 
 /// What the shards of one collection share.
 pub struct Collection<'a> {
     /// The plan the shards were staged from (their trials are positions in it).
-    pub plan: &'a [TrialKey],
+    pub plan: &'a Plan,
     pub runner: &'a dyn Runner,
     pub keep: Keep,
     pub run_dir: &'a RunDir,
@@ -279,25 +279,25 @@ impl Collection<'_> {
 /// Marks the collected trials whose client did not exit 0 as infrastructure failures caused by
 /// `why` (their machine failed under them, e.g. ran out of memory), telling `stored` of each
 /// rewritten trace; how many were marked.
-fn failed_trials_to_infra<'k>(
+fn failed_trials_to_infra(
     run_dir: &RunDir,
-    collected: impl Iterator<Item = &'k TrialKey>,
+    collected: impl Iterator<Item = TrialKey>,
     why: &str,
     stored: Option<&StoredTrace<'_>>,
 ) -> usize {
     let mut moved = 0;
     for key in collected {
-        let Some(mut record) = run_dir.read_trace(key) else {
+        let Some(mut record) = run_dir.read_trace(&key) else {
             continue;
         };
         if record.trace.status != TrialStatus::Completed || record.trace.exit_code == Some(0) {
             continue;
         }
         record.mark_infra(why);
-        if let Ok(record) = run_dir.store_trace(key, record) {
+        if let Ok(record) = run_dir.store_trace(&key, record) {
             moved += 1;
             if let Some(stored) = stored {
-                stored(key, record);
+                stored(&key, record);
             }
         }
     }

@@ -290,8 +290,8 @@ fn read_outcome(report: &mut DryRun, outcome: &RunOutcome, user_case: bool) {
 }
 
 fn one_trial_step(report: &mut DryRun, outcome: &RunOutcome, user_case: bool, ended: &str) {
-    let key = outcome.record.trials.first();
-    let trace = key.and_then(|key| outcome.dir.read_trace(key));
+    let key = outcome.record.trials.get(0);
+    let trace = key.and_then(|key| outcome.dir.read_trace(&key));
     let Some(trace) = trace else {
         let detail = format!("no trace came back ({ended})");
         return report.push("one trial", Status::Failed, None, detail);

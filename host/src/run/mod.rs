@@ -314,14 +314,19 @@ fn trials_to_collect(record: &RunRecord, dir: &RunDir, cases: &CaseIndex<'_>) ->
     let mut has_trace = dir.trace_check();
     // Positions in the plan, four bytes a trial, not a second list of keys beside it.
     let to_collect: Vec<u32> = (0..record.trials.len() as u32)
-        .filter(|&at| !has_trace(&record.trials[at as usize]))
+        .filter(|&at| !has_trace(&record.trials.key(at as usize)))
         .collect();
-    let mut planned = to_collect.iter().map(|&at| &record.trials[at as usize]);
-    if let Some(key) = planned.find(|k| !cases.contains(&k.case)) {
-        bail!(
-            "trial {key} refers to case `{}`, which the datasets no longer hold",
-            key.case
-        );
+    // A case's trials lie together in the plan: each case is looked for once.
+    let mut checked = None;
+    for &at in &to_collect {
+        let case = record.trials.case_of(at as usize);
+        if checked != Some(case) && !cases.contains(case) {
+            bail!(
+                "trial {} refers to case `{case}`, which the datasets no longer hold",
+                record.trials.key(at as usize)
+            );
+        }
+        checked = Some(case);
     }
     Ok(to_collect)
 }
@@ -364,7 +369,7 @@ fn finish(
 ) -> Result<RunOutcome> {
     let missing = {
         let mut has_trace = dir.trace_check();
-        record.trials.iter().filter(|k| !has_trace(k)).count()
+        record.trials.keys().filter(|k| !has_trace(k)).count()
     };
     record.collect = match missing {
         0 => Phase::Complete,

@@ -150,8 +150,8 @@ fn on_machines(
 ) -> Result<OnMachines> {
     // Before anything is written: the judges of the run's trials must be able to go.
     let mut checked = std::collections::BTreeSet::new();
-    for key in record.trials.iter() {
-        for judge in prepared.judges.plugin_judges(key) {
+    for key in record.trials.keys() {
+        for judge in prepared.judges.plugin_judges(&key) {
             // A judge's name may be another judge's elsewhere; its plugin and options differ.
             let plugin = judge.plugin().map(|p| p.digest());
             if checked.insert((judge.name.clone(), plugin)) {
@@ -256,8 +256,10 @@ fn on_machines(
         artifacts: None,
         stored: Some(&stored),
     };
+    // The grade shards' trials are their bundles' own: no plan.
+    let no_plan = crate::eval::plan::Plan::default();
     let collection = Collection {
-        plan: &[],
+        plan: &no_plan,
         runner: runner.as_ref(),
         keep: options.keep,
         run_dir: &answers,
@@ -434,7 +436,8 @@ fn plan(
     let mut files: BTreeMap<u32, (PathBuf, std::io::BufWriter<std::fs::File>)> = BTreeMap::new();
     let mut cases: BTreeMap<arcstr::ArcStr, CaseRecord> = BTreeMap::new();
     let mut assertions = BTreeMap::new();
-    for key in record.trials.iter() {
+    for key in record.trials.keys() {
+        let key = &key;
         let Some(stored) = traces.read_trace(key) else {
             continue;
         };

@@ -54,7 +54,7 @@ pub fn open(
             let record = RunRecord {
                 git: prepare::git_state(&prepared.base),
                 filters: request.filters.clone(),
-                trials: trials.into(),
+                trials,
                 ..prepared.run_record(
                     &run_id,
                     &request.setup.config_path,

@@ -439,7 +439,7 @@ async fn run_trial(
         record
             .trials
             .get(index)
-            .and_then(|key| dir.traces_dir(&record.run_id).read_trace(key))
+            .and_then(|key| dir.traces_dir(&record.run_id).read_trace(&key))
             .ok_or_else(|| {
                 ServeError::not_found(format!("run `{id}` has no trace for trial {index}"))
             })

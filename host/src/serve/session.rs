@@ -435,19 +435,17 @@ impl Session {
             created_at: self.created_at,
             shards: 1,
             conversation: view.conversation,
-            trials: view
-                .tasks
-                .iter()
-                .filter(|t| {
-                    (t.status != TaskStatus::Running || Some(t.id.as_str()) == settling)
-                        && !view.conversation
-                })
-                .map(|t| TrialKey {
-                    variant: self.variant.as_str().into(),
-                    case: t.id.as_str().into(),
-                    trial: 0,
-                })
-                .collect(),
+            // Each settled task a case of one trial.
+            trials: crate::eval::plan::Plan::new(
+                vec![self.variant.as_str().into()],
+                (view.tasks.iter())
+                    .filter(|t| {
+                        (t.status != TaskStatus::Running || Some(t.id.as_str()) == settling)
+                            && !view.conversation
+                    })
+                    .map(|t| (t.id.as_str().into(), 1)),
+            )
+            .expect("a session's task ids are unique: each has its number"),
             baseline: None,
             collect: crate::results::Phase::Complete,
             ..shared.prepared.run_record(

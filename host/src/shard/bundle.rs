@@ -8,6 +8,7 @@
 //! line at a time as it starts trials ([`WorkReader`]): its memory does not grow with the shard.
 
 use crate::eval::config::VariantSpec;
+use crate::eval::plan::Plan;
 use crate::eval::trial::{CaseRecord, TrialKey};
 use anyhow::{Context, Result};
 use arcstr::ArcStr;
@@ -91,12 +92,12 @@ impl Bundle {
 }
 
 /// A shard's trials as the coordinator holds them while the shard runs: the bundle's own list
-/// of keys, or positions in the run's plan (four bytes a trial where a key takes forty: a
-/// run's shards together hold one per trial).
+/// of keys, or positions in the run's plan (four bytes a trial where a key takes 24: a run's
+/// shards together hold one per trial), ascending.
 #[derive(Debug, Clone, Copy)]
 pub enum ShardTrials<'a> {
     Keys(&'a [TrialKey]),
-    InPlan { plan: &'a [TrialKey], at: &'a [u32] },
+    InPlan { plan: &'a Plan, at: &'a [u32] },
 }
 
 impl<'a> ShardTrials<'a> {
@@ -113,18 +114,43 @@ impl<'a> ShardTrials<'a> {
         self.len() == 0
     }
 
-    /// The shard's trial at `index`, if it has one.
-    pub fn get(&self, index: usize) -> Option<&'a TrialKey> {
+    /// The shard's trial at `index`, if it has one: a plan's shares the plan's names.
+    pub fn get(&self, index: usize) -> Option<TrialKey> {
         match *self {
-            ShardTrials::Keys(keys) => keys.get(index),
-            ShardTrials::InPlan { plan, at } => at.get(index).map(|&at| &plan[at as usize]),
+            ShardTrials::Keys(keys) => keys.get(index).cloned(),
+            ShardTrials::InPlan { plan, at } => at.get(index).map(|&at| plan.key(at as usize)),
         }
     }
 
     /// The shard's trials, in order.
-    pub fn iter(&self) -> impl Iterator<Item = &'a TrialKey> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = TrialKey> + 'a {
         let this = *self;
         (0..this.len()).filter_map(move |index| this.get(index))
+    }
+
+    /// What [`Self::find`] searches: the positions of the bundle's own keys sorted by key
+    /// (a plan's trials need none: the plan finds a key's position).
+    pub fn index(&self) -> Vec<u32> {
+        match self {
+            ShardTrials::Keys(keys) => crate::eval::trial::sorted_positions(keys, |key| key),
+            ShardTrials::InPlan { at, .. } => {
+                debug_assert!(at.is_sorted(), "a shard's positions in its plan ascend");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The index of trial `key` in the shard, if it has it; `index` is [`Self::index`]'s.
+    pub fn find(&self, index: &[u32], key: &TrialKey) -> Option<usize> {
+        match *self {
+            ShardTrials::Keys(keys) => {
+                crate::eval::trial::find_position(keys, index, |key| key, key)
+            }
+            ShardTrials::InPlan { plan, at } => {
+                let position = plan.position(key)? as u32;
+                at.binary_search(&position).ok()
+            }
+        }
     }
 }
 
@@ -224,12 +250,12 @@ pub fn write<'c>(
         let mut keys = trials.iter().peekable();
         while let Some(first) = keys.next() {
             // A case's trials lie together: one line each.
+            let id = first.case.clone();
             let mut trials = vec![first];
-            while let Some(key) = keys.next_if(|key| key.case == first.case) {
+            while let Some(key) = keys.next_if(|key| key.case == id) {
                 trials.push(key);
             }
-            let id = &first.case;
-            let case = case_of(id).map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+            let case = case_of(&id).map_err(|e| std::io::Error::other(format!("{e:#}")))?;
             let case = case.ok_or_else(|| {
                 std::io::Error::other(format!("its trials name case `{id}`, which is not planned"))
             })?;

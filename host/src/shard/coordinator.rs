@@ -331,8 +331,9 @@ pub struct ShardSession<'a> {
     trials: ShardTrials<'a>,
     run_dir: &'a RunDir,
     report: ShardReport,
-    /// The positions of the bundle's trials, sorted by key: a trial is found by halves, and
-    /// its key is stored once, in the bundle (4 bytes a trial here, where a map took 30).
+    /// What finds a trial among the bundle's ([`ShardTrials::index`]): the positions of its
+    /// own keys sorted by key (4 bytes a trial, where a map took 30), or nothing for trials
+    /// in the run's plan.
     planned: Vec<u32>,
     /// How far each of the bundle's trials got, by its position in the bundle: two flags a
     /// trial rather than two sets of keys.
@@ -374,8 +375,7 @@ impl<'a> ShardSession<'a> {
         (bundle, trials): (&'a Bundle, ShardTrials<'a>),
         run_dir: &'a RunDir,
     ) -> Self {
-        let mut planned: Vec<u32> = (0..trials.len() as u32).collect();
-        planned.sort_unstable_by_key(|&at| trials.get(at as usize));
+        let planned = trials.index();
         ShardSession {
             context,
             bundle,
@@ -638,10 +638,7 @@ impl<'a> ShardSession<'a> {
 
     /// `key`'s position in the bundle, when the bundle has it.
     fn position(&self, key: &TrialKey) -> Option<usize> {
-        let at = (self.planned)
-            .binary_search_by(|&at| self.trials.get(at as usize).cmp(&Some(key)))
-            .ok()?;
-        Some(self.planned[at] as usize)
+        self.trials.find(&self.planned, key)
     }
 
     /// The plan's own copy of `key` when the bundle planned it, else `key`: a key kept past
@@ -649,7 +646,7 @@ impl<'a> ShardSession<'a> {
     /// worker's copies of them.
     fn planned_key(&self, key: TrialKey) -> TrialKey {
         match self.position(&key) {
-            Some(at) => self.trials.get(at).cloned().unwrap_or(key),
+            Some(at) => self.trials.get(at).unwrap_or(key),
             None => key,
         }
     }

@@ -95,11 +95,11 @@ impl Serialize for TrialRows<'_> {
         let run = self.run;
         let trials = &run.run.record.trials;
         let mut rows = serializer.serialize_seq(Some(trials.len()))?;
-        for (index, key) in trials.iter().enumerate() {
+        for (index, key) in trials.keys().enumerate() {
             let read: Option<TraceFacts>;
             let facts = match self.reading {
                 Some((dir, sink)) => {
-                    read = match run.run.read_trace_line::<RowLine>(dir, key) {
+                    read = match run.run.read_trace_line::<RowLine>(dir, &key) {
                         Some((trace, line)) => {
                             (sink.borrow_mut())(index, &line).map_err(S::Error::custom)?;
                             Some(TraceFacts::of(trace))
@@ -110,7 +110,7 @@ impl Serialize for TrialRows<'_> {
                 }
                 None => run.facts.get(index).and_then(Option::as_ref),
             };
-            rows.serialize_element(&run.row(key, facts))?;
+            rows.serialize_element(&run.row(&key, facts))?;
         }
         rows.end()
     }
@@ -199,9 +199,9 @@ impl LoadedRun {
     /// for a view served many times.
     pub fn read(dir: &RunDir) -> Result<Self> {
         let mut run = Self::without_traces(StoredRun::read(dir)?);
-        run.facts = (run.run.record.trials.iter())
+        run.facts = (run.run.record.trials.keys())
             .map(|key| {
-                let (line, _) = run.run.read_trace_line::<RowLine>(dir, key)?;
+                let (line, _) = run.run.read_trace_line::<RowLine>(dir, &key)?;
                 Some(TraceFacts::of(line))
             })
             .collect();

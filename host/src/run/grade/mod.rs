@@ -3,7 +3,8 @@
 //! parallel. During a run, [`Grading`] grades each trace as it is stored, while collection
 //! goes on; what it did not see is graded at the end ([`grade_rest`]).
 
-use crate::eval::trial::{find_position, sorted_positions, CaseIndex, TrialKey, TrialRecord};
+use crate::eval::plan::Plan;
+use crate::eval::trial::{CaseIndex, TrialKey, TrialRecord};
 use crate::grade::pairwise::{self, CaseComparison, PairJudge, PairOutcome, PairResult};
 use crate::grade::{Grades, JudgeSet, TrialGrade};
 use crate::results::stored::StoredRun;
@@ -44,7 +45,7 @@ fn read_trace(dir: &RunDir, key: &TrialKey, cases: Option<&Cases<'_>>) -> Option
 pub fn grade_all(
     judges: &JudgeSet,
     dir: &RunDir,
-    plan: &Arc<[TrialKey]>,
+    plan: &Plan,
     cases: Option<&Cases<'_>>,
 ) -> anyhow::Result<Grades> {
     let spill = (Spill::new(&dir.root, plan.len()))
@@ -62,7 +63,7 @@ pub fn grade_all(
 pub fn grade_rest(
     judges: &JudgeSet,
     dir: &RunDir,
-    plan: &[TrialKey],
+    plan: &Plan,
     cases: Option<&Cases<'_>>,
     graded: Graded,
 ) -> anyhow::Result<Graded> {
@@ -78,11 +79,11 @@ pub fn grade_rest(
             scope.spawn(move || {
                 let mut line = Vec::new();
                 for &at in positions {
-                    let key = &plan[at as usize];
-                    let Some(record) = read_trace(dir, key, cases) else {
+                    let key = plan.key(at as usize);
+                    let Some(record) = read_trace(dir, &key, cases) else {
                         continue;
                     };
-                    let used_models = spilled_line(judges, key, record, &mut line);
+                    let used_models = spilled_line(judges, &key, record, &mut line);
                     // Each trial once: its order of arrival decides nothing here.
                     spill
                         .lock()
@@ -143,11 +144,9 @@ impl<'scope> Grading<'scope> {
     pub fn start<'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         judges: &'env JudgeSet,
-        plan: &'env [TrialKey],
+        plan: &'env Plan,
         dir: &std::path::Path,
     ) -> anyhow::Result<Self> {
-        // The plan's positions sorted by key: a trace's trial is found by halves.
-        let by_key = Arc::new(sorted_positions(plan, |key| key));
         let spill = Arc::new(Mutex::new(Spill::new(dir, plan.len())?));
         let (traces, queue) = mpsc::channel::<Stored>();
         let queue = Arc::new(Mutex::new(queue));
@@ -155,7 +154,6 @@ impl<'scope> Grading<'scope> {
             .map(|_| {
                 let queue = queue.clone();
                 let spill = spill.clone();
-                let by_key = by_key.clone();
                 scope.spawn(move || {
                     let mut line = Vec::new();
                     loop {
@@ -163,7 +161,7 @@ impl<'scope> Grading<'scope> {
                         let Ok((order, key, record)) = next else {
                             return;
                         };
-                        let Some(trial) = find_position(plan, &by_key, |key| key, &key) else {
+                        let Some(trial) = plan.position(&key) else {
                             // The coordinator stores only the traces of planned trials.
                             tracing::warn!("trial {key} is not in the plan; it is not graded");
                             continue;
@@ -209,7 +207,7 @@ impl<'scope> Grading<'scope> {
 pub fn pairwise_all(
     judges: &[PairJudge],
     dir: &RunDir,
-    trials: &[TrialKey],
+    plan: &Plan,
     cases: Option<&Cases<'_>>,
 ) -> Vec<PairResult> {
     // The planned trial indices of each (variant, case) the judges compare, looked up once
@@ -217,11 +215,11 @@ pub fn pairwise_all(
     // of every trial was the largest thing a run of 100,000 trials held at its end).
     let compared = |variant: &str| judges.iter().any(|j| j.a == variant || j.b == variant);
     let mut planned: BTreeMap<(&str, &str), BTreeSet<u32>> = BTreeMap::new();
-    for key in trials.iter().filter(|key| compared(&key.variant)) {
+    for (variant, case, positions) in plan.groups().filter(|(v, _, _)| compared(v)) {
         planned
-            .entry((&*key.variant, &*key.case))
+            .entry((variant, case))
             .or_default()
-            .insert(key.trial);
+            .extend(0..positions.len() as u32);
     }
     let jobs: Vec<(usize, String)> = judges
         .iter()

@@ -1,21 +1,20 @@
 //! The grading spill: the grades [`super::Grading`] makes while collection goes on, each
 //! written to an unnamed file in the run directory as it is made, and where each trial's is,
-//! kept in a second file of fixed slots, one for each trial of the plan.
+//! kept in [`Slots`], one for each trial of the plan.
 //!
-//! Memory holds one bit a trial (which slots are written) until the run ends: a run of
-//! 100,000 trials once held 24 bytes a trial here for the whole of its collection, the
-//! coordinator's largest list after the plan (issue 16: memory flat in N).
+//! Memory holds one bit a trial (which slots are written) until the run ends, and after it:
+//! the grades are handed on in their files ([`Grades::in_file`]). A run of 100,000 trials once
+//! held 24 bytes a trial here for the whole of its collection, the coordinator's largest list
+//! after the plan (issue 16: memory flat in N).
 
-use crate::eval::trial::TrialKey;
-use crate::grade::{GradeSpot, Grades};
+use crate::eval::plan::Plan;
+use crate::grade::slots::{Slot, Slots};
+use crate::grade::Grades;
 use crate::model::UsageTotals;
 use anyhow::Context;
-use fixedbitset::FixedBitSet;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+use std::io::{self, Write};
 
 /// A line of the spill file.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -25,64 +24,11 @@ pub(super) struct Spilled<G> {
     pub usage: UsageTotals,
 }
 
-/// Where one trial's grade is in the spill file: `len` bytes at `at`, the grade of the
-/// trace that arrived `order`th (a later version of a trace replaces an earlier one's grade),
-/// and whether the agent made model calls in that trace (its usage is in the line).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Slot {
-    at: u64,
-    len: u32,
-    order: u32,
-    used_models: bool,
-}
-
-/// A slot's size in the slots file: `at`, then `len` with [`USED_MODELS`] as its top bit,
-/// then `order`; little-endian.
-const SLOT: u64 = 16;
-
-/// The bit of a slot's `len` word that says the agent made model calls.
-const USED_MODELS: u32 = 1 << 31;
-
-impl Slot {
-    fn encode(self) -> [u8; SLOT as usize] {
-        let flagged = self.len | if self.used_models { USED_MODELS } else { 0 };
-        let mut bytes = [0; SLOT as usize];
-        bytes[..8].copy_from_slice(&self.at.to_le_bytes());
-        bytes[8..12].copy_from_slice(&flagged.to_le_bytes());
-        bytes[12..].copy_from_slice(&self.order.to_le_bytes());
-        bytes
-    }
-
-    fn decode(bytes: &[u8; SLOT as usize]) -> Self {
-        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-        Slot {
-            at: u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
-            len: word(8) & !USED_MODELS,
-            order: word(12),
-            used_models: word(8) & USED_MODELS != 0,
-        }
-    }
-}
-
-/// `len`, a grade line's length, as a slot holds it: below [`USED_MODELS`].
-fn slot_len(len: usize) -> io::Result<u32> {
-    u32::try_from(len)
-        .ok()
-        .filter(|len| len & USED_MODELS == 0)
-        .ok_or_else(|| {
-            io::Error::other(format!("a grade is {len} bytes, more than a grade may be"))
-        })
-}
-
 /// The grading threads' shared end: the spill file, and each trial's slot.
 pub(super) struct Spill {
     file: io::BufWriter<File>,
     written: u64,
-    /// One [`Slot`] per trial of the plan, at its position; a sparse file, whose unwritten
-    /// slots cost nothing.
-    slots: File,
-    /// Which slots hold a grade: a trial's first grade is written without reading its slot.
-    filled: FixedBitSet,
+    slots: Slots,
     /// The first write that failed; grading goes on, and [`Spill::finish`] reports it.
     broken: Option<io::Error>,
 }
@@ -90,10 +36,8 @@ pub(super) struct Spill {
 impl Spill {
     /// An empty spill in `dir` for a plan of `trials` trials.
     pub fn new(dir: &std::path::Path, trials: usize) -> anyhow::Result<Self> {
-        let made = || -> io::Result<(File, File)> {
-            let slots = tempfile::tempfile_in(dir)?;
-            slots.set_len(trials as u64 * SLOT)?;
-            Ok((tempfile::tempfile_in(dir)?, slots))
+        let made = || -> io::Result<(File, Slots)> {
+            Ok((tempfile::tempfile_in(dir)?, Slots::new_in(dir, trials)?))
         };
         let (file, slots) = made()
             .with_context(|| format!("cannot make the grading spill files in {}", dir.display()))?;
@@ -101,7 +45,6 @@ impl Spill {
             file: io::BufWriter::new(file),
             written: 0,
             slots,
-            filled: FixedBitSet::with_capacity(trials),
             broken: None,
         })
     }
@@ -109,17 +52,12 @@ impl Spill {
     /// Takes `graded`'s files up again, to add the grades of trials it lacks.
     pub fn reopen(graded: Graded) -> io::Result<Self> {
         use std::io::Seek;
-        let Graded {
-            mut spill,
-            slots,
-            filled,
-        } = graded;
+        let Graded { mut spill, slots } = graded;
         let written = spill.seek(io::SeekFrom::End(0))?;
         Ok(Spill {
             file: io::BufWriter::new(spill),
             written,
             slots,
-            filled,
             broken: None,
         })
     }
@@ -129,7 +67,7 @@ impl Spill {
     /// version of the same trace, already here, stays.
     pub fn push(&mut self, (trial, order): (u32, u32), line: &[u8], used_models: bool) {
         if self.broken.is_none() {
-            if let Err(e) = self.try_push(trial, order, line, used_models) {
+            if let Err(e) = self.try_push(trial as usize, order, line, used_models) {
                 self.broken = Some(e);
             }
         }
@@ -137,30 +75,23 @@ impl Spill {
 
     fn try_push(
         &mut self,
-        trial: u32,
+        trial: usize,
         order: u32,
         line: &[u8],
         used_models: bool,
     ) -> io::Result<()> {
-        let len = slot_len(line.len())?;
-        let at = u64::from(trial) * SLOT;
-        if self.filled.contains(trial as usize) {
-            let mut held = [0; SLOT as usize];
-            self.slots.read_exact_at(&mut held, at)?;
-            if Slot::decode(&held).order > order {
-                return Ok(());
-            }
-        }
-        self.file.write_all(line)?;
         let slot = Slot {
-            at: self.written,
-            len,
             order,
             used_models,
+            ..Slot::new(self.written, line.len())?
         };
-        self.slots.write_all_at(&slot.encode(), at)?;
-        self.filled.insert(trial as usize);
-        self.written += u64::from(len);
+        // A trial's first grade is written without reading its slot.
+        if (self.slots.get(trial)?).is_some_and(|held| held.order > order) {
+            return Ok(());
+        }
+        self.file.write_all(line)?;
+        self.slots.set(trial, slot)?;
+        self.written += u64::from(slot.len);
         Ok(())
     }
 
@@ -174,18 +105,15 @@ impl Spill {
         Ok(Graded {
             spill,
             slots: self.slots,
-            filled: self.filled,
         })
     }
 }
 
-/// What [`super::Grading`] made of the traces it saw: the spill file, and each trial's slot
-/// in the slots file. Its trials are positions in the plan, which [`Graded::read`] is given.
+/// What [`super::Grading`] made of the traces it saw: the spill file, and each trial's slot.
+/// Its trials are positions in the plan, which [`Graded::read`] is given.
 pub struct Graded {
     spill: File,
-    slots: File,
-    /// Which trials were graded, by position in the plan.
-    filled: FixedBitSet,
+    slots: Slots,
 }
 
 /// The grades [`Graded::read`] hands on, and the agents' model usage in their traces.
@@ -198,62 +126,41 @@ pub struct ReadBack {
 impl Graded {
     /// How many traces were graded.
     pub fn len(&self) -> usize {
-        self.filled.count_ones(..)
+        self.slots.count()
     }
 
     /// Whether none was.
     pub fn is_empty(&self) -> bool {
-        self.filled.is_clear()
+        self.slots.is_empty()
     }
 
     /// Whether the trace of the plan's trial at `trial` was graded.
     pub fn contains(&self, trial: usize) -> bool {
-        self.filled.contains(trial)
+        self.slots.contains(trial)
     }
 
-    /// The grades, left in the spill file and found there by trial, with the model usage of
-    /// the graded traces (read from the lines of the traces that used a model).
-    /// `plan`: the run's, which grading was given.
-    pub fn read(self, plan: &Arc<[TrialKey]>) -> anyhow::Result<ReadBack> {
-        // Where each grade is, made only now: the end of a run holds 16 bytes a grade once
-        // the cases and the shards' lists are gone, not while they are held.
-        let mut spots = Vec::with_capacity(self.len());
+    /// The grades, left in their files, with the model usage of the graded traces (read
+    /// from the lines of the traces that used a model). `plan`: the run's, which grading was
+    /// given.
+    pub fn read(self, plan: &Plan) -> anyhow::Result<ReadBack> {
         let mut usage: BTreeMap<String, UsageTotals> = BTreeMap::new();
-        // Every slot in order, in large reads: positioned writes left the file's offset at 0.
-        let mut slots = io::BufReader::with_capacity(1 << 16, &self.slots);
-        let mut bytes = [0; SLOT as usize];
-        for (trial, key) in plan.iter().enumerate() {
-            slots
-                .read_exact(&mut bytes)
-                .context("cannot read the grading spill's slots")?;
-            if !self.filled.contains(trial) {
+        for slot in self.slots.each() {
+            let (trial, slot) = slot.context("cannot read the grading spill's slots")?;
+            if !slot.used_models {
                 continue;
             }
-            let slot = Slot::decode(&bytes);
-            if slot.used_models {
-                let Spilled { usage: used, .. } = crate::files::read_json_at::<
-                    Spilled<serde::de::IgnoredAny>,
-                >(
-                    &self.spill, slot.at, slot.len as usize
-                )
-                .context("cannot read back a grade from the grading spill file")?;
-                usage
-                    .entry(key.variant.to_string())
-                    .or_default()
-                    .merge(&used);
-            }
-            spots.push(GradeSpot {
-                trial: trial as u32,
-                len: slot.len,
-                at: slot.at,
-            });
+            let Spilled { usage: used, .. } = crate::files::read_json_at::<
+                Spilled<serde::de::IgnoredAny>,
+            >(&self.spill, slot.at, slot.len as usize)
+            .context("cannot read back a grade from the grading spill file")?;
+            let variant = plan.parts(trial).0;
+            usage.entry(variant.to_string()).or_default().merge(&used);
         }
-        spots.sort_unstable_by(|a, b| plan[a.trial as usize].cmp(&plan[b.trial as usize]));
         let end = (self.spill.metadata())
             .context("cannot read the grading spill file")?
             .len();
         Ok(ReadBack {
-            grades: Grades::in_file(self.spill, plan.clone(), spots, end),
+            grades: Grades::in_file(self.spill, self.slots, plan.clone(), end),
             usage,
         })
     }
@@ -262,18 +169,17 @@ impl Graded {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eval::trial::TrialKey;
     use crate::grade::TrialGrade;
 
     /// The plan of the spill tests: trials `v/a/0`, `v/b/0`, `v/c/0`.
-    fn plan() -> Arc<[TrialKey]> {
-        ["c", "a", "b"]
-            .map(|case| TrialKey::new("v", case, 0))
-            .into()
+    fn plan() -> Plan {
+        Plan::from_keys(["c", "a", "b"].map(|case| TrialKey::new("v", case, 0))).unwrap()
     }
 
     /// A spill of trials of `plan` as the grading threads leave it, with `grades` pushed in
     /// this order.
-    fn spilled(plan: &[TrialKey], grades: &[(&str, u32, TrialGrade, u64)]) -> Graded {
+    fn spilled(plan: &Plan, grades: &[(&str, u32, TrialGrade, u64)]) -> Graded {
         let dir = tempfile::tempdir().unwrap();
         let mut spill = Spill::new(dir.path(), plan.len()).unwrap();
         for (case, order, grade, calls) in grades {
@@ -283,7 +189,7 @@ mod tests {
             };
             let used_models = !usage.is_empty();
             let line = serde_json::to_vec(&Spilled { grade, usage }).unwrap();
-            let trial = plan.iter().position(|k| &*k.case == *case).unwrap();
+            let trial = plan.keys().position(|k| &*k.case == *case).unwrap();
             spill.push((trial as u32, *order), &line, used_models);
         }
         assert!(spill.broken.is_none());
@@ -293,34 +199,6 @@ mod tests {
     fn infra(reason: &str) -> TrialGrade {
         TrialGrade::Infra {
             reason: reason.into(),
-        }
-    }
-
-    #[test]
-    fn a_slot_reads_back_as_written_its_flag_apart_from_its_length() {
-        for used_models in [false, true] {
-            let slot = Slot {
-                at: u64::MAX - 7,
-                len: USED_MODELS - 1,
-                order: 0xdead_beef,
-                used_models,
-            };
-            assert_eq!(Slot::decode(&slot.encode()), slot);
-        }
-        // An unwritten slot of the sparse file.
-        let empty = Slot::decode(&[0; SLOT as usize]);
-        assert_eq!((empty.len, empty.used_models), (0, false));
-    }
-
-    #[test]
-    fn a_grade_too_long_for_its_slot_is_refused_by_its_length() {
-        assert_eq!(slot_len(USED_MODELS as usize - 1).unwrap(), USED_MODELS - 1);
-        for len in [USED_MODELS as usize, u32::MAX as usize + 1] {
-            let error = slot_len(len).unwrap_err().to_string();
-            assert!(
-                error.contains(&format!("a grade is {len} bytes")),
-                "{error}"
-            );
         }
     }
 

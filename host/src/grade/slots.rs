@@ -1,0 +1,191 @@
+//! [`Slots`]: where each trial's grade line is in a file of grades, kept in a second file of
+//! fixed slots, one for each trial of the run's plan, at the trial's position. Grading while
+//! collecting writes them (`run::grade`'s spill), and [`super::Grades`] reads grades through
+//! them: memory holds one bit a trial (which slots are written), where a list of where each
+//! grade is held 16 bytes (issue 16: memory flat in N).
+
+use fixedbitset::FixedBitSet;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// Where one trial's grade is: `len` bytes at `at` of the grades file. Grading while
+/// collecting also notes the grade's trace's `order` of arrival (a later version of a trace
+/// replaces an earlier one's grade) and whether its agent made model calls (its usage is in
+/// the line).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slot {
+    pub at: u64,
+    pub len: u32,
+    pub order: u32,
+    pub used_models: bool,
+}
+
+/// A slot's size in the slots file: `at`, then `len` with [`USED_MODELS`] as its top bit,
+/// then `order`; little-endian.
+pub const SLOT: u64 = 16;
+
+/// The bit of a slot's `len` word that says the agent made model calls.
+const USED_MODELS: u32 = 1 << 31;
+
+impl Slot {
+    /// The slot of a grade line `len` bytes long at `at`; refused when a slot cannot hold
+    /// its length.
+    pub fn new(at: u64, len: usize) -> io::Result<Self> {
+        let len = u32::try_from(len)
+            .ok()
+            .filter(|len| len & USED_MODELS == 0)
+            .ok_or_else(|| {
+                io::Error::other(format!("a grade is {len} bytes, more than a grade may be"))
+            })?;
+        Ok(Slot {
+            at,
+            len,
+            order: 0,
+            used_models: false,
+        })
+    }
+
+    fn encode(self) -> [u8; SLOT as usize] {
+        let flagged = self.len | if self.used_models { USED_MODELS } else { 0 };
+        let mut bytes = [0; SLOT as usize];
+        bytes[..8].copy_from_slice(&self.at.to_le_bytes());
+        bytes[8..12].copy_from_slice(&flagged.to_le_bytes());
+        bytes[12..].copy_from_slice(&self.order.to_le_bytes());
+        bytes
+    }
+
+    fn decode(bytes: &[u8; SLOT as usize]) -> Self {
+        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        Slot {
+            at: u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
+            len: word(8) & !USED_MODELS,
+            order: word(12),
+            used_models: word(8) & USED_MODELS != 0,
+        }
+    }
+}
+
+/// One [`Slot`] per trial of a plan, at its position, in a sparse file (its unwritten slots
+/// cost nothing), and which of them are written.
+#[derive(Debug)]
+pub struct Slots {
+    file: File,
+    filled: FixedBitSet,
+}
+
+impl Slots {
+    /// Empty slots for a plan of `trials` trials, in an unnamed file in `dir`.
+    pub fn new_in(dir: &std::path::Path, trials: usize) -> io::Result<Self> {
+        let file = tempfile::tempfile_in(dir)?;
+        file.set_len(trials as u64 * SLOT)?;
+        Ok(Slots {
+            file,
+            filled: FixedBitSet::with_capacity(trials),
+        })
+    }
+
+    /// Whether the trial at `trial` has a slot written.
+    pub fn contains(&self, trial: usize) -> bool {
+        self.filled.contains(trial)
+    }
+
+    /// How many slots are written.
+    pub fn count(&self) -> usize {
+        self.filled.count_ones(..)
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.filled.is_clear()
+    }
+
+    /// The slot of the trial at `trial`, if it is written.
+    pub fn get(&self, trial: usize) -> io::Result<Option<Slot>> {
+        if !self.contains(trial) {
+            return Ok(None);
+        }
+        let mut bytes = [0; SLOT as usize];
+        self.file.read_exact_at(&mut bytes, trial as u64 * SLOT)?;
+        Ok(Some(Slot::decode(&bytes)))
+    }
+
+    /// Writes `slot` as the trial at `trial`'s.
+    pub fn set(&mut self, trial: usize, slot: Slot) -> io::Result<()> {
+        self.file
+            .write_all_at(&slot.encode(), trial as u64 * SLOT)?;
+        self.filled.insert(trial);
+        Ok(())
+    }
+
+    /// Every written slot, by the trial's position, read in order in large reads.
+    pub fn each(&self) -> impl Iterator<Item = io::Result<(usize, Slot)>> + '_ {
+        use std::io::Read;
+        // Positioned writes leave the file's offset where it was: at its start.
+        let mut from = io::BufReader::with_capacity(1 << 16, FileAt(&self.file, 0));
+        let mut bytes = [0; SLOT as usize];
+        (0..self.filled.len()).filter_map(move |trial| {
+            if let Err(e) = from.read_exact(&mut bytes) {
+                return Some(Err(e));
+            }
+            self.contains(trial)
+                .then(|| Ok((trial, Slot::decode(&bytes))))
+        })
+    }
+}
+
+/// Reads `file` from an offset of its own, leaving the file's offset alone.
+struct FileAt<'a>(&'a File, u64);
+
+impl io::Read for FileAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let read = self.0.read_at(buf, self.1)?;
+        self.1 += read as u64;
+        Ok(read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_reads_back_as_written_its_flag_apart_from_its_length() {
+        for slot in [
+            Slot {
+                at: u64::MAX - 3,
+                len: USED_MODELS - 1,
+                order: u32::MAX,
+                used_models: true,
+            },
+            Slot {
+                at: 0,
+                len: 0,
+                order: 0,
+                used_models: false,
+            },
+        ] {
+            assert_eq!(Slot::decode(&slot.encode()), slot);
+        }
+        let error = Slot::new(0, USED_MODELS as usize).unwrap_err().to_string();
+        assert!(error.contains("more than a grade may be"), "{error}");
+    }
+
+    #[test]
+    fn slots_are_read_back_one_at_a_time_and_all_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut slots = Slots::new_in(dir.path(), 5).unwrap();
+        assert!(slots.is_empty());
+        let slot = |at| Slot::new(at, 7).unwrap();
+        slots.set(3, slot(30)).unwrap();
+        slots.set(0, slot(0)).unwrap();
+        slots.set(3, slot(31)).unwrap();
+        assert_eq!(slots.count(), 2);
+        assert_eq!(slots.get(3).unwrap(), Some(slot(31)));
+        assert_eq!(slots.get(1).unwrap(), None);
+        let each: Vec<(usize, Slot)> = slots.each().map(Result::unwrap).collect();
+        assert_eq!(each, [(0, slot(0)), (3, slot(31))]);
+        // Read again from the start.
+        assert_eq!(slots.each().count(), 2);
+    }
+}
