@@ -242,29 +242,23 @@ impl Plan {
 
     /// The position of the trial `key`, if the plan has it.
     pub fn position(&self, key: &TrialKey) -> Option<usize> {
+        let trials = self.trials_of(&key.variant, &key.case)?;
+        (key.trial < trials.len() as u32).then(|| (trials.start + key.trial) as usize)
+    }
+
+    /// The positions of `case`'s trials under `variant` (repetitions 0, 1, … in turn), if
+    /// the plan has them.
+    pub fn trials_of(&self, variant: &str, case: &str) -> Option<std::ops::Range<u32>> {
         let grid = &*self.0;
         let found = grid
             .by_id
-            .binary_search_by(|&case| grid.cases[case as usize].as_str().cmp(&key.case))
+            .binary_search_by(|&case_at| grid.cases[case_at as usize].as_str().cmp(case))
             .ok()?;
         let case = grid.by_id[found] as usize;
-        let variant = grid.variants.iter().position(|v| *v == key.variant)? as u32;
+        let variant = grid.variants.iter().position(|v| v == variant)? as u32;
         let repetitions = grid.repetitions_of(case);
-        (key.trial < repetitions)
-            .then(|| (grid.start_of(case) + variant * repetitions + key.trial) as usize)
-    }
-
-    /// How the trials at positions `a` and `b` compare as their keys do (variant, case,
-    /// repetition), without making them.
-    pub fn cmp_at(&self, a: usize, b: usize) -> std::cmp::Ordering {
-        let ((va, ca, ta), (vb, cb, tb)) = (self.parts(a), self.parts(b));
-        (va.as_str(), ca.as_str(), ta).cmp(&(vb.as_str(), cb.as_str(), tb))
-    }
-
-    /// How the trial at position `at` compares with `key`, as keys compare.
-    pub fn cmp_with(&self, at: usize, key: &TrialKey) -> std::cmp::Ordering {
-        let (variant, case, trial) = self.parts(at);
-        (variant.as_str(), case.as_str(), trial).cmp(&(&key.variant, &key.case, key.trial))
+        let first = grid.start_of(case) + variant * repetitions;
+        Some(first..first + repetitions)
     }
 }
 
@@ -399,11 +393,12 @@ impl KeysReader {
         };
         let first_case = self.cases.is_empty();
         match &mut self.current {
-            Some((id, at, seen, _)) if **id == *case && *self.variants[*at] == *variant => {
-                if trial != *seen {
+            Some((id, at, seen, each)) if **id == *case && *self.variants[*at] == *variant => {
+                // In turn, and no more of them than the case's earlier variants had.
+                if trial != *seen || each.is_some_and(|each| *seen >= each) {
                     return Err(out_of_order());
                 }
-                *seen += 1;
+                *seen = seen.checked_add(1).ok_or_else(out_of_order)?;
             }
             Some((id, at, seen, each)) if **id == *case => {
                 // The next variant of the same case.
@@ -423,7 +418,8 @@ impl KeysReader {
                 }
             }
             _ => {
-                self.close()?;
+                self.close()
+                    .map_err(|e| format!("{e} (trial {variant}/{case}/{trial} comes next)"))?;
                 if trial != 0 {
                     return Err(out_of_order());
                 }
@@ -445,7 +441,8 @@ impl KeysReader {
         };
         if at + 1 != self.variants.len() || each.is_some_and(|each| each != seen) {
             return Err(format!(
-                "case `{id}` lacks trials of a plan: every case has every variant, each as often"
+                "case `{id}` lacks trials of a plan (every case has every variant, each as \
+                 often)"
             ));
         }
         self.cases.push((id, seen));
@@ -453,7 +450,7 @@ impl KeysReader {
     }
 
     fn finish(mut self) -> Result<Plan, String> {
-        self.close()?;
+        self.close().map_err(|e| format!("{e} (the list ends)"))?;
         Plan::new(self.variants, self.cases)
     }
 }
@@ -680,7 +677,6 @@ mod tests {
                 assert_eq!(plan.key(at), *key);
                 assert_eq!(plan.position(key), Some(at), "{key}");
                 assert_eq!(plan.case_of(at), &key.case);
-                assert_eq!(plan.cmp_with(at, key), std::cmp::Ordering::Equal);
             }
             assert_eq!(plan.get(plan.len()), None);
             for absent in keys(&[
@@ -693,7 +689,7 @@ mod tests {
             }
             // Positions sorted as their keys sort.
             let mut by_position: Vec<usize> = (0..plan.len()).collect();
-            by_position.sort_by(|a, b| plan.cmp_at(*a, *b));
+            by_position.sort_by_key(|&at| plan.key(at));
             let mut sorted = expected.clone();
             sorted.sort();
             let made: Vec<TrialKey> = by_position.iter().map(|&at| plan.key(at)).collect();
@@ -736,7 +732,22 @@ mod tests {
             // Every case has every variant, each as often.
             (
                 serde_json::json!([key("a", "c1", 0), key("b", "c1", 0), key("a", "c2", 0)]),
-                "`c2`",
+                "case `c2` lacks trials of a plan (every case has every variant, each as often) \
+                 (the list ends)",
+            ),
+            (
+                serde_json::json!([
+                    key("a", "c1", 0),
+                    key("b", "c1", 0),
+                    key("a", "c2", 0),
+                    key("a", "c3", 0)
+                ]),
+                "`c2` lacks trials of a plan (every case has every variant, each as often) \
+                 (trial a/c3/0 comes next)",
+            ),
+            (
+                serde_json::json!([key("a", "c1", 0), key("b", "c1", 0), key("b", "c1", 1)]),
+                "trial b/c1/1 is out of a plan's order",
             ),
             (
                 serde_json::json!([key("a", "c1", 0), key("a", "c1", 1), key("b", "c1", 0)]),

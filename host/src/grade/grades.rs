@@ -103,7 +103,7 @@ impl GradeFile {
     }
 }
 
-/// `grade` as a line of a grades file holds it, in `line`; its length.
+/// `grade` as a line of a grades file holds it, in `line`.
 fn grade_line(grade: &TrialGrade, line: &mut Vec<u8>) -> std::io::Result<()> {
     #[derive(Serialize)]
     struct Line<'a> {
@@ -307,7 +307,8 @@ impl Grades {
             }
         };
         let mut into = IntoFile {
-            writer: Some(std::io::BufWriter::new(writer)),
+            writer: std::io::BufWriter::new(writer),
+            broken: None,
             line: Vec::new(),
             grades: GradeFile {
                 file,
@@ -320,13 +321,14 @@ impl Grades {
         crate::files::read_json_file_with(path, &mut into)?;
         let IntoFile {
             writer,
+            broken,
             grades,
             held,
             ..
         } = into;
-        if let Some(Err(e)) = writer.map(|writer| writer.into_inner()) {
+        let flushed = writer.into_inner().map_err(|e| e.into_error());
+        if let Some(e) = broken.or(flushed.err()) {
             // The copy is not whole: every grade is read again, into memory.
-            let e = e.error();
             tracing::warn!("the grades of {} are held in memory: {e}", path.display());
             return crate::files::read_json_file(path);
         }
@@ -338,11 +340,13 @@ impl Grades {
 }
 
 /// [`Grades::read_file`]'s reading: each grade of a planned trial written to the copy as it is
-/// read; one of a trial the plan lacks, and every one after a write failed, held (so a
-/// trial's last grade stays last).
+/// read; one of a trial the plan lacks held. After a write fails nothing more is copied: the
+/// file is read again, into memory.
 struct IntoFile {
-    /// The copy being written (a second handle of `grades.file`); `None` once a write failed.
-    writer: Option<std::io::BufWriter<std::fs::File>>,
+    /// The copy being written (a second handle of `grades.file`).
+    writer: std::io::BufWriter<std::fs::File>,
+    /// The first write that failed.
+    broken: Option<std::io::Error>,
     line: Vec<u8>,
     /// The copy, and each grade's slot.
     grades: GradeFile,
@@ -367,21 +371,18 @@ impl<'de> serde::de::Visitor<'de> for &mut IntoFile {
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let plan = self.grades.plan.clone();
         while let Some(OwnedGradeEntry { key, grade }) = seq.next_element()? {
-            let trial = plan.position(&key);
-            let (Some(trial), Some(writer)) = (trial, &mut self.writer) else {
+            if self.broken.is_some() {
+                continue;
+            }
+            let Some(trial) = plan.position(&key) else {
                 self.held.push((key, grade));
                 continue;
             };
             let written = grade_line(&grade, &mut self.line)
-                .and_then(|()| std::io::Write::write_all(writer, &self.line))
+                .and_then(|()| std::io::Write::write_all(&mut self.writer, &self.line))
                 .and_then(|()| self.grades.spot(trial, self.line.len()));
-            match written {
-                Ok(()) => {}
-                Err(e) => {
-                    tracing::warn!("the grades from {key} on stay in memory: {e}");
-                    self.writer = None;
-                    self.held.push((key, grade));
-                }
+            if let Err(e) = written {
+                self.broken = Some(e);
             }
         }
         Ok(())
@@ -531,6 +532,40 @@ mod tests {
             }
         }
         assert!(grades.get(&key("d")).is_none());
+    }
+
+    #[test]
+    fn grades_in_a_file_come_in_the_order_of_their_keys_as_held_ones_do() {
+        // Variants and cases out of their keys' order in the plan, cases' own repetitions.
+        let plan = Plan::new(
+            vec!["w".into(), "v".into()],
+            [("y".into(), 2), ("x".into(), 1), ("z".into(), 3)],
+        )
+        .unwrap();
+        let every: Vec<(TrialKey, TrialGrade)> = (plan.keys())
+            .filter(|key| key.trial != 1)
+            .map(|key| {
+                let reason = key.to_string();
+                (key, infra(&reason))
+            })
+            .collect();
+        let held: Grades = every.iter().cloned().collect();
+        let dir = tempfile::tempdir().unwrap();
+        let slots = Slots::new_in(dir.path(), plan.len()).unwrap();
+        let mut in_file = Grades::in_file(tempfile::tempfile().unwrap(), slots, plan, 0);
+        in_file.extend(every.iter().rev().cloned());
+        assert!(matches!(in_file.0, Store::InFile(_)));
+        let order = |grades: &Grades| -> Vec<String> {
+            grades.iter().map(|(key, _)| key.to_string()).collect()
+        };
+        assert_eq!(
+            order(&in_file),
+            ["v/x/0", "v/y/0", "v/z/0", "v/z/2", "w/x/0", "w/y/0", "w/z/0", "w/z/2"]
+        );
+        assert_eq!(order(&in_file), order(&held));
+        assert!(in_file == held, "the same grades, in the same order");
+        let owned: Vec<(TrialKey, TrialGrade)> = in_file.into_iter().collect();
+        assert_eq!(owned, held.into_iter().collect::<Vec<_>>());
     }
 
     #[test]

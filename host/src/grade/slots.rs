@@ -121,7 +121,6 @@ impl Slots {
     /// Every written slot, by the trial's position, read in order in large reads.
     pub fn each(&self) -> impl Iterator<Item = io::Result<(usize, Slot)>> + '_ {
         use std::io::Read;
-        // Positioned writes leave the file's offset where it was: at its start.
         let mut from = io::BufReader::with_capacity(1 << 16, FileAt(&self.file, 0));
         let mut bytes = [0; SLOT as usize];
         (0..self.filled.len()).filter_map(move |trial| {

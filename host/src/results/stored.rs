@@ -111,8 +111,6 @@ impl StoredRun {
         case: &'a str,
     ) -> impl Iterator<Item = TrialKey> + 'a {
         let plan = &self.record.trials;
-        (plan.groups())
-            .filter(move |(v, c, _)| *v == variant && *c == case)
-            .flat_map(move |(_, _, positions)| positions.map(|at| plan.key(at as usize)))
+        (plan.trials_of(variant, case).into_iter().flatten()).map(|at| plan.key(at as usize))
     }
 }
