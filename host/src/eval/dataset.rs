@@ -5,26 +5,27 @@
 //! `type` names a dataset plugin, which receives the entry as its options and the named file's
 //! bytes as content.
 
+use super::case_ids::{CaseIds, CaseIdsBuilder};
 use super::config::{located, mst_format_error, DatasetRef};
 use super::trial::CaseRecord;
 use crate::plugin::set::PluginSet;
 use crate::plugin::Kind;
 use anyhow::{bail, Context, Result};
-use arcstr::ArcStr;
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The resolved cases and a hash of their content, recorded in `run.json`.
 ///
 /// The cases themselves are kept in an unnamed file (gone when this is dropped), each one's
 /// JSON on a line of its own, exactly the lines the content hash reads, and where each line is
 /// and where each case came from in a second one, a fixed-size [`Place`] a case. Memory holds
-/// each case's id (shared with its trials' keys) and its place among the ids sorted, 12 bytes a
-/// case beside the id's own: a run of 100,000 cases would otherwise hold every case's input
-/// and answer as parsed JSON from the start of the run to its end. A case is read back when it
+/// the cases' ids ([`CaseIds`], shared with a plan of them all), 8 bytes a case beside the
+/// id's own: a run of 100,000 cases would otherwise hold every case's input and answer as
+/// parsed JSON from the start of the run to its end. A case is read back when it
 /// is used: in order ([`Cases::iter`]), or by id ([`Cases::get`]).
 #[derive(Debug, Default)]
 pub struct Cases {
@@ -33,9 +34,7 @@ pub struct Cases {
     /// Each case's [`Place`], in the datasets' order. `None` only for no cases.
     places: Option<File>,
     /// Every case's id, in the datasets' order.
-    ids: Vec<ArcStr>,
-    /// Positions in `ids` sorted by id.
-    by_id: Vec<u32>,
+    ids: Arc<CaseIds>,
     /// The cases with a trial count of their own, as (position, count), by position: few
     /// evals give any case one, so this is most often empty.
     own_trials: Vec<(u32, u32)>,
@@ -143,12 +142,12 @@ impl Cases {
     }
 
     /// Every case's id, in the datasets' order.
-    pub fn ids(&self) -> impl Iterator<Item = &ArcStr> {
-        self.ids.iter()
+    pub fn ids(&self) -> &Arc<CaseIds> {
+        &self.ids
     }
 
     /// Every case's id with its own trial count, if it has one, in the datasets' order.
-    pub fn trial_counts(&self) -> impl Iterator<Item = (&ArcStr, Option<u32>)> {
+    pub fn trial_counts(&self) -> impl Iterator<Item = (&str, Option<u32>)> {
         let mut own = self.own_trials.iter().peekable();
         (self.ids.iter().enumerate()).map(move |(at, id)| {
             let count = own.next_if(|(of, _)| *of as usize == at).map(|(_, n)| *n);
@@ -163,7 +162,7 @@ impl Cases {
 
     /// The position in the datasets' order of the case whose id is `id`.
     fn position(&self, id: &str) -> Option<usize> {
-        super::trial::find_position(&self.ids, &self.by_id, |id| &**id, id)
+        self.ids.find(id)
     }
 
     /// The case whose id is `id`, read from the cases' file.
@@ -173,7 +172,7 @@ impl Cases {
 
     /// The case at `index` in the datasets' order.
     fn read(&self, index: usize) -> Result<CaseRecord> {
-        let id = &self.ids[index];
+        let id = self.ids.get(index);
         let read_back = || format!("cannot read case `{id}` back from the cases' file");
         let place = self.place(index).with_context(read_back)?;
         let file = self.file.as_ref().context("no cases were kept")?;
@@ -232,7 +231,7 @@ struct Loading {
     written: u64,
     line: Vec<u8>,
     hasher: Sha256,
-    ids: Vec<ArcStr>,
+    ids: CaseIdsBuilder,
     own_trials: Vec<(u32, u32)>,
     sources: Vec<String>,
 }
@@ -246,7 +245,7 @@ impl Loading {
             written: 0,
             line: Vec::new(),
             hasher: Sha256::new(),
-            ids: Vec::new(),
+            ids: CaseIdsBuilder::default(),
             own_trials: Vec::new(),
             sources: Vec::new(),
         })
@@ -256,7 +255,7 @@ impl Loading {
     /// more; the index its cases' origins name.
     fn source(&mut self, label: String, cases: usize) -> u32 {
         self.sources.push(label);
-        self.ids.reserve_exact(cases);
+        self.ids.reserve(cases);
         (self.sources.len() - 1) as u32
     }
 
@@ -271,6 +270,7 @@ impl Loading {
         }
         let position = u32::try_from(self.ids.len())
             .ok()
+            .filter(|&position| position < u32::MAX)
             .with_context(|| format!("{}: more than 4 billion cases", self.origin_of(origin)))?;
         self.line.clear();
         serde_json::to_writer(&mut self.line, &case)?;
@@ -292,8 +292,7 @@ impl Loading {
         if let Some(trials) = case.more().trials {
             self.own_trials.push((position, trials));
         }
-        self.ids.push(case.id);
-        Ok(())
+        (self.ids.push(&case.id)).map_err(|e| anyhow::anyhow!("{}: {e}", self.origin_of(origin)))
     }
 
     fn origin_of(&self, origin: Origin) -> String {
@@ -306,36 +305,23 @@ impl Loading {
             (file.into_inner().map_err(|e| e.into_error()))
                 .context("cannot write to the file the cases are kept in")
         };
-        let mut ids = self.ids;
-        ids.shrink_to_fit();
-        let mut cases = Cases {
+        let cases = Cases {
             file: Some(written(self.file)?),
             places: Some(written(self.places)?),
-            by_id: Vec::new(),
-            ids,
+            ids: Arc::new(self.ids.finish()),
             own_trials: self.own_trials,
             sources: self.sources,
             content_hash: hex::encode(self.hasher.finalize()),
         };
-        // By id, then by position: the cases sharing an id lie together, first to last.
-        let ids = &cases.ids;
-        let mut by_id: Vec<u32> = (0..ids.len() as u32).collect();
-        by_id.sort_unstable_by(|a, b| (ids[*a as usize].cmp(&ids[*b as usize])).then(a.cmp(b)));
         // The earliest second use of an id is the one reported, with the id's first use.
-        let twice = by_id
-            .chunk_by(|a, b| ids[*a as usize] == ids[*b as usize])
-            .filter(|same| same.len() > 1)
-            .map(|same| (same[0] as usize, same[1] as usize))
-            .min_by_key(|(_, second)| *second);
-        if let Some((first, second)) = twice {
+        if let Some((first, second)) = cases.ids.repeated() {
             bail!(
                 "case id `{}` appears twice (in {} and {}); ids must be unique",
-                ids[second],
+                cases.ids.get(second),
                 cases.origin(first),
                 cases.origin(second)
             );
         }
-        cases.by_id = by_id;
         Ok(cases)
     }
 }
@@ -615,7 +601,7 @@ mod tests {
             ),
         ];
         let cases = resolve(&entries, dir.path(), &PluginSet::default()).unwrap();
-        let ids: Vec<&str> = cases.ids().map(|id| &**id).collect();
+        let ids: Vec<&str> = cases.ids().iter().collect();
         assert_eq!(ids, ["a", "b", "c"]);
         let read: Vec<CaseRecord> = cases.iter().map(Result::unwrap).collect();
         assert_eq!(read[2].more().trials, Some(2));
@@ -770,7 +756,7 @@ mod tests {
         let lines: Vec<String> = ["a", "b", "c", "d"]
             .iter()
             .map(|id| {
-                let index = cases.ids().position(|c| &**c == *id).unwrap();
+                let index = cases.ids().find(id).unwrap();
                 let origin = cases.origin(index);
                 origin.rsplit_once('/').unwrap().1.to_string()
             })

@@ -2,6 +2,7 @@
 //! Pure data and its rules: nothing here starts a process, a machine or a plugin call (dataset
 //! plugins are called through [`crate::plugin`] when a config names one).
 
+pub mod case_ids;
 pub mod config;
 pub mod dataset;
 pub mod plan;

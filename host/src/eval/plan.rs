@@ -1,5 +1,6 @@
 //! Planning: which trials a run needs, and which shard runs each case.
 
+use super::case_ids::{CaseIds, CaseIdsBuilder};
 use super::config::EvalConfig;
 use super::dataset::Cases;
 use crate::eval::trial::TrialKey;
@@ -59,7 +60,7 @@ pub fn plan(config: &EvalConfig, cases: &Cases, filters: &Filters) -> anyhow::Re
     // Counted before anything is made: a `trials` of four billion is refused by name, not
     // met by the machine running out of memory.
     let mut planned: u64 = 0;
-    let mut largest: Option<(&arcstr::ArcStr, Option<u32>)> = None;
+    let mut largest: Option<(&str, Option<u32>)> = None;
     for (id, trials) in cases.trial_counts().filter(|(id, _)| chosen(id)) {
         planned += u64::from(repetitions(trials)) * variants.len() as u64;
         if largest.is_none_or(|(_, most)| repetitions(trials) > repetitions(most)) {
@@ -80,18 +81,28 @@ pub fn plan(config: &EvalConfig, cases: &Cases, filters: &Filters) -> anyhow::Re
              lower it, or split the cases across runs (`--case`)"
         );
     }
-    let cases = (cases.trial_counts())
-        .filter(|(id, _)| chosen(id))
-        .map(|(id, trials)| (id.clone(), repetitions(trials)));
-    Plan::new(variants, cases).map_err(|e| anyhow::anyhow!("cannot plan the run: {e}"))
+    let planned = match filters.cases.is_empty() {
+        true => {
+            let counts = (cases.trial_counts()).map(|(_, trials)| repetitions(trials));
+            Plan::of_every_case(variants, cases.ids(), counts.collect())
+        }
+        false => {
+            let chosen = (cases.trial_counts()).filter(|(id, _)| chosen(id));
+            Plan::new(
+                variants,
+                chosen.map(|(id, trials)| (id, repetitions(trials))),
+            )
+        }
+    };
+    planned.map_err(|e| anyhow::anyhow!("cannot plan the run: {e}"))
 }
 
 /// Every trial a run plans, in the order [`plan`] makes them: case by case (in the datasets'
 /// order), each variant, each repetition from 0. Held as its names, each once, and how many
 /// repetitions each case has: a trial's [`TrialKey`] is made when it is asked for. A plan of
-/// 100,000 trials holds about 16 bytes a case, where a list of keys held 24 a trial; the keys
-/// it makes share its names. `run.json` lists every key ([`Plan`]'s serde form). Clones
-/// share one plan.
+/// every case of a run shares the cases' ids ([`CaseIds`]) and holds nothing a case (where
+/// a list of keys held 24 bytes a trial); one of some of them holds their ids and 8 bytes
+/// more. `run.json` lists every key ([`Plan`]'s serde form). Clones share one plan.
 #[derive(Clone, Default, PartialEq)]
 pub struct Plan(Arc<Grid>);
 
@@ -100,10 +111,9 @@ pub struct Plan(Arc<Grid>);
 struct Grid {
     /// Each case's variants, in order.
     variants: Vec<ArcStr>,
-    /// The planned cases' ids, in the plan's order.
-    cases: Vec<ArcStr>,
-    /// Positions in `cases` sorted by id: a key's case is found by halves.
-    by_id: Vec<u32>,
+    /// The planned cases' ids, in the plan's order: the run's cases' own when it plans
+    /// every one.
+    cases: Arc<CaseIds>,
     /// How many times each case repeats each variant.
     repetitions: Repetitions,
     /// Trials in all.
@@ -131,15 +141,40 @@ impl Plan {
     /// how many times the case repeats each variant; one with none has no trials and is left
     /// out). Fails when a case or a variant is named twice, or the plan has more trials than
     /// its 32-bit positions can count.
-    pub fn new(
+    pub fn new<Id: AsRef<str>>(
         variants: Vec<ArcStr>,
-        cases: impl IntoIterator<Item = (ArcStr, u32)>,
+        cases: impl IntoIterator<Item = (Id, u32)>,
     ) -> Result<Self, String> {
         let mut made = GridBuilder::new(variants)?;
         for (case, repetitions) in cases {
-            made.case(case, repetitions)?;
+            made.case(case.as_ref(), repetitions)?;
         }
         made.finish()
+    }
+
+    /// The plan of each of `variants` under every one of `cases` in turn, each case repeating
+    /// each variant as often as `repetitions` says (one count a case, in order): the plan
+    /// shares the cases' ids. Fails as [`Self::new`] does.
+    pub fn of_every_case(
+        variants: Vec<ArcStr>,
+        cases: &Arc<CaseIds>,
+        repetitions: Vec<u32>,
+    ) -> Result<Self, String> {
+        assert_eq!(cases.len(), repetitions.len(), "a count for each case");
+        let variants = GridBuilder::new(variants)?.variants;
+        if variants.is_empty() || repetitions.contains(&0) {
+            // Cases without trials are left out: not every case is planned.
+            return Plan::new(variants, cases.iter().zip(repetitions));
+        }
+        let each: u64 = repetitions.iter().map(|&count| u64::from(count)).sum();
+        let len = each * variants.len() as u64;
+        if len > u64::from(u32::MAX) {
+            return Err(format!("more than {} trials", u32::MAX));
+        }
+        if let Some((first, _)) = cases.repeated() {
+            return Err(format!("case `{}` is planned twice", cases.get(first)));
+        }
+        Ok(Grid::plan(variants, cases.clone(), repetitions, len))
     }
 
     /// The plan whose trials are `keys`, which must be in a plan's order (see [`Plan`]):
@@ -164,7 +199,7 @@ impl Plan {
 
     /// The trial at position `at` (below [`Self::len`]): its variant, case and repetition,
     /// borrowed from the plan.
-    pub fn parts(&self, at: usize) -> (&ArcStr, &ArcStr, u32) {
+    pub fn parts(&self, at: usize) -> (&ArcStr, &str, u32) {
         let grid = &*self.0;
         assert!(at < self.len(), "position {at} of a plan of {}", self.len());
         let at = at as u32;
@@ -172,13 +207,14 @@ impl Plan {
         let repetitions = grid.repetitions_of(case);
         let within = at - grid.start_of(case);
         let variant = &grid.variants[(within / repetitions) as usize];
-        (variant, &grid.cases[case], within % repetitions)
+        (variant, grid.cases.get(case), within % repetitions)
     }
 
-    /// The key of the trial at position `at` (below [`Self::len`]), sharing the plan's names.
+    /// The key of the trial at position `at` (below [`Self::len`]), sharing the plan's
+    /// variant name (its case id is copied).
     pub fn key(&self, at: usize) -> TrialKey {
         let (variant, case, trial) = self.parts(at);
-        TrialKey::new(variant.clone(), case.clone(), trial)
+        TrialKey::new(variant.clone(), case, trial)
     }
 
     /// The key of the trial at position `at`, if the plan has one there.
@@ -187,23 +223,30 @@ impl Plan {
     }
 
     /// The id of the case of the trial at position `at` (below [`Self::len`]).
-    pub fn case_of(&self, at: usize) -> &ArcStr {
+    pub fn case_of(&self, at: usize) -> &str {
         self.parts(at).1
     }
 
-    /// Every trial's key, in order.
+    /// Every trial's key, in order: the keys of a case share its id.
     pub fn keys(&self) -> impl Iterator<Item = TrialKey> + '_ {
-        self.groups().flat_map(|(variant, case, trials)| {
-            (0..trials.len() as u32)
-                .map(|trial| TrialKey::new(variant.clone(), case.clone(), trial))
+        let grid = &*self.0;
+        (0..grid.cases.len()).flat_map(move |case| {
+            let (start, repetitions) = (grid.start_of(case), grid.repetitions_of(case));
+            let id = ArcStr::from(grid.cases.get(case));
+            (start..start + repetitions * grid.variants.len() as u32).map(move |at| {
+                let within = at - start;
+                let variant = &grid.variants[(within / repetitions) as usize];
+                TrialKey::new(variant.clone(), id.clone(), within % repetitions)
+            })
         })
     }
 
     /// Each case's trials of each variant, in order: the variant, the case, and their
     /// positions (repetitions 0, 1, … in turn).
-    pub fn groups(&self) -> impl Iterator<Item = (&ArcStr, &ArcStr, std::ops::Range<u32>)> + '_ {
+    pub fn groups(&self) -> impl Iterator<Item = (&ArcStr, &str, std::ops::Range<u32>)> + '_ {
         let grid = &*self.0;
-        grid.cases.iter().enumerate().flat_map(move |(case, id)| {
+        (0..grid.cases.len()).flat_map(move |case| {
+            let id = grid.cases.get(case);
             let (start, repetitions) = (grid.start_of(case), grid.repetitions_of(case));
             grid.variants
                 .iter()
@@ -216,18 +259,19 @@ impl Plan {
     }
 
     /// Every position, in the order of their trials' keys (variant, case, repetition): the
-    /// variants sorted, the cases by id, with nothing held to sort them.
-    pub fn positions_by_key(&self) -> impl Iterator<Item = usize> + '_ {
+    /// variants sorted, the cases by id, with nothing held to sort them. The iterator owns
+    /// a clone of the plan.
+    pub fn positions_by_key(&self) -> PositionsByKey {
         let grid = &*self.0;
         let mut variants: Vec<u32> = (0..grid.variants.len() as u32).collect();
         variants.sort_by_key(|&variant| &grid.variants[variant as usize]);
-        variants.into_iter().flat_map(move |variant| {
-            grid.by_id.iter().flat_map(move |&case| {
-                let repetitions = grid.repetitions_of(case as usize);
-                let first = grid.start_of(case as usize) + variant * repetitions;
-                (first..first + repetitions).map(|at| at as usize)
-            })
-        })
+        PositionsByKey {
+            plan: self.clone(),
+            variants,
+            variant: 0,
+            case: 0,
+            trial: 0,
+        }
     }
 
     /// The variants every case has, in order.
@@ -236,8 +280,23 @@ impl Plan {
     }
 
     /// The planned cases' ids, in order.
-    pub fn cases(&self) -> &[ArcStr] {
-        &self.0.cases
+    pub fn cases(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.0.cases.iter()
+    }
+
+    /// The id of the planned case at `case` in [`Self::cases`] (below their count).
+    pub fn case(&self, case: usize) -> &str {
+        self.0.cases.get(case)
+    }
+
+    /// The planned cases, sorted by id: each one's place in [`Self::cases`], and its id.
+    pub fn cases_by_id(&self) -> impl ExactSizeIterator<Item = (usize, &str)> + '_ {
+        self.0.cases.by_id()
+    }
+
+    /// The place in [`Self::cases`] of the case `case`, if the plan has it.
+    pub fn case_index(&self, case: &str) -> Option<usize> {
+        self.0.cases.find(case)
     }
 
     /// The position of the trial `key`, if the plan has it.
@@ -250,15 +309,49 @@ impl Plan {
     /// the plan has them.
     pub fn trials_of(&self, variant: &str, case: &str) -> Option<std::ops::Range<u32>> {
         let grid = &*self.0;
-        let found = grid
-            .by_id
-            .binary_search_by(|&case_at| grid.cases[case_at as usize].as_str().cmp(case))
-            .ok()?;
-        let case = grid.by_id[found] as usize;
+        let case = self.case_index(case)?;
         let variant = grid.variants.iter().position(|v| v == variant)? as u32;
         let repetitions = grid.repetitions_of(case);
         let first = grid.start_of(case) + variant * repetitions;
         Some(first..first + repetitions)
+    }
+}
+
+/// A plan's positions in the order of their trials' keys ([`Plan::positions_by_key`]).
+pub struct PositionsByKey {
+    plan: Plan,
+    /// The plan's variants, sorted by name.
+    variants: Vec<u32>,
+    /// Where it is: the variant in `variants`, the case among the cases by id, and the
+    /// repetition.
+    variant: usize,
+    case: usize,
+    trial: u32,
+}
+
+impl Iterator for PositionsByKey {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let grid = &*self.plan.0;
+        let variant = *self.variants.get(self.variant)?;
+        if self.case >= grid.cases.len() {
+            return None;
+        }
+        let case = grid.cases.by_id_at(self.case);
+        let repetitions = grid.repetitions_of(case);
+        let at = grid.start_of(case) + variant * repetitions + self.trial;
+        // On to the next repetition, case, or variant.
+        self.trial += 1;
+        if self.trial == repetitions {
+            self.trial = 0;
+            self.case += 1;
+            if self.case == grid.cases.len() {
+                self.case = 0;
+                self.variant += 1;
+            }
+        }
+        Some(at as usize)
     }
 }
 
@@ -297,7 +390,7 @@ impl Grid {
 /// A plan made a case at a time.
 struct GridBuilder {
     variants: Vec<ArcStr>,
-    cases: Vec<ArcStr>,
+    cases: CaseIdsBuilder,
     /// Each case's repetitions of each variant.
     repetitions: Vec<u32>,
     len: u64,
@@ -312,13 +405,13 @@ impl GridBuilder {
         }
         Ok(GridBuilder {
             variants,
-            cases: Vec::new(),
+            cases: CaseIdsBuilder::default(),
             repetitions: Vec::new(),
             len: 0,
         })
     }
 
-    fn case(&mut self, case: ArcStr, repetitions: u32) -> Result<(), String> {
+    fn case(&mut self, case: &str, repetitions: u32) -> Result<(), String> {
         if repetitions == 0 || self.variants.is_empty() {
             return Ok(());
         }
@@ -326,29 +419,30 @@ impl GridBuilder {
         if self.len > u64::from(u32::MAX) {
             return Err(format!("more than {} trials", u32::MAX));
         }
-        self.cases.push(case);
+        self.cases.push(case)?;
         self.repetitions.push(repetitions);
         Ok(())
     }
 
     fn finish(self) -> Result<Plan, String> {
-        let GridBuilder {
-            variants,
-            mut cases,
-            repetitions,
-            len,
-        } = self;
-        let by_id = super::trial::sorted_positions(&cases, |id| id.as_str());
-        if let Some(pair) = by_id
-            .windows(2)
-            .find(|pair| cases[pair[0] as usize] == cases[pair[1] as usize])
-        {
-            return Err(format!(
-                "case `{}` is planned twice",
-                cases[pair[0] as usize]
-            ));
+        let cases = self.cases.finish();
+        if let Some((first, _)) = cases.repeated() {
+            return Err(format!("case `{}` is planned twice", cases.get(first)));
         }
-        cases.shrink_to_fit();
+        Ok(Grid::plan(
+            self.variants,
+            Arc::new(cases),
+            self.repetitions,
+            self.len,
+        ))
+    }
+}
+
+impl Grid {
+    /// The plan of `variants` under each of `cases`, repeated as `repetitions` (one each, none
+    /// 0) says: `len` trials in all.
+    fn plan(variants: Vec<ArcStr>, cases: Arc<CaseIds>, repetitions: Vec<u32>, len: u64) -> Plan {
+        debug_assert_eq!(cases.len(), repetitions.len());
         let repetitions = match repetitions.first() {
             Some(&first) if repetitions.iter().any(|&r| r != first) => {
                 let mut starts = Vec::with_capacity(repetitions.len() + 1);
@@ -362,13 +456,12 @@ impl GridBuilder {
             }
             first => Repetitions::Same(first.copied().unwrap_or(0)),
         };
-        Ok(Plan(Arc::new(Grid {
+        Plan(Arc::new(Grid {
             variants,
             cases,
-            by_id,
             repetitions,
             len: len as u32,
-        })))
+        }))
     }
 }
 
@@ -377,10 +470,11 @@ impl GridBuilder {
 struct KeysReader {
     /// The first case's variants, as they come; every later case must list the same.
     variants: Vec<ArcStr>,
-    cases: Vec<(ArcStr, u32)>,
+    /// The cases read, once the first has ended.
+    grid: Option<GridBuilder>,
     /// The case being read: its id, the variant it is at, the repetitions seen of that
     /// variant, and of each variant before it.
-    current: Option<(ArcStr, usize, u32, Option<u32>)>,
+    current: Option<(String, usize, u32, Option<u32>)>,
 }
 
 impl KeysReader {
@@ -391,16 +485,16 @@ impl KeysReader {
                  variant in turn, each repetition from 0)"
             )
         };
-        let first_case = self.cases.is_empty();
+        let first_case = self.grid.is_none();
         match &mut self.current {
-            Some((id, at, seen, each)) if **id == *case && *self.variants[*at] == *variant => {
+            Some((id, at, seen, each)) if id == case && *self.variants[*at] == *variant => {
                 // In turn, and no more of them than the case's earlier variants had.
                 if trial != *seen || each.is_some_and(|each| *seen >= each) {
                     return Err(out_of_order());
                 }
                 *seen = seen.checked_add(1).ok_or_else(out_of_order)?;
             }
-            Some((id, at, seen, each)) if **id == *case => {
+            Some((id, at, seen, each)) if id == case => {
                 // The next variant of the same case.
                 if trial != 0 || each.is_some_and(|each| each != *seen) {
                     return Err(out_of_order());
@@ -423,7 +517,7 @@ impl KeysReader {
                 if trial != 0 {
                     return Err(out_of_order());
                 }
-                if self.cases.is_empty() {
+                if self.grid.is_none() {
                     self.variants.push(variant.into());
                 } else if *self.variants[0] != *variant {
                     return Err(out_of_order());
@@ -445,13 +539,19 @@ impl KeysReader {
                  often)"
             ));
         }
-        self.cases.push((id, seen));
-        Ok(())
+        let grid = match &mut self.grid {
+            Some(grid) => grid,
+            None => self.grid.insert(GridBuilder::new(self.variants.clone())?),
+        };
+        grid.case(&id, seen)
     }
 
     fn finish(mut self) -> Result<Plan, String> {
         self.close().map_err(|e| format!("{e} (the list ends)"))?;
-        Plan::new(self.variants, self.cases)
+        match self.grid {
+            Some(grid) => grid.finish(),
+            None => GridBuilder::new(self.variants)?.finish(),
+        }
     }
 }
 
@@ -644,10 +744,10 @@ mod tests {
         // Cases' own counts (the case with none is left out), then one count for every case.
         let each = Plan::new(
             variants.clone(),
-            [("c2", 2), ("none", 0), ("c1", 1), ("c3", 2)].map(|(c, n)| (c.into(), n)),
+            [("c2", 2), ("none", 0), ("c1", 1), ("c3", 2)],
         )
         .unwrap();
-        let same = Plan::new(variants, ["c2", "c1"].map(|c| (c.into(), 2))).unwrap();
+        let same = Plan::new(variants, ["c2", "c1"].map(|c| (c, 2))).unwrap();
         let expected_each = keys(&[
             ("b", "c2", 0),
             ("b", "c2", 1),
@@ -676,7 +776,7 @@ mod tests {
             for (at, key) in expected.iter().enumerate() {
                 assert_eq!(plan.key(at), *key);
                 assert_eq!(plan.position(key), Some(at), "{key}");
-                assert_eq!(plan.case_of(at), &key.case);
+                assert_eq!(plan.case_of(at), &*key.case);
             }
             assert_eq!(plan.get(plan.len()), None);
             for absent in keys(&[
@@ -695,15 +795,16 @@ mod tests {
             let made: Vec<TrialKey> = by_position.iter().map(|&at| plan.key(at)).collect();
             assert_eq!(made, sorted);
             assert_eq!(plan.positions_by_key().collect::<Vec<_>>(), by_position);
-            // Listed as keys are, read back the same from text and from a reader, every
-            // key of a case sharing its one name.
+            // Listed as keys are, read back the same from text and from a reader; the keys
+            // of a case it makes share its id, and every key its variant's name.
             let text = serde_json::to_string(plan).unwrap();
             assert_eq!(text, serde_json::to_string(expected).unwrap());
             let from_text: Plan = serde_json::from_str(&text).unwrap();
             let from_reader: Plan = serde_json::from_reader(text.as_bytes()).unwrap();
             for read in [from_text, from_reader] {
                 assert_eq!(read, *plan);
-                assert!(ArcStr::ptr_eq(&read.key(0).case, &read.key(3).case));
+                let made: Vec<TrialKey> = read.keys().collect();
+                assert!(ArcStr::ptr_eq(&made[0].case, &made[3].case));
                 assert!(ArcStr::ptr_eq(&read.key(0).variant, &read.key(4).variant));
             }
             assert_eq!(Plan::from_keys(expected.iter().cloned()).unwrap(), *plan);
@@ -714,6 +815,12 @@ mod tests {
         assert_eq!(groups[1], ("a".into(), "c2".into(), 2..4));
         assert_eq!(groups[3], ("a".into(), "c1".into(), 5..6));
         assert_eq!(groups.len(), 6);
+        // Cases by id, and found by id.
+        let by_id: Vec<(usize, &str)> = each.cases_by_id().collect();
+        assert_eq!(by_id, [(1, "c1"), (0, "c2"), (2, "c3")]);
+        assert_eq!(each.cases().collect::<Vec<_>>(), ["c2", "c1", "c3"]);
+        assert_eq!(each.case_index("c3"), Some(2));
+        assert_eq!(each.case_index("none"), None);
         let empty: Plan = serde_json::from_str("[]").unwrap();
         assert!(empty.is_empty() && empty.keys().next().is_none());
     }
@@ -778,7 +885,7 @@ mod tests {
                 .to_string();
             assert!(error.contains(names), "{bad}: {error}");
         }
-        let twice = Plan::new(vec!["a".into(), "a".into()], [("c".into(), 1)]);
+        let twice = Plan::new(vec!["a".into(), "a".into()], [("c", 1)]);
         assert!(twice.unwrap_err().contains("variant `a` is planned twice"));
     }
 }

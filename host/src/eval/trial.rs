@@ -16,7 +16,8 @@ use std::fmt;
 pub struct TrialKey {
     /// Shared by every trial of the variant: a run of 100,000 trials holds each name once.
     pub variant: ArcStr,
-    /// Shared by every trial of the case, and with the plan.
+    /// Shared by the trials of the case a list holds (the keys a plan lists, the ones a
+    /// worker reads from its bundle).
     pub case: ArcStr,
     /// 0-based repetition.
     pub trial: u32,

@@ -243,14 +243,11 @@ impl IntoIterator for Grades {
         match self.0 {
             Store::Held(grades) => Box::new(grades.into_iter()),
             Store::InFile(file) => {
-                // Listed first (four bytes a grade, while they are read): the iterator owns
-                // the file its positions come from.
-                let graded: Vec<u32> = file.graded().map(|trial| trial as u32).collect();
-                Box::new(
-                    (graded.into_iter()).map(move |trial| {
-                        (file.plan.key(trial as usize), file.read(trial as usize))
-                    }),
-                )
+                let mut positions = file.plan.positions_by_key();
+                Box::new(std::iter::from_fn(move || {
+                    let trial = positions.find(|&trial| file.slots.contains(trial))?;
+                    Some((file.plan.key(trial), file.read(trial)))
+                }))
             }
         }
     }
@@ -537,11 +534,7 @@ mod tests {
     #[test]
     fn grades_in_a_file_come_in_the_order_of_their_keys_as_held_ones_do() {
         // Variants and cases out of their keys' order in the plan, cases' own repetitions.
-        let plan = Plan::new(
-            vec!["w".into(), "v".into()],
-            [("y".into(), 2), ("x".into(), 1), ("z".into(), 3)],
-        )
-        .unwrap();
+        let plan = Plan::new(vec!["w".into(), "v".into()], [("y", 2), ("x", 1), ("z", 3)]).unwrap();
         let every: Vec<(TrialKey, TrialGrade)> = (plan.keys())
             .filter(|key| key.trial != 1)
             .map(|key| {

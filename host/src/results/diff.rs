@@ -295,7 +295,7 @@ fn case_keys(run: &StoredRun) -> impl Iterator<Item = (&str, &str)> {
     run.summary
         .cases
         .iter()
-        .flat_map(|(v, cases)| cases.keys().map(move |c| (v.as_str(), &**c)))
+        .flat_map(|(v, cases)| cases.iter().map(move |(c, _)| (v.as_str(), c)))
 }
 
 /// Each case of a run under each variant: its verdict and how many of its planned trials
@@ -327,7 +327,7 @@ impl<'a> Sides<'a> {
 
     /// `case` under `variant`, if the run's summary has it.
     fn get(&self, variant: &str, case: &str) -> Option<CaseSide> {
-        let outcome = *self.run.summary.cases.get(variant)?.get(case)?;
+        let outcome = self.run.summary.cases.get(variant)?.get(case)?;
         let (passed_trials, trials) = self
             .trials
             .get(&(variant, case))

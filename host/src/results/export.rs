@@ -13,7 +13,7 @@
 //! ```
 
 use super::stored::StoredRun;
-use super::{PairSummary, Phase, ResultsRoot, RunRecord};
+use super::{CaseOutcomes, PairSummary, Phase, ResultsRoot, RunRecord};
 use crate::eval::trial::{TrialKey, TrialRecord, TrialStatus};
 use crate::grade::pairwise::{PairOutcome, PairResult};
 use crate::grade::{CaseOutcome, TrialGrade};
@@ -287,12 +287,7 @@ fn mst_run_v1(run: &Stored) -> Vec<(String, Value)> {
 
 /// The case ids planned, in plan order.
 fn planned_cases(record: &RunRecord) -> Vec<&str> {
-    record
-        .trials
-        .cases()
-        .iter()
-        .map(arcstr::ArcStr::as_str)
-        .collect()
+    record.trials.cases().collect()
 }
 
 /// `run.json`.
@@ -473,7 +468,7 @@ fn results_and_summary(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)
                 .collect();
             case_results.push(without_nulls(json!({
                 "id": case, "variant": variant, "datasetName": target.dataset,
-                "pass": *outcome == CaseOutcome::Passed,
+                "pass": outcome == CaseOutcome::Passed,
                 "outcome": outcome,
                 "durationMs": trials.iter().map(|(_, f)| f.duration_ms).sum::<u64>(),
                 "plannedTrials": run.trials_of(variant, case).count(),
@@ -527,7 +522,7 @@ fn results_and_summary(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)
         .variants
         .values()
         .fold((0, 0), |(p, f), v| (p + v.passed, f + v.failed));
-    let total: usize = run.summary.cases.values().map(BTreeMap::len).sum();
+    let total: usize = run.summary.cases.values().map(CaseOutcomes::len).sum();
     // As MST does: the run's metrics are its first variant's.
     let metrics = variant_summaries
         .first()

@@ -7,6 +7,7 @@
 //! [`export`] rewrites a stored run in another tool's layout; [`diff`]
 //! compares two runs of one eval.
 
+pub mod case_outcomes;
 pub mod diff;
 pub mod export;
 pub mod layout;
@@ -16,6 +17,7 @@ pub mod stored;
 pub mod trace_log;
 pub mod usage;
 
+pub use case_outcomes::CaseOutcomes;
 pub use layout::{trace_path, trial_dir, ResultsRoot, RunDir};
 
 use crate::eval::plan::{Filters, Plan};
@@ -210,8 +212,8 @@ pub struct Summary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,
     pub variants: BTreeMap<String, VariantSummary>,
-    /// `cases[variant][case]`. A case's id is the plan's own, shared with its trials' keys.
-    pub cases: BTreeMap<String, BTreeMap<ArcStr, CaseOutcome>>,
+    /// `cases[variant][case]`.
+    pub cases: BTreeMap<String, CaseOutcomes>,
     /// The rules that made the case verdicts (`casePass`): the eval's, and cases' own.
     #[serde(default)]
     pub case_pass: crate::grade::CaseRules,
@@ -271,14 +273,25 @@ impl Summary {
         // A case's trials of a variant lie together in the plan: grades are looked up one
         // case at a time, as they may be read from a file, never all held at once.
         let plan = &record.trials;
+        let names = plan.variants();
         let mut missing = Vec::new();
-        let mut variants: BTreeMap<String, VariantSummary> = BTreeMap::new();
-        let mut cases: BTreeMap<String, BTreeMap<ArcStr, CaseOutcome>> = BTreeMap::new();
+        let mut counts = vec![VariantSummary::default(); names.len()];
+        let mut outcomes: Vec<Vec<CaseOutcome>> = (names.iter())
+            .map(|_| Vec::with_capacity(plan.cases().len()))
+            .collect();
         let mut case_grades = Vec::new();
-        for (variant, case, positions) in plan.groups() {
+        // The case's id, made once for the keys of all its trials.
+        let mut case_id = ArcStr::new();
+        for (group, (variant_name, case, positions)) in plan.groups().enumerate() {
+            // Each case's groups come a variant at a time, in the plan's order.
+            let variant = group % names.len();
+            if case_id != case {
+                case_id = case.into();
+            }
             case_grades.clear();
-            for at in positions {
-                let trial = plan.key(at as usize);
+            for (trial, at) in positions.enumerate() {
+                let trial = TrialKey::new(variant_name.clone(), case_id.clone(), trial as u32);
+                debug_assert_eq!(plan.position(&trial), Some(at as usize));
                 let grade = grades.get(&trial);
                 if grade.is_none() {
                     // In the plan's order, as the groups come.
@@ -289,11 +302,7 @@ impl Summary {
             let borrowed: smallvec::SmallVec<[Option<&TrialGrade>; 4]> =
                 case_grades.iter().map(Option::as_deref).collect();
             let outcome = crate::grade::case_outcome(&borrowed, rules.of(case));
-            if !variants.contains_key(variant.as_str()) {
-                variants.insert(variant.to_string(), VariantSummary::default());
-                cases.insert(variant.to_string(), BTreeMap::new());
-            }
-            let counts = variants.get_mut(variant.as_str()).expect("inserted above");
+            let counts = &mut counts[variant];
             match outcome {
                 CaseOutcome::Passed => counts.passed += 1,
                 CaseOutcome::Failed => counts.failed += 1,
@@ -301,14 +310,20 @@ impl Summary {
                 CaseOutcome::NotGraded => counts.not_graded += 1,
                 CaseOutcome::Infra => counts.infra += 1,
             }
-            cases
-                .get_mut(variant.as_str())
-                .expect("inserted with its counts")
-                .insert(case.clone(), outcome);
+            outcomes[variant].push(outcome);
         }
-        for counts in variants.values_mut() {
-            let decided = counts.passed + counts.failed;
-            counts.pass_rate = (decided > 0).then(|| f64::from(counts.passed) / f64::from(decided));
+        let mut variants = BTreeMap::new();
+        let mut cases = BTreeMap::new();
+        // A plan without cases counts nothing under any variant.
+        if plan.cases().len() > 0 {
+            for ((name, mut counts), outcomes) in names.iter().zip(counts).zip(outcomes) {
+                let decided = counts.passed + counts.failed;
+                counts.pass_rate =
+                    (decided > 0).then(|| f64::from(counts.passed) / f64::from(decided));
+                variants.insert(name.to_string(), counts);
+                let outcomes = CaseOutcomes::of_plan(plan.clone(), outcomes);
+                cases.insert(name.to_string(), outcomes);
+            }
         }
         Summary {
             run_id: record.run_id.clone(),

@@ -104,7 +104,7 @@ pub fn failures(summary: &Summary, grades: &Grades) -> String {
     let outcome_of = |key: &TrialKey| {
         let (variant, cases) = summary.cases.get_key_value(&*key.variant)?;
         let (case, outcome) = cases.get_key_value(&key.case)?;
-        Some((variant.as_str(), case.as_str(), *outcome))
+        Some((variant.as_str(), case, outcome))
     };
     let told = [
         CaseOutcome::Failed,
@@ -160,8 +160,8 @@ pub fn failures(summary: &Summary, grades: &Grades) -> String {
         summary.cases.iter().flat_map(move |(variant, cases)| {
             cases
                 .iter()
-                .filter(move |(_, outcome)| **outcome == wanted)
-                .map(move |(case, _)| (variant.as_str(), &**case))
+                .filter(move |(_, outcome)| *outcome == wanted)
+                .map(move |(case, _)| (variant.as_str(), case))
         })
     };
     let none = CaseTally::default();
@@ -281,25 +281,16 @@ pub fn junit(summary: &Summary) -> String {
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(out, "<testsuites name=\"{}\">", escape(&summary.eval));
     for (variant, cases) in &summary.cases {
-        let failures = cases
-            .values()
-            .filter(|o| **o == CaseOutcome::Failed)
-            .count();
-        let errors = cases
-            .values()
-            .filter(|o| matches!(o, CaseOutcome::NotGraded | CaseOutcome::Infra))
-            .count();
-        let skipped = cases
-            .values()
-            .filter(|o| **o == CaseOutcome::Incomplete)
-            .count();
+        let failures = cases.count(|o| o == CaseOutcome::Failed);
+        let errors = cases.count(|o| matches!(o, CaseOutcome::NotGraded | CaseOutcome::Infra));
+        let skipped = cases.count(|o| o == CaseOutcome::Incomplete);
         let _ = writeln!(
             out,
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">",
             escape(variant),
             cases.len()
         );
-        for (case, outcome) in cases {
+        for (case, outcome) in cases.iter() {
             let _ = write!(
                 out,
                 "    <testcase classname=\"{}\" name=\"{}\"",

@@ -52,11 +52,20 @@ pub fn stage_bundles(
     heartbeat_ms: u64,
     staging: &Path,
 ) -> Result<Vec<StagedShard>> {
+    // Each case's shard is worked out once: its trials lie together in the plan.
+    let mut of_shard: Vec<Vec<u32>> = vec![Vec::new(); shards as usize];
+    let mut last: Option<(&str, u32)> = None;
+    for &at in to_collect {
+        let case = plan.case_of(at as usize);
+        let shard = match last {
+            Some((of, shard)) if of == case => shard,
+            _ => shard_of(case, shards),
+        };
+        last = Some((case, shard));
+        of_shard[shard as usize].push(at);
+    }
     let mut staged = Vec::new();
-    for shard in 0..shards {
-        let mut at: Vec<u32> = (to_collect.iter().copied())
-            .filter(|&at| shard_of(plan.case_of(at as usize), shards) == shard)
-            .collect();
+    for (shard, mut at) in (0..shards).zip(of_shard) {
         // Held while the shard runs, once per trial: no room to spare.
         at.shrink_to_fit();
         if at.is_empty() {

@@ -312,21 +312,24 @@ fn collect_and_grade(
 /// The planned trials that have no trace yet; each must refer to a case the datasets hold.
 fn trials_to_collect(record: &RunRecord, dir: &RunDir, cases: &CaseIndex<'_>) -> Result<Vec<u32>> {
     let mut has_trace = dir.trace_check();
-    // Positions in the plan, four bytes a trial, not a second list of keys beside it.
-    let to_collect: Vec<u32> = (0..record.trials.len() as u32)
-        .filter(|&at| !has_trace(&record.trials.key(at as usize)))
-        .collect();
-    // A case's trials lie together in the plan: each case is looked for once.
-    let mut checked = None;
-    for &at in &to_collect {
-        let case = record.trials.case_of(at as usize);
-        if checked != Some(case) && !cases.contains(case) {
-            bail!(
-                "trial {} refers to case `{case}`, which the datasets no longer hold",
-                record.trials.key(at as usize)
-            );
+    // Positions in the plan, four bytes a trial, not a second list of keys beside it. The
+    // keys come in the plan's order, a case's together: each case is looked for once.
+    let mut to_collect = Vec::new();
+    let mut checked: Option<arcstr::ArcStr> = None;
+    for (at, key) in record.trials.keys().enumerate() {
+        if has_trace(&key) {
+            continue;
         }
-        checked = Some(case);
+        if checked.as_ref() != Some(&key.case) {
+            if !cases.contains(&key.case) {
+                bail!(
+                    "trial {key} refers to case `{}`, which the datasets no longer hold",
+                    key.case
+                );
+            }
+            checked = Some(key.case.clone());
+        }
+        to_collect.push(at as u32);
     }
     Ok(to_collect)
 }

@@ -328,6 +328,7 @@ impl Prepared {
         if let Some((index, id)) = self
             .cases
             .ids()
+            .iter()
             .enumerate()
             .find(|(_, id)| redactor.finds(id))
         {

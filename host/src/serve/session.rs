@@ -443,7 +443,7 @@ impl Session {
                         (t.status != TaskStatus::Running || Some(t.id.as_str()) == settling)
                             && !view.conversation
                     })
-                    .map(|t| (t.id.as_str().into(), 1)),
+                    .map(|t| (t.id.as_str(), 1)),
             )
             .expect("a session's task ids are unique: each has its number"),
             baseline: None,

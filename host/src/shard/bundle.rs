@@ -114,7 +114,7 @@ impl<'a> ShardTrials<'a> {
         self.len() == 0
     }
 
-    /// The shard's trial at `index`, if it has one: a plan's shares the plan's names.
+    /// The shard's trial at `index`, if it has one: a plan's shares the plan's variant name.
     pub fn get(&self, index: usize) -> Option<TrialKey> {
         match *self {
             ShardTrials::Keys(keys) => keys.get(index).cloned(),
@@ -127,24 +127,39 @@ impl<'a> ShardTrials<'a> {
         let this = *self;
         (0..this.len()).filter_map(move |index| this.get(index))
     }
+}
 
-    /// What [`Self::find`] searches: the positions of the bundle's own keys sorted by key
-    /// (a plan's trials need none: the plan finds a key's position).
-    pub fn index(&self) -> Vec<u32> {
-        match self {
+/// A shard's trials with what finds a key among them: the positions of the bundle's own keys
+/// sorted by key (4 bytes a trial, where a map took 30), or nothing for positions in a plan
+/// (the plan finds a key's position).
+pub struct FoundTrials<'a> {
+    trials: ShardTrials<'a>,
+    by_key: Vec<u32>,
+}
+
+impl<'a> FoundTrials<'a> {
+    /// Indexes `trials`.
+    pub fn new(trials: ShardTrials<'a>) -> Self {
+        let by_key = match trials {
             ShardTrials::Keys(keys) => crate::eval::trial::sorted_positions(keys, |key| key),
             ShardTrials::InPlan { at, .. } => {
                 debug_assert!(at.is_sorted(), "a shard's positions in its plan ascend");
                 Vec::new()
             }
-        }
+        };
+        FoundTrials { trials, by_key }
     }
 
-    /// The index of trial `key` in the shard, if it has it; `index` is [`Self::index`]'s.
-    pub fn find(&self, index: &[u32], key: &TrialKey) -> Option<usize> {
-        match *self {
+    /// The trials.
+    pub fn trials(&self) -> ShardTrials<'a> {
+        self.trials
+    }
+
+    /// The index of trial `key` in the shard, if it has it.
+    pub fn find(&self, key: &TrialKey) -> Option<usize> {
+        match self.trials {
             ShardTrials::Keys(keys) => {
-                crate::eval::trial::find_position(keys, index, |key| key, key)
+                crate::eval::trial::find_position(keys, &self.by_key, |key| key, key)
             }
             ShardTrials::InPlan { plan, at } => {
                 let position = plan.position(key)? as u32;

@@ -9,7 +9,7 @@
 //! checks is replaced by the coordinator's own infra record.
 
 use super::artifacts::{ArtifactCopier, ArtifactFile, ArtifactTally};
-use super::bundle::{Bundle, ShardTrials, BUNDLE_FILE};
+use super::bundle::{Bundle, FoundTrials, ShardTrials, BUNDLE_FILE};
 use super::limits::{Holder, Limiter};
 use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, WorkerMessage, PROTOCOL,
@@ -327,14 +327,10 @@ struct Progress {
 pub struct ShardSession<'a> {
     context: &'a ShardContext<'a>,
     bundle: &'a Bundle,
-    /// The bundle's trials (its own list, or positions in the run's plan).
-    trials: ShardTrials<'a>,
+    /// The bundle's trials (its own list, or positions in the run's plan), found by key.
+    trials: FoundTrials<'a>,
     run_dir: &'a RunDir,
     report: ShardReport,
-    /// What finds a trial among the bundle's ([`ShardTrials::index`]): the positions of its
-    /// own keys sorted by key (4 bytes a trial, where a map took 30), or nothing for trials
-    /// in the run's plan.
-    planned: Vec<u32>,
     /// How far each of the bundle's trials got, by its position in the bundle: two flags a
     /// trial rather than two sets of keys.
     progress: Vec<Progress>,
@@ -375,17 +371,15 @@ impl<'a> ShardSession<'a> {
         (bundle, trials): (&'a Bundle, ShardTrials<'a>),
         run_dir: &'a RunDir,
     ) -> Self {
-        let planned = trials.index();
         ShardSession {
             context,
             bundle,
-            trials,
+            trials: FoundTrials::new(trials),
             run_dir,
             report: ShardReport {
                 collected: FixedBitSet::with_capacity(trials.len()),
                 ..ShardReport::new(bundle.shard, String::new())
             },
-            planned,
             progress: vec![Progress::default(); trials.len()],
             waiting: Vec::new(),
             calls: BTreeMap::new(),
@@ -638,15 +632,15 @@ impl<'a> ShardSession<'a> {
 
     /// `key`'s position in the bundle, when the bundle has it.
     fn position(&self, key: &TrialKey) -> Option<usize> {
-        self.trials.find(&self.planned, key)
+        self.trials.find(key)
     }
 
     /// The plan's own copy of `key` when the bundle planned it, else `key`: a key kept past
-    /// its message (graded, counted) then shares the plan's names instead of holding the
-    /// worker's copies of them.
+    /// its message (queued for grading, counted) then shares the plan's variant name instead
+    /// of holding the worker's copy of it.
     fn planned_key(&self, key: TrialKey) -> TrialKey {
         match self.position(&key) {
-            Some(at) => self.trials.get(at).unwrap_or(key),
+            Some(at) => self.trials.trials().get(at).unwrap_or(key),
             None => key,
         }
     }
