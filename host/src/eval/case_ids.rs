@@ -5,7 +5,7 @@
 /// (a shared string a case held 40 bytes, and the plan and the cases each held their own
 /// list of them). A run's cases ([`super::dataset::Cases`]) and a plan of all of them
 /// ([`super::plan::Plan`]) share one.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct CaseIds {
     text: String,
     /// Where each id ends in `text`.
@@ -28,9 +28,9 @@ impl CaseIdsBuilder {
         if self.ends.len() >= u32::MAX as usize {
             return Err(format!("more than {} cases", u32::MAX));
         }
-        self.text.push_str(id);
-        let end = u32::try_from(self.text.len())
+        let end = u32::try_from(self.text.len() + id.len())
             .map_err(|_| format!("the case ids pass {} bytes in all", u32::MAX))?;
+        self.text.push_str(id);
         self.ends.push(end);
         Ok(())
     }

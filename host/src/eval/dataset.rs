@@ -270,7 +270,6 @@ impl Loading {
         }
         let position = u32::try_from(self.ids.len())
             .ok()
-            .filter(|&position| position < u32::MAX)
             .with_context(|| format!("{}: more than 4 billion cases", self.origin_of(origin)))?;
         self.line.clear();
         serde_json::to_writer(&mut self.line, &case)?;

@@ -102,7 +102,7 @@ pub fn plan(config: &EvalConfig, cases: &Cases, filters: &Filters) -> anyhow::Re
 /// repetitions each case has: a trial's [`TrialKey`] is made when it is asked for. A plan of
 /// every case of a run shares the cases' ids ([`CaseIds`]) and holds nothing a case (where
 /// a list of keys held 24 bytes a trial); one of some of them holds their ids and 8 bytes
-/// more. `run.json` lists every key ([`Plan`]'s serde form). Clones share one plan.
+/// more. Cases that repeat their variants unequally add 4 bytes a case. `run.json` lists every key ([`Plan`]'s serde form). Clones share one plan.
 #[derive(Clone, Default, PartialEq)]
 pub struct Plan(Arc<Grid>);
 
@@ -121,7 +121,7 @@ struct Grid {
 }
 
 /// How many times each case of a plan repeats each variant.
-#[derive(PartialEq)]
+#[derive(Clone, PartialEq)]
 enum Repetitions {
     /// Every case the same count, as a plan without cases' own `trials` has: nothing held
     /// per case.
@@ -177,6 +177,22 @@ impl Plan {
         Ok(Grid::plan(variants, cases.clone(), repetitions, len))
     }
 
+    /// This plan, its cases' ids `ids` when they are the same ids in the same order (a
+    /// resumed run's plan, read back from `run.json`, and the datasets' cases): one copy of
+    /// them held, not two.
+    pub fn sharing_ids(self, ids: &Arc<CaseIds>) -> Plan {
+        let grid = &*self.0;
+        if Arc::ptr_eq(&grid.cases, ids) || *grid.cases != **ids {
+            return self;
+        }
+        Plan(Arc::new(Grid {
+            variants: grid.variants.clone(),
+            cases: ids.clone(),
+            repetitions: grid.repetitions.clone(),
+            len: grid.len,
+        }))
+    }
+
     /// The plan whose trials are `keys`, which must be in a plan's order (see [`Plan`]):
     /// what a stored list of keys is read back as.
     pub fn from_keys(keys: impl IntoIterator<Item = TrialKey>) -> Result<Self, String> {
@@ -225,6 +241,20 @@ impl Plan {
     /// The id of the case of the trial at position `at` (below [`Self::len`]).
     pub fn case_of(&self, at: usize) -> &str {
         self.parts(at).1
+    }
+
+    /// The keys of the trials at `positions`, which are a case's trials of one variant (a
+    /// range [`Self::groups`] or [`Self::trials_of`] gives): they share one copy of its id.
+    pub fn keys_in(&self, positions: std::ops::Range<u32>) -> impl Iterator<Item = TrialKey> {
+        let first = positions.clone().next().map(|at| self.key(at as usize));
+        (0..positions.len() as u32).filter_map(move |nth| {
+            let first = first.as_ref()?;
+            Some(TrialKey::new(
+                first.variant.clone(),
+                first.case.clone(),
+                first.trial + nth,
+            ))
+        })
     }
 
     /// Every trial's key, in order: the keys of a case share its id.
@@ -685,6 +715,57 @@ mod tests {
             }
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_plan_of_every_case_shares_the_cases_ids_and_equals_one_made_case_by_case() {
+        let config = two_variants_two_trials();
+        let cases = Cases::from_records([CaseRecord::new("c2", 1.into()), {
+            let mut case = CaseRecord::new("c1", 2.into());
+            case.more_mut().trials = Some(3);
+            case
+        }])
+        .unwrap();
+        let every = plan(&config, &cases, &Filters::default()).unwrap();
+        assert!(Arc::ptr_eq(&every.0.cases, cases.ids()));
+        let variants = vec![ArcStr::from("a"), ArcStr::from("b")];
+        let made = Plan::new(variants.clone(), [("c2", 2), ("c1", 3)]).unwrap();
+        assert_eq!(every, made);
+        assert_eq!(
+            every.keys().collect::<Vec<_>>(),
+            made.keys().collect::<Vec<_>>()
+        );
+        // A case with no trials is left out, as case by case.
+        let none = Plan::of_every_case(variants.clone(), cases.ids(), vec![0, 1]).unwrap();
+        assert_eq!(none, Plan::new(variants.clone(), [("c1", 1)]).unwrap());
+        // Named cases: a plan of its own, equal all the same; as one read back from
+        // `run.json`, it takes the cases' ids when they are the same.
+        let named = Filters {
+            cases: vec!["c1".into(), "c2".into()],
+            ..Filters::default()
+        };
+        let chosen = plan(&config, &cases, &named).unwrap();
+        assert!(!Arc::ptr_eq(&chosen.0.cases, cases.ids()));
+        assert_eq!(chosen, made);
+        let shared = chosen.sharing_ids(cases.ids());
+        assert!(Arc::ptr_eq(&shared.0.cases, cases.ids()));
+        assert_eq!(shared, made);
+        let some = Plan::new(variants.clone(), [("c2", 2)]).unwrap();
+        let kept = some.clone().sharing_ids(cases.ids());
+        assert!(
+            Arc::ptr_eq(&kept.0, &some.0),
+            "other ids: the plan as it was"
+        );
+        // A group's keys share one copy of the case's id.
+        let (_, case, trials) = made.groups().nth(2).unwrap();
+        let keys: Vec<TrialKey> = made.keys_in(trials.clone()).collect();
+        assert_eq!(case, "c1");
+        assert_eq!(
+            keys,
+            trials.map(|at| made.key(at as usize)).collect::<Vec<_>>()
+        );
+        assert!(ArcStr::ptr_eq(&keys[0].case, &keys[2].case));
+        assert_eq!(made.keys_in(0..0).count(), 0);
     }
 
     #[test]

@@ -312,10 +312,10 @@ impl<'a> Sides<'a> {
         let plan = &run.record.trials;
         for (variant, case, positions) in plan.groups() {
             let counts = trials.entry((variant, case)).or_default();
-            for at in positions {
+            for key in plan.keys_in(positions) {
                 counts.1 += 1;
                 if matches!(
-                    run.grades.get(&plan.key(at as usize)).as_deref(),
+                    run.grades.get(&key).as_deref(),
                     Some(TrialGrade::Graded { pass: true, .. })
                 ) {
                     counts.0 += 1;

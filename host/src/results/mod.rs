@@ -24,7 +24,6 @@ use crate::eval::plan::{Filters, Plan};
 use crate::eval::trial::TrialKey;
 use crate::grade::pairwise::{PairOutcome, PairResult};
 use crate::grade::{CaseOutcome, Grades, TrialGrade};
-use arcstr::ArcStr;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -280,18 +279,11 @@ impl Summary {
             .map(|_| Vec::with_capacity(plan.cases().len()))
             .collect();
         let mut case_grades = Vec::new();
-        // The case's id, made once for the keys of all its trials.
-        let mut case_id = ArcStr::new();
-        for (group, (variant_name, case, positions)) in plan.groups().enumerate() {
+        for (group, (_, case, positions)) in plan.groups().enumerate() {
             // Each case's groups come a variant at a time, in the plan's order.
             let variant = group % names.len();
-            if case_id != case {
-                case_id = case.into();
-            }
             case_grades.clear();
-            for (trial, at) in positions.enumerate() {
-                let trial = TrialKey::new(variant_name.clone(), case_id.clone(), trial as u32);
-                debug_assert_eq!(plan.position(&trial), Some(at as usize));
+            for trial in plan.keys_in(positions) {
                 let grade = grades.get(&trial);
                 if grade.is_none() {
                     // In the plan's order, as the groups come.

@@ -111,6 +111,6 @@ impl StoredRun {
         case: &'a str,
     ) -> impl Iterator<Item = TrialKey> + 'a {
         let plan = &self.record.trials;
-        (plan.trials_of(variant, case).into_iter().flatten()).map(|at| plan.key(at as usize))
+        (plan.trials_of(variant, case).into_iter()).flat_map(|at| plan.keys_in(at))
     }
 }

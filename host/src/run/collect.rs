@@ -52,8 +52,9 @@ pub fn stage_bundles(
     heartbeat_ms: u64,
     staging: &Path,
 ) -> Result<Vec<StagedShard>> {
-    // Each case's shard is worked out once: its trials lie together in the plan.
-    let mut of_shard: Vec<Vec<u32>> = vec![Vec::new(); shards as usize];
+    // Each case's shard is worked out once: its trials lie together in the plan. Only the
+    // shards that get trials are made (a runner may allow billions).
+    let mut of_shard: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
     let mut last: Option<(&str, u32)> = None;
     for &at in to_collect {
         let case = plan.case_of(at as usize);
@@ -62,15 +63,12 @@ pub fn stage_bundles(
             _ => shard_of(case, shards),
         };
         last = Some((case, shard));
-        of_shard[shard as usize].push(at);
+        of_shard.entry(shard).or_default().push(at);
     }
     let mut staged = Vec::new();
-    for (shard, mut at) in (0..shards).zip(of_shard) {
+    for (shard, mut at) in of_shard {
         // Held while the shard runs, once per trial: no room to spare.
         at.shrink_to_fit();
-        if at.is_empty() {
-            continue;
-        }
         let trials = ShardTrials::InPlan { plan, at: &at };
         let mut bundle = bundle(config, run_id, Vec::new(), (shard, shards), heartbeat_ms);
         bundle.variants = variants_of(config, trials.iter());

@@ -46,6 +46,7 @@ pub fn open(
             // New traces go to the trace log: a run of format 1 resumed is of format 2 now
             // (its earlier traces stay in their files, which this build still reads).
             record.format = results::RUN_FORMAT;
+            record.trials = std::mem::take(&mut record.trials).sharing_ids(prepared.cases.ids());
             (dir, record)
         }
         None => {

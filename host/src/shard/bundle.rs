@@ -122,6 +122,16 @@ impl<'a> ShardTrials<'a> {
         }
     }
 
+    /// The variant of the shard's trial at `index`, if it has one.
+    pub fn variant(&self, index: usize) -> Option<ArcStr> {
+        match *self {
+            ShardTrials::Keys(keys) => keys.get(index).map(|key| key.variant.clone()),
+            ShardTrials::InPlan { plan, at } => {
+                at.get(index).map(|&at| plan.parts(at as usize).0.clone())
+            }
+        }
+    }
+
     /// The shard's trials, in order.
     pub fn iter(&self) -> impl Iterator<Item = TrialKey> + 'a {
         let this = *self;

@@ -635,12 +635,15 @@ impl<'a> ShardSession<'a> {
         self.trials.find(key)
     }
 
-    /// The plan's own copy of `key` when the bundle planned it, else `key`: a key kept past
-    /// its message (queued for grading, counted) then shares the plan's variant name instead
-    /// of holding the worker's copy of it.
+    /// `key` with the plan's own copy of its variant's name when the bundle planned it: a key
+    /// kept past its message (queued for grading, counted) then shares the name instead of
+    /// holding the worker's copy of it.
     fn planned_key(&self, key: TrialKey) -> TrialKey {
-        match self.position(&key) {
-            Some(at) => self.trials.trials().get(at).unwrap_or(key),
+        match self
+            .position(&key)
+            .and_then(|at| self.trials.trials().variant(at))
+        {
+            Some(variant) => TrialKey { variant, ..key },
             None => key,
         }
     }

@@ -50,8 +50,7 @@ pub fn grade_all(
 ) -> anyhow::Result<Grades> {
     let spill = (Spill::new(&dir.root, plan.len()))
         .or_else(|_| Spill::new(&std::env::temp_dir(), plan.len()))?;
-    let none = spill.finish()?;
-    Ok(grade_rest(judges, dir, plan, cases, none)?
+    Ok(grade_into(spill, judges, dir, plan, cases)?
         .read(plan)?
         .grades)
 }
@@ -67,30 +66,33 @@ pub fn grade_rest(
     cases: Option<&Cases<'_>>,
     graded: Graded,
 ) -> anyhow::Result<Graded> {
-    let rest: Vec<u32> = (0..plan.len() as u32)
-        .filter(|&at| !graded.contains(at as usize))
-        .collect();
     let spill = Spill::reopen(graded).context("cannot reopen the grading spill file")?;
+    grade_into(spill, judges, dir, plan, cases)
+}
+
+/// Grades into `spill` the trials of `plan` it lacks whose traces are in `dir`, on one
+/// worker thread per core.
+fn grade_into(
+    spill: Spill,
+    judges: &JudgeSet,
+    dir: &RunDir,
+    plan: &Plan,
+    cases: Option<&Cases<'_>>,
+) -> anyhow::Result<Graded> {
+    let rest: Vec<u32> = (0..plan.len() as u32)
+        .filter(|&at| !spill.contains(at as usize))
+        .collect();
     let spill = Mutex::new(spill);
-    let chunk = rest.len().div_ceil(threads()).max(1);
-    std::thread::scope(|scope| {
-        for positions in rest.chunks(chunk) {
-            let spill = &spill;
-            scope.spawn(move || {
-                let mut line = Vec::new();
-                for &at in positions {
-                    let key = plan.key(at as usize);
-                    let Some(record) = read_trace(dir, &key, cases) else {
-                        continue;
-                    };
-                    let used_models = spilled_line(judges, &key, record, &mut line);
-                    // Each trial once: its order of arrival decides nothing here.
-                    spill
-                        .lock()
-                        .expect("grading spill")
-                        .push((at, 0), &line, used_models);
-                }
-            });
+    on_chunks(&rest, threads(), |positions| {
+        let mut line = Vec::new();
+        for &at in positions {
+            let key = plan.key(at as usize);
+            let Some(record) = read_trace(dir, &key, cases) else {
+                continue;
+            };
+            let used_models = spilled_line(judges, &key, record, &mut line);
+            // Each trial once: its order of arrival decides nothing here.
+            (spill.lock().expect("grading spill")).push((at, 0), &line, used_models);
         }
     });
     spill.into_inner().expect("grading spill").finish()
@@ -306,22 +308,29 @@ fn on_threads<K: Clone + Ord + Sync + Send, V: Send>(
     threads: usize,
     grade: impl Fn(&K) -> Option<V> + Sync,
 ) -> BTreeMap<K, V> {
-    let chunk = trials.len().div_ceil(threads.max(1)).max(1);
-    let grade = &grade;
+    let graded = on_chunks(trials, threads, |keys| {
+        (keys.iter())
+            .filter_map(|key| Some((key.clone(), grade(key)?)))
+            .collect::<Vec<_>>()
+    });
+    graded.into_iter().flatten().collect()
+}
+
+/// Runs `work` over `items` split into `threads` even chunks (at least one), each on a thread
+/// of its own; what each chunk gave, in order.
+fn on_chunks<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    work: impl Fn(&[T]) -> R + Sync,
+) -> Vec<R> {
+    let chunk = items.len().div_ceil(threads.max(1)).max(1);
+    let work = &work;
     std::thread::scope(|scope| {
-        let handles: Vec<_> = trials
-            .chunks(chunk)
-            .map(|keys| {
-                scope.spawn(move || {
-                    keys.iter()
-                        .filter_map(|key| Some((key.clone(), grade(key)?)))
-                        .collect::<Vec<_>>()
-                })
-            })
+        let handles: Vec<_> = (items.chunks(chunk))
+            .map(|chunk| scope.spawn(move || work(chunk)))
             .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("grading threads do not panic"))
+        (handles.into_iter())
+            .map(|handle| handle.join().expect("grading threads do not panic"))
             .collect()
     })
 }

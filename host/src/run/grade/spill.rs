@@ -62,6 +62,11 @@ impl Spill {
         })
     }
 
+    /// Whether the plan's trial `trial` has a grade here.
+    pub fn contains(&self, trial: usize) -> bool {
+        self.slots.contains(trial)
+    }
+
     /// Appends `line`, the grade of the trace of the plan's trial `trial` that arrived
     /// `order`th, which `used_models` when the agent made model calls; a grade of a later
     /// version of the same trace, already here, stays.
