@@ -268,8 +268,10 @@ impl Loading {
         if case.id.is_empty() {
             bail!("{}: a case has an empty `id`", self.origin_of(origin));
         }
+        // Refused before the case is written, not after.
         let position = u32::try_from(self.ids.len())
             .ok()
+            .filter(|&position| position < u32::MAX)
             .with_context(|| format!("{}: more than 4 billion cases", self.origin_of(origin)))?;
         self.line.clear();
         serde_json::to_writer(&mut self.line, &case)?;

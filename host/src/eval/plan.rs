@@ -102,7 +102,8 @@ pub fn plan(config: &EvalConfig, cases: &Cases, filters: &Filters) -> anyhow::Re
 /// repetitions each case has: a trial's [`TrialKey`] is made when it is asked for. A plan of
 /// every case of a run shares the cases' ids ([`CaseIds`]) and holds nothing a case (where
 /// a list of keys held 24 bytes a trial); one of some of them holds their ids and 8 bytes
-/// more. Cases that repeat their variants unequally add 4 bytes a case. `run.json` lists every key ([`Plan`]'s serde form). Clones share one plan.
+/// more. Cases that repeat their variants unequally add 4 bytes a case. `run.json` lists
+/// every key ([`Plan`]'s serde form). Clones share one plan.
 #[derive(Clone, Default, PartialEq)]
 pub struct Plan(Arc<Grid>);
 
@@ -247,6 +248,10 @@ impl Plan {
     /// range [`Self::groups`] or [`Self::trials_of`] gives): they share one copy of its id.
     pub fn keys_in(&self, positions: std::ops::Range<u32>) -> impl Iterator<Item = TrialKey> {
         let first = positions.clone().next().map(|at| self.key(at as usize));
+        debug_assert!(first.as_ref().is_none_or(|first| {
+            let (variant, case, _) = self.parts(positions.end as usize - 1);
+            (variant, case) == (&first.variant, &*first.case)
+        }));
         (0..positions.len() as u32).filter_map(move |nth| {
             let first = first.as_ref()?;
             Some(TrialKey::new(

@@ -273,7 +273,7 @@ impl Summary {
         // case at a time, as they may be read from a file, never all held at once.
         let plan = &record.trials;
         let names = plan.variants();
-        let mut missing = Vec::new();
+        let mut missing: Vec<TrialKey> = Vec::new();
         let mut counts = vec![VariantSummary::default(); names.len()];
         let mut outcomes: Vec<Vec<CaseOutcome>> = (names.iter())
             .map(|_| Vec::with_capacity(plan.cases().len()))
@@ -286,7 +286,14 @@ impl Summary {
             for trial in plan.keys_in(positions) {
                 let grade = grades.get(&trial);
                 if grade.is_none() {
-                    // In the plan's order, as the groups come.
+                    // In the plan's order, as the groups come; a case's keys share its id.
+                    let trial = match missing.last() {
+                        Some(last) if last.case == trial.case => TrialKey {
+                            case: last.case.clone(),
+                            ..trial
+                        },
+                        _ => trial,
+                    };
                     missing.push(trial);
                 }
                 case_grades.push(grade);

@@ -54,7 +54,7 @@ pub fn stage_bundles(
 ) -> Result<Vec<StagedShard>> {
     // Each case's shard is worked out once: its trials lie together in the plan. Only the
     // shards that get trials are made (a runner may allow billions).
-    let mut of_shard: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+    let mut of_shard: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     let mut last: Option<(&str, u32)> = None;
     for &at in to_collect {
         let case = plan.case_of(at as usize);

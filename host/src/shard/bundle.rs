@@ -122,13 +122,19 @@ impl<'a> ShardTrials<'a> {
         }
     }
 
-    /// The variant of the shard's trial at `index`, if it has one.
-    pub fn variant(&self, index: usize) -> Option<ArcStr> {
+    /// `key`, the shard's trial at `index`, as the shard holds it: its own list's key
+    /// (sharing the list's names), or `key` with the plan's name of its variant (a key made
+    /// from the plan would copy the case's id).
+    pub fn planned(&self, index: usize, key: TrialKey) -> TrialKey {
         match *self {
-            ShardTrials::Keys(keys) => keys.get(index).map(|key| key.variant.clone()),
-            ShardTrials::InPlan { plan, at } => {
-                at.get(index).map(|&at| plan.parts(at as usize).0.clone())
-            }
+            ShardTrials::Keys(keys) => keys.get(index).cloned().unwrap_or(key),
+            ShardTrials::InPlan { plan, at } => match at.get(index) {
+                Some(&at) => TrialKey {
+                    variant: plan.parts(at as usize).0.clone(),
+                    ..key
+                },
+                None => key,
+            },
         }
     }
 

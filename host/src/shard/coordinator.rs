@@ -635,15 +635,12 @@ impl<'a> ShardSession<'a> {
         self.trials.find(key)
     }
 
-    /// `key` with the plan's own copy of its variant's name when the bundle planned it: a key
-    /// kept past its message (queued for grading, counted) then shares the name instead of
-    /// holding the worker's copy of it.
+    /// `key` as the bundle holds it when the bundle planned it ([`ShardTrials::planned`]): a
+    /// key kept past its message (queued for grading, counted) then shares the bundle's names
+    /// instead of holding the worker's copies of them.
     fn planned_key(&self, key: TrialKey) -> TrialKey {
-        match self
-            .position(&key)
-            .and_then(|at| self.trials.trials().variant(at))
-        {
-            Some(variant) => TrialKey { variant, ..key },
+        match self.position(&key) {
+            Some(at) => self.trials.trials().planned(at, key),
             None => key,
         }
     }

@@ -40,8 +40,8 @@ fn read_trace(dir: &RunDir, key: &TrialKey, cases: Option<&Cases<'_>>) -> Option
 
 /// Grades every collected trace of the trials of `plan` in `dir` (missing ones are left out),
 /// on one worker thread per core, each grade spilled as it is made to a file in `dir` (or in
-/// the temporary directory, when `dir` cannot take one). With `cases`, each trace is graded against the coordinator's own case,
-/// whatever the stored trace holds.
+/// the temporary directory, when `dir` cannot take one). With `cases`, each trace is graded
+/// against the coordinator's own case, whatever the stored trace holds.
 pub fn grade_all(
     judges: &JudgeSet,
     dir: &RunDir,
@@ -316,8 +316,8 @@ fn on_threads<K: Clone + Ord + Sync + Send, V: Send>(
     graded.into_iter().flatten().collect()
 }
 
-/// Runs `work` over `items` split into `threads` even chunks (at least one), each on a thread
-/// of its own; what each chunk gave, in order.
+/// Runs `work` over `items` split into at most `threads` even chunks of at least one item
+/// each, each on a thread of its own; what each chunk gave, in order.
 fn on_chunks<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
