@@ -686,6 +686,13 @@ mod tests {
         EvalConfig::parse(&json.to_string(), std::path::Path::new("e.json")).unwrap()
     }
 
+    /// A case with a trial count of its own.
+    fn with_trials(id: &str, trials: u32) -> CaseRecord {
+        let mut case = CaseRecord::new(id, 1.into());
+        case.more_mut().trials = Some(trials);
+        case
+    }
+
     fn two_variants_two_trials() -> EvalConfig {
         eval_config(r#"{"trials": 2, "variants": {"a": {}, "b": {}}}"#)
     }
@@ -693,12 +700,8 @@ mod tests {
     #[test]
     fn plans_every_variant_and_repetition_with_filters() {
         let config = two_variants_two_trials();
-        let cases = Cases::from_records([CaseRecord::new("c1", 1.into()), {
-            let mut case = CaseRecord::new("c2", 2.into());
-            case.more_mut().trials = Some(1);
-            case
-        }])
-        .unwrap();
+        let cases =
+            Cases::from_records([CaseRecord::new("c1", 1.into()), with_trials("c2", 1)]).unwrap();
         assert_eq!(
             plan(&config, &cases, &Filters::default()).unwrap().len(),
             2 * 2 + 2
@@ -725,12 +728,8 @@ mod tests {
     #[test]
     fn a_plan_of_every_case_shares_the_cases_ids_and_equals_one_made_case_by_case() {
         let config = two_variants_two_trials();
-        let cases = Cases::from_records([CaseRecord::new("c2", 1.into()), {
-            let mut case = CaseRecord::new("c1", 2.into());
-            case.more_mut().trials = Some(3);
-            case
-        }])
-        .unwrap();
+        let cases =
+            Cases::from_records([CaseRecord::new("c2", 1.into()), with_trials("c1", 3)]).unwrap();
         let every = plan(&config, &cases, &Filters::default()).unwrap();
         assert!(Arc::ptr_eq(&every.0.cases, cases.ids()));
         let variants = vec![ArcStr::from("a"), ArcStr::from("b")];
@@ -776,14 +775,11 @@ mod tests {
     #[test]
     fn a_plan_too_big_to_hold_is_refused_naming_where_its_trials_come_from() {
         let config = two_variants_two_trials();
-        let many = |id: &str, trials| {
-            let mut case = CaseRecord::new(id, 1.into());
-            case.more_mut().trials = Some(trials);
-            case
-        };
-        let cases = Cases::from_records([many("small", 3), many("huge", 4_000_000_000), {
-            CaseRecord::new("c", 1.into())
-        }])
+        let cases = Cases::from_records([
+            with_trials("small", 3),
+            with_trials("huge", 4_000_000_000),
+            { CaseRecord::new("c", 1.into()) },
+        ])
         .unwrap();
         let error = plan(&config, &cases, &Filters::default())
             .unwrap_err()
