@@ -10,9 +10,21 @@
 use reqwest::redirect::{Attempt, Policy};
 use std::fmt;
 
+/// Makes ring rustls's crypto provider for the process, once. reqwest, rmcp and oci-client are
+/// built without a provider of their own (aws-lc is minutes of C to compile and nothing needs
+/// it), so every path that builds an HTTP client calls this first; [`builder`] does.
+pub fn install_tls_provider() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        // An error means another provider is already the default: that one serves.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// A client builder with what every mst client shares: rustls and a `mst/VERSION` user agent.
 /// Callers add their own policy (redirects, resolver, proxies) on top.
 pub fn builder() -> reqwest::ClientBuilder {
+    install_tls_provider();
     reqwest::Client::builder().user_agent(concat!("mst/", env!("CARGO_PKG_VERSION")))
 }
 

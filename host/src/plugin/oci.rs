@@ -140,6 +140,8 @@ fn client(reference: &OciRef, access: &Access) -> Result<Client> {
                 data: pem,
             });
     }
+    // oci-client builds its own reqwest client, on the process's rustls provider.
+    crate::net::install_tls_provider();
     Ok(Client::new(config))
 }
 
