@@ -16,9 +16,10 @@
 //!   page's load time in headless Chromium.
 //! - `cargo xtask bench peers`: mst against promptfoo, Inspect AI and a process-spawning floor
 //!   on the same eval (wall, CPU, peak RSS, per-trial cost); the table to `target/peers/results.md`.
-//! - `cargo xtask lint`: the WIT versioning policy (`wit_semver`), then rustfmt and clippy
+//! - `cargo xtask lint`: the layering of `host/src` (`layers`), the WIT versioning policy (`wit_semver`), then rustfmt and clippy
 //!   (warnings are errors) over both workspaces; `--no-clippy` leaves clippy to `cargo xtask
 //!   test`, whose builds of both workspaces run it (CI).
+//! - `cargo xtask layers`: the layering of `host/src` alone (part of `lint`; see `layers.rs`).
 //! - `cargo xtask wit [DIR]`: the WIT versioning policy alone, on `wit/` or a copy in DIR.
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
 //! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
@@ -31,6 +32,7 @@ mod bench_report;
 mod bench_serve;
 mod engines;
 mod foreign;
+mod layers;
 mod seccomp;
 mod wit_semver;
 
@@ -384,9 +386,38 @@ fn wit_policy(wit: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The WIT policy, rustfmt, and clippy over both workspaces; with `clippy` false, no clippy
-/// (CI: `cargo xtask test`'s builds of both workspaces run it, see [`linted`]).
+/// The layering of `host/src` (see [`layers`]): the order in `docs/architecture.md`, every
+/// path in `host/src` against it, and `lib.rs`'s module list. Reads files only: milliseconds.
+fn check_layers() -> Result<()> {
+    let root = root();
+    let layers = layers::Layers::from_doc(&root.join("docs/architecture.md"))?;
+    let violations = layers::check(&root.join("host/src"), &layers)?;
+    for violation in &violations {
+        eprintln!(
+            "{}:{}: {}",
+            violation.file.display(),
+            violation.line,
+            violation.message
+        );
+    }
+    if !violations.is_empty() {
+        bail!(
+            "{} uses of a part that is not below the user's; the layers, top first: {} \
+             (docs/architecture.md). Move the code to the layer it belongs to.",
+            violations.len(),
+            layers.describe()
+        );
+    }
+    layers::check_lib_doc(&root.join("host/src/lib.rs"), &layers)?;
+    eprintln!("xtask: layers hold: {}", layers.describe());
+    Ok(())
+}
+
+/// The layering, the WIT policy, rustfmt, and clippy over both workspaces; with `clippy`
+/// false, no clippy (CI: `cargo xtask test`'s builds of both workspaces run it, see
+/// [`linted`]).
 fn lint(clippy: bool) -> Result<()> {
+    check_layers()?;
     // The live WIT against each released version: cheap, and the most important to see first.
     wit_policy(&root().join("wit"))?;
     ensure_wasm_target()?;
@@ -640,6 +671,7 @@ fn main() -> Result<()> {
             Some("--no-clippy") => lint(false),
             Some(other) => bail!("cargo xtask lint: unknown option {other} (--no-clippy)"),
         },
+        "layers" => check_layers(),
         "wit" => wit_policy(
             &std::env::args()
                 .nth(2)
@@ -659,7 +691,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report|peers]|quickstart|lint [--no-clippy]|wit [DIR]|worker|engines|seccomp>"
+                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report|peers]|quickstart|lint [--no-clippy]|layers|wit [DIR]|worker|engines|seccomp>"
             );
             std::process::exit(2)
         }
