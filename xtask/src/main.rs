@@ -24,16 +24,24 @@
 //! - `cargo xtask worker`: the static (musl) mst that runners place into images without mst.
 //! - `cargo xtask engines`: start the test Docker engines and wait for Enter (for working by hand).
 //! - `cargo xtask seccomp`: regenerate `docker/seccomp.json` from the kernel's syscall table.
-//! - `cargo xtask quickstart`: plugins, then the quick-start eval on the local runner.
+//! - `cargo xtask quickstart`: the quick-start eval on the local runner, building only what it
+//!   runs (its one plugin; mst in the fast-building `quickstart` profile).
+//!
+//! Tasks that need a heavy dependency (`lint` and `wit` the component tooling, `bench report`
+//! the tests' browser) run xtask again with the feature that brings it (`task.rs`), so the
+//! quick start's first build compiles none of them.
 
 mod bench_docker;
 mod bench_peers;
+#[cfg(feature = "browser")]
 mod bench_report;
 mod bench_serve;
 mod engines;
 mod foreign;
 mod layers;
 mod seccomp;
+mod task;
+#[cfg(feature = "wit")]
 mod wit_semver;
 
 use anyhow::{bail, Context, Result};
@@ -136,35 +144,45 @@ fn build_plugins() -> Result<()> {
 /// [`build_plugins`]; with `lint`, each plugin's build is also its clippy (see [`linted`]),
 /// as `cargo xtask test` builds them.
 fn build_plugins_checked(lint: bool) -> Result<()> {
+    for (package, out) in PLUGINS {
+        build_plugin(package, out, lint)?;
+    }
+    // The Python and JavaScript examples, with their toolchains (issue 15).
+    foreign::build_examples(&root())?;
+    eprintln!(
+        "xtask: plugins are in {}",
+        root().join("plugins/dist").display()
+    );
+    Ok(())
+}
+
+/// Builds plugin `package` (release, wasm32-wasip2) and copies it to `plugins/dist/out`;
+/// with `lint`, clippy-driver compiles it (see [`linted`]).
+fn build_plugin(package: &str, out: &str, lint: bool) -> Result<()> {
     ensure_wasm_target()?;
     let plugins = root().join("plugins");
     let dist = plugins.join("dist");
     std::fs::create_dir_all(dist.join("fixtures"))?;
-    for (package, out) in PLUGINS {
-        let mut command = cargo();
-        if lint {
-            linted(&mut command);
-        }
-        run(command.current_dir(&plugins).args([
-            "build",
-            "--quiet",
-            "--release",
-            "--target",
-            WASM_TARGET,
-            "-p",
-            package,
-        ]))?;
-        let built = plugins
-            .join("target")
-            .join(WASM_TARGET)
-            .join("release")
-            .join(format!("{}.wasm", package.replace('-', "_")));
-        std::fs::copy(&built, dist.join(out))
-            .with_context(|| format!("cannot copy {}", built.display()))?;
+    let mut command = cargo();
+    if lint {
+        linted(&mut command);
     }
-    // The Python and JavaScript examples, with their toolchains (issue 15).
-    foreign::build_examples(&root())?;
-    eprintln!("xtask: plugins are in {}", dist.display());
+    run(command.current_dir(&plugins).args([
+        "build",
+        "--quiet",
+        "--release",
+        "--target",
+        WASM_TARGET,
+        "-p",
+        package,
+    ]))?;
+    let built = plugins
+        .join("target")
+        .join(WASM_TARGET)
+        .join("release")
+        .join(format!("{}.wasm", package.replace('-', "_")));
+    std::fs::copy(&built, dist.join(out))
+        .with_context(|| format!("cannot copy {}", built.display()))?;
     Ok(())
 }
 
@@ -212,8 +230,9 @@ fn ensure_test_servers() -> Result<()> {
 /// The target of the static worker that runners place into machines without mst.
 const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
 
-/// What `cargo xtask test` builds and tests: the workspace, static (see [`build_for_tests`]).
-const TEST_BUILD: [&str; 3] = ["--workspace", "--target", STATIC_TARGET];
+/// What `cargo xtask test` builds and tests: the workspace, static (see [`build_for_tests`]),
+/// with every feature, so that xtask's optional tasks are built, linted and tested too.
+const TEST_BUILD: [&str; 4] = ["--workspace", "--all-features", "--target", STATIC_TARGET];
 
 /// Builds everything the tests run, once, and returns the `mst` they drive. Built for musl:
 /// that mst is static, so it is also the worker the Docker, ssh and Slurm runners place on
@@ -379,11 +398,18 @@ fn ensure_ssh_test_user() {
 
 /// Formatting and clippy (warnings are errors) for both workspaces.
 /// The WIT versioning policy on `wit` (the live WIT and its `released/` copies).
+#[cfg(feature = "wit")]
 fn wit_policy(wit: &Path) -> Result<()> {
     for line in wit_semver::check(wit)? {
         eprintln!("xtask: WIT {line}");
     }
     Ok(())
+}
+
+/// Never called: `Task::feature` runs xtask again with `wit` first.
+#[cfg(not(feature = "wit"))]
+fn wit_policy(_: &Path) -> Result<()> {
+    bail!("xtask was built without its `wit` feature")
 }
 
 /// The layering of `host/src` (see [`layers`]): the order in `docs/architecture.md`, every
@@ -462,12 +488,21 @@ fn bench() -> Result<()> {
         .args(["bench", "-p", "mst", "--bench", "plugin_host"]))
 }
 
+/// The plugin the quick-start eval loads (`examples/quickstart/eval.json`'s `plugins`).
+const QUICKSTART_PLUGIN: (&str, &str) = ("grader-contains", "contains.wasm");
+
+/// `cargo xtask quickstart`: builds only what the quick-start eval runs (its one plugin, and
+/// mst in the `quickstart` profile: dependencies unoptimised, no debug info, the fastest
+/// first build), runs it on the local runner and lists the run.
 fn quickstart() -> Result<()> {
-    build_plugins()?;
-    run(cargo().current_dir(root()).args(["build", "-p", "mst"]))?;
+    let (package, out) = QUICKSTART_PLUGIN;
+    build_plugin(package, out, false)?;
+    run(cargo()
+        .current_dir(root())
+        .args(["build", "--profile", "quickstart", "-p", "mst"]))?;
     let root = root();
     let mst = |args: &[&str]| {
-        let mut command = Command::new(root.join("target/debug/mst"));
+        let mut command = Command::new(root.join("target/quickstart/mst"));
         command
             .current_dir(&root)
             .env("MST_HOME", root.join("target/quickstart-home"))
@@ -481,7 +516,11 @@ fn quickstart() -> Result<()> {
         _ => bail!("the quick-start eval did not complete ({status})"),
     }
     run(&mut mst(&["runs", "list"]))?;
-    eprintln!("xtask: quick start done: the baseline passes every case, echo-only fails two (exit 1 is its verdict)");
+    eprintln!(
+        "xtask: quick start done: the baseline passes every case, echo-only fails two (exit 1 \
+         is its verdict). mst is at target/quickstart/mst; `cargo xtask plugins` builds every \
+         other plugin"
+    );
     Ok(())
 }
 
@@ -643,20 +682,58 @@ fn tempfile_dir(prefix: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// `cargo xtask bench report`'s entry, which needs the `browser` feature (see [`task::Task::feature`]).
+#[cfg(feature = "browser")]
+fn bench_report() -> Result<()> {
+    bench_report::bench()
+}
+
+/// Never called: `Task::feature` runs xtask again with `browser` first.
+#[cfg(not(feature = "browser"))]
+fn bench_report() -> Result<()> {
+    bail!("xtask was built without its `browser` feature")
+}
+
 fn main() -> Result<()> {
-    let task = std::env::args().nth(1).unwrap_or_default();
-    match task.as_str() {
-        "plugins" => build_plugins(),
-        "test" => test(),
-        "bench" if std::env::args().nth(2).as_deref() == Some("run") => bench_run(),
-        "bench" if std::env::args().nth(2).as_deref() == Some("docker") => bench_docker::bench(),
-        "bench" if std::env::args().nth(2).as_deref() == Some("serve") => bench_serve::bench(),
-        "bench" if std::env::args().nth(2).as_deref() == Some("report") => bench_report::bench(),
-        "bench" if std::env::args().nth(2).as_deref() == Some("peers") => bench_peers::bench(),
-        "bench" => bench(),
-        "quickstart" => quickstart(),
-        "worker" => build_static_worker(),
-        "engines" => {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let task = match task::Task::parse(&args, &root()) {
+        Ok(task) => task,
+        Err(error) => {
+            eprintln!("cargo xtask: {error}\n{}", task::USAGE);
+            std::process::exit(2)
+        }
+    };
+    if let Some(feature) = task.feature().filter(|f| !task::compiled_in(f)) {
+        // Built lean (the quick start's xtask): run again with what this task needs.
+        let status = cargo()
+            .current_dir(root())
+            .args(["run", "--quiet", "-p", "xtask", "--features", feature, "--"])
+            .args(&args)
+            .status()
+            .context("cannot run cargo")?;
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    run_task(task)
+}
+
+/// Does `task`.
+fn run_task(task: task::Task) -> Result<()> {
+    use task::{Bench, Task};
+    match task {
+        Task::Quickstart => quickstart(),
+        Task::Plugins => build_plugins(),
+        Task::Test => test(),
+        Task::Lint { clippy } => lint(clippy),
+        Task::Layers => check_layers(),
+        Task::Wit(dir) => wit_policy(&dir),
+        Task::Bench(Bench::PluginHost) => bench(),
+        Task::Bench(Bench::Run) => bench_run(),
+        Task::Bench(Bench::Docker) => bench_docker::bench(),
+        Task::Bench(Bench::Serve) => bench_serve::bench(),
+        Task::Bench(Bench::Report) => bench_report(),
+        Task::Bench(Bench::Peers) => bench_peers::bench(),
+        Task::Worker => build_static_worker(),
+        Task::Engines => {
             // For working on the Docker tests by hand: the engines `cargo xtask test` uses,
             // until Enter is pressed.
             let engines = engines::start(&root())?;
@@ -666,34 +743,10 @@ fn main() -> Result<()> {
             let _ = std::io::stdin().read_line(&mut String::new());
             Ok(())
         }
-        "lint" => match std::env::args().nth(2).as_deref() {
-            None => lint(true),
-            Some("--no-clippy") => lint(false),
-            Some(other) => bail!("cargo xtask lint: unknown option {other} (--no-clippy)"),
-        },
-        "layers" => check_layers(),
-        "wit" => wit_policy(
-            &std::env::args()
-                .nth(2)
-                .map(PathBuf::from)
-                .unwrap_or_else(|| root().join("wit")),
-        ),
-        "seccomp" => seccomp::generate(
+        Task::Seccomp => seccomp::generate(
             Path::new("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
             &root().join("docker/seccomp.json"),
         ),
-        "__measure" => {
-            let args: Vec<String> = std::env::args().skip(2).collect();
-            match args.as_slice() {
-                [mst, dir] => measure(mst, dir),
-                _ => bail!("usage: xtask __measure MST DIR"),
-            }
-        }
-        _ => {
-            eprintln!(
-                "usage: cargo xtask <plugins|test|bench [run|docker|serve|report|peers]|quickstart|lint [--no-clippy]|layers|wit [DIR]|worker|engines|seccomp>"
-            );
-            std::process::exit(2)
-        }
+        Task::Measure { mst, dir } => measure(&mst, &dir),
     }
 }
