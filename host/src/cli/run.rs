@@ -569,7 +569,7 @@ fn summary_text(
         return text;
     }
     let mut text = report::table(summary);
-    text.push_str(&report::failures(summary, grades));
+    text.push_str(&report::FailureList::collect(summary, grades).render(report::FAILURE_LINES));
     let html = dir.root.join("report.html");
     if html.is_file() {
         text.push_str(&format!("report: {}\n", html.display()));
