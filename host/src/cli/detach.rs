@@ -242,7 +242,7 @@ fn hand_over(dir: &RunDir, run_id: &str) -> Result<()> {
 /// Ctrl-C leaves the run going.
 pub(super) fn attach(
     dir: &RunDir,
-    reporter: &super::run::Reporter,
+    reporter: &super::progress::Reporter,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<u8> {
     let process = read_process(dir)?;

@@ -25,9 +25,11 @@ macro_rules! errln {
 mod detach;
 mod import;
 mod plugin;
+mod progress;
 mod report;
 mod run;
 mod runner;
+mod runs;
 mod scaffold;
 mod serve;
 
@@ -65,7 +67,7 @@ enum Command {
     Report(report::ReportArgs),
     /// List, show, compare and export stored runs.
     #[command(subcommand)]
-    Runs(run::RunsCommand),
+    Runs(runs::RunsCommand),
     /// Convert evals written for another harness (`mst import mst FILE`).
     #[command(subcommand)]
     Import(import::ImportCommand),
@@ -199,7 +201,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&home, *args),
         Command::Grade(args) => run::grade(&home, *args),
         Command::Report(args) => report::report(args),
-        Command::Runs(command) => run::runs(command),
+        Command::Runs(command) => runs::run(command),
         Command::Serve(args) => serve::run(&home, *args),
         Command::Import(command) => import::run(command),
         Command::Plugin(command) => plugin::run(&home, *command),

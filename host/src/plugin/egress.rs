@@ -166,7 +166,7 @@ fn refuse_resolved(plugin: &str, host: &str, addrs: &[IpAddr]) -> Option<String>
 /// IP-literal URLs without asking it; those passed the grant check, which names them.
 struct GuardedResolver {
     plugin: String,
-    refused: Arc<Mutex<Option<String>>>,
+    refused: Refusal,
 }
 
 impl Resolve for GuardedResolver {
@@ -279,83 +279,16 @@ pub async fn send(
     deadline: Instant,
     request: http::Request,
 ) -> Result<http::Response, PluginError> {
-    let url = parse_url(&request.url)?;
-    let host = url.host_str().unwrap_or_default().to_string();
-    if !is_granted(grants, &url) {
-        return Err(error(
-            ErrorCode::Denied,
-            format!("HTTP to `{host}` is not granted (declare it and grant it with --allow-http {host})"),
-        ));
-    }
-    let method = reqwest::Method::from_bytes(request.method.as_bytes())
-        .ok()
-        .filter(|m| *m != reqwest::Method::CONNECT)
-        .ok_or_else(|| {
-            error(
-                ErrorCode::InvalidInput,
-                format!(
-                    "`{}` is not an HTTP method a plugin may use (GET, POST, … ; not CONNECT)",
-                    super::imports::sanitize(&request.method, 40)
-                ),
-            )
-        })?;
-    let headers = request_headers(&request.headers)?;
-    if request.body.len() > MAX_REQUEST_BODY {
-        return Err(error(
-            ErrorCode::InvalidInput,
-            format!(
-                "the request body is {} bytes; at most {MAX_REQUEST_BODY} are allowed",
-                request.body.len()
-            ),
-        ));
-    }
-    let refused = Arc::new(Mutex::new(None));
-    let resolver = Arc::new(GuardedResolver {
-        plugin: plugin.to_string(),
-        refused: refused.clone(),
-    });
-    let client = crate::net::client(|builder| {
-        builder
-            // A proxy would resolve the name itself, out of the resolver's reach.
-            .no_proxy()
-            .redirect(redirect_policy(grants.clone()))
-            .dns_resolver(resolver.clone())
-    })
-    .map_err(|e| error(ErrorCode::Unavailable, e))?;
+    let request = CheckedRequest::check(grants, request)?;
+    let (client, refused) = guarded_client(plugin, grants)?;
     // The plugin's timeout (0 = none of its own) never outlasts the call's deadline.
     let left = deadline.saturating_duration_since(Instant::now());
     let timeout = match request.timeout_ms {
         0 => left,
         ms => Duration::from_millis(ms.into()).min(left),
     };
-    let exchange = async {
-        let response = client
-            .request(method, url.clone())
-            .headers(headers)
-            .body(request.body)
-            .send()
-            .await
-            // The URL is in the message already, without its query.
-            .map_err(reqwest::Error::without_url)?;
-        let status = response.status().as_u16();
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        let body = crate::net::read_capped(response, MAX_RESPONSE_BODY).await?;
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(http::Response {
-            status,
-            headers,
-            body,
-        })
-    };
-    match tokio::time::timeout(timeout, exchange).await {
+    let url = request.url.clone();
+    match tokio::time::timeout(timeout, request.exchange(&client)).await {
         Ok(Ok(response)) => Ok(response),
         Ok(Err(e)) => {
             if let Some(why) = refused.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -375,6 +308,119 @@ pub async fn send(
                 timeout.as_millis()
             ),
         )),
+    }
+}
+
+/// Why the guarded resolver refused an address, when it did: the call's error then says
+/// that rather than the connection error it caused.
+type Refusal = Arc<Mutex<Option<String>>>;
+
+/// A client for one call: no proxy, redirects only on granted same-host URLs, and names
+/// resolved by a [`GuardedResolver`], which leaves in the [`Refusal`] what it refused.
+fn guarded_client(
+    plugin: &str,
+    grants: &BTreeSet<String>,
+) -> Result<(reqwest::Client, Refusal), PluginError> {
+    let refused = Refusal::default();
+    let resolver = Arc::new(GuardedResolver {
+        plugin: plugin.to_string(),
+        refused: refused.clone(),
+    });
+    let client = crate::net::client(|builder| {
+        builder
+            // A proxy would resolve the name itself, out of the resolver's reach.
+            .no_proxy()
+            .redirect(redirect_policy(grants.clone()))
+            .dns_resolver(resolver.clone())
+    })
+    .map_err(|e| error(ErrorCode::Unavailable, e))?;
+    Ok((client, refused))
+}
+
+/// A plugin's request once checked against its grants and the caps: what is sent.
+struct CheckedRequest {
+    url: Url,
+    method: reqwest::Method,
+    headers: HeaderMap,
+    body: Vec<u8>,
+    /// The plugin's own timeout; 0 for none.
+    timeout_ms: u32,
+}
+
+impl CheckedRequest {
+    /// `request` checked: a granted URL, a method a plugin may use, headers and body
+    /// within the caps.
+    fn check(grants: &BTreeSet<String>, request: http::Request) -> Result<Self, PluginError> {
+        let url = parse_url(&request.url)?;
+        let host = url.host_str().unwrap_or_default().to_string();
+        if !is_granted(grants, &url) {
+            return Err(error(
+                ErrorCode::Denied,
+                format!("HTTP to `{host}` is not granted (declare it and grant it with --allow-http {host})"),
+            ));
+        }
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())
+            .ok()
+            .filter(|m| *m != reqwest::Method::CONNECT)
+            .ok_or_else(|| {
+                error(
+                    ErrorCode::InvalidInput,
+                    format!(
+                        "`{}` is not an HTTP method a plugin may use (GET, POST, … ; not CONNECT)",
+                        super::imports::sanitize(&request.method, 40)
+                    ),
+                )
+            })?;
+        let headers = request_headers(&request.headers)?;
+        if request.body.len() > MAX_REQUEST_BODY {
+            return Err(error(
+                ErrorCode::InvalidInput,
+                format!(
+                    "the request body is {} bytes; at most {MAX_REQUEST_BODY} are allowed",
+                    request.body.len()
+                ),
+            ));
+        }
+        Ok(Self {
+            url,
+            method,
+            headers,
+            body: request.body,
+            timeout_ms: request.timeout_ms,
+        })
+    }
+
+    /// Sends the request with `client` and reads the response, its body capped at
+    /// [`MAX_RESPONSE_BODY`].
+    async fn exchange(
+        self,
+        client: &reqwest::Client,
+    ) -> Result<http::Response, Box<dyn std::error::Error + Send + Sync>> {
+        let response = client
+            .request(self.method, self.url)
+            .headers(self.headers)
+            .body(self.body)
+            .send()
+            .await
+            // The URL is in the message already, without its query.
+            .map_err(reqwest::Error::without_url)?;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let body = crate::net::read_capped(response, MAX_RESPONSE_BODY).await?;
+        Ok(http::Response {
+            status,
+            headers,
+            body,
+        })
     }
 }
 

@@ -90,6 +90,26 @@ impl PluginLoader {
     }
 }
 
+/// A plugin as a config or a command line asks for it: a reference (a `.wasm` file or an
+/// installed plugin's name) and the sha256 its component must have, when the config pins one.
+#[derive(Debug, Clone, Copy)]
+pub struct PinnedRef<'a> {
+    /// A `.wasm` file (relative to the config) or an installed plugin's name.
+    pub reference: &'a str,
+    /// The sha256 (hex, with or without `sha256:`) the component must have; `None` takes any.
+    pub pin: Option<&'a str>,
+}
+
+impl<'a> PinnedRef<'a> {
+    /// `reference`, whatever its sha256.
+    pub fn unpinned(reference: &'a str) -> Self {
+        Self {
+            reference,
+            pin: None,
+        }
+    }
+}
+
 /// The plugins one run loaded, by the name each declares and by every reference used for it.
 #[derive(Default)]
 pub struct PluginSet {
@@ -102,16 +122,17 @@ pub struct PluginSet {
 }
 
 impl PluginSet {
-    /// Loads `reference` into the set, refused unless its sha256 is `pin` when one is given;
-    /// `source` records how it was asked for (for `run.json`).
+    /// Loads `plugin.reference` into the set, refused unless its sha256 is `plugin.pin` when
+    /// one is given; `source` records how it was asked for (for `run.json`).
     pub fn load(
         &mut self,
         loader: &PluginLoader,
         base: &Path,
-        (reference, pin): (&str, Option<&str>),
+        plugin: PinnedRef<'_>,
         grants: &Grants,
         source: serde_json::Value,
     ) -> Result<Arc<LoadedPlugin>> {
+        let PinnedRef { reference, pin } = plugin;
         let origin = loader.source(base, reference)?;
         let plugin = Arc::new(loader.load_from(&origin, pin, grants)?);
         self.origins.insert(plugin.digest().to_string(), origin);
@@ -141,7 +162,7 @@ impl PluginSet {
     ) -> Result<()> {
         if !self.by_ref.contains_key(reference) {
             let source = serde_json::json!("installed");
-            self.load(loader, base, (reference, None), grants, source)?;
+            self.load(loader, base, PinnedRef::unpinned(reference), grants, source)?;
         }
         Ok(())
     }

@@ -438,8 +438,7 @@ fn preference_files(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)> {
 
 /// `results.json` (one result per variant and case) and `summary.json` (per variant).
 fn results_and_summary(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)> {
-    let record = &run.record;
-    let cases = planned_cases(record);
+    let cases = planned_cases(&run.record);
     let mut case_results = Vec::new();
     let mut variant_summaries = Vec::new();
     for variant in run.variants() {
@@ -449,74 +448,115 @@ fn results_and_summary(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)
             let Some(outcome) = outcomes.and_then(|o| o.get(case)) else {
                 continue;
             };
-            let trials: Vec<(u32, TrialFacts)> = run
-                .trials_of(variant, case)
-                .filter_map(|k| run.trial_facts(&k).map(|f| (k.trial, f)))
-                .collect();
-            let graded = trials.iter().filter(|(_, f)| f.graded).count();
-            let passed = trials.iter().filter(|(_, f)| f.pass).count();
-            let rate = (graded > 0).then(|| passed as f64 / graded as f64);
+            let (result, rate) = case_result(run, target, variant, case, outcome);
             case_rates.extend(rate);
-            let trial_results: Vec<Value> = trials
-                .iter()
-                .map(|(n, f)| {
-                    let mut fields = f.fields("isInfrastructureError");
-                    fields.insert("trial".into(), json!(n));
-                    fields.insert("pass".into(), json!(f.pass));
-                    Value::Object(fields)
-                })
-                .collect();
-            case_results.push(without_nulls(json!({
-                "id": case, "variant": variant, "datasetName": target.dataset,
-                "pass": outcome == CaseOutcome::Passed,
-                "outcome": outcome,
-                "durationMs": trials.iter().map(|(_, f)| f.duration_ms).sum::<u64>(),
-                "plannedTrials": run.trials_of(variant, case).count(),
-                "passRate": rate,
-                "infrastructureErrorCount":
-                    trials.iter().filter(|(_, f)| f.infrastructure_error).count(),
-                "trialResults": trial_results,
-            })));
+            case_results.push(result);
         }
-        let counts = run
-            .summary
-            .variants
-            .get(variant)
-            .cloned()
-            .unwrap_or_default();
-        let trial_pass_rate = (!case_rates.is_empty())
-            .then(|| case_rates.iter().sum::<f64>() / case_rates.len() as f64);
-        let pairwise: Vec<Value> = run
-            .pairs
-            .iter()
-            .filter_map(|p| {
-                let (candidate, baseline) = candidate_and_baseline(p, record.baseline.as_deref());
-                (candidate == variant).then(|| {
-                    // mst counts for `a`; MST for the candidate.
-                    let mut counts = PairSummary::new(p);
-                    if p.b == variant {
-                        std::mem::swap(&mut counts.wins, &mut counts.losses);
-                    }
-                    json!({"judge": p.name, "baseline": baseline, "wins": counts.wins,
-                           "losses": counts.losses, "ties": counts.ties,
-                           "notGraded": counts.not_graded, "notCompared": counts.not_compared})
-                })
-            })
-            .collect();
-        let total =
-            counts.passed + counts.failed + counts.incomplete + counts.not_graded + counts.infra;
-        variant_summaries.push(without_nulls(json!({
-            "name": variant,
-            "total": total,
-            "passed": counts.passed, "failed": counts.failed, "incomplete": counts.incomplete,
-            "notGraded": counts.not_graded, "infra": counts.infra, "passRate": counts.pass_rate,
-            "metrics": without_nulls(json!({
-                "passed_rate": counts.pass_rate, "trial_pass_rate": trial_pass_rate,
-            })),
-            "pairwise": (!pairwise.is_empty()).then_some(pairwise),
-            "usage": run.summary.usage.variants.get(variant),
-        })));
+        variant_summaries.push(variant_summary(run, variant, &case_rates));
     }
+    let summary = run_summary(run, target, variant_summaries);
+    let results = json!({"mstRunId": run.record.run_id, "cases": case_results});
+    vec![
+        (
+            format!("{}/results.json", target.base),
+            envelope("results", &target.id, results),
+        ),
+        (
+            format!("{}/summary.json", target.base),
+            envelope("summary", &target.id, summary),
+        ),
+    ]
+}
+
+/// One case's result in `results.json`, and its pass rate over its graded trials (`None`
+/// when none was graded), which the variant's `trial_pass_rate` averages.
+fn case_result(
+    run: &Stored,
+    target: &Target<'_>,
+    variant: &str,
+    case: &str,
+    outcome: CaseOutcome,
+) -> (Value, Option<f64>) {
+    let trials: Vec<(u32, TrialFacts)> = run
+        .trials_of(variant, case)
+        .filter_map(|k| run.trial_facts(&k).map(|f| (k.trial, f)))
+        .collect();
+    let graded = trials.iter().filter(|(_, f)| f.graded).count();
+    let passed = trials.iter().filter(|(_, f)| f.pass).count();
+    let rate = (graded > 0).then(|| passed as f64 / graded as f64);
+    let trial_results: Vec<Value> = trials
+        .iter()
+        .map(|(n, f)| {
+            let mut fields = f.fields("isInfrastructureError");
+            fields.insert("trial".into(), json!(n));
+            fields.insert("pass".into(), json!(f.pass));
+            Value::Object(fields)
+        })
+        .collect();
+    let result = without_nulls(json!({
+        "id": case, "variant": variant, "datasetName": target.dataset,
+        "pass": outcome == CaseOutcome::Passed,
+        "outcome": outcome,
+        "durationMs": trials.iter().map(|(_, f)| f.duration_ms).sum::<u64>(),
+        "plannedTrials": run.trials_of(variant, case).count(),
+        "passRate": rate,
+        "infrastructureErrorCount":
+            trials.iter().filter(|(_, f)| f.infrastructure_error).count(),
+        "trialResults": trial_results,
+    }));
+    (result, rate)
+}
+
+/// `variant`'s entry in `summary.json`: its case counts, its metrics (`case_rates` are its
+/// cases' pass rates) and its pairwise comparisons as the candidate.
+fn variant_summary(run: &Stored, variant: &str, case_rates: &[f64]) -> Value {
+    let counts = run
+        .summary
+        .variants
+        .get(variant)
+        .cloned()
+        .unwrap_or_default();
+    let trial_pass_rate =
+        (!case_rates.is_empty()).then(|| case_rates.iter().sum::<f64>() / case_rates.len() as f64);
+    let pairwise = candidate_pairs(run, variant);
+    let total =
+        counts.passed + counts.failed + counts.incomplete + counts.not_graded + counts.infra;
+    without_nulls(json!({
+        "name": variant,
+        "total": total,
+        "passed": counts.passed, "failed": counts.failed, "incomplete": counts.incomplete,
+        "notGraded": counts.not_graded, "infra": counts.infra, "passRate": counts.pass_rate,
+        "metrics": without_nulls(json!({
+            "passed_rate": counts.pass_rate, "trial_pass_rate": trial_pass_rate,
+        })),
+        "pairwise": (!pairwise.is_empty()).then_some(pairwise),
+        "usage": run.summary.usage.variants.get(variant),
+    }))
+}
+
+/// The pairwise judges' counts for `variant` where it is the candidate, counted for it.
+fn candidate_pairs(run: &Stored, variant: &str) -> Vec<Value> {
+    run.pairs
+        .iter()
+        .filter_map(|p| {
+            let (candidate, baseline) = candidate_and_baseline(p, run.record.baseline.as_deref());
+            (candidate == variant).then(|| {
+                // mst counts for `a`; MST for the candidate.
+                let mut counts = PairSummary::new(p);
+                if p.b == variant {
+                    std::mem::swap(&mut counts.wins, &mut counts.losses);
+                }
+                json!({"judge": p.name, "baseline": baseline, "wins": counts.wins,
+                       "losses": counts.losses, "ties": counts.ties,
+                       "notGraded": counts.not_graded, "notCompared": counts.not_compared})
+            })
+        })
+        .collect()
+}
+
+/// `summary.json`'s run-wide fields around `variant_summaries`.
+fn run_summary(run: &Stored, target: &Target<'_>, variant_summaries: Vec<Value>) -> Value {
+    let record = &run.record;
     let (passed, failed) = run
         .summary
         .variants
@@ -527,7 +567,7 @@ fn results_and_summary(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)
     let metrics = variant_summaries
         .first()
         .map_or_else(|| json!({}), |v| v["metrics"].clone());
-    let summary = json!({
+    json!({
         "mstRunId": record.run_id,
         "configId": record.eval,
         "contentHash": record.config_hash,
@@ -539,18 +579,7 @@ fn results_and_summary(run: &Stored, target: &Target<'_>) -> Vec<(String, Value)
         "partial": target.filtered,
         "variants": variant_summaries,
         "metrics": metrics,
-    });
-    let results = json!({"mstRunId": record.run_id, "cases": case_results});
-    vec![
-        (
-            format!("{}/results.json", target.base),
-            envelope("results", &target.id, results),
-        ),
-        (
-            format!("{}/summary.json", target.base),
-            envelope("summary", &target.id, summary),
-        ),
-    ]
+    })
 }
 
 /// The pair as MST states it: a candidate variant compared with a baseline. The run's baseline

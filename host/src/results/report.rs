@@ -59,10 +59,17 @@ pub fn table(summary: &Summary) -> String {
 }
 
 /// Lines of the failure list shown before "... and N more" (about a screenful).
-const FAILURE_LINES: usize = 20;
+pub const FAILURE_LINES: usize = 20;
 
 /// Characters of a judge's reason or an infra cause kept on its line.
 const REASON_CHARS: usize = 160;
+
+/// The case outcomes the failure list tells of case by case.
+const TOLD: [CaseOutcome; 3] = [
+    CaseOutcome::Failed,
+    CaseOutcome::NotGraded,
+    CaseOutcome::Incomplete,
+];
 
 /// The first line of `text`, cut to [`REASON_CHARS`].
 fn one_line(text: &str) -> String {
@@ -81,8 +88,8 @@ fn plural(n: usize, one: &str) -> String {
     }
 }
 
-/// What [`failures`] tells of one case that did not pass: its planned trials, how many
-/// failed, were not graded or are missing, and the first failure's and break's reason.
+/// What the failure list tells of one case that did not pass: its planned trials, how
+/// many failed, were not graded or are missing, and the first failure's and break's reason.
 #[derive(Default)]
 struct CaseTally {
     trials: usize,
@@ -93,171 +100,215 @@ struct CaseTally {
     missing: usize,
 }
 
-/// What did not pass, for the end of a run's output: the failed, not-graded, infra and
-/// missing groups (each case with its variant, trial count and first reason; infra trials
-/// grouped by identical cause), at most [`FAILURE_LINES`] lines shared fairly between the
-/// groups, then how many more `mst report` shows. Empty when everything passed.
-pub fn failures(summary: &Summary, grades: &Grades) -> String {
-    // One pass over the grades (which may be read from a file as they come): a tally for
-    // each case that did not pass, and the infrastructure failures by cause.
-    // The outcome of `key`'s case, with its variant and case as the summary names them.
-    let outcome_of = |key: &TrialKey| {
-        let (variant, cases) = summary.cases.get_key_value(&*key.variant)?;
-        let (case, outcome) = cases.get_key_value(&key.case)?;
-        Some((variant.as_str(), case, outcome))
-    };
-    let told = [
-        CaseOutcome::Failed,
-        CaseOutcome::NotGraded,
-        CaseOutcome::Incomplete,
-    ];
-    let mut tallies: BTreeMap<(&str, &str), CaseTally> = BTreeMap::new();
-    // One line per cause, the commonest first: a broken runner shows as one big line.
-    let mut causes: BTreeMap<String, Vec<TrialKey>> = BTreeMap::new();
-    for (key, grade) in grades.iter() {
-        if let TrialGrade::Infra { reason } = &*grade {
-            causes
-                .entry(one_line(reason))
-                .or_default()
-                .push(key.clone().into_owned());
-        }
-        let Some((variant, case, _)) = outcome_of(&key).filter(|(_, _, o)| told.contains(o)) else {
-            continue;
-        };
-        let tally = tallies.entry((variant, case)).or_default();
-        tally.trials += 1;
-        match &*grade {
+impl CaseTally {
+    /// Counts one trial's `grade`, keeping the first reason of each kind.
+    fn count(&mut self, grade: &TrialGrade) {
+        self.trials += 1;
+        match grade {
             TrialGrade::Graded {
                 pass: false,
                 judges,
                 ..
             } => {
-                tally.failed += 1;
-                if tally.first_failure.is_none() {
-                    tally.first_failure = judges
+                self.failed += 1;
+                if self.first_failure.is_none() {
+                    self.first_failure = judges
                         .iter()
                         .find(|j| !j.pass)
                         .map(|j| format!(": {}: {}", j.judge, one_line(&j.reason)));
                 }
             }
             TrialGrade::NotGraded { judge, error } => {
-                tally.not_graded += 1;
-                if tally.first_break.is_none() {
-                    tally.first_break = Some(format!(": judge `{judge}`: {}", one_line(error)));
+                self.not_graded += 1;
+                if self.first_break.is_none() {
+                    self.first_break = Some(format!(": judge `{judge}`: {}", one_line(error)));
                 }
             }
             _ => {}
         }
     }
-    for key in &summary.missing {
-        if let Some((variant, case, _)) = outcome_of(key).filter(|(_, _, o)| told.contains(o)) {
-            let tally = tallies.entry((variant, case)).or_default();
-            tally.trials += 1;
-            tally.missing += 1;
-        }
-    }
-    let cases_with = |wanted: CaseOutcome| {
-        summary.cases.iter().flat_map(move |(variant, cases)| {
-            cases
-                .iter()
-                .filter(move |(_, outcome)| *outcome == wanted)
-                .map(move |(case, _)| (variant.as_str(), case))
-        })
-    };
-    let none = CaseTally::default();
-    let of = |variant, case| tallies.get(&(variant, case)).unwrap_or(&none);
-    let mut failed = Vec::new();
-    for (variant, case) in cases_with(CaseOutcome::Failed) {
-        let tally = of(variant, case);
-        failed.push(format!(
-            "{variant}  {case}  {}/{} trials failed{}",
-            tally.failed,
-            tally.trials,
-            tally.first_failure.as_deref().unwrap_or_default()
-        ));
-    }
-    let mut not_graded = Vec::new();
-    for (variant, case) in cases_with(CaseOutcome::NotGraded) {
-        let tally = of(variant, case);
-        not_graded.push(format!(
-            "{variant}  {case}  {}/{} trials not graded{}",
-            tally.not_graded,
-            tally.trials,
-            tally.first_break.as_deref().unwrap_or_default()
-        ));
-    }
-    let infra_trials: usize = causes.values().map(Vec::len).sum();
-    let mut causes: Vec<(String, Vec<TrialKey>)> = causes.into_iter().collect();
-    causes.sort_by_key(|(_, keys)| std::cmp::Reverse(keys.len()));
-    let infra: Vec<String> = causes
-        .iter()
-        .map(|(reason, keys)| {
-            let mut cases: Vec<(&str, &str)> =
-                keys.iter().map(|k| (&*k.variant, &*k.case)).collect();
-            cases.dedup();
-            let first = format!("{}/{}", cases[0].0, cases[0].1);
-            let more = match cases.len() {
-                1 => String::new(),
-                n => format!(" and {}", plural(n - 1, "other case")),
-            };
-            format!("{}: {reason} ({first}{more})", plural(keys.len(), "trial"))
-        })
-        .collect();
-    let mut missing = Vec::new();
-    for (variant, case) in cases_with(CaseOutcome::Incomplete) {
-        let tally = of(variant, case);
-        missing.push(format!(
-            "{variant}  {case}  {}/{} trials missing",
-            tally.missing, tally.trials
-        ));
-    }
-    let groups = [
-        (format!("failed ({})", plural(failed.len(), "case")), failed),
-        (
-            format!("not graded ({})", plural(not_graded.len(), "case")),
-            not_graded,
-        ),
-        (format!("infra ({})", plural(infra_trials, "trial")), infra),
-        (
-            format!("missing ({})", plural(summary.missing.len(), "trial")),
-            missing,
-        ),
-    ];
-    // Shares dealt one line at a time, so a long group never hides the others.
-    let mut shown = [0usize; 4];
-    let mut budget = FAILURE_LINES;
-    while budget > 0 {
-        let before = budget;
-        for (share, (_, lines)) in shown.iter_mut().zip(&groups) {
-            if budget > 0 && *share < lines.len() {
-                *share += 1;
-                budget -= 1;
+}
+
+/// One pass over a run's grades (which may be read from a file as they come): a tally for
+/// each case that did not pass, and the infrastructure failures by cause.
+struct Tallies<'s> {
+    summary: &'s Summary,
+    /// By variant and case, as the summary names them.
+    cases: BTreeMap<(&'s str, &'s str), CaseTally>,
+    /// The trials that broke, by the first line of their cause.
+    causes: BTreeMap<String, Vec<TrialKey>>,
+}
+
+impl<'s> Tallies<'s> {
+    /// The tallies of `summary`'s cases from `grades` and the summary's missing trials.
+    fn read(summary: &'s Summary, grades: &Grades) -> Self {
+        let mut tallies = Self {
+            summary,
+            cases: BTreeMap::new(),
+            causes: BTreeMap::new(),
+        };
+        for (key, grade) in grades.iter() {
+            if let TrialGrade::Infra { reason } = &*grade {
+                tallies
+                    .causes
+                    .entry(one_line(reason))
+                    .or_default()
+                    .push(key.clone().into_owned());
+            }
+            if let Some(tally) = tallies.of(&key) {
+                tally.count(&grade);
             }
         }
-        if budget == before {
-            break;
+        for key in &summary.missing {
+            if let Some(tally) = tallies.of(key) {
+                tally.trials += 1;
+                tally.missing += 1;
+            }
+        }
+        tallies
+    }
+
+    /// The tally of `key`'s case, if its outcome is one the list tells of case by case.
+    fn of(&mut self, key: &TrialKey) -> Option<&mut CaseTally> {
+        let summary = self.summary;
+        let (variant, cases) = summary.cases.get_key_value(&*key.variant)?;
+        let (case, outcome) = cases.get_key_value(&key.case)?;
+        TOLD.contains(&outcome)
+            .then(|| self.cases.entry((variant.as_str(), case)).or_default())
+    }
+
+    /// One line per case whose outcome is `wanted`: its variant, its name and what
+    /// `describe` says of its tally.
+    fn lines(&self, wanted: CaseOutcome, describe: impl Fn(&CaseTally) -> String) -> Vec<String> {
+        let none = CaseTally::default();
+        let mut lines = Vec::new();
+        for (variant, cases) in &self.summary.cases {
+            for (case, _) in cases.iter().filter(|(_, outcome)| *outcome == wanted) {
+                let tally = self.cases.get(&(variant.as_str(), case)).unwrap_or(&none);
+                lines.push(format!("{variant}  {case}  {}", describe(tally)));
+            }
+        }
+        lines
+    }
+
+    /// One line per infrastructure cause, the commonest first (a broken runner shows as
+    /// one big line): its trials, the cause and the cases it hit.
+    fn infra_lines(&self) -> Vec<String> {
+        let mut causes: Vec<(&String, &Vec<TrialKey>)> = self.causes.iter().collect();
+        causes.sort_by_key(|(_, keys)| std::cmp::Reverse(keys.len()));
+        causes
+            .into_iter()
+            .map(|(reason, keys)| {
+                let mut cases: Vec<(&str, &str)> =
+                    keys.iter().map(|k| (&*k.variant, &*k.case)).collect();
+                cases.dedup();
+                let first = format!("{}/{}", cases[0].0, cases[0].1);
+                let more = match cases.len() {
+                    1 => String::new(),
+                    n => format!(" and {}", plural(n - 1, "other case")),
+                };
+                format!("{}: {reason} ({first}{more})", plural(keys.len(), "trial"))
+            })
+            .collect()
+    }
+}
+
+/// One group of the failure list: its header, naming what and how many, and its lines.
+struct FailureGroup {
+    header: String,
+    lines: Vec<String>,
+}
+
+/// What did not pass, for the end of a run's output: the failed, not-graded, infra and
+/// missing groups (each case with its variant, trial count and first reason; infra trials
+/// grouped by identical cause).
+pub struct FailureList {
+    run_id: String,
+    groups: [FailureGroup; 4],
+}
+
+impl FailureList {
+    /// The failure list of `summary`'s run, reading `grades` once.
+    pub fn collect(summary: &Summary, grades: &Grades) -> Self {
+        let tallies = Tallies::read(summary, grades);
+        let failed = tallies.lines(CaseOutcome::Failed, |t| {
+            let reason = t.first_failure.as_deref().unwrap_or_default();
+            format!("{}/{} trials failed{reason}", t.failed, t.trials)
+        });
+        let not_graded = tallies.lines(CaseOutcome::NotGraded, |t| {
+            let reason = t.first_break.as_deref().unwrap_or_default();
+            format!("{}/{} trials not graded{reason}", t.not_graded, t.trials)
+        });
+        let missing = tallies.lines(CaseOutcome::Incomplete, |t| {
+            format!("{}/{} trials missing", t.missing, t.trials)
+        });
+        let infra_trials: usize = tallies.causes.values().map(Vec::len).sum();
+        let group = |header: String, lines| FailureGroup { header, lines };
+        let groups = [
+            group(format!("failed ({})", plural(failed.len(), "case")), failed),
+            group(
+                format!("not graded ({})", plural(not_graded.len(), "case")),
+                not_graded,
+            ),
+            group(
+                format!("infra ({})", plural(infra_trials, "trial")),
+                tallies.infra_lines(),
+            ),
+            group(
+                format!("missing ({})", plural(summary.missing.len(), "trial")),
+                missing,
+            ),
+        ];
+        Self {
+            run_id: summary.run_id.clone(),
+            groups,
         }
     }
-    let mut out = String::new();
-    let mut hidden = 0;
-    for ((header, lines), share) in groups.iter().zip(shown) {
-        if lines.is_empty() {
-            continue;
+
+    /// The list as text: at most `limit` lines shared fairly between the groups, then how
+    /// many more `mst report` shows. Empty when everything passed.
+    pub fn render(&self, limit: usize) -> String {
+        let mut out = String::new();
+        let mut hidden = 0;
+        for (group, share) in self.groups.iter().zip(self.shares(limit)) {
+            if group.lines.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "\n{}:", group.header);
+            for line in &group.lines[..share] {
+                let _ = writeln!(out, "  {line}");
+            }
+            hidden += group.lines.len() - share;
         }
-        let _ = writeln!(out, "\n{header}:");
-        for line in &lines[..share] {
-            let _ = writeln!(out, "  {line}");
+        if hidden > 0 {
+            let _ = writeln!(
+                out,
+                "... and {hidden} more: `mst report {}` shows them all",
+                self.run_id
+            );
         }
-        hidden += lines.len() - share;
+        out
     }
-    if hidden > 0 {
-        let _ = writeln!(
-            out,
-            "... and {hidden} more: `mst report {}` shows them all",
-            summary.run_id
-        );
+
+    /// How many lines of each group `limit` leaves room for: shares dealt one line at a
+    /// time, so a long group never hides the others.
+    fn shares(&self, limit: usize) -> [usize; 4] {
+        let mut shown = [0usize; 4];
+        let mut budget = limit;
+        while budget > 0 {
+            let before = budget;
+            for (share, group) in shown.iter_mut().zip(&self.groups) {
+                if budget > 0 && *share < group.lines.len() {
+                    *share += 1;
+                    budget -= 1;
+                }
+            }
+            if budget == before {
+                break;
+            }
+        }
+        shown
     }
-    out
 }
 
 /// `text` made safe as XML or HTML text and attribute values: the five markup characters
@@ -401,7 +452,7 @@ mod tests {
         add(key("v", "gone", 0), None);
         add(key("v", "gone", 1), Some(graded(true, "fine")));
         let grades: Grades = grades.into_iter().collect();
-        let text = failures(&summary(&planned, &grades), &grades);
+        let text = FailureList::collect(&summary(&planned, &grades), &grades).render(FAILURE_LINES);
         let expected = "
 failed (1 case):
   v  bad  2/3 trials failed: mentions: no Tokyo
@@ -431,7 +482,7 @@ missing (1 trial):
         grades.insert(key("v", "c30", 0), infra);
         let planned: Vec<TrialKey> = grades.keys().cloned().collect();
         let grades: Grades = grades.into_iter().collect();
-        let text = failures(&summary(&planned, &grades), &grades);
+        let text = FailureList::collect(&summary(&planned, &grades), &grades).render(FAILURE_LINES);
         assert_eq!(text.matches("trials failed").count(), 19, "{text}");
         assert!(
             text.contains("1 trial: docker: no such image (v/c30)"),
@@ -442,7 +493,8 @@ missing (1 trial):
             "{text}"
         );
         assert_eq!(
-            failures(&summary(&[], &Grades::default()), &Grades::default()),
+            FailureList::collect(&summary(&[], &Grades::default()), &Grades::default())
+                .render(FAILURE_LINES),
             ""
         );
     }

@@ -201,7 +201,7 @@ impl Collection<'_> {
         };
         let created = Instant::now();
         let trials = staged.trials(self.plan);
-        let mut report = ShardSession::new(self.context, (bundle, trials), self.run_dir)
+        let mut report = ShardSession::new(self.context, bundle, trials, self.run_dir)
             .run(machine.as_mut(), &staged.dir);
         // Times count from when the runner started making the machine, after any wait for
         // room on its hosts (`waitMs` is that wait).

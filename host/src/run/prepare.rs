@@ -10,7 +10,7 @@ use crate::home::Home;
 use crate::model::ModelAccess;
 use crate::plugin::capabilities::GrantLists;
 use crate::plugin::installed::PluginSource;
-use crate::plugin::set::{PluginLoader, PluginSet};
+use crate::plugin::set::{PinnedRef, PluginLoader, PluginSet};
 use crate::plugin::{Grants, Limits};
 use crate::results::{GitState, PluginRecord};
 use crate::secrets::Secrets;
@@ -115,8 +115,12 @@ fn load_plugins(
             ),
         };
         let source = serde_json::to_value(reference)?;
+        let pinned = PinnedRef {
+            reference: &path,
+            pin,
+        };
         plugins
-            .load(&loader, base, (&path, pin), &grants, source)
+            .load(&loader, base, pinned, &grants, source)
             .with_context(|| format!("plugin `{path}`"))?;
     }
     let cwd = std::env::current_dir()?;
@@ -125,7 +129,7 @@ fn load_plugins(
             .load(
                 &loader,
                 &cwd,
-                (reference, None),
+                PinnedRef::unpinned(reference),
                 &extra_grants,
                 serde_json::json!("--plugin"),
             )

@@ -494,7 +494,7 @@ impl Session {
         // Taken under the state lock: no turn runs, so none can change the thread meanwhile.
         let turn = match &self.conversation {
             Some(thread) => {
-                Some(self.start_turn(&mut thread.lock().expect("thread"), (n, &input), fresh)?)
+                Some(self.start_turn(&mut thread.lock().expect("thread"), n, &input, fresh)?)
             }
             None => None,
         };
@@ -535,7 +535,8 @@ impl Session {
     fn start_turn(
         &self,
         thread: &mut Thread,
-        (n, input): (u32, &serde_json::Value),
+        n: u32,
+        input: &serde_json::Value,
         fresh: bool,
     ) -> Result<TurnStart, ServeError> {
         let kept: &[Exchange] = if fresh { &[] } else { &thread.history };
@@ -861,8 +862,8 @@ fn run_shard(
         artifacts: None,
         stored: None,
     };
-    let report = ShardSession::new(&context, (&bundle, bundle.own_trials()), dir)
-        .run(machine, staging.path());
+    let report =
+        ShardSession::new(&context, &bundle, bundle.own_trials(), dir).run(machine, staging.path());
     match report.ended {
         ShardEnd::Done | ShardEnd::DoneCleanupFailed => Ok(()),
         other => Err(other.to_string()),

@@ -368,7 +368,8 @@ impl<'a> ShardSession<'a> {
     /// A session for `bundle`, collecting `trials`, whose traces land in `run_dir`.
     pub fn new(
         context: &'a ShardContext<'a>,
-        (bundle, trials): (&'a Bundle, ShardTrials<'a>),
+        bundle: &'a Bundle,
+        trials: ShardTrials<'a>,
         run_dir: &'a RunDir,
     ) -> Self {
         ShardSession {

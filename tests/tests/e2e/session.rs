@@ -81,7 +81,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         let staged = tempfile::tempdir().unwrap();
         // Written as a run stages it: the case whose input is `task` goes with it.
         mst::run::collect::write_bundle(staged.path(), &mut bundle, None, &cases).unwrap();
-        let report = ShardSession::new(&context, (&bundle, bundle.own_trials()), &run_dir)
+        let report = ShardSession::new(&context, &bundle, bundle.own_trials(), &run_dir)
             .run(machine.as_mut(), staged.path());
         assert_eq!(report.ended, ShardEnd::Done, "{task}: {:?}", report.ended);
         // Every trial of the bundle, by its position in it.

@@ -1,13 +1,21 @@
 //! The Docker runner's own options (`--runner-option key=value`), validated before anything
 //! starts. `shards` and `keep` are the host's and never reach this module.
+//!
+//! The options are read with serde into [`Given`], one typed field per option: each field's
+//! type says what it accepts (its `TryFrom<String>` or its variants), serde refuses an option
+//! no field names, and [`OptionValue`] puts the option's name and value into every error.
 
-use anyhow::{bail, Result};
+use super::ssh::SshOptions;
+use anyhow::Result;
+use serde::de::{self, IntoDeserializer, Visitor};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// How containers share a Docker host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// As many containers as fit at the configured memory and CPUs.
     Shared,
@@ -16,7 +24,8 @@ pub enum Mode {
 }
 
 /// The container's root filesystem.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Rootfs {
     /// Read-only, with a writable work directory and `/tmp` (the default): a trial cannot
     /// change the image's programs, the worker included, for the trials after it.
@@ -54,14 +63,16 @@ pub struct DockerOptions {
     /// The image `mst runner setup docker` builds on (`setup` only).
     pub base: Option<String>,
     /// How ssh logs in to `ssh://` hosts.
-    pub ssh: super::ssh::SshOptions,
+    pub ssh: SshOptions,
     /// Whether any ssh option was given (refused when no host is an ssh one).
     pub ssh_set: bool,
 }
 
-/// The option names, for error messages.
-const KNOWN: &str = "shards, keep, contexts, image, memory, cpus, readyTimeout, network, rootfs, \
-                     pids, nofile, mode, worker, sshIdentity, sshKnownHosts, sshConnectTimeout";
+/// The options the host takes before the runner sees them, first in the list of known ones.
+const HOST_OPTIONS: [&str; 2] = ["shards", "keep"];
+
+/// The option only `mst runner setup docker` takes.
+const SETUP_OPTION: &str = "base";
 
 /// The default process limit: room for a build, not for a fork bomb.
 pub const DEFAULT_PIDS: i64 = 4096;
@@ -71,143 +82,342 @@ pub const DEFAULT_NOFILE: i64 = 16384;
 impl DockerOptions {
     /// Parses and validates the options; `setup` also accepts `base`.
     pub fn parse(options: &BTreeMap<String, String>, setup: bool) -> Result<Self> {
-        let mut parsed = DockerOptions {
-            contexts: Vec::new(),
-            image: None,
-            memory: None,
-            cpus: None,
-            ready_timeout: Duration::from_secs(60),
-            network: "none".into(),
-            rootfs: Rootfs::ReadOnly,
-            pids: DEFAULT_PIDS,
-            nofile: DEFAULT_NOFILE,
-            mode: Mode::Shared,
-            worker: None,
-            base: None,
-            ssh: super::ssh::SshOptions::default(),
-            ssh_set: false,
-        };
-        for (key, value) in options {
-            let bad = |what: &str| anyhow::anyhow!("--runner-option {key}={value}: {what}");
-            match key.as_str() {
-                "contexts" => {
-                    parsed.contexts = value
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|c| !c.is_empty())
-                        .map(String::from)
-                        .collect();
-                    if parsed.contexts.is_empty() {
-                        return Err(bad(
-                            "expected Docker context names or endpoints, comma-separated",
-                        ));
-                    }
-                }
-                "image" if !value.trim().is_empty() => parsed.image = Some(value.clone()),
-                "sshIdentity" | "sshKnownHosts" => {
-                    let path = super::ssh::SshOptions::file(key, value)?;
-                    match key.as_str() {
-                        "sshIdentity" => parsed.ssh.identity = Some(path),
-                        _ => parsed.ssh.known_hosts = Some(path),
-                    }
-                    parsed.ssh_set = true;
-                }
-                "sshConnectTimeout" => {
-                    parsed.ssh.connect_timeout = value
-                        .parse::<u64>()
-                        .ok()
-                        .filter(|s| (1..=600).contains(s))
-                        .ok_or_else(|| bad("expected whole seconds from 1 to 600"))?;
-                    parsed.ssh_set = true;
-                }
-                "memory" => {
-                    parsed.memory = Some(parse_bytes(value).ok_or_else(|| {
-                        bad("expected a size in Docker's syntax, e.g. 512m or 2g (at least 6m)")
-                    })?)
-                }
-                "cpus" => {
-                    parsed.cpus = Some(
-                        value
-                            .parse::<f64>()
-                            .ok()
-                            .filter(|c| c.is_finite() && *c >= 0.01)
-                            .ok_or_else(|| bad("expected a number of CPUs, e.g. 1.5"))?,
-                    )
-                }
-                "readyTimeout" => {
-                    let secs = value
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|s| s.is_finite() && *s > 0.0)
-                        .ok_or_else(|| bad("expected seconds, e.g. 60"))?;
-                    parsed.ready_timeout = Duration::from_secs_f64(secs);
-                }
-                "network" => {
-                    if value == "host" || value.starts_with("container:") {
-                        return Err(bad(
-                            "sharing the host's or another container's network is not allowed; \
-                             use bridge, none or a user-defined network",
-                        ));
-                    }
-                    if value.is_empty() {
-                        return Err(bad("expected bridge, none or a network name"));
-                    }
-                    parsed.network = value.clone();
-                }
-                "rootfs" => {
-                    parsed.rootfs = match value.as_str() {
-                        "readonly" => Rootfs::ReadOnly,
-                        "writable" => Rootfs::Writable,
-                        _ => return Err(bad("expected readonly or writable")),
-                    }
-                }
-                "pids" => {
-                    parsed.pids =
-                        limit(value, 16).ok_or_else(|| bad("expected a whole number ≥ 16"))?
-                }
-                "nofile" => {
-                    parsed.nofile =
-                        limit(value, 64).ok_or_else(|| bad("expected a whole number ≥ 64"))?
-                }
-                "mode" => {
-                    parsed.mode = match value.as_str() {
-                        "shared" => Mode::Shared,
-                        "exclusive" => Mode::Exclusive,
-                        _ => return Err(bad("expected shared or exclusive")),
-                    }
-                }
-                "worker" => {
-                    let path = PathBuf::from(value);
-                    if !path.is_file() {
-                        return Err(bad("no such file"));
-                    }
-                    parsed.worker = Some(path);
-                }
-                "base" if setup => parsed.base = Some(value.clone()),
-                _ => {
-                    let known = if setup {
-                        format!("{KNOWN}, base")
-                    } else {
-                        KNOWN.to_string()
-                    };
-                    bail!(
-                        "--runner-option {key}: the `docker` runner takes {known}{}",
-                        if key == "base" {
-                            " (`base` is for `mst runner setup docker`)"
-                        } else {
-                            ""
-                        }
-                    )
-                }
-            }
-        }
-        Ok(parsed)
+        // `base` is taken out for `setup` only, so a run refuses it as an option it lacks.
+        let is_base = |key: &str| setup && key == SETUP_OPTION;
+        let base = options.get(SETUP_OPTION).filter(|_| setup).cloned();
+        let given = options
+            .iter()
+            .filter(|(key, _)| !is_base(key))
+            .map(|(key, value)| (key.as_str(), OptionValue { key, value }));
+        let given = Given::deserialize(de::value::MapDeserializer::<_, OptionError>::new(given))
+            .map_err(|error| error.explained(setup))?;
+        given.into_options(base)
     }
 }
 
-/// A whole-number limit of at least `min` (fewer would not start the worker).
-fn limit(text: &str, min: i64) -> Option<i64> {
-    text.parse::<i64>().ok().filter(|n| *n >= min)
+/// The options as given, each read as a type that accepts only what the option does. The
+/// fields' order is the order messages list the known options in.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Given {
+    contexts: Option<Contexts>,
+    image: Option<Image>,
+    memory: Option<Memory>,
+    cpus: Option<Cpus>,
+    ready_timeout: Option<ReadyTimeout>,
+    network: Option<Network>,
+    rootfs: Option<Rootfs>,
+    pids: Option<Limit<16>>,
+    nofile: Option<Limit<64>>,
+    mode: Option<Mode>,
+    worker: Option<Worker>,
+    /// Checked by [`SshOptions::file`] once read, which names the option itself.
+    ssh_identity: Option<String>,
+    /// As `ssh_identity`.
+    ssh_known_hosts: Option<String>,
+    ssh_connect_timeout: Option<ConnectTimeout>,
+}
+
+impl Given {
+    /// The options, the defaults filled in and the ssh files checked.
+    fn into_options(self, base: Option<String>) -> Result<DockerOptions> {
+        let mut ssh = SshOptions::default();
+        let ssh_set = self.ssh_identity.is_some()
+            || self.ssh_known_hosts.is_some()
+            || self.ssh_connect_timeout.is_some();
+        if let Some(path) = &self.ssh_identity {
+            ssh.identity = Some(SshOptions::file("sshIdentity", path)?);
+        }
+        if let Some(path) = &self.ssh_known_hosts {
+            ssh.known_hosts = Some(SshOptions::file("sshKnownHosts", path)?);
+        }
+        if let Some(ConnectTimeout(seconds)) = self.ssh_connect_timeout {
+            ssh.connect_timeout = seconds;
+        }
+        Ok(DockerOptions {
+            contexts: self.contexts.map_or_else(Vec::new, |c| c.0),
+            image: self.image.map(|i| i.0),
+            memory: self.memory.map(|m| m.0),
+            cpus: self.cpus.map(|c| c.0),
+            ready_timeout: self.ready_timeout.map_or(Duration::from_secs(60), |t| t.0),
+            network: self.network.map_or_else(|| "none".into(), |n| n.0),
+            rootfs: self.rootfs.unwrap_or(Rootfs::ReadOnly),
+            pids: self.pids.map_or(DEFAULT_PIDS, |l| l.0),
+            nofile: self.nofile.map_or(DEFAULT_NOFILE, |l| l.0),
+            mode: self.mode.unwrap_or(Mode::Shared),
+            worker: self.worker.map(|w| w.0),
+            base,
+            ssh,
+            ssh_set,
+        })
+    }
+}
+
+/// `value` read as a `T` that `accepted` takes; `None` otherwise.
+fn parsed<T: std::str::FromStr>(value: &str, accepted: impl Fn(&T) -> bool) -> Option<T> {
+    value.parse::<T>().ok().filter(accepted)
+}
+
+/// `contexts`: Docker context names or endpoints, comma-separated.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Contexts(Vec<String>);
+
+impl TryFrom<String> for Contexts {
+    type Error = &'static str;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        let contexts: Vec<String> = value
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+            .collect();
+        match contexts.is_empty() {
+            true => Err("expected Docker context names or endpoints, comma-separated"),
+            false => Ok(Self(contexts)),
+        }
+    }
+}
+
+/// `image`: an image name, kept as given.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Image(String);
+
+impl TryFrom<String> for Image {
+    type Error = &'static str;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.trim().is_empty() {
+            true => Err("expected an image name"),
+            false => Ok(Self(value)),
+        }
+    }
+}
+
+/// `memory`: a size in Docker's syntax, in bytes.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Memory(u64);
+
+impl TryFrom<String> for Memory {
+    type Error = &'static str;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        parse_bytes(&value)
+            .map(Self)
+            .ok_or("expected a size in Docker's syntax, e.g. 512m or 2g (at least 6m)")
+    }
+}
+
+/// `cpus`: a number of CPUs, at least 0.01.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Cpus(f64);
+
+impl TryFrom<String> for Cpus {
+    type Error = &'static str;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        let cpus = parsed(&value, |c: &f64| c.is_finite() && *c >= 0.01);
+        cpus.map(Self).ok_or("expected a number of CPUs, e.g. 1.5")
+    }
+}
+
+/// `readyTimeout`: seconds, more than none.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct ReadyTimeout(Duration);
+
+impl TryFrom<String> for ReadyTimeout {
+    type Error = &'static str;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        let secs = parsed(&value, |s: &f64| s.is_finite() && *s > 0.0);
+        secs.map(|secs| Self(Duration::from_secs_f64(secs)))
+            .ok_or("expected seconds, e.g. 60")
+    }
+}
+
+/// `network`: `bridge`, `none` or a user-defined network, never the host's or another
+/// container's.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Network(String);
+
+impl TryFrom<String> for Network {
+    type Error = &'static str;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        if value == "host" || value.starts_with("container:") {
+            return Err(
+                "sharing the host's or another container's network is not allowed; use bridge, \
+                 none or a user-defined network",
+            );
+        }
+        match value.is_empty() {
+            true => Err("expected bridge, none or a network name"),
+            false => Ok(Self(value)),
+        }
+    }
+}
+
+/// `pids` and `nofile`: a whole number of at least `MIN` (fewer would not start the worker).
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Limit<const MIN: i64>(i64);
+
+impl<const MIN: i64> TryFrom<String> for Limit<MIN> {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        parsed(&value, |n: &i64| *n >= MIN)
+            .map(Self)
+            .ok_or_else(|| format!("expected a whole number ≥ {MIN}"))
+    }
+}
+
+/// `worker`: an existing file.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Worker(PathBuf);
+
+impl TryFrom<String> for Worker {
+    type Error = &'static str;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        let path = PathBuf::from(value);
+        match path.is_file() {
+            true => Ok(Self(path)),
+            false => Err("no such file"),
+        }
+    }
+}
+
+/// `sshConnectTimeout`: whole seconds from 1 to 600.
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct ConnectTimeout(u64);
+
+impl TryFrom<String> for ConnectTimeout {
+    type Error = &'static str;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        parsed(&value, |s: &u64| (1..=600).contains(s))
+            .map(Self)
+            .ok_or("expected whole seconds from 1 to 600")
+    }
+}
+
+/// One option's value: a string, read as its field's type. Every field of [`Given`] is an
+/// `Option` (an option not given is `None`), so every value passes `deserialize_option`,
+/// which names the option and the value in its error.
+#[derive(Clone, Copy)]
+struct OptionValue<'a> {
+    key: &'a str,
+    value: &'a str,
+}
+
+impl<'de> de::Deserializer<'de> for OptionValue<'_> {
+    type Error = OptionError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, OptionError> {
+        visitor.visit_str(self.value)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, OptionError> {
+        visitor
+            .visit_some(self)
+            .map_err(|error| error.named(self.key, self.value))
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, OptionError> {
+        visitor.visit_enum(self.value.into_deserializer())
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct newtype_struct seq tuple tuple_struct map struct identifier ignored_any
+    }
+}
+
+impl<'de> IntoDeserializer<'de, OptionError> for OptionValue<'_> {
+    type Deserializer = Self;
+    fn into_deserializer(self) -> Self {
+        self
+    }
+}
+
+/// Why reading the options stopped.
+#[derive(Debug)]
+enum OptionError {
+    /// An option the runner does not take, and the options it does (serde's field names).
+    Unknown {
+        key: String,
+        known: &'static [&'static str],
+    },
+    /// A value the option does not take: what the option expects.
+    Invalid(String),
+    /// The same, with the option and its value: `--runner-option key=value: what`.
+    Refused(String),
+}
+
+impl OptionError {
+    /// The error of option `key` given `value`.
+    fn named(self, key: &str, value: &str) -> Self {
+        match self {
+            Self::Invalid(what) => Self::Refused(format!("--runner-option {key}={value}: {what}")),
+            other => other,
+        }
+    }
+
+    /// The error for people: an unknown option gets the list of known ones (`base` among
+    /// them for `setup`, and a word on where it belongs otherwise).
+    fn explained(self, setup: bool) -> anyhow::Error {
+        let Self::Unknown { key, known } = self else {
+            return anyhow::anyhow!("{self}");
+        };
+        let setup_option = setup.then_some(SETUP_OPTION);
+        let known: Vec<&str> = HOST_OPTIONS
+            .into_iter()
+            .chain(known.iter().copied())
+            .chain(setup_option)
+            .collect();
+        let hint = match key == SETUP_OPTION {
+            true => " (`base` is for `mst runner setup docker`)",
+            false => "",
+        };
+        anyhow::anyhow!(
+            "--runner-option {key}: the `docker` runner takes {}{hint}",
+            known.join(", ")
+        )
+    }
+}
+
+impl std::fmt::Display for OptionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unknown { key, .. } => write!(f, "unknown option `{key}`"),
+            Self::Invalid(message) | Self::Refused(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for OptionError {}
+
+impl de::Error for OptionError {
+    fn custom<T: std::fmt::Display>(what: T) -> Self {
+        Self::Invalid(what.to_string())
+    }
+
+    fn unknown_field(key: &str, known: &'static [&'static str]) -> Self {
+        Self::Unknown {
+            key: key.to_string(),
+            known,
+        }
+    }
+
+    /// A word outside an enum's: the words it takes, as the other options say it.
+    fn unknown_variant(_word: &str, expected: &'static [&'static str]) -> Self {
+        Self::Invalid(format!("expected {}", expected.join(" or ")))
+    }
 }
 
 /// A size in Docker's syntax (`512m`, `2g`, `1.5g`, `1048576`), in bytes; at least 6 MiB,
@@ -291,6 +501,7 @@ mod tests {
             ("pids", "8", "≥ 16"),
             ("nofile", "many", "≥ 64"),
             ("mode", "solo", "shared or exclusive"),
+            ("image", " ", "expected an image name"),
             ("contexts", ",", "comma-separated"),
             ("worker", "/no/such/mst", "no such file"),
             ("sshIdentity", "/no/such/key", "no such file"),
@@ -339,6 +550,39 @@ mod tests {
         assert_eq!(
             (defaults.pids, defaults.nofile),
             (DEFAULT_PIDS, DEFAULT_NOFILE)
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_option_and_what_it_takes() {
+        let known = "shards, keep, contexts, image, memory, cpus, readyTimeout, network, \
+                     rootfs, pids, nofile, mode, worker, sshIdentity, sshKnownHosts, \
+                     sshConnectTimeout";
+        let unknown = |setup| {
+            let err = DockerOptions::parse(&opts(&[("colour", "red")]), setup).unwrap_err();
+            format!("{err:#}")
+        };
+        let takes = "--runner-option colour: the `docker` runner takes";
+        assert_eq!(unknown(false), format!("{takes} {known}"));
+        assert_eq!(unknown(true), format!("{takes} {known}, base"));
+        let err = DockerOptions::parse(&opts(&[("base", "debian")]), false).unwrap_err();
+        assert_eq!(
+            format!("{err:#}"),
+            format!(
+                "--runner-option base: the `docker` runner takes {known} \
+                 (`base` is for `mst runner setup docker`)"
+            )
+        );
+        // The option whose value is wrong is the one named, whatever comes after it.
+        let err = DockerOptions::parse(&opts(&[("cpus", "0"), ("mode", "solo")]), false);
+        assert_eq!(
+            format!("{:#}", err.unwrap_err()),
+            "--runner-option cpus=0: expected a number of CPUs, e.g. 1.5"
+        );
+        let err = DockerOptions::parse(&opts(&[("mode", "solo")]), false).unwrap_err();
+        assert_eq!(
+            format!("{err:#}"),
+            "--runner-option mode=solo: expected shared or exclusive"
         );
     }
 }
