@@ -81,7 +81,7 @@ pub struct Bundle {
     /// judges instead of a client, and each trial's answer is their calls. Added within
     /// `mst.shard/v1` (see docs/protocol.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grading: Option<GradeWork>,
+    pub grading: Option<crate::grade::remote::GradeWork>,
 }
 
 impl Bundle {
@@ -182,63 +182,6 @@ impl<'a> FoundTrials<'a> {
                 at.binary_search(&position).ok()
             }
         }
-    }
-}
-
-/// The file in a grade shard's bundle directory holding the stored trials to grade, one trial
-/// record (case with its answers, and trace) per line.
-pub const GRADE_TRIALS_FILE: &str = "trials.jsonl";
-
-/// The directory in a grade shard's bundle directory holding its grader plugins, each as
-/// `<sha256>.wasm`.
-pub const GRADE_PLUGINS_DIR: &str = "plugins";
-
-/// What a grade shard's worker needs to run the judges: their configs, the grader plugins
-/// they call with what the operator granted each, and the plugins' per-call caps.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct GradeWork {
-    /// The judges of each variant the shard's trials name.
-    pub variant_judges: BTreeMap<String, Vec<crate::eval::config::JudgeConfig>>,
-    /// The judges of the cases that have their own (they replace the variant's).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub case_judges: BTreeMap<String, Vec<crate::eval::config::JudgeConfig>>,
-    /// The grader plugins the judges call.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub plugins: Vec<GradePlugin>,
-    /// The most memory one plugin call may use, in bytes.
-    pub plugin_memory_bytes: u64,
-    /// The most time one plugin call may take, in milliseconds.
-    pub plugin_timeout_ms: u64,
-}
-
-/// One grader plugin of a grade shard: found in the bundle by its digest, checked against it
-/// before it is compiled, and granted what the operator granted it on the coordinator (a
-/// program to `exec` is that program on the machine).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct GradePlugin {
-    /// The name the plugin declares.
-    pub name: String,
-    /// Every name the judges use for it (its declared name, a path, an installed name).
-    pub references: Vec<String>,
-    /// sha256 of the component, hex.
-    pub digest: String,
-    /// Programs it may run.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exec: Vec<String>,
-    /// Directories it may read.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub read_dirs: Vec<std::path::PathBuf>,
-    /// HTTP hosts it may call.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub http: Vec<String>,
-}
-
-impl GradePlugin {
-    /// Where the component is in the bundle directory.
-    pub fn file(&self) -> String {
-        format!("{GRADE_PLUGINS_DIR}/{}.wasm", self.digest)
     }
 }
 
@@ -484,7 +427,7 @@ mod tests {
         assert_eq!(written.case_checks, bundle.case_checks);
         // A grade shard's machine runs judges: no case's programs go to it.
         let mut grading = Bundle {
-            grading: Some(GradeWork {
+            grading: Some(crate::grade::remote::GradeWork {
                 variant_judges: BTreeMap::new(),
                 case_judges: BTreeMap::new(),
                 plugins: Vec::new(),
