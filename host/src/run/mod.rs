@@ -219,16 +219,15 @@ fn collect_and_grade(
     });
 
     let settings = request.shard_settings.unwrap_or_default();
-    let staging = tempfile::tempdir()?;
-    let staged = collect::stage_bundles(
-        &prepared.config,
-        &record.run_id,
-        &cases,
-        (&record.trials, &to_collect),
-        runner_options.shards,
-        settings.heartbeat_ms(),
-        staging.path(),
-    )?;
+    let staging_dir = tempfile::tempdir()?;
+    let staging = collect::Staging {
+        config: &prepared.config,
+        run_id: &record.run_id,
+        shards: runner_options.shards,
+        heartbeat_ms: settings.heartbeat_ms(),
+        dir: staging_dir.path(),
+    };
+    let staged = staging.stage_bundles(&cases, &record.trials, &to_collect)?;
     // The bundles hold these keys now.
     let collecting_trials = to_collect.len();
     dir.expect_traces(collecting_trials);

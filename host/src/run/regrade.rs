@@ -206,31 +206,22 @@ fn on_machines(
     };
     crate::home::create_private_dir(&answers.root)?;
 
-    let staging = tempfile::tempdir()?;
-    let plan = plan(
-        dir,
-        record,
-        prepared,
-        &answers,
-        options.shards,
-        staging.path(),
-    )?;
+    let staging_dir = tempfile::tempdir()?;
+    let staging = collect::Staging {
+        config: &prepared.config,
+        run_id: &regraded.run_id,
+        shards: options.shards,
+        heartbeat_ms: on.settings.heartbeat_ms(),
+        dir: staging_dir.path(),
+    };
+    let plan = plan(dir, record, prepared, &answers, &staging)?;
     let mut grades = plan.graded;
     on.reporter.event(&RunEvent::Started {
         run_id: &regraded.run_id,
         total: plan.trials.values().map(|keys| keys.len() as u64).sum(),
         resumed: on.resume.is_some(),
     });
-    let shape = (options.shards, on.settings.heartbeat_ms());
-    let staged = stage(
-        prepared,
-        &regraded.run_id,
-        plan.trials,
-        &plan.cases,
-        limits,
-        shape,
-        staging.path(),
-    )?;
+    let staged = stage(prepared, &staging, plan.trials, &plan.cases, limits)?;
     for line in runner.plan() {
         on.reporter.event(&RunEvent::RunnerPlan(&line));
     }
@@ -418,15 +409,14 @@ struct Plan {
 }
 
 /// Reads each stored trial once: graded here when no plugin judge needs a machine or a
-/// machine answered it already (`--resume`), or written to its shard's trials file in
-/// `staging`. Missing trials are left out.
+/// machine answered it already (`--resume`), or written to its shard's trials file where
+/// `staging` stages its bundle. Missing trials are left out.
 fn plan(
     dir: &RunDir,
     record: &RunRecord,
     prepared: &Prepared,
     answers: &RunDir,
-    shards: u32,
-    staging: &Path,
+    staging: &collect::Staging<'_>,
 ) -> Result<Plan> {
     let traces = dir.traces_dir(&record.run_id);
     let judges = &prepared.judges;
@@ -454,11 +444,11 @@ fn plan(
         if !own.is_empty() {
             assertions.insert(key.clone(), own);
         }
-        let shard = shard_of(&key.case, shards);
+        let shard = shard_of(&key.case, staging.shards);
         let (path, file) = match files.entry(shard) {
             std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
             std::collections::btree_map::Entry::Vacant(slot) => {
-                let dir = collect::shard_dir(staging, shard);
+                let dir = staging.shard_dir(shard);
                 let path = dir.join(GRADE_TRIALS_FILE);
                 let file = std::fs::create_dir_all(&dir)
                     .and_then(|()| std::fs::File::create(&path))
@@ -491,12 +481,10 @@ fn plan(
 /// cases, and the grader plugins they call, copied in by digest with their grants.
 fn stage(
     prepared: &Prepared,
-    run_id: &str,
+    staging: &collect::Staging<'_>,
     trials: BTreeMap<u32, Vec<TrialKey>>,
     cases: &[CaseRecord],
     limits: Limits,
-    (shards, heartbeat_ms): (u32, u64),
-    staging: &Path,
 ) -> Result<Vec<StagedShard>> {
     let config = &prepared.config;
     let plugins = grade_plugins(prepared, &trials)?;
@@ -518,13 +506,13 @@ fn stage(
     };
     let mut staged = Vec::new();
     for (shard, keys) in trials {
-        let dir = collect::shard_dir(staging, shard);
+        let dir = staging.shard_dir(shard);
         let most_judges = keys
             .iter()
             .map(|key| prepared.judges.plugin_judges(key).len())
             .max()
             .unwrap_or(1) as u64;
-        let mut bundle = collect::bundle(config, run_id, keys, (shard, shards), heartbeat_ms);
+        let mut bundle = staging.bundle(shard, keys);
         let variant_judges = bundle
             .variants
             .keys()
