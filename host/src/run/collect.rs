@@ -1,6 +1,7 @@
 //! Collection: the trials still to collect split into shards, one bundle staged per non-empty
 //! shard ([`Staging`]) and one machine, each shard's session run on its own thread, the
-//! machine's own account of what went wrong, and disposal.
+//! machine's own account of what went wrong, and disposal; then each shard's report, told and
+//! recorded ([`Collection::run_and_record`], for a run and a regrade on machines alike).
 
 use super::events::{Reporter, RunEvent};
 use crate::eval::config::EvalConfig;
@@ -134,8 +135,34 @@ pub struct Collection<'a> {
 }
 
 impl Collection<'_> {
+    /// Runs every staged shard on a machine of its own, in parallel, after telling the
+    /// runner's plan; then tells of each shard that did not end `done`, and records every
+    /// shard's report in `machines` (a run's record of its machines, or its grading's). The
+    /// reports, in order.
+    pub fn run_and_record(
+        &self,
+        staged: &[StagedShard],
+        machines: &mut Vec<serde_json::Value>,
+    ) -> Result<Vec<ShardReport>> {
+        for line in self.runner.plan() {
+            self.reporter.event(&RunEvent::RunnerPlan(&line));
+        }
+        let shards = self.run(staged);
+        for report in &shards {
+            if report.ended != ShardEnd::Done {
+                self.reporter.event(&RunEvent::ShardEnded {
+                    shard: report.shard,
+                    machine: &report.machine,
+                    ended: &report.ended,
+                });
+            }
+            machines.push(serde_json::to_value(report)?);
+        }
+        Ok(shards)
+    }
+
     /// Runs every staged shard on a machine of its own, in parallel; their reports in order.
-    pub fn run(&self, shards: &[StagedShard]) -> Vec<ShardReport> {
+    fn run(&self, shards: &[StagedShard]) -> Vec<ShardReport> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = shards
                 .iter()

@@ -21,7 +21,7 @@ use crate::results::stored::StoredRun;
 use crate::results::{GradingRecord, RunDir, RunRecord, Summary};
 use crate::runner::{self, RunnerOptions};
 use crate::secrets::Secrets;
-use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSettings};
+use crate::shard::coordinator::{ShardContext, ShardReport, ShardSettings};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -149,48 +149,9 @@ fn on_machines(
     on: &GradeOn<'_>,
 ) -> Result<OnMachines> {
     // Before anything is written: the judges of the run's trials must be able to go.
-    let mut checked = std::collections::BTreeSet::new();
-    for key in record.trials.keys() {
-        for judge in prepared.judges.plugin_judges(&key) {
-            // A judge's name may be another judge's elsewhere; its plugin and options differ.
-            let plugin = judge.plugin().map(|p| p.digest());
-            if checked.insert((judge.name.clone(), plugin)) {
-                refuse_if_it_calls_models(judge)?;
-            }
-        }
-    }
+    refuse_judges_that_call_models(record, prepared)?;
     let options = RunnerOptions::parse(on.runner_options)?;
-    let grading = GradingRecord {
-        runner: on.runner.to_string(),
-        runner_options: options.rest.clone(),
-        shards: options.shards,
-        config_hash: prepared.config_hash.clone(),
-        dataset_hash: prepared.cases.content_hash.clone(),
-        machines: Vec::new(),
-        ungraded: 0,
-    };
-    let (out, mut regraded) = match on.resume {
-        Some(id) => {
-            let (out, mut regrade) = resume(dir, record, prepared, &grading, id, on.force)?;
-            // What it is graded with from now on (the same, unless --force), and every
-            // grading's machines.
-            let machines = regrade
-                .grading
-                .take()
-                .map(|g| g.machines)
-                .unwrap_or_default();
-            regrade.grading = Some(GradingRecord {
-                machines,
-                ..grading
-            });
-            (out, regrade)
-        }
-        None => {
-            let mut regraded = record.clone();
-            regraded.grading = Some(grading);
-            (dir.next_regrade(&record.run_id)?, regraded)
-        }
-    };
+    let (out, mut regraded) = regrade_record(dir, record, prepared, &options, on)?;
     let runner = runner::runner(on.runner, &options, &prepared.plugins)?;
     regraded.run_id = out.id();
     regraded.created_at = crate::clock::unix_secs();
@@ -222,9 +183,6 @@ fn on_machines(
         resumed: on.resume.is_some(),
     });
     let staged = stage(prepared, &staging, plan.trials, &plan.cases, limits)?;
-    for line in runner.plan() {
-        on.reporter.event(&RunEvent::RunnerPlan(&line));
-    }
     let sent: usize = staged.iter().map(|shard| shard.bundle.trials.len()).sum();
     let answered: Mutex<BTreeMap<TrialKey, Option<TrialGrade>>> = Mutex::default();
     let stored = |key: &TrialKey, answer: TrialRecord| {
@@ -257,28 +215,58 @@ fn on_machines(
         context: &context,
         reporter: on.reporter,
     };
-    let shards = collection.run(&staged);
     let grading = regraded.grading.get_or_insert_with(GradingRecord::default);
-    for report in &shards {
-        if report.ended != ShardEnd::Done {
-            on.reporter.event(&RunEvent::ShardEnded {
-                shard: report.shard,
-                machine: &report.machine,
-                ended: &report.ended,
-            });
-        }
-        grading.machines.push(serde_json::to_value(report)?);
-    }
-    let answered = answered.into_inner().expect("answers");
-    let graded: Vec<(TrialKey, TrialGrade)> = answered
+    let shards = collection.run_and_record(&staged, &mut grading.machines)?;
+    let graded: Vec<(TrialKey, TrialGrade)> = (answered.into_inner().expect("answers"))
         .into_iter()
         .filter_map(|(key, grade)| Some((key, grade?)))
         .collect();
-    if let Some(grading) = &mut regraded.grading {
-        grading.ungraded = (sent - graded.len()) as u64;
-    }
+    grading.ungraded = (sent - graded.len()) as u64;
     grades.extend(graded);
     Ok((out, regraded, grades, shards))
+}
+
+/// The record of the regrade on machines that `on` asks for, and where it goes: the regrade
+/// `--resume` names, checked against what it was graded with, or a new one. Nothing is
+/// written yet.
+fn regrade_record(
+    dir: &RunDir,
+    record: &RunRecord,
+    prepared: &Prepared,
+    options: &RunnerOptions,
+    on: &GradeOn<'_>,
+) -> Result<(RunDir, RunRecord)> {
+    let grading = GradingRecord {
+        runner: on.runner.to_string(),
+        runner_options: options.rest.clone(),
+        shards: options.shards,
+        config_hash: prepared.config_hash.clone(),
+        dataset_hash: prepared.cases.content_hash.clone(),
+        machines: Vec::new(),
+        ungraded: 0,
+    };
+    Ok(match on.resume {
+        Some(id) => {
+            let (out, mut regrade) = resume(dir, record, prepared, &grading, id, on.force)?;
+            // What it is graded with from now on (the same, unless --force), and every
+            // grading's machines.
+            let machines = regrade
+                .grading
+                .take()
+                .map(|g| g.machines)
+                .unwrap_or_default();
+            regrade.grading = Some(GradingRecord {
+                machines,
+                ..grading
+            });
+            (out, regrade)
+        }
+        None => {
+            let mut regraded = record.clone();
+            regraded.grading = Some(grading);
+            (dir.next_regrade(&record.run_id)?, regraded)
+        }
+    })
 }
 
 /// The regrade `id` (of run `record`) to go on with, refused when it is not a regrade of that
@@ -367,6 +355,22 @@ fn resume(
 /// `value` as JSON, as the record holds it.
 fn json(value: &impl serde::Serialize) -> serde_json::Value {
     serde_json::to_value(value).unwrap_or_default()
+}
+
+/// Refuses the run's plugin judges that call models ([`refuse_if_it_calls_models`]), each
+/// judge once.
+fn refuse_judges_that_call_models(record: &RunRecord, prepared: &Prepared) -> Result<()> {
+    let mut checked = std::collections::BTreeSet::new();
+    for key in record.trials.keys() {
+        for judge in prepared.judges.plugin_judges(&key) {
+            // A judge's name may be another judge's elsewhere; its plugin and options differ.
+            let plugin = judge.plugin().map(|p| p.digest());
+            if checked.insert((judge.name.clone(), plugin)) {
+                refuse_if_it_calls_models(judge)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A judge whose plugin is granted a model provider or a secret needs what only the
