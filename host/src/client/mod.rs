@@ -1,11 +1,10 @@
 //! Clients: what runs one trial and records its trace. Chosen by name (`client` in the eval
 //! config): `command` (a program per trial), `mcp` (direct tool calls), `api` (a model with
-//! the variant's MCP tools). A grade shard's worker runs [`grade::GradeClient`] instead,
-//! which grades stored trials.
+//! the variant's MCP tools). A grade shard's worker grades stored trials instead
+//! ([`crate::grade::remote`]).
 
 pub mod api;
 pub mod command;
-pub mod grade;
 pub mod mcp;
 
 use crate::eval::config::VariantSpec;

@@ -1,6 +1,7 @@
 //! Grading in the coordinator: plugin graders and built-in assertions score each collected
 //! trace; a trial passes by threshold, a case by its `casePass` rule (a majority, or a share)
-//! over its repetitions.
+//! over its repetitions. A grade shard's machine runs the plugin judges of stored trials for
+//! the coordinator ([`remote`]).
 //!
 //! Four outcomes stay apart everywhere: a trial that failed its judges (`failed`), one whose
 //! judge broke (`not-graded`), one whose machine or client broke (`infra`), and one that never
@@ -8,6 +9,7 @@
 
 mod grades;
 pub mod pairwise;
+pub mod remote;
 pub(crate) mod slots;
 pub mod tools;
 

@@ -1,20 +1,19 @@
-//! Collection: the trials still to collect split into shards, one bundle and one machine per
-//! non-empty shard, each shard's session run on its own thread, the machine's own account of
-//! what went wrong, and disposal.
+//! Collection: the trials still to collect split into shards, one bundle staged per non-empty
+//! shard ([`Staging`]) and one machine, each shard's session run on its own thread, the
+//! machine's own account of what went wrong, and disposal; then each shard's report, told and
+//! recorded ([`Collection::run_and_record`], for a run and a regrade on machines alike).
 
 use super::events::{Reporter, RunEvent};
-use crate::eval::config::{EvalConfig, VariantSpec};
+use crate::eval::config::EvalConfig;
 use crate::eval::plan::{shard_of, Plan};
 use crate::eval::trial::{CaseIndex, TrialKey, TrialStatus};
 use crate::results::RunDir;
 use crate::runner::channel::Channel;
 use crate::runner::{Keep, MachineRequest, Runner};
-use crate::shard::artifacts::BundleArtifacts;
-use crate::shard::bundle::{Bundle, ShardTrials};
+use crate::shard::bundle::{variants_of, Bundle, ShardIndex, ShardTrials};
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSession, StoredTrace};
-use crate::shard::protocol::PROTOCOL;
 use anyhow::Result;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -41,51 +40,71 @@ impl StagedShard {
     }
 }
 
-/// Splits the trials of `plan` at the positions `to_collect` into `shards` bundles (skipping
-/// empty shards) and stages each below `staging`.
-pub fn stage_bundles(
-    config: &EvalConfig,
-    run_id: &str,
-    cases: &CaseIndex<'_>,
-    (plan, to_collect): (&Plan, &[u32]),
-    shards: u32,
-    heartbeat_ms: u64,
-    staging: &Path,
-) -> Result<Vec<StagedShard>> {
-    // Each case's shard is worked out once: its trials lie together in the plan. Only the
-    // shards that get trials are made (a runner may allow billions).
-    let mut of_shard: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    let mut last: Option<(&str, u32)> = None;
-    for &at in to_collect {
-        let case = plan.case_of(at as usize);
-        let shard = match last {
-            Some((of, shard)) if of == case => shard,
-            _ => shard_of(case, shards),
-        };
-        last = Some((case, shard));
-        of_shard.entry(shard).or_default().push(at);
-    }
-    let mut staged = Vec::new();
-    for (shard, mut at) in of_shard {
-        // Held while the shard runs, once per trial: no room to spare.
-        at.shrink_to_fit();
-        let trials = ShardTrials::InPlan { plan, at: &at };
-        let mut bundle = bundle(config, run_id, Vec::new(), (shard, shards), heartbeat_ms);
-        bundle.variants = variants_of(config, trials.iter());
-        let dir = shard_dir(staging, shard);
-        write_bundle(&dir, &mut bundle, Some(trials), cases)?;
-        staged.push(StagedShard {
-            bundle,
-            dir,
-            in_plan: Some(at),
-        });
-    }
-    Ok(staged)
+/// What the bundles of one collection share as they are staged: the eval and run they
+/// belong to, the run's shard count, how often their workers send `heartbeat`, and the
+/// directory they are staged below.
+pub struct Staging<'a> {
+    pub config: &'a EvalConfig,
+    pub run_id: &'a str,
+    pub shards: u32,
+    pub heartbeat_ms: u64,
+    /// Each shard's bundle is staged in a directory of its own below it ([`Staging::shard_dir`]).
+    pub dir: &'a Path,
 }
 
-/// Where shard `shard`'s bundle is staged below `staging`.
-pub fn shard_dir(staging: &Path, shard: u32) -> PathBuf {
-    staging.join(format!("shard-{shard}"))
+impl Staging<'_> {
+    /// Shard `shard`'s bundle of `trials` ([`Bundle::for_eval`]).
+    pub fn bundle(&self, shard: u32, trials: Vec<TrialKey>) -> Bundle {
+        let index = ShardIndex {
+            index: shard,
+            of: self.shards,
+        };
+        Bundle::for_eval(self.config, self.run_id, trials, index, self.heartbeat_ms)
+    }
+
+    /// Where shard `shard`'s bundle is staged.
+    pub fn shard_dir(&self, shard: u32) -> PathBuf {
+        self.dir.join(format!("shard-{shard}"))
+    }
+
+    /// Splits the trials of `plan` at the positions `to_collect` into bundles, one per shard
+    /// that gets trials, and stages each with the cases of `cases` they name.
+    pub fn stage_bundles(
+        &self,
+        cases: &CaseIndex<'_>,
+        plan: &Plan,
+        to_collect: &[u32],
+    ) -> Result<Vec<StagedShard>> {
+        // Each case's shard is worked out once: its trials lie together in the plan. Only the
+        // shards that get trials are made (a runner may allow billions).
+        let mut of_shard: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        let mut last: Option<(&str, u32)> = None;
+        for &at in to_collect {
+            let case = plan.case_of(at as usize);
+            let shard = match last {
+                Some((of, shard)) if of == case => shard,
+                _ => shard_of(case, self.shards),
+            };
+            last = Some((case, shard));
+            of_shard.entry(shard).or_default().push(at);
+        }
+        let mut staged = Vec::new();
+        for (shard, mut at) in of_shard {
+            // Held while the shard runs, once per trial: no room to spare.
+            at.shrink_to_fit();
+            let trials = ShardTrials::InPlan { plan, at: &at };
+            let mut bundle = self.bundle(shard, Vec::new());
+            bundle.variants = variants_of(self.config, trials.iter());
+            let dir = self.shard_dir(shard);
+            write_bundle(&dir, &mut bundle, Some(trials), cases)?;
+            staged.push(StagedShard {
+                bundle,
+                dir,
+                in_plan: Some(at),
+            });
+        }
+        Ok(staged)
+    }
 }
 
 /// Writes `bundle` into the directory `dir` as its worker reads it ([`crate::shard::bundle::write`]),
@@ -104,54 +123,6 @@ pub fn write_bundle(
     crate::shard::bundle::write(dir, bundle, in_plan, |id| cases.get(id))
 }
 
-/// The bundle of shard `shard` of `shards` that collects `trials`: the variants they name.
-/// Its cases are not in it: [`write_bundle`] writes them beside it.
-pub fn bundle(
-    config: &EvalConfig,
-    run_id: &str,
-    trials: Vec<TrialKey>,
-    (shard, shards): (u32, u32),
-    heartbeat_ms: u64,
-) -> Bundle {
-    Bundle {
-        protocol: PROTOCOL.to_string(),
-        mst: env!("CARGO_PKG_VERSION").to_string(),
-        run_id: run_id.to_string(),
-        eval: config.name.clone(),
-        shard,
-        shards,
-        concurrency: config.concurrency,
-        timeout_ms: (config.timeout * 1000.0) as u64,
-        heartbeat_ms,
-        variants: variants_of(config, trials.iter().cloned()),
-        trials,
-        workdir: None,
-        conversation: None,
-        token_budget: None,
-        artifacts: config.artifacts.enabled.then(|| BundleArtifacts {
-            max_trial_bytes: config.artifacts.max_trial_bytes(),
-        }),
-        case_checks: BTreeMap::new(),
-        grading: None,
-    }
-}
-
-/// The specs of the variants `trials` name.
-fn variants_of(
-    config: &EvalConfig,
-    trials: impl Iterator<Item = TrialKey>,
-) -> BTreeMap<String, VariantSpec> {
-    // Inserted one at a time: collecting into a set first gathers every trial's name into a
-    // list and sorts it (3.7 MB at 100,000 trials, once the peak of a whole run).
-    let mut names: BTreeSet<arcstr::ArcStr> = BTreeSet::new();
-    for key in trials {
-        names.insert(key.variant);
-    }
-    (names.into_iter())
-        .map(|name| (name.to_string(), config.variant(&name)))
-        .collect()
-}
-
 /// What the shards of one collection share.
 pub struct Collection<'a> {
     /// The plan the shards were staged from (their trials are positions in it).
@@ -164,8 +135,34 @@ pub struct Collection<'a> {
 }
 
 impl Collection<'_> {
+    /// Runs every staged shard on a machine of its own, in parallel, after telling the
+    /// runner's plan; then tells of each shard that did not end `done`, and records every
+    /// shard's report in `machines` (a run's record of its machines, or its grading's). The
+    /// reports, in order.
+    pub fn run_and_record(
+        &self,
+        staged: &[StagedShard],
+        machines: &mut Vec<serde_json::Value>,
+    ) -> Result<Vec<ShardReport>> {
+        for line in self.runner.plan() {
+            self.reporter.event(&RunEvent::RunnerPlan(&line));
+        }
+        let shards = self.run(staged);
+        for report in &shards {
+            if report.ended != ShardEnd::Done {
+                self.reporter.event(&RunEvent::ShardEnded {
+                    shard: report.shard,
+                    machine: &report.machine,
+                    ended: &report.ended,
+                });
+            }
+            machines.push(serde_json::to_value(report)?);
+        }
+        Ok(shards)
+    }
+
     /// Runs every staged shard on a machine of its own, in parallel; their reports in order.
-    pub fn run(&self, shards: &[StagedShard]) -> Vec<ShardReport> {
+    fn run(&self, shards: &[StagedShard]) -> Vec<ShardReport> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = shards
                 .iter()

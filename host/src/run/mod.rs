@@ -219,23 +219,19 @@ fn collect_and_grade(
     });
 
     let settings = request.shard_settings.unwrap_or_default();
-    let staging = tempfile::tempdir()?;
-    let staged = collect::stage_bundles(
-        &prepared.config,
-        &record.run_id,
-        &cases,
-        (&record.trials, &to_collect),
-        runner_options.shards,
-        settings.heartbeat_ms(),
-        staging.path(),
-    )?;
+    let staging_dir = tempfile::tempdir()?;
+    let staging = collect::Staging {
+        config: &prepared.config,
+        run_id: &record.run_id,
+        shards: runner_options.shards,
+        heartbeat_ms: settings.heartbeat_ms(),
+        dir: staging_dir.path(),
+    };
+    let staged = staging.stage_bundles(&cases, &record.trials, &to_collect)?;
     // The bundles hold these keys now.
     let collecting_trials = to_collect.len();
     dir.expect_traces(collecting_trials);
     drop(to_collect);
-    for line in runner.plan() {
-        reporter.event(&RunEvent::RunnerPlan(&line));
-    }
     let events = |event| reporter.event(&RunEvent::Shard(event));
     let collecting = Instant::now();
     // Each trace is graded as it is stored, on threads of their own, while collection goes on.
@@ -270,7 +266,7 @@ fn collect_and_grade(
             context: &context,
             reporter,
         };
-        let shards = collection.run(&staged);
+        let shards = collection.run_and_record(&staged, &mut record.machines)?;
         let collect_ms = collecting.elapsed().as_millis() as u64;
         let draining = Instant::now();
         let graded = grading.finish().with_context(|| {
@@ -289,16 +285,6 @@ fn collect_and_grade(
     })?;
     // The bundles' plans are done with: what each shard collected is in its report.
     drop(staged);
-    for report in &shards {
-        if report.ended != crate::shard::coordinator::ShardEnd::Done {
-            reporter.event(&RunEvent::ShardEnded {
-                shard: report.shard,
-                machine: &report.machine,
-                ended: &report.ended,
-            });
-        }
-        record.machines.push(serde_json::to_value(report)?);
-    }
     record.timings = Some(timings);
 
     let (graded, pairs) = grade_rest(&prepared, &cases, &dir, &mut record, graded)?;

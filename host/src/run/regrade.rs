@@ -13,6 +13,7 @@ use super::RunOutcome;
 use crate::eval::config::VariantSpec;
 use crate::eval::plan::shard_of;
 use crate::eval::trial::{CaseIndex, CaseRecord, TrialKey, TrialRecord, TrialStatus};
+use crate::grade::remote::{GradePlugin, GradeWork, GRADE_TRIALS_FILE};
 use crate::grade::{Grades, JudgeCalls, JudgeSet, TrialGrade};
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
@@ -20,8 +21,7 @@ use crate::results::stored::StoredRun;
 use crate::results::{GradingRecord, RunDir, RunRecord, Summary};
 use crate::runner::{self, RunnerOptions};
 use crate::secrets::Secrets;
-use crate::shard::bundle::{GradePlugin, GradeWork, GRADE_TRIALS_FILE};
-use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSettings};
+use crate::shard::coordinator::{ShardContext, ShardReport, ShardSettings};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -149,48 +149,9 @@ fn on_machines(
     on: &GradeOn<'_>,
 ) -> Result<OnMachines> {
     // Before anything is written: the judges of the run's trials must be able to go.
-    let mut checked = std::collections::BTreeSet::new();
-    for key in record.trials.keys() {
-        for judge in prepared.judges.plugin_judges(&key) {
-            // A judge's name may be another judge's elsewhere; its plugin and options differ.
-            let plugin = judge.plugin().map(|p| p.digest());
-            if checked.insert((judge.name.clone(), plugin)) {
-                refuse_if_it_calls_models(judge)?;
-            }
-        }
-    }
+    refuse_judges_that_call_models(record, prepared)?;
     let options = RunnerOptions::parse(on.runner_options)?;
-    let grading = GradingRecord {
-        runner: on.runner.to_string(),
-        runner_options: options.rest.clone(),
-        shards: options.shards,
-        config_hash: prepared.config_hash.clone(),
-        dataset_hash: prepared.cases.content_hash.clone(),
-        machines: Vec::new(),
-        ungraded: 0,
-    };
-    let (out, mut regraded) = match on.resume {
-        Some(id) => {
-            let (out, mut regrade) = resume(dir, record, prepared, &grading, id, on.force)?;
-            // What it is graded with from now on (the same, unless --force), and every
-            // grading's machines.
-            let machines = regrade
-                .grading
-                .take()
-                .map(|g| g.machines)
-                .unwrap_or_default();
-            regrade.grading = Some(GradingRecord {
-                machines,
-                ..grading
-            });
-            (out, regrade)
-        }
-        None => {
-            let mut regraded = record.clone();
-            regraded.grading = Some(grading);
-            (dir.next_regrade(&record.run_id)?, regraded)
-        }
-    };
+    let (out, mut regraded) = regrade_record(dir, record, prepared, &options, on)?;
     let runner = runner::runner(on.runner, &options, &prepared.plugins)?;
     regraded.run_id = out.id();
     regraded.created_at = crate::clock::unix_secs();
@@ -206,34 +167,22 @@ fn on_machines(
     };
     crate::home::create_private_dir(&answers.root)?;
 
-    let staging = tempfile::tempdir()?;
-    let plan = plan(
-        dir,
-        record,
-        prepared,
-        &answers,
-        options.shards,
-        staging.path(),
-    )?;
+    let staging_dir = tempfile::tempdir()?;
+    let staging = collect::Staging {
+        config: &prepared.config,
+        run_id: &regraded.run_id,
+        shards: options.shards,
+        heartbeat_ms: on.settings.heartbeat_ms(),
+        dir: staging_dir.path(),
+    };
+    let plan = plan(dir, record, prepared, &answers, &staging)?;
     let mut grades = plan.graded;
     on.reporter.event(&RunEvent::Started {
         run_id: &regraded.run_id,
         total: plan.trials.values().map(|keys| keys.len() as u64).sum(),
         resumed: on.resume.is_some(),
     });
-    let shape = (options.shards, on.settings.heartbeat_ms());
-    let staged = stage(
-        prepared,
-        &regraded.run_id,
-        plan.trials,
-        &plan.cases,
-        limits,
-        shape,
-        staging.path(),
-    )?;
-    for line in runner.plan() {
-        on.reporter.event(&RunEvent::RunnerPlan(&line));
-    }
+    let staged = stage(prepared, &staging, plan.trials, &plan.cases, limits)?;
     let sent: usize = staged.iter().map(|shard| shard.bundle.trials.len()).sum();
     let answered: Mutex<BTreeMap<TrialKey, Option<TrialGrade>>> = Mutex::default();
     let stored = |key: &TrialKey, answer: TrialRecord| {
@@ -266,28 +215,58 @@ fn on_machines(
         context: &context,
         reporter: on.reporter,
     };
-    let shards = collection.run(&staged);
     let grading = regraded.grading.get_or_insert_with(GradingRecord::default);
-    for report in &shards {
-        if report.ended != ShardEnd::Done {
-            on.reporter.event(&RunEvent::ShardEnded {
-                shard: report.shard,
-                machine: &report.machine,
-                ended: &report.ended,
-            });
-        }
-        grading.machines.push(serde_json::to_value(report)?);
-    }
-    let answered = answered.into_inner().expect("answers");
-    let graded: Vec<(TrialKey, TrialGrade)> = answered
+    let shards = collection.run_and_record(&staged, &mut grading.machines)?;
+    let graded: Vec<(TrialKey, TrialGrade)> = (answered.into_inner().expect("answers"))
         .into_iter()
         .filter_map(|(key, grade)| Some((key, grade?)))
         .collect();
-    if let Some(grading) = &mut regraded.grading {
-        grading.ungraded = (sent - graded.len()) as u64;
-    }
+    grading.ungraded = (sent - graded.len()) as u64;
     grades.extend(graded);
     Ok((out, regraded, grades, shards))
+}
+
+/// The record of the regrade on machines that `on` asks for, and where it goes: the regrade
+/// `--resume` names, checked against what it was graded with, or a new one. Nothing is
+/// written yet.
+fn regrade_record(
+    dir: &RunDir,
+    record: &RunRecord,
+    prepared: &Prepared,
+    options: &RunnerOptions,
+    on: &GradeOn<'_>,
+) -> Result<(RunDir, RunRecord)> {
+    let grading = GradingRecord {
+        runner: on.runner.to_string(),
+        runner_options: options.rest.clone(),
+        shards: options.shards,
+        config_hash: prepared.config_hash.clone(),
+        dataset_hash: prepared.cases.content_hash.clone(),
+        machines: Vec::new(),
+        ungraded: 0,
+    };
+    Ok(match on.resume {
+        Some(id) => {
+            let (out, mut regrade) = resume(dir, record, prepared, &grading, id, on.force)?;
+            // What it is graded with from now on (the same, unless --force), and every
+            // grading's machines.
+            let machines = regrade
+                .grading
+                .take()
+                .map(|g| g.machines)
+                .unwrap_or_default();
+            regrade.grading = Some(GradingRecord {
+                machines,
+                ..grading
+            });
+            (out, regrade)
+        }
+        None => {
+            let mut regraded = record.clone();
+            regraded.grading = Some(grading);
+            (dir.next_regrade(&record.run_id)?, regraded)
+        }
+    })
 }
 
 /// The regrade `id` (of run `record`) to go on with, refused when it is not a regrade of that
@@ -378,6 +357,22 @@ fn json(value: &impl serde::Serialize) -> serde_json::Value {
     serde_json::to_value(value).unwrap_or_default()
 }
 
+/// Refuses the run's plugin judges that call models ([`refuse_if_it_calls_models`]), each
+/// judge once.
+fn refuse_judges_that_call_models(record: &RunRecord, prepared: &Prepared) -> Result<()> {
+    let mut checked = std::collections::BTreeSet::new();
+    for key in record.trials.keys() {
+        for judge in prepared.judges.plugin_judges(&key) {
+            // A judge's name may be another judge's elsewhere; its plugin and options differ.
+            let plugin = judge.plugin().map(|p| p.digest());
+            if checked.insert((judge.name.clone(), plugin)) {
+                refuse_if_it_calls_models(judge)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A judge whose plugin is granted a model provider or a secret needs what only the
 /// coordinator holds: a grade shard refuses it until the protocol carries its calls.
 fn refuse_if_it_calls_models(judge: &crate::grade::Judge) -> Result<()> {
@@ -418,15 +413,14 @@ struct Plan {
 }
 
 /// Reads each stored trial once: graded here when no plugin judge needs a machine or a
-/// machine answered it already (`--resume`), or written to its shard's trials file in
-/// `staging`. Missing trials are left out.
+/// machine answered it already (`--resume`), or written to its shard's trials file where
+/// `staging` stages its bundle. Missing trials are left out.
 fn plan(
     dir: &RunDir,
     record: &RunRecord,
     prepared: &Prepared,
     answers: &RunDir,
-    shards: u32,
-    staging: &Path,
+    staging: &collect::Staging<'_>,
 ) -> Result<Plan> {
     let traces = dir.traces_dir(&record.run_id);
     let judges = &prepared.judges;
@@ -454,11 +448,11 @@ fn plan(
         if !own.is_empty() {
             assertions.insert(key.clone(), own);
         }
-        let shard = shard_of(&key.case, shards);
+        let shard = shard_of(&key.case, staging.shards);
         let (path, file) = match files.entry(shard) {
             std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
             std::collections::btree_map::Entry::Vacant(slot) => {
-                let dir = collect::shard_dir(staging, shard);
+                let dir = staging.shard_dir(shard);
                 let path = dir.join(GRADE_TRIALS_FILE);
                 let file = std::fs::create_dir_all(&dir)
                     .and_then(|()| std::fs::File::create(&path))
@@ -491,12 +485,10 @@ fn plan(
 /// cases, and the grader plugins they call, copied in by digest with their grants.
 fn stage(
     prepared: &Prepared,
-    run_id: &str,
+    staging: &collect::Staging<'_>,
     trials: BTreeMap<u32, Vec<TrialKey>>,
     cases: &[CaseRecord],
     limits: Limits,
-    (shards, heartbeat_ms): (u32, u64),
-    staging: &Path,
 ) -> Result<Vec<StagedShard>> {
     let config = &prepared.config;
     let plugins = grade_plugins(prepared, &trials)?;
@@ -518,13 +510,13 @@ fn stage(
     };
     let mut staged = Vec::new();
     for (shard, keys) in trials {
-        let dir = collect::shard_dir(staging, shard);
+        let dir = staging.shard_dir(shard);
         let most_judges = keys
             .iter()
             .map(|key| prepared.judges.plugin_judges(key).len())
             .max()
             .unwrap_or(1) as u64;
-        let mut bundle = collect::bundle(config, run_id, keys, (shard, shards), heartbeat_ms);
+        let mut bundle = staging.bundle(shard, keys);
         let variant_judges = bundle
             .variants
             .keys()

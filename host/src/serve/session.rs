@@ -22,7 +22,7 @@ use crate::run::collect;
 use crate::runner::channel::Channel;
 use crate::runner::MachineRequest;
 use crate::secrets::Secret;
-use crate::shard::bundle::{Bundle, Turn};
+use crate::shard::bundle::{Bundle, ShardIndex, Turn};
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -837,11 +837,11 @@ fn run_shard(
             resume: token.is_some(),
             history: history.to_vec(),
         }),
-        ..collect::bundle(
+        ..Bundle::for_eval(
             &shared.prepared.config,
             session,
             trials,
-            (0, 1),
+            ShardIndex { index: 0, of: 1 },
             shared.settings.heartbeat_ms(),
         )
     };

@@ -3,18 +3,22 @@
 //! Nor does it hold the answers: its cases carry only an id and an input
 //! ([`CaseRecord::for_client`]), since the agent under test runs on the same machine.
 //!
-//! A bundle directory holds `bundle.json` (the shard's settings, [`Bundle`]) and
-//! [`WORK_FILE`] (its trials, each case once with the trials of it), which the worker reads a
-//! line at a time as it starts trials ([`WorkReader`]): its memory does not grow with the shard.
+//! [`Bundle::for_eval`] makes the bundle of one shard of an eval's run; its callers adjust it
+//! (a playground turn, a grade shard). A bundle directory holds `bundle.json` (the shard's
+//! settings, [`Bundle`]) and [`WORK_FILE`] (its trials, each case once with the trials of it),
+//! which the worker reads a line at a time as it starts trials ([`WorkReader`]): its memory
+//! does not grow with the shard.
 
-use crate::eval::config::VariantSpec;
+use super::artifacts::BundleArtifacts;
+use super::protocol::PROTOCOL;
+use crate::eval::config::{EvalConfig, VariantSpec};
 use crate::eval::plan::Plan;
 use crate::eval::trial::{CaseRecord, TrialKey};
 use anyhow::{Context, Result};
 use arcstr::ArcStr;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -72,7 +76,7 @@ pub struct Bundle {
     /// (`$MST_ARTIFACTS`), a failed one a diagnosis, and the `trial` message lists what they
     /// left. Added within `mst.shard/v1` (see docs/protocol.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub artifacts: Option<super::artifacts::BundleArtifacts>,
+    pub artifacts: Option<BundleArtifacts>,
     /// The checks of the shard's cases that have their own (they replace the variant's), by
     /// case id. Added within `mst.shard/v1`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -81,14 +85,73 @@ pub struct Bundle {
     /// judges instead of a client, and each trial's answer is their calls. Added within
     /// `mst.shard/v1` (see docs/protocol.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grading: Option<GradeWork>,
+    pub grading: Option<crate::grade::remote::GradeWork>,
+}
+
+/// Which shard of a run a bundle is: the `index`th of `of`, counting from 0 (a
+/// playground task's one-trial bundle is shard 0 of 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardIndex {
+    /// 0-based, below `of`.
+    pub index: u32,
+    /// How many shards the run has.
+    pub of: u32,
 }
 
 impl Bundle {
+    /// The bundle of `shard` of `config`'s run `run_id` that collects `trials`: the specs of
+    /// the variants they name, and the eval's concurrency, timeout and artefacts. Its cases are
+    /// not in it: [`write`] writes them beside it.
+    pub fn for_eval(
+        config: &EvalConfig,
+        run_id: &str,
+        trials: Vec<TrialKey>,
+        shard: ShardIndex,
+        heartbeat_ms: u64,
+    ) -> Bundle {
+        Bundle {
+            protocol: PROTOCOL.to_string(),
+            mst: env!("CARGO_PKG_VERSION").to_string(),
+            run_id: run_id.to_string(),
+            eval: config.name.clone(),
+            shard: shard.index,
+            shards: shard.of,
+            concurrency: config.concurrency,
+            timeout_ms: (config.timeout * 1000.0) as u64,
+            heartbeat_ms,
+            variants: variants_of(config, trials.iter().cloned()),
+            trials,
+            workdir: None,
+            conversation: None,
+            token_budget: None,
+            artifacts: config.artifacts.enabled.then(|| BundleArtifacts {
+                max_trial_bytes: config.artifacts.max_trial_bytes(),
+            }),
+            case_checks: BTreeMap::new(),
+            grading: None,
+        }
+    }
+
     /// The bundle's own list of trials.
     pub fn own_trials(&self) -> ShardTrials<'_> {
         ShardTrials::Keys(&self.trials)
     }
+}
+
+/// The specs of the variants `trials` name.
+pub fn variants_of(
+    config: &EvalConfig,
+    trials: impl Iterator<Item = TrialKey>,
+) -> BTreeMap<String, VariantSpec> {
+    // Inserted one at a time: collecting into a set first gathers every trial's name into a
+    // list and sorts it (3.7 MB at 100,000 trials, once the peak of a whole run).
+    let mut names: BTreeSet<arcstr::ArcStr> = BTreeSet::new();
+    for key in trials {
+        names.insert(key.variant);
+    }
+    (names.into_iter())
+        .map(|name| (name.to_string(), config.variant(&name)))
+        .collect()
 }
 
 /// A shard's trials as the coordinator holds them while the shard runs: the bundle's own list
@@ -182,63 +245,6 @@ impl<'a> FoundTrials<'a> {
                 at.binary_search(&position).ok()
             }
         }
-    }
-}
-
-/// The file in a grade shard's bundle directory holding the stored trials to grade, one trial
-/// record (case with its answers, and trace) per line.
-pub const GRADE_TRIALS_FILE: &str = "trials.jsonl";
-
-/// The directory in a grade shard's bundle directory holding its grader plugins, each as
-/// `<sha256>.wasm`.
-pub const GRADE_PLUGINS_DIR: &str = "plugins";
-
-/// What a grade shard's worker needs to run the judges: their configs, the grader plugins
-/// they call with what the operator granted each, and the plugins' per-call caps.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct GradeWork {
-    /// The judges of each variant the shard's trials name.
-    pub variant_judges: BTreeMap<String, Vec<crate::eval::config::JudgeConfig>>,
-    /// The judges of the cases that have their own (they replace the variant's).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub case_judges: BTreeMap<String, Vec<crate::eval::config::JudgeConfig>>,
-    /// The grader plugins the judges call.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub plugins: Vec<GradePlugin>,
-    /// The most memory one plugin call may use, in bytes.
-    pub plugin_memory_bytes: u64,
-    /// The most time one plugin call may take, in milliseconds.
-    pub plugin_timeout_ms: u64,
-}
-
-/// One grader plugin of a grade shard: found in the bundle by its digest, checked against it
-/// before it is compiled, and granted what the operator granted it on the coordinator (a
-/// program to `exec` is that program on the machine).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct GradePlugin {
-    /// The name the plugin declares.
-    pub name: String,
-    /// Every name the judges use for it (its declared name, a path, an installed name).
-    pub references: Vec<String>,
-    /// sha256 of the component, hex.
-    pub digest: String,
-    /// Programs it may run.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exec: Vec<String>,
-    /// Directories it may read.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub read_dirs: Vec<std::path::PathBuf>,
-    /// HTTP hosts it may call.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub http: Vec<String>,
-}
-
-impl GradePlugin {
-    /// Where the component is in the bundle directory.
-    pub fn file(&self) -> String {
-        format!("{GRADE_PLUGINS_DIR}/{}.wasm", self.digest)
     }
 }
 
@@ -455,8 +461,8 @@ mod tests {
         ];
         let mut bundle = Bundle {
             trials: trials.clone(),
-            ..crate::run::collect::bundle(
-                &crate::eval::config::EvalConfig::parse(
+            ..Bundle::for_eval(
+                &EvalConfig::parse(
                     r#"{"name": "t", "datasets": ["x"], "client": "command",
                         "variants": {"v": {}, "w": {}}}"#,
                     Path::new("e.json"),
@@ -464,7 +470,7 @@ mod tests {
                 .unwrap(),
                 "run",
                 Vec::new(),
-                (0, 1),
+                ShardIndex { index: 0, of: 1 },
                 1000,
             )
         };
@@ -484,7 +490,7 @@ mod tests {
         assert_eq!(written.case_checks, bundle.case_checks);
         // A grade shard's machine runs judges: no case's programs go to it.
         let mut grading = Bundle {
-            grading: Some(GradeWork {
+            grading: Some(crate::grade::remote::GradeWork {
                 variant_judges: BTreeMap::new(),
                 case_judges: BTreeMap::new(),
                 plugins: Vec::new(),

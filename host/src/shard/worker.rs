@@ -10,9 +10,12 @@ use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, DoneCounts, Token, TokenReason,
     WorkerMessage, PROTOCOL,
 };
-use crate::client::{self, Client, EventSink, TrialInput};
+use crate::client::{self, Client, EventSink, Recorder, TrialInput};
 use crate::eval::config::{ServerConfig, VariantSpec};
-use crate::eval::trial::{CaseRecord, TraceEvent, TrialKey, TrialRecord, TrialStatus};
+use crate::eval::trial::{
+    CaseRecord, EventKind, TraceEvent, TraceRecord, TrialKey, TrialRecord, TrialStatus,
+};
+use crate::grade::remote::RemoteGrader;
 use crate::model::{CallGate, CallSlot};
 use crate::results::trace_path;
 use crate::secrets::{Secret, TokenDir};
@@ -541,8 +544,8 @@ impl Worker {
         worker.heartbeat();
         // Compiling a grade shard's plugins takes a while: the heartbeat goes on meanwhile.
         if let Some(work) = &worker.bundle.grading {
-            let grade: Arc<dyn Client> =
-                Arc::new(client::grade::GradeClient::load(work, bundle_dir)?);
+            let grader = RemoteGrader::load(work, bundle_dir, MAX_BUNDLE_BYTES)?;
+            let grade: Arc<dyn Client> = Arc::new(GradeClient(grader));
             let variants = worker.bundle.variants.keys();
             worker.clients = variants.map(|name| (name.clone(), grade.clone())).collect();
         }
@@ -960,6 +963,30 @@ fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<C
             Ok((name.clone(), Arc::from(client)))
         })
         .collect()
+}
+
+/// A grade shard's client (`grade`, what its bundle's variants name): each trial is a stored
+/// trial whose judges run here, its answer their calls ([`RemoteGrader::answer`]) as the trace's
+/// final text; one that cannot be graded here is `infra`, with why in its log. The trace is
+/// recorded here, where clients and grading meet: grading is the lower layer.
+struct GradeClient(RemoteGrader);
+
+impl Client for GradeClient {
+    fn name(&self) -> &'static str {
+        "grade"
+    }
+
+    fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
+        let mut recorder = Recorder::new(input, std::time::Instant::now());
+        let key = TrialKey::new(input.variant, input.case.id.clone(), input.trial);
+        match self.0.answer(&key) {
+            Ok(answer) => recorder.finish(TrialStatus::Completed, Some(answer), Some(0)),
+            Err(text) => {
+                recorder.push(EventKind::Log { text });
+                recorder.finish(TrialStatus::Infra, None, None)
+            }
+        }
+    }
 }
 
 #[cfg(test)]

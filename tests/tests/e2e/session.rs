@@ -6,7 +6,7 @@ use mst::eval::trial::{CaseIndex, CaseRecord, TrialKey};
 use mst::results::RunDir;
 use mst::runner::local::LocalRunner;
 use mst::runner::{MachineRequest, Runner};
-use mst::shard::bundle::Bundle;
+use mst::shard::bundle::{Bundle, ShardIndex};
 use mst::shard::coordinator::{ShardContext, ShardEnd, ShardEvent, ShardSession, ShardSettings};
 use mst::shard::limits::Limiter;
 use mst::shard::tokens::ServerTokens;
@@ -26,7 +26,13 @@ fn bundle(config: &EvalConfig, task: &str) -> Bundle {
     Bundle {
         // As mst serve's sessions: no artefacts (their context copies none).
         artifacts: None,
-        ..mst::run::collect::bundle(config, "session", vec![key], (0, 1), 200)
+        ..Bundle::for_eval(
+            config,
+            "session",
+            vec![key],
+            ShardIndex { index: 0, of: 1 },
+            200,
+        )
     }
 }
 

@@ -1,21 +1,82 @@
-//! The `grade` client of a grade shard (`mst grade RUN --runner …`, docs/runners.md): its
-//! trials are stored trials to grade. For each it runs that trial's plugin judges (the only
-//! judges a grade bundle carries; assertions are graded by the coordinator) on this machine and
-//! answers with their calls ([`JudgeCalls`], as JSON in the trace's final text); the
-//! coordinator checks them and decides the verdict. No config names it: a worker builds it
-//! when its bundle carries `grading`.
+//! Grading on a runner's machines (`mst grade RUN --runner …`, ADR 0011, docs/runners.md):
+//! what a grade shard's bundle carries for its judges ([`GradeWork`], with its stored trials in
+//! [`GRADE_TRIALS_FILE`] and its grader plugins in [`GRADE_PLUGINS_DIR`]), and what runs them on
+//! the machine ([`RemoteGrader`]). For each stored trial it runs that trial's plugin judges (the
+//! only judges a grade bundle carries; assertions are graded by the coordinator) and answers
+//! with their calls ([`JudgeCalls`], as JSON); the coordinator checks them and decides the
+//! verdict.
+//!
+//! The worker's `grade` client wraps a [`RemoteGrader`]: clients are a layer above grading, so
+//! the trace it records is the worker's to make (`shard/worker.rs`).
 
-use super::{Client, Recorder, TrialInput};
-use crate::eval::trial::{EventKind, TraceRecord, TrialKey, TrialRecord, TrialStatus};
+use crate::eval::config::JudgeConfig;
+use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::grade::{call_judges, JudgeCalls, JudgeSet};
 use crate::plugin::set::PluginSet;
 use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost};
-use crate::shard::bundle::{GradePlugin, GradeWork, GRADE_TRIALS_FILE};
 use anyhow::{bail, Context, Result};
-use std::collections::HashMap;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+/// The file in a grade shard's bundle directory holding the stored trials to grade, one trial
+/// record (case with its answers, and trace) per line.
+pub const GRADE_TRIALS_FILE: &str = "trials.jsonl";
+
+/// The directory in a grade shard's bundle directory holding its grader plugins, each as
+/// `<sha256>.wasm`.
+pub const GRADE_PLUGINS_DIR: &str = "plugins";
+
+/// What a grade shard's worker needs to run the judges: their configs, the grader plugins
+/// they call with what the operator granted each, and the plugins' per-call caps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GradeWork {
+    /// The judges of each variant the shard's trials name.
+    pub variant_judges: BTreeMap<String, Vec<JudgeConfig>>,
+    /// The judges of the cases that have their own (they replace the variant's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub case_judges: BTreeMap<String, Vec<JudgeConfig>>,
+    /// The grader plugins the judges call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<GradePlugin>,
+    /// The most memory one plugin call may use, in bytes.
+    pub plugin_memory_bytes: u64,
+    /// The most time one plugin call may take, in milliseconds.
+    pub plugin_timeout_ms: u64,
+}
+
+/// One grader plugin of a grade shard: found in the bundle by its digest, checked against it
+/// before it is compiled, and granted what the operator granted it on the coordinator (a
+/// program to `exec` is that program on the machine).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GradePlugin {
+    /// The name the plugin declares.
+    pub name: String,
+    /// Every name the judges use for it (its declared name, a path, an installed name).
+    pub references: Vec<String>,
+    /// sha256 of the component, hex.
+    pub digest: String,
+    /// Programs it may run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exec: Vec<String>,
+    /// Directories it may read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_dirs: Vec<std::path::PathBuf>,
+    /// HTTP hosts it may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<String>,
+}
+
+impl GradePlugin {
+    /// Where the component is in the bundle directory.
+    pub fn file(&self) -> String {
+        format!("{GRADE_PLUGINS_DIR}/{}.wasm", self.digest)
+    }
+}
 
 /// The largest grader plugin a grade shard loads.
 const MAX_PLUGIN_BYTES: u64 = 256 << 20;
@@ -23,8 +84,8 @@ const MAX_PLUGIN_BYTES: u64 = 256 << 20;
 /// The largest line of the trials file: one stored trial.
 const MAX_TRIAL_BYTES: usize = 256 << 20;
 
-/// Runs the judges of the stored trials its bundle carries.
-pub struct GradeClient {
+/// Runs the judges of the stored trials a grade shard's bundle carries.
+pub struct RemoteGrader {
     judges: JudgeSet,
     /// The stored trials to grade; each is read, once, when it is graded.
     trials: TrialsFile,
@@ -32,10 +93,11 @@ pub struct GradeClient {
     _cache: tempfile::TempDir,
 }
 
-impl GradeClient {
+impl RemoteGrader {
     /// Loads what `work` names from `bundle_dir`: each plugin checked against its digest and
-    /// given its grants, the judges built on them, and the stored trials.
-    pub fn load(work: &GradeWork, bundle_dir: &Path) -> Result<Self> {
+    /// given its grants, the judges built on them, and the stored trials, whose file may hold
+    /// at most `max_trials_bytes` (the worker's cap on a bundle's files).
+    pub fn load(work: &GradeWork, bundle_dir: &Path, max_trials_bytes: u64) -> Result<Self> {
         let cache = tempfile::Builder::new()
             .prefix("mst-grade-cache-")
             .tempdir()
@@ -52,12 +114,30 @@ impl GradeClient {
             plugins.insert(Arc::new(loaded), &plugin.references);
         }
         let judges = JudgeSet::from_configs(&work.variant_judges, &work.case_judges, &plugins)?;
-        let trials = TrialsFile::open(&bundle_dir.join(GRADE_TRIALS_FILE))?;
-        Ok(GradeClient {
+        let trials = TrialsFile::open(&bundle_dir.join(GRADE_TRIALS_FILE), max_trials_bytes)?;
+        Ok(RemoteGrader {
             judges,
             trials,
             _cache: cache,
         })
+    }
+
+    /// The answer for stored trial `key`: its judges' calls as JSON. `Err` says why it cannot
+    /// be graded here (the bundle holds no such trial, or it cannot be read): an `infra` trial.
+    pub fn answer(&self, key: &TrialKey) -> Result<String, String> {
+        let record = match self.trials.take(key) {
+            Some(record) => record?,
+            None => return Err(format!("the bundle holds no stored trial {key}")),
+        };
+        let calls = match call_judges(self.judges.judges_for(key), &record) {
+            // Cut as the coordinator's check expects; the plugin's stderr may run long.
+            JudgeCalls::NotGraded { judge, error } => JudgeCalls::NotGraded {
+                judge,
+                error: crate::plugin::bounds::cut(error, crate::plugin::bounds::MAX_ERROR),
+            },
+            scores => scores,
+        };
+        Ok(serde_json::to_string(&calls).expect("judge calls serialise"))
     }
 }
 
@@ -109,7 +189,7 @@ struct TrialsFile {
 }
 
 /// The fields of a stored trial's line that name it.
-#[derive(serde::Deserialize)]
+#[derive(Deserialize)]
 struct KeyOfLine {
     case: CaseIdOfLine,
     variant: String,
@@ -117,15 +197,14 @@ struct KeyOfLine {
 }
 
 /// A stored trial's case id.
-#[derive(serde::Deserialize)]
+#[derive(Deserialize)]
 struct CaseIdOfLine {
     id: String,
 }
 
 impl TrialsFile {
-    /// Indexes the trials file at `path` by key, reading it once.
-    fn open(path: &Path) -> Result<Self> {
-        let cap = crate::shard::bundle::MAX_BUNDLE_BYTES;
+    /// Indexes the trials file at `path`, of at most `cap` bytes, by key, reading it once.
+    fn open(path: &Path, cap: u64) -> Result<Self> {
         let mut reader = crate::files::LineReader::open(path, cap, MAX_TRIAL_BYTES)?;
         let mut lines = HashMap::new();
         while let Some(line) = reader.next_line()? {
@@ -152,42 +231,13 @@ impl TrialsFile {
     }
 }
 
-impl Client for GradeClient {
-    fn name(&self) -> &'static str {
-        "grade"
-    }
-
-    fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
-        let mut recorder = Recorder::new(input, Instant::now());
-        let key = TrialKey::new(input.variant, input.case.id.clone(), input.trial);
-        let record = match self.trials.take(&key) {
-            Some(Ok(record)) => record,
-            failed => {
-                let text = match failed {
-                    Some(Err(why)) => why,
-                    _ => format!("the bundle holds no stored trial {key}"),
-                };
-                recorder.push(EventKind::Log { text });
-                return recorder.finish(TrialStatus::Infra, None, None);
-            }
-        };
-        let calls = match call_judges(self.judges.judges_for(&key), &record) {
-            // Cut as the coordinator's check expects; the plugin's stderr may run long.
-            JudgeCalls::NotGraded { judge, error } => JudgeCalls::NotGraded {
-                judge,
-                error: crate::plugin::bounds::cut(error, crate::plugin::bounds::MAX_ERROR),
-            },
-            scores => scores,
-        };
-        let answer = serde_json::to_string(&calls).expect("judge calls serialise");
-        recorder.finish(TrialStatus::Completed, Some(answer), Some(0))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::eval::trial::CaseRecord;
+
+    /// The trials file's cap in these tests: far above what they write.
+    const CAP: u64 = 1 << 20;
 
     #[test]
     fn stored_trials_are_read_one_at_a_time_and_once() {
@@ -203,7 +253,7 @@ mod tests {
             .map(|r| serde_json::to_string(r).unwrap())
             .join("\n");
         std::fs::write(&path, lines + "\n").unwrap();
-        let trials = TrialsFile::open(&path).unwrap();
+        let trials = TrialsFile::open(&path, CAP).unwrap();
         let key = |case: &str| TrialKey::new("v", case, 0);
         assert_eq!(trials.take(&key("b")), Some(Ok(b)));
         assert_eq!(trials.take(&key("a")), Some(Ok(a)));
@@ -211,13 +261,13 @@ mod tests {
         assert_eq!(trials.take(&key("c")), None);
 
         std::fs::write(&path, "{\"not\": \"a trial\"}\n").unwrap();
-        let error = format!("{:#}", TrialsFile::open(&path).err().unwrap());
+        let error = format!("{:#}", TrialsFile::open(&path, CAP).err().unwrap());
         assert!(error.contains("line 1 is not a trial"), "{error}");
 
         // A link (or anything but a regular file) in its place is not read.
         std::fs::remove_file(&path).unwrap();
         std::os::unix::fs::symlink(dir.path().join("elsewhere"), &path).unwrap();
-        let error = format!("{:#}", TrialsFile::open(&path).err().unwrap());
+        let error = format!("{:#}", TrialsFile::open(&path, CAP).err().unwrap());
         assert!(error.contains("not a regular file"), "{error}");
     }
 
@@ -251,7 +301,7 @@ mod tests {
         }
         // A file that does not hash to its name is refused before it is compiled.
         let named = "0".repeat(64);
-        let plugins_dir = dir.path().join(crate::shard::bundle::GRADE_PLUGINS_DIR);
+        let plugins_dir = dir.path().join(GRADE_PLUGINS_DIR);
         std::fs::create_dir_all(plugins_dir).unwrap();
         std::fs::write(
             dir.path().join(plugin(&named).file()),
