@@ -313,9 +313,7 @@ impl Session {
             })?;
         let machine_name = machine.describe();
         let placement = machine.provenance();
-        let boot = run_shard(
-            &shared,
-            (&id, &dir, None, None, None),
+        let boot = SessionShard::boot(&shared, &id, &dir).run(
             machine.as_mut(),
             &CaseIndex::new(&[]),
             Vec::new(),
@@ -586,17 +584,18 @@ impl Session {
         let outcome = {
             let mut machine = self.machine.lock().expect("machine");
             match machine.as_mut() {
-                Some(channel) => run_shard(
-                    &self.shared,
-                    (
-                        &self.id,
-                        &self.dir,
-                        self.workdir.as_deref(),
-                        task.turn
-                            .as_ref()
-                            .map(|turn| (turn.token.as_ref(), turn.history.as_slice())),
-                        self.turn_tokens,
-                    ),
+                Some(channel) => SessionShard {
+                    shared: &self.shared,
+                    session: &self.id,
+                    dir: &self.dir,
+                    workdir: self.workdir.as_deref(),
+                    turn: task
+                        .turn
+                        .as_ref()
+                        .map(|turn| (turn.token.as_ref(), turn.history.as_slice())),
+                    token_budget: self.turn_tokens,
+                }
+                .run(
                     channel.as_mut(),
                     &cases,
                     vec![task.key.clone()],
@@ -805,68 +804,93 @@ impl Session {
 /// A conversation turn as a shard sends it: the resume token it continues, and the history.
 type TurnOf<'a> = (Option<&'a Secret>, &'a [Exchange]);
 
-/// Whose shard it is: the session, its run directory, its shared work directory, the
-/// conversation turn it runs, and its tasks' token budget.
-type ShardOf<'a> = (
-    &'a str,
-    &'a RunDir,
-    Option<&'a str>,
-    Option<TurnOf<'a>>,
-    Option<u64>,
-);
+/// One shard of a session: whose it is and what its bundle carries ([`SessionShard::run`]).
+struct SessionShard<'a> {
+    shared: &'a Shared,
+    /// The session's id: the bundle's run id.
+    session: &'a str,
+    /// Where its traces go.
+    dir: &'a RunDir,
+    /// The session's shared work directory, when its clients share one.
+    workdir: Option<&'a str>,
+    /// The conversation turn it runs, if any.
+    turn: Option<TurnOf<'a>>,
+    /// Its tasks' token budget.
+    token_budget: Option<u64>,
+}
 
-/// Runs one shard of session `session`'s `trials` on `machine` (traces into `dir`, the
-/// clients in `workdir` when shared), staged in a temporary directory; a conversation turn
-/// (`turn`) hands its worker the resume token it continues, if any, and its bundle carries the
-/// history. `Err` says why the shard did not end as done.
-fn run_shard(
-    shared: &Shared,
-    (session, dir, workdir, turn, token_budget): ShardOf<'_>,
-    machine: &mut dyn Channel,
-    cases: &CaseIndex<'_>,
-    trials: Vec<TrialKey>,
-    cancel: &AtomicBool,
-    events: &(dyn Fn(ShardEvent) + Sync),
-) -> Result<(), String> {
-    let mut bundle = Bundle {
-        token_budget,
-        // A playground task's evidence is its live trace; artefacts are a batch run's.
-        artifacts: None,
-        workdir: workdir.map(str::to_string),
-        conversation: turn.map(|(token, history)| Turn {
-            resume: token.is_some(),
-            history: history.to_vec(),
-        }),
-        ..Bundle::for_eval(
-            &shared.prepared.config,
+impl SessionShard<'_> {
+    /// A shard of session `session` that only starts its worker (no task, no turn).
+    fn boot<'a>(shared: &'a Shared, session: &'a str, dir: &'a RunDir) -> SessionShard<'a> {
+        SessionShard {
+            shared,
             session,
-            trials,
-            ShardIndex { index: 0, of: 1 },
-            shared.settings.heartbeat_ms(),
-        )
-    };
-    let staging = tempfile::tempdir().map_err(|e| format!("cannot stage the bundle: {e}"))?;
-    collect::write_bundle(staging.path(), &mut bundle, None, cases)
-        .map_err(|e| format!("cannot stage the bundle: {e:#}"))?;
-    std::fs::create_dir_all(&dir.root)
-        .map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;
-    let context = ShardContext {
-        limiter: &shared.prepared.limiter,
-        cases,
-        tokens: &shared.tokens,
-        settings: shared.settings,
-        events,
-        cancel,
-        resume: turn.and_then(|(token, _)| token),
-        copied: &AtomicU64::new(0),
-        artifacts: None,
-        stored: None,
-    };
-    let report =
-        ShardSession::new(&context, &bundle, bundle.own_trials(), dir).run(machine, staging.path());
-    match report.ended {
-        ShardEnd::Done | ShardEnd::DoneCleanupFailed => Ok(()),
-        other => Err(other.to_string()),
+            dir,
+            workdir: None,
+            turn: None,
+            token_budget: None,
+        }
+    }
+
+    /// Runs `trials` on `machine`, staged in a temporary directory; a conversation turn
+    /// hands its worker the resume token it continues, if any, and its bundle carries the
+    /// history. `Err` says why the shard did not end as done.
+    fn run(
+        &self,
+        machine: &mut dyn Channel,
+        cases: &CaseIndex<'_>,
+        trials: Vec<TrialKey>,
+        cancel: &AtomicBool,
+        events: &(dyn Fn(ShardEvent) + Sync),
+    ) -> Result<(), String> {
+        let SessionShard {
+            shared,
+            session,
+            dir,
+            workdir,
+            turn,
+            token_budget,
+        } = *self;
+        let mut bundle = Bundle {
+            token_budget,
+            // A playground task's evidence is its live trace; artefacts are a batch run's.
+            artifacts: None,
+            workdir: workdir.map(str::to_string),
+            conversation: turn.map(|(token, history)| Turn {
+                resume: token.is_some(),
+                history: history.to_vec(),
+            }),
+            ..Bundle::for_eval(
+                &shared.prepared.config,
+                session,
+                trials,
+                ShardIndex { index: 0, of: 1 },
+                shared.settings.heartbeat_ms(),
+            )
+        };
+        let staging = tempfile::tempdir().map_err(|e| format!("cannot stage the bundle: {e}"))?;
+        collect::write_bundle(staging.path(), &mut bundle, None, cases)
+            .map_err(|e| format!("cannot stage the bundle: {e:#}"))?;
+        std::fs::create_dir_all(&dir.root)
+            .map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;
+        let context = ShardContext {
+            limiter: &shared.prepared.limiter,
+            cases,
+            tokens: &shared.tokens,
+            settings: shared.settings,
+            events,
+            cancel,
+            resume: turn.and_then(|(token, _)| token),
+            copied: &AtomicU64::new(0),
+            artifacts: None,
+            stored: None,
+        };
+        let report = ShardSession::new(&context, &bundle, bundle.own_trials(), dir)
+            .run(machine, staging.path());
+        match report.ended {
+            ShardEnd::Done | ShardEnd::DoneCleanupFailed => Ok(()),
+            other => Err(other.to_string()),
+        }
     }
 }
 
