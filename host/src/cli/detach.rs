@@ -106,7 +106,7 @@ pub(super) fn start(results_dir: &Path, json: bool) -> Result<u8> {
             outln!("log:     {}", log.display());
         }
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// A detached run's progress log, fed the run's events by its supervisor (`mst run
@@ -133,7 +133,7 @@ impl Supervision {
     pub(super) fn event(&self, event: &RunEvent<'_>) {
         let line = match event {
             RunEvent::Failed(error) => Progress::Failed {
-                exit_code: 2,
+                exit_code: super::Code::Refused.into(),
                 error: format!("{error:#}"),
             },
             RunEvent::Started {
@@ -270,7 +270,7 @@ pub(super) fn attach(
                 "detached from run {}: it goes on (`mst runs attach` again to follow it)",
                 dir.id()
             );
-            return Ok(130);
+            return Ok(super::Code::Interrupted.into());
         }
         let read = lines
             .read_line(&mut pending)
@@ -452,12 +452,9 @@ fn interrupted(dir: &RunDir, process: &RunProcess) -> anyhow::Error {
         .map(|r| r.config_path)
         .unwrap_or_else(|_| "eval.json".into());
     let id = dir.id();
-    anyhow::Error::new(super::Exit {
-        code: 2,
-        error: anyhow::anyhow!(
-            "run {id} was interrupted: its process (pid {}) is gone without ending it; `mst run \
-             --config {config} --resume {id}` collects what it lacks",
-            process.owner.pid
-        ),
-    })
+    super::Exit::refused(anyhow::anyhow!(
+        "run {id} was interrupted: its process (pid {}) is gone without ending it; `mst run \
+         --config {config} --resume {id}` collects what it lacks",
+        process.owner.pid
+    ))
 }

@@ -5,9 +5,6 @@ use anyhow::Result;
 use clap::Subcommand;
 use std::path::PathBuf;
 
-/// Exit code when the files are written but some case lost every check in conversion.
-const LOST_CHECKS: u8 = 2;
-
 /// `mst import …`
 #[derive(Subcommand, Debug)]
 pub enum ImportCommand {
@@ -54,17 +51,15 @@ pub fn run(command: ImportCommand) -> Result<u8> {
         out!("{}", report.to_markdown(&written));
     }
     if report.cases_without_checks.is_empty() {
-        return Ok(0);
+        return Ok(super::Code::Success.into());
     }
-    Err(Exit {
-        code: LOST_CHECKS,
-        error: anyhow::anyhow!(
-            "{} case(s) lost every check in conversion and would pass whatever the client does: {} \
+    // The files are written, but a case that lost every check would pass whatever the client
+    // does: refused, so a script does not run it unawares.
+    Err(Exit::refused(anyhow::anyhow!(
+        "{} case(s) lost every check in conversion and would pass whatever the client does: {} \
              (add judges to them by hand; see {})",
-            report.cases_without_checks.len(),
-            report.cases_without_checks.join(", "),
-            out.join(crate::import::REPORT_FILE).display()
-        ),
-    }
-    .into())
+        report.cases_without_checks.len(),
+        report.cases_without_checks.join(", "),
+        out.join(crate::import::REPORT_FILE).display()
+    )))
 }

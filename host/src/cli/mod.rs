@@ -129,17 +129,61 @@ pub(crate) fn write_stdout_json(value: &impl serde::Serialize) {
 /// Ends mst on a failed write to stdout: quietly with 141 when its reader has gone.
 fn stdout_failed(e: std::io::Error) -> ! {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(141);
+        Code::BrokenPipe.exit();
     }
     eprintln!("error: cannot write to stdout: {e}");
     std::process::exit(1);
 }
 
-/// An error that carries its exit code (the default for other errors is 1).
+/// mst's exit codes (docs/cli.md, "Exit codes"). A command's own verdict (a run's, a plugin
+/// check's) is one of `Success`, `Failure` and `Refused`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Code {
+    /// Done, and nothing failed.
+    Success = 0,
+    /// Done with a verdict against (a failed case, an incompatible plugin), or an error.
+    Failure = 1,
+    /// Refused: a usage error, input mst cannot take, or a state that forbids the command
+    /// (an unknown run, a run still collecting). Nothing was changed.
+    Refused = 2,
+    /// Stopped by Ctrl-C (128 + SIGINT).
+    Interrupted = 130,
+    /// stdout's reader went away (128 + SIGPIPE); mst ends quietly.
+    BrokenPipe = 141,
+}
+
+impl Code {
+    /// Ends the process now with this code.
+    pub(crate) fn exit(self) -> ! {
+        std::process::exit(i32::from(self as u8))
+    }
+}
+
+impl From<Code> for u8 {
+    fn from(code: Code) -> u8 {
+        code as u8
+    }
+}
+
+/// An error that carries the exit code it ends mst with (any other error ends it with
+/// [`Code::Failure`]).
 #[derive(Debug)]
 pub(crate) struct Exit {
-    pub code: u8,
-    pub error: anyhow::Error,
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl Exit {
+    /// `error` as a refusal ([`Code::Refused`]).
+    pub(crate) fn refused(error: anyhow::Error) -> anyhow::Error {
+        Exit::with(Code::Refused.into(), error)
+    }
+
+    /// `error`, ending mst with `code` (a verdict's code, such as a check report's).
+    pub(crate) fn with(code: u8, error: anyhow::Error) -> anyhow::Error {
+        anyhow::Error::new(Exit { code, error })
+    }
 }
 
 impl std::fmt::Display for Exit {
@@ -216,7 +260,9 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            let code = error.downcast_ref::<Exit>().map_or(1, |e| e.code);
+            let code = error
+                .downcast_ref::<Exit>()
+                .map_or(Code::Failure.into(), |e| e.code);
             errln!("error: {error:#}");
             ExitCode::from(code)
         }

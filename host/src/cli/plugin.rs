@@ -279,7 +279,7 @@ fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> 
                 .downcast_ref::<LoadError>()
                 .is_some_and(|failure| failure.step == FailedStep::Read);
             let code = if unreadable { 2 } else { 1 };
-            anyhow::Error::new(Exit { code, error })
+            Exit::with(code, error)
         })
 }
 
@@ -329,13 +329,7 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
     // An unknown release is a usage error, found before the plugin is even read.
     let release = match host_version.as_deref().map(HostRelease::find).transpose() {
         Ok(release) => release,
-        Err(message) => {
-            return Err(Exit {
-                code: 2,
-                error: anyhow::anyhow!(message),
-            }
-            .into())
-        }
+        Err(message) => return Err(Exit::refused(anyhow::anyhow!(message))),
     };
     let mut report = check(home, &plugin, sandbox.limits()?)?;
     if let Some(release) = release {
@@ -344,14 +338,10 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
     let dry = match dry_run && report.compatible {
         false => None,
         true if report.kind != Some(Kind::Runner) => {
-            return Err(Exit {
-                code: 2,
-                error: anyhow::anyhow!(
-                    "--dry-run runs runner plugins; {plugin} is a {} plugin",
-                    report.kind.map(|k| k.to_string()).unwrap_or_default()
-                ),
-            }
-            .into())
+            return Err(Exit::refused(anyhow::anyhow!(
+                "--dry-run runs runner plugins; {plugin} is a {} plugin",
+                report.kind.map(|k| k.to_string()).unwrap_or_default()
+            )))
         }
         true => Some(dry_run::dry_run(
             home,
@@ -399,7 +389,7 @@ fn install(home: &Home, plugin: &str, force: bool, json: bool, access: &oci::Acc
         (pulled.bytes, source)
     } else {
         let file = Path::new(plugin);
-        let bytes = read_input(file).map_err(|error| Exit { code: 2, error })?;
+        let bytes = read_input(file).map_err(super::Exit::refused)?;
         let path = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
         (bytes, Origin::File { path })
     };
@@ -416,7 +406,7 @@ fn install(home: &Home, plugin: &str, force: bool, json: bool, access: &oci::Acc
             installed.manifest.digest
         );
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// The check report of `bytes` (named `label`), which must be compatible: otherwise the report
@@ -425,11 +415,10 @@ fn checked(home: &Home, bytes: &[u8], label: &str, what: &str) -> Result<CheckRe
     let report = check_bytes(home, bytes, label, Limits::default())?;
     if !report.compatible {
         eprint!("{}", report.render());
-        return Err(Exit {
-            code: report.exit_code(),
-            error: anyhow::anyhow!("not {what}: {label} is not compatible with this mst"),
-        }
-        .into());
+        return Err(Exit::with(
+            report.exit_code(),
+            anyhow::anyhow!("not {what}: {label} is not compatible with this mst"),
+        ));
     }
     Ok(report)
 }
@@ -445,7 +434,7 @@ fn push(
     let reference = oci::OciRef::parse(reference)?;
     let (bytes, label) = source(home, plugin)
         .and_then(|source| source.read())
-        .map_err(|error| Exit { code: 2, error })?;
+        .map_err(super::Exit::refused)?;
     let report = checked(home, &bytes, &label, "pushed")?;
     // Standard OCI annotations, so registries and other tools show what the artifact is.
     let annotations = [
@@ -477,7 +466,7 @@ fn push(
             report.digest
         );
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// `mst plugin list`.
@@ -516,7 +505,7 @@ fn list(home: &Home, json: bool) -> Result<u8> {
             );
         }
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// `mst plugin info`: an installed plugin's manifest, or a file's check report.
@@ -543,7 +532,7 @@ fn info(home: &Home, plugin: &str, json: bool) -> Result<u8> {
                 }
                 out!("{}", installed.manifest.check.render());
             }
-            Ok(0)
+            Ok(super::Code::Success.into())
         }
     }
 }
@@ -558,7 +547,7 @@ fn remove(home: &Home, plugin: &str, json: bool) -> Result<u8> {
             outln!("removed {} {}", p.manifest.name, p.manifest.version);
         }
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// `mst plugin new`.
@@ -579,7 +568,7 @@ fn new_plugin(
         "check it:  mst plugin check {}",
         dir.join(&project.artifact).display()
     );
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// `mst plugin grade`: one trial, from a file or an inline answer.
@@ -670,7 +659,7 @@ fn resolve(home: &Home, args: ResolveArgs) -> Result<u8> {
         }
         eprintln!("{} cases", cases.len());
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// Checks that options are JSON and passes them on compactly.
@@ -685,7 +674,7 @@ fn normalize_options(options: &str) -> Result<String> {
 fn check(home: &Home, spec: &str, limits: Limits) -> Result<CheckReport> {
     let (bytes, label) = source(home, spec)
         .and_then(|source| source.read())
-        .map_err(|error| Exit { code: 2, error })?;
+        .map_err(super::Exit::refused)?;
     check_bytes(home, &bytes, &label, limits)
 }
 

@@ -28,7 +28,7 @@ pub(crate) struct ReportArgs {
 /// Writes the report of a stored run.
 pub(crate) fn report(args: ReportArgs) -> Result<u8> {
     let root = ResultsRoot::new(&args.results_dir);
-    let refused = |error| super::Exit { code: 2, error };
+    let refused = super::Exit::refused;
     let dir = root.find(&args.run_id).map_err(refused)?;
     let baseline = args
         .baseline
@@ -49,5 +49,5 @@ pub(crate) fn report(args: ReportArgs) -> Result<u8> {
             written.path.display()
         );
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }

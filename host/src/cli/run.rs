@@ -124,14 +124,14 @@ pub(crate) struct RunArgs {
 pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     if let Some(run_id) = &args.resume {
         super::detach::refuse_running(&args.setup.results_dir, run_id)
-            .map_err(|error| super::Exit { code: 2, error })?;
+            .map_err(super::Exit::refused)?;
     }
     if args.detach {
         return super::detach::start(&args.setup.results_dir, args.json);
     }
     let _ = ctrlc::set_handler(|| {
         if CANCEL.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
+            super::Code::Interrupted.exit();
         }
         if !SERVING_ONLY.load(Ordering::SeqCst) {
             eprintln!("\ninterrupted: stopping the shards (Ctrl-C again to quit at once)");
@@ -164,7 +164,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
             super::serve::Following::start(listen, ResultsRoot::new(&request.setup.results_base))
         })
         .transpose()
-        .map_err(|error| super::Exit { code: 2, error })?;
+        .map_err(super::Exit::refused)?;
     let reporter = Reporter::with(
         args.quiet,
         args.json,
@@ -181,7 +181,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     };
     let outcome = match run::run(home, &request, &tee, &CANCEL) {
         Ok(outcome) => outcome,
-        Err(error) => return Err(super::Exit { code: 2, error }.into()),
+        Err(error) => return Err(super::Exit::refused(error)),
     };
     reporter.print(&outcome.summary);
     let failure = reporter.take_failure();
@@ -270,7 +270,7 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
     if args.runner.is_some() {
         let _ = ctrlc::set_handler(|| {
             if CANCEL.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
+                super::Code::Interrupted.exit();
             }
             eprintln!("\ninterrupted: stopping the grade shards (Ctrl-C again to quit at once)");
         });
@@ -296,7 +296,7 @@ pub(crate) fn grade(home: &Home, args: GradeArgs) -> Result<u8> {
             on,
         },
     )
-    .map_err(|error| super::Exit { code: 2, error })?;
+    .map_err(super::Exit::refused)?;
     if args.runner.is_some() {
         reporter.print(&outcome.summary);
     } else {

@@ -74,5 +74,5 @@ pub fn run(command: RunnerCommand) -> Result<u8> {
     if json {
         outln!("{}", serde_json::to_string_pretty(&built)?);
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }

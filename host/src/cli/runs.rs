@@ -129,7 +129,7 @@ fn list(results_dir: &Path, json: bool) -> Result<u8> {
     let runs = ResultsRoot::new(results_dir).list();
     if json {
         outln!("{}", serde_json::to_string_pretty(&runs)?);
-        return Ok(0);
+        return Ok(super::Code::Success.into());
     }
     outln!(
         "{:<24} {:<24} {:>7} {:<11} {:<9} GRADE",
@@ -150,22 +150,21 @@ fn list(results_dir: &Path, json: bool) -> Result<u8> {
             r.grade
         );
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// `mst runs attach`: Ctrl-C stops the following, not the run.
 fn attach(run_id: &str, results_dir: &Path) -> Result<u8> {
     let dir = ResultsRoot::new(results_dir).find(run_id)?;
     let _ = ctrlc::set_handler(|| CANCEL.store(true, Ordering::SeqCst));
-    super::detach::attach(&dir, &Reporter::following(), &CANCEL)
-        .map_err(|error| super::Exit { code: 2, error }.into())
+    super::detach::attach(&dir, &Reporter::following(), &CANCEL).map_err(super::Exit::refused)
 }
 
 /// `mst runs stop`, waiting at most `wait` seconds for the run to end.
 fn stop(run_id: &str, results_dir: &Path, wait: f64, json: bool) -> Result<u8> {
     let dir = ResultsRoot::new(results_dir).find(run_id)?;
     let wait = crate::eval::config::seconds("--wait", wait)?;
-    let ended = super::detach::stop(&dir, wait).map_err(|error| super::Exit { code: 2, error })?;
+    let ended = super::detach::stop(&dir, wait).map_err(super::Exit::refused)?;
     let code = ended.exit_code.unwrap_or(0);
     if json {
         outln!(
@@ -181,7 +180,7 @@ fn stop(run_id: &str, results_dir: &Path, wait: f64, json: bool) -> Result<u8> {
         }
         outln!("stopped run {run_id} (exit code {code})");
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// `mst runs show`.
@@ -189,7 +188,7 @@ fn show(run_id: &str, results_dir: &Path, json: bool) -> Result<u8> {
     let dir = ResultsRoot::new(results_dir).find(run_id)?;
     let stored = results::stored::StoredRun::read(&dir)?;
     print_summary(&stored.summary, &stored.grades, json, &dir);
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// `mst runs cases`: one JSON case per line.
@@ -198,11 +197,11 @@ fn cases(run_id: &str, results_dir: &Path) -> Result<u8> {
     let record = dir.read_record()?;
     record
         .refuse_conversation("read as cases")
-        .map_err(|error| super::Exit { code: 2, error })?;
+        .map_err(super::Exit::refused)?;
     for case in dir.cases(&record) {
         outln!("{}", serde_json::to_string(&case)?);
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// `mst runs diff`: 1 when a case broke, 2 when the runs cannot be compared.
@@ -213,7 +212,7 @@ fn diff(run_a: &str, run_b: &str, results_dir: &Path, json: bool) -> Result<u8> 
         let b = results::stored::StoredRun::read(&root.find(run_b)?)?;
         results::diff::RunDiff::between(&a, &b)
     })();
-    let diff = compared.map_err(|error| super::Exit { code: 2, error })?;
+    let diff = compared.map_err(super::Exit::refused)?;
     match json {
         true => outln!("{}", serde_json::to_string_pretty(&diff)?),
         false => out!("{}", diff.text()),
@@ -237,5 +236,5 @@ fn export(run_id: &str, format: &str, out: &Path, results_dir: &Path, json: bool
             exported.files.len()
         );
     }
-    Ok(0)
+    Ok(super::Code::Success.into())
 }

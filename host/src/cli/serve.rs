@@ -98,8 +98,7 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
             },
         },
     };
-    let playground =
-        Arc::new(Playground::start(home, request).map_err(|error| super::Exit { code: 2, error })?);
+    let playground = Arc::new(Playground::start(home, request).map_err(super::Exit::refused)?);
     let stop = Arc::new(tokio::sync::Notify::new());
     let on_signal = stop.clone();
     let _ = ctrlc::set_handler(move || on_signal.notify_one());
@@ -120,7 +119,7 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         // A read of stdin still pending on a blocking thread must not hold the exit up.
         runtime.shutdown_background();
         served?;
-        return Ok(0);
+        return Ok(super::Code::Success.into());
     }
     let served = http::Served {
         playground: Some(playground.clone()),
@@ -130,7 +129,7 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
     runtime.block_on(serve_http(args.listen, served, token, stop))?;
     live.stop_all();
     playground.close_all("mst serve stopped");
-    Ok(0)
+    Ok(super::Code::Success.into())
 }
 
 /// Serves `served` (the web UI and the API) on `listen` until `stop` is notified; the first line
