@@ -19,7 +19,7 @@ use crate::plugin::capabilities::broad_grant_warning;
 use crate::plugin::LoadedPlugin;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// A runner provided by a plugin.
@@ -37,6 +37,10 @@ pub struct PluginRunner {
     ledger: Option<Arc<Ledger>>,
     /// What releasing the machines of a dead mst did, for the plan.
     released: Vec<String>,
+    /// The static mst to place on a machine without one (`--runner-option worker=PATH`, the
+    /// host's option for every runner, never passed to the plugin); `None`: found as the
+    /// Docker runner finds it.
+    worker: Option<PathBuf>,
 }
 
 /// `key=value` options as a JSON object: values that parse as JSON numbers or booleans become
@@ -59,7 +63,14 @@ impl PluginRunner {
     /// Checks the options against the plugin's schema, then with the plugin itself.
     pub fn new(plugin: Arc<LoadedPlugin>, options: &BTreeMap<String, String>) -> Result<Self> {
         let name = plugin.info().name.clone();
-        let json = options_json(options);
+        // `worker` is the host's: the plugin's schema never sees it.
+        let mut options = options.clone();
+        let worker = options.remove("worker").map(PathBuf::from);
+        if let Some(path) = &worker {
+            super::worker_binary::find(Some(path))
+                .with_context(|| format!("--runner-option worker={}", path.display()))?;
+        }
+        let json = options_json(&options);
         if let Some(schema) = &plugin.info().options_schema {
             let validator = jsonschema::validator_for(schema).map_err(|e| {
                 anyhow::anyhow!("runner plugin `{name}` has a bad options schema: {e}")
@@ -99,6 +110,7 @@ impl PluginRunner {
             docker: Mutex::new(BTreeMap::new()),
             ledger,
             released,
+            worker,
         })
     }
 
@@ -140,6 +152,7 @@ impl PluginRunner {
             options.insert("network".into(), network.clone());
         }
         let mut options = DockerOptions::parse(&options, false)?;
+        options.worker = self.worker.clone();
         let network = &options.network;
         if network != "none" && self.network.as_ref() != Some(network) {
             bail!(
@@ -252,11 +265,14 @@ impl Runner for PluginRunner {
                 .docker_for(spec)
                 .and_then(|docker| docker.create_machine(request))
                 .with_context(|| format!("runner plugin `{name}` ({description})")),
-            MachineSpec::Command(channel) => {
-                CommandMachine::new(channel, self.plugin.effective_grants(), None, started)
-                    .map(|machine| Box::new(machine) as Box<dyn Channel>)
-                    .with_context(|| format!("runner plugin `{name}` ({description})"))
-            }
+            MachineSpec::Command(channel) => CommandMachine::new(
+                channel,
+                self.plugin.effective_grants(),
+                self.worker.as_deref(),
+                started,
+            )
+            .map(|machine| Box::new(machine) as Box<dyn Channel>)
+            .with_context(|| format!("runner plugin `{name}` ({description})")),
         };
         let inner = match inner {
             Ok(inner) => inner,

@@ -33,7 +33,8 @@ pub fn find(explicit: Option<&Path>) -> Result<PathBuf> {
     bail!(
         "this mst ({}) is dynamically linked and there is no {} beside it, so it cannot be \
          placed into an image: build one with `cargo xtask worker`, or pass \
-         --runner-option worker=PATH to a static (musl) mst of the same version",
+         --runner-option worker=PATH (the docker runner and every runner plugin take it) to a \
+         static (musl) mst of the same version",
         exe.display(),
         STATIC_NAME
     )

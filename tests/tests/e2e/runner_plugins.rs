@@ -128,6 +128,34 @@ fn command_channels_run_only_granted_programs_and_record_the_grants() {
 }
 
 #[test]
+fn a_runner_plugin_takes_the_hosts_worker_option() {
+    // `worker=PATH` is the host's option for every runner that places mst on a machine; a
+    // plugin's schema never sees it (it refused it, though the error told users to pass it).
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 2, 30);
+    let grants = ["--allow-exec", "sh", "--allow-exec", "ssh"];
+    let not_mst = eval.dir.path().join("not-mst");
+    std::fs::write(&not_mst, "#!/bin/sh\n").unwrap();
+    let option = format!("worker={}", s(&not_mst));
+    let mut args = vec!["--runner-option", option.as_str()];
+    args.extend(grants);
+    let run = hostile_run(&mst, &eval, "shell", &args);
+    assert_ne!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains(&format!("--runner-option {option}"))
+            && run.stderr.contains("not a 64-bit ELF"),
+        "{}",
+        run.stderr
+    );
+    // A static mst (the tests' build is static): taken, placed, and the run passes.
+    let option = format!("worker={}", s(&mst_tests::mst_bin()));
+    let mut args = vec!["--runner-option", option.as_str()];
+    args.extend(grants);
+    let run = hostile_run(&mst, &eval, "shell", &args);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+}
+
+#[test]
 fn container_specs_cannot_reach_for_the_host() {
     let mst = Mst::new();
     for (behaviour, says) in [
