@@ -4,8 +4,14 @@
 //! Reads refuse anything but a regular file, never follow a final symlink, open non-blocking
 //! (a FIFO must not hang the host) and stop at a size cap. Writes are atomic: a temporary file
 //! in the same directory, then a rename.
+//!
+//! Also the files mst keeps for itself: fixed-size records in an unnamed file ([`Records`],
+//! `records.rs`).
+
+mod records;
 
 use anyhow::{bail, Context, Result};
+pub use records::{Appender, Pack, ReadAt, Records, Unpack};
 use std::io::{Read, Write};
 use std::path::{Component, Path};
 

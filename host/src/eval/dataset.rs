@@ -8,13 +8,13 @@
 use super::case_ids::{CaseIds, CaseIdsBuilder};
 use super::config::{located, mst_format_error, DatasetRef};
 use super::trial::CaseRecord;
+use crate::files::{Appender, Pack, ReadAt, Records, Unpack};
 use crate::plugin::set::PluginSet;
 use crate::plugin::Kind;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ pub struct Cases {
     /// `None` only for no cases.
     file: Option<File>,
     /// Each case's [`Place`], in the datasets' order. `None` only for no cases.
-    places: Option<File>,
+    places: Option<Records<PLACE>>,
     /// Every case's id, in the datasets' order.
     ids: Arc<CaseIds>,
     /// The cases with a trial count of their own, as (position, count), by position: few
@@ -60,24 +60,18 @@ const PLACE: usize = 20;
 
 impl Place {
     fn encode(self) -> [u8; PLACE] {
-        let mut bytes = [0; PLACE];
-        bytes[..8].copy_from_slice(&self.at.to_le_bytes());
-        bytes[8..12].copy_from_slice(&self.len.to_le_bytes());
-        bytes[12..16].copy_from_slice(&self.origin.source.to_le_bytes());
-        bytes[16..].copy_from_slice(&self.origin.line.to_le_bytes());
-        bytes
+        let Origin { source, line } = self.origin;
+        (Pack::new().u64(self.at).u32(self.len).u32(source).u32(line)).done()
     }
 
     fn decode(bytes: &[u8; PLACE]) -> Self {
-        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-        Place {
-            at: u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
-            len: word(8),
-            origin: Origin {
-                source: word(12),
-                line: word(16),
-            },
-        }
+        let mut fields = Unpack::new(bytes);
+        let (at, len) = (fields.u64(), fields.u32());
+        let origin = Origin {
+            source: fields.u32(),
+            line: fields.u32(),
+        };
+        Place { at, len, origin }
     }
 }
 
@@ -126,9 +120,7 @@ impl Cases {
     /// The place of the case at `index`, read from the places' file.
     fn place(&self, index: usize) -> std::io::Result<Place> {
         let places = (self.places.as_ref()).ok_or_else(|| std::io::Error::other("no cases"))?;
-        let mut bytes = [0; PLACE];
-        places.read_exact_at(&mut bytes, index as u64 * PLACE as u64)?;
-        Ok(Place::decode(&bytes))
+        Ok(Place::decode(&places.get(index)?))
     }
 
     /// How many cases there are.
@@ -182,16 +174,17 @@ impl Cases {
     /// Every case, in the datasets' order, read from the cases' file as it is reached, each
     /// line exactly as long as its place says (a damaged file spoils one case, not the rest).
     pub fn iter(&self) -> impl Iterator<Item = Result<CaseRecord>> + '_ {
-        let mut lines = self.file.as_ref().map(ReadAt::from_start);
-        let mut places = self.places.as_ref().map(ReadAt::from_start);
+        let mut lines = (self.file.as_ref()).map(|file| BufReader::new(ReadAt::new(file, 0)));
+        let mut places = self.places.as_ref().map(Records::iter);
         let mut line = Vec::new();
         self.ids.iter().map(move |id| {
             let read_back = || format!("cannot read case `{id}` back from the cases' file");
             let (lines, places) = (lines.as_mut(), places.as_mut());
             let (lines, places) = lines.zip(places).context("no cases were kept")?;
-            let mut place = [0; PLACE];
-            places.read_exact(&mut place).with_context(read_back)?;
-            let place = Place::decode(&place);
+            // As many places as ids were kept: one was pushed with each.
+            let place =
+                (places.next()).unwrap_or_else(|| Err(std::io::Error::other("no place was kept")));
+            let place = Place::decode(&place.with_context(read_back)?);
             // The lines lie one after another, each with its newline.
             line.resize(place.len as usize + 1, 0);
             lines.read_exact(&mut line).with_context(read_back)?;
@@ -201,33 +194,11 @@ impl Cases {
     }
 }
 
-/// Reads `file` from `at` on, with positioned reads: any number of readers and lookups share
-/// the file without moving each other's place.
-struct ReadAt<'a> {
-    file: &'a File,
-    at: u64,
-}
-
-impl<'a> ReadAt<'a> {
-    /// `file` read in order from its start, in large reads.
-    fn from_start(file: &'a File) -> BufReader<Self> {
-        BufReader::new(ReadAt { file, at: 0 })
-    }
-}
-
-impl std::io::Read for ReadAt<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let read = self.file.read_at(buf, self.at)?;
-        self.at += read as u64;
-        Ok(read)
-    }
-}
-
 /// The cases read so far, written to the cases' file as they are read, with their places
 /// written to theirs: what [`Cases`] will hold.
 struct Loading {
     file: BufWriter<File>,
-    places: BufWriter<File>,
+    places: Appender<PLACE>,
     written: u64,
     line: Vec<u8>,
     hasher: Sha256,
@@ -238,10 +209,12 @@ struct Loading {
 
 impl Loading {
     fn new() -> Result<Self> {
-        let file = || tempfile::tempfile().context("cannot make a file to keep the cases in");
+        let context = "cannot make a file to keep the cases in";
+        let file = tempfile::tempfile().context(context)?;
+        let places = Records::temp("the cases' places file").context(context)?;
         Ok(Loading {
-            file: BufWriter::new(file()?),
-            places: BufWriter::new(file()?),
+            file: BufWriter::new(file),
+            places: places.appending(),
             written: 0,
             line: Vec::new(),
             hasher: Sha256::new(),
@@ -287,7 +260,7 @@ impl Loading {
             origin,
         };
         (self.file.write_all(&self.line))
-            .and_then(|()| self.places.write_all(&place.encode()))
+            .and_then(|()| self.places.push(&place.encode()))
             .context("cannot write to the file the cases are kept in")?;
         self.written += self.line.len() as u64;
         if let Some(trials) = case.more().trials {
@@ -302,13 +275,11 @@ impl Loading {
 
     /// The cases, their ids checked unique.
     fn finish(self) -> Result<Cases> {
-        let written = |file: BufWriter<File>| {
-            (file.into_inner().map_err(|e| e.into_error()))
-                .context("cannot write to the file the cases are kept in")
-        };
+        let context = "cannot write to the file the cases are kept in";
+        let file = (self.file.into_inner().map_err(|e| e.into_error())).context(context)?;
         let cases = Cases {
-            file: Some(written(self.file)?),
-            places: Some(written(self.places)?),
+            file: Some(file),
+            places: Some(self.places.finish().context(context)?),
             ids: Arc::new(self.ids.finish()),
             own_trials: self.own_trials,
             sources: self.sources,

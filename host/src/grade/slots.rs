@@ -4,10 +4,9 @@
 //! them: memory holds one bit a trial (which slots are written), where a list of where each
 //! grade is held 16 bytes (issue 16: memory flat in N).
 
+use crate::files::{Pack, Records, Unpack};
 use fixedbitset::FixedBitSet;
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 
 /// Where one trial's grade is: `len` bytes at `at` of the grades file. Grading while
 /// collecting also notes the grade's trace's `order` of arrival (a later version of a trace
@@ -23,7 +22,7 @@ pub struct Slot {
 
 /// A slot's size in the slots file: `at`, then `len` with [`USED_MODELS`] as its top bit,
 /// then `order`; little-endian.
-pub const SLOT: u64 = 16;
+pub const SLOT: usize = 16;
 
 /// The bit of a slot's `len` word that says the agent made model calls.
 const USED_MODELS: u32 = 1 << 31;
@@ -46,22 +45,19 @@ impl Slot {
         })
     }
 
-    fn encode(self) -> [u8; SLOT as usize] {
+    fn encode(self) -> [u8; SLOT] {
         let flagged = self.len | if self.used_models { USED_MODELS } else { 0 };
-        let mut bytes = [0; SLOT as usize];
-        bytes[..8].copy_from_slice(&self.at.to_le_bytes());
-        bytes[8..12].copy_from_slice(&flagged.to_le_bytes());
-        bytes[12..].copy_from_slice(&self.order.to_le_bytes());
-        bytes
+        (Pack::new().u64(self.at).u32(flagged).u32(self.order)).done()
     }
 
-    fn decode(bytes: &[u8; SLOT as usize]) -> Self {
-        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    fn decode(bytes: &[u8; SLOT]) -> Self {
+        let mut fields = Unpack::new(bytes);
+        let (at, flagged, order) = (fields.u64(), fields.u32(), fields.u32());
         Slot {
-            at: u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
-            len: word(8) & !USED_MODELS,
-            order: word(12),
-            used_models: word(8) & USED_MODELS != 0,
+            at,
+            len: flagged & !USED_MODELS,
+            order,
+            used_models: flagged & USED_MODELS != 0,
         }
     }
 }
@@ -70,17 +66,17 @@ impl Slot {
 /// cost nothing), and which of them are written.
 #[derive(Debug)]
 pub struct Slots {
-    file: File,
+    records: Records<SLOT>,
     filled: FixedBitSet,
 }
 
 impl Slots {
     /// Empty slots for a plan of `trials` trials, in an unnamed file in `dir`.
     pub fn new_in(dir: &std::path::Path, trials: usize) -> io::Result<Self> {
-        let file = tempfile::tempfile_in(dir)?;
-        file.set_len(trials as u64 * SLOT)?;
+        let mut records = Records::temp_in(dir, "the grade slots file")?;
+        records.resize(trials)?;
         Ok(Slots {
-            file,
+            records,
             filled: FixedBitSet::with_capacity(trials),
         })
     }
@@ -105,42 +101,22 @@ impl Slots {
         if !self.contains(trial) {
             return Ok(None);
         }
-        let mut bytes = [0; SLOT as usize];
-        self.file.read_exact_at(&mut bytes, trial as u64 * SLOT)?;
-        Ok(Some(Slot::decode(&bytes)))
+        Ok(Some(Slot::decode(&self.records.get(trial)?)))
     }
 
     /// Writes `slot` as the trial at `trial`'s.
     pub fn set(&mut self, trial: usize, slot: Slot) -> io::Result<()> {
-        self.file
-            .write_all_at(&slot.encode(), trial as u64 * SLOT)?;
+        self.records.set(trial, &slot.encode())?;
         self.filled.insert(trial);
         Ok(())
     }
 
     /// Every written slot, by the trial's position, read in order in large reads.
     pub fn each(&self) -> impl Iterator<Item = io::Result<(usize, Slot)>> + '_ {
-        use std::io::Read;
-        let mut from = io::BufReader::with_capacity(1 << 16, FileAt(&self.file, 0));
-        let mut bytes = [0; SLOT as usize];
-        (0..self.filled.len()).filter_map(move |trial| {
-            if let Err(e) = from.read_exact(&mut bytes) {
-                return Some(Err(e));
-            }
-            self.contains(trial)
-                .then(|| Ok((trial, Slot::decode(&bytes))))
+        (self.records.iter().enumerate()).filter_map(|(trial, bytes)| match bytes {
+            Err(e) => Some(Err(e)),
+            Ok(bytes) => (self.contains(trial)).then(|| Ok((trial, Slot::decode(&bytes)))),
         })
-    }
-}
-
-/// Reads `file` from an offset of its own, leaving the file's offset alone.
-struct FileAt<'a>(&'a File, u64);
-
-impl io::Read for FileAt<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let read = self.0.read_at(buf, self.1)?;
-        self.1 += read as u64;
-        Ok(read)
     }
 }
 

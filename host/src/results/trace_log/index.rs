@@ -1,6 +1,6 @@
 //! The trace log's index, kept in a file rather than in memory: an open-addressing hash table
-//! (linear probing, at most half full) of fixed 20-byte slots in an unnamed file in `$TMPDIR`,
-//! read and written with `pread`/`pwrite`. Memory keeps one byte a slot, a tag from the key's
+//! (linear probing, at most half full) of fixed 20-byte slots in an unnamed file in `$TMPDIR`
+//! ([`Records`]), read and written with `pread`/`pwrite`. Memory keeps one byte a slot, a tag from the key's
 //! hash (0 for an empty slot), so that a probe reads from the file only the slots whose tag
 //! matches: an insert is one write, a look-up of a key the table has is one read, and one of a
 //! key it lacks is almost always none.
@@ -10,9 +10,8 @@
 //! it costs about 2.6 bytes a trial (the tags, the table a third full or more) and the page
 //! cache's pages, which the kernel may drop.
 
-use std::fs::File;
-use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
+use crate::files::{Pack, Records, Unpack};
+use std::io;
 
 /// Where one trial's last line is in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +30,7 @@ const MIN_SLOTS: u64 = 1024;
 #[derive(Default)]
 pub(super) struct LineIndex {
     /// The table; made on the first insert.
-    file: Option<File>,
+    file: Option<Records<SLOT>>,
     /// Its slots: a power of two, or 0 before the first insert.
     slots: u64,
     /// Each slot's tag ([`tag`]), 0 when it is empty.
@@ -52,24 +51,18 @@ fn tag(key: u64) -> u8 {
     ((key >> 56) as u8).max(1)
 }
 
-fn decode(slot: &[u8]) -> (u64, Line) {
-    let word = |at: usize| u64::from_le_bytes(slot[at..at + 8].try_into().expect("8 bytes"));
-    let len = u32::from_le_bytes(slot[16..20].try_into().expect("4 bytes"));
-    (
-        word(0),
-        Line {
-            offset: word(8),
-            len,
-        },
-    )
+fn decode(slot: &[u8; SLOT]) -> (u64, Line) {
+    let mut fields = Unpack::new(slot);
+    let key = fields.u64();
+    let line = Line {
+        offset: fields.u64(),
+        len: fields.u32(),
+    };
+    (key, line)
 }
 
 fn encode(key: u64, line: Line) -> [u8; SLOT] {
-    let mut slot = [0; SLOT];
-    slot[..8].copy_from_slice(&key.to_le_bytes());
-    slot[8..16].copy_from_slice(&line.offset.to_le_bytes());
-    slot[16..].copy_from_slice(&line.len.to_le_bytes());
-    slot
+    (Pack::new().u64(key).u64(line.offset).u32(line.len)).done()
 }
 
 impl LineIndex {
@@ -116,14 +109,12 @@ impl LineIndex {
         let mask = self.slots - 1;
         let tag = tag(key);
         let mut at = key & mask;
-        let mut slot = [0u8; SLOT];
         // At most half full: an empty slot is always found.
         loop {
             match self.tags[at as usize] {
                 0 => return Ok((at, None)),
                 held if held == tag => {
-                    file.read_exact_at(&mut slot, at * SLOT as u64)?;
-                    let (held, line) = decode(&slot);
+                    let (held, line) = decode(&file.get(at as usize)?);
                     if held == key {
                         return Ok((at, Some(line)));
                     }
@@ -135,8 +126,8 @@ impl LineIndex {
     }
 
     fn write(&mut self, slot: u64, key: u64, line: Line) -> io::Result<()> {
-        let file = self.file.as_ref().expect("a table before a write");
-        file.write_all_at(&encode(key, line), slot * SLOT as u64)?;
+        let file = self.file.as_mut().expect("a table before a write");
+        file.set(slot as usize, &encode(key, line))?;
         self.tags[slot as usize] = tag(key);
         Ok(())
     }
@@ -144,9 +135,9 @@ impl LineIndex {
     /// Moves every key into a new table of `slots` slots. The new table takes this one's place
     /// only once every key is in it: a failure leaves this one as it was.
     fn rehash(&mut self, slots: u64) -> io::Result<()> {
-        let file = tempfile::tempfile()?;
+        let mut file = Records::temp("the trace log's index file")?;
         // A sparse file: every slot reads as empty until written.
-        file.set_len(slots * SLOT as u64)?;
+        file.resize(slots as usize)?;
         let mut moved = LineIndex {
             file: Some(file),
             slots,
@@ -154,11 +145,8 @@ impl LineIndex {
             len: 0,
         };
         if let Some(old) = &self.file {
-            let mut reader = io::BufReader::with_capacity(SLOT * 4096, old);
-            let mut slot = [0u8; SLOT];
-            for _ in 0..self.slots {
-                reader.read_exact(&mut slot)?;
-                let (key, line) = decode(&slot);
+            for slot in old.iter() {
+                let (key, line) = decode(&slot?);
                 if key != 0 {
                     let (at, _) = moved.probe(key)?;
                     moved.write(at, key, line)?;
