@@ -204,7 +204,7 @@ fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// The module a file below `src` defines: `run/grade/mod.rs` → `[run, grade]`, `files.rs` →
+/// The module a file below `src` defines: `run/grading/mod.rs` → `[run, grading]`, `files.rs` →
 /// `[files]`, `lib.rs` → `[]`.
 fn module_path(relative: &Path) -> Vec<String> {
     let mut path: Vec<String> = relative
@@ -489,19 +489,19 @@ mod tests {
             used(source, &["cli"]),
             [(2, "run".into()), (4, "files".into())]
         );
-        // `super::super` climbs to the root from run/grade/mod.rs, not from run/grade/spill.rs.
+        // `super::super` climbs to the root from run/grading/mod.rs, not from run/grading/spill.rs.
         assert_eq!(
-            used("use super::super::x;", &["run", "grade"]),
+            used("use super::super::x;", &["run", "grading"]),
             [(1, "x".into())]
         );
         assert_eq!(
-            used("use super::super::files::x;", &["run", "grade", "spill"]).len(),
+            used("use super::super::files::x;", &["run", "grading", "spill"]).len(),
             0
         );
         assert_eq!(
             used(
                 "use super::super::super::files::x;",
-                &["run", "grade", "spill"]
+                &["run", "grading", "spill"]
             ),
             [(1, "files".into())]
         );

@@ -5,7 +5,7 @@
 //! ([`RunProcess`], written by [`crate::run::run`]), so a run whose process died is listed as
 //! `interrupted`.
 
-use crate::results::live::{Collector, Progress, RunProcess, RunState};
+use crate::results::process::{Collector, Progress, RunProcess, RunState};
 use crate::results::{ResultsRoot, RunDir};
 use crate::run::events::RunEvent;
 use crate::shard::coordinator::ShardEvent;

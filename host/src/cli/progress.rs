@@ -5,8 +5,8 @@
 
 use crate::eval::trial::TrialKey;
 use crate::grade::Grades;
-use crate::results::live::Progress;
-use crate::results::{self, report};
+use crate::results::process::Progress;
+use crate::results::{self, junit, summary_text};
 use crate::run;
 use crate::run::events::{self, RunEvent};
 use crate::shard::coordinator::ShardEvent;
@@ -93,7 +93,7 @@ impl Reporter {
             bar.finish_and_clear();
         }
         if let Some(path) = &self.junit {
-            let junit = report::junit(&outcome.summary);
+            let junit = junit::junit(&outcome.summary);
             let junit = crate::secrets::redactor().redact(&junit).into_owned();
             let written = crate::files::write_durable(path, junit.as_bytes())
                 .with_context(|| format!("cannot write --junit {}", path.display()));
@@ -313,8 +313,10 @@ pub(super) fn summary_text(
         text.push('\n');
         return text;
     }
-    let mut text = report::table(summary);
-    text.push_str(&report::FailureList::collect(summary, grades).render(report::FAILURE_LINES));
+    let mut text = summary_text::table(summary);
+    text.push_str(
+        &summary_text::FailureList::collect(summary, grades).render(summary_text::FAILURE_LINES),
+    );
     let html = dir.root.join("report.html");
     if html.is_file() {
         text.push_str(&format!("report: {}\n", html.display()));

@@ -2,7 +2,7 @@
 
 use crate::home::Home;
 use crate::results::ResultsRoot;
-use crate::serve::live::{LiveRun, LiveRuns};
+use crate::serve::batch_runs::{LiveRun, LiveRuns};
 use crate::serve::{http, mcp, Playground, ServeRequest};
 use crate::shard::coordinator::ShardSettings;
 use anyhow::{bail, Context, Result};

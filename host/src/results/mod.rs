@@ -10,10 +10,12 @@
 pub mod case_outcomes;
 pub mod diff;
 pub mod export;
+pub mod junit;
 pub mod layout;
-pub mod live;
-pub mod report;
+pub mod markup;
+pub mod process;
 pub mod stored;
+pub mod summary_text;
 pub mod trace_log;
 pub mod usage;
 

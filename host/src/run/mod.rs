@@ -10,7 +10,7 @@
 pub mod collect;
 pub mod dry_run;
 pub mod events;
-pub mod grade;
+pub mod grading;
 pub mod prepare;
 pub mod regrade;
 pub mod resume;
@@ -20,7 +20,7 @@ use crate::eval::trial::{CaseIndex, TrialKey};
 use crate::grade::Grades;
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
-use crate::results::live::{Collector, RunProcess};
+use crate::results::process::{Collector, RunProcess};
 use crate::results::stored::StoredRun;
 use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary, Timings};
@@ -237,7 +237,7 @@ fn collect_and_grade(
     // Each trace is graded as it is stored, on threads of their own, while collection goes on.
     let (judges, plan, run_id) = (&prepared.judges, &record.trials, &record.run_id);
     let (shards, graded, timings) = std::thread::scope(|scope| -> Result<_> {
-        let grading = grade::Grading::start(scope, judges, plan, &dir.root)?;
+        let grading = grading::Grading::start(scope, judges, plan, &dir.root)?;
         let stored = |key: &TrialKey, trace| grading.stored(key, trace);
         let artifact_bytes = AtomicU64::new(0);
         let artifacts = prepared.config.artifacts.enabled.then(|| ArtifactCopier {
@@ -328,11 +328,11 @@ fn grade_rest(
     cases: &CaseIndex<'_>,
     dir: &RunDir,
     record: &mut RunRecord,
-    graded: grade::Graded,
-) -> Result<(grade::Graded, Vec<crate::grade::pairwise::PairResult>)> {
+    graded: grading::Graded,
+) -> Result<(grading::Graded, Vec<crate::grade::pairwise::PairResult>)> {
     let grading = Instant::now();
     let trials = &record.trials;
-    let graded = grade::grade_rest(&prepared.judges, dir, trials, Some(cases), graded)
+    let graded = grading::grade_rest(&prepared.judges, dir, trials, Some(cases), graded)
         .with_context(|| {
             format!(
                 "run {} stored its traces but could not keep their grades; `mst grade {0}` \
@@ -340,7 +340,7 @@ fn grade_rest(
                 record.run_id
             )
         })?;
-    let pairs = grade::pairwise_all(&prepared.pairwise, dir, trials, Some(cases));
+    let pairs = grading::pairwise_all(&prepared.pairwise, dir, trials, Some(cases));
     if let Some(timings) = &mut record.timings {
         timings.grade_after_ms += grading.elapsed().as_millis() as u64;
     }
@@ -353,7 +353,7 @@ fn finish(
     dir: RunDir,
     mut record: RunRecord,
     shards: Vec<ShardReport>,
-    graded: grade::Graded,
+    graded: grading::Graded,
     pairs: Vec<crate::grade::pairwise::PairResult>,
 ) -> Result<RunOutcome> {
     let missing = {
@@ -370,13 +370,13 @@ fn finish(
     let usage = UsageSummary::of_agents(&dir, &record.trials, read_back.usage, |key| {
         grades.contains_key(key)
     });
-    record.grade = grade::grade_phase(&grades, &pairs);
+    record.grade = grading::grade_phase(&grades, &pairs);
     prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;
     let mut summary =
         Summary::new(&record, &grades, prepared.judges.case_rules()).with_pairs(&pairs);
     summary.usage = usage.with_plugins(&record.plugins);
     let run = StoredRun::graded(record, summary, grades, pairs);
-    let run = grade::write_results(&dir, run)?;
+    let run = grading::write_results(&dir, run)?;
     Ok(RunOutcome::of(dir, run, shards))
 }

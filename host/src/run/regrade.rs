@@ -93,7 +93,8 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     let grading = std::time::Instant::now();
     let (out, mut regraded, grades, shards) = match &request.on {
         None => {
-            let grades = super::grade::grade_all(&prepared.judges, &traces, &record.trials, None)?;
+            let grades =
+                super::grading::grade_all(&prepared.judges, &traces, &record.trials, None)?;
             let out = dir.next_regrade(&record.run_id)?;
             let mut regraded = record.clone();
             // Graded here, whatever graded the run (or regrade) it grades.
@@ -102,7 +103,7 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
         }
         Some(on) => on_machines(dir, &record, &prepared, request.limits, on)?,
     };
-    let pairs = super::grade::pairwise_all(&prepared.pairwise, &traces, &record.trials, None);
+    let pairs = super::grading::pairwise_all(&prepared.pairwise, &traces, &record.trials, None);
     let grade_ms = grading.elapsed().as_millis() as u64;
     regraded.run_id = out.id();
     regraded.created_at = crate::clock::unix_secs();
@@ -112,7 +113,7 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     prepared.count_usage(&mut regraded.plugins);
     let ungraded = regraded.grading.as_ref().map_or(0, |g| g.ungraded);
     regraded.grade = match ungraded {
-        0 => super::grade::grade_phase(&grades, &pairs),
+        0 => super::grading::grade_phase(&grades, &pairs),
         // Trials the machines did not grade: `--resume` grades them.
         _ => crate::results::Phase::Partial,
     };
@@ -128,7 +129,7 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     summary.usage =
         crate::results::usage::UsageSummary::of_run(&traces, &regraded.trials, &regraded.plugins);
     let run = StoredRun::graded(regraded, summary, grades, pairs);
-    let run = super::grade::write_results(&out, run)?;
+    let run = super::grading::write_results(&out, run)?;
     let outcome = RunOutcome::of(out, run, shards);
     if let Some(on) = &request.on {
         on.reporter.event(&RunEvent::Finished(&outcome));

@@ -11,7 +11,7 @@
 
 pub mod archive;
 pub mod channel;
-pub mod command;
+pub mod command_channel;
 pub mod docker;
 pub mod ledger;
 pub mod local;

@@ -8,7 +8,7 @@
 //! the plugin's machines, so that a run releases those an mst that died left behind.
 
 use super::channel::{Channel, KeptMachine, Process};
-use super::command::CommandMachine;
+use super::command_channel::CommandMachine;
 use super::docker::context::spec_endpoint;
 use super::docker::options::DockerOptions;
 use super::docker::DockerRunner;

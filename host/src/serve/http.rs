@@ -5,7 +5,7 @@
 //! every API request must carry it (the UI's pages hold no data and are served without it); no
 //! CORS headers are sent, so browsers on other origins cannot call it.
 
-use super::live::{LiveRuns, StartRun};
+use super::batch_runs::{LiveRuns, StartRun};
 use super::{CreateSession, ExportCase, Playground, ServeError, SubmitTask};
 use crate::results::ResultsRoot;
 use axum::body::Bytes;

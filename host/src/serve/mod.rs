@@ -7,9 +7,9 @@
 //! [`Playground`] owns the sessions; a [`session::Session`] owns its machine, its tasks and
 //! its record under `<results>/<eval>/sessions/<id>/`.
 
+pub mod batch_runs;
 pub mod budget;
 pub mod http;
-pub mod live;
 pub mod mcp;
 pub mod session;
 pub mod ui;

@@ -10,9 +10,9 @@
 
 pub mod artifacts;
 pub mod bundle;
-pub mod checks;
 pub mod coordinator;
 pub mod limits;
+pub mod machine_checks;
 pub mod protocol;
 pub mod threads;
 pub mod tokens;

@@ -214,7 +214,7 @@ fn run_trial(
     let cancelled = cancel.load(Ordering::Relaxed) && trace.status != TrialStatus::Completed;
     // In the trial's own directory, before it is emptied: what the agent left there.
     if !cancelled && !setting.checks.is_empty() {
-        super::checks::run_checks(setting.checks, scratch.path(), &mut trace, link);
+        super::machine_checks::run_checks(setting.checks, scratch.path(), &mut trace, link);
     }
     let status = trace.status;
     // Its diagnosis and the list of what it left (nothing of a cancelled trial).

@@ -3,7 +3,7 @@
 //! Policy forbids any), so it can be mailed, attached to CI, or opened offline.
 
 use super::LoadedRun;
-use crate::results::report::escape as text;
+use crate::results::markup::escape as text;
 use std::io::{Seek, Write};
 
 /// The page script every view shares: renders a [`super::RunView`].

@@ -279,7 +279,7 @@ impl LiveRuns {
                 cases: request.cases,
                 trials: request.trials,
             },
-            collector: crate::results::live::Collector::Server,
+            collector: crate::results::process::Collector::Server,
             ..RunRequest::default()
         };
         let (home, reporter, cancel) = (starter.home.clone(), live.clone(), self.cancel.clone());
