@@ -80,15 +80,19 @@ fn scripted_model() -> ModelServer {
 
 #[test]
 fn a_2_0_config_converts_and_runs_on_real_servers_with_mst_semantics() {
-    const KEY: &str = "mst-canary-anthropic-key-71c2";
     let mst = Mst::new();
     let out = tempfile::tempdir().unwrap();
     let imported = import(&mst, &mst_fixture("v2/eval-config.json"), out.path(), &[]);
     assert_eq!(imported.code, 0, "{}\n{}", imported.stdout, imported.stderr);
     let report = imported.json();
+    converted_config_keeps_mst_semantics(out.path(), &imported, &report);
+    converted_cases_keep_their_checks(out.path(), &report);
+    converted_eval_runs_as_the_report_says(&mst, out.path());
+}
 
-    // The config: MST's shapes rewritten, its semantics kept.
-    let eval = read_json(&out.path().join("eval.json"));
+/// The config: MST's shapes rewritten, its semantics kept; the literal token nowhere.
+fn converted_config_keeps_mst_semantics(out: &Path, imported: &Run, report: &Value) {
+    let eval = read_json(&out.join("eval.json"));
     assert_eq!(eval["name"], "time-agent");
     assert_eq!(eval["client"], "api");
     assert_eq!(eval["model"], "anthropic/claude-haiku-4-5");
@@ -134,16 +138,30 @@ fn a_2_0_config_converts_and_runs_on_real_servers_with_mst_semantics() {
         json!([{"path": "mst/grader/rubric", "allowModel": ["anthropic"]}])
     );
     // The literal token is nowhere in what the import wrote or printed.
-    assert!(files_containing(out.path(), LITERAL_TOKEN).is_empty());
+    assert!(files_containing(out, LITERAL_TOKEN).is_empty());
     assert!(!imported.stdout.contains(LITERAL_TOKEN) && !imported.stderr.contains(LITERAL_TOKEN));
     let todo = report["todo"].to_string();
     assert!(
         todo.contains("export SEARCH_TOKEN") && todo.contains("export ANTHROPIC_API_KEY"),
         "{todo}"
     );
+    for dropped in [
+        "metrics",
+        "variants[time-and-everything].description",
+        "servers.time.quiet",
+    ] {
+        assert!(
+            notes_at(report, dropped)
+                .iter()
+                .any(|n| n.starts_with("dropped")),
+            "{dropped}"
+        );
+    }
+}
 
-    // The cases: assertions as built-in judges, the template applied, what cannot convert said.
-    let cases = lines(&out.path().join("time.jsonl"));
+/// The cases: assertions as built-in judges, the template applied, what cannot convert said.
+fn converted_cases_keep_their_checks(out: &Path, report: &Value) {
+    let cases = lines(&out.join("time.jsonl"));
     assert_eq!(cases.len(), 3);
     assert_eq!(
         cases[0]["input"],
@@ -167,7 +185,7 @@ fn a_2_0_config_converts_and_runs_on_real_servers_with_mst_semantics() {
         "a look-ahead cannot run in mst's regex: {judges}"
     );
     assert!(
-        notes_at(&report, "cases[tokyo-now].assertions.matchesPattern")
+        notes_at(report, "cases[tokyo-now].assertions.matchesPattern")
             .iter()
             .any(|n| n.starts_with("dropped: pattern \"Tokyo(?= time)\""))
     );
@@ -178,39 +196,31 @@ fn a_2_0_config_converts_and_runs_on_real_servers_with_mst_semantics() {
         "`time.convert_time` names the server; the optional call and `exclusive` go"
     );
     assert!(
-        notes_at(&report, "cases[london-convert].assertions.toolsTriggered")
+        notes_at(report, "cases[london-convert].assertions.toolsTriggered")
             .iter()
             .any(|n| n.starts_with("approximated: `exclusive` dropped"))
     );
     assert_eq!(cases[2]["expected"], "The current time in Asia/Tokyo.");
     assert_eq!(cases[2]["judges"][0]["options"]["threshold"], 0.8);
-    for dropped in [
-        "metrics",
-        "variants[time-and-everything].description",
-        "servers.time.quiet",
-    ] {
-        assert!(
-            notes_at(&report, dropped)
-                .iter()
-                .any(|n| n.starts_with("dropped")),
-            "{dropped}"
-        );
-    }
+}
 
-    // Run it as the report says: install the rubric plugin, point the provider at the stand-in
-    // model (as at a gateway), set the variables it names.
+/// Runs the converted eval as the report says: install the rubric plugin, point the provider
+/// at the stand-in model (as at a gateway), set the variables it names. MST's verdicts hold,
+/// and the model gets the converted prompt, options and key (never written anywhere).
+fn converted_eval_runs_as_the_report_says(mst: &Mst, out: &Path) {
+    const KEY: &str = "mst-canary-anthropic-key-71c2";
     let installed = mst.run(&["plugin", "install", s(&mst_tests::plugin("rubric.wasm"))]);
     assert_eq!(installed.code, 0, "{}", installed.stderr);
     let model = scripted_model();
-    edit(&out.path().join("eval.json"), |eval| {
+    edit(&out.join("eval.json"), |eval| {
         eval["providers"]["anthropic"]["baseUrl"] = json!(model.url());
     });
-    let results = out.path().join("results");
+    let results = out.join("results");
     let run: Run = mst
         .command(&[
             "run",
             "--config",
-            s(&out.path().join("eval.json")),
+            s(&out.join("eval.json")),
             "--results-dir",
             s(&results),
             "--json",
