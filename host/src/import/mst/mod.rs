@@ -2,9 +2,20 @@
 //! datasets (2.0, and 1.x with direct-mode `toolName`/`args` cases) into mst's `eval.json` and
 //! `.jsonl` case files. The mapping is documented in `docs/migrating-from-mst.md`; every
 //! change lands in the [`Report`].
+//!
+//! [`format`] reads MST's files into typed structs, one module per generation; one converter
+//! per section then writes mst's: [`config`] (the eval config: name, datasets, variants, run
+//! controls), [`servers`], [`client`] (the client, its model and providers), [`cases`] (the
+//! datasets' cases), [`assertions`] (assertions and judges) and [`evals`] (the written evals,
+//! checked as `mst run` would load them).
 
+mod assertions;
 mod cases;
+mod client;
 mod config;
+mod evals;
+mod format;
+mod servers;
 
 use super::{Change, Imported, Report};
 use anyhow::{bail, Context, Result};
@@ -76,10 +87,10 @@ pub fn import(path: &Path) -> Result<Imported> {
     let mut imported = Imported::default();
     match object {
         Some(object) if object.contains_key("datasets") => {
-            config::convert(&mut src, object, &mut imported)?
+            config::convert(&mut src, &value, &mut imported)?
         }
         Some(object) if object.contains_key("cases") => {
-            config::dataset_alone(&mut src, object, &mut imported)?
+            evals::dataset_alone(&mut src, &value, &mut imported)?
         }
         _ => bail!(
             "{} is neither an MST eval config (an object with `datasets`) nor an MST dataset \
@@ -89,42 +100,4 @@ pub fn import(path: &Path) -> Result<Imported> {
     }
     imported.report = src.report;
     Ok(imported)
-}
-
-/// Renders `object` as one line with its keys in `order` first (serde_json's maps are sorted;
-/// a case reads best id first).
-fn ordered_line(object: &Value, order: &[&str]) -> String {
-    render(object, order, None)
-}
-
-/// Renders `object` as indented JSON with its keys in `order` first.
-fn ordered_pretty(object: &Value, order: &[&str]) -> String {
-    render(object, order, Some("  "))
-}
-
-fn render(object: &Value, order: &[&str], indent: Option<&str>) -> String {
-    let Some(map) = object.as_object() else {
-        return object.to_string();
-    };
-    let mut keys: Vec<&String> = order
-        .iter()
-        .filter_map(|k| map.get_key_value(*k).map(|(k, _)| k))
-        .collect();
-    keys.extend(map.keys().filter(|k| !order.contains(&k.as_str())));
-    let fields: Vec<String> = keys
-        .into_iter()
-        .map(|key| {
-            let value = match indent {
-                Some(pad) => serde_json::to_string_pretty(&map[key])
-                    .unwrap_or_default()
-                    .replace('\n', &format!("\n{pad}")),
-                None => map[key].to_string(),
-            };
-            format!("{}: {value}", Value::String(key.clone()))
-        })
-        .collect();
-    match indent {
-        Some(pad) => format!("{{\n{pad}{}\n}}\n", fields.join(&format!(",\n{pad}"))),
-        None => format!("{{{}}}", fields.join(", ")),
-    }
 }
