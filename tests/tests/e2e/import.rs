@@ -375,3 +375,79 @@ fn the_import_refuses_what_it_cannot_read_and_never_overwrites_silently() {
         "eval.json, time.jsonl, import-report.md"
     );
 }
+
+#[test]
+fn a_config_whose_cases_are_all_direct_mode_writes_only_evals_that_load() {
+    let mst = Mst::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("eval-config.json");
+    std::fs::write(
+        &config,
+        json!({"name": "time direct", "datasets": ["direct.json"], "model": "claude-haiku-4-5",
+               "servers": {"time": {"transport": "stdio", "command": "python3",
+                                    "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}},
+               "timeout": 30000})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("direct.json"),
+        json!({"name": "direct", "cases": [
+            {"id": "tokyo", "mode": "direct", "toolName": "get_current_time",
+             "args": {"timezone": "Asia/Tokyo"}, "expectedTextContains": ["Asia/Tokyo"]},
+            {"id": "convert", "mode": "direct", "toolName": "time.convert_time",
+             "args": {"source_timezone": "Europe/London", "time": "12:00",
+                      "target_timezone": "Asia/Tokyo"},
+             "expect": {"isError": false}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let imported = import(&mst, &config, &out, &[]);
+    assert_eq!(imported.code, 0, "{}\n{}", imported.stdout, imported.stderr);
+    let report = imported.json();
+
+    // One eval, on the `mcp` client: none without cases beside it, and the report says so.
+    let mut written: Vec<String> = walk(&out)
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        ["direct-direct.jsonl", "eval.json", "import-report.md"],
+        "{written:?}"
+    );
+    assert!(
+        notes_at(&report, "datasets")
+            .iter()
+            .any(|n| n.contains("→ eval.json, on the `mcp` client: every case is one")),
+        "{report}"
+    );
+    assert!(
+        !report["todo"].to_string().contains("fix before running"),
+        "the import's own load of what it wrote found nothing: {report}"
+    );
+
+    // Every eval written loads and runs, against the real time server.
+    for eval in written.iter().filter(|f| f.ends_with(".json")) {
+        let config = out.join(eval);
+        assert_eq!(read_json(&config)["client"], "mcp");
+        let run = mst.run(&[
+            "run",
+            "--config",
+            s(&config),
+            "--results-dir",
+            s(&dir.path().join("results")),
+            "--json",
+            "-q",
+        ]);
+        assert_eq!(run.code, 0, "{eval}:\n{}\n{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.json()["cases"]["default"],
+            json!({"tokyo": "passed", "convert": "passed"}),
+            "{}",
+            run.stdout
+        );
+    }
+}

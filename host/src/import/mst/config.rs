@@ -84,6 +84,10 @@ pub(super) fn convert(src: &mut Source, value: &Value, imported: &mut Imported) 
     }
     run_controls(src, &config, &mut eval);
     leftover_keys(src, &config.rest);
+    if files.client.is_empty() {
+        // No eval drives the model: the `mcp` client's eval needs only its judges' providers.
+        providers.clear();
+    }
     providers.extend(src.judge_providers.iter().cloned());
     evals::finish(src, &mut eval, providers, config.pricing.as_ref());
     evals::config_evals(src, imported, eval, &files);
