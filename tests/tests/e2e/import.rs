@@ -451,3 +451,32 @@ fn a_config_whose_cases_are_all_direct_mode_writes_only_evals_that_load() {
         );
     }
 }
+
+#[test]
+fn a_json_lines_file_is_named_an_mst_dataset_already() {
+    let mst = Mst::new();
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        "{\"id\": \"a\", \"input\": \"What time is it?\"}\n{\"id\": \"b\", \"input\": \"And now?\"}\n",
+    )
+    .unwrap();
+    let run = import(&mst, &cases, &dir.path().join("out"), &[]);
+    assert_eq!(run.code, 1);
+    for expected in [
+        s(&cases),
+        "(JSON Lines)",
+        "MST's eval configs and datasets are JSON",
+        "an mst dataset already, which needs no import",
+        "\"datasets\": [\"cases.jsonl\"]",
+    ] {
+        assert!(run.stderr.contains(expected), "{expected}: {}", run.stderr);
+    }
+    assert!(
+        !run.stderr.contains("trailing characters"),
+        "{}",
+        run.stderr
+    );
+    assert!(!dir.path().join("out").exists(), "nothing written");
+}
