@@ -80,15 +80,19 @@ fn scripted_model() -> ModelServer {
 
 #[test]
 fn a_2_0_config_converts_and_runs_on_real_servers_with_mst_semantics() {
-    const KEY: &str = "mst-canary-anthropic-key-71c2";
     let mst = Mst::new();
     let out = tempfile::tempdir().unwrap();
     let imported = import(&mst, &mst_fixture("v2/eval-config.json"), out.path(), &[]);
     assert_eq!(imported.code, 0, "{}\n{}", imported.stdout, imported.stderr);
     let report = imported.json();
+    converted_config_keeps_mst_semantics(out.path(), &imported, &report);
+    converted_cases_keep_their_checks(out.path(), &report);
+    converted_eval_runs_as_the_report_says(&mst, out.path());
+}
 
-    // The config: MST's shapes rewritten, its semantics kept.
-    let eval = read_json(&out.path().join("eval.json"));
+/// The config: MST's shapes rewritten, its semantics kept; the literal token nowhere.
+fn converted_config_keeps_mst_semantics(out: &Path, imported: &Run, report: &Value) {
+    let eval = read_json(&out.join("eval.json"));
     assert_eq!(eval["name"], "time-agent");
     assert_eq!(eval["client"], "api");
     assert_eq!(eval["model"], "anthropic/claude-haiku-4-5");
@@ -134,16 +138,30 @@ fn a_2_0_config_converts_and_runs_on_real_servers_with_mst_semantics() {
         json!([{"path": "mst/grader/rubric", "allowModel": ["anthropic"]}])
     );
     // The literal token is nowhere in what the import wrote or printed.
-    assert!(files_containing(out.path(), LITERAL_TOKEN).is_empty());
+    assert!(files_containing(out, LITERAL_TOKEN).is_empty());
     assert!(!imported.stdout.contains(LITERAL_TOKEN) && !imported.stderr.contains(LITERAL_TOKEN));
     let todo = report["todo"].to_string();
     assert!(
         todo.contains("export SEARCH_TOKEN") && todo.contains("export ANTHROPIC_API_KEY"),
         "{todo}"
     );
+    for dropped in [
+        "metrics",
+        "variants[time-and-everything].description",
+        "servers.time.quiet",
+    ] {
+        assert!(
+            notes_at(report, dropped)
+                .iter()
+                .any(|n| n.starts_with("dropped")),
+            "{dropped}"
+        );
+    }
+}
 
-    // The cases: assertions as built-in judges, the template applied, what cannot convert said.
-    let cases = lines(&out.path().join("time.jsonl"));
+/// The cases: assertions as built-in judges, the template applied, what cannot convert said.
+fn converted_cases_keep_their_checks(out: &Path, report: &Value) {
+    let cases = lines(&out.join("time.jsonl"));
     assert_eq!(cases.len(), 3);
     assert_eq!(
         cases[0]["input"],
@@ -167,7 +185,7 @@ fn a_2_0_config_converts_and_runs_on_real_servers_with_mst_semantics() {
         "a look-ahead cannot run in mst's regex: {judges}"
     );
     assert!(
-        notes_at(&report, "cases[tokyo-now].assertions.matchesPattern")
+        notes_at(report, "cases[tokyo-now].assertions.matchesPattern")
             .iter()
             .any(|n| n.starts_with("dropped: pattern \"Tokyo(?= time)\""))
     );
@@ -178,39 +196,31 @@ fn a_2_0_config_converts_and_runs_on_real_servers_with_mst_semantics() {
         "`time.convert_time` names the server; the optional call and `exclusive` go"
     );
     assert!(
-        notes_at(&report, "cases[london-convert].assertions.toolsTriggered")
+        notes_at(report, "cases[london-convert].assertions.toolsTriggered")
             .iter()
             .any(|n| n.starts_with("approximated: `exclusive` dropped"))
     );
     assert_eq!(cases[2]["expected"], "The current time in Asia/Tokyo.");
     assert_eq!(cases[2]["judges"][0]["options"]["threshold"], 0.8);
-    for dropped in [
-        "metrics",
-        "variants[time-and-everything].description",
-        "servers.time.quiet",
-    ] {
-        assert!(
-            notes_at(&report, dropped)
-                .iter()
-                .any(|n| n.starts_with("dropped")),
-            "{dropped}"
-        );
-    }
+}
 
-    // Run it as the report says: install the rubric plugin, point the provider at the stand-in
-    // model (as at a gateway), set the variables it names.
+/// Runs the converted eval as the report says: install the rubric plugin, point the provider
+/// at the stand-in model (as at a gateway), set the variables it names. MST's verdicts hold,
+/// and the model gets the converted prompt, options and key (never written anywhere).
+fn converted_eval_runs_as_the_report_says(mst: &Mst, out: &Path) {
+    const KEY: &str = "mst-canary-anthropic-key-71c2";
     let installed = mst.run(&["plugin", "install", s(&mst_tests::plugin("rubric.wasm"))]);
     assert_eq!(installed.code, 0, "{}", installed.stderr);
     let model = scripted_model();
-    edit(&out.path().join("eval.json"), |eval| {
+    edit(&out.join("eval.json"), |eval| {
         eval["providers"]["anthropic"]["baseUrl"] = json!(model.url());
     });
-    let results = out.path().join("results");
+    let results = out.join("results");
     let run: Run = mst
         .command(&[
             "run",
             "--config",
-            s(&out.path().join("eval.json")),
+            s(&out.join("eval.json")),
             "--results-dir",
             s(&results),
             "--json",
@@ -364,4 +374,109 @@ fn the_import_refuses_what_it_cannot_read_and_never_overwrites_silently() {
         3,
         "eval.json, time.jsonl, import-report.md"
     );
+}
+
+#[test]
+fn a_config_whose_cases_are_all_direct_mode_writes_only_evals_that_load() {
+    let mst = Mst::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("eval-config.json");
+    std::fs::write(
+        &config,
+        json!({"name": "time direct", "datasets": ["direct.json"], "model": "claude-haiku-4-5",
+               "servers": {"time": {"transport": "stdio", "command": "python3",
+                                    "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}},
+               "timeout": 30000})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("direct.json"),
+        json!({"name": "direct", "cases": [
+            {"id": "tokyo", "mode": "direct", "toolName": "get_current_time",
+             "args": {"timezone": "Asia/Tokyo"}, "expectedTextContains": ["Asia/Tokyo"]},
+            {"id": "convert", "mode": "direct", "toolName": "time.convert_time",
+             "args": {"source_timezone": "Europe/London", "time": "12:00",
+                      "target_timezone": "Asia/Tokyo"},
+             "expect": {"isError": false}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let imported = import(&mst, &config, &out, &[]);
+    assert_eq!(imported.code, 0, "{}\n{}", imported.stdout, imported.stderr);
+    let report = imported.json();
+
+    // One eval, on the `mcp` client: none without cases beside it, and the report says so.
+    let mut written: Vec<String> = walk(&out)
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        ["direct-direct.jsonl", "eval.json", "import-report.md"],
+        "{written:?}"
+    );
+    assert!(
+        notes_at(&report, "datasets")
+            .iter()
+            .any(|n| n.contains("→ eval.json, on the `mcp` client: every case is one")),
+        "{report}"
+    );
+    assert!(
+        !report["todo"].to_string().contains("fix before running"),
+        "the import's own load of what it wrote found nothing: {report}"
+    );
+
+    // Every eval written loads and runs, against the real time server.
+    for eval in written.iter().filter(|f| f.ends_with(".json")) {
+        let config = out.join(eval);
+        assert_eq!(read_json(&config)["client"], "mcp");
+        let run = mst.run(&[
+            "run",
+            "--config",
+            s(&config),
+            "--results-dir",
+            s(&dir.path().join("results")),
+            "--json",
+            "-q",
+        ]);
+        assert_eq!(run.code, 0, "{eval}:\n{}\n{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.json()["cases"]["default"],
+            json!({"tokyo": "passed", "convert": "passed"}),
+            "{}",
+            run.stdout
+        );
+    }
+}
+
+#[test]
+fn a_json_lines_file_is_named_an_mst_dataset_already() {
+    let mst = Mst::new();
+    let dir = tempfile::tempdir().unwrap();
+    let cases = dir.path().join("cases.jsonl");
+    std::fs::write(
+        &cases,
+        "{\"id\": \"a\", \"input\": \"What time is it?\"}\n{\"id\": \"b\", \"input\": \"And now?\"}\n",
+    )
+    .unwrap();
+    let run = import(&mst, &cases, &dir.path().join("out"), &[]);
+    assert_eq!(run.code, 1);
+    for expected in [
+        s(&cases),
+        "(JSON Lines)",
+        "MST's eval configs and datasets are JSON",
+        "an mst dataset already, which needs no import",
+        "\"datasets\": [\"cases.jsonl\"]",
+    ] {
+        assert!(run.stderr.contains(expected), "{expected}: {}", run.stderr);
+    }
+    assert!(
+        !run.stderr.contains("trailing characters"),
+        "{}",
+        run.stderr
+    );
+    assert!(!dir.path().join("out").exists(), "nothing written");
 }

@@ -1,42 +1,13 @@
-//! MST datasets and cases → mst cases: `{"name", "cases"}` files of 2.0 and 1.x, each case's
-//! `assertions` (1.x `expect` and flat `expected*` keys) and judges → mst judges.
+//! MST datasets and cases → mst cases: `{"name", "cases"}` files of 2.0 and 1.x; each case's
+//! prompt (or 1.x direct-mode tool call), expected answer, trials and checks.
 
+use super::assertions::{self, split_label};
+use super::format::v2::{self, Assertions};
+use super::format::{shape, v1};
 use super::Source;
 use crate::import::Change;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Map, Value};
-
-/// The installed name (and `plugin` of a judge entry) of mst's LLM rubric grader.
-pub(super) const RUBRIC_PLUGIN: &str = "mst/grader/rubric";
-
-/// MST's default pass mark for an LLM judge; mst's rubric plugin defaults to 0.5, so the
-/// import always writes the threshold out.
-const MST_JUDGE_THRESHOLD: f64 = 0.7;
-
-/// Texts for MST's named rubrics, which mst does not have: a one-line statement of each
-/// name's meaning, so the converted judge still checks what the name asked for.
-const NAMED_RUBRICS: [(&str, &str); 5] = [
-    (
-        "correctness",
-        "The answer is factually correct and agrees with the expected answer, when one is given.",
-    ),
-    (
-        "completeness",
-        "The answer covers every part of the request; nothing asked for is left out.",
-    ),
-    (
-        "groundedness",
-        "Every claim in the answer is supported by what the tools returned; nothing is made up.",
-    ),
-    (
-        "instruction-following",
-        "The answer does what the request asks, in the form the request asks for.",
-    ),
-    (
-        "conciseness",
-        "The answer is brief and to the point, without padding or repetition.",
-    ),
-];
 
 /// What every case of an eval shares: the config's judges and template, the server labels.
 #[derive(Default)]
@@ -64,35 +35,26 @@ pub(super) struct Dataset {
 /// Reads and converts MST dataset `file` (relative paths from the current directory).
 pub(super) fn read(src: &mut Source, defaults: &CaseDefaults) -> Result<Dataset> {
     let value = super::read_json(&src.path)?;
-    let Some(object) = value.as_object() else {
+    if !value.is_object() {
         bail!(
             "{} is not an MST dataset: expected an object with `name` and `cases`",
             src.file
         );
-    };
-    convert(src, object, defaults)
+    }
+    convert(src, &value, defaults)
 }
 
 /// Converts a dataset object already read.
-pub(super) fn convert(
-    src: &mut Source,
-    object: &Map<String, Value>,
-    defaults: &CaseDefaults,
-) -> Result<Dataset> {
-    let Some(cases) = object.get("cases").and_then(Value::as_array) else {
+pub(super) fn convert(src: &mut Source, value: &Value, defaults: &CaseDefaults) -> Result<Dataset> {
+    let dataset: v2::Dataset = shape(value);
+    let Some(cases) = dataset.cases else {
         bail!(
             "{} is not an MST dataset: `cases` must be an array of cases",
             src.file
         );
     };
-    let name = object
-        .get("name")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| src.stem());
-    for (key, value) in object {
+    for (key, value) in &dataset.rest {
         match key.as_str() {
-            "name" | "cases" => {}
             "$schema" => src.note("$schema", Change::Rewritten, "removed: mst reads no schema pointer"),
             "description" | "metadata" => src.note(
                 key,
@@ -102,197 +64,334 @@ pub(super) fn convert(
             other => src.note(other, Change::Dropped, "not a key of MST's dataset schema"),
         }
     }
-    let mut dataset = Dataset {
-        name,
+    let mut converted = Dataset {
+        name: dataset.name.unwrap_or_else(|| src.stem()),
         client_cases: Vec::new(),
         direct_cases: Vec::new(),
     };
     for (index, case) in cases.iter().enumerate() {
-        let Some(case) = case.as_object() else {
+        if !case.is_object() {
             bail!("{}: case #{} is not an object", src.file, index + 1);
-        };
-        let converted = convert_case(src, case, index, defaults)?;
-        match converted {
-            Some((case, true)) => dataset.direct_cases.push(case),
-            Some((case, false)) => dataset.client_cases.push(case),
+        }
+        match convert_case(src, &shape(case), index, defaults)? {
+            Some(Converted::Direct(case)) => converted.direct_cases.push(case),
+            Some(Converted::Client(case)) => converted.client_cases.push(case),
             None => {}
         }
     }
-    Ok(dataset)
+    Ok(converted)
 }
 
-/// Converts one case; `None` when it cannot run in mst at all (reported). The flag is true
-/// for a direct-mode (tool call) case.
+/// A converted case.
+enum Converted {
+    /// A case with a text input, for the eval's client.
+    Client(Value),
+    /// A 1.x direct-mode case (a tool call), for the `mcp` client.
+    Direct(Value),
+}
+
+/// Converts one case; `None` when it cannot run in mst at all (reported).
 fn convert_case(
     src: &mut Source,
-    case: &Map<String, Value>,
+    case: &v2::Case,
     index: usize,
     defaults: &CaseDefaults,
-) -> Result<Option<(Value, bool)>> {
-    let id = match case.get("id").and_then(Value::as_str) {
+) -> Result<Option<Converted>> {
+    let id = match case.id.as_deref() {
         Some(id) if !id.is_empty() => id.to_string(),
         _ => {
             let id = format!("case-{}", index + 1);
-            src.note(
-                &format!("cases[{}]", index),
-                Change::Rewritten,
-                format!("no `id`: named `{id}`"),
-            );
+            let text = format!("no `id`: named `{id}`");
+            src.note(&format!("cases[{index}]"), Change::Rewritten, text);
             id
         }
     };
-    let at = format!("cases[{id}]");
-    let mut out = Map::new();
-    out.insert("id".into(), json!(id));
-    let mut metadata = case
-        .get("metadata")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let mut judges: Vec<Value> = Vec::new();
-    let mut source_checks = defaults.extra_judges.len();
-    let mut direct = matches!(case.get("mode").and_then(Value::as_str), Some("direct"));
-    let mut tool_call: Option<(String, Value)> = None;
-    let mut input: Option<String> = None;
-    for (key, value) in case {
-        let here = format!("{at}.{key}");
-        match key.as_str() {
-            "id" | "metadata" => {}
-            "input" | "scenario" => {
-                input = value.as_str().map(str::to_string);
-                if input.is_none() {
-                    bail!("{}: `{here}` must be a string (the client's prompt)", src.file);
-                }
-                if key == "scenario" {
-                    src.note(&here, Change::Rewritten, "1.x `scenario` → `input`");
-                }
+    let mut draft = Draft {
+        at: format!("cases[{id}]"),
+        out: Map::new(),
+        metadata: case.metadata.clone().unwrap_or_default(),
+        judges: Vec::new(),
+        source_checks: defaults.extra_judges.len(),
+        direct: case.v1.mode.as_ref().and_then(Value::as_str) == Some("direct"),
+        tool_call: None,
+        input: None,
+        defaults,
+    };
+    draft.out.insert("id".into(), json!(id));
+    draft.read(src, case)?;
+    Ok(draft.finish(src, &id))
+}
+
+/// A case as it converts: what its keys made of it so far.
+struct Draft<'a> {
+    /// `cases[ID]`.
+    at: String,
+    /// The mst case.
+    out: Map<String, Value>,
+    metadata: Map<String, Value>,
+    judges: Vec<Value>,
+    /// How many checks the source gave the case, the config's included: one that had some
+    /// and has no judge left would pass whatever the client does.
+    source_checks: usize,
+    /// A 1.x direct-mode case (a tool call).
+    direct: bool,
+    /// A direct-mode case's tool and arguments.
+    tool_call: Option<(String, Value)>,
+    /// The prompt.
+    input: Option<String>,
+    defaults: &'a CaseDefaults,
+}
+
+impl Draft<'_> {
+    fn here(&self, key: &str) -> String {
+        format!("{}.{key}", self.at)
+    }
+
+    /// Reads the case's keys, 2.0's and 1.x's alike, in their alphabetical order: the order
+    /// the notes and judges have always come in (and which of two spellings of one key wins:
+    /// the later). Keys that are neither come last.
+    fn read(&mut self, src: &mut Source, case: &v2::Case) -> Result<()> {
+        // 1.x's keys come in their places among 2.0's.
+        let v1 = &case.v1;
+        self.share(src, "accuracyThreshold", v1.accuracy_threshold.as_ref())?;
+        self.checks(src, "assertions", case.assertions.as_ref())?;
+        if let Some(answer) = &v1.canonical_answer {
+            self.out.insert("expected".into(), answer.clone());
+            let text = "1.x `canonicalAnswer` → `expected`";
+            src.note(&self.here("canonicalAnswer"), Change::Rewritten, text);
+        }
+        self.per_case_client(src, "client", &case.client);
+        self.per_case_client(src, "clientOptions", &case.client_options);
+        if let Some(description) = &case.description {
+            self.metadata
+                .insert("description".into(), description.clone());
+            src.note(
+                &self.here("description"),
+                Change::Rewritten,
+                "→ `metadata.description`",
+            );
+        }
+        self.checks(src, "expect", v1.expect.as_ref())?;
+        if let Some(expected) = &case.expected {
+            let expected = expected_of(src, &self.here("expected"), expected);
+            self.out.insert("expected".into(), expected);
+        }
+        self.flat_checks(src, v1);
+        self.prompt(src, "input", case.input.as_ref())?;
+        self.trials(src, "iterations", v1.iterations.as_ref());
+        if case.judge_reps.is_some() {
+            let text = "mst runs each judge once per trial (no averaged repeats)";
+            src.note(&self.here("judgeReps"), Change::Dropped, text);
+        }
+        self.judge_entries(src, case.judges.as_ref());
+        self.per_case_client(src, "mcpHostConfig", &v1.mcp_host_config);
+        if let Some(mode) = &v1.mode {
+            self.mode(src, mode);
+        }
+        self.per_case_client(src, "model", &case.model);
+        self.share(src, "passThreshold", case.pass_threshold.as_ref())?;
+        if v1.request.is_some() {
+            src.note(&self.here("request"), Change::Dropped, "a raw MCP request has no mst case form; only tool calls (`toolName`, `args`) convert");
+        }
+        self.prompt(src, "scenario", v1.scenario.as_ref())?;
+        if let Some(tags) = &case.tags {
+            self.out.insert("tags".into(), tags.clone());
+        }
+        if let Some(tool) = &v1.tool_name {
+            self.direct = true;
+            let name = tool.as_str().unwrap_or_default().to_string();
+            let args = v1.args.clone().unwrap_or_else(|| json!({}));
+            self.tool_call = Some((name, args));
+        }
+        self.trials(src, "trials", case.trials.as_ref());
+        for key in case.rest.keys() {
+            let text = format!("`{key}` is not a key of MST's case schema");
+            src.note(&self.here(key), Change::Dropped, text);
+        }
+        Ok(())
+    }
+
+    /// `passThreshold` (1.x `accuracyThreshold`): the share of trials that must pass.
+    fn share(&mut self, src: &mut Source, key: &str, value: Option<&Value>) -> Result<()> {
+        let Some(value) = value else {
+            return Ok(());
+        };
+        let here = self.here(key);
+        let share = value
+            .as_f64()
+            .with_context(|| format!("{}: `{here}` must be a number from 0 to 1", src.file))?;
+        self.out.insert("casePass".into(), json!({"share": share}));
+        src.note(
+            &here,
+            Change::Rewritten,
+            format!("the share of trials that must pass → `casePass: {{\"share\": {share}}}`"),
+        );
+        Ok(())
+    }
+
+    /// `assertions` (1.x `expect`) → the case's judges.
+    fn checks(&mut self, src: &mut Source, key: &str, value: Option<&Value>) -> Result<()> {
+        let Some(value) = value else {
+            return Ok(());
+        };
+        let here = self.here(key);
+        let Some(block) = value.as_object() else {
+            bail!("{}: `{here}` must be an object of assertions", src.file);
+        };
+        if key == "expect" {
+            src.note(&here, Change::Rewritten, "1.x `expect` → the case's judges");
+        }
+        self.source_checks += block.len();
+        let block: Assertions = shape(value);
+        let judges = assertions::assertions(src, &here, &block, self.defaults);
+        self.judges.extend(judges);
+        Ok(())
+    }
+
+    /// 1.x's flat `expected*` checks, in their alphabetical order.
+    fn flat_checks(&mut self, src: &mut Source, keys: &v1::CaseKeys) {
+        for (key, value) in [
+            ("expectedExact", &keys.expected_exact),
+            ("expectedRegex", &keys.expected_regex),
+            ("expectedSchemaName", &keys.expected_schema_name),
+            ("expectedTextContains", &keys.expected_text_contains),
+        ] {
+            if let Some(value) = value {
+                self.source_checks += 1;
+                let judges = assertions::flat_check(src, &self.here(key), key, value);
+                self.judges.extend(judges);
             }
-            "description" => {
-                metadata.insert("description".into(), value.clone());
-                src.note(&here, Change::Rewritten, "→ `metadata.description`");
-            }
-            "tags" => {
-                out.insert("tags".into(), value.clone());
-            }
-            "trials" | "iterations" => {
-                out.insert("trials".into(), value.clone());
-                if key == "iterations" {
-                    src.note(&here, Change::Rewritten, "1.x `iterations` → `trials`");
-                }
-            }
-            "passThreshold" | "accuracyThreshold" => {
-                let share = value.as_f64().with_context(|| {
-                    format!("{}: `{here}` must be a number from 0 to 1", src.file)
-                })?;
-                out.insert("casePass".into(), json!({"share": share}));
-                src.note(
-                    &here,
-                    Change::Rewritten,
-                    format!("the share of trials that must pass → `casePass: {{\"share\": {share}}}`"),
-                );
-            }
-            "expected" => {
-                out.insert("expected".into(), expected_of(src, &here, value));
-            }
-            "canonicalAnswer" => {
-                out.insert("expected".into(), value.clone());
-                src.note(&here, Change::Rewritten, "1.x `canonicalAnswer` → `expected`");
-            }
-            "assertions" | "expect" => {
-                let Some(block) = value.as_object() else {
-                    bail!("{}: `{here}` must be an object of assertions", src.file);
-                };
-                if key == "expect" {
-                    src.note(&here, Change::Rewritten, "1.x `expect` → the case's judges");
-                }
-                source_checks += block.len();
-                judges.extend(assertions(src, &here, block, defaults));
-            }
-            "judges" => {
-                let list = value.as_array().cloned().unwrap_or_default();
-                source_checks += list.len();
-                for (n, judge) in list.iter().enumerate() {
-                    let at = format!("{here}[{n}]");
-                    judges.extend(judge_of(src, &at, judge, defaults));
-                }
-            }
-            "expectedTextContains" | "expectedRegex" | "expectedExact" | "expectedSchemaName" => {
-                source_checks += 1;
-                judges.extend(flat_check(src, &here, key, value));
-            }
-            "mode" => match value.as_str() {
-                Some("direct") => src.note(&here, Change::Rewritten, "direct mode → the `mcp` client's tool-call input"),
-                Some("mcp_host" | "llm_host") => src.note(&here, Change::Rewritten, "removed: a case with a text input runs on the eval's client"),
-                _ => src.note(&here, Change::Dropped, format!("mode {value} has no mst equivalent; the case runs on the eval's client")),
-            },
-            "toolName" => {
-                direct = true;
-                let name = value.as_str().unwrap_or_default().to_string();
-                let args = case.get("args").cloned().unwrap_or_else(|| json!({}));
-                tool_call = Some((name, args));
-            }
-            "args" => {}
-            "request" => src.note(
-                &here,
-                Change::Dropped,
-                "a raw MCP request has no mst case form; only tool calls (`toolName`, `args`) convert",
-            ),
-            "client" | "model" | "clientOptions" | "mcpHostConfig" => src.note(
-                &here,
+        }
+    }
+
+    /// `judges`: the case's own judge entries.
+    fn judge_entries(&mut self, src: &mut Source, value: Option<&Value>) {
+        let Some(value) = value else {
+            return;
+        };
+        let list = value.as_array().cloned().unwrap_or_default();
+        self.source_checks += list.len();
+        for (n, judge) in list.iter().enumerate() {
+            let at = format!("{}[{n}]", self.here("judges"));
+            let judges = assertions::judge_entry(src, &at, judge, self.defaults);
+            self.judges.extend(judges);
+        }
+    }
+
+    /// `input` (1.x `scenario`): the client's prompt, a string.
+    fn prompt(&mut self, src: &mut Source, key: &str, value: Option<&Value>) -> Result<()> {
+        let Some(value) = value else {
+            return Ok(());
+        };
+        let here = self.here(key);
+        let Some(text) = value.as_str() else {
+            bail!(
+                "{}: `{here}` must be a string (the client's prompt)",
+                src.file
+            );
+        };
+        self.input = Some(text.to_string());
+        if key == "scenario" {
+            src.note(&here, Change::Rewritten, "1.x `scenario` → `input`");
+        }
+        Ok(())
+    }
+
+    /// `trials` (1.x `iterations`).
+    fn trials(&mut self, src: &mut Source, key: &str, value: Option<&Value>) {
+        let Some(value) = value else {
+            return;
+        };
+        self.out.insert("trials".into(), value.clone());
+        if key == "iterations" {
+            let text = "1.x `iterations` → `trials`";
+            src.note(&self.here(key), Change::Rewritten, text);
+        }
+    }
+
+    /// A client, its options or model given for this case alone, which mst does not have.
+    fn per_case_client(&self, src: &mut Source, key: &str, value: &Option<Value>) {
+        if value.is_some() {
+            src.note(
+                &self.here(key),
                 Change::Dropped,
                 "mst has no per-case client or model: put such cases in their own eval or variant",
+            );
+        }
+    }
+
+    /// 1.x `mode`.
+    fn mode(&self, src: &mut Source, mode: &Value) {
+        let here = self.here("mode");
+        match mode.as_str() {
+            Some("direct") => src.note(
+                &here,
+                Change::Rewritten,
+                "direct mode → the `mcp` client's tool-call input",
             ),
-            "judgeReps" => src.note(
+            Some("mcp_host" | "llm_host") => src.note(
+                &here,
+                Change::Rewritten,
+                "removed: a case with a text input runs on the eval's client",
+            ),
+            _ => src.note(
                 &here,
                 Change::Dropped,
-                "mst runs each judge once per trial (no averaged repeats)",
+                format!("mode {mode} has no mst equivalent; the case runs on the eval's client"),
             ),
-            other => src.note(&here, Change::Dropped, format!("`{other}` is not a key of MST's case schema")),
         }
     }
-    if direct {
-        let Some((tool, arguments)) = tool_call else {
-            src.note(
-                &at,
-                Change::Dropped,
-                "a direct-mode case without `toolName` cannot run in mst: case dropped",
-            );
-            src.lost_all_checks(&id);
-            return Ok(None);
+
+    /// The case's input (the prompt, or a direct-mode case's tool call), metadata and
+    /// judges; `None` (reported) when it has no input mst can run.
+    fn finish(mut self, src: &mut Source, id: &str) -> Option<Converted> {
+        let input = if self.direct {
+            let Some((tool, arguments)) = self.tool_call.take() else {
+                let text = "a direct-mode case without `toolName` cannot run in mst: case dropped";
+                return self.dropped(src, id, text);
+            };
+            let (server, tool) = split_label(&tool, &self.defaults.servers);
+            let mut call = json!({"tool": tool, "arguments": arguments});
+            if let Some(server) = server {
+                call["server"] = json!(server);
+            }
+            call
+        } else {
+            let Some(text) = self.input.take() else {
+                let text = "a case without `input` (or 1.x `scenario`/`toolName`) cannot run: case dropped";
+                return self.dropped(src, id, text);
+            };
+            match &self.defaults.input_template {
+                Some(template) => json!(template.replace("{{input}}", &text)),
+                None => json!(text),
+            }
         };
-        let (server, tool) = split_label(&tool, &defaults.servers);
-        let mut call = json!({"tool": tool, "arguments": arguments});
-        if let Some(server) = server {
-            call["server"] = json!(server);
+        self.out.insert("input".into(), input);
+        if !self.metadata.is_empty() {
+            self.out
+                .insert("metadata".into(), Value::Object(self.metadata));
         }
-        out.insert("input".into(), call);
-    } else {
-        let Some(text) = input else {
-            src.note(
-                &at,
-                Change::Dropped,
-                "a case without `input` (or 1.x `scenario`/`toolName`) cannot run: case dropped",
-            );
-            src.lost_all_checks(&id);
-            return Ok(None);
-        };
-        let text = match &defaults.input_template {
-            Some(template) => template.replace("{{input}}", &text),
-            None => text,
-        };
-        out.insert("input".into(), json!(text));
+        if !self.judges.is_empty() {
+            // A case's judges replace the eval's in mst; MST adds the config's on top.
+            self.judges
+                .extend(self.defaults.extra_judges.iter().cloned());
+            self.out.insert("judges".into(), Value::Array(self.judges));
+        } else if self.source_checks > 0 && self.defaults.extra_judges.is_empty() {
+            src.lost_all_checks(id);
+        }
+        let case = Value::Object(self.out);
+        Some(if self.direct {
+            Converted::Direct(case)
+        } else {
+            Converted::Client(case)
+        })
     }
-    if !metadata.is_empty() {
-        out.insert("metadata".into(), Value::Object(metadata));
+
+    fn dropped(&self, src: &mut Source, id: &str, text: &str) -> Option<Converted> {
+        src.note(&self.at, Change::Dropped, text);
+        src.lost_all_checks(id);
+        None
     }
-    if !judges.is_empty() {
-        // A case's judges replace the eval's in mst; MST adds the config's on top.
-        judges.extend(defaults.extra_judges.iter().cloned());
-        out.insert("judges".into(), Value::Array(judges));
-    } else if source_checks > 0 && defaults.extra_judges.is_empty() {
-        src.lost_all_checks(&id);
-    }
-    Ok(Some((Value::Object(out), direct)))
 }
 
 /// `expected`: `{"answer": A}` alone becomes `A`; anything richer is kept whole (the rubric
@@ -305,313 +404,4 @@ fn expected_of(src: &mut Source, at: &str, value: &Value) -> Value {
         }
         _ => value.clone(),
     }
-}
-
-/// A case's `assertions` (or 1.x `expect`) → mst judges.
-fn assertions(
-    src: &mut Source,
-    at: &str,
-    block: &Map<String, Value>,
-    defaults: &CaseDefaults,
-) -> Vec<Value> {
-    let mut judges = Vec::new();
-    for (key, value) in block {
-        let here = format!("{at}.{key}");
-        match key.as_str() {
-            "containsText" => {
-                for text in strings(value) {
-                    judges.push(json!({"assert": "contains", "value": text}));
-                }
-                src.note(&here, Change::Rewritten, "one `contains` judge per string");
-            }
-            "matchesPattern" => judges.extend(patterns(src, &here, value)),
-            "toolsTriggered" => judges.extend(tools_triggered(src, &here, value, &defaults.servers)),
-            "toolCallCount" => {
-                let mut count = Map::new();
-                for bound in ["min", "max", "exact"] {
-                    if let Some(n) = value.get(bound) {
-                        count.insert(bound.into(), n.clone());
-                    }
-                }
-                judges.push(json!({"assert": "tool-call-count", "value": count}));
-                src.note(&here, Change::Rewritten, "→ `tool-call-count`");
-            }
-            "passesJudge" => judges.extend(rubric(src, &here, value, defaults)),
-            "isError" if value == &json!(false) => {
-                judges.push(json!({"assert": "no-tool-errors"}));
-                src.note(&here, Change::Rewritten, "`isError: false` → `no-tool-errors`");
-            }
-            "isError" | "response" | "schema" | "snapshot" | "responseSize" => src.note(
-                &here,
-                Change::Dropped,
-                "mst has no check of a raw tool response's error flag, exact shape, schema, snapshot or size",
-            ),
-            other => src.note(&here, Change::Dropped, format!("`{other}` is not an MST assertion")),
-        }
-    }
-    judges
-}
-
-/// 1.x flat checks (`expectedTextContains`, `expectedRegex`, `expectedExact`,
-/// `expectedSchemaName`) → judges.
-fn flat_check(src: &mut Source, at: &str, key: &str, value: &Value) -> Vec<Value> {
-    match key {
-        "expectedTextContains" => {
-            src.note(at, Change::Rewritten, "one `contains` judge per string");
-            strings(value)
-                .into_iter()
-                .map(|t| json!({"assert": "contains", "value": t}))
-                .collect()
-        }
-        "expectedRegex" => patterns(src, at, value),
-        "expectedExact" => match value.as_str() {
-            Some(text) => {
-                src.note(at, Change::Rewritten, "→ `equals`");
-                vec![json!({"assert": "equals", "value": text})]
-            }
-            None => {
-                src.note(
-                    at,
-                    Change::Dropped,
-                    "mst's `equals` compares text; a structured response cannot be compared",
-                );
-                Vec::new()
-            }
-        },
-        _ => {
-            src.note(at, Change::Dropped, "mst has no named response schemas");
-            Vec::new()
-        }
-    }
-}
-
-/// A string or a list of strings.
-fn strings(value: &Value) -> Vec<String> {
-    match value {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(items) => items
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// Patterns → `regex` judges; one mst's regex engine cannot compile (JavaScript's
-/// look-around, back-references) is dropped with the reason.
-fn patterns(src: &mut Source, at: &str, value: &Value) -> Vec<Value> {
-    let mut judges = Vec::new();
-    for pattern in strings(value) {
-        match regex::Regex::new(&pattern) {
-            Ok(_) => judges.push(json!({"assert": "regex", "value": pattern})),
-            Err(e) => src.note(
-                at,
-                Change::Dropped,
-                format!("pattern {pattern:?} is not valid in mst's regex syntax (no look-around or back-references): {e}"),
-            ),
-        }
-    }
-    if !judges.is_empty() {
-        src.note(at, Change::Rewritten, "one `regex` judge per pattern");
-    }
-    judges
-}
-
-/// Splits `LABEL.tool` when `LABEL` is a server label.
-fn split_label<'a>(name: &'a str, servers: &[String]) -> (Option<&'a str>, &'a str) {
-    match name.split_once('.') {
-        Some((label, tool)) if servers.iter().any(|s| s == label) => (Some(label), tool),
-        _ => (None, name),
-    }
-}
-
-/// `toolsTriggered` → `tools-called`.
-fn tools_triggered(src: &mut Source, at: &str, value: &Value, servers: &[String]) -> Vec<Value> {
-    let calls = value
-        .get("calls")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut tools = Vec::new();
-    let mut optional = false;
-    for (n, call) in calls.iter().enumerate() {
-        let here = format!("{at}.calls[{n}]");
-        let Some(name) = call.get("name").and_then(Value::as_str) else {
-            src.note(&here, Change::Dropped, "a call without `name`");
-            continue;
-        };
-        if let Some(kind) = call
-            .get("kind")
-            .and_then(Value::as_str)
-            .filter(|k| *k != "tool_call")
-        {
-            src.note(
-                &here,
-                Change::Dropped,
-                format!("mst's traces record tool calls only, not `{kind}` events"),
-            );
-            continue;
-        }
-        if call.get("required") == Some(&json!(false)) {
-            optional = true;
-            src.note(&here, Change::Dropped, format!("optional call `{name}` (`required: false`): mst lists only calls that must happen"));
-            continue;
-        }
-        let name = match (
-            call.get("server").and_then(Value::as_str),
-            split_label(name, servers),
-        ) {
-            (Some(server), _) => format!("{server}__{name}"),
-            (None, (Some(server), tool)) => format!("{server}__{tool}"),
-            (None, (None, tool)) => tool.to_string(),
-        };
-        let mut entry = json!({"name": name});
-        if let Some(arguments) = call.get("arguments").and_then(Value::as_object) {
-            let mut kept = Map::new();
-            for (arg, expected) in arguments {
-                if expected.get("$pattern").is_some() {
-                    src.note(
-                        &format!("{here}.arguments.{arg}"),
-                        Change::Approximated,
-                        format!("a pattern argument ({expected}) is not checked: mst matches argument values exactly"),
-                    );
-                } else {
-                    kept.insert(arg.clone(), expected.clone());
-                }
-            }
-            if !kept.is_empty() {
-                entry["arguments"] = Value::Object(kept);
-            }
-        }
-        tools.push(entry);
-    }
-    if tools.is_empty() {
-        return Vec::new();
-    }
-    let mut check = json!({"tools": tools});
-    if value.get("order").and_then(Value::as_str) == Some("strict") {
-        check["ordered"] = json!(true);
-    }
-    if value.get("exclusive") == Some(&json!(true)) {
-        if optional {
-            src.note(
-                at,
-                Change::Approximated,
-                "`exclusive` dropped: it would reject the optional calls MST allowed",
-            );
-        } else {
-            check["exclusive"] = json!(true);
-        }
-    }
-    src.note(
-        at,
-        Change::Rewritten,
-        "→ `tools-called` (arguments match partially, as in MST)",
-    );
-    vec![json!({"assert": "tools-called", "value": check})]
-}
-
-/// A case's `judges` entry: the built-in `rubric` converts; plugin judges do not.
-fn judge_of(src: &mut Source, at: &str, judge: &Value, defaults: &CaseDefaults) -> Vec<Value> {
-    match judge.get("type").and_then(Value::as_str) {
-        Some("rubric") => rubric(src, at, judge, defaults),
-        _ => {
-            let name = judge
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| judge.to_string());
-            src.note(at, Change::Dropped, format!("judge {name} is an MST plugin's (npm), which mst cannot load; write it as an mst grader plugin"));
-            Vec::new()
-        }
-    }
-}
-
-/// An MST LLM judge (`passesJudge`, or a `rubric` judge entry) → mst's rubric plugin.
-pub(super) fn rubric(
-    src: &mut Source,
-    at: &str,
-    judge: &Value,
-    defaults: &CaseDefaults,
-) -> Vec<Value> {
-    let text = match judge.get("rubric") {
-        Some(Value::String(name)) => match NAMED_RUBRICS.iter().find(|(n, _)| n == name) {
-            Some((_, text)) => {
-                src.note(
-                    at,
-                    Change::Approximated,
-                    format!("MST's named rubric `{name}` → mst's own text for it: {text:?}"),
-                );
-                text.to_string()
-            }
-            None => {
-                src.note(at, Change::Dropped, format!("unknown rubric name {name:?}"));
-                return Vec::new();
-            }
-        },
-        Some(rubric) => match rubric.get("text").and_then(Value::as_str) {
-            Some(text) => text.to_string(),
-            None => {
-                src.note(at, Change::Dropped, "a rubric without `text`");
-                return Vec::new();
-            }
-        },
-        None if judge.get("judge").is_some() => {
-            src.note(at, Change::Dropped, "a custom judge from an MST plugin cannot run in mst; write it as an mst grader plugin");
-            return Vec::new();
-        }
-        None => {
-            src.note(at, Change::Dropped, "an LLM judge without a `rubric`");
-            return Vec::new();
-        }
-    };
-    let provider = match judge.get("provider").and_then(Value::as_str) {
-        Some(named) => super::config::provider_name(src, &format!("{at}.provider"), named),
-        None => defaults
-            .judge_model
-            .as_ref()
-            .map(|(p, _)| p.clone())
-            .unwrap_or_else(|| "anthropic".into()),
-    };
-    let model = judge
-        .get("model")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .or_else(|| {
-            defaults
-                .judge_model
-                .as_ref()
-                .filter(|(p, _)| *p == provider)
-                .map(|(_, m)| m.clone())
-        });
-    let Some(model) = model else {
-        src.note(at, Change::Dropped, format!("an LLM judge on `{provider}` with no `model`, and the eval names none on that provider: add the judge by hand"));
-        return Vec::new();
-    };
-    let threshold = judge
-        .get("threshold")
-        .and_then(Value::as_f64)
-        .unwrap_or(MST_JUDGE_THRESHOLD);
-    let mut options =
-        json!({"provider": provider, "model": model, "rubric": text, "threshold": threshold});
-    if let Some(max) = judge.get("maxTokens") {
-        options["maxTokens"] = max.clone();
-    }
-    if let Some(var) = judge.get("apiKeyEnvVar").and_then(Value::as_str) {
-        src.key_vars.insert(provider.clone(), var.to_string());
-    }
-    for key in ["reps", "temperature", "maxBudgetUsd", "maxToolOutputSize"] {
-        if judge.get(key).is_some() {
-            src.note(
-                &format!("{at}.{key}"),
-                Change::Dropped,
-                "mst's rubric judge has no such option",
-            );
-        }
-    }
-    if let Some(reference) = judge.get("reference") {
-        src.note(&format!("{at}.reference"), Change::Approximated, format!("the rubric judge sees the case's `expected`, not a reference of its own; put it there: {reference}"));
-    }
-    src.note(at, Change::Rewritten, format!("→ the `{RUBRIC_PLUGIN}` plugin (threshold {threshold} written out: the plugin's own default is 0.5)"));
-    src.judge_providers.insert(provider);
-    vec![json!({"plugin": RUBRIC_PLUGIN, "options": options})]
 }
