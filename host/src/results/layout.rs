@@ -267,8 +267,9 @@ impl RunDir {
 
     /// Every JSON file of a run goes through here: no held secret reaches the disk (a judge's
     /// reason, a machine's error in `run.json`). Serialised, redacted and written as one
-    /// stream, so a file the size of 100,000 grades is never held in memory.
-    fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
+    /// stream, so a file the size of 100,000 grades is never held in memory. `name` is a file
+    /// of the run directory (a playground session's `session.json` too).
+    pub fn write_json(&self, name: &str, value: &impl Serialize) -> Result<()> {
         let redactor = crate::secrets::redactor();
         crate::files::write_durable_with(&self.root.join(name), |out| {
             let mut out = redactor.json_writer(out);

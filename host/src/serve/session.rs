@@ -416,9 +416,11 @@ impl Session {
     fn write_record_settling(&self, settling: Option<&str>) {
         let view = self.view();
         let path = self.dir.root.join(RECORD_FILE);
-        let written = serde_json::to_vec_pretty(&view)
-            .map_err(anyhow::Error::from)
-            .and_then(|bytes| crate::files::write_atomic(&path, &bytes))
+        // Through the run directory's writer: a held secret in a task's input or reason is
+        // redacted, as in `run.json`.
+        let written = self
+            .dir
+            .write_json(RECORD_FILE, &view)
             .and_then(|()| self.dir.write_record(&self.run_record(&view, settling)));
         if let Err(e) = written {
             tracing::warn!("cannot write {}: {e:#}", path.display());
@@ -940,9 +942,7 @@ pub(super) fn recover(sessions_dir: &Path) {
             }
         }
         view.running = None;
-        if let Ok(bytes) = serde_json::to_vec_pretty(&view) {
-            let _ = crate::files::write_atomic(&path, &bytes);
-        }
+        let _ = RunDir { root: entry.path() }.write_json(RECORD_FILE, &view);
     }
 }
 

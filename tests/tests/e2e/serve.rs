@@ -460,6 +460,12 @@ fn secrets_reach_the_agent_but_no_response_record_or_trace() {
         shown.contains("token ") && !shown.contains(CANARY),
         "{shown}"
     );
+    // A task whose input holds the secret: the session's record (session.json) is written
+    // redacted, like run.json (the files are searched at the end).
+    let input = json!({ "input": format!("please repeat {CANARY}") }).to_string();
+    let (_, task) = serve.call("POST", &tasks(&session), Some(&input));
+    let echoed = task["id"].as_str().unwrap().to_string();
+    serve.follow((&session, &echoed), 0, None, Duration::from_secs(30));
     // An error that would echo it (a variant named by the secret) does not either.
     let (status, answer) = serve.call_raw(
         "POST",
