@@ -9,19 +9,20 @@
 //! conversation, the token REGEX finds in the stdout lines is captured, and the next turn
 //! appends `arg` with the token to the command; see [`crate::eval::config::Resume`]). The program's stdout (minus event lines) is the final answer, its
 //! stderr lines become `log` events, and its exit code is recorded. At the deadline the whole
-//! process group is killed and the trial is `timed-out`.
+//! process group is killed and the trial is `timed-out`. The program runs as a
+//! [`crate::process::AsyncGroupChild`].
 
 use super::{input_text, Client, Recorder, ResumeSink, TrialInput, RESUME_TOKEN};
 use crate::diagnosis::TailReader;
 use crate::eval::config::Resume;
 use crate::eval::trial::{EventKind, TraceRecord, TrialStatus};
-use crate::process::read_lines_capped;
+use crate::process::{read_lines_capped, AsyncGroupChild, GroupCommand};
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
@@ -257,7 +258,7 @@ impl CommandClient {
     #[allow(clippy::too_many_arguments)]
     async fn drive_program(
         &self,
-        mut command: Command,
+        command: GroupCommand,
         name: &str,
         input: &TrialInput<'_>,
         text: &str,
@@ -266,17 +267,10 @@ impl CommandClient {
         trace: &mut Recorder<'_>,
     ) -> Result<ProgramEnd, String> {
         let started = trace.started();
-        // Its own process group, so that stopping it stops everything it started.
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut child = tokio::process::Command::from(command)
-            .spawn()
-            .map_err(|e| format!("cannot start `{name}`: {e}"))?;
-        let leader = child.id().expect("a child just started has its id");
-        let (stdin, stdout, stderr) = (
-            child.stdin.take(),
-            child.stdout.take().expect("piped"),
-            child.stderr.take().expect("piped"),
-        );
+        let mut child =
+            AsyncGroupChild::spawn(command).map_err(|e| format!("cannot start `{name}`: {e}"))?;
+        let (stdin, stdout, stderr) = child.take_pipes();
+        let (stdout, stderr) = (stdout.expect("piped"), stderr.expect("piped"));
         let (tx, mut outputs) = tokio::sync::mpsc::unbounded_channel();
         let out_tx = tx.clone();
         // Fed only while the program runs: a process it left behind may hold its stdin
@@ -321,20 +315,20 @@ impl CommandClient {
                     if trace.past_budget().is_some() {
                         stopped = true;
                         at_failure(input);
-                        break stop(&mut child, leader).await;
+                        break child.stop().await;
                     }
                 }
                 () = &mut feed, if !fed => fed = true,
                 () = &mut pipes, if !pipes_done => pipes_done = true,
-                status = child.wait() => break status.ok(),
+                status = child.wait() => break status,
                 () = tokio::time::sleep_until(deadline.into()) => {
                     stopped = true;
                     // The processes as they hung, before they are killed.
                     at_failure(input);
-                    break stop(&mut child, leader).await;
+                    break child.stop().await;
                 }
                 _ = cancel_check.tick() => if input.cancel.load(Ordering::Relaxed) {
-                    stop(&mut child, leader).await;
+                    child.stop().await;
                     return Err("cancelled".into());
                 }
             }
@@ -348,7 +342,7 @@ impl CommandClient {
         // The program is gone; its pipes close once every process of the group is gone. A
         // process that left the group (`setsid`) may hold them open: reading stops at the
         // trial's deadline, or shortly after the program ended, whichever is later.
-        crate::process::kill_group(leader);
+        child.kill_group();
         let stop_reading = deadline.max(Instant::now() + PIPE_GRACE);
         let read_rest = async {
             loop {
@@ -387,7 +381,7 @@ impl CommandClient {
         input: &TrialInput<'_>,
         text: &str,
         resume_with: Option<&str>,
-    ) -> (Command, String) {
+    ) -> (GroupCommand, String) {
         let argv_text = if self.options.input == InputMode::Argv {
             text
         } else {
@@ -403,7 +397,8 @@ impl CommandClient {
         if let (Some(resume), Some(token)) = (&self.resume, resume_with) {
             argv.extend(resume.args(token));
         }
-        let mut command = crate::process::clean_command(&argv, &self.options.env);
+        let mut group_command = GroupCommand::new(&argv, &self.options.env);
+        let command = group_command.command_mut();
         command
             .envs(self.secret_values.iter().map(|(k, v)| (k, v.expose())))
             .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, e.hand_out())))
@@ -417,7 +412,7 @@ impl CommandClient {
         // The trial's scratch directory unless the config names one.
         command.current_dir(self.options.cwd.as_deref().map_or(input.scratch, Path::new));
         let name = argv.swap_remove(0);
-        (command, name)
+        (group_command, name)
     }
 }
 
@@ -426,13 +421,6 @@ fn at_failure(input: &TrialInput<'_>) {
     if let Some(evidence) = input.evidence {
         evidence.at_failure();
     }
-}
-
-/// Stops a program that is still running, with everything in its process group, and reaps it.
-async fn stop(child: &mut tokio::process::Child, leader: u32) -> Option<std::process::ExitStatus> {
-    crate::process::kill_group(leader);
-    let _ = child.start_kill();
-    child.wait().await.ok()
 }
 
 impl CommandClient {
@@ -475,6 +463,7 @@ mod tests {
     use super::*;
     use crate::eval::trial::{CaseRecord, TraceEvent};
     use serde_json::json;
+    use std::process::Command;
     use std::sync::atomic::AtomicBool;
 
     #[test]
