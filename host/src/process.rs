@@ -1,15 +1,24 @@
-//! Host processes: every program mst starts on this host (a trial's command, a plugin's `exec`,
-//! a command channel's ssh or kubectl, the local runner's worker) goes through here, so the rules
-//! are the same everywhere:
+//! Host processes: every program mst starts on this host (a trial's command, a stdio MCP
+//! server, a plugin's `exec`, a command channel's ssh or kubectl, a Docker host's ssh, the
+//! local runner's worker, the provenance `git`) goes through here, so the rules are the same
+//! everywhere:
 //!
 //! - each leads a process group of its own, so stopping it stops everything it started, and no
-//!   background child is left holding its pipes;
+//!   background child is left holding its pipes; a program waited for on a thread is a
+//!   [`GroupChild`] (or runs to its end in [`run_to_end`]), one served on an async runtime an
+//!   [`AsyncGroupChild`], whose group goes when it is dropped;
 //! - waits have deadlines;
 //! - its output is read (on threads of their own, or on a trial's async runtime) capped, and
 //!   drained past the cap, so a program that writes without end neither grows mst's memory
 //!   nor blocks on a full pipe;
 //! - the programs a trial starts (the local worker, a trial's command, a stdio MCP server, the
-//!   provenance `git`) get [`minimal_env`], never mst's whole environment.
+//!   provenance `git`) get [`minimal_env`], never mst's whole environment; a command channel's
+//!   programs get [`crate::plugin::programs::PASSED_ENV`], and only a Docker host's ssh, which
+//!   acts for the operator, gets mst's own ([`GroupCommand::inheriting_env`]).
+//!
+//! The one exception is `mst run --detach`'s supervisor (`cli::detach`): it is started in a
+//! session of its own (`setsid`) precisely so that it outlives the terminal and the `mst` that
+//! started it, which a process group of that `mst` would not.
 
 use std::io::Read;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus};
@@ -148,31 +157,12 @@ impl GroupChild {
 
 /// SIGKILL to the process group led by `leader` (which must not have been reaped yet, so that
 /// its id still names the group, or whose group still has members).
-pub fn kill_group(leader: u32) {
+fn kill_group(leader: u32) {
     // SAFETY: kill(2) with a negative pid signals a process group; the caller started its
     // leader in a new group and has not reaped it.
     #[cfg(unix)]
     unsafe {
         libc::kill(-(leader as i32), libc::SIGKILL);
-    }
-}
-
-/// Kills the process group of a child started elsewhere (an MCP server that rmcp owns) when
-/// dropped. The child must lead its own group: start it with `process_group(0)`.
-pub struct GroupGuard(Option<u32>);
-
-impl GroupGuard {
-    /// Guards the group led by `leader`, if it started.
-    pub fn new(leader: Option<u32>) -> Self {
-        GroupGuard(leader)
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(leader) = self.0 {
-            kill_group(leader);
-        }
     }
 }
 
