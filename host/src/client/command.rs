@@ -543,14 +543,15 @@ mod tests {
     }
 
     fn run(options: serde_json::Value, input: serde_json::Value, timeout: Duration) -> TraceRecord {
-        run_told(options, input, timeout, (&crate::client::NoEvents, None))
+        run_told(options, input, timeout, &crate::client::NoEvents, None)
     }
 
     fn run_told(
         options: serde_json::Value,
         input: serde_json::Value,
         timeout: Duration,
-        (events, token_budget): (&dyn crate::client::EventSink, Option<u64>),
+        events: &dyn crate::client::EventSink,
+        token_budget: Option<u64>,
     ) -> TraceRecord {
         let client = CommandClient::new(Some(&options), &BTreeMap::new()).unwrap();
         let case = CaseRecord::new("c1", input);
@@ -589,7 +590,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(10),
-            (&heard, None),
+            &heard,
+            None,
         );
         let heard = heard.0.into_inner().unwrap();
         let told: Vec<TraceEvent> = heard.iter().map(|(e, _)| e.clone()).collect();
@@ -674,7 +676,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(60),
-            (&crate::client::NoEvents, Some(150)),
+            &crate::client::NoEvents,
+            Some(150),
         );
         assert!(
             started.elapsed() < Duration::from_secs(10),
@@ -698,7 +701,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(60),
-            (&crate::client::NoEvents, Some(150)),
+            &crate::client::NoEvents,
+            Some(150),
         );
         assert_eq!(trace.status, TrialStatus::Completed);
         assert_eq!(trace.stopped, None);
@@ -714,7 +718,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(60),
-            (&crate::client::NoEvents, Some(100)),
+            &crate::client::NoEvents,
+            Some(100),
         );
         assert!(
             started.elapsed() < Duration::from_secs(10),
@@ -732,7 +737,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(60),
-            (&crate::client::NoEvents, Some(1)),
+            &crate::client::NoEvents,
+            Some(1),
         );
         assert_eq!(
             (trace.status, trace.stopped),
