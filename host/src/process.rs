@@ -1,15 +1,24 @@
-//! Host processes: every program mst starts on this host (a trial's command, a plugin's `exec`,
-//! a command channel's ssh or kubectl, the local runner's worker) goes through here, so the rules
-//! are the same everywhere:
+//! Host processes: every program mst starts on this host (a trial's command, a stdio MCP
+//! server, a plugin's `exec`, a command channel's ssh or kubectl, a Docker host's ssh, the
+//! local runner's worker, the provenance `git`) goes through here, so the rules are the same
+//! everywhere:
 //!
 //! - each leads a process group of its own, so stopping it stops everything it started, and no
-//!   background child is left holding its pipes;
+//!   background child is left holding its pipes; a program waited for on a thread is a
+//!   [`GroupChild`] (or runs to its end in [`run_to_end`]), one served on an async runtime an
+//!   [`AsyncGroupChild`], whose group goes when it is dropped;
 //! - waits have deadlines;
 //! - its output is read (on threads of their own, or on a trial's async runtime) capped, and
 //!   drained past the cap, so a program that writes without end neither grows mst's memory
 //!   nor blocks on a full pipe;
 //! - the programs a trial starts (the local worker, a trial's command, a stdio MCP server, the
-//!   provenance `git`) get [`minimal_env`], never mst's whole environment.
+//!   provenance `git`) get [`minimal_env`], never mst's whole environment; a command channel's
+//!   programs get [`crate::plugin::programs::PASSED_ENV`], and only a Docker host's ssh, which
+//!   acts for the operator, gets mst's own ([`GroupCommand::inheriting_env`]).
+//!
+//! The one exception is `mst run --detach`'s supervisor (`cli::detach`): it is started in a
+//! session of its own (`setsid`) precisely so that it outlives the terminal and the `mst` that
+//! started it, which a process group of that `mst` would not.
 
 use std::io::Read;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus};
@@ -148,7 +157,7 @@ impl GroupChild {
 
 /// SIGKILL to the process group led by `leader` (which must not have been reaped yet, so that
 /// its id still names the group, or whose group still has members).
-pub fn kill_group(leader: u32) {
+fn kill_group(leader: u32) {
     // SAFETY: kill(2) with a negative pid signals a process group; the caller started its
     // leader in a new group and has not reaped it.
     #[cfg(unix)]
@@ -157,22 +166,130 @@ pub fn kill_group(leader: u32) {
     }
 }
 
-/// Kills the process group of a child started elsewhere (an MCP server that rmcp owns) when
-/// dropped. The child must lead its own group: start it with `process_group(0)`.
-pub struct GroupGuard(Option<u32>);
+/// A program to start as an [`AsyncGroupChild`]: the command, with the environment the
+/// programs a trial starts get ([`minimal_env`] plus what it is given) unless it is made with
+/// [`GroupCommand::inheriting_env`]. Its stdio is the caller's to set ([`Self::command_mut`]).
+pub struct GroupCommand {
+    command: Command,
+    die_with_parent: bool,
+}
 
-impl GroupGuard {
-    /// Guards the group led by `leader`, if it started.
-    pub fn new(leader: Option<u32>) -> Self {
-        GroupGuard(leader)
+impl GroupCommand {
+    /// `argv` as [`clean_command`] makes it: [`minimal_env`] plus `env`, the program found on
+    /// that `PATH` so that it starts with `posix_spawn`. `argv` must not be empty.
+    pub fn new(argv: &[String], env: &std::collections::BTreeMap<String, String>) -> Self {
+        GroupCommand {
+            command: clean_command(argv, env),
+            die_with_parent: false,
+        }
+    }
+
+    /// `argv` with mst's whole environment: only for a program that acts for the operator
+    /// rather than for a trial (a Docker host's ssh, which needs their agent and config).
+    /// `argv` must not be empty.
+    pub fn inheriting_env(argv: &[String]) -> Self {
+        let mut command = Command::new(&argv[0]);
+        command.args(&argv[1..]);
+        GroupCommand {
+            command,
+            die_with_parent: false,
+        }
+    }
+
+    /// Makes the program die (SIGKILL) with the thread that starts it, even when mst exits
+    /// without dropping its [`AsyncGroupChild`] (a second Ctrl-C, SIGKILL). It costs the
+    /// `posix_spawn` start (the hook runs in a forked child), so only a long-lived program
+    /// that must not outlive mst asks for it.
+    pub fn die_with_parent(&mut self) -> &mut Self {
+        self.die_with_parent = true;
+        self
+    }
+
+    /// The command, for its stdio, working directory and further variables.
+    pub fn command_mut(&mut self) -> &mut Command {
+        &mut self.command
     }
 }
 
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(leader) = self.0 {
-            kill_group(leader);
+/// A running host program, served on a tokio runtime, that leads its own process group: the
+/// whole group is killed when it is stopped or dropped (a trial's future dropped at its
+/// deadline, a runtime dropped with its tasks).
+pub struct AsyncGroupChild {
+    child: tokio::process::Child,
+    leader: u32,
+}
+
+impl AsyncGroupChild {
+    /// Starts `command` as the leader of a new process group; must be called inside a tokio
+    /// runtime, which then serves it.
+    pub fn spawn(command: GroupCommand) -> std::io::Result<Self> {
+        let GroupCommand {
+            mut command,
+            die_with_parent,
+        } = command;
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        if die_with_parent {
+            // SAFETY: prctl(2) is async-signal-safe and touches no memory of this process.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
+        let child = tokio::process::Command::from(command)
+            .kill_on_drop(true)
+            .spawn()?;
+        let leader = child.id().expect("a child just started has its id");
+        Ok(AsyncGroupChild { child, leader })
+    }
+
+    /// The program's piped stdin, stdout and stderr (each once).
+    pub fn take_pipes(
+        &mut self,
+    ) -> (
+        Option<tokio::process::ChildStdin>,
+        Option<tokio::process::ChildStdout>,
+        Option<tokio::process::ChildStderr>,
+    ) {
+        (
+            self.child.stdin.take(),
+            self.child.stdout.take(),
+            self.child.stderr.take(),
+        )
+    }
+
+    /// Its exit status if it has ended.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        self.child.try_wait()
+    }
+
+    /// Waits for it to end (an error reading its status counts as ended). Cancel-safe, so a
+    /// `select!` may race it against a deadline.
+    pub async fn wait(&mut self) -> Option<ExitStatus> {
+        self.child.wait().await.ok()
+    }
+
+    /// SIGKILL to everything in its process group, leaving the program to be reaped: after
+    /// it ended, for what it left behind.
+    pub fn kill_group(&self) {
+        kill_group(self.leader);
+    }
+
+    /// Stops the program and everything in its process group at once (SIGKILL), and reaps it.
+    pub async fn stop(&mut self) -> Option<ExitStatus> {
+        self.kill_group();
+        let _ = self.child.start_kill();
+        self.wait().await
+    }
+}
+
+impl Drop for AsyncGroupChild {
+    fn drop(&mut self) {
+        // The leader itself is killed and reaped by tokio (`kill_on_drop`).
+        self.kill_group();
     }
 }
 
@@ -497,5 +614,163 @@ mod tests {
             true
         }));
         assert_eq!(seen, ["0123"], "a line past the byte cap is cut");
+    }
+
+    /// Whether process `pid` has ended: gone, or a zombie its new parent has not reaped yet.
+    fn ended(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the name, which is in parentheses and may hold anything.
+            Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| {
+                matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))
+            }),
+            Err(_) => true,
+        }
+    }
+
+    /// Waits up to 5 s for process `pid` to end.
+    fn ends_soon(pid: u32) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if ended(pid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// A shell in its own group that starts a `sleep` in the background (a grandchild of
+    /// this process) and waits for it: the started handle and the `sleep`'s pid.
+    async fn with_grandchild() -> (AsyncGroupChild, u32) {
+        let argv = ["sh", "-c", "sleep 30 & echo $!; wait"].map(String::from);
+        let mut command = GroupCommand::new(&argv, &Default::default());
+        command.command_mut().stdout(Stdio::piped());
+        let mut child = AsyncGroupChild::spawn(command).unwrap();
+        let (_, stdout, _) = child.take_pipes();
+        // One line only: the sleep holds the pipe open, so it would not end.
+        let mut line = String::new();
+        let mut stdout = tokio::io::BufReader::new(stdout.unwrap());
+        tokio::io::AsyncBufReadExt::read_line(&mut stdout, &mut line)
+            .await
+            .unwrap();
+        let pid = line.trim().parse().expect("the shell said its sleep's pid");
+        (child, pid)
+    }
+
+    #[tokio::test]
+    async fn an_async_groups_grandchild_dies_when_it_is_stopped() {
+        let (mut child, sleep) = with_grandchild().await;
+        assert!(!ended(sleep), "the sleep runs");
+        let status = child.stop().await;
+        assert!(status.is_some_and(|s| !s.success()), "killed: {status:?}");
+        assert!(ends_soon(sleep), "the sleep went with its group");
+    }
+
+    #[tokio::test]
+    async fn an_async_groups_grandchild_dies_when_it_is_dropped() {
+        let (child, sleep) = with_grandchild().await;
+        assert!(!ended(sleep), "the sleep runs");
+        drop(child);
+        assert!(ends_soon(sleep), "the sleep went with its group");
+    }
+
+    #[tokio::test]
+    async fn an_async_child_sees_the_minimal_environment_unless_it_inherits_mine() {
+        std::env::set_var("MST_ASYNC_CANARY", "canary-async-env");
+        let argv = ["env".to_string()];
+        let env = |mut command: GroupCommand| async move {
+            command.command_mut().stdout(Stdio::piped());
+            let mut child = AsyncGroupChild::spawn(command).unwrap();
+            let (_, stdout, _) = child.take_pipes();
+            let mut lines = Vec::new();
+            read_lines_capped(stdout.unwrap(), 1 << 20, usize::MAX, |line| {
+                lines.push(line);
+                true
+            })
+            .await;
+            child.wait().await;
+            lines
+        };
+        let given = [("FROM_CONFIG".to_string(), "yes".to_string())].into();
+        let minimal = env(GroupCommand::new(&argv, &given)).await;
+        assert!(
+            !minimal.iter().any(|l| l.starts_with("MST_ASYNC_CANARY=")),
+            "{minimal:?}"
+        );
+        assert!(
+            minimal.iter().any(|l| l == "FROM_CONFIG=yes"),
+            "{minimal:?}"
+        );
+        assert!(
+            minimal.iter().any(|l| l.starts_with("PATH=")),
+            "{minimal:?}"
+        );
+        let inherited = env(GroupCommand::inheriting_env(&argv)).await;
+        assert!(
+            inherited
+                .iter()
+                .any(|l| l == "MST_ASYNC_CANARY=canary-async-env"),
+            "{inherited:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_async_childs_output_past_the_cap_is_drained_so_it_ends() {
+        // 8 MiB of lines, far past a pipe's buffer: unread, the program would block on it;
+        // closed unread, `head` would fail writing (SIGPIPE) and nothing would say `ended`.
+        let argv = [
+            "sh",
+            "-c",
+            "yes 0123456789abcdef | head -c 8388608 && echo ended >&2",
+        ]
+        .map(String::from);
+        let mut command = GroupCommand::new(&argv, &Default::default());
+        command
+            .command_mut()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = AsyncGroupChild::spawn(command).unwrap();
+        let (_, stdout, stderr) = child.take_pipes();
+        let (mut kept, mut said) = (0, Vec::new());
+        let out = read_lines_capped(stdout.unwrap(), 1000, usize::MAX, |line| {
+            kept += line.len();
+            true
+        });
+        let err = read_lines_capped(stderr.unwrap(), 1000, 10, |line| {
+            said.push(line);
+            true
+        });
+        let ended = tokio::time::timeout(Duration::from_secs(20), async {
+            tokio::join!(out, err);
+            child.wait().await
+        })
+        .await
+        .expect("the program ended: its output was drained");
+        assert!(ended.is_some_and(|s| s.success()), "{ended:?}");
+        assert!(kept <= 1000 && kept > 900, "kept {kept} bytes");
+        assert_eq!(said, ["ended"]);
+    }
+
+    #[test]
+    fn an_async_child_asked_to_die_with_its_parent_dies_with_the_thread_that_started_it() {
+        let pid = std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let argv = ["sleep", "30"].map(String::from);
+                let mut command = GroupCommand::new(&argv, &Default::default());
+                command.die_with_parent();
+                let child = AsyncGroupChild::spawn(command).unwrap();
+                let pid = child.leader;
+                // Never dropped: only the thread's end may stop it.
+                std::mem::forget(child);
+                pid
+            })
+        })
+        .join()
+        .unwrap();
+        assert!(ends_soon(pid), "the sleep died with its thread");
     }
 }

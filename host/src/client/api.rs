@@ -68,6 +68,14 @@ struct Options {
     mock_script: Option<MockScript>,
 }
 
+/// The model an agent loop calls, and the gate each call passes first (the provider's limit,
+/// [`CallGate`]).
+#[derive(Clone, Copy)]
+struct ModelCalls<'a> {
+    provider: &'a Provider,
+    gate: &'a dyn CallGate,
+}
+
 /// Runs a model with the variant's MCP tools.
 pub struct ApiClient {
     model: ModelRef,
@@ -151,8 +159,8 @@ impl ApiClient {
     /// the model sees a conversation's `history` before `prompt`.
     async fn agent_loop(
         &self,
-        provider: &Provider,
-        (gate, history): (&dyn CallGate, &[Exchange]),
+        model: ModelCalls<'_>,
+        history: &[Exchange],
         prompt: String,
         scratch: &Path,
         trace: &mut Recorder<'_>,
@@ -191,8 +199,9 @@ impl ApiClient {
                 max_tokens: self.options.max_tokens,
                 temperature: self.options.temperature,
             };
-            let reply = provider
-                .complete(gate, &request)
+            let reply = model
+                .provider
+                .complete(model.gate, &request)
                 .await
                 .map_err(|e| anyhow::anyhow!("model `{}`: {e}", self.model))?;
             trace.push(self.usage_event(&reply.usage));
@@ -330,17 +339,15 @@ impl Client for ApiClient {
             None => super::conversation_turns(&input.case.input),
             Some(_) => None,
         };
+        let calls = ModelCalls {
+            provider: &provider,
+            gate: input.calls,
+        };
         let outcome = drive(input, async {
             let Some(turns) = replayed else {
                 let prompt = input_text(input.case);
                 return self
-                    .agent_loop(
-                        &provider,
-                        (input.calls, input.history),
-                        prompt,
-                        input.scratch,
-                        &mut trace,
-                    )
+                    .agent_loop(calls, input.history, prompt, input.scratch, &mut trace)
                     .await;
             };
             let mut history: Vec<Exchange> = Vec::new();
@@ -350,13 +357,7 @@ impl Client for ApiClient {
                 trace.push(EventKind::Log { text });
                 let prompt = super::text_of(turn);
                 answer = self
-                    .agent_loop(
-                        &provider,
-                        (input.calls, &history),
-                        prompt.clone(),
-                        input.scratch,
-                        &mut trace,
-                    )
+                    .agent_loop(calls, &history, prompt.clone(), input.scratch, &mut trace)
                     .await?;
                 match &answer {
                     _ if trace.past_budget().is_some() => break,

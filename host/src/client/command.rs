@@ -7,21 +7,23 @@
 //! environment besides [`crate::process::MINIMAL_ENV`]: nothing else of the worker's reaches
 //! it), `cwd`, and `resume` (`{"capture": REGEX, "arg": [..., "{token}"]}`: in a playground
 //! conversation, the token REGEX finds in the stdout lines is captured, and the next turn
-//! appends `arg` with the token to the command; see [`crate::eval::config::Resume`]). The program's stdout (minus event lines) is the final answer, its
-//! stderr lines become `log` events, and its exit code is recorded. At the deadline the whole
-//! process group is killed and the trial is `timed-out`.
+//! appends `arg` with the token to the command; see [`crate::eval::config::Resume`]). The
+//! program's stdout (minus event lines) is the final answer, its stderr lines become `log`
+//! events, and its exit code is recorded. At the deadline the whole process group is killed
+//! and the trial is `timed-out`. The program runs as a [`crate::process::AsyncGroupChild`].
 
 use super::{input_text, Client, Recorder, ResumeSink, TrialInput, RESUME_TOKEN};
 use crate::diagnosis::TailReader;
 use crate::eval::config::Resume;
 use crate::eval::trial::{EventKind, TraceRecord, TrialStatus};
-use crate::process::read_lines_capped;
+use crate::process::{read_lines_capped, AsyncGroupChild, GroupCommand};
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
+use futures_util::future::{FusedFuture, FutureExt};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
@@ -239,145 +241,25 @@ impl CommandClient {
     /// it ends or `deadline`; its output goes to `trace` and the answer. `Err` when it could
     /// not start or the shard was cancelled. Its pipes are served on the trial thread's async
     /// runtime: no thread per pipe, and the program's exit is seen the moment it happens.
-    fn run_program(
+    fn run_program<'t>(
         &self,
-        input: &TrialInput<'_>,
+        input: &TrialInput<'t>,
         text: &str,
         resume_with: Option<&str>,
         sink: Option<&dyn ResumeSink>,
         deadline: Instant,
-        trace: &mut Recorder<'_>,
+        trace: &mut Recorder<'t>,
     ) -> Result<ProgramEnd, String> {
         let (command, name) = self.command(input, text, resume_with);
-        let program = self.drive_program(command, &name, input, text, sink, deadline, trace);
-        super::mcp::on_trial_runtime(program).map_err(|e| format!("{e:#}"))?
-    }
-
-    /// [`Self::run_program`]'s body, on the trial runtime.
-    #[allow(clippy::too_many_arguments)]
-    async fn drive_program(
-        &self,
-        mut command: Command,
-        name: &str,
-        input: &TrialInput<'_>,
-        text: &str,
-        sink: Option<&dyn ResumeSink>,
-        deadline: Instant,
-        trace: &mut Recorder<'_>,
-    ) -> Result<ProgramEnd, String> {
-        let started = trace.started();
-        // Its own process group, so that stopping it stops everything it started.
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut child = tokio::process::Command::from(command)
-            .spawn()
-            .map_err(|e| format!("cannot start `{name}`: {e}"))?;
-        let leader = child.id().expect("a child just started has its id");
-        let (stdin, stdout, stderr) = (
-            child.stdin.take(),
-            child.stdout.take().expect("piped"),
-            child.stderr.take().expect("piped"),
-        );
-        let (tx, mut outputs) = tokio::sync::mpsc::unbounded_channel();
-        let out_tx = tx.clone();
-        // Fed only while the program runs: a process it left behind may hold its stdin
-        // unread, and that must not keep the trial waiting.
-        let mut feed = Box::pin(async move {
-            if let Some(mut stdin) = stdin {
-                let _ = stdin.write_all(text.as_bytes()).await;
-            }
-            // Dropped here: the program sees the end of its input.
-        });
-        let mut fed = false;
-        // With artefacts on, the end of each stream is kept too, for a failed trial's
-        // diagnosis (the trace keeps their start).
-        let tails = input.evidence.map(|e| (e.stdout.clone(), e.stderr.clone()));
-        let (out_tail, err_tail) = tails.unzip();
-        let out = read_lines_capped(
-            TailReader::new(stdout, out_tail),
-            MAX_ANSWER as u64 * 2,
-            usize::MAX,
-            move |line| out_tx.send(Output::Line(line, started.elapsed())).is_ok(),
-        );
-        let err = read_lines_capped(
-            TailReader::new(stderr, err_tail),
-            MAX_ANSWER as u64,
-            MAX_LOG_LINES,
-            move |line| tx.send(Output::Err(line, started.elapsed())).is_ok(),
-        );
-        let pipes = async {
-            tokio::join!(out, err);
+        let run = ProgramRun {
+            client: self,
+            input,
+            sink,
+            deadline,
+            trace,
+            answer: String::new(),
         };
-        tokio::pin!(pipes);
-        let mut pipes_done = false;
-        let mut answer = String::new();
-        let mut stopped = false;
-        let mut cancel_check = tokio::time::interval(CANCEL_CHECK);
-        let status = loop {
-            tokio::select! {
-                Some(output) = outputs.recv() => {
-                    self.record(output, sink, &mut answer, trace);
-                    // The token budget is checked as the agent reports its usage, not after
-                    // it ends.
-                    if trace.past_budget().is_some() {
-                        stopped = true;
-                        at_failure(input);
-                        break stop(&mut child, leader).await;
-                    }
-                }
-                () = &mut feed, if !fed => fed = true,
-                () = &mut pipes, if !pipes_done => pipes_done = true,
-                status = child.wait() => break status.ok(),
-                () = tokio::time::sleep_until(deadline.into()) => {
-                    stopped = true;
-                    // The processes as they hung, before they are killed.
-                    at_failure(input);
-                    break stop(&mut child, leader).await;
-                }
-                _ = cancel_check.tick() => if input.cancel.load(Ordering::Relaxed) {
-                    stop(&mut child, leader).await;
-                    return Err("cancelled".into());
-                }
-            }
-        };
-        drop(feed);
-        // A program that failed: the processes it left running are part of the evidence, so
-        // they are listed before the group is killed.
-        if !status.is_some_and(|s| s.success()) {
-            at_failure(input);
-        }
-        // The program is gone; its pipes close once every process of the group is gone. A
-        // process that left the group (`setsid`) may hold them open: reading stops at the
-        // trial's deadline, or shortly after the program ended, whichever is later.
-        crate::process::kill_group(leader);
-        let stop_reading = deadline.max(Instant::now() + PIPE_GRACE);
-        let read_rest = async {
-            loop {
-                tokio::select! {
-                    Some(output) = outputs.recv() => {
-                        self.record(output, sink, &mut answer, trace);
-                    }
-                    () = &mut pipes, if !pipes_done => pipes_done = true,
-                    else => break,
-                }
-            }
-        };
-        let held_open = tokio::time::timeout_at(stop_reading.into(), read_rest)
-            .await
-            .is_err();
-        if held_open {
-            let text = "the program's output stayed open after it ended (a process outside \
-                        its process group holds it); stopped reading"
-                .to_string();
-            trace.push(EventKind::Log { text });
-        }
-        if answer.ends_with('\n') {
-            answer.pop();
-        }
-        Ok(ProgramEnd {
-            answer,
-            exit_code: status.and_then(|s| s.code()),
-            stopped,
-        })
+        super::mcp::on_trial_runtime(run.run(command, &name, text)).map_err(|e| format!("{e:#}"))?
     }
 
     /// The program for one trial, set up to run (stdio piped, the environment cleared to
@@ -387,7 +269,7 @@ impl CommandClient {
         input: &TrialInput<'_>,
         text: &str,
         resume_with: Option<&str>,
-    ) -> (Command, String) {
+    ) -> (GroupCommand, String) {
         let argv_text = if self.options.input == InputMode::Argv {
             text
         } else {
@@ -403,7 +285,8 @@ impl CommandClient {
         if let (Some(resume), Some(token)) = (&self.resume, resume_with) {
             argv.extend(resume.args(token));
         }
-        let mut command = crate::process::clean_command(&argv, &self.options.env);
+        let mut group_command = GroupCommand::new(&argv, &self.options.env);
+        let command = group_command.command_mut();
         command
             .envs(self.secret_values.iter().map(|(k, v)| (k, v.expose())))
             .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, e.hand_out())))
@@ -417,56 +300,221 @@ impl CommandClient {
         // The trial's scratch directory unless the config names one.
         command.current_dir(self.options.cwd.as_deref().map_or(input.scratch, Path::new));
         let name = argv.swap_remove(0);
-        (command, name)
+        (group_command, name)
     }
 }
 
-/// Takes the process list for the trial's diagnosis, when artefacts are on.
-fn at_failure(input: &TrialInput<'_>) {
-    if let Some(evidence) = input.evidence {
-        evidence.at_failure();
+/// How the program's run ended, before its leftover output is read.
+struct Ended {
+    status: Option<std::process::ExitStatus>,
+    /// A limit stopped it: the deadline, or the token budget.
+    stopped: bool,
+}
+
+/// One run of the program, on the trial runtime: its stdin fed while it runs, its stdout and
+/// stderr recorded as they come, and the limits that stop it (the deadline, the token budget,
+/// the shard's cancel).
+struct ProgramRun<'a, 't> {
+    client: &'a CommandClient,
+    input: &'a TrialInput<'t>,
+    /// Where a conversation turn's resume token goes, when the run is one.
+    sink: Option<&'a dyn ResumeSink>,
+    deadline: Instant,
+    trace: &'a mut Recorder<'t>,
+    /// The stdout lines that are answer text, so far.
+    answer: String,
+}
+
+impl ProgramRun<'_, '_> {
+    /// Starts `command` (named `name`) on `text` and runs it to its end.
+    async fn run(
+        mut self,
+        command: GroupCommand,
+        name: &str,
+        text: &str,
+    ) -> Result<ProgramEnd, String> {
+        let mut child =
+            AsyncGroupChild::spawn(command).map_err(|e| format!("cannot start `{name}`: {e}"))?;
+        let (stdin, stdout, stderr) = child.take_pipes();
+        let (tx, mut outputs) = tokio::sync::mpsc::unbounded_channel();
+        let feed = Box::pin(feed(stdin, text).fuse());
+        let pipes = self.read_pipes(stdout.expect("piped"), stderr.expect("piped"), tx);
+        let mut pipes = std::pin::pin!(pipes.fuse());
+        let exit = self
+            .watch(&mut child, &mut outputs, feed, pipes.as_mut())
+            .await?;
+        // A program that failed: the processes it left running are part of the evidence, so
+        // they are listed before the group is killed.
+        if !exit.status.is_some_and(|s| s.success()) {
+            self.at_failure();
+        }
+        // The program is gone; its pipes close once every process of the group is gone.
+        child.kill_group();
+        self.drain(&mut outputs, pipes).await;
+        Ok(self.end(exit))
     }
-}
 
-/// Stops a program that is still running, with everything in its process group, and reaps it.
-async fn stop(child: &mut tokio::process::Child, leader: u32) -> Option<std::process::ExitStatus> {
-    crate::process::kill_group(leader);
-    let _ = child.start_kill();
-    child.wait().await.ok()
-}
+    /// Reads the program's stdout and stderr, capped, into `outputs` as lines timed from the
+    /// trial's start. With artefacts on, the end of each stream is kept too, for a failed
+    /// trial's diagnosis (the trace keeps their start).
+    fn read_pipes(
+        &self,
+        stdout: tokio::process::ChildStdout,
+        stderr: tokio::process::ChildStderr,
+        outputs: tokio::sync::mpsc::UnboundedSender<Output>,
+    ) -> impl std::future::Future<Output = ()> {
+        let started = self.trace.started();
+        let tails = self
+            .input
+            .evidence
+            .map(|e| (e.stdout.clone(), e.stderr.clone()));
+        let (out_tail, err_tail) = tails.unzip();
+        let err_outputs = outputs.clone();
+        let out = read_lines_capped(
+            TailReader::new(stdout, out_tail),
+            MAX_ANSWER as u64 * 2,
+            usize::MAX,
+            move |line| outputs.send(Output::Line(line, started.elapsed())).is_ok(),
+        );
+        let err = read_lines_capped(
+            TailReader::new(stderr, err_tail),
+            MAX_ANSWER as u64,
+            MAX_LOG_LINES,
+            move |line| {
+                err_outputs
+                    .send(Output::Err(line, started.elapsed()))
+                    .is_ok()
+            },
+        );
+        async {
+            tokio::join!(out, err);
+        }
+    }
 
-impl CommandClient {
+    /// Serves the program until it exits, or a limit stops it with its group. `feed` goes
+    /// with this: a process the program left behind may hold its stdin unread, and that must
+    /// not keep the trial waiting. `Err` when the shard was cancelled.
+    async fn watch(
+        &mut self,
+        child: &mut AsyncGroupChild,
+        outputs: &mut tokio::sync::mpsc::UnboundedReceiver<Output>,
+        mut feed: std::pin::Pin<Box<impl FusedFuture<Output = ()>>>,
+        mut pipes: std::pin::Pin<&mut impl FusedFuture<Output = ()>>,
+    ) -> Result<Ended, String> {
+        let mut cancel_check = tokio::time::interval(CANCEL_CHECK);
+        let stopped = |status| Ended {
+            status,
+            stopped: true,
+        };
+        loop {
+            tokio::select! {
+                Some(output) = outputs.recv() => {
+                    self.record(output);
+                    // The token budget is checked as the agent reports its usage, not after
+                    // it ends.
+                    if self.trace.past_budget().is_some() {
+                        self.at_failure();
+                        return Ok(stopped(child.stop().await));
+                    }
+                }
+                () = &mut feed, if !feed.is_terminated() => {}
+                () = &mut pipes, if !pipes.is_terminated() => {}
+                status = child.wait() => return Ok(Ended { status, stopped: false }),
+                () = tokio::time::sleep_until(self.deadline.into()) => {
+                    // The processes as they hung, before they are killed.
+                    self.at_failure();
+                    return Ok(stopped(child.stop().await));
+                }
+                _ = cancel_check.tick() => if self.input.cancel.load(Ordering::Relaxed) {
+                    child.stop().await;
+                    return Err("cancelled".into());
+                }
+            }
+        }
+    }
+
+    /// Records the output still coming after the program ended, until its pipes close. A
+    /// process that left the group (`setsid`) may hold them open: reading stops at the
+    /// trial's deadline, or shortly after the program ended, whichever is later.
+    async fn drain(
+        &mut self,
+        outputs: &mut tokio::sync::mpsc::UnboundedReceiver<Output>,
+        mut pipes: std::pin::Pin<&mut impl FusedFuture<Output = ()>>,
+    ) {
+        let stop_reading = self.deadline.max(Instant::now() + PIPE_GRACE);
+        let read_rest = async {
+            loop {
+                tokio::select! {
+                    Some(output) = outputs.recv() => self.record(output),
+                    () = &mut pipes, if !pipes.is_terminated() => {}
+                    else => break,
+                }
+            }
+        };
+        let held_open = tokio::time::timeout_at(stop_reading.into(), read_rest)
+            .await
+            .is_err();
+        if held_open {
+            let text = "the program's output stayed open after it ended (a process outside \
+                        its process group holds it); stopped reading"
+                .to_string();
+            self.trace.push(EventKind::Log { text });
+        }
+    }
+
+    /// How the run ended, with its answer.
+    fn end(mut self, exit: Ended) -> ProgramEnd {
+        if self.answer.ends_with('\n') {
+            self.answer.pop();
+        }
+        ProgramEnd {
+            answer: self.answer,
+            exit_code: exit.status.and_then(|s| s.code()),
+            stopped: exit.stopped,
+        }
+    }
+
+    /// Takes the process list for the trial's diagnosis, when artefacts are on.
+    fn at_failure(&self) {
+        if let Some(evidence) = self.input.evidence {
+            evidence.at_failure();
+        }
+    }
+
     /// One line of output into the answer or the events: stderr lines are `log` events, stdout
     /// lines are answer text (or, with `events`, trace events when they parse as one).
-    /// In a conversation turn, a line holding a resume token goes to `resume` first, so the
+    /// In a conversation turn, a line holding a resume token goes to the sink first, so the
     /// token is held for redaction before the line is recorded anywhere.
-    fn record(
-        &self,
-        output: Output,
-        resume: Option<&dyn ResumeSink>,
-        answer: &mut String,
-        trace: &mut Recorder<'_>,
-    ) {
+    fn record(&mut self, output: Output) {
         match output {
             Output::Line(line, at) => {
+                let resume = self.client.resume.as_ref();
                 if let (Some(sink), Some(token)) =
-                    (resume, self.resume.as_ref().and_then(|r| r.capture(&line)))
+                    (self.sink, resume.and_then(|r| r.capture(&line)))
                 {
                     sink.token(Secret::new(token));
                 }
-                if self.options.events {
+                if self.client.options.events {
                     if let Ok(kind) = serde_json::from_str::<EventKind>(&line) {
-                        trace.push_at(at, kind);
+                        self.trace.push_at(at, kind);
                         return;
                     }
                 }
-                if answer.len() < MAX_ANSWER {
-                    answer.push_str(&line);
-                    answer.push('\n');
+                if self.answer.len() < MAX_ANSWER {
+                    self.answer.push_str(&line);
+                    self.answer.push('\n');
                 }
             }
-            Output::Err(text, at) => trace.push_at(at, EventKind::Log { text }),
+            Output::Err(text, at) => self.trace.push_at(at, EventKind::Log { text }),
         }
+    }
+}
+
+/// Writes `text` to the program's stdin, if it has one, then closes it: the program sees the
+/// end of its input.
+async fn feed(stdin: Option<tokio::process::ChildStdin>, text: &str) {
+    if let Some(mut stdin) = stdin {
+        let _ = stdin.write_all(text.as_bytes()).await;
     }
 }
 
@@ -475,6 +523,7 @@ mod tests {
     use super::*;
     use crate::eval::trial::{CaseRecord, TraceEvent};
     use serde_json::json;
+    use std::process::Command;
     use std::sync::atomic::AtomicBool;
 
     #[test]
@@ -494,14 +543,15 @@ mod tests {
     }
 
     fn run(options: serde_json::Value, input: serde_json::Value, timeout: Duration) -> TraceRecord {
-        run_told(options, input, timeout, (&crate::client::NoEvents, None))
+        run_told(options, input, timeout, &crate::client::NoEvents, None)
     }
 
     fn run_told(
         options: serde_json::Value,
         input: serde_json::Value,
         timeout: Duration,
-        (events, token_budget): (&dyn crate::client::EventSink, Option<u64>),
+        events: &dyn crate::client::EventSink,
+        token_budget: Option<u64>,
     ) -> TraceRecord {
         let client = CommandClient::new(Some(&options), &BTreeMap::new()).unwrap();
         let case = CaseRecord::new("c1", input);
@@ -540,7 +590,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(10),
-            (&heard, None),
+            &heard,
+            None,
         );
         let heard = heard.0.into_inner().unwrap();
         let told: Vec<TraceEvent> = heard.iter().map(|(e, _)| e.clone()).collect();
@@ -625,7 +676,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(60),
-            (&crate::client::NoEvents, Some(150)),
+            &crate::client::NoEvents,
+            Some(150),
         );
         assert!(
             started.elapsed() < Duration::from_secs(10),
@@ -649,7 +701,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(60),
-            (&crate::client::NoEvents, Some(150)),
+            &crate::client::NoEvents,
+            Some(150),
         );
         assert_eq!(trace.status, TrialStatus::Completed);
         assert_eq!(trace.stopped, None);
@@ -665,7 +718,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(60),
-            (&crate::client::NoEvents, Some(100)),
+            &crate::client::NoEvents,
+            Some(100),
         );
         assert!(
             started.elapsed() < Duration::from_secs(10),
@@ -683,7 +737,8 @@ mod tests {
             json!({"command": ["sh", "-c", script], "events": true}),
             json!(null),
             Duration::from_secs(60),
-            (&crate::client::NoEvents, Some(1)),
+            &crate::client::NoEvents,
+            Some(1),
         );
         assert_eq!(
             (trace.status, trace.stopped),

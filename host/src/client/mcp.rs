@@ -11,7 +11,7 @@
 use super::{Client, Recorder, TrialInput};
 use crate::eval::config::ServerConfig;
 use crate::eval::trial::{EventKind, TraceRecord, TrialStatus};
-use crate::process::GroupGuard;
+use crate::process::{AsyncGroupChild, GroupCommand};
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use reqwest::header::{HeaderName, HeaderValue};
@@ -22,6 +22,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -141,10 +142,28 @@ impl McpClient {
     }
 }
 
+/// How long a stdio server has to exit once its session is closed (it sees the end of its
+/// input), before its process group is killed.
+const SERVER_EXIT: Duration = Duration::from_secs(3);
+
 /// A connected MCP server; a stdio server's whole process group goes when it is dropped.
 pub(super) struct Session {
     pub(super) service: RunningService<RoleClient, ()>,
-    _group: GroupGuard,
+    /// A stdio server's process, speaking MCP on its stdin and stdout.
+    server: Option<AsyncGroupChild>,
+}
+
+impl Session {
+    /// Ends the session politely: a stdio server sees the end of its input and has
+    /// [`SERVER_EXIT`] to exit; then its process group goes anyway, with any helper it left
+    /// (launchers such as npx leave one, which would outlive the trial and hold the worker's
+    /// stderr).
+    async fn close(self) {
+        let _ = self.service.cancel().await;
+        if let Some(mut server) = self.server {
+            let _ = tokio::time::timeout(SERVER_EXIT, server.wait()).await;
+        }
+    }
 }
 
 /// Starts (stdio) or reaches (streamable HTTP) server `label`, with the secrets its entry
@@ -162,7 +181,9 @@ pub(super) async fn connect(
     };
     match config {
         ServerConfig::Stdio(server) => {
-            let mut command = tokio::process::Command::new(&server.command);
+            let mut argv = vec![server.command.clone()];
+            argv.extend(server.args.iter().cloned());
+            let mut command = GroupCommand::new(&argv, &server.env);
             // In the trial's own directory, like the agent: a server that works on files (a
             // filesystem server given `.`) sees the trial's files only. `cwd` is checked to be
             // inside it when the config is read.
@@ -175,26 +196,24 @@ pub(super) async fn connect(
                 }
                 None => scratch.to_path_buf(),
             };
+            // MCP on its stdin and stdout; its stderr is the worker's, as a log.
             command
+                .command_mut()
                 .current_dir(dir)
-                .args(&server.args)
-                .env_clear()
-                .envs(crate::process::minimal_env())
-                .envs(&server.env)
-                .process_group(0)
-                .kill_on_drop(true);
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
             for (var, name) in &server.env_secrets {
-                command.env(var, secret(name)?.expose());
+                command.command_mut().env(var, secret(name)?.expose());
             }
-            let transport = rmcp::transport::TokioChildProcess::new(command)
+            let mut child = AsyncGroupChild::spawn(command)
                 .with_context(|| format!("cannot start `{}`", server.command))?;
-            // A helper the server left in its group (launchers such as npx leave one) would
-            // outlive the trial and hold the worker's stderr.
-            let group = GroupGuard::new(transport.id());
-            let service = ().serve(transport).await.context("MCP initialization failed")?;
+            let (stdin, stdout, _) = child.take_pipes();
+            let pipes = (stdout.expect("piped"), stdin.expect("piped"));
+            let service = ().serve(pipes).await.context("MCP initialization failed")?;
             Ok(Session {
                 service,
-                _group: group,
+                server: Some(child),
             })
         }
         ServerConfig::Http(server) => {
@@ -241,7 +260,7 @@ pub(super) async fn connect(
                 .with_context(|| format!("cannot connect to {}", server.url))?;
             Ok(Session {
                 service,
-                _group: GroupGuard::new(None),
+                server: None,
             })
         }
     }
@@ -331,10 +350,10 @@ async fn run_calls(
     Ok(last)
 }
 
-/// Ends the sessions politely (a stdio server's process group goes with its session anyway).
+/// Ends the sessions politely ([`Session::close`]).
 pub(super) async fn close(sessions: BTreeMap<String, Session>) {
     for (_, session) in sessions {
-        let _ = session.service.cancel().await;
+        session.close().await;
     }
 }
 
@@ -383,8 +402,8 @@ thread_local! {
 
 /// Runs `body` to its end on this thread's trial runtime. A body that leaves tasks behind (an
 /// MCP session's transport, say) has its runtime dropped with them, which kills stdio servers
-/// (`kill_on_drop`, and their process groups); a clean one's runtime serves the next trial, so
-/// a trial does not pay for a new runtime (an epoll set, timers) each time.
+/// with their process groups ([`AsyncGroupChild`]); a clean one's runtime serves the next
+/// trial, so a trial does not pay for a new runtime (an epoll set, timers) each time.
 pub(super) fn on_trial_runtime<F: std::future::Future>(body: F) -> Result<F::Output> {
     let kept = TRIAL_RUNTIME.with(|kept| kept.borrow_mut().take());
     let runtime = match kept {

@@ -8,10 +8,12 @@
 //! operator's known_hosts, or the file `sshKnownHosts` names. An unknown or changed key is
 //! refused in ssh's own words, and nothing is sent.
 
+use crate::process::{read_lines_capped, AsyncGroupChild, GroupCommand};
 use anyhow::{bail, Context as _, Result};
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// The most of ssh's stderr kept to explain a failed connection.
 const STDERR_CAP: usize = 4096;
@@ -213,7 +215,7 @@ pub struct SshTunnel {
     dir: tempfile::TempDir,
     accept: tokio::task::JoinHandle<()>,
     /// The master connection; killed when dropped.
-    _master: tokio::process::Child,
+    _master: AsyncGroupChild,
     /// What the last ssh that failed said on stderr.
     last_error: Arc<Mutex<Option<String>>>,
 }
@@ -230,11 +232,11 @@ impl SshTunnel {
             .context("cannot make a directory for the ssh tunnel's socket")?;
         let control = dir.path().join("master");
         plain_path(&control).context("the ssh tunnel's directory ($TMPDIR)")?;
-        let mut master = ssh_command(&endpoint.master_args(options, &control))
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .context("cannot run ssh")?;
-        let said = tokio::spawn(read_stderr(master.stderr.take()));
+        let mut command = ssh_command(&endpoint.master_args(options, &control));
+        command.command_mut().stdout(Stdio::null());
+        let mut master = AsyncGroupChild::spawn(command).context("cannot run ssh")?;
+        let (_, _, stderr) = master.take_pipes();
+        let said = tokio::spawn(read_stderr(stderr));
         // Logged in once the master's control socket exists; an ssh that exits first (a host
         // key refused, a login denied) says why.
         let deadline = tokio::time::Instant::now()
@@ -301,20 +303,19 @@ async fn pipe(
     args: Arc<Vec<String>>,
     last_error: Arc<Mutex<Option<String>>>,
 ) {
-    let spawned = ssh_command(&args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn();
-    let mut child = match spawned {
+    let mut command = ssh_command(&args);
+    command
+        .command_mut()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = match AsyncGroupChild::spawn(command) {
         Ok(child) => child,
         Err(e) => {
             *last_error.lock().expect("ssh error") = Some(format!("cannot run ssh: {e}"));
             return;
         }
     };
-    let (Some(mut stdin), Some(mut stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
+    let (Some(mut stdin), Some(mut stdout), Some(stderr)) = child.take_pipes() else {
         return;
     };
     let (mut from_client, mut to_client) = connection.into_split();
@@ -331,7 +332,7 @@ async fn pipe(
     // reports can say it.
     let status = tokio::time::timeout(ENDING, child.wait()).await;
     let said = tokio::time::timeout(ENDING, said).await;
-    if let (Ok(Ok(status)), Ok(Ok(said))) = (status, said) {
+    if let (Ok(Some(status)), Ok(Ok(said))) = (status, said) {
         if !status.success() && !said.is_empty() {
             *last_error.lock().expect("ssh error") = Some(said);
         }
@@ -380,47 +381,39 @@ fn remove_stale_dirs(here: &crate::owner::Owner) {
     }
 }
 
-/// An `ssh` with `args`: stderr piped, killed when dropped, in a process group of its own (a
-/// Ctrl-C at the terminal must not cut the connections the run needs to stop its containers).
-fn ssh_command(args: &[String]) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new("ssh");
+/// An `ssh` with `args`, to start as an [`AsyncGroupChild`]: stdin null and stderr piped
+/// unless set otherwise, with the operator's environment (their agent and ssh config). In a
+/// process group of its own, a Ctrl-C at the terminal does not cut the connections the run
+/// needs to stop its containers; it dies with the thread that started it (the run's, or its
+/// runtime's), even when mst exits without dropping it (a second Ctrl-C, SIGKILL): a master
+/// left logged in would hold the host for nothing.
+fn ssh_command(args: &[String]) -> GroupCommand {
+    let argv: Vec<String> = std::iter::once("ssh".to_string())
+        .chain(args.iter().cloned())
+        .collect();
+    let mut command = GroupCommand::inheriting_env(&argv);
+    command.die_with_parent();
     command
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
-    // SAFETY: prctl(2) is async-signal-safe. The ssh dies with the thread that started it (the
-    // run's, or its runtime's), even when mst exits without dropping it (a second Ctrl-C,
-    // SIGKILL): a master left logged in would hold the host for nothing.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+        .command_mut()
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
     command
 }
 
 /// What an ssh said on stderr, up to [`STDERR_CAP`], read to its end (drained past the cap, so
 /// ssh never blocks on a full pipe).
 async fn read_stderr(stderr: Option<tokio::process::ChildStderr>) -> String {
-    let Some(mut stderr) = stderr else {
+    let Some(stderr) = stderr else {
         return String::new();
     };
-    let mut text = Vec::new();
-    let _ = (&mut stderr)
-        .take(STDERR_CAP as u64)
-        .read_to_end(&mut text)
-        .await;
-    let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+    let mut lines = Vec::new();
+    read_lines_capped(stderr, STDERR_CAP as u64, usize::MAX, |line| {
+        lines.push(line);
+        true
+    })
+    .await;
     // ssh ends its lines with \r\n.
-    String::from_utf8_lossy(&text)
-        .replace('\r', "")
-        .trim()
-        .to_string()
+    lines.join("\n").replace('\r', "").trim().to_string()
 }
 
 #[cfg(test)]
