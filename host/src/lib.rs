@@ -18,7 +18,7 @@
 //! - [`eval`]: the data model: config, cases, trial keys, traces, the plan.
 //! - [`plugin`]: the WebAssembly host: engine, artifact cache, ABI check, sandbox, imports,
 //!   typed calls, the install store and a run's plugin set.
-//! - [`model`]: model providers: one request and reply shape, the built-in `mock` provider.
+//! - [`llm`]: model providers: one request and reply shape, the built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files, redaction and worker token directories.
 //! - [`files`], [`process`], [`net`], [`clock`], [`home`], [`owner`]: the ground floor: careful
 //!   file access; host processes (groups, deadlines, capped reads); the HTTP client and its
@@ -34,7 +34,7 @@ pub mod files;
 pub mod grade;
 pub mod home;
 pub mod import;
-pub mod model;
+pub mod llm;
 pub mod net;
 pub mod owner;
 pub mod plugin;

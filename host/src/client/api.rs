@@ -20,9 +20,9 @@ use super::mcp::{call_tool, close, connect, drive, trace_of, Session};
 use super::{input_text, Client, Exchange, Recorder, TrialInput};
 use crate::eval::config::{ServerConfig, VariantSpec};
 use crate::eval::trial::{EventKind, TraceRecord};
-use crate::model::http::ProviderConfig;
-use crate::model::mock::ScriptedTurn;
-use crate::model::{
+use crate::llm::http::ProviderConfig;
+use crate::llm::mock::ScriptedTurn;
+use crate::llm::{
     CallGate, ModelRef, ModelRequest, Provider, ToolCall, ToolChoice, ToolOutput, ToolSpec, Turn,
 };
 use crate::secrets::Secret;
@@ -109,9 +109,7 @@ impl ApiClient {
             bail!("clientOptions.maxTurns must be at least 1");
         }
         let client = ApiClient {
-            key: tokens
-                .get(&crate::model::key_token(&model.provider))
-                .cloned(),
+            key: tokens.get(&crate::llm::key_token(&model.provider)).cloned(),
             model,
             options,
             provider: spec.provider.clone(),
@@ -263,10 +261,9 @@ impl ApiClient {
     }
 
     /// The `usage` event of one model call, with its cost when the model has a price.
-    fn usage_event(&self, usage: &crate::model::Usage) -> EventKind {
+    fn usage_event(&self, usage: &crate::llm::Usage) -> EventKind {
         let mut data = serde_json::json!({"model": self.model.to_string(), "usage": usage});
-        if let Some(cost) =
-            crate::model::http::cost(self.provider.as_ref(), &self.model.model, usage)
+        if let Some(cost) = crate::llm::http::cost(self.provider.as_ref(), &self.model.model, usage)
         {
             data["costUsd"] = serde_json::json!(cost);
         }

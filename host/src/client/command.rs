@@ -562,7 +562,7 @@ mod tests {
             timeout,
             cancel: &AtomicBool::new(false),
             scratch: &std::env::temp_dir(),
-            calls: &crate::model::Unlimited,
+            calls: &crate::llm::Unlimited,
             events,
             resume: None,
             history: &[],

@@ -29,7 +29,7 @@ pub struct TrialInput<'a> {
     /// away from the bundle and the other trials' traces.
     pub scratch: &'a std::path::Path,
     /// Where each model call takes its provider's slot (`limits.providers`).
-    pub calls: &'a dyn crate::model::CallGate,
+    pub calls: &'a dyn crate::llm::CallGate,
     /// Hears each trace event the moment the client records it (the worker streams them to
     /// the coordinator); [`NoEvents`] for callers that only read the finished trace.
     pub events: &'a dyn EventSink,

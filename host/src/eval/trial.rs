@@ -298,7 +298,7 @@ impl EventKind {
     /// "outputTokens"}, "costUsd"?}`, as the `api` client records and agents report): the
     /// tokens and the cost, if known. `None` for any other event or one that does not read as
     /// usage.
-    pub fn usage(&self) -> Option<(crate::model::Usage, Option<f64>)> {
+    pub fn usage(&self) -> Option<(crate::llm::Usage, Option<f64>)> {
         let EventKind::Custom { name, data } = self else {
             return None;
         };
@@ -306,7 +306,7 @@ impl EventKind {
             return None;
         }
         let tokens = |field: &str| data["usage"][field].as_u64();
-        let usage = crate::model::Usage {
+        let usage = crate::llm::Usage {
             input_tokens: tokens("inputTokens")?,
             output_tokens: tokens("outputTokens")?,
         };

@@ -69,7 +69,7 @@ pub struct Grants {
     /// values: configuration, never secrets (Docker shows them to anyone who can inspect).
     pub env: BTreeMap<String, String>,
     /// How to reach the run's model providers, for the `model` import.
-    pub model_access: Option<Arc<crate::model::ModelAccess>>,
+    pub model_access: Option<Arc<crate::llm::ModelAccess>>,
 }
 
 /// The operator's grant lists as given, before they are checked.
@@ -165,7 +165,7 @@ pub struct Effective {
     pub(crate) env: BTreeMap<String, String>,
     /// How to reach the granted model providers.
     #[serde(skip)]
-    pub(crate) model_access: Option<Arc<crate::model::ModelAccess>>,
+    pub(crate) model_access: Option<Arc<crate::llm::ModelAccess>>,
 }
 
 impl Effective {

@@ -160,7 +160,7 @@ impl model::Host for State {
             code: ErrorCode::InvalidInput,
             message,
         };
-        let model = crate::model::ModelRef {
+        let model = crate::llm::ModelRef {
             provider: request.provider.clone(),
             model: request.model.clone(),
         };
@@ -176,8 +176,8 @@ impl model::Host for State {
         let mut turns = Vec::new();
         for message in request.messages {
             match message.role.as_str() {
-                "user" => turns.push(crate::model::Turn::User(message.text)),
-                "assistant" => turns.push(crate::model::Turn::Assistant {
+                "user" => turns.push(crate::llm::Turn::User(message.text)),
+                "assistant" => turns.push(crate::llm::Turn::Assistant {
                     text: Some(message.text),
                     calls: Vec::new(),
                 }),
@@ -190,12 +190,12 @@ impl model::Host for State {
                 }
             }
         }
-        let call = crate::model::ModelRequest {
+        let call = crate::llm::ModelRequest {
             model: &model,
             system: system.as_deref(),
             turns: &turns,
             tools: &[],
-            tool_choice: crate::model::ToolChoice::None,
+            tool_choice: crate::llm::ToolChoice::None,
             max_tokens: request.max_tokens.min(MAX_MODEL_TOKENS),
             temperature: request.temperature.map(f64::from),
         };

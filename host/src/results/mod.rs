@@ -63,7 +63,7 @@ pub struct PluginRecord {
     pub granted: crate::plugin::capabilities::Effective,
     /// What its `model` calls used while this run graded (absent when it made none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<crate::model::UsageTotals>,
+    pub usage: Option<crate::llm::UsageTotals>,
 }
 
 /// The git state of the config's repository.

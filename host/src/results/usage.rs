@@ -5,7 +5,7 @@
 use super::{PluginRecord, RunDir};
 use crate::eval::plan::Plan;
 use crate::eval::trial::{TraceRecord, TrialKey};
-use crate::model::UsageTotals;
+use crate::llm::UsageTotals;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

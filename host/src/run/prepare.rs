@@ -7,7 +7,7 @@ use crate::eval::dataset::{self, Cases};
 use crate::grade::pairwise::PairJudge;
 use crate::grade::JudgeSet;
 use crate::home::Home;
-use crate::model::ModelAccess;
+use crate::llm::ModelAccess;
 use crate::plugin::capabilities::GrantLists;
 use crate::plugin::installed::PluginSource;
 use crate::plugin::set::{PinnedRef, PluginLoader, PluginSet};
@@ -281,7 +281,7 @@ impl Prepared {
                     Secrets::missing(&provider.key)
                 );
             }
-            names.insert(crate::model::key_token(name), provider.key.clone());
+            names.insert(crate::llm::key_token(name), provider.key.clone());
         }
         for variant in self.config.variant_names() {
             for (var, name) in self.config.variant(&variant).secret_env() {

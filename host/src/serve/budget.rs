@@ -13,7 +13,7 @@
 //! returns to the server.
 
 use super::ServeError;
-use crate::model::UsageTotals;
+use crate::llm::UsageTotals;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;

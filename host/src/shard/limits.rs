@@ -8,7 +8,7 @@
 
 use crate::eval::config::RateLimits;
 use crate::eval::trial::TrialKey;
-use crate::model::{CallGate, CallSlot};
+use crate::llm::{CallGate, CallSlot};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -16,7 +16,7 @@ use crate::eval::trial::{
     CaseRecord, EventKind, TraceEvent, TraceRecord, TrialKey, TrialRecord, TrialStatus,
 };
 use crate::grade::remote::RemoteGrader;
-use crate::model::{CallGate, CallSlot};
+use crate::llm::{CallGate, CallSlot};
 use crate::results::trace_path;
 use crate::secrets::{Secret, TokenDir};
 use anyhow::{Context, Result};

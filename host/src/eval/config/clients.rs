@@ -124,7 +124,7 @@ pub struct VariantSpec {
     pub servers: BTreeMap<String, ServerConfig>,
     /// The configured provider of the `api` client's model (never its key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<crate::model::http::ProviderConfig>,
+    pub provider: Option<crate::llm::http::ProviderConfig>,
     /// The checks the worker runs after each of this variant's trials.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckSpec>,
@@ -146,7 +146,7 @@ impl VariantSpec {
             .provider
             .as_ref()
             .and_then(|_| self.providers().into_iter().next())
-            .map(|name| crate::model::key_token(&name));
+            .map(|name| crate::llm::key_token(&name));
         let secrets = self
             .secret_env()
             .into_iter()
@@ -186,7 +186,7 @@ impl VariantSpec {
     pub fn providers(&self) -> Vec<String> {
         let model = self.model.as_deref().filter(|_| self.client == "api");
         model
-            .and_then(|m| crate::model::ModelRef::parse(m).ok())
+            .and_then(|m| crate::llm::ModelRef::parse(m).ok())
             .map(|m| vec![m.provider])
             .unwrap_or_default()
     }

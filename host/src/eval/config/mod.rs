@@ -121,7 +121,7 @@ pub struct EvalConfig {
     pub limits: RateLimits,
     /// Model providers the `api` client may call, by name (`mock` is built in).
     #[serde(default)]
-    pub providers: BTreeMap<String, crate::model::http::ProviderConfig>,
+    pub providers: BTreeMap<String, crate::llm::http::ProviderConfig>,
     #[serde(default)]
     pub plugins: Vec<PluginRef>,
     /// What trials may leave as artefacts, and their caps (docs/results.md, "Artefacts").
@@ -188,7 +188,7 @@ impl EvalConfig {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         };
-        let providers: BTreeMap<String, crate::model::http::ProviderConfig> =
+        let providers: BTreeMap<String, crate::llm::http::ProviderConfig> =
             serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!(located(path, 1, &e)))?;
         for (name, provider) in providers {
             provider
@@ -233,7 +233,7 @@ impl EvalConfig {
         let provider = model
             .as_deref()
             .filter(|_| client == "api")
-            .and_then(|m| crate::model::ModelRef::parse(m).ok())
+            .and_then(|m| crate::llm::ModelRef::parse(m).ok())
             .and_then(|m| self.providers.get(&m.provider).cloned());
         VariantSpec {
             client,

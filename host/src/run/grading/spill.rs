@@ -10,7 +10,7 @@
 use crate::eval::plan::Plan;
 use crate::grade::slots::{Slot, Slots};
 use crate::grade::Grades;
-use crate::model::UsageTotals;
+use crate::llm::UsageTotals;
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::fs::File;

@@ -121,7 +121,7 @@ fn estimate(request: &ModelRequest<'_>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ModelRef, ToolChoice, ToolOutput};
+    use crate::llm::{ModelRef, ToolChoice, ToolOutput};
 
     fn request<'a>(model: &'a ModelRef, turns: &'a [Turn]) -> ModelRequest<'a> {
         ModelRequest {
