@@ -1211,12 +1211,23 @@ impl<'a> ShardSession<'a> {
             ));
         }
         record.case = case.into_owned();
-        let client = self.report.worker.as_ref().map(|w| &w.client);
+        // The client is the trial's variant's (the worker's `hello` names only one of the
+        // bundle's); its version is the worker's mst, which every client is part of.
+        let client = self
+            .bundle
+            .variants
+            .get(&*key.variant)
+            .map(|v| v.client.clone());
+        let version = self
+            .report
+            .worker
+            .as_ref()
+            .map(|w| w.client.version.clone());
         record.collected_by = Some(CollectedBy {
             shard: self.bundle.shard,
             machine: self.report.machine.clone(),
-            client: client.map(|c| c.name.clone()).unwrap_or_default(),
-            client_version: client.map(|c| c.version.clone()).unwrap_or_default(),
+            client: client.unwrap_or_default(),
+            client_version: version.unwrap_or_default(),
         });
         // Written back redacted: an agent may have printed a secret mst holds.
         let record = self

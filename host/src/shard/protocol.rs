@@ -105,7 +105,8 @@ pub enum WorkerMessage {
         protocol: String,
         /// The worker's mst version; must equal the coordinator's.
         mst: String,
-        /// The machine image's digest, when the machine has one.
+        /// The machine image's digest, when the worker is told it (`MST_IMAGE_DIGEST` in its
+        /// environment). No runner sets it yet, so it is absent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         image: Option<String>,
         client: ClientIdentity,

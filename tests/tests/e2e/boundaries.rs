@@ -55,6 +55,31 @@ cat "$b/bundle.json" "$b/work.jsonl""#;
 }
 
 #[test]
+fn each_trace_names_the_client_of_its_own_variant() {
+    // Two variants on two clients in one shard: the worker's `hello` names one client, but
+    // each trace's `collectedBy` names the one that ran it.
+    let mst = Mst::new();
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "variants": {"a-api": {"client": "api", "model": "mock/echo"},
+                            "b-command": {"clientOptions": {"command": ["cat"]}}},
+               "judges": [{"assert": "contains", "value": "q"}]}),
+        &[json!({"id": "c1", "input": "q"})],
+    );
+    let run = eval.run(&mst, &["--json", "-q"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    for (variant, client) in [("a-api", "api"), ("b-command", "command")] {
+        let trace = read_trace(&eval.run_dir("e2e"), &format!("{variant}/c1/0"));
+        assert_eq!(trace["collectedBy"]["client"], client, "{trace}");
+        assert_eq!(
+            trace["collectedBy"]["clientVersion"],
+            env!("CARGO_PKG_VERSION"),
+            "{trace}"
+        );
+    }
+}
+
+#[test]
 fn a_work_file_the_agent_cuts_short_ends_the_shard_instead_of_hanging_it() {
     let mst = Mst::new();
     // The first trial's agent empties its worker's work file (as the test above, it finds the
