@@ -103,6 +103,16 @@ impl Answers {
         (status, value)
     }
 
+    /// Creates a conversation session: the status and the session's view.
+    fn open_conversation(&self, serve: &Serve) -> (u16, Value) {
+        self.call(
+            serve,
+            "POST",
+            "/api/v1/sessions",
+            Some(r#"{"conversation": true}"#),
+        )
+    }
+
     /// Submits `body` as a turn and follows it to its end: the turn's id and last page.
     fn turn(&self, serve: &Serve, session: &str, body: &str) -> (String, Value) {
         let (status, task) = self.call(serve, "POST", &tasks(session), Some(body));
@@ -140,26 +150,11 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-#[test]
-fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_same_workdir() {
-    let chat = Chat::new();
-    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
-    let api = Answers::default();
-    let (status, view) = api.call(
-        &serve,
-        "POST",
-        "/api/v1/sessions",
-        Some(r#"{"conversation": true}"#),
-    );
-    assert_eq!(status, 201, "{view}");
-    assert_eq!(
-        (&view["conversation"], &view["sharedWorkdir"]),
-        (&json!(true), &json!(true)),
-        "a conversation always shares its work directory: {view}"
-    );
-    let session = view["id"].as_str().unwrap().to_string();
-
-    let (first, page) = api.turn(&serve, &session, r#"{"input": "alpha"}"#);
+/// Submits three turns to conversation `session`: each continues the thread, and resumed the
+/// last id the turn before printed (not its decoy, not an older one); the ids stay out of the
+/// answers.
+fn assert_turns_resume_the_last_token(chat: &Chat, api: &Answers, serve: &Serve, session: &str) {
+    let (first, page) = api.turn(serve, session, r#"{"input": "alpha"}"#);
     assert_eq!(first, "turn-1");
     assert_eq!(thread(&page), ["alpha"]);
     let answer = page["finalText"].as_str().unwrap();
@@ -167,13 +162,12 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
         answer.starts_with("session: ") && !answer.contains("canary-resume-"),
         "the id lines stay in the answer, redacted: {answer}"
     );
-    let (second, page) = api.turn(&serve, &session, r#"{"input": "bravo"}"#);
+    let (second, page) = api.turn(serve, session, r#"{"input": "bravo"}"#);
     assert_eq!(second, "turn-2");
     assert_eq!(thread(&page), ["alpha", "bravo"]);
-    let (third, page) = api.turn(&serve, &session, r#"{"input": "charlie"}"#);
+    let (third, page) = api.turn(serve, session, r#"{"input": "charlie"}"#);
     assert_eq!(third, "turn-3");
     assert_eq!(thread(&page), ["alpha", "bravo", "charlie"], "{page}");
-    // Each turn resumed the last id the turn before printed (not its decoy, not an older one).
     let minted = chat.minted();
     assert_eq!(minted.len(), 6, "{minted:?}");
     assert_eq!(
@@ -184,16 +178,24 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
             format!("--resume {}", minted[3])
         ]
     );
+}
 
-    // A new thread: the held token is dropped, the work directory and its threads are kept.
-    let (fresh, page) = api.turn(&serve, &session, r#"{"input": "delta", "fresh": true}"#);
+/// A fresh turn (the fourth) of `session` starts a new thread: the held token is dropped, the
+/// work directory and its threads are kept; the fifth turn continues the new thread.
+fn assert_fresh_starts_a_thread_in_the_same_workdir(
+    chat: &Chat,
+    api: &Answers,
+    serve: &Serve,
+    session: &str,
+) {
+    let (fresh, page) = api.turn(serve, session, r#"{"input": "delta", "fresh": true}"#);
     assert_eq!(fresh, "turn-4");
     assert_eq!(thread(&page), ["delta"], "{page}");
     assert_eq!(chat.argv()[3], "", "a fresh turn does not resume");
     let (_, trace) = api.call(
-        &serve,
+        serve,
         "GET",
-        &format!("{}/{fresh}/trace", tasks(&session)),
+        &format!("{}/{fresh}/trace", tasks(session)),
         None,
     );
     let logs: Vec<&str> = trace["events"]
@@ -206,11 +208,13 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
         logs.contains(&"threads kept: 4"),
         "the threads of turns 1-3 are still in the work directory: {logs:?}"
     );
-    // And the turn after it continues the new thread.
-    let (_, page) = api.turn(&serve, &session, r#"{"input": "echo"}"#);
+    let (_, page) = api.turn(serve, session, r#"{"input": "echo"}"#);
     assert_eq!(thread(&page), ["delta", "echo"]);
+}
 
-    let (_, view) = api.call(&serve, "GET", &format!("/api/v1/sessions/{session}"), None);
+/// `session` lists its five turns, the fourth fresh, and closes.
+fn assert_turns_listed_then_close(api: &Answers, serve: &Serve, session: &str) {
+    let (_, view) = api.call(serve, "GET", &format!("/api/v1/sessions/{session}"), None);
     let turns: Vec<(&str, bool)> = view["tasks"]
         .as_array()
         .unwrap()
@@ -228,22 +232,23 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
         ]
     );
     let (_, closed) = api.call(
-        &serve,
+        serve,
         "DELETE",
         &format!("/api/v1/sessions/{session}"),
         None,
     );
     assert_eq!(closed["status"], "closed");
-    let stderr = serve.stop();
+}
 
-    // Turns are not cases: grading them or reading them as cases is refused.
-    let mst = Mst::new();
-    let results = chat.eval.results();
+/// Turns are not cases: grading conversation `session` of `eval`, reading it as cases or
+/// exporting it is refused.
+fn assert_turns_are_not_cases(mst: &Mst, eval: &Eval, session: &str) {
+    let results = eval.results();
     let graded = mst.run(&[
         "grade",
-        &session,
+        session,
         "--config",
-        s(&chat.eval.config()),
+        s(&eval.config()),
         "--results-dir",
         s(&results),
     ]);
@@ -256,7 +261,7 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
         "{}",
         graded.stderr
     );
-    let cases = mst.run(&["runs", "cases", &session, "--results-dir", s(&results)]);
+    let cases = mst.run(&["runs", "cases", session, "--results-dir", s(&results)]);
     assert_eq!(cases.code, 2, "{}", cases.stderr);
     assert!(
         cases.stderr.contains("cannot be read as cases"),
@@ -267,7 +272,7 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
     let exported = mst.run(&[
         "runs",
         "export",
-        &session,
+        session,
         "--format",
         "mst.run/v1",
         "--out",
@@ -282,11 +287,29 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
         exported.stderr
     );
     assert_eq!(cases.stdout, "");
+}
 
-    // The canary: no token ever reached a file of the results, mst serve's stderr or an answer.
+/// No resume token in `tokens` is in any of `files`.
+fn assert_no_file_holds_a_token(files: &[PathBuf], tokens: &[String]) {
+    for file in files {
+        let bytes = std::fs::read(file).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        for token in tokens {
+            assert!(
+                !text.contains(token.as_str()),
+                "{} holds a resume token",
+                file.display()
+            );
+        }
+    }
+}
+
+/// The canary: each turn's trace is stored under `results`, and no token the agent minted ever
+/// reached a file of the results, mst serve's `stderr` or an answer.
+fn assert_no_token_leaked(chat: &Chat, results: &Path, stderr: &str, api: &Answers) {
     let minted = chat.minted();
     assert_eq!(minted.len(), 10);
-    let stored = files(&results);
+    let stored = files(results);
     assert!(
         stored
             .iter()
@@ -294,21 +317,37 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
             .any(|log| mst_tests::find_trace(log.parent().unwrap(), "chat/turn-3/0").is_some()),
         "each turn's trace is stored: {stored:?}"
     );
+    assert_no_file_holds_a_token(&stored, &minted);
     let answers = api.0.borrow();
     for token in &minted {
-        for file in &stored {
-            let bytes = std::fs::read(file).unwrap();
-            assert!(
-                !String::from_utf8_lossy(&bytes).contains(token.as_str()),
-                "{} holds a resume token",
-                file.display()
-            );
-        }
         assert!(!stderr.contains(token.as_str()), "stderr: {stderr}");
         for answer in answers.iter() {
             assert!(!answer.contains(token.as_str()), "an answer: {answer}");
         }
     }
+}
+
+#[test]
+fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_same_workdir() {
+    let chat = Chat::new();
+    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let api = Answers::default();
+    let (status, view) = api.open_conversation(&serve);
+    assert_eq!(status, 201, "{view}");
+    assert_eq!(
+        (&view["conversation"], &view["sharedWorkdir"]),
+        (&json!(true), &json!(true)),
+        "a conversation always shares its work directory: {view}"
+    );
+    let session = view["id"].as_str().unwrap().to_string();
+
+    assert_turns_resume_the_last_token(&chat, &api, &serve, &session);
+    assert_fresh_starts_a_thread_in_the_same_workdir(&chat, &api, &serve, &session);
+    assert_turns_listed_then_close(&api, &serve, &session);
+    let stderr = serve.stop();
+
+    assert_turns_are_not_cases(&Mst::new(), &chat.eval, &session);
+    assert_no_token_leaked(&chat, &chat.eval.results(), &stderr, &api);
 }
 
 #[test]
@@ -752,28 +791,19 @@ fn an_api_turn_past_the_history_cap_is_refused_until_a_fresh_thread() {
     assert_eq!(messages(&model.requests()[2].body).len(), 1);
 }
 
-#[test]
-fn a_conversation_exported_as_a_case_replays_its_turns_in_a_batch_run() {
-    let chat = Chat::new();
-    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
-    let api = Answers::default();
-    let (_, view) = api.call(
-        &serve,
-        "POST",
-        "/api/v1/sessions",
-        Some(r#"{"conversation": true}"#),
-    );
-    let session = view["id"].as_str().unwrap().to_string();
-    api.turn(&serve, &session, r#"{"input": "zulu"}"#);
-    api.turn(&serve, &session, r#"{"input": "alpha", "fresh": true}"#);
-    api.turn(&serve, &session, r#"{"input": "bravo"}"#);
-    let export = format!("/api/v1/sessions/{session}/export");
-
-    // The thread of the last turn, since its `fresh`: alpha, bravo.
+/// Exports conversation `session` (turns: zulu, then fresh alpha, bravo) to `kept.jsonl` as
+/// case `kept-thread`: the thread of the last turn, since its `fresh` (alpha, bravo), with
+/// where it came from. The dataset file.
+fn assert_last_thread_exports_as_a_case(
+    chat: &Chat,
+    api: &Answers,
+    serve: &Serve,
+    session: &str,
+) -> PathBuf {
     let (status, exported) = api.call(
-        &serve,
+        serve,
         "POST",
-        &export,
+        &format!("/api/v1/sessions/{session}/export"),
         Some(r#"{"dataset": "kept.jsonl", "case": "kept-thread"}"#),
     );
     assert_eq!(status, 201, "{exported}");
@@ -789,50 +819,61 @@ fn a_conversation_exported_as_a_case_replays_its_turns_in_a_batch_run() {
         stored[0]["metadata"]["exportedFrom"],
         json!({"session": session, "tasks": ["turn-2", "turn-3"]})
     );
-    // The same id again, a path for a name, a task that is not there: refused.
+    dataset
+}
+
+/// Exporting `session` again under the same id, to a path for a name or from a task that is
+/// not there is refused; turn 1 alone exports as its own thread, the second case of `dataset`.
+fn assert_bad_exports_refused_and_turn_1_exports_alone(
+    api: &Answers,
+    serve: &Serve,
+    session: &str,
+    dataset: &Path,
+) {
+    let export = format!("/api/v1/sessions/{session}/export");
     let (status, _) = api.call(
-        &serve,
+        serve,
         "POST",
         &export,
         Some(r#"{"dataset": "kept.jsonl", "case": "kept-thread"}"#),
     );
     assert_eq!(status, 409);
     let (status, refused) = api.call(
-        &serve,
+        serve,
         "POST",
         &export,
         Some(r#"{"dataset": "../kept.jsonl"}"#),
     );
     assert_eq!(status, 400, "{refused}");
     let (status, _) = api.call(
-        &serve,
+        serve,
         "POST",
         &export,
         Some(r#"{"dataset": "kept.jsonl", "task": "turn-9"}"#),
     );
     assert_eq!(status, 404);
-    // Turn 1 alone is its own thread.
     let (status, _) = api.call(
-        &serve,
+        serve,
         "POST",
         &export,
         Some(r#"{"dataset": "kept.jsonl", "task": "turn-1"}"#),
     );
     assert_eq!(status, 201);
     assert_eq!(
-        serde_json::from_str::<Value>(&lines(&dataset)[1]).unwrap()["input"],
+        serde_json::from_str::<Value>(&lines(dataset)[1]).unwrap()["input"],
         json!({"turns": ["zulu"]})
     );
-    serve.stop();
+}
 
-    // The exported case in a batch run: one trial replays both turns, resuming the thread.
+/// Runs `chat`'s eval on dataset `kept.jsonl`, variant `chat` and case `kept-thread` only, into
+/// `replayed` beside the agent: the results directory and the trial's trace.
+fn replay_kept_thread(chat: &Chat) -> (PathBuf, Value) {
     let mut config: Value =
         serde_json::from_str(&std::fs::read_to_string(chat.eval.config()).unwrap()).unwrap();
     config["datasets"] = json!(["kept.jsonl"]);
     let replay = chat.eval.dir.path().join("replay.json");
     std::fs::write(&replay, config.to_string()).unwrap();
     let results = chat.dir.path().join("replayed");
-    let before = chat.minted().len();
     let run = Mst::new().run(&[
         "run",
         "--config",
@@ -852,6 +893,26 @@ fn a_conversation_exported_as_a_case_replays_its_turns_in_a_batch_run() {
             .join(run.json()["runId"].as_str().unwrap()),
         "chat/kept-thread/0",
     );
+    (results, trace)
+}
+
+#[test]
+fn a_conversation_exported_as_a_case_replays_its_turns_in_a_batch_run() {
+    let chat = Chat::new();
+    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let api = Answers::default();
+    let (_, view) = api.open_conversation(&serve);
+    let session = view["id"].as_str().unwrap().to_string();
+    api.turn(&serve, &session, r#"{"input": "zulu"}"#);
+    api.turn(&serve, &session, r#"{"input": "alpha", "fresh": true}"#);
+    api.turn(&serve, &session, r#"{"input": "bravo"}"#);
+    let dataset = assert_last_thread_exports_as_a_case(&chat, &api, &serve, &session);
+    assert_bad_exports_refused_and_turn_1_exports_alone(&api, &serve, &session, &dataset);
+    serve.stop();
+
+    // The exported case in a batch run: one trial replays both turns, resuming the thread.
+    let before = chat.minted().len();
+    let (results, trace) = replay_kept_thread(&chat);
     assert_eq!(
         thread(&json!({"finalText": trace["trace"]["finalText"]})),
         ["alpha", "bravo"],
@@ -872,16 +933,7 @@ fn a_conversation_exported_as_a_case_replays_its_turns_in_a_batch_run() {
         chat.argv()[chat.argv().len() - 1],
         format!("--resume {}", minted[before + 1])
     );
-    for file in files(&results) {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        for token in &minted {
-            assert!(
-                !text.contains(token.as_str()),
-                "{} holds a token",
-                file.display()
-            );
-        }
-    }
+    assert_no_file_holds_a_token(&files(&results), &minted);
 }
 
 #[test]

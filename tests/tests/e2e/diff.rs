@@ -86,12 +86,15 @@ fn lines(text: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn diff_tells_fixed_broke_flaky_still_failing_added_and_removed_apart() {
-    let mst = Mst::new();
-    let results = tempfile::tempdir().unwrap();
-    let eval = eval("e2e", &["fixed", "broke", "still", "flaky", "same", "gone"]);
-    let a = run(&mst, &eval, results.path(), 1);
+/// Runs `eval` (of [`eval`], cases fixed, broke, still, flaky, same and gone) into `results` in
+/// mode a, then again in mode b with `tool.sh` deleted and case `gone` replaced by `new`: the
+/// two runs' ids.
+fn runs_before_and_after_every_kind_of_change(
+    mst: &Mst,
+    eval: &Eval,
+    results: &Path,
+) -> (String, String) {
+    let a = run(mst, eval, results, 1);
     let dir = eval.dir.path();
     std::fs::write(dir.join("mode"), "b").unwrap();
     std::fs::remove_file(dir.join("tool.sh")).unwrap();
@@ -100,90 +103,59 @@ fn diff_tells_fixed_broke_flaky_still_failing_added_and_removed_apart() {
         case_lines(&["fixed", "broke", "still", "flaky", "same", "new"]),
     )
     .unwrap();
-    let b = run(&mst, &eval, results.path(), 1);
+    let b = run(mst, eval, results, 1);
+    (a, b)
+}
 
-    let compared = diff(&mst, results.path(), &a, &b, true);
-    assert_eq!(compared.code, 1, "a case broke: {}", compared.stderr);
-    let json = compared.json();
-    assert_eq!(json["eval"], "e2e");
-    assert_eq!(json["before"]["runId"], a.as_str());
-    assert_eq!(json["after"]["runId"], b.as_str());
-    assert_eq!(json["before"]["datasetHash"].as_str().unwrap().len(), 64);
-    assert_eq!(json["datasetsDiffer"], true);
+/// The cases of [`runs_before_and_after_every_kind_of_change`]'s diff, in `--json`'s order:
+/// every kind of change under `default`; under `tool`, whose trials became infra, every case
+/// that passed broke.
+fn expected_case_changes() -> Value {
     let side = |outcome: &str, passed: u32, trials: u32| json!({"outcome": outcome, "passedTrials": passed, "trials": trials});
     let entry = |variant: &str, case: &str, change: &str, before: Value, after: Value| json!({"variant": variant, "case": case, "change": change, "before": before, "after": after});
+    let (passed, failed) = (side("passed", 3, 3), side("failed", 0, 3));
     let infra = side("infra", 0, 3);
-    let expected = json!([
-        entry(
-            "default",
-            "broke",
-            "broke",
-            side("passed", 3, 3),
-            side("failed", 0, 3)
-        ),
-        entry(
-            "default",
-            "fixed",
-            "fixed",
-            side("failed", 0, 3),
-            side("passed", 3, 3)
-        ),
+    json!([
+        entry("default", "broke", "broke", passed.clone(), failed.clone()),
+        entry("default", "fixed", "fixed", failed.clone(), passed.clone()),
         entry(
             "default",
             "flaky",
             "flaky",
-            side("passed", 3, 3),
+            passed.clone(),
             side("passed", 2, 3)
         ),
-        entry(
-            "default",
-            "gone",
-            "removed",
-            side("passed", 3, 3),
-            Value::Null
-        ),
-        entry("default", "new", "added", Value::Null, side("passed", 3, 3)),
+        entry("default", "gone", "removed", passed.clone(), Value::Null),
+        entry("default", "new", "added", Value::Null, passed.clone()),
         entry(
             "default",
             "same",
             "unchanged",
-            side("passed", 3, 3),
-            side("passed", 3, 3)
+            passed.clone(),
+            passed.clone()
         ),
-        entry(
-            "default",
-            "still",
-            "still-failing",
-            side("failed", 0, 3),
-            side("failed", 0, 3)
-        ),
-        entry(
-            "tool",
-            "broke",
-            "broke",
-            side("passed", 3, 3),
-            infra.clone()
-        ),
-        entry(
-            "tool",
-            "fixed",
-            "broke",
-            side("passed", 3, 3),
-            infra.clone()
-        ),
-        entry(
-            "tool",
-            "flaky",
-            "broke",
-            side("passed", 3, 3),
-            infra.clone()
-        ),
-        entry("tool", "gone", "removed", side("passed", 3, 3), Value::Null),
+        entry("default", "still", "still-failing", failed.clone(), failed),
+        entry("tool", "broke", "broke", passed.clone(), infra.clone()),
+        entry("tool", "fixed", "broke", passed.clone(), infra.clone()),
+        entry("tool", "flaky", "broke", passed.clone(), infra.clone()),
+        entry("tool", "gone", "removed", passed.clone(), Value::Null),
         entry("tool", "new", "added", Value::Null, infra.clone()),
-        entry("tool", "same", "broke", side("passed", 3, 3), infra.clone()),
-        entry("tool", "still", "broke", side("passed", 3, 3), infra),
-    ]);
-    assert_eq!(json["cases"], expected);
+        entry("tool", "same", "broke", passed.clone(), infra.clone()),
+        entry("tool", "still", "broke", passed, infra),
+    ])
+}
+
+/// `mst runs diff A B --json`: which runs and datasets it compared, each case's change, the
+/// counts and each variant's pass rates.
+fn assert_json_diff(compared: &Run, a: &str, b: &str) {
+    assert_eq!(compared.code, 1, "a case broke: {}", compared.stderr);
+    let json = compared.json();
+    assert_eq!(json["eval"], "e2e");
+    assert_eq!(json["before"]["runId"], a);
+    assert_eq!(json["after"]["runId"], b);
+    assert_eq!(json["before"]["datasetHash"].as_str().unwrap().len(), 64);
+    assert_eq!(json["datasetsDiffer"], true);
+    assert_eq!(json["cases"], expected_case_changes());
     assert_eq!(
         json["counts"],
         json!({"broke": 6, "fixed": 1, "flaky": 1, "still-failing": 1, "added": 2,
@@ -200,8 +172,11 @@ fn diff_tells_fixed_broke_flaky_still_failing_added_and_removed_apart() {
         json["variants"][1],
         json!({"variant": "tool", "before": 1.0, "after": null, "delta": null})
     );
+}
 
-    let text = diff(&mst, results.path(), &a, &b, false);
+/// `mst runs diff A B` on the terminal: the rates, then each kind of change with its cases,
+/// then the counts.
+fn assert_text_diff(text: &Run, a: &str, b: &str) {
     assert_eq!(text.code, 1, "{}", text.stderr);
     let got = lines(&text.stdout);
     let expected_text = [
@@ -239,6 +214,16 @@ fn diff_tells_fixed_broke_flaky_still_failing_added_and_removed_apart() {
             .into(),
     ];
     assert_eq!(got, expected_text, "{}", text.stdout);
+}
+
+#[test]
+fn diff_tells_fixed_broke_flaky_still_failing_added_and_removed_apart() {
+    let mst = Mst::new();
+    let results = tempfile::tempdir().unwrap();
+    let eval = eval("e2e", &["fixed", "broke", "still", "flaky", "same", "gone"]);
+    let (a, b) = runs_before_and_after_every_kind_of_change(&mst, &eval, results.path());
+    assert_json_diff(&diff(&mst, results.path(), &a, &b, true), &a, &b);
+    assert_text_diff(&diff(&mst, results.path(), &a, &b, false), &a, &b);
 
     // A run compared with itself: nothing broke, exit 0, nothing listed.
     let same = diff(&mst, results.path(), &b, &b, false);

@@ -12,7 +12,7 @@ use mst_tests::{
     Eval, Mst, Run,
 };
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -190,7 +190,7 @@ fn start_run(
     eval: &Eval,
     endpoint: &str,
     options: &[String],
-) -> (std::process::Child, std::path::PathBuf, String) {
+) -> (std::process::Child, PathBuf, String) {
     let config = eval.config();
     let results = eval.results();
     let mut args = vec![
@@ -693,47 +693,63 @@ fn sigterm_stops_the_shards_and_removes_the_containers() {
     );
 }
 
-#[test]
-fn an_image_runner_plugin_gets_containers_the_host_hardens() {
-    let Some((a, _)) = engines_with_worker_image() else {
-        return;
-    };
-    let plugin = mst_tests::plugin("image-runner.wasm");
-    let mst = Mst::new();
-    let eval = command_eval(
-        json!(["sh", "-c", "read q; echo \"$q $MST_TEST_GREETING\""]),
-        4,
-        30,
-    );
-    let image = format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION"));
-    let context = format!("context={a}");
-    // `mst run` with the image runner plugin, its image and context, and `extra` options.
-    // The operator passes one variable by name (configuration, never a secret): set on mst's
-    // command, never on this process, which other tests share.
-    let run_with = |extra: &[&str]| {
+/// `mst run` of a 4-case eval whose agent greets with `$MST_TEST_GREETING`, with the image
+/// runner plugin on the worker image and one engine. The operator passes that one variable by
+/// name (configuration, never a secret): set on mst's command, never on this process, which
+/// other tests share.
+struct ImageRunner {
+    mst: Mst,
+    eval: Eval,
+    plugin: PathBuf,
+    /// `image=…`, the worker image.
+    image: String,
+    /// `context=…`, the engine.
+    context: String,
+}
+
+impl ImageRunner {
+    fn on(engine: &str) -> ImageRunner {
+        ImageRunner {
+            mst: Mst::new(),
+            eval: command_eval(
+                json!(["sh", "-c", "read q; echo \"$q $MST_TEST_GREETING\""]),
+                4,
+                30,
+            ),
+            plugin: mst_tests::plugin("image-runner.wasm"),
+            image: format!("image=mst-worker:{}", env!("CARGO_PKG_VERSION")),
+            context: format!("context={engine}"),
+        }
+    }
+
+    /// `mst run` with the plugin, its image and context, and `extra` options.
+    fn run(&self, extra: &[&str]) -> Run {
         let mut args = vec![
             "--plugin",
-            s(&plugin),
+            s(&self.plugin),
             "--runner",
             "mst/runner/image",
             "--allow-env",
             "MST_TEST_GREETING",
         ];
-        for option in [image.as_str(), context.as_str()].iter().chain(extra) {
+        for option in [self.image.as_str(), self.context.as_str()]
+            .iter()
+            .chain(extra)
+        {
             args.extend(["--runner-option", option]);
         }
-        let run: Run = mst
-            .command(&eval.args(&args))
+        self.mst
+            .command(&self.eval.args(&args))
             .env("MST_TEST_GREETING", "hello from the host")
             .output()
             .unwrap()
-            .into();
-        run
-    };
-    // keep=always, so the container can be inspected below; `env` asks for a variable the
-    // operator passes.
-    let run = run_with(&["memoryMb=128", "keep=always", "env=MST_TEST_GREETING"]);
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+            .into()
+    }
+}
+
+/// The run record of an [`ImageRunner`] run names the plugin that placed its machine and the
+/// variable it was granted: its name, never its value.
+fn assert_record_names_the_plugin_and_the_variable_not_its_value(eval: &Eval) {
     let record = read_json(&eval.run_dir("e2e").join("run.json"));
     let machine = &record["machines"][0];
     assert_eq!(
@@ -750,32 +766,35 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         !record.to_string().contains("hello from the host"),
         "names are recorded, never values"
     );
-    let names = containers_of(&a, &run_id(&eval));
-    assert_eq!(names.len(), 1, "{names:?}");
-    let inspect: Value = serde_json::from_str(&docker(&a, &["inspect", &names[0]])).unwrap();
-    let host = &inspect[0]["HostConfig"];
+}
+
+/// What the host enforces on a container (`docker inspect`'s `HostConfig`) whatever the spec:
+/// unprivileged, every capability dropped, the memory asked for (128 MB), no new privileges
+/// and a seccomp profile.
+fn assert_hardened(host: &Value) {
     assert_eq!(host["Privileged"], false);
     assert_eq!(host["CapDrop"], json!(["ALL"]));
     assert_eq!(host["Memory"], 128 << 20);
     let security = host["SecurityOpt"].to_string();
     assert!(security.contains("no-new-privileges"), "{security}");
     assert!(security.contains("seccomp"), "{security}");
-    let labels = &inspect[0]["Config"]["Labels"];
-    assert_eq!(labels["org.example.team"], "evals", "the plugin's label");
-    // Docker adds the image's own `ENV` (PATH, HOME); from mst, only what the spec asked for
-    // and the operator passed.
+}
+
+/// Docker adds the image's own `ENV` (PATH, HOME) to a container of `image` on `endpoint`
+/// (`inspected`); from mst, only what the spec asked for and the operator passed.
+fn assert_env_is_only_what_the_operator_passed(endpoint: &str, image: &str, inspected: &Value) {
     let image_env = docker(
-        &a,
+        endpoint,
         &[
             "image",
             "inspect",
             "--format",
             "{{json .Config.Env}}",
-            &image[6..],
+            image,
         ],
     );
     let image_env: Vec<String> = serde_json::from_str(&image_env).unwrap();
-    let env: Vec<&str> = inspect[0]["Config"]["Env"]
+    let env: Vec<&str> = inspected["Config"]["Env"]
         .as_array()
         .unwrap()
         .iter()
@@ -790,6 +809,27 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         ],
         "the worker passes on to the agent exactly what the operator passed"
     );
+}
+
+#[test]
+fn an_image_runner_plugin_gets_containers_the_host_hardens() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let runner = ImageRunner::on(&a);
+    let eval = &runner.eval;
+    // keep=always, so the container can be inspected below; `env` asks for a variable the
+    // operator passes.
+    let run = runner.run(&["memoryMb=128", "keep=always", "env=MST_TEST_GREETING"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_record_names_the_plugin_and_the_variable_not_its_value(eval);
+    let names = containers_of(&a, &run_id(eval));
+    assert_eq!(names.len(), 1, "{names:?}");
+    let inspect: Value = serde_json::from_str(&docker(&a, &["inspect", &names[0]])).unwrap();
+    assert_hardened(&inspect[0]["HostConfig"]);
+    let labels = &inspect[0]["Config"]["Labels"];
+    assert_eq!(labels["org.example.team"], "evals", "the plugin's label");
+    assert_env_is_only_what_the_operator_passed(&a, &runner.image[6..], &inspect[0]);
     let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
     assert_eq!(
         trace["trace"]["finalText"], "question 1 hello from the host",
@@ -799,7 +839,7 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     docker(&a, &["rm", "-f", "-v", &names[0]]);
 
     // The network the operator passes is the one a spec may ask for.
-    let run = run_with(&["network=bridge"]);
+    let run = runner.run(&["network=bridge"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
 
     // What the plugin's schema or the host's hardening refuses stops the run before any container.
@@ -808,7 +848,7 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
         ("network=host", "not allowed"),
         ("context=tcp://127.0.0.1:2375", "not a network"),
     ] {
-        let refused = run_with(&[option]);
+        let refused = runner.run(&[option]);
         assert_ne!(refused.code, 0, "{option}");
         assert!(
             refused.stderr.contains(says),
@@ -818,46 +858,68 @@ fn an_image_runner_plugin_gets_containers_the_host_hardens() {
     }
 }
 
-#[test]
-fn a_kubernetes_runner_plugin_runs_pods_through_a_kubectl_stand_in() {
-    // No control plane can run here: tests/standins/kubectl.py maps the plugin's kubectl calls
-    // onto the real engine `a`; everything from the plugin to the worker is real.
-    let Some((a, _)) = engines() else {
-        return;
-    };
-    let image = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());
-    let bin = tempfile::tempdir().unwrap();
-    let log = bin.path().join("kubectl.log");
-    let config = bin.path().join("kubectl.json");
-    std::fs::write(
-        &config,
-        json!({"dockerHost": a, "log": s(&log)}).to_string(),
-    )
-    .unwrap();
-    let standin = mst_tests::root().join("tests/standins/kubectl.py");
-    let kubectl = bin.path().join("kubectl");
-    std::fs::write(
-        &kubectl,
-        format!(
-            "#!/bin/sh\nexec python3 {} {} \"$@\"\n",
-            s(&standin),
-            s(&config)
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &kubectl,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let path = format!(
-        "{}:{}",
-        s(bin.path()),
-        std::env::var("PATH").unwrap_or_default()
-    );
+/// A `kubectl` stand-in (tests/standins/kubectl.py) that maps a runner plugin's kubectl calls
+/// onto the real engine behind it and logs each call, in a directory of its own.
+struct Kubectl {
+    bin: tempfile::TempDir,
+}
 
-    let mst = Mst::new();
-    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 6, 30);
+impl Kubectl {
+    fn onto(engine: &str) -> Kubectl {
+        let bin = tempfile::tempdir().unwrap();
+        let kubectl = Kubectl { bin };
+        let config = kubectl.bin.path().join("kubectl.json");
+        std::fs::write(
+            &config,
+            json!({"dockerHost": engine, "log": s(&kubectl.log())}).to_string(),
+        )
+        .unwrap();
+        let standin = mst_tests::root().join("tests/standins/kubectl.py");
+        let program = kubectl.bin.path().join("kubectl");
+        std::fs::write(
+            &program,
+            format!(
+                "#!/bin/sh\nexec python3 {} {} \"$@\"\n",
+                s(&standin),
+                s(&config)
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            &program,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        kubectl
+    }
+
+    /// Where it logs each call, one JSON object a line.
+    fn log(&self) -> PathBuf {
+        self.bin.path().join("kubectl.log")
+    }
+
+    /// A PATH that finds the stand-in first.
+    fn path(&self) -> String {
+        format!(
+            "{}:{}",
+            s(self.bin.path()),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    }
+
+    /// The calls it logged.
+    fn calls(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.log())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// `mst run` of `eval` with the kubernetes runner plugin, granted `kubectl` (found on `path`),
+/// its pods of `image` in namespace `evals` with limits and a node selector, in 2 shards.
+fn kubernetes_run(mst: &Mst, eval: &Eval, image: &str, path: &str) -> Run {
     let plugin = mst_tests::plugin("kubernetes-runner.wasm");
     let image = format!("image={image}");
     let (config, results) = (eval.config(), eval.results());
@@ -884,30 +946,16 @@ fn a_kubernetes_runner_plugin_runs_pods_through_a_kubectl_stand_in() {
     ] {
         args.extend(["--runner-option", option]);
     }
-    let run: Run = mst
-        .command(&args)
-        .env("PATH", &path)
+    mst.command(&args)
+        .env("PATH", path)
         .output()
         .unwrap()
-        .into();
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let record = read_json(&eval.run_dir("e2e").join("run.json"));
-    for machine in record["machines"].as_array().unwrap() {
-        assert_eq!(machine["ended"]["status"], "done", "{machine}");
-        assert_eq!(machine["placement"]["workerPlaced"], true, "{machine}");
-        assert!(machine["machine"]
-            .as_str()
-            .unwrap()
-            .contains("pod evals/mst-"));
-    }
+        .into()
+}
 
-    // What the plugin asked kubectl for: a pod per shard with the limits, the selector and no
-    // service-account token; exec, then delete.
-    let calls: Vec<Value> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+/// What the plugin asked kubectl for (`calls`): a pod per shard with the limits, the selector
+/// and no service-account token; exec, then delete; all in namespace `evals`.
+fn assert_pods_asked_for(calls: &[Value]) {
     let manifests: Vec<&Value> = calls
         .iter()
         .filter_map(|c| c["manifest"].as_object().map(|_| &c["manifest"]))
@@ -932,6 +980,32 @@ fn a_kubernetes_runner_plugin_runs_pods_through_a_kubectl_stand_in() {
         calls.iter().all(|c| c["argv"][0] == "--namespace=evals"),
         "{calls:?}"
     );
+}
+
+#[test]
+fn a_kubernetes_runner_plugin_runs_pods_through_a_kubectl_stand_in() {
+    // No control plane can run here: tests/standins/kubectl.py maps the plugin's kubectl calls
+    // onto the real engine `a`; everything from the plugin to the worker is real.
+    let Some((a, _)) = engines() else {
+        return;
+    };
+    let image = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());
+    let kubectl = Kubectl::onto(&a);
+
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 6, 30);
+    let run = kubernetes_run(&mst, &eval, &image, &kubectl.path());
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    for machine in record["machines"].as_array().unwrap() {
+        assert_eq!(machine["ended"]["status"], "done", "{machine}");
+        assert_eq!(machine["placement"]["workerPlaced"], true, "{machine}");
+        assert!(machine["machine"]
+            .as_str()
+            .unwrap()
+            .contains("pod evals/mst-"));
+    }
+    assert_pods_asked_for(&kubectl.calls());
     let id = run_id(&eval);
     assert!(containers_of(&a, &id).is_empty(), "pods deleted");
 }
@@ -1488,42 +1562,33 @@ fn remote_docker_host(keys: &sshd::SshKeys, engine: &str) -> Option<sshd::Sshd> 
         .then(|| sshd::Sshd::start_with(keys, "docker", &format!("SetEnv DOCKER_HOST={engine}\n")))
 }
 
-#[test]
-fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
-    let Some((a, _)) = engines_with_worker_image() else {
-        return;
-    };
-    let keys = sshd::keys();
-    let Some(host) = remote_docker_host(&keys, &a) else {
-        return;
-    };
-    let endpoint = format!("ssh://{}@127.0.0.1:{}", host.user, host.port);
-    let options = |contexts: &str, known_hosts: &Path| {
-        vec![
-            format!("contexts={contexts}"),
-            "shards=2".to_string(),
-            format!("sshIdentity={}", s(&keys.identity())),
-            format!("sshKnownHosts={}", s(known_hosts)),
-            "keep=always".into(),
-        ]
-    };
-    let mst = Mst::new();
-    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 4, 30);
-    let run = docker_run(&eval, &mst, &options(&endpoint, &keys.known_hosts()));
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+/// The docker runner options for hosts `contexts` reached over ssh with `keys`' identity,
+/// checking host keys against `known_hosts`: 2 shards, containers kept.
+fn ssh_options(keys: &sshd::SshKeys, contexts: &str, known_hosts: &Path) -> Vec<String> {
+    vec![
+        format!("contexts={contexts}"),
+        "shards=2".to_string(),
+        format!("sshIdentity={}", s(&keys.identity())),
+        format!("sshKnownHosts={}", s(known_hosts)),
+        "keep=always".into(),
+    ]
+}
+
+/// After a run over `endpoint` (an ssh:// host in front of engine `engine`): each shard ran in
+/// a container of that engine, and no ssh connection (the master or any dial) outlived the
+/// run. Removes the kept containers.
+fn assert_shards_ran_behind_the_ssh_host(eval: &Eval, engine: &str, endpoint: &str) {
     let summary = read_json(&eval.run_dir("e2e").join("summary.json"));
     assert_eq!(summary["variants"]["default"]["passed"], 4, "{summary}");
-    // The shards ran in containers of the engine behind the ssh host.
     let record = read_json(&eval.run_dir("e2e").join("run.json"));
     for machine in record["machines"].as_array().unwrap() {
         assert!(
-            machine["machine"].as_str().unwrap().contains(&endpoint),
+            machine["machine"].as_str().unwrap().contains(endpoint),
             "{machine}"
         );
     }
-    let kept = containers_of(&a, &run_id(&eval));
+    let kept = containers_of(engine, &run_id(eval));
     assert_eq!(kept.len(), 2, "{kept:?}");
-    // Its ssh connections (the master and every dial) ended with it.
     let left = Command::new("pgrep")
         .args(["-af", "mst-docker-ssh-"])
         .output()
@@ -1534,10 +1599,13 @@ fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
         String::from_utf8_lossy(&left.stdout)
     );
     for name in kept {
-        docker(&a, &["rm", "-f", "-v", &name]);
+        docker(engine, &["rm", "-f", "-v", &name]);
     }
+}
 
-    // A docker context whose endpoint is the same ssh:// host, made by the docker CLI.
+/// A docker context named `remote` whose endpoint is the ssh:// host `endpoint`, made by the
+/// docker CLI, runs a 2-case eval.
+fn assert_a_docker_context_on_the_ssh_host_runs(mst: &Mst, keys: &sshd::SshKeys, endpoint: &str) {
     let config = tempfile::tempdir().unwrap();
     let made = Command::new("docker")
         .args([
@@ -1557,7 +1625,7 @@ fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
     );
     let by_name = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 2, 30);
     let mut args = vec!["--runner".to_string(), "docker".into()];
-    for option in options("remote", &keys.known_hosts())
+    for option in ssh_options(keys, "remote", &keys.known_hosts())
         .into_iter()
         .filter(|o| o != "keep=always")
     {
@@ -1570,9 +1638,16 @@ fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
         .unwrap()
         .into();
     assert_eq!(named.code, 0, "{}\n{}", named.stdout, named.stderr);
+}
 
-    // Host keys are checked against the operator's known_hosts: a host it does not list, or
-    // lists with another key, is refused in ssh's words before any container exists.
+/// Host keys are checked against the operator's known_hosts: a host it does not list, or
+/// lists with another key, is refused in ssh's words before any container exists.
+fn assert_unknown_and_changed_host_keys_refused(
+    mst: &Mst,
+    keys: &sshd::SshKeys,
+    host: &sshd::Sshd,
+    endpoint: &str,
+) {
     let unknown = keys.dir.path().join("known_hosts.empty");
     std::fs::write(&unknown, "").unwrap();
     let other_key = keys.dir.path().join("other-host-key");
@@ -1596,16 +1671,40 @@ fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
     .unwrap();
     for known in [&unknown, &changed] {
         let refused_eval = command_eval(json!(["true"]), 1, 30);
-        let refused = docker_run(&refused_eval, &mst, &options(&endpoint, known));
+        let refused = docker_run(&refused_eval, mst, &ssh_options(keys, endpoint, known));
         assert_eq!(refused.code, 2, "{}\n{}", refused.stdout, refused.stderr);
         assert!(
             refused.stderr.contains("Host key verification failed"),
             "{}",
             refused.stderr
         );
-        assert!(refused.stderr.contains(&endpoint), "{}", refused.stderr);
+        assert!(refused.stderr.contains(endpoint), "{}", refused.stderr);
         assert!(!refused_eval.results().join("e2e/runs").exists());
     }
+}
+
+#[test]
+fn a_docker_host_over_ssh_runs_the_shards_and_its_host_key_is_checked() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let keys = sshd::keys();
+    let Some(host) = remote_docker_host(&keys, &a) else {
+        return;
+    };
+    let endpoint = format!("ssh://{}@127.0.0.1:{}", host.user, host.port);
+    let mst = Mst::new();
+    let eval = command_eval(json!(["sh", "-c", "read q; echo \"$q\""]), 4, 30);
+    let run = docker_run(
+        &eval,
+        &mst,
+        &ssh_options(&keys, &endpoint, &keys.known_hosts()),
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_shards_ran_behind_the_ssh_host(&eval, &a, &endpoint);
+    assert_a_docker_context_on_the_ssh_host_runs(&mst, &keys, &endpoint);
+    assert_unknown_and_changed_host_keys_refused(&mst, &keys, &host, &endpoint);
+
     // ssh options where no host is an ssh one are a mistake, said before anything runs.
     let misplaced = docker_run(
         &command_eval(json!(["true"]), 1, 30),

@@ -139,23 +139,21 @@ fn run_id_of(dir: &Path) -> String {
     dir.file_name().unwrap().to_str().unwrap().to_string()
 }
 
-#[test]
-fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary() {
-    let mst = Mst::new();
-    let eval = failing_eval();
-    let run = eval.run(&mst, &["-q"]);
-    assert_eq!(
-        run.code, 1,
-        "some cases fail on purpose: {}\n{}",
-        run.stdout, run.stderr
-    );
-    let dir = eval.run_dir("exported");
-    let mst_id = run_id_of(&dir);
-    let summary = read_json(&dir.join("summary.json"));
+/// How many of `records` lie below `dir`.
+fn count_under(records: &BTreeMap<PathBuf, Value>, dir: &Path) -> usize {
+    records.keys().filter(|p| p.starts_with(dir)).count()
+}
 
-    let out = tempfile::tempdir().unwrap();
-    let out = out.path().join("mst-eval");
-    let exported = export(&mst, &eval.results(), &mst_id, &out);
+/// Exports `mst_id` into `out` (which must succeed, under an id of its own that it prints),
+/// validates every file written and checks the printed file list is what is on disk: the
+/// exported id and the records by relative path.
+fn export_listing_what_it_wrote(
+    mst: &Mst,
+    results: &Path,
+    mst_id: &str,
+    out: &Path,
+) -> (String, BTreeMap<PathBuf, Value>) {
+    let exported = export(mst, results, mst_id, out);
     assert_eq!(exported.code, 0, "{}\n{}", exported.stdout, exported.stderr);
     let printed = exported.json();
     let id = printed["exportedRunId"].as_str().unwrap().to_string();
@@ -165,8 +163,9 @@ fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary()
     );
     assert_eq!(printed["runId"], mst_id);
 
-    // (a) every file validates (run.json and latest.json check the id against MST's pattern), and the printed list is what is on disk.
-    let records = validate_all(&out);
+    // Every file validates (run.json and latest.json check the id against MST's pattern), and
+    // the printed list is what is on disk.
+    let records = validate_all(out);
     let mut listed: Vec<PathBuf> = printed["files"]
         .as_array()
         .unwrap()
@@ -175,33 +174,31 @@ fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary()
         .collect();
     listed.sort();
     assert_eq!(listed, records.keys().cloned().collect::<Vec<_>>());
+    (id, records)
+}
 
-    // (b) the numbers agree with mst's summary: 2 variants × 3 cases × 3 trials.
-    let base = PathBuf::from("runs").join(&id);
-    let trials: Vec<&Value> = records
-        .iter()
-        .filter(|(p, _)| p.starts_with(base.join("traces")))
-        .map(|(_, v)| v)
-        .collect();
-    assert_eq!(trials.len(), 18);
-    let scores = records
-        .keys()
-        .filter(|p| p.starts_with(base.join("scores")))
-        .count();
+/// [`failing_eval`]'s trials and scores, as exported under `base` for exported run `id`:
+/// 2 variants × 3 cases × 3 trials, shaky's c3 failing.
+fn assert_trials_and_scores(records: &BTreeMap<PathBuf, Value>, base: &Path, id: &str) {
+    let trials = count_under(records, &base.join("traces"));
+    assert_eq!(trials, 18);
+    let scores = count_under(records, &base.join("scores"));
     assert_eq!(scores, 18, "one score per judge per trial");
     let failed_trace = &records[&base.join("traces/shaky/c3/2.json")];
     assert_eq!(failed_trace["trace"]["exitCode"], 1, "{failed_trace}");
     assert_eq!(failed_trace["infrastructureError"], false);
-    assert_eq!(failed_trace["runId"], id.as_str());
+    assert_eq!(failed_trace["runId"], id);
     let score = &records[&base.join("scores/exit-code/shaky/c3/2.json")];
     assert_eq!(score["score"]["pass"], false, "{score}");
     assert_eq!(
         records[&base.join("scores/exit-code/shaky/c1/0.json")]["score"]["pass"],
         true
     );
+}
 
-    let run_record = &records[&base.join("run.json")];
-    assert_eq!(run_record["mstRunId"], mst_id.as_str());
+/// The exported run.json of [`failing_eval`]'s run `mst_id`.
+fn assert_run_record(run_record: &Value, mst_id: &str) {
+    assert_eq!(run_record["mstRunId"], mst_id);
     assert_eq!(run_record["evalName"], "exported");
     assert_eq!(run_record["baseline"], "steady");
     assert_eq!(
@@ -215,8 +212,10 @@ fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary()
         run_record["phases"],
         json!({"collect": "complete", "grade": "complete"})
     );
+}
 
-    let results = &records[&base.join("results.json")];
+/// Each exported case's outcome is the one in mst's `summary`, with its 3 trials.
+fn assert_results_match_summary(results: &Value, summary: &Value) {
     let cases = results["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 6);
     for case in cases {
@@ -229,7 +228,11 @@ fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary()
         assert_eq!(case["pass"], *outcome == "passed", "{case}");
         assert_eq!(case["trialResults"].as_array().unwrap().len(), 3);
     }
-    let exported_summary = &records[&base.join("summary.json")];
+}
+
+/// The exported summary's counts are mst's `summary`'s and agree with the exported results:
+/// 3 of 6 cases passed, shaky passing a third of its trials.
+fn assert_exported_summary_matches(exported_summary: &Value, results: &Value, summary: &Value) {
     for variant in exported_summary["variants"].as_array().unwrap() {
         let name = variant["name"].as_str().unwrap();
         let mine = &summary["variants"][name];
@@ -266,37 +269,35 @@ fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary()
         exported_summary["variants"][1]["metrics"]["trial_pass_rate"],
         json!(1.0 / 3.0)
     );
-    let latest = &records[Path::new("latest.json")];
-    assert_eq!(latest["path"], format!("runs/{id}"));
+}
 
-    // The same run exports to the same id every time.
-    let again = tempfile::tempdir().unwrap();
-    let second = export(&mst, &eval.results(), &mst_id, again.path());
-    assert_eq!(second.json()["exportedRunId"], id.as_str());
-
-    // A regrade (`RUN_ID.g1`, which holds no traces of its own) exports with the graded run's
-    // traces, its `.g1` kept in the id.
-    let regrade = mst.run(&["grade", &mst_id, "--results-dir", s(&eval.results())]);
+/// A regrade (`RUN_ID.g1`, which holds no traces of its own) of [`failing_eval`]'s run
+/// `mst_id` exports with the graded run's traces, its `.g1` kept in the id.
+fn assert_regrade_exports_with_the_graded_runs_traces(mst: &Mst, results: &Path, mst_id: &str) {
+    let regrade = mst.run(&["grade", mst_id, "--results-dir", s(results)]);
     assert_eq!(regrade.code, 1, "{}\n{}", regrade.stdout, regrade.stderr);
     let (_regraded_out, regraded_base, regraded_records) =
-        export_valid(&mst, &eval.results(), &format!("{mst_id}.g1"));
+        export_valid(mst, results, &format!("{mst_id}.g1"));
     assert!(
         regraded_base.to_string_lossy().ends_with(".g1"),
         "{}",
         regraded_base.display()
     );
     assert_eq!(
-        regraded_records
-            .keys()
-            .filter(|p| p.starts_with(regraded_base.join("traces")))
-            .count(),
+        count_under(&regraded_records, &regraded_base.join("traces")),
         18
     );
+}
 
-    // The check can fail: a record without a required field, or with a run id outside MST's
-    // pattern, is refused.
+/// The check can fail: a record without a required field, or with a run id outside MST's
+/// pattern, is refused (the records of [`failing_eval`]'s run `mst_id`, exported under `base`).
+fn assert_schemas_refuse_broken_records(
+    records: &BTreeMap<PathBuf, Value>,
+    base: &Path,
+    mst_id: &str,
+) {
     let validators = validators();
-    let mut broken = failed_trace.clone();
+    let mut broken = records[&base.join("traces/shaky/c3/2.json")].clone();
     broken
         .as_object_mut()
         .unwrap()
@@ -305,18 +306,55 @@ fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary()
         !errors(&validators, "trial", &broken).is_empty(),
         "a trial without infrastructureError"
     );
-    let mut broken = run_record.clone();
+    let mut broken = records[&base.join("run.json")].clone();
     broken["runId"] = json!(mst_id);
     assert!(
         !errors(&validators, "run", &broken).is_empty(),
         "mst's own id ({mst_id}) does not fit MST's pattern, which is why export derives one"
     );
-    let mut broken = score.clone();
+    let mut broken = records[&base.join("scores/exit-code/shaky/c3/2.json")].clone();
     broken["score"] = json!({"value": 0.0});
     assert!(
         !errors(&validators, "score", &broken).is_empty(),
         "a score without pass"
     );
+}
+
+#[test]
+fn an_exported_run_validates_against_mst_s_schemas_and_agrees_with_the_summary() {
+    let mst = Mst::new();
+    let eval = failing_eval();
+    let run = eval.run(&mst, &["-q"]);
+    assert_eq!(
+        run.code, 1,
+        "some cases fail on purpose: {}\n{}",
+        run.stdout, run.stderr
+    );
+    let dir = eval.run_dir("exported");
+    let mst_id = run_id_of(&dir);
+    let summary = read_json(&dir.join("summary.json"));
+
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("mst-eval");
+    let (id, records) = export_listing_what_it_wrote(&mst, &eval.results(), &mst_id, &out);
+
+    // The numbers agree with mst's summary.
+    let base = PathBuf::from("runs").join(&id);
+    assert_trials_and_scores(&records, &base, &id);
+    assert_run_record(&records[&base.join("run.json")], &mst_id);
+    let results = &records[&base.join("results.json")];
+    assert_results_match_summary(results, &summary);
+    assert_exported_summary_matches(&records[&base.join("summary.json")], results, &summary);
+    let latest = &records[Path::new("latest.json")];
+    assert_eq!(latest["path"], format!("runs/{id}"));
+
+    // The same run exports to the same id every time.
+    let again = tempfile::tempdir().unwrap();
+    let second = export(&mst, &eval.results(), &mst_id, again.path());
+    assert_eq!(second.json()["exportedRunId"], id.as_str());
+
+    assert_regrade_exports_with_the_graded_runs_traces(&mst, &eval.results(), &mst_id);
+    assert_schemas_refuse_broken_records(&records, &base, &mst_id);
 }
 
 #[test]

@@ -165,43 +165,34 @@ fn forging_worker(eval: &Eval, answers: &[(&str, Option<Value>)]) -> String {
     stand_in_worker(eval.dir.path(), "forger.sh", &body)
 }
 
-#[test]
-fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left() {
-    let mst = Mst::new();
-    let (eval, run_dir, run) = collected_exec_judged_eval(&mst);
-    let bin = judge_program(&eval.dir.path().join("bin"));
+/// A [`forging_worker`] whose plugin judge (the only judge that runs there) forges a score out
+/// of range for c1, a judge the trial does not have on a machine for c2, the assertion's call
+/// too (which the coordinator makes) for c3, a pass for c5 (whose honest judge fails it:
+/// scores are its word), and reports c4 as infra.
+fn worker_forging_every_kind_of_score(eval: &Eval) -> String {
     let score = |judge: &str, value: f64| json!({"judge": judge, "value": value, "reason": "r"});
-    let worker = forging_worker(
-        &eval,
+    let scores = |scores: &[Value]| Some(json!({ "scores": scores }));
+    forging_worker(
+        eval,
         &[
-            // Only the plugin judge runs there. A score out of range; a judge the trial does
-            // not have on a machine; the assertion's call too, which the coordinator makes.
-            (
-                "c1",
-                Some(json!({"scores": [score("mst/fixture/exec-grader", 7.0)]})),
-            ),
-            ("c2", Some(json!({"scores": [score("sounds-right", 1.0)]}))),
+            ("c1", scores(&[score("mst/fixture/exec-grader", 7.0)])),
+            ("c2", scores(&[score("sounds-right", 1.0)])),
             (
                 "c3",
-                Some(
-                    json!({"scores": [score("contains", 1.0), score("mst/fixture/exec-grader", 1.0)]}),
-                ),
+                scores(&[
+                    score("contains", 1.0),
+                    score("mst/fixture/exec-grader", 1.0),
+                ]),
             ),
-            // c5's honest judge fails it; this machine says it passed: scores are its word.
-            (
-                "c5",
-                Some(json!({"scores": [score("mst/fixture/exec-grader", 1.0)]})),
-            ),
+            ("c5", scores(&[score("mst/fixture/exec-grader", 1.0)])),
             ("c4", None),
         ],
-    );
-    let forged = grade(
-        &mst,
-        &eval,
-        &run,
-        &["--json", "--runner", "local", "--runner-option", &worker],
-        &bin,
-    );
+    )
+}
+
+/// The forged grading (`forged`, into `g1`): the forged trials get no verdict, each with an
+/// error saying what was wrong, c4 is missing, and only the forged c5 passed.
+fn assert_forged_scores_get_no_verdict(forged: &mst_tests::Run, g1: &Path) {
     let summary = forged.json();
     assert_eq!(
         summary["variants"]["default"]["notGraded"], 3,
@@ -213,8 +204,7 @@ fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left()
         summary["missing"],
         json!([{"variant": "default", "case": "c4", "trial": 0}])
     );
-    let g1 = run_dir.with_file_name(format!("{run}.g1"));
-    let grades = grades_of(&g1);
+    let grades = grades_of(g1);
     let error = |trial: &str| grades[trial]["error"].as_str().unwrap().to_string();
     assert!(
         error("default/c1/0").contains("score 7 is outside 0..1"),
@@ -229,36 +219,16 @@ fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left()
         "{grades:?}"
     );
     assert_eq!(grades["default/c1/0"]["judge"], "grade shard 0");
+}
 
-    // Another runner is refused; the same one grades only the missing trial.
-    let changed = grade(
-        &mst,
-        &eval,
-        &run,
-        &["--runner", "docker", "--resume", &format!("{run}.g1")],
-        &bin,
-    );
-    assert_eq!(changed.code, 2, "{}", changed.stderr);
-    assert!(
-        changed.stderr.contains("the runner changed"),
-        "{}",
-        changed.stderr
-    );
-    let resumed = grade(
-        &mst,
-        &eval,
-        &run,
-        &[
-            "--json",
-            "--runner",
-            "local",
-            "--runner-option",
-            &worker,
-            "--resume",
-            &format!("{run}.g1"),
-        ],
-        &bin,
-    );
+/// The resumed grading (`resumed`) of `run` (in `run_dir`) went on in `g1` on a second
+/// machine, and graded the missing c4 there, honestly: nothing is missing now.
+fn assert_resume_graded_what_was_left(
+    resumed: &mst_tests::Run,
+    run_dir: &Path,
+    run: &str,
+    g1: &Path,
+) {
     let summary = resumed.json();
     assert!(
         summary["missing"].as_array().unwrap().is_empty(),
@@ -279,7 +249,7 @@ fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left()
         2,
         "{record}"
     );
-    let c4 = &grades_of(&g1)["default/c4/0"];
+    let c4 = &grades_of(g1)["default/c4/0"];
     assert!(
         c4["judges"][1]["reason"]
             .as_str()
@@ -287,6 +257,42 @@ fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left()
             .contains(" collect --bundle "),
         "{c4}"
     );
+}
+
+#[test]
+fn a_machine_that_forges_scores_gets_no_verdict_and_resume_grades_what_it_left() {
+    let mst = Mst::new();
+    let (eval, run_dir, run) = collected_exec_judged_eval(&mst);
+    let bin = judge_program(&eval.dir.path().join("bin"));
+    let worker = worker_forging_every_kind_of_score(&eval);
+    let on_the_forger = ["--json", "--runner", "local", "--runner-option", &worker];
+    let forged = grade(&mst, &eval, &run, &on_the_forger, &bin);
+    let g1 = run_dir.with_file_name(format!("{run}.g1"));
+    assert_forged_scores_get_no_verdict(&forged, &g1);
+
+    // Another runner is refused; the same one grades only the missing trial.
+    let resume = format!("{run}.g1");
+    let changed = grade(
+        &mst,
+        &eval,
+        &run,
+        &["--runner", "docker", "--resume", &resume],
+        &bin,
+    );
+    assert_eq!(changed.code, 2, "{}", changed.stderr);
+    assert!(
+        changed.stderr.contains("the runner changed"),
+        "{}",
+        changed.stderr
+    );
+    let resumed = grade(
+        &mst,
+        &eval,
+        &run,
+        &[&on_the_forger[..], &["--resume", &resume]].concat(),
+        &bin,
+    );
+    assert_resume_graded_what_was_left(&resumed, &run_dir, &run, &g1);
 }
 
 #[test]

@@ -233,57 +233,81 @@ fn closing_aborts_a_running_task_seals_what_it_did_and_disposes_of_the_machine()
     assert_eq!(record["ended"], "closed by request");
 }
 
-#[test]
-fn bad_requests_get_the_status_that_fits_and_a_message_naming_the_fix() {
-    let eval = agent_eval("cat", json!({}));
-    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
-    let expect = |method: &str, path: &str, body: Option<&str>, status: u16, needle: &str| {
-        let (got, answer) = serve.call(method, path, body);
-        assert_eq!(got, status, "{method} {path}: {answer}");
-        let error = answer["error"].as_str().unwrap_or_default();
-        assert!(
-            error.contains(needle),
-            "{method} {path}: {error:?} lacks {needle:?}"
-        );
-    };
-    expect(
+/// `method path` with `body` gets `status` and an error message containing `needle`.
+fn assert_refused(
+    serve: &Serve,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    status: u16,
+    needle: &str,
+) {
+    let (got, answer) = serve.call(method, path, body);
+    assert_eq!(got, status, "{method} {path}: {answer}");
+    let error = answer["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(needle),
+        "{method} {path}: {error:?} lacks {needle:?}"
+    );
+}
+
+/// A session of a variant the eval lacks, with a misspelt field or from a body that is not
+/// JSON, a session that does not exist and a path outside the API are refused, naming the fix.
+fn assert_bad_session_requests_refused(serve: &Serve) {
+    assert_refused(
+        serve,
         "POST",
         "/api/v1/sessions",
         Some(r#"{"variant": "nope"}"#),
         400,
         "its variants are agent, direct",
     );
-    expect(
+    assert_refused(
+        serve,
         "POST",
         "/api/v1/sessions",
         Some(r#"{"varient": "agent"}"#),
         400,
         "unknown field `varient`",
     );
-    expect(
+    assert_refused(
+        serve,
         "POST",
         "/api/v1/sessions",
         Some("not json"),
         400,
         "not valid",
     );
-    expect(
+    assert_refused(
+        serve,
         "GET",
         "/api/v1/sessions/0123",
         None,
         404,
         "no session `0123`",
     );
-    expect(
+    assert_refused(
+        serve,
         "POST",
         "/api/v1/sessions/0123/tasks",
         Some(r#"{"input": "x"}"#),
         404,
         "no session",
     );
-    expect("GET", "/api/v1/elsewhere", None, 404, "/api/v1/sessions");
-    // What a page on another site could make a browser send: a form post (no JSON content
-    // type), or a request to a name that re-resolves to loopback (DNS rebinding).
+    assert_refused(
+        serve,
+        "GET",
+        "/api/v1/elsewhere",
+        None,
+        404,
+        "/api/v1/sessions",
+    );
+}
+
+/// What a page on another site could make a browser send is refused, and makes no session: a
+/// form post (no JSON content type), or a request to a name that re-resolves to loopback (DNS
+/// rebinding).
+fn assert_cross_site_requests_refused(serve: &Serve) {
     for (headers, status, needle) in [
         (
             vec!["content-type: text/plain".to_string()],
@@ -305,50 +329,65 @@ fn bad_requests_get_the_status_that_fits_and_a_message_naming_the_fix() {
     }
     let (_, list) = serve.call("GET", "/api/v1/sessions", None);
     assert_eq!(list["sessions"], json!([]), "neither made a session");
-    let session = serve.session(r#"{"variant": "direct"}"#);
-    expect(
+}
+
+/// A task input that does not suit variant `direct` (`session`'s), a task without input or too
+/// big, a trace asked with a bad cursor and the trace of a task that is not there are refused,
+/// naming the fix.
+fn assert_bad_task_requests_refused(serve: &Serve, session: &str) {
+    assert_refused(
+        serve,
         "POST",
-        &tasks(&session),
+        &tasks(session),
         Some(r#"{"input": "what time is it?"}"#),
         400,
         "does not suit variant `direct`'s `mcp` client",
     );
-    expect(
+    assert_refused(
+        serve,
         "POST",
-        &tasks(&session),
+        &tasks(session),
         Some(r#"{}"#),
         400,
         "missing field `input`",
     );
     let big = format!(r#"{{"input": "{}"}}"#, "x".repeat(300 * 1024));
-    expect(
+    assert_refused(
+        serve,
         "POST",
-        &tasks(&session),
+        &tasks(session),
         Some(&big),
         413,
         "over 262144 bytes",
     );
-    expect(
+    let trace = format!("{}/t1/trace", tasks(session));
+    assert_refused(
+        serve,
         "GET",
-        &format!("{}/t1/trace?since=abc", tasks(&session)),
+        &format!("{trace}?since=abc"),
         None,
         400,
         "`since` must be",
     );
-    expect(
+    assert_refused(
+        serve,
         "GET",
-        &format!("{}/t1/trace?from=3", tasks(&session)),
+        &format!("{trace}?from=3"),
         None,
         400,
         "only `since=N`",
     );
-    expect(
-        "GET",
-        &format!("{}/t1/trace", tasks(&session)),
-        None,
-        404,
-        "has no task `t1`",
-    );
+    assert_refused(serve, "GET", &trace, None, 404, "has no task `t1`");
+}
+
+#[test]
+fn bad_requests_get_the_status_that_fits_and_a_message_naming_the_fix() {
+    let eval = agent_eval("cat", json!({}));
+    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    assert_bad_session_requests_refused(&serve);
+    assert_cross_site_requests_refused(&serve);
+    let session = serve.session(r#"{"variant": "direct"}"#);
+    assert_bad_task_requests_refused(&serve, &session);
 }
 
 #[test]

@@ -4,8 +4,9 @@
 
 use mst_tests::serve::{agent_eval, gated_agent, mcp_call as call, steps};
 use mst_tests::{read_json, s, Eval, Mst};
+use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
-use rmcp::ServiceExt;
+use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -37,6 +38,152 @@ fn record(eval: &Eval, session: &str) -> Value {
     )
 }
 
+/// An rmcp client of `mst serve --mcp`.
+type Client = RunningService<RoleClient, ()>;
+
+/// The six tools the client lists, by name.
+async fn assert_lists_the_six_tools(client: &Client) {
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "close_session",
+            "create_session",
+            "get_session",
+            "list_sessions",
+            "read_task_trace",
+            "submit_task"
+        ]
+    );
+}
+
+/// Errors are tool results an agent reads, naming the fix; not protocol errors.
+async fn assert_errors_are_tool_results_naming_the_fix(client: &Client) {
+    let (error, is_error) = call(client, "create_session", json!({"variant": "nope"})).await;
+    assert!(is_error, "{error}");
+    assert_eq!(error["status"], 400);
+    assert!(
+        error["error"].as_str().unwrap().contains("agent"),
+        "{error}"
+    );
+    let (error, is_error) = call(client, "get_session", json!({"session": "x", "extra": 1})).await;
+    assert!(is_error, "{error}");
+    assert!(
+        error["error"].as_str().unwrap().contains("extra"),
+        "{error}"
+    );
+}
+
+/// Creates a session of variant `agent`, ready, and submits `hello` to it, which runs as
+/// task 1: the session's id and the task's.
+async fn session_running_hello(client: &Client) -> (String, String) {
+    let (view, is_error) = call(client, "create_session", json!({})).await;
+    assert!(!is_error, "{view}");
+    assert_eq!(
+        (view["variant"].as_str(), view["status"].as_str()),
+        (Some("agent"), Some("ready"))
+    );
+    let session = view["id"].as_str().unwrap().to_string();
+    let (task, is_error) = call(
+        client,
+        "submit_task",
+        json!({"session": session, "input": "hello"}),
+    )
+    .await;
+    assert!(!is_error, "{task}");
+    assert_eq!(
+        (task["n"].as_u64(), task["status"].as_str()),
+        (Some(1), Some("running"))
+    );
+    let id = task["id"].as_str().unwrap().to_string();
+    (session, id)
+}
+
+/// One task at a time: while task `id` runs, a second submit to `session` is an error result
+/// naming it, and the session is busy with it.
+async fn assert_a_second_task_is_refused_while_one_runs(client: &Client, session: &str, id: &str) {
+    let (refused, is_error) = call(
+        client,
+        "submit_task",
+        json!({"session": session, "input": "again"}),
+    )
+    .await;
+    assert!(is_error, "{refused}");
+    assert_eq!(refused["status"], 409);
+    assert!(refused["error"].as_str().unwrap().contains(id), "{refused}");
+    let (view, _) = call(client, "get_session", json!({"session": session})).await;
+    assert_eq!(
+        (view["status"].as_str(), view["running"].as_str()),
+        (Some("busy"), Some(id))
+    );
+}
+
+/// Follows task `id` of `session` with the cursor until it settles: the first four events
+/// come while the task waits for `gate`, which is opened once they are in (and a second task
+/// refused). Every event that streamed, which must be 8, without gaps or duplicates.
+async fn follow_opening_the_gate(
+    client: &Client,
+    session: &str,
+    id: &str,
+    gate: &Path,
+) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut events: Vec<Value> = Vec::new();
+    let mut next = 0;
+    let mut gated = false;
+    let last = loop {
+        let (page, is_error) = call(
+            client,
+            "read_task_trace",
+            json!({"session": session, "task": id, "since": next}),
+        )
+        .await;
+        assert!(!is_error, "{page}");
+        events.extend(page["events"].as_array().unwrap().iter().cloned());
+        next = page["next"].as_u64().unwrap();
+        if page["done"].as_bool().unwrap() {
+            break page;
+        }
+        if !gated && events.len() >= 4 {
+            assert_a_second_task_is_refused_while_one_runs(client, session, id).await;
+            std::fs::write(gate, "").unwrap();
+            gated = true;
+        }
+        assert!(Instant::now() < deadline, "the task did not settle: {page}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(gated, "the task settled before its gate opened: {last}");
+    assert_eq!(last["status"], "completed", "{last}");
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (0..8).collect::<Vec<u64>>(), "no gaps, no duplicates");
+    events
+}
+
+/// `session` is listed, closes (its record says so) and then takes no task.
+async fn assert_listed_then_closed_for_good(client: &Client, eval: &Eval, session: &str) {
+    let (list, _) = call(client, "list_sessions", json!({})).await;
+    assert_eq!(list["sessions"][0]["id"], session);
+    let (closed, is_error) = call(client, "close_session", json!({"session": session})).await;
+    assert!(!is_error, "{closed}");
+    assert_eq!(closed["status"], "closed");
+    assert_eq!(record(eval, session)["status"], "closed");
+    let (again, is_error) = call(
+        client,
+        "submit_task",
+        json!({"session": session, "input": "late"}),
+    )
+    .await;
+    assert!(is_error, "{again}");
+    assert_eq!(again["status"], 409);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_mcp_client_drives_sessions_tasks_and_live_traces_through_the_tools() {
     let dir = tempfile::tempdir().unwrap();
@@ -57,109 +204,10 @@ async fn an_mcp_client_drives_sessions_tasks_and_live_traces_through_the_tools()
         )
     });
 
-    let mut names: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.into_owned())
-        .collect();
-    names.sort();
-    assert_eq!(
-        names,
-        [
-            "close_session",
-            "create_session",
-            "get_session",
-            "list_sessions",
-            "read_task_trace",
-            "submit_task"
-        ]
-    );
-
-    // Errors are tool results an agent reads, naming the fix; not protocol errors.
-    let (error, is_error) = call(&client, "create_session", json!({"variant": "nope"})).await;
-    assert!(is_error, "{error}");
-    assert_eq!(error["status"], 400);
-    assert!(
-        error["error"].as_str().unwrap().contains("agent"),
-        "{error}"
-    );
-    let (error, is_error) = call(&client, "get_session", json!({"session": "x", "extra": 1})).await;
-    assert!(is_error, "{error}");
-    assert!(
-        error["error"].as_str().unwrap().contains("extra"),
-        "{error}"
-    );
-
-    let (view, is_error) = call(&client, "create_session", json!({})).await;
-    assert!(!is_error, "{view}");
-    assert_eq!(
-        (view["variant"].as_str(), view["status"].as_str()),
-        (Some("agent"), Some("ready"))
-    );
-    let session = view["id"].as_str().unwrap().to_string();
-
-    let (task, is_error) = call(
-        &client,
-        "submit_task",
-        json!({"session": session, "input": "hello"}),
-    )
-    .await;
-    assert!(!is_error, "{task}");
-    assert_eq!(
-        (task["n"].as_u64(), task["status"].as_str()),
-        (Some(1), Some("running"))
-    );
-    let id = task["id"].as_str().unwrap().to_string();
-
-    // Follow the trace with the cursor: the first four events come while the task waits.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut events: Vec<Value> = Vec::new();
-    let mut next = 0;
-    let mut gated = false;
-    let last = loop {
-        let (page, is_error) = call(
-            &client,
-            "read_task_trace",
-            json!({"session": session, "task": id, "since": next}),
-        )
-        .await;
-        assert!(!is_error, "{page}");
-        events.extend(page["events"].as_array().unwrap().iter().cloned());
-        next = page["next"].as_u64().unwrap();
-        if page["done"].as_bool().unwrap() {
-            break page;
-        }
-        if !gated && events.len() >= 4 {
-            // One task at a time: a second submit is an error result naming the running task.
-            let (refused, is_error) = call(
-                &client,
-                "submit_task",
-                json!({"session": session, "input": "again"}),
-            )
-            .await;
-            assert!(is_error, "{refused}");
-            assert_eq!(refused["status"], 409);
-            assert!(
-                refused["error"].as_str().unwrap().contains(&id),
-                "{refused}"
-            );
-            let (view, _) = call(&client, "get_session", json!({"session": session})).await;
-            assert_eq!(
-                (view["status"].as_str(), view["running"].as_str()),
-                (Some("busy"), Some(id.as_str()))
-            );
-            std::fs::write(&gate, "").unwrap();
-            gated = true;
-        }
-        assert!(Instant::now() < deadline, "the task did not settle: {page}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert!(gated, "the task settled before its gate opened: {last}");
-    assert_eq!(last["status"], "completed", "{last}");
-    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, (0..8).collect::<Vec<u64>>(), "no gaps, no duplicates");
+    assert_lists_the_six_tools(&client).await;
+    assert_errors_are_tool_results_naming_the_fix(&client).await;
+    let (session, id) = session_running_hello(&client).await;
+    let events = follow_opening_the_gate(&client, &session, &id, &gate).await;
     // Without a cursor, the whole (stored) trace: what streamed.
     let (replay, _) = call(
         &client,
@@ -168,21 +216,7 @@ async fn an_mcp_client_drives_sessions_tasks_and_live_traces_through_the_tools()
     )
     .await;
     assert_eq!(replay["events"], Value::Array(events));
-
-    let (list, _) = call(&client, "list_sessions", json!({})).await;
-    assert_eq!(list["sessions"][0]["id"], session.as_str());
-    let (closed, is_error) = call(&client, "close_session", json!({"session": session})).await;
-    assert!(!is_error, "{closed}");
-    assert_eq!(closed["status"], "closed");
-    assert_eq!(record(&eval, &session)["status"], "closed");
-    let (again, is_error) = call(
-        &client,
-        "submit_task",
-        json!({"session": session, "input": "late"}),
-    )
-    .await;
-    assert!(is_error, "{again}");
-    assert_eq!(again["status"], 409);
+    assert_listed_then_closed_for_good(&client, &eval, &session).await;
     client.cancel().await.unwrap();
 }
 

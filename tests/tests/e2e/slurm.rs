@@ -93,35 +93,10 @@ fn wait_until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
-    if !slurm::available() {
-        return;
-    }
-    let cluster = Cluster::start(2);
-    let mst = Mst::new();
-
-    // 3 shards, each its own job: every trial passes, each job was named and commented with
-    // the run id, and none is left running nor any work directory left on the node.
-    // The node has 2 CPUs: the third job waits in the queue until one of the others ends, so
-    // the plugin's time limit (which bounds the wait) must cover a slow, busy machine.
-    let eval = echo_eval(9);
-    let run = eval_on(
-        &mst,
-        &cluster,
-        &eval,
-        &["shards=3", "time=10"],
-        &["--plugin-timeout", "120"],
-    );
-    assert_eq!(
-        run.code,
-        0,
-        "{}\n{}\n{}",
-        run.stdout,
-        run.stderr,
-        cluster.logs()
-    );
-    assert!(run.stdout.contains("100.0%"), "{}", run.stdout);
+/// After a 3-shard run of `eval` on `cluster`: 3 machines, each its own job, done; every job
+/// named and commented with the run id, none left running nor any work directory left on the
+/// node.
+fn assert_each_shard_was_a_job_named_for_the_run(cluster: &Cluster, eval: &Eval) {
     let dir = eval.run_dir("e2e");
     let id = run_id(&dir);
     let record = read_json(&dir.join("run.json"));
@@ -151,9 +126,12 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
     }
     assert!(cluster.live_jobs().is_empty(), "{:?}", cluster.live_jobs());
     mst_tests::assert_no_work_dirs_left(&id);
+}
 
-    // What it declares: exactly Slurm's four commands (and `tar`, for a shared filesystem),
-    // none with an option wildcard or a shell, and nothing `plugin check` warns about.
+/// What the plugin declares: exactly Slurm's four commands (and `tar`, for a shared
+/// filesystem), none with an option wildcard or a shell, and nothing `plugin check` warns
+/// about.
+fn assert_it_declares_only_slurms_commands(mst: &Mst) {
     let check = mst.run(&[
         "plugin",
         "check",
@@ -184,12 +162,14 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
         );
     }
     assert_eq!(report["problems"], json!([]), "{report}");
+}
 
-    // The dry run: one job, one trial, disposed of.
+/// `plugin check --dry-run` on `cluster`: one job, one trial, disposed of.
+fn assert_the_dry_run_disposes_of_its_job(mst: &Mst, cluster: &Cluster) {
     let mut args: Vec<String> = ["plugin", "check", "--dry-run"].map(String::from).to_vec();
     args.insert(2, s(&mst_tests::plugin("slurm-runner.wasm")).to_string());
     args.extend(slurm_args(&["time=5"]).into_iter().skip(4));
-    let dry = run_on(&mst, &cluster, &args);
+    let dry = run_on(mst, cluster, &args);
     assert_eq!(dry.code, 0, "{}\n{}", dry.stdout, dry.stderr);
     for step in [
         "create machine   ok",
@@ -205,6 +185,39 @@ fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
         dry.stdout
     );
     assert!(cluster.live_jobs().is_empty(), "{:?}", cluster.live_jobs());
+}
+
+#[test]
+fn three_shards_on_slurm_with_a_dry_run_and_a_partition_that_does_not_exist() {
+    if !slurm::available() {
+        return;
+    }
+    let cluster = Cluster::start(2);
+    let mst = Mst::new();
+
+    // 3 shards, each its own job: every trial passes.
+    // The node has 2 CPUs: the third job waits in the queue until one of the others ends, so
+    // the plugin's time limit (which bounds the wait) must cover a slow, busy machine.
+    let eval = echo_eval(9);
+    let run = eval_on(
+        &mst,
+        &cluster,
+        &eval,
+        &["shards=3", "time=10"],
+        &["--plugin-timeout", "120"],
+    );
+    assert_eq!(
+        run.code,
+        0,
+        "{}\n{}\n{}",
+        run.stdout,
+        run.stderr,
+        cluster.logs()
+    );
+    assert!(run.stdout.contains("100.0%"), "{}", run.stdout);
+    assert_each_shard_was_a_job_named_for_the_run(&cluster, &eval);
+    assert_it_declares_only_slurms_commands(&mst);
+    assert_the_dry_run_disposes_of_its_job(&mst, &cluster);
 
     // A partition the cluster does not have: refused before any job or trial, in Slurm's
     // words, naming the option.

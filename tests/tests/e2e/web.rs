@@ -9,7 +9,7 @@ use mst_tests::serve::{agent_eval, gated_agent, Serve};
 use mst_tests::{read_json, s, Eval, Mst};
 use serde_json::{json, Value};
 use std::io::BufRead;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// An eval whose `agent` streams a tool call and its result, then echoes its input (judged by
@@ -116,22 +116,9 @@ fn stored_summary(results: &Path, eval: &str, run_id: &str) -> Value {
     )
 }
 
-#[test]
-fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_narrow_window() {
-    let eval = web_eval();
-    let mst = Mst::new();
-    let run = eval.run(&mst, &["--json"]);
-    assert_eq!(run.code, 1, "{}", run.stderr);
-    let summary = run.json();
-    let run_id = summary["runId"].as_str().unwrap();
-    let results = eval.results();
-    // Every run leaves its report beside its results.
-    assert!(results
-        .join("web/runs")
-        .join(run_id)
-        .join("report.html")
-        .is_file());
-
+/// `mst report RUN_ID --out OUT --json` into `shared/report.html` of `eval`'s directory, which
+/// must succeed and say how many trials and bytes it wrote: the file.
+fn write_report(mst: &Mst, eval: &Eval, run_id: &str) -> PathBuf {
     let out = eval.dir.path().join("shared/report.html");
     let written = mst.run(&[
         "report",
@@ -139,7 +126,7 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
         "--out",
         s(&out),
         "--results-dir",
-        s(&results),
+        s(&eval.results()),
         "--json",
     ]);
     assert_eq!(written.code, 0, "{}", written.stderr);
@@ -148,28 +135,29 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
         written.json()["bytes"].as_u64().unwrap(),
         std::fs::metadata(&out).unwrap().len()
     );
+    out
+}
 
-    let browser = Browser::start();
-    browser.goto(&format!("file://{}", s(&out)));
-    browser.wait_for("body[data-ready='1']");
-    browser.screenshot("report-overview");
-    assert_page_matches_summary(&browser, &summary);
-    // Self-contained: nothing was fetched to draw it.
+/// The open report of [`web_eval`]'s run fetched nothing to draw itself, and groups the infra
+/// failures by their cause: one line for the broken client's six trials.
+fn assert_self_contained_with_infra_grouped(browser: &Browser) {
     assert_eq!(
         browser.eval("return performance.getEntriesByType('resource').length"),
         json!(0)
     );
-    // Infra failures, grouped by their cause: one line for the broken client's six trials.
     let infra = browser.texts("#infra li");
     assert_eq!(infra.len(), 1, "{infra:?}");
     assert!(
         infra[0].starts_with("6 trials (broken)") && infra[0].contains("/nonexistent/agent"),
         "{infra:?}"
     );
+}
 
-    // Filters: the failed trials are the two of `waves` under `agent`.
+/// Filtering the open report by outcome shows the failed trials (the two of `waves` under
+/// `agent`), and Enter on a trial's link opens its whole trace.
+fn assert_failed_filter_then_trace_by_keyboard(browser: &Browser) {
     browser.click("#filter-outcome option[value='failed']");
-    until(&browser, "the failed trials", |b| {
+    until(browser, "the failed trials", |b| {
         count(b, "#trials-table tbody tr") == 2
     });
     let rows = browser.texts("#trials-table tbody tr");
@@ -178,7 +166,6 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
             .all(|r| r.starts_with("waves") && r.contains("expected: contains \"hello\"")),
         "{rows:?}"
     );
-    // By keyboard: Enter on a trial's link opens its whole trace.
     browser.press_enter("#trials-table tbody tr a.open-trial");
     browser.wait_for("#trace [data-event-kind='tool-result']");
     let call = browser.text("#trace [data-event-kind='tool-call']");
@@ -193,12 +180,14 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
         .text("#trace [data-judge='contains']")
         .contains("expected: contains \"hello\""));
     assert_eq!(browser.text("#final-text"), "bye");
+}
 
-    // The search box, and hostile text staying text: the markup case's answer is shown as
-    // written, and its script never ran.
+/// The search box of the open report, and hostile text staying text: the markup case's answer
+/// is shown as written, and its script never ran.
+fn assert_search_finds_markup_shown_as_text(browser: &Browser) {
     browser.click("#filter-outcome option[value='']");
     browser.fill("#search", "markup");
-    until(&browser, "the markup case's trials", |b| {
+    until(browser, "the markup case's trials", |b| {
         count(b, "#trials-table tbody tr") == 4
     });
     browser.click("#trials-table tbody tr[data-trial-index] a.open-trial");
@@ -209,8 +198,11 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
     );
     assert_ne!(browser.eval("return document.title"), json!("owned"));
     browser.screenshot("report");
+}
 
-    // A narrow window: the page reflows, only tables scroll sideways in their own boxes.
+/// In a narrow window the open page reflows (only tables scroll sideways, in their own boxes),
+/// and it logged no console error.
+fn assert_narrow_window_reflows(browser: &Browser) {
     browser.set_window_size(390, 844);
     assert_eq!(
         browser.eval("return document.documentElement.scrollWidth <= window.innerWidth + 1"),
@@ -218,20 +210,22 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
     );
     browser.screenshot("report-narrow");
     assert_eq!(browser.console_errors(), Vec::<String>::new());
+}
 
-    // Against a baseline: the judge now wants "bye", so two cases broke and one was fixed; the
-    // page says what `mst runs diff` says.
+/// Runs [`web_eval`] again with its judge wanting "bye", so two cases broke and one was fixed
+/// since run `before`, as `mst runs diff --json` says: the new run's id and the diff's counts.
+fn rerun_with_the_judge_wanting_bye(mst: &Mst, eval: &Eval, before: &str) -> (String, Value) {
     let config = std::fs::read_to_string(eval.config()).unwrap();
     std::fs::write(eval.config(), config.replace("\"hello\"", "\"bye\"")).unwrap();
-    let second = eval.run(&mst, &["--json"]);
+    let second = eval.run(mst, &["--json"]);
     let after = second.json()["runId"].as_str().unwrap().to_string();
     let diff = mst.run(&[
         "runs",
         "diff",
-        run_id,
+        before,
         &after,
         "--results-dir",
-        s(&results),
+        s(&eval.results()),
         "--json",
     ]);
     assert_eq!(diff.code, 1, "{}", diff.stderr);
@@ -240,16 +234,29 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
         (counts["broke"].as_u64(), counts["fixed"].as_u64()),
         (Some(2), Some(1))
     );
+    (after, counts)
+}
+
+/// The report of run `after` against `baseline`, opened in `browser`, shows what `mst runs
+/// diff` said (`counts`) and the `agent` variant's change in points.
+fn assert_baseline_report_shows_the_diff(
+    mst: &Mst,
+    browser: &Browser,
+    eval: &Eval,
+    baseline: &str,
+    after: &str,
+    counts: &Value,
+) {
     let compared = eval.dir.path().join("compared.html");
     let written = mst.run(&[
         "report",
-        &after,
+        after,
         "--baseline",
-        run_id,
+        baseline,
         "--out",
         s(&compared),
         "--results-dir",
-        s(&results),
+        s(&eval.results()),
     ]);
     assert_eq!(written.code, 0, "{}", written.stderr);
     browser.set_window_size(1280, 900);
@@ -267,7 +274,10 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
         "-33.3 pts"
     );
     browser.screenshot("report-baseline");
-    // A run of another eval is no baseline.
+}
+
+/// A run of another eval is no baseline for run `after` of [`web_eval`].
+fn assert_another_evals_run_is_no_baseline(mst: &Mst, results: &Path, after: &str) {
     let other = Eval::new(
         json!({"name": "other", "datasets": ["cases.jsonl"], "client": "command",
         "clientOptions": {"command": ["cat"]}}),
@@ -278,20 +288,53 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
         "--config",
         s(&other.config()),
         "--results-dir",
-        s(&results),
+        s(results),
         "--json",
     ]);
     let other_id = other_run.json()["runId"].as_str().unwrap().to_string();
     let refused = mst.run(&[
         "report",
-        &after,
+        after,
         "--baseline",
         &other_id,
         "--results-dir",
-        s(&results),
+        s(results),
     ]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("other"), "{}", refused.stderr);
+}
+
+#[test]
+fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_narrow_window() {
+    let eval = web_eval();
+    let mst = Mst::new();
+    let run = eval.run(&mst, &["--json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let summary = run.json();
+    let run_id = summary["runId"].as_str().unwrap();
+    let results = eval.results();
+    // Every run leaves its report beside its results.
+    assert!(results
+        .join("web/runs")
+        .join(run_id)
+        .join("report.html")
+        .is_file());
+    let out = write_report(&mst, &eval, run_id);
+
+    let browser = Browser::start();
+    browser.goto(&format!("file://{}", s(&out)));
+    browser.wait_for("body[data-ready='1']");
+    browser.screenshot("report-overview");
+    assert_page_matches_summary(&browser, &summary);
+    assert_self_contained_with_infra_grouped(&browser);
+    assert_failed_filter_then_trace_by_keyboard(&browser);
+    assert_search_finds_markup_shown_as_text(&browser);
+    assert_narrow_window_reflows(&browser);
+
+    // Against a baseline: the page says what `mst runs diff` says.
+    let (after, counts) = rerun_with_the_judge_wanting_bye(&mst, &eval, run_id);
+    assert_baseline_report_shows_the_diff(&mst, &browser, &eval, run_id, &after, &counts);
+    assert_another_evals_run_is_no_baseline(&mst, &results, &after);
 }
 
 #[test]
