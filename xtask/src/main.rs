@@ -430,7 +430,7 @@ fn check_layers() -> Result<()> {
     }
     if !violations.is_empty() {
         bail!(
-            "{} uses of a part that is not below the user's; the layers, top first: {} \
+            "{} path(s) use a part that is not below their own; the layers, top first: {} \
              (docs/architecture.md). Move the code to the layer it belongs to.",
             violations.len(),
             layers.describe()
