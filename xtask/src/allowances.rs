@@ -1,68 +1,76 @@
 //! The lints that hold the house rules cannot be allowed away: an `allow` or `expect` of
-//! `clippy::too_many_lines` or `clippy::too_many_arguments` anywhere in the repository's Rust
-//! is a violation (CONTRIBUTING.md, "Rules the checks hold"). Reads files only.
+//! `clippy::too_many_lines` or `clippy::too_many_arguments`, or of a group holding one
+//! (`clippy::pedantic`, `clippy::complexity`, `clippy::all`), anywhere in the repository's
+//! Rust is a violation (CONTRIBUTING.md, "Rules the checks hold"). Reads files only.
 
+use super::layers::{code_only, rust_files};
 use anyhow::{Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// The lints whose `allow` is refused.
-const HELD: [&str; 2] = ["clippy::too_many_lines", "clippy::too_many_arguments"];
+/// The lints, and the groups holding them, whose `allow` is refused.
+const HELD: [&str; 5] = [
+    "clippy::too_many_lines",
+    "clippy::too_many_arguments",
+    "clippy::pedantic",
+    "clippy::complexity",
+    "clippy::all",
+];
 
 /// The folders searched, below the repository's root.
 const FOLDERS: [&str; 4] = ["host", "tests", "xtask", "plugins"];
 
-/// Each `file:line` (relative to `root`) that allows a held lint, with the line.
+/// Each `file:line` (relative to `root`) of an attribute that allows a held lint, with the
+/// attribute.
 pub fn check(root: &Path) -> Result<Vec<String>> {
     let mut found = Vec::new();
     for folder in FOLDERS {
         for file in rust_files(&root.join(folder))? {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
-            for (number, line) in text.lines().enumerate() {
-                if allows_held_lint(line) {
-                    let shown = file.strip_prefix(root).unwrap_or(&file);
-                    found.push(format!(
-                        "{}:{}: {}",
-                        shown.display(),
-                        number + 1,
-                        line.trim()
-                    ));
-                }
+            let shown = file.strip_prefix(root).unwrap_or(&file);
+            for (line, attribute) in held_allowances(&text) {
+                found.push(format!("{}:{line}: {attribute}", shown.display()));
             }
         }
     }
     Ok(found)
 }
 
-/// Whether `line` is an attribute allowing (or expecting) one of [`HELD`].
-fn allows_held_lint(line: &str) -> bool {
-    let line = line.trim_start();
-    let attribute = line.starts_with("#[") || line.starts_with("#![");
-    let allows = line.contains("allow(") || line.contains("expect(");
-    attribute && allows && HELD.iter().any(|lint| line.contains(lint))
-}
-
-/// The `.rs` files below `dir`, skipping build output (`target/`).
-fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+/// The attributes of `text` (`#[…]`, `#![…]`, over as many lines as they take) that allow or
+/// expect a [`HELD`] lint, each with its first line and its text on one line. Comments and
+/// literals are not code ([`code_only`]).
+fn held_allowances(text: &str) -> Vec<(usize, String)> {
+    let joined = code_only(text);
+    let mut found = Vec::new();
+    let mut rest = joined.as_str();
+    while let Some(at) = rest.find('#') {
+        let start = joined.len() - rest.len() + at;
+        rest = &rest[at + 1..];
+        let body = rest.strip_prefix('!').unwrap_or(rest);
+        let Some(inner) = body.strip_prefix('[') else {
+            continue;
         };
-        for entry in entries {
-            let path = entry?.path();
-            if path.is_dir() && !path.ends_with("target") && !path.ends_with("node_modules") {
-                pending.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
+        let mut depth = 1;
+        let end = inner.char_indices().find_map(|(i, c)| {
+            depth += match c {
+                '[' => 1,
+                ']' => -1,
+                _ => 0,
+            };
+            (depth == 0).then_some(i)
+        });
+        let Some(end) = end else { break };
+        let attribute: String = inner[..end]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let allows = attribute.starts_with("allow") || attribute.starts_with("expect");
+        if allows && HELD.iter().any(|lint| attribute.contains(lint)) {
+            let line = joined[..start].matches('\n').count() + 1;
+            found.push((line, format!("#[{attribute}]")));
         }
     }
-    files.sort();
-    Ok(files)
+    found
 }
 
 #[cfg(test)]
@@ -70,17 +78,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_allow_of_a_held_lint_is_found_anywhere_else_is_not() {
-        assert!(allows_held_lint("    #[allow(clippy::too_many_arguments)]"));
-        assert!(allows_held_lint(
-            "#![allow(dead_code, clippy::too_many_lines)]"
-        ));
-        assert!(allows_held_lint("#[expect(clippy::too_many_lines)]"));
-        assert!(!allows_held_lint("#[allow(clippy::large_enum_variant)]"));
-        assert!(!allows_held_lint(
-            "// never #[allow(clippy::too_many_lines)]"
-        ));
-        assert!(!allows_held_lint("#![warn(clippy::too_many_lines)]"));
+    fn an_allow_of_a_held_lint_or_its_group_is_found_on_any_number_of_lines() {
+        let found = |text: &str| -> Vec<usize> {
+            held_allowances(text)
+                .into_iter()
+                .map(|(line, _)| line)
+                .collect()
+        };
+        assert_eq!(found("    #[allow(clippy::too_many_arguments)]"), [1]);
+        assert_eq!(found("#![allow(dead_code, clippy::too_many_lines)]"), [1]);
+        assert_eq!(found("#[expect(clippy::too_many_lines)]"), [1]);
+        assert_eq!(
+            found("#[allow(clippy::pedantic)]\n#[allow(clippy::all)]"),
+            [1, 2]
+        );
+        assert_eq!(
+            found("fn f() {}\n#[allow(\n    dead_code,\n    clippy::complexity\n)]"),
+            [2]
+        );
+        assert!(found("#[allow(clippy::large_enum_variant)]").is_empty());
+        assert!(found("// never #[allow(clippy::too_many_lines)]").is_empty());
+        assert!(found("let s = \"#[allow(clippy::too_many_lines)]\";").is_empty());
+        assert!(found("#![warn(clippy::too_many_lines)]").is_empty());
+        assert!(found("#[cfg_attr(test, derive(Debug))]\nlet v = a[b[0]];").is_empty());
     }
 
     #[test]

@@ -184,16 +184,20 @@ pub fn check_lib_doc(lib: &Path, layers: &Layers) -> Result<()> {
     Ok(())
 }
 
-/// The `.rs` files below `dir`, sorted.
-fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
+/// The `.rs` files below `dir`, sorted; build output (`target/`, `node_modules/`) skipped, and
+/// a `dir` that does not exist has none.
+pub fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
-        for entry in
-            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?
-        {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+        };
+        for entry in entries {
             let path = entry?.path();
-            if path.is_dir() {
+            if path.is_dir() && !path.ends_with("target") && !path.ends_with("node_modules") {
                 pending.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
                 files.push(path);
@@ -230,15 +234,15 @@ enum Token {
     Other,
 }
 
-/// The tokens of `source` with their lines, comments and literals skipped.
-fn tokens(source: &str) -> Vec<(usize, Token)> {
+/// `source` with its comments and literals blanked out (their characters become spaces, their
+/// newlines stay), so that what is left is code, on the same lines.
+pub fn code_only(source: &str) -> String {
     let chars: Vec<char> = source.chars().collect();
-    let mut out = Vec::new();
-    let (mut i, mut line) = (0, 1);
+    let mut out = String::with_capacity(source.len());
+    let mut i = 0;
     let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
     while i < chars.len() {
-        let c = chars[i];
-        let end = match c {
+        let end = match chars[i] {
             '/' if at(i + 1) == '/' => (i..chars.len())
                 .find(|&j| chars[j] == '\n')
                 .unwrap_or(chars.len()),
@@ -249,29 +253,50 @@ fn tokens(source: &str) -> Vec<(usize, Token)> {
                 let (start, hashes) = string_prefix(&chars, i).expect("checked");
                 string_end(&chars, start, hashes)
             }
-            c if c.is_alphabetic() || c == '_' => {
-                let end = (i..chars.len())
-                    .find(|&j| !(chars[j].is_alphanumeric() || chars[j] == '_'))
-                    .unwrap_or(chars.len());
-                out.push((line, Token::Ident(chars[i..end].iter().collect())));
-                end
-            }
-            ':' if at(i + 1) == ':' => {
-                out.push((line, Token::PathSep));
-                i + 2
-            }
             c => {
-                match c {
-                    '{' => out.push((line, Token::Open)),
-                    '}' => out.push((line, Token::Close)),
-                    c if c.is_whitespace() => {}
-                    _ => out.push((line, Token::Other)),
-                }
-                i + 1
+                out.push(c);
+                i += 1;
+                continue;
             }
         };
-        line += chars[i..end].iter().filter(|&&c| c == '\n').count();
+        let end = end.max(i + 1).min(chars.len());
+        out.extend(
+            chars[i..end]
+                .iter()
+                .map(|&c| if c == '\n' { '\n' } else { ' ' }),
+        );
         i = end;
+    }
+    out
+}
+
+/// The tokens of `source` with their lines, comments and literals skipped.
+fn tokens(source: &str) -> Vec<(usize, Token)> {
+    let chars: Vec<char> = code_only(source).chars().collect();
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_alphabetic() || c == '_' {
+            let end = (i..chars.len())
+                .find(|&j| !(chars[j].is_alphanumeric() || chars[j] == '_'))
+                .unwrap_or(chars.len());
+            out.push((line, Token::Ident(chars[i..end].iter().collect())));
+            i = end;
+            continue;
+        }
+        match c {
+            ':' if chars.get(i + 1) == Some(&':') => {
+                out.push((line, Token::PathSep));
+                i += 1;
+            }
+            '{' => out.push((line, Token::Open)),
+            '}' => out.push((line, Token::Close)),
+            '\n' => line += 1,
+            c if c.is_whitespace() => {}
+            _ => out.push((line, Token::Other)),
+        }
+        i += 1;
     }
     out
 }

@@ -712,7 +712,7 @@ fn main() -> Result<()> {
     let task = match task::Task::parse(&args, &root()) {
         Ok(task) => task,
         Err(error) => {
-            eprintln!("cargo xtask: {error}\n{}", task::USAGE);
+            eprintln!("cargo xtask: {error}\n{}", task::usage());
             std::process::exit(2)
         }
     };

@@ -5,10 +5,30 @@
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 
-/// The usage line printed with a refused command.
-pub const USAGE: &str =
-    "usage: cargo xtask <quickstart|plugins|test|lint [--no-clippy]|layers|wit [DIR]|\
-bench [run|docker|serve|report|peers]|worker|engines|seccomp>";
+/// Every task, with what it takes: [`usage`] and [`Task::parse`]'s refusals read it.
+const TASKS: [(&str, &str); 11] = [
+    ("quickstart", ""),
+    ("plugins", ""),
+    ("test", ""),
+    ("lint", " [--no-clippy]"),
+    ("layers", ""),
+    ("wit", " [DIR]"),
+    ("bench", " [run|docker|serve|report|peers]"),
+    ("worker", ""),
+    ("engines", ""),
+    ("seccomp", ""),
+    ("__measure", " MST DIR"),
+];
+
+/// The usage line printed with a refused command (`__measure` is xtask's own).
+pub fn usage() -> String {
+    let tasks: Vec<String> = TASKS
+        .iter()
+        .filter(|(name, _)| !name.starts_with("__"))
+        .map(|(name, takes)| format!("{name}{takes}"))
+        .collect();
+    format!("usage: cargo xtask <{}>", tasks.join("|"))
+}
 
 /// A benchmark of `cargo xtask bench`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +192,17 @@ mod tests {
             error.contains("no benchmark \"scale\"") && error.contains("run, docker, serve"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn the_usage_names_every_task_but_xtasks_own() {
+        let usage = usage();
+        assert!(usage.contains("|lint [--no-clippy]|"), "{usage}");
+        assert!(
+            usage.contains("bench [run|docker|serve|report|peers]"),
+            "{usage}"
+        );
+        assert!(!usage.contains("__measure"), "{usage}");
     }
 
     #[test]
