@@ -217,6 +217,9 @@ impl GroupCommand {
 pub struct AsyncGroupChild {
     child: tokio::process::Child,
     leader: u32,
+    /// Set once [`Self::stop`] killed the group and reaped the leader: dropping it then sends
+    /// nothing, since the group's id may by then belong to another process.
+    stopped: bool,
 }
 
 impl AsyncGroupChild {
@@ -243,7 +246,11 @@ impl AsyncGroupChild {
             .kill_on_drop(true)
             .spawn()?;
         let leader = child.id().expect("a child just started has its id");
-        Ok(AsyncGroupChild { child, leader })
+        Ok(AsyncGroupChild {
+            child,
+            leader,
+            stopped: false,
+        })
     }
 
     /// The program's piped stdin, stdout and stderr (each once).
@@ -282,14 +289,18 @@ impl AsyncGroupChild {
     pub async fn stop(&mut self) -> Option<ExitStatus> {
         self.kill_group();
         let _ = self.child.start_kill();
-        self.wait().await
+        let status = self.wait().await;
+        self.stopped = true;
+        status
     }
 }
 
 impl Drop for AsyncGroupChild {
     fn drop(&mut self) {
         // The leader itself is killed and reaped by tokio (`kill_on_drop`).
-        self.kill_group();
+        if !self.stopped {
+            self.kill_group();
+        }
     }
 }
 
