@@ -5,7 +5,7 @@
 //! ([`RunProcess`], written by [`crate::run::run`]), so a run whose process died is listed as
 //! `interrupted`.
 
-use crate::results::process::{Collector, Progress, RunProcess, RunState};
+use crate::results::run_process::{Collector, Progress, RunProcess, RunState};
 use crate::results::{ResultsRoot, RunDir};
 use crate::run::events::RunEvent;
 use crate::shard::coordinator::ShardEvent;
@@ -148,7 +148,7 @@ impl Supervision {
                     // tunnel dies with it), and the parent prints why.
                     Err(e) => {
                         errln!("error: run {run_id}: cannot supervise it: {e:#}");
-                        std::process::exit(2);
+                        super::Code::Refused.exit();
                     }
                 }
                 Progress::Started {

@@ -132,7 +132,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
         Code::BrokenPipe.exit();
     }
     eprintln!("error: cannot write to stdout: {e}");
-    std::process::exit(1);
+    Code::Failure.exit();
 }
 
 /// mst's exit codes (docs/cli.md, "Exit codes"). A command's own verdict (a run's, a plugin
@@ -145,7 +145,8 @@ pub(crate) enum Code {
     /// Done with a verdict against (a failed case, an incompatible plugin), or an error.
     Failure = 1,
     /// Refused: a usage error, input mst cannot take, or a state that forbids the command
-    /// (an unknown run, a run still collecting). Nothing was changed.
+    /// (an unknown run, a run still collecting). Nothing was changed, but for `mst import`,
+    /// which writes its files and then refuses when a case lost every check.
     Refused = 2,
     /// Stopped by Ctrl-C (128 + SIGINT).
     Interrupted = 130,

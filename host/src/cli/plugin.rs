@@ -1,7 +1,7 @@
 //! `mst plugin …`: check, install (from a file or an OCI registry), push, list, info, remove,
 //! new, and trying a plugin on one input.
 
-use super::{scaffold, Exit};
+use super::{scaffold, Code, Exit};
 use crate::eval::trial::{CaseRecord, TrialRecord};
 use crate::files::read_input;
 use crate::home::Home;
@@ -278,8 +278,12 @@ fn load(home: &Home, spec: &str, sandbox: &SandboxArgs) -> Result<LoadedPlugin> 
             let unreadable = error
                 .downcast_ref::<LoadError>()
                 .is_some_and(|failure| failure.step == FailedStep::Read);
-            let code = if unreadable { 2 } else { 1 };
-            Exit::with(code, error)
+            let code = if unreadable {
+                Code::Refused
+            } else {
+                Code::Failure
+            };
+            Exit::with(code.into(), error)
         })
 }
 
@@ -370,7 +374,7 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
         }
     }
     Ok(match &dry {
-        Some(dry) if !dry.ok() => 1,
+        Some(dry) if !dry.ok() => Code::Failure.into(),
         _ => report.exit_code(),
     })
 }
@@ -406,7 +410,7 @@ fn install(home: &Home, plugin: &str, force: bool, json: bool, access: &oci::Acc
             installed.manifest.digest
         );
     }
-    Ok(super::Code::Success.into())
+    Ok(Code::Success.into())
 }
 
 /// The check report of `bytes` (named `label`), which must be compatible: otherwise the report
@@ -466,7 +470,7 @@ fn push(
             report.digest
         );
     }
-    Ok(super::Code::Success.into())
+    Ok(Code::Success.into())
 }
 
 /// `mst plugin list`.
@@ -505,7 +509,7 @@ fn list(home: &Home, json: bool) -> Result<u8> {
             );
         }
     }
-    Ok(super::Code::Success.into())
+    Ok(Code::Success.into())
 }
 
 /// `mst plugin info`: an installed plugin's manifest, or a file's check report.
@@ -532,7 +536,7 @@ fn info(home: &Home, plugin: &str, json: bool) -> Result<u8> {
                 }
                 out!("{}", installed.manifest.check.render());
             }
-            Ok(super::Code::Success.into())
+            Ok(Code::Success.into())
         }
     }
 }
@@ -547,7 +551,7 @@ fn remove(home: &Home, plugin: &str, json: bool) -> Result<u8> {
             outln!("removed {} {}", p.manifest.name, p.manifest.version);
         }
     }
-    Ok(super::Code::Success.into())
+    Ok(Code::Success.into())
 }
 
 /// `mst plugin new`.
@@ -568,7 +572,7 @@ fn new_plugin(
         "check it:  mst plugin check {}",
         dir.join(&project.artifact).display()
     );
-    Ok(super::Code::Success.into())
+    Ok(Code::Success.into())
 }
 
 /// `mst plugin grade`: one trial, from a file or an inline answer.
@@ -659,7 +663,7 @@ fn resolve(home: &Home, args: ResolveArgs) -> Result<u8> {
         }
         eprintln!("{} cases", cases.len());
     }
-    Ok(super::Code::Success.into())
+    Ok(Code::Success.into())
 }
 
 /// Checks that options are JSON and passes them on compactly.

@@ -5,7 +5,7 @@
 
 use crate::eval::trial::TrialKey;
 use crate::grade::Grades;
-use crate::results::process::Progress;
+use crate::results::run_process::Progress;
 use crate::results::{self, junit, summary_text};
 use crate::run;
 use crate::run::events::{self, RunEvent};
@@ -213,7 +213,7 @@ impl events::Reporter for Reporter {
     /// 1 when the `--junit` file could not be written (the process exits 1 then).
     fn exit_code(&self, run_code: u8) -> u8 {
         match self.failure.lock().expect("failure").is_some() {
-            true => 1,
+            true => super::Code::Failure.into(),
             false => run_code,
         }
     }

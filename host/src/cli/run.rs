@@ -5,7 +5,7 @@
 use super::plugin::SandboxArgs;
 use super::progress::{print_summary, ReportKind, Reporter, Tee};
 use crate::home::Home;
-use crate::results::process::Collector;
+use crate::results::run_process::Collector;
 use crate::results::ResultsRoot;
 use crate::run::{self, RunRequest};
 use crate::shard::coordinator::ShardSettings;

@@ -2,7 +2,7 @@
 
 use crate::home::Home;
 use crate::results::ResultsRoot;
-use crate::serve::batch_runs::{LiveRun, LiveRuns};
+use crate::serve::batch_runs::{BatchRun, BatchRuns};
 use crate::serve::{http, mcp, Playground, ServeRequest};
 use crate::shard::coordinator::ShardSettings;
 use anyhow::{bail, Context, Result};
@@ -78,7 +78,7 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         None => None,
     };
     let setup = args.setup.setup()?;
-    let live = Arc::new(LiveRuns::starting(home, &setup));
+    let live = Arc::new(BatchRuns::starting(home, &setup));
     let results = ResultsRoot::new(&setup.results_base);
     let request = ServeRequest {
         setup,
@@ -155,7 +155,7 @@ async fn serve_http(
 /// dropped.
 pub(crate) struct Following {
     /// The run, heard as a reporter.
-    pub run: Arc<LiveRun>,
+    pub run: Arc<BatchRun>,
     /// Where the UI is.
     pub address: SocketAddr,
     stop: Arc<tokio::sync::Notify>,
@@ -172,8 +172,8 @@ impl Following {
                  token; use `mst serve --token-file` to serve other hosts"
             );
         }
-        let run = Arc::new(LiveRun::default());
-        let live = Arc::new(LiveRuns::default());
+        let run = Arc::new(BatchRun::default());
+        let live = Arc::new(BatchRuns::default());
         live.track(run.clone());
         let served = http::Served {
             playground: None,

@@ -1,6 +1,6 @@
 //! [`Slots`]: where each trial's grade line is in a file of grades, kept in a second file of
 //! fixed slots, one for each trial of the run's plan, at the trial's position. Grading while
-//! collecting writes them (`run::grade`'s spill), and [`super::Grades`] reads grades through
+//! collecting writes them (`run::grading`'s spill), and [`super::Grades`] reads grades through
 //! them: memory holds one bit a trial (which slots are written), where a list of where each
 //! grade is held 16 bytes (issue 16: memory flat in N).
 

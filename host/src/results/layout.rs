@@ -120,12 +120,12 @@ impl ResultsRoot {
     }
 
     /// Every stored run that can be read, oldest first, as `mst runs list` shows it.
-    pub fn list(&self) -> Vec<super::process::RunListing> {
-        let mut runs: Vec<super::process::RunListing> = self
+    pub fn list(&self) -> Vec<super::run_process::RunListing> {
+        let mut runs: Vec<super::run_process::RunListing> = self
             .run_dirs()
             .filter_map(|dir| {
                 let record = dir.read_record().ok()?;
-                Some(super::process::RunListing::of(&dir, &record))
+                Some(super::run_process::RunListing::of(&dir, &record))
             })
             .collect();
         runs.sort_by(|a, b| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
@@ -136,7 +136,7 @@ impl ResultsRoot {
 /// `run.json`'s name in a run directory.
 const RUN_FILE: &str = "run.json";
 
-/// `process.json`'s name in a run directory ([`super::process::RunProcess`]).
+/// `process.json`'s name in a run directory ([`super::run_process::RunProcess`]).
 const PROCESS_FILE: &str = "process.json";
 
 /// A new run id: UTC time plus a random suffix, sortable by time.
@@ -201,19 +201,19 @@ impl RunDir {
             .unwrap_or_default()
     }
 
-    /// A detached run's progress log (`progress.jsonl`, [`super::process::Progress`]).
+    /// A detached run's progress log (`progress.jsonl`, [`super::run_process::Progress`]).
     pub fn progress_path(&self) -> PathBuf {
         self.root.join("progress.jsonl")
     }
 
     /// Writes `process.json`: the process collecting into the run.
-    pub fn write_process(&self, process: &super::process::RunProcess) -> Result<()> {
+    pub fn write_process(&self, process: &super::run_process::RunProcess) -> Result<()> {
         self.write_json(PROCESS_FILE, process)
     }
 
     /// Reads `process.json`; `None` when the run has none (a run or playground session of
     /// an mst from before it was written).
-    pub fn read_process(&self) -> Result<Option<super::process::RunProcess>> {
+    pub fn read_process(&self) -> Result<Option<super::run_process::RunProcess>> {
         let path = self.root.join(PROCESS_FILE);
         match std::fs::read(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -3,7 +3,7 @@
 //! `.mst/results/<eval>/runs/<run-id>/` holds `run.json` (provenance and phases), every trial's
 //! trace in `traces.jsonl` ([`trace_log`]), `scores/<judge>.json`, `grades.json`,
 //! `pairwise.json` (when the eval has pairwise judges), `summary.json`, and
-//! `shards/<n>.worker.log`, and `process.json` ([`live`]: the process collecting into it).
+//! `shards/<n>.worker.log`, and `process.json` ([`run_process`]: the process collecting into it).
 //! [`export`] rewrites a stored run in another tool's layout; [`diff`]
 //! compares two runs of one eval.
 
@@ -13,7 +13,7 @@ pub mod export;
 pub mod junit;
 pub mod layout;
 pub mod markup;
-pub mod process;
+pub mod run_process;
 pub mod stored;
 pub mod summary_text;
 pub mod trace_log;

@@ -20,7 +20,7 @@ use crate::eval::trial::{CaseIndex, TrialKey};
 use crate::grade::Grades;
 use crate::home::Home;
 use crate::plugin::{Grants, Limits};
-use crate::results::process::{Collector, RunProcess};
+use crate::results::run_process::{Collector, RunProcess};
 use crate::results::stored::StoredRun;
 use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary, Timings};

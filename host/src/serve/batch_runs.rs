@@ -1,5 +1,5 @@
-//! Batch runs followed live in the web UI: started from the UI (`POST /api/v1/runs`, on the eval
-//! `mst serve` was given) or by `mst run --serve`. A [`LiveRun`] is the run's reporter: it hears
+//! Batch runs followed in the web UI as they run: started from the UI (`POST /api/v1/runs`, on the eval
+//! `mst serve` was given) or by `mst run --serve`. A [`BatchRun`] is the run's reporter: it hears
 //! the run's typed events (trials collected, infra, the trace-event stream) and keeps what the
 //! page polls. Once the run has finished the page shows its report, read from the run directory.
 
@@ -46,7 +46,7 @@ pub struct RunningTrial {
 /// What the page polls: `GET /api/v1/runs/{id}/live?since=N`.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LiveState {
+pub struct BatchRunState {
     /// Known once the run is prepared.
     pub run_id: Option<String>,
     pub eval: Option<String>,
@@ -71,22 +71,22 @@ pub struct LiveState {
 
 /// One batch run, heard as its reporter.
 #[derive(Default)]
-pub struct LiveRun {
+pub struct BatchRun {
     state: Mutex<Inner>,
     changed: Condvar,
 }
 
 #[derive(Default)]
 struct Inner {
-    state: LiveState,
+    state: BatchRunState,
     running: BTreeMap<TrialKey, RunningTrial>,
 }
 
-impl LiveRun {
+impl BatchRun {
     /// The run's state, with the finished trials from `since` on.
-    pub fn snapshot(&self, since: usize) -> LiveState {
+    pub fn snapshot(&self, since: usize) -> BatchRunState {
         let inner = self.state.lock().expect("live run");
-        let mut state = LiveState {
+        let mut state = BatchRunState {
             finished: inner
                 .state
                 .finished
@@ -94,7 +94,7 @@ impl LiveRun {
                 .map(<[_]>::to_vec)
                 .unwrap_or_default(),
             running: inner.running.values().cloned().collect(),
-            ..LiveState::default()
+            ..BatchRunState::default()
         };
         let all = &inner.state;
         state.run_id.clone_from(&all.run_id);
@@ -127,7 +127,7 @@ impl LiveRun {
     }
 
     /// Waits until the run has an id or is over, at most `limit`.
-    fn wait_named(&self, limit: Duration) -> LiveState {
+    fn wait_named(&self, limit: Duration) -> BatchRunState {
         let inner = self.state.lock().expect("live run");
         let (inner, _) = self
             .changed
@@ -152,7 +152,7 @@ impl LiveRun {
     }
 }
 
-impl Reporter for LiveRun {
+impl Reporter for BatchRun {
     fn event(&self, event: &RunEvent<'_>) {
         match event {
             RunEvent::Started { run_id, total, .. } => {
@@ -217,23 +217,23 @@ struct Starter {
 
 /// The live runs of this process.
 #[derive(Default)]
-pub struct LiveRuns {
-    runs: Mutex<Vec<Arc<LiveRun>>>,
+pub struct BatchRuns {
+    runs: Mutex<Vec<Arc<BatchRun>>>,
     starter: Option<Starter>,
     /// Set on shutdown: every run started here stops its shards.
     cancel: Arc<AtomicBool>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
-impl LiveRuns {
+impl BatchRuns {
     /// Live runs that `POST /api/v1/runs` can start, of `setup`'s eval.
     pub fn starting(home: &Home, setup: &Setup) -> Self {
-        LiveRuns {
+        BatchRuns {
             starter: Some(Starter {
                 home: home.clone(),
                 setup: setup.clone(),
             }),
-            ..LiveRuns::default()
+            ..BatchRuns::default()
         }
     }
 
@@ -243,12 +243,12 @@ impl LiveRuns {
     }
 
     /// Follows `run`, a run this process started elsewhere (`mst run --serve`).
-    pub fn track(&self, run: Arc<LiveRun>) {
+    pub fn track(&self, run: Arc<BatchRun>) {
         self.runs.lock().expect("live runs").push(run);
     }
 
     /// The live run named `run_id`.
-    pub fn get(&self, run_id: &str) -> Option<Arc<LiveRun>> {
+    pub fn get(&self, run_id: &str) -> Option<Arc<BatchRun>> {
         self.runs
             .lock()
             .expect("live runs")
@@ -258,20 +258,20 @@ impl LiveRuns {
     }
 
     /// Every live run's state (without its finished trials), newest first.
-    pub fn list(&self) -> Vec<LiveState> {
+    pub fn list(&self) -> Vec<BatchRunState> {
         let runs = self.runs.lock().expect("live runs");
         runs.iter().rev().map(|r| r.snapshot(usize::MAX)).collect()
     }
 
     /// Starts a batch run of the served eval in the background, and waits until it is
     /// prepared: its state (with its id), or why it could not start.
-    pub fn start(&self, request: StartRun) -> Result<LiveState, ServeError> {
+    pub fn start(&self, request: StartRun) -> Result<BatchRunState, ServeError> {
         let starter = self.starter.as_ref().ok_or_else(|| {
             ServeError::not_found(
                 "this server follows one run (`mst run --serve`); start runs from `mst serve`",
             )
         })?;
-        let live = Arc::new(LiveRun::default());
+        let live = Arc::new(BatchRun::default());
         let run_request = RunRequest {
             setup: starter.setup.clone(),
             filters: crate::eval::plan::Filters {
@@ -279,7 +279,7 @@ impl LiveRuns {
                 cases: request.cases,
                 trials: request.trials,
             },
-            collector: crate::results::process::Collector::Server,
+            collector: crate::results::run_process::Collector::Server,
             ..RunRequest::default()
         };
         let (home, reporter, cancel) = (starter.home.clone(), live.clone(), self.cancel.clone());

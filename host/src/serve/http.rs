@@ -5,7 +5,7 @@
 //! every API request must carry it (the UI's pages hold no data and are served without it); no
 //! CORS headers are sent, so browsers on other origins cannot call it.
 
-use super::batch_runs::{LiveRuns, StartRun};
+use super::batch_runs::{BatchRuns, StartRun};
 use super::{CreateSession, ExportCase, Playground, ServeError, SubmitTask};
 use crate::results::ResultsRoot;
 use axum::body::Bytes;
@@ -26,7 +26,7 @@ pub const MAX_BODY: usize = 256 * 1024;
 /// the live runs, and the stored runs.
 pub struct Served {
     pub playground: Option<Arc<Playground>>,
-    pub live: Arc<LiveRuns>,
+    pub live: Arc<BatchRuns>,
     pub results: ResultsRoot,
 }
 

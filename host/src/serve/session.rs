@@ -16,7 +16,7 @@
 use super::{ServeError, Shared};
 use crate::client::{text_of, Exchange};
 use crate::eval::trial::{CaseIndex, CaseRecord, TraceEvent, TrialKey, TrialRecord, TrialStatus};
-use crate::results::process::{Collector, RunProcess};
+use crate::results::run_process::{Collector, RunProcess};
 use crate::results::RunDir;
 use crate::run::collect;
 use crate::runner::channel::Channel;
