@@ -473,6 +473,7 @@ fn lint(clippy: bool) -> Result<()> {
         "clippy",
         "--workspace",
         "--all-targets",
+        "--all-features",
         "--",
         "-D",
         "warnings",
