@@ -3,6 +3,7 @@
 //! the variant's MCP tools). A grade shard's worker grades stored trials instead
 //! ([`crate::grade::remote`]).
 
+pub mod agent_cli;
 pub mod api;
 pub mod command;
 pub mod mcp;
