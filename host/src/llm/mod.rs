@@ -5,6 +5,7 @@
 
 pub mod http;
 pub mod mock;
+pub mod wire;
 
 use crate::secrets::Secret;
 use anyhow::{bail, Result};
