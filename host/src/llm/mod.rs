@@ -5,6 +5,7 @@
 
 pub mod http;
 pub mod mock;
+pub mod wire;
 
 use crate::secrets::Secret;
 use anyhow::{bail, Result};
@@ -38,7 +39,8 @@ impl std::fmt::Display for ModelRef {
 }
 
 /// A tool the model may call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
@@ -56,15 +58,18 @@ pub struct ToolCall {
 }
 
 /// What one tool call returned.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ToolOutput {
     pub id: String,
     pub output: String,
     pub is_error: bool,
 }
 
-/// One entry of a conversation.
-#[derive(Debug, Clone, PartialEq)]
+/// One entry of a conversation (as JSON: `{"user": "…"}`, `{"assistant": {"text", "calls"}}`,
+/// `{"toolResults": […]}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Turn {
     User(String),
     Assistant {
@@ -76,7 +81,7 @@ pub enum Turn {
 }
 
 /// Whether and how the model may call tools.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolChoice {
     /// The model decides.
@@ -101,7 +106,7 @@ pub struct ModelRequest<'a> {
 }
 
 /// Tokens one call used.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub input_tokens: u64,
@@ -109,7 +114,8 @@ pub struct Usage {
 }
 
 /// What the model answered: text, tool calls, or both.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Reply {
     pub text: Option<String>,
     pub calls: Vec<ToolCall>,
