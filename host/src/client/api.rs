@@ -21,7 +21,7 @@ use super::{input_text, Client, Exchange, Recorder, TrialInput};
 use crate::eval::config::{ServerConfig, VariantSpec};
 use crate::eval::trial::{EventKind, TraceRecord};
 use crate::llm::http::ProviderConfig;
-use crate::llm::mock::ScriptedTurn;
+use crate::llm::mock::{MockScript, ScriptedTurn};
 use crate::llm::{
     CallGate, ModelRef, ModelRequest, Provider, ToolCall, ToolChoice, ToolOutput, ToolSpec, Turn,
 };
@@ -41,14 +41,6 @@ fn default_max_turns() -> u32 {
 
 fn default_max_tokens() -> u32 {
     1024
-}
-
-/// `mockScript`: one script for every case, or one per case id.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-enum MockScript {
-    All(Vec<ScriptedTurn>),
-    ByCase(BTreeMap<String, Vec<ScriptedTurn>>),
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -147,10 +139,7 @@ impl ApiClient {
 
     /// The scripted turns for case `id`, if the options have any.
     fn script_for(&self, id: &str) -> Option<&[ScriptedTurn]> {
-        match self.options.mock_script.as_ref()? {
-            MockScript::All(turns) => Some(turns),
-            MockScript::ByCase(scripts) => scripts.get(id).map(Vec::as_slice),
-        }
+        self.options.mock_script.as_ref()?.for_case(id)
     }
 
     /// The loop: servers and their tools, then model calls and tool calls until an answer;

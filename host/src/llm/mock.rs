@@ -31,6 +31,39 @@ fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
 }
 
+/// `clientOptions.mockScript`: one script for every case, or one per case id.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum MockScript {
+    /// The same turns for every case.
+    All(Vec<ScriptedTurn>),
+    /// Turns by case id; a case without any has no script.
+    ByCase(std::collections::BTreeMap<String, Vec<ScriptedTurn>>),
+}
+
+impl MockScript {
+    /// The turns for case `id`, if any.
+    pub fn for_case(&self, id: &str) -> Option<&[ScriptedTurn]> {
+        match self {
+            MockScript::All(turns) => Some(turns),
+            MockScript::ByCase(scripts) => scripts.get(id).map(Vec::as_slice),
+        }
+    }
+
+    /// Checks every script it holds as `model`'s (`mock/script` needs a non-empty one); an
+    /// error names the case whose script is wrong.
+    pub fn check(&self, model: &str) -> Result<()> {
+        match self {
+            MockScript::All(turns) => Mock::new(model, Some(turns)).map(|_| ()),
+            MockScript::ByCase(scripts) => scripts.iter().try_for_each(|(case, turns)| {
+                Mock::new(model, Some(turns))
+                    .map(|_| ())
+                    .map_err(|e| e.context(format!("clientOptions.mockScript.{case}")))
+            }),
+        }
+    }
+}
+
 /// A mock model.
 #[derive(Debug, Clone)]
 pub enum Mock {
