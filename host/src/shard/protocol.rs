@@ -49,6 +49,122 @@ pub fn event_bytes(event: &TraceEvent) -> usize {
     serde_json::to_vec(event).map_or(usize::MAX, |json| json.len())
 }
 
+/// The most bytes one part of a model call carries ([`ModelPart`]), counted as its `data`
+/// is written in a line (JSON-escaped): a part's line then fits in [`MAX_LINE_BYTES`].
+pub const MODEL_PART_BYTES: usize = 48 * 1024;
+
+/// The largest model call either way: a request an agent sends the gateway, or an answer, as
+/// JSON. An agent CLI's request carries its system prompt and every tool's schema (Claude
+/// Code's first is about 90 KiB) and grows with the conversation.
+pub const MAX_MODEL_CALL_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most model calls of one shard in flight at once (asked and not yet answered); past it
+/// the coordinator answers "too many requests".
+pub const MAX_MODEL_CALLS_IN_FLIGHT: usize = 64;
+
+/// One part of a model call's JSON: a request going to the coordinator (`model-call`), or
+/// its answer coming back (`model-reply`). A call is cut into parts so that no line passes
+/// [`MAX_LINE_BYTES`]; parts come in order, from 0, the last one marked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPart {
+    pub index: u32,
+    pub last: bool,
+    pub data: String,
+}
+
+impl ModelPart {
+    /// `json` cut into parts of at most [`MODEL_PART_BYTES`] as written in a line, on
+    /// character boundaries.
+    pub fn split(json: &str) -> Vec<ModelPart> {
+        let mut parts = Vec::new();
+        let (mut start, mut size) = (0, 0);
+        for (at, c) in json.char_indices() {
+            let written = match c {
+                '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+                c if (c as u32) < 0x20 => 6,
+                c => c.len_utf8(),
+            };
+            if size + written > MODEL_PART_BYTES {
+                parts.push(&json[start..at]);
+                (start, size) = (at, 0);
+            }
+            size += written;
+        }
+        parts.push(&json[start..]);
+        let count = parts.len();
+        parts
+            .into_iter()
+            .enumerate()
+            .map(|(index, data)| ModelPart {
+                index: index as u32,
+                last: index + 1 == count,
+                data: data.to_string(),
+            })
+            .collect()
+    }
+}
+
+/// A model call's parts put back together, as they arrive.
+#[derive(Debug, Default)]
+pub struct ModelParts {
+    json: String,
+    next: u32,
+}
+
+impl ModelParts {
+    /// Adds `part`: the whole JSON once the last part came, `None` before. A part out of
+    /// order, or one that takes the call past [`MAX_MODEL_CALL_BYTES`], is refused.
+    pub fn add(&mut self, part: ModelPart) -> Result<Option<String>, String> {
+        if part.index != self.next {
+            return Err(format!(
+                "part {} of a model call came where part {} was due",
+                part.index, self.next
+            ));
+        }
+        if self.json.len() + part.data.len() > MAX_MODEL_CALL_BYTES {
+            return Err(format!(
+                "a model call of more than {MAX_MODEL_CALL_BYTES} bytes"
+            ));
+        }
+        self.json.push_str(&part.data);
+        self.next += 1;
+        Ok(part.last.then(|| std::mem::take(&mut self.json)))
+    }
+}
+
+/// What the coordinator answers a model call with (the JSON of its `model-reply` parts): the
+/// model's reply, or why there is none, as an HTTP status the gateway gives the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelAnswer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<crate::llm::Reply>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<ModelRefusal>,
+}
+
+/// Why a model call has no reply: the HTTP status for the agent, and a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRefusal {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ModelAnswer {
+    /// A refusal with `status` and `message`.
+    pub fn refused(status: u16, message: impl Into<String>) -> Self {
+        ModelAnswer {
+            reply: None,
+            refused: Some(ModelRefusal {
+                status,
+                message: message.into(),
+            }),
+        }
+    }
+}
+
 /// The client a worker drives, as reported in `hello`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -133,6 +249,17 @@ pub enum WorkerMessage {
     /// The model call `call` of the trial ended (or was abandoned while it waited): its slot
     /// goes back.
     ReleaseCall { key: TrialKey, call: u32 },
+    /// A part of a model call an agent made through the machine's gateway (the JSON of an
+    /// [`crate::llm::wire::GatewayRequest`]), with the gateway token the agent presented.
+    /// The coordinator calls the variant's model when the last part has come and answers with
+    /// `model-reply`. Added within `mst.shard/v1`.
+    ModelCall {
+        key: TrialKey,
+        call: u32,
+        #[serde(with = "secret_string")]
+        token: Secret,
+        part: ModelPart,
+    },
     /// A trial finished. Its trace is `trace`, when the whole line fits in [`MAX_LINE_BYTES`]
     /// (the worker then wrote no file), or else the file at `path` (relative to the results
     /// directory), which the coordinator copies back. Also returns the room taken by
@@ -225,10 +352,27 @@ impl fmt::Debug for Token {
 pub enum CoordinatorMessage {
     /// Tokens by server name; answers `need-tokens`, and may be sent unasked to renew them.
     Tokens { tokens: BTreeMap<String, Token> },
-    /// The trial may start.
-    Granted { key: TrialKey },
+    /// The trial may start. `gateway` is the token its agent presents to the machine's model
+    /// gateway, when its variant's client calls models through it (minted for this trial, and
+    /// refused once it ended). `gateway` was added within `mst.shard/v1`.
+    Granted {
+        key: TrialKey,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            with = "optional_secret_string"
+        )]
+        gateway: Option<Secret>,
+    },
     /// The trial's model call `call` may go out.
     GrantedCall { key: TrialKey, call: u32 },
+    /// A part of the answer to the trial's model call `call` (the JSON of a [`ModelAnswer`]).
+    /// Added within `mst.shard/v1`.
+    ModelReply {
+        key: TrialKey,
+        call: u32,
+        part: ModelPart,
+    },
     /// Stop: finish or abandon the trial in flight, start no other, clean up, send `done`.
     Cancel { reason: String },
 }
@@ -244,6 +388,28 @@ mod secret_string {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Secret, D::Error> {
         String::deserialize(deserializer).map(Secret::new)
+    }
+}
+
+/// (De)serializes an optional [`Secret`] as a plain string.
+mod optional_secret_string {
+    use crate::secrets::Secret;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        secret: &Option<Secret>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match secret {
+            Some(secret) => serializer.serialize_some(secret.expose()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Secret>, D::Error> {
+        Option::<String>::deserialize(deserializer).map(|s| s.map(Secret::new))
     }
 }
 
@@ -505,7 +671,10 @@ mod tests {
             event,
             "{\"type\":\"event\",\"key\":{\"variant\":\"baseline\",\"case\":\"tz-1\",\"trial\":2},\"seq\":0,\"event\":{\"seq\":0,\"atMs\":5,\"type\":\"log\",\"text\":\"hi\"}}\n"
         );
-        let granted = encode(&CoordinatorMessage::Granted { key: key() });
+        let granted = encode(&CoordinatorMessage::Granted {
+            key: key(),
+            gateway: None,
+        });
         assert!(granted.starts_with("{\"type\":\"granted\""), "{granted}");
         let call = encode(&CoordinatorMessage::GrantedCall {
             key: key(),
@@ -600,5 +769,99 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("tok-SECRET"));
+    }
+
+    #[test]
+    fn a_model_call_of_any_size_travels_in_parts_that_fit_a_line() {
+        // Quotes and control characters double or sextuple in a line: parts count that.
+        let json = serde_json::json!({
+            "system": "\"quoted\" ".repeat(20_000),
+            "controls": "\u{1}\u{2}".repeat(10_000),
+            "text": "ü→日本".repeat(30_000),
+        })
+        .to_string();
+        let parts = ModelPart::split(&json);
+        assert!(parts.len() > 3, "{} parts", parts.len());
+        let mut whole = ModelParts::default();
+        let mut got = None;
+        for part in parts.clone() {
+            let line = encode(&WorkerMessage::ModelCall {
+                key: TrialKey {
+                    variant: "v".into(),
+                    case: "c".into(),
+                    trial: 0,
+                },
+                call: 7,
+                token: Secret::new("mst-gw-token"),
+                part: part.clone(),
+            });
+            assert!(line.len() <= MAX_LINE_BYTES, "a line of {}", line.len());
+            assert_eq!(got, None, "the whole came before the last part");
+            got = whole.add(part).unwrap();
+        }
+        assert_eq!(got.as_deref(), Some(json.as_str()));
+        assert!(parts.last().unwrap().last && !parts[0].last);
+        // One part, when it fits.
+        assert_eq!(ModelPart::split("{}").len(), 1);
+    }
+
+    #[test]
+    fn model_parts_out_of_order_or_too_large_are_refused() {
+        let mut parts = ModelParts::default();
+        let part = |index, last, data: &str| ModelPart {
+            index,
+            last,
+            data: data.to_string(),
+        };
+        assert!(parts
+            .add(part(1, false, "x"))
+            .unwrap_err()
+            .contains("part 1"));
+        assert_eq!(parts.add(part(0, false, "{")).unwrap(), None);
+        assert!(parts
+            .add(part(0, false, "x"))
+            .unwrap_err()
+            .contains("part 0"));
+        assert_eq!(
+            parts.add(part(1, true, "}")).unwrap().as_deref(),
+            Some("{}")
+        );
+        let mut big = ModelParts::default();
+        let chunk = "x".repeat(MODEL_PART_BYTES);
+        let mut refused = None;
+        for index in 0..=(MAX_MODEL_CALL_BYTES / MODEL_PART_BYTES) as u32 + 1 {
+            if let Err(why) = big.add(part(index, false, &chunk)) {
+                refused = Some(why);
+                break;
+            }
+        }
+        assert!(
+            refused.unwrap().contains("more than"),
+            "a call past the cap"
+        );
+    }
+
+    #[test]
+    fn a_granted_trials_gateway_token_never_prints() {
+        let message = CoordinatorMessage::Granted {
+            key: TrialKey {
+                variant: "v".into(),
+                case: "c".into(),
+                trial: 0,
+            },
+            gateway: Some(Secret::new("mst-gw-SECRET")),
+        };
+        assert!(!format!("{message:?}").contains("mst-gw-SECRET"));
+        let line = encode(&message);
+        assert_eq!(decode::<CoordinatorMessage>(&line).unwrap(), message);
+        let plain = encode(&CoordinatorMessage::Granted {
+            key: TrialKey {
+                variant: "v".into(),
+                case: "c".into(),
+                trial: 0,
+            },
+            gateway: None,
+        });
+        assert!(!plain.contains("gateway"), "{plain}");
     }
 }
