@@ -64,6 +64,36 @@ struct Options {
     /// Checked by [`Resume::parse`].
     #[serde(default)]
     resume: Option<serde_json::Value>,
+    /// When true, the program calls models through the machine's model gateway: it gets
+    /// the variables of [`super::GatewayAccess::env`] (the gateway's URL and the trial's
+    /// token as the Anthropic and OpenAI base URL and key, `MST_MODEL`).
+    #[serde(default, rename = "modelGateway")]
+    model_gateway: bool,
+}
+
+/// An agent CLI that a [`CommandClient`] runs (`super::agent_cli`): how the CLI is started for
+/// a trial, and how its output is read into the trace.
+pub trait Driver: Send + Sync {
+    /// The client's name (`claude-code`, `codex`).
+    fn name(&self) -> &'static str;
+    /// The command for one trial on `text`, continuing the conversation `resume` names
+    /// (the session or thread id the CLI printed last turn), if any.
+    fn launch(
+        &self,
+        input: &TrialInput<'_>,
+        text: &str,
+        resume: Option<&str>,
+    ) -> Result<Launch, String>;
+    /// A new reader of its stdout.
+    fn stream(&self) -> Box<dyn super::agent_cli::AgentStream + Send>;
+}
+
+/// One trial's start of an agent CLI: its argv, its environment (besides the minimal one)
+/// and the directories it uses (its home, its configuration), removed when the run ends.
+pub struct Launch {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub dirs: Vec<tempfile::TempDir>,
 }
 
 /// Runs a program per trial.
@@ -75,6 +105,10 @@ pub struct CommandClient {
     resume: Option<Resume>,
     /// The conversation to continue, when the worker was handed one ([`RESUME_TOKEN`]).
     resume_token: Option<Secret>,
+    /// The variant's model, `MST_MODEL` with `modelGateway`.
+    model: Option<String>,
+    /// The agent CLI it runs, when it is one.
+    driver: Option<std::sync::Arc<dyn Driver>>,
 }
 
 impl CommandClient {
@@ -113,7 +147,41 @@ impl CommandClient {
                 .as_ref()
                 .and_then(|_| tokens.get(RESUME_TOKEN).cloned()),
             resume,
+            model: None,
+            driver: None,
         })
+    }
+
+    /// A client running the agent CLI `driver`: its program, arguments and environment come
+    /// from the driver, the case's input is its prompt (never its stdin), its stdout is read by
+    /// the driver's stream, and a conversation continues with the id it printed.
+    pub fn for_agent(
+        driver: std::sync::Arc<dyn Driver>,
+        tokens: &BTreeMap<String, Secret>,
+    ) -> Self {
+        CommandClient {
+            options: Options {
+                command: vec![driver.name().to_string()],
+                input: InputMode::None,
+                events: false,
+                env: BTreeMap::new(),
+                secret_env: BTreeMap::new(),
+                cwd: None,
+                resume: None,
+                model_gateway: false,
+            },
+            secret_values: BTreeMap::new(),
+            resume: None,
+            resume_token: tokens.get(RESUME_TOKEN).cloned(),
+            model: None,
+            driver: Some(driver),
+        }
+    }
+
+    /// The client, with the variant's `model` for `MST_MODEL`.
+    pub fn with_model(mut self, model: Option<&str>) -> Self {
+        self.model = model.map(str::to_string);
+        self
     }
 }
 
@@ -138,13 +206,14 @@ fn infra(mut trace: Recorder<'_>, message: String) -> TraceRecord {
 
 impl Client for CommandClient {
     fn name(&self) -> &'static str {
-        "command"
+        self.driver.as_ref().map_or("command", |d| d.name())
     }
 
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
         // A batch trial of a conversation case (exported from the playground) replays its
         // turns; a playground turn is one turn.
-        if input.resume.is_none() && self.resume.is_some() {
+        let resumes = self.resume.is_some() || self.driver.is_some();
+        if input.resume.is_none() && resumes {
             if let Some(turns) = super::conversation_turns(&input.case.input) {
                 return self.replay(input, turns);
             }
@@ -250,7 +319,17 @@ impl CommandClient {
         deadline: Instant,
         trace: &mut Recorder<'t>,
     ) -> Result<ProgramEnd, String> {
-        let (command, name) = self.command(input, text, resume_with);
+        let (command, name, _dirs) = match &self.driver {
+            Some(driver) => {
+                let launch = driver.launch(input, text, resume_with)?;
+                let (command, name) = self.launched(input, launch.argv, &launch.env);
+                (command, name, launch.dirs)
+            }
+            None => {
+                let (command, name) = self.command(input, text, resume_with);
+                (command, name, Vec::new())
+            }
+        };
         let run = ProgramRun {
             client: self,
             input,
@@ -258,8 +337,29 @@ impl CommandClient {
             deadline,
             trace,
             answer: String::new(),
+            stream: self.driver.as_ref().map(|d| d.stream()),
         };
         super::mcp::on_trial_runtime(run.run(command, &name, text)).map_err(|e| format!("{e:#}"))?
+    }
+
+    /// An agent CLI's command for one trial, as its driver launched it: stdio piped, stdin
+    /// empty, the environment the minimal one plus `env`, in the trial's scratch directory.
+    fn launched(
+        &self,
+        input: &TrialInput<'_>,
+        mut argv: Vec<String>,
+        env: &BTreeMap<String, String>,
+    ) -> (GroupCommand, String) {
+        let mut group_command = GroupCommand::new(&argv, env);
+        group_command
+            .command_mut()
+            .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, e.hand_out())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .current_dir(input.scratch);
+        let name = argv.swap_remove(0);
+        (group_command, name)
     }
 
     /// The program for one trial, set up to run (stdio piped, the environment cleared to
@@ -286,8 +386,11 @@ impl CommandClient {
             argv.extend(resume.args(token));
         }
         let mut group_command = GroupCommand::new(&argv, &self.options.env);
+        let gateway = input.gateway.filter(|_| self.options.model_gateway);
+        let gateway_env = gateway.map(|g| g.env(self.model.as_deref()));
         let command = group_command.command_mut();
         command
+            .envs(gateway_env.into_iter().flatten())
             .envs(self.secret_values.iter().map(|(k, v)| (k, v.expose())))
             .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, e.hand_out())))
             .stdout(Stdio::piped())
@@ -323,6 +426,9 @@ struct ProgramRun<'a, 't> {
     trace: &'a mut Recorder<'t>,
     /// The stdout lines that are answer text, so far.
     answer: String,
+    /// An agent CLI's stdout reader: its lines become events and its final answer the
+    /// answer.
+    stream: Option<Box<dyn super::agent_cli::AgentStream + Send>>,
 }
 
 impl ProgramRun<'_, '_> {
@@ -464,6 +570,9 @@ impl ProgramRun<'_, '_> {
 
     /// How the run ended, with its answer.
     fn end(mut self, exit: Ended) -> ProgramEnd {
+        if let Some(stream) = &self.stream {
+            self.answer = stream.final_answer().unwrap_or_default().to_string();
+        }
         if self.answer.ends_with('\n') {
             self.answer.pop();
         }
@@ -487,6 +596,7 @@ impl ProgramRun<'_, '_> {
     /// token is held for redaction before the line is recorded anywhere.
     fn record(&mut self, output: Output) {
         match output {
+            Output::Line(line, at) if self.stream.is_some() => self.record_agent_line(&line, at),
             Output::Line(line, at) => {
                 let resume = self.client.resume.as_ref();
                 if let (Some(sink), Some(token)) =
@@ -506,6 +616,30 @@ impl ProgramRun<'_, '_> {
                 }
             }
             Output::Err(text, at) => self.trace.push_at(at, EventKind::Log { text }),
+        }
+    }
+}
+
+impl ProgramRun<'_, '_> {
+    /// One line of an agent CLI's stdout, read by its stream: its events recorded, the id
+    /// that continues its conversation handed to the sink (held for redaction, never in the
+    /// trace).
+    fn record_agent_line(&mut self, line: &str, at: Duration) {
+        let Some(stream) = self.stream.as_mut() else {
+            return;
+        };
+        for event in stream.parse_line(line, at) {
+            if let super::agent_cli::CliEvent::Session(id) = &event {
+                let token = Secret::new(id.clone());
+                crate::secrets::hold("agent session", &token);
+                if let Some(sink) = self.sink {
+                    sink.token(token);
+                }
+                continue;
+            }
+            if let Some(kind) = event.into_trace_event() {
+                self.trace.push_at(at, kind);
+            }
         }
     }
 }
@@ -568,6 +702,7 @@ mod tests {
             history: &[],
             token_budget,
             evidence: None,
+            gateway: None,
         })
     }
 

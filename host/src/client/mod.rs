@@ -47,6 +47,39 @@ pub struct TrialInput<'a> {
     /// program gets it as `$MST_ARTIFACTS`), the tails of its output and the moment it
     /// failed; the worker writes the diagnosis from them. `None`: artefacts are off.
     pub evidence: Option<&'a crate::diagnosis::TrialEvidence>,
+    /// Where the trial's agent calls models, when its variant's client goes through the
+    /// machine's model gateway (`claude-code`, `codex`, a `command` client with
+    /// `modelGateway`); `None` otherwise.
+    pub gateway: Option<&'a GatewayAccess>,
+}
+
+/// How a trial's agent reaches the machine's model gateway: its base URL on the loopback, and
+/// the token minted for the trial (refused once the trial ended).
+#[derive(Debug, Clone)]
+pub struct GatewayAccess {
+    pub url: String,
+    pub token: Secret,
+}
+
+impl GatewayAccess {
+    /// The variables that point the usual model SDKs and agent CLIs at the gateway: the
+    /// Anthropic and OpenAI base URLs and keys (the token, never a provider's key), and
+    /// `MST_MODEL`, the variant's model.
+    pub fn env(&self, model: Option<&str>) -> Vec<(String, String)> {
+        let token = self.token.expose().to_string();
+        let mut env = vec![
+            ("ANTHROPIC_BASE_URL".to_string(), self.url.clone()),
+            ("ANTHROPIC_API_KEY".to_string(), token.clone()),
+            ("OPENAI_BASE_URL".to_string(), format!("{}/v1", self.url)),
+            ("OPENAI_API_KEY".to_string(), token.clone()),
+            ("MST_GATEWAY_URL".to_string(), self.url.clone()),
+            ("MST_GATEWAY_TOKEN".to_string(), token),
+        ];
+        if let Some(model) = model {
+            env.push(("MST_MODEL".to_string(), model.to_string()));
+        }
+        env
+    }
 }
 
 /// The variable naming a trial's artefact directory in a `command` client's environment.
@@ -203,13 +236,26 @@ pub trait Client: Send + Sync {
 pub fn client(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<Box<dyn Client>> {
     let options = spec.client_options.as_ref();
     match spec.client.as_str() {
-        "command" => Ok(Box::new(command::CommandClient::new(options, tokens)?)),
+        "command" => Ok(Box::new(
+            command::CommandClient::new(options, tokens)?.with_model(spec.model.as_deref()),
+        )),
         "mcp" => Ok(Box::new(mcp::McpClient::new(
             &spec.servers,
             options,
             tokens,
         )?)),
         "api" => Ok(Box::new(api::ApiClient::new(spec, tokens)?)),
+        "claude-code" | "codex" => {
+            let cli = match spec.client.as_str() {
+                "codex" => agent_cli::launch::Cli::Codex,
+                _ => agent_cli::launch::Cli::ClaudeCode,
+            };
+            let driver = agent_cli::launch::AgentCli::new(cli, spec, tokens)?;
+            Ok(Box::new(command::CommandClient::for_agent(
+                std::sync::Arc::new(driver),
+                tokens,
+            )))
+        }
         other => bail!(
             "unknown client `{other}`; the clients are {}",
             crate::eval::config::CLIENTS.join(", ")

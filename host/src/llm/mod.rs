@@ -301,6 +301,11 @@ impl ModelAccess {
             .add(usage, cost);
     }
 
+    /// The cost of a call to `model` that used `usage`, when its provider prices the model.
+    pub fn cost(&self, model: &ModelRef, usage: &Usage) -> Option<f64> {
+        http::cost(self.providers.get(&model.provider), &model.model, usage)
+    }
+
     /// What `plugin` (its `name version`) used so far.
     pub fn usage(&self, plugin: &str) -> UsageTotals {
         let totals = self.metering.usage.lock().expect("usage lock");

@@ -257,6 +257,7 @@ fn collect_and_grade(
             copied: &AtomicU64::new(0),
             artifacts: artifacts.as_ref(),
             stored: Some(&stored),
+            models: Some(&prepared.model_access),
         };
         let collection = Collection {
             plan,

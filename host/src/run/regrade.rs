@@ -205,6 +205,7 @@ fn on_machines(
         copied: &AtomicU64::new(0),
         artifacts: None,
         stored: Some(&stored),
+        models: None,
     };
     // The grade shards' trials are their bundles' own: no plan.
     let no_plan = crate::eval::plan::Plan::default();

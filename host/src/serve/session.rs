@@ -886,6 +886,7 @@ impl SessionShard<'_> {
             copied: &AtomicU64::new(0),
             artifacts: None,
             stored: None,
+            models: Some(&shared.prepared.model_access),
         };
         let report = ShardSession::new(&context, &bundle, bundle.own_trials(), dir)
             .run(machine, staging.path());

@@ -11,8 +11,10 @@
 use super::artifacts::{ArtifactCopier, ArtifactFile, ArtifactTally};
 use super::bundle::{Bundle, FoundTrials, ShardTrials, BUNDLE_FILE};
 use super::limits::{Holder, Limiter};
+use super::model_calls::{Answered, CallJob, ModelCalls, OnPart};
 use super::protocol::{
-    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, Token, WorkerMessage, PROTOCOL,
+    self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, ModelAnswer, ModelPart, Token,
+    WorkerMessage, PROTOCOL,
 };
 use super::tokens::{renewal_due, ServerTokens};
 use crate::eval::config::VariantSpec;
@@ -25,7 +27,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// Timing and size rules for a shard.
@@ -265,6 +267,9 @@ pub struct ShardContext<'a> {
     /// Hears each trace the moment it is stored, as stored (e.g. to grade it while collection
     /// goes on).
     pub stored: Option<&'a StoredTrace<'a>>,
+    /// The run's model providers and their keys, for the model calls agents make through the
+    /// machines' gateways; `None` answers every such call with an error.
+    pub models: Option<&'a Arc<crate::llm::ModelAccess>>,
 }
 
 /// Hears a trial's trace as the run directory holds it; called from the shards' threads.
@@ -277,6 +282,8 @@ enum Input {
     Message(WorkerMessage, usize),
     Bad(String),
     Eof,
+    /// A model call made for the worker's gateway came back.
+    Answered(Box<Answered>),
 }
 
 /// A trial the worker wants to start, or a model call it wants to make, waiting for room
@@ -362,6 +369,10 @@ pub struct ShardSession<'a> {
     /// Lines for the worker's stdin, written by a thread of their own: a worker that stops
     /// reading blocks that thread, never the loop that enforces silence, cancel and grace.
     stdin: Option<mpsc::Sender<String>>,
+    /// The model calls agents make through the worker's gateway.
+    model_calls: ModelCalls,
+    /// Where a model call's thread answers: the session's own inputs.
+    inputs: Option<mpsc::Sender<Input>>,
 }
 
 impl<'a> ShardSession<'a> {
@@ -398,6 +409,8 @@ impl<'a> ShardSession<'a> {
             copied: 0,
             over_cap: None,
             stdin: None,
+            model_calls: ModelCalls::default(),
+            inputs: None,
         }
     }
 
@@ -419,15 +432,18 @@ impl<'a> ShardSession<'a> {
             std::mem::replace(&mut process.stderr, Box::new(std::io::empty())),
             self.context.settings.max_log_bytes,
         );
-        let inputs = spawn_reader(std::mem::replace(
-            &mut process.stdout,
-            Box::new(std::io::empty()),
-        ));
+        let (to_inputs, inputs) = mpsc::channel();
+        spawn_reader(
+            std::mem::replace(&mut process.stdout, Box::new(std::io::empty())),
+            to_inputs.clone(),
+        );
+        self.inputs = Some(to_inputs);
         self.stdin = Some(spawn_writer(std::mem::replace(
             &mut process.stdin,
             Box::new(std::io::sink()),
         )));
         let ended = self.drive(channel, &inputs);
+        self.inputs = None;
         // The writer ends when its queue closes (or, blocked on a worker that stopped reading,
         // when the worker is killed below and the pipe breaks).
         self.stdin = None;
@@ -496,6 +512,10 @@ impl<'a> ShardSession<'a> {
                     "the worker broke {PROTOCOL}: {why}"
                 ))),
                 Input::Eof => Some(self.on_eof()),
+                Input::Answered(answered) => {
+                    self.on_answered(*answered);
+                    None
+                }
             };
             if let Some(ended) = ended {
                 return ended;
@@ -568,7 +588,15 @@ impl<'a> ShardSession<'a> {
             );
             match acquire.holder {
                 _ if !fits => self.waiting.push(acquire),
-                Holder::Trial { key, .. } => self.send(&CoordinatorMessage::Granted { key }),
+                Holder::Trial { key, .. } => {
+                    let uses_gateway = self
+                        .bundle
+                        .variants
+                        .get(&*key.variant)
+                        .is_some_and(VariantSpec::uses_gateway);
+                    let gateway = uses_gateway.then(|| self.model_calls.mint(&key));
+                    self.send(&CoordinatorMessage::Granted { key, gateway })
+                }
                 Holder::Call { key, call, .. } => {
                     self.send(&CoordinatorMessage::GrantedCall { key, call })
                 }
@@ -599,6 +627,12 @@ impl<'a> ShardSession<'a> {
                 self.on_release_call(&key, call);
                 None
             }
+            WorkerMessage::ModelCall {
+                key,
+                call,
+                token,
+                part,
+            } => self.on_model_call(key, call, &token, part),
             WorkerMessage::Trial {
                 key,
                 status,
@@ -926,6 +960,70 @@ impl<'a> ShardSession<'a> {
         self.context.limiter.release(&holder);
     }
 
+    /// A part of a model call an agent made through the worker's gateway: refused at once
+    /// (a token not the trial's, a trial not running, too many calls), waited on, or, once
+    /// whole, made on a thread of its own whose answer comes back as an input.
+    fn on_model_call(
+        &mut self,
+        key: TrialKey,
+        call: u32,
+        token: &crate::secrets::Secret,
+        part: super::protocol::ModelPart,
+    ) -> Option<ShardEnd> {
+        let request = match self.model_calls.on_part(&key, call, token, part) {
+            Err(why) => {
+                return Some(ShardEnd::Lost(format!(
+                    "the worker broke {PROTOCOL}: {why}"
+                )))
+            }
+            Ok(OnPart::Wait) => return None,
+            Ok(OnPart::Answer(answer)) => {
+                self.send_answer(&key, call, &answer);
+                return None;
+            }
+            Ok(OnPart::Call(request)) => request,
+        };
+        let (Some(spec), Some(inputs)) = (self.bundle.variants.get(&*key.variant), &self.inputs)
+        else {
+            return None;
+        };
+        let inputs = inputs.clone();
+        CallJob {
+            key,
+            call,
+            request,
+            spec: spec.clone(),
+            access: self.context.models.cloned(),
+            answers: Box::new(move |answered| {
+                let _ = inputs.send(Input::Answered(Box::new(answered)));
+            }),
+        }
+        .spawn();
+        None
+    }
+
+    /// A model call came back: its answer goes to the worker, if its trial still runs.
+    fn on_answered(&mut self, answered: Answered) {
+        let (key, call) = (answered.key.clone(), answered.call);
+        if let Some(answer) = self.model_calls.on_answered(answered) {
+            self.send_answer(&key, call, &answer);
+        }
+    }
+
+    /// Sends `answer` to call `call` of `key`'s trial, in parts.
+    fn send_answer(&mut self, key: &TrialKey, call: u32, answer: &ModelAnswer) {
+        let json = serde_json::to_string(answer).unwrap_or_else(|e| {
+            serde_json::to_string(&ModelAnswer::refused(500, e.to_string())).unwrap_or_default()
+        });
+        for part in ModelPart::split(&json) {
+            self.send(&CoordinatorMessage::ModelReply {
+                key: key.clone(),
+                call,
+                part,
+            });
+        }
+    }
+
     /// A trial ended: its trace came in the message (`inline`, with the line's length), and
     /// is settled now, or waits on the machine to be copied back.
     fn on_trial(
@@ -938,6 +1036,7 @@ impl<'a> ShardSession<'a> {
         // The trial's room, and a call slot it still held or waited for, come back.
         self.context.limiter.release_trial(self.bundle.shard, &key);
         self.calls.remove(&key);
+        self.model_calls.end(&key);
         self.waiting
             .retain(|w| !matches!(&w.holder, Holder::Call { key: k, .. } if *k == key));
         let Some(at) = self.position(&key) else {
@@ -1211,6 +1310,8 @@ impl<'a> ShardSession<'a> {
             ));
         }
         record.case = case.into_owned();
+        // What its model calls used, as the host measured them at the gateway.
+        self.model_calls.append_to(key, &mut record.trace.events);
         // The client is the trial's variant's (the worker's `hello` names only one of the
         // bundle's); its version is the worker's mst, which every client is part of.
         let client = self
@@ -1362,8 +1463,7 @@ fn spawn_writer(mut stdin: Box<dyn Write + Send>) -> mpsc::Sender<String> {
 }
 
 /// Reads the worker's stdout on a thread of its own, framed by [`protocol::read_messages`].
-fn spawn_reader(stdout: Box<dyn std::io::Read + Send>) -> mpsc::Receiver<Input> {
-    let (tx, rx) = mpsc::channel();
+fn spawn_reader(stdout: Box<dyn std::io::Read + Send>, tx: mpsc::Sender<Input>) {
     std::thread::spawn(move || {
         protocol::read_messages::<WorkerMessage>(stdout, |message, line_bytes| {
             let input = match message {
@@ -1375,7 +1475,6 @@ fn spawn_reader(stdout: Box<dyn std::io::Read + Send>) -> mpsc::Receiver<Input> 
         });
         let _ = tx.send(Input::Eof);
     });
-    rx
 }
 
 #[cfg(test)]

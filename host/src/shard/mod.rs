@@ -11,8 +11,10 @@
 pub mod artifacts;
 pub mod bundle;
 pub mod coordinator;
+pub mod gateway;
 pub mod limits;
 pub mod machine_checks;
+pub mod model_calls;
 pub mod protocol;
 pub mod threads;
 pub mod tokens;

@@ -177,6 +177,8 @@ struct TrialSetting<'a> {
     artifacts: Option<&'a ArtifactSlots>,
     /// The checks the trial's variant runs after its client.
     checks: &'a [crate::eval::config::CheckSpec],
+    /// The model gateway, when the trial's client calls models through it.
+    gateway: Option<client::GatewayAccess>,
 }
 
 /// Runs one trial and makes its `trial` line, with the trace in it when the line fits
@@ -209,6 +211,7 @@ fn run_trial(
         history: setting.history,
         token_budget: setting.token_budget,
         evidence: evidence.as_ref(),
+        gateway: setting.gateway.as_ref(),
     });
     let mut trace = trace;
     let cancelled = cancel.load(Ordering::Relaxed) && trace.status != TrialStatus::Completed;
@@ -458,6 +461,8 @@ struct Worker {
     awaiting: Vec<(TrialKey, Arc<CaseRecord>)>,
     /// Running trials' model calls waiting for their provider slot.
     pending_calls: PendingCalls,
+    /// The machine's model gateway, started for the first trial that calls models through it.
+    gateway: Option<super::gateway::Gateway>,
     running: usize,
     counts: DoneCounts,
     cancelled: bool,
@@ -527,6 +532,7 @@ impl Worker {
             renewal_asked: BTreeSet::new(),
             awaiting: Vec::new(),
             pending_calls: PendingCalls::default(),
+            gateway: None,
             running: 0,
             counts: DoneCounts::default(),
             cancelled: false,
@@ -643,7 +649,17 @@ impl Worker {
                 }
             };
             match event {
-                Event::FromCoordinator(CoordinatorMessage::Granted { key }) => self.on_granted(key),
+                Event::FromCoordinator(CoordinatorMessage::Granted { key, gateway }) => {
+                    self.on_granted(key, gateway)
+                }
+                Event::FromCoordinator(CoordinatorMessage::ModelReply { key, call, part }) => {
+                    if let Some(gateway) = &self.gateway {
+                        if let Err(why) = gateway.on_reply(key, call, part) {
+                            self.cancel();
+                            anyhow::bail!("the coordinator's model answer is unreadable: {why}");
+                        }
+                    }
+                }
                 Event::FromCoordinator(CoordinatorMessage::GrantedCall { key, call }) => {
                     // A call abandoned meanwhile has gone from the map (and said `release-call`).
                     let mut waiting = self.pending_calls.lock().expect("pending calls lock");
@@ -756,9 +772,22 @@ impl Worker {
     }
 
     /// Starts a granted trial on a trial thread.
-    fn on_granted(&mut self, key: TrialKey) {
+    fn on_granted(&mut self, key: TrialKey, gateway_token: Option<Secret>) {
         let Some(index) = self.awaiting.iter().position(|(k, _)| k == &key) else {
             return;
+        };
+        let gateway = match gateway_token
+            .map(|token| self.admit(&key, token))
+            .transpose()
+        {
+            Ok(gateway) => gateway,
+            Err(e) => {
+                let error = format!("cannot start the model gateway: {e:#}");
+                self.awaiting.remove(index);
+                self.running += 1;
+                let _ = self.events.send(Event::Finished(key, Err(error)));
+                return;
+            }
         };
         let (_, case) = self.awaiting.remove(index);
         if self.cancelled {
@@ -811,6 +840,7 @@ impl Worker {
                 scratch: &scratch,
                 artifacts: artifacts.as_deref(),
                 checks: &checks,
+                gateway,
             };
             let outcome = run_trial(
                 client.as_ref(),
@@ -830,6 +860,17 @@ impl Worker {
             }
             let _ = events.send(Event::Finished(key, outcome));
         });
+    }
+
+    /// Lets `key`'s trial call models with `token` through the gateway, started on first use.
+    fn admit(&mut self, key: &TrialKey, token: Secret) -> Result<client::GatewayAccess> {
+        crate::secrets::hold("gateway token", &token);
+        if self.gateway.is_none() {
+            let wire = self.wire.clone();
+            let send: super::gateway::Send = Arc::new(move |message| wire.send(message));
+            self.gateway = Some(super::gateway::Gateway::start(send)?);
+        }
+        Ok(self.gateway.as_ref().expect("started").admit(key, token))
     }
 
     /// Tokens live in memory and in the private token directory, nowhere else.
@@ -894,6 +935,9 @@ impl Worker {
     /// Reports a finished trial to the coordinator.
     fn on_finished(&mut self, key: TrialKey, outcome: Result<Option<Finished>, String>) {
         self.running -= 1;
+        if let Some(gateway) = &self.gateway {
+            gateway.dismiss(&key);
+        }
         let line = match outcome {
             Ok(None) => {
                 self.counts.skipped += 1;

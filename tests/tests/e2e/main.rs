@@ -16,6 +16,7 @@ mod diff;
 mod docker;
 mod export;
 mod foreign_plugins;
+mod gateway;
 mod grade_runners;
 mod graders;
 mod hygiene;

@@ -77,6 +77,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         copied: &AtomicU64::new(0),
         artifacts: None,
         stored: None,
+        models: None,
     };
     let results = tempfile::tempdir().unwrap();
     let run_dir = RunDir {

@@ -29,6 +29,7 @@
 
 pub mod claude;
 pub mod codex;
+pub mod launch;
 
 use crate::eval::trial::EventKind;
 use serde_json::Value;

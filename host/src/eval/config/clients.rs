@@ -107,7 +107,10 @@ impl Resume {
 }
 
 /// The clients a config may name (see `crate::client`).
-pub const CLIENTS: [&str; 3] = ["command", "mcp", "api"];
+pub const CLIENTS: [&str; 5] = ["command", "mcp", "api", "claude-code", "codex"];
+
+/// The clients that are agent CLIs, calling their models through the machine's model gateway.
+pub const AGENT_CLIS: [&str; 2] = ["claude-code", "codex"];
 
 /// How one variant's trials are run: what [`EvalConfig::variant`] resolves and a worker's
 /// bundle carries.
@@ -189,6 +192,18 @@ impl VariantSpec {
             .and_then(|m| crate::llm::ModelRef::parse(m).ok())
             .map(|m| vec![m.provider])
             .unwrap_or_default()
+    }
+
+    /// Whether this variant's trials call models through the machine's model gateway: an agent
+    /// CLI's, or a `command` client's with `clientOptions.modelGateway`.
+    pub fn uses_gateway(&self) -> bool {
+        let option = self
+            .client_options
+            .as_ref()
+            .and_then(|o| o.get("modelGateway"))
+            .and_then(serde_json::Value::as_bool);
+        AGENT_CLIS.contains(&self.client.as_str())
+            || (self.client == "command" && option == Some(true))
     }
 
     /// The MCP servers a trial of this variant calls, for `limits.servers`.

@@ -14,7 +14,7 @@ mod suggest;
 mod validate;
 
 pub use checks::{validate_checks, CheckSpec};
-pub use clients::{Resume, VariantConfig, VariantSpec, CLIENTS, RESUME_PLACEHOLDER};
+pub use clients::{Resume, VariantConfig, VariantSpec, AGENT_CLIS, CLIENTS, RESUME_PLACEHOLDER};
 pub use judges::{CasePassConfig, CaseRule, JudgeConfig, PairwiseConfig};
 pub use limits::{ArtifactsConfig, RateLimits};
 pub use mst_format::mst_format_error;

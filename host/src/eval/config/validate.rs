@@ -33,6 +33,7 @@ impl EvalConfig {
         validate_checks(&self.checks, "checks")?;
         self.validate_variants()?;
         self.validate_resumes()?;
+        self.validate_gateway_clients()?;
         self.validate_limits()?;
         self.validate_judges()?;
         self.validate_pairwise()
@@ -149,6 +150,28 @@ impl EvalConfig {
                 }
                 Resume::parse(value, &place)?;
             }
+        }
+        Ok(())
+    }
+
+    /// A variant whose agent calls models through the gateway (an agent CLI, or `command`
+    /// with `modelGateway`) names the model it gets: the eval chooses it, not the agent.
+    fn validate_gateway_clients(&self) -> Result<()> {
+        for name in self.variant_names() {
+            let spec = self.variant(&name);
+            if !spec.uses_gateway() {
+                continue;
+            }
+            let Some(model) = &spec.model else {
+                bail!(
+                    "variant `{name}`: the `{}` client calls its model through mst's model \
+                     gateway; give `model` (`provider/model`, e.g. `mock/script` or \
+                     `anthropic/claude-sonnet-4-5`)",
+                    spec.client
+                );
+            };
+            crate::llm::ModelRef::parse(model)
+                .map_err(|e| e.context(format!("variant `{name}`: `model`")))?;
         }
         Ok(())
     }

@@ -1,0 +1,408 @@
+//! How the `claude-code` and `codex` clients start their CLI for a trial: the program (`claude`
+//! or `codex` on the machine's `PATH`, or `clientOptions.command`), its arguments, its own
+//! home (so no configuration of the machine's user leaks in, and nothing of one trial reaches
+//! the next), the variant's MCP servers in the CLI's own configuration, and the machine's
+//! model gateway as its model provider (the trial's token, never a provider's key).
+//!
+//! `clientOptions` for both: `command` (the program and leading arguments), `args` (more
+//! arguments, appended), `env` (more environment), `mockScript` (read by the coordinator when
+//! the model is `mock/script`). `claude-code` also takes `allowedTools` (default: every tool
+//! of the variant's MCP servers; anything else is denied, never asked); `codex` takes
+//! `sandbox` (`read-only`, `workspace-write` (default) or `danger-full-access`).
+
+use super::{claude::ClaudeStream, codex::CodexStream, AgentStream};
+use crate::client::command::{Driver, Launch};
+use crate::client::TrialInput;
+use crate::eval::config::{ServerConfig, VariantSpec};
+use crate::llm::ModelRef;
+use crate::secrets::Secret;
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The agent CLIs mst drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cli {
+    ClaudeCode,
+    Codex,
+}
+
+/// `clientOptions` of an agent CLI client.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Options {
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// Read by the coordinator (`mock/script`), checked here.
+    #[serde(default)]
+    mock_script: Option<crate::llm::mock::MockScript>,
+    /// `claude-code` only.
+    #[serde(default)]
+    allowed_tools: Option<Vec<String>>,
+    /// `codex` only.
+    #[serde(default)]
+    sandbox: Option<String>,
+}
+
+/// An agent CLI configured for one variant.
+pub struct AgentCli {
+    cli: Cli,
+    options: Options,
+    model: ModelRef,
+    servers: BTreeMap<String, ServerConfig>,
+    /// The servers' tokens and secrets, once the worker has them.
+    tokens: BTreeMap<String, Secret>,
+}
+
+impl AgentCli {
+    /// The CLI `cli` for the variant `spec`, its options checked; `tokens` holds what the
+    /// worker received for its servers.
+    pub fn new(cli: Cli, spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<Self> {
+        let name = cli.name();
+        let options: Options = match &spec.client_options {
+            Some(value) => serde_json::from_value(value.clone())
+                .map_err(crate::eval::config::suggesting)
+                .with_context(|| format!("clientOptions for the `{name}` client"))?,
+            None => Options::default(),
+        };
+        if options.command.as_ref().is_some_and(Vec::is_empty) {
+            bail!("clientOptions.command is empty: give the program, or leave it out for `{name}`");
+        }
+        match (cli, &options) {
+            (
+                Cli::Codex,
+                Options {
+                    allowed_tools: Some(_),
+                    ..
+                },
+            ) => {
+                bail!("clientOptions.allowedTools is Claude Code's; `codex` takes `sandbox`")
+            }
+            (
+                Cli::ClaudeCode,
+                Options {
+                    sandbox: Some(_), ..
+                },
+            ) => {
+                bail!("clientOptions.sandbox is Codex's; `claude-code` takes `allowedTools`")
+            }
+            _ => {}
+        }
+        if let Some(sandbox) = &options.sandbox {
+            if !["read-only", "workspace-write", "danger-full-access"].contains(&sandbox.as_str()) {
+                bail!(
+                    "clientOptions.sandbox is {sandbox:?}: read-only, workspace-write or \
+                     danger-full-access"
+                );
+            }
+        }
+        let model = ModelRef::parse(spec.model.as_deref().unwrap_or_default())
+            .with_context(|| format!("the `{name}` client's `model`"))?;
+        if let Some(script) = &options.mock_script {
+            script.check(&model.model)?;
+        }
+        Ok(AgentCli {
+            cli,
+            options,
+            model,
+            servers: spec.servers.clone(),
+            tokens: tokens.clone(),
+        })
+    }
+
+    /// The home the CLI gets: in a conversation (the playground's turns share a work
+    /// directory) one kept in it, so the next turn resumes the session the CLI stored there;
+    /// otherwise a fresh one, removed after the trial.
+    fn home(&self, input: &TrialInput<'_>) -> Result<(PathBuf, Option<tempfile::TempDir>), String> {
+        if input.resume.is_some() {
+            let home = input.scratch.join(".mst-agent-home");
+            std::fs::create_dir_all(&home)
+                .map_err(|e| format!("cannot make {}: {e}", home.display()))?;
+            return Ok((home, None));
+        }
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("mst-{}-", self.cli.name()))
+            .tempdir()
+            .map_err(|e| format!("cannot make the agent's home: {e}"))?;
+        Ok((dir.path().to_path_buf(), Some(dir)))
+    }
+
+    /// The value of secret token `name`, if the worker has it.
+    fn secret(&self, name: &str) -> Option<String> {
+        self.tokens.get(name).map(|s| s.expose().to_string())
+    }
+
+    /// A stdio server's environment: its `env` and its `envSecrets`' values.
+    fn server_env(
+        &self,
+        env: &BTreeMap<String, String>,
+        secrets: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut all = env.clone();
+        for (var, name) in secrets {
+            if let Some(value) = self.secret(&crate::secrets::secret_token(name)) {
+                all.insert(var.clone(), value);
+            }
+        }
+        all
+    }
+
+    /// An HTTP server's headers: its `headers`, its `headerSecrets`' values, and its token as
+    /// `Authorization`.
+    fn server_headers(
+        &self,
+        label: &str,
+        headers: &BTreeMap<String, String>,
+        secrets: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut all = headers.clone();
+        for (header, name) in secrets {
+            if let Some(value) = self.secret(&crate::secrets::secret_token(name)) {
+                all.insert(header.clone(), value);
+            }
+        }
+        if let Some(token) = self.secret(label) {
+            all.insert("Authorization".into(), format!("Bearer {token}"));
+        }
+        all
+    }
+
+    /// Claude Code's `--mcp-config` file.
+    fn claude_mcp_config(&self) -> Value {
+        let servers: serde_json::Map<String, Value> = self
+            .servers
+            .iter()
+            .map(|(label, server)| {
+                let entry = match server {
+                    ServerConfig::Stdio(s) => json!({
+                        "command": s.command,
+                        "args": s.args,
+                        "env": self.server_env(&s.env, &s.env_secrets),
+                    }),
+                    ServerConfig::Http(h) => json!({
+                        "type": "http",
+                        "url": h.url,
+                        "headers": self.server_headers(label, &h.headers, &h.header_secrets),
+                    }),
+                };
+                (label.clone(), entry)
+            })
+            .collect();
+        json!({ "mcpServers": servers })
+    }
+
+    /// Codex's `config.toml`: the gateway as its model provider, and the MCP servers.
+    fn codex_config(&self, gateway_url: &str) -> String {
+        let model = match self.model.provider.as_str() {
+            // A name Codex knows, so it has the model's metadata; the gateway answers with the
+            // variant's model whatever the agent names.
+            "mock" => "gpt-5.1-codex".to_string(),
+            _ => self.model.model.clone(),
+        };
+        let mut toml = format!(
+            "model = {}\nmodel_provider = \"mst\"\n\n[model_providers.mst]\nname = \"mst gateway\"\n\
+             base_url = {}\nenv_key = \"MST_GATEWAY_TOKEN\"\nwire_api = \"responses\"\n",
+            toml_string(&model),
+            toml_string(&format!("{gateway_url}/v1")),
+        );
+        for (label, server) in &self.servers {
+            toml.push_str(&format!("\n[mcp_servers.{}]\n", toml_string(label)));
+            match server {
+                ServerConfig::Stdio(s) => {
+                    toml.push_str(&format!("command = {}\n", toml_string(&s.command)));
+                    toml.push_str(&format!("args = {}\n", toml_list(&s.args)));
+                    toml.push_str(&format!(
+                        "env = {}\n",
+                        toml_table(&self.server_env(&s.env, &s.env_secrets))
+                    ));
+                }
+                ServerConfig::Http(h) => {
+                    toml.push_str(&format!("url = {}\n", toml_string(&h.url)));
+                    let headers = self.server_headers(label, &h.headers, &h.header_secrets);
+                    toml.push_str(&format!("http_headers = {}\n", toml_table(&headers)));
+                }
+            }
+        }
+        toml
+    }
+
+    /// Claude Code's command line.
+    fn claude_argv(&self, text: &str, mcp_config: &Path, resume: Option<&str>) -> Vec<String> {
+        let mut argv = self.program();
+        argv.extend(["-p".to_string(), text.to_string()]);
+        for arg in [
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--strict-mcp-config",
+        ] {
+            argv.push(arg.into());
+        }
+        argv.extend(["--mcp-config".into(), mcp_config.display().to_string()]);
+        let allowed = match &self.options.allowed_tools {
+            Some(tools) => tools.clone(),
+            None => self
+                .servers
+                .keys()
+                .map(|label| format!("mcp__{label}"))
+                .collect(),
+        };
+        if !allowed.is_empty() {
+            argv.push("--allowedTools".into());
+            argv.extend(allowed);
+        }
+        if self.model.provider != "mock" {
+            argv.extend(["--model".into(), self.model.model.clone()]);
+        }
+        if let Some(session) = resume {
+            argv.extend(["--resume".into(), session.to_string()]);
+        }
+        argv.extend(self.options.args.iter().cloned());
+        argv
+    }
+
+    /// Codex's command line.
+    fn codex_argv(&self, text: &str, resume: Option<&str>) -> Vec<String> {
+        let mut argv = self.program();
+        let sandbox = self.options.sandbox.as_deref().unwrap_or("workspace-write");
+        for arg in [
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--sandbox",
+            sandbox,
+        ] {
+            argv.push(arg.into());
+        }
+        argv.extend(self.options.args.iter().cloned());
+        if let Some(thread) = resume {
+            argv.extend(["resume".into(), thread.to_string()]);
+        }
+        argv.push(text.to_string());
+        argv
+    }
+
+    /// The program and its leading arguments.
+    fn program(&self) -> Vec<String> {
+        self.options
+            .command
+            .clone()
+            .unwrap_or_else(|| vec![self.cli.program().to_string()])
+    }
+}
+
+impl Cli {
+    /// The client's name in a config.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cli::ClaudeCode => "claude-code",
+            Cli::Codex => "codex",
+        }
+    }
+
+    /// The program on the machine's `PATH`.
+    fn program(self) -> &'static str {
+        match self {
+            Cli::ClaudeCode => "claude",
+            Cli::Codex => "codex",
+        }
+    }
+}
+
+impl Driver for AgentCli {
+    fn name(&self) -> &'static str {
+        self.cli.name()
+    }
+
+    fn launch(
+        &self,
+        input: &TrialInput<'_>,
+        text: &str,
+        resume: Option<&str>,
+    ) -> Result<Launch, String> {
+        let gateway = input.gateway.ok_or_else(|| {
+            format!(
+                "the `{}` client calls its model through mst's model gateway, and this trial \
+                 has none",
+                self.cli.name()
+            )
+        })?;
+        let (home, dir) = self.home(input)?;
+        let write = |name: &str, text: &str| {
+            let path = home.join(name);
+            std::fs::write(&path, text)
+                .map(|()| path.clone())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        };
+        let mut env: BTreeMap<String, String> = gateway
+            .env(Some(&self.model.to_string()))
+            .into_iter()
+            .collect();
+        env.insert("HOME".into(), home.display().to_string());
+        let argv = match self.cli {
+            Cli::ClaudeCode => {
+                let config = write("mcp.json", &self.claude_mcp_config().to_string())?;
+                // MCP tools offered directly, not behind its tool search; no updates, no
+                // telemetry, nothing but the gateway.
+                for (var, value) in [
+                    ("ENABLE_TOOL_SEARCH", "false"),
+                    ("DISABLE_AUTOUPDATER", "1"),
+                    ("DISABLE_TELEMETRY", "1"),
+                    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+                ] {
+                    env.insert(var.into(), value.into());
+                }
+                self.claude_argv(text, &config, resume)
+            }
+            Cli::Codex => {
+                let codex_home = home.join("codex");
+                std::fs::create_dir_all(&codex_home)
+                    .map_err(|e| format!("cannot make {}: {e}", codex_home.display()))?;
+                let path = codex_home.join("config.toml");
+                std::fs::write(&path, self.codex_config(&gateway.url))
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                env.insert("CODEX_HOME".into(), codex_home.display().to_string());
+                self.codex_argv(text, resume)
+            }
+        };
+        env.extend(self.options.env.clone());
+        Ok(Launch {
+            argv,
+            env,
+            dirs: dir.into_iter().collect(),
+        })
+    }
+
+    fn stream(&self) -> Box<dyn AgentStream + Send> {
+        match self.cli {
+            Cli::ClaudeCode => Box::new(ClaudeStream::new()),
+            Cli::Codex => Box::new(CodexStream::new()),
+        }
+    }
+}
+
+/// `text` as a TOML basic string (JSON's escapes are TOML's).
+fn toml_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// `items` as a TOML array of strings.
+fn toml_list(items: &[String]) -> String {
+    let items: Vec<String> = items.iter().map(|i| toml_string(i)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// `table` as a TOML inline table of strings.
+fn toml_table(table: &BTreeMap<String, String>) -> String {
+    let entries: Vec<String> = table
+        .iter()
+        .map(|(k, v)| format!("{} = {}", toml_string(k), toml_string(v)))
+        .collect();
+    format!("{{ {} }}", entries.join(", "))
+}

@@ -1,0 +1,315 @@
+//! The coordinator's side of the model gateway: the model calls agents make through the
+//! gateway a worker serves on its machine (`shard/gateway.rs`). Each trial whose client calls
+//! models that way gets a token of its own when it is granted, refused once the trial ended.
+//! A call arrives in parts (`model-call`); once whole, the coordinator calls the variant's
+//! model itself (the built-in `mock`, or a configured provider with the key only the host
+//! holds, under `limits.providers`) on a thread of its own, and answers in parts
+//! (`model-reply`). What each call used is measured here, not taken from the machine: when
+//! the trial's trace is stored, its calls are appended to it as `usage` events (which the
+//! summary, the cost and the playground's budgets count) with their model and latency.
+
+use super::protocol::{ModelAnswer, ModelPart, ModelParts, MAX_MODEL_CALLS_IN_FLIGHT};
+use crate::eval::config::VariantSpec;
+use crate::eval::trial::{EventKind, TraceEvent, TrialKey};
+use crate::llm::mock::MockScript;
+use crate::llm::wire::GatewayRequest;
+use crate::llm::{CallGate, ModelAccess, ModelRef, Provider, Reply};
+use crate::secrets::Secret;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A finished call, sent back to the session by the thread that made it.
+pub struct Answered {
+    pub key: TrialKey,
+    pub call: u32,
+    pub answer: ModelAnswer,
+    /// The model called, as `provider/model`.
+    pub model: String,
+    pub latency_ms: u64,
+    /// The call's cost, when its model has a price.
+    pub cost_usd: Option<f64>,
+}
+
+/// What one call of a trial measured, kept until its trace is stored.
+struct Measured {
+    at_ms: u64,
+    model: String,
+    latency_ms: u64,
+    reply: Option<Reply>,
+    cost_usd: Option<f64>,
+    error: Option<String>,
+}
+
+/// A trial that may call models through the gateway: its token, and its calls so far.
+struct GatewayTrial {
+    token: Secret,
+    granted: Instant,
+    calls: Vec<Measured>,
+}
+
+/// The session's model calls: tokens of running trials, calls arriving and in flight, and
+/// what ended trials' calls measured until their traces are stored.
+pub struct ModelCalls {
+    running: HashMap<TrialKey, GatewayTrial>,
+    ended: std::cell::RefCell<HashMap<TrialKey, GatewayTrial>>,
+    arriving: HashMap<(TrialKey, u32), ModelParts>,
+    in_flight: usize,
+}
+
+impl Default for ModelCalls {
+    fn default() -> Self {
+        ModelCalls {
+            running: HashMap::new(),
+            ended: std::cell::RefCell::new(HashMap::new()),
+            arriving: HashMap::new(),
+            in_flight: 0,
+        }
+    }
+}
+
+/// What to do with a part that came.
+pub enum OnPart {
+    /// Nothing yet: more parts are due.
+    Wait,
+    /// Answer the call at once (a refusal).
+    Answer(ModelAnswer),
+    /// The whole request, checked: call the model.
+    Call(Box<GatewayRequest>),
+}
+
+impl ModelCalls {
+    /// A new token for `key`'s trial, which may call models from now until it is reported.
+    pub fn mint(&mut self, key: &TrialKey) -> Secret {
+        let mut bytes = [0u8; 24];
+        getrandom::fill(&mut bytes).expect("the system's random source");
+        let token = Secret::new(format!("mst-gw-{}", hex::encode(bytes)));
+        crate::secrets::hold("gateway token", &token);
+        self.running.insert(
+            key.clone(),
+            GatewayTrial {
+                token: token.clone(),
+                granted: Instant::now(),
+                calls: Vec::new(),
+            },
+        );
+        token
+    }
+
+    /// Takes one part of call `call` of `key`'s trial. `Err` is a protocol violation (a part
+    /// out of order, a call too large): the shard is lost.
+    pub fn on_part(
+        &mut self,
+        key: &TrialKey,
+        call: u32,
+        token: &Secret,
+        part: ModelPart,
+    ) -> Result<OnPart, String> {
+        let Some(trial) = self.running.get(key) else {
+            self.arriving.remove(&(key.clone(), call));
+            return Ok(OnPart::Answer(ModelAnswer::refused(
+                401,
+                format!("trial {key} is not running: its gateway token is no longer valid"),
+            )));
+        };
+        let same: bool = subtle::ConstantTimeEq::ct_eq(
+            token.expose().as_bytes(),
+            trial.token.expose().as_bytes(),
+        )
+        .into();
+        if !same {
+            return Ok(OnPart::Answer(ModelAnswer::refused(
+                401,
+                format!("the gateway token is not trial {key}'s"),
+            )));
+        }
+        let id = (key.clone(), call);
+        if !self.arriving.contains_key(&id) && self.in_flight >= MAX_MODEL_CALLS_IN_FLIGHT {
+            return Ok(OnPart::Answer(ModelAnswer::refused(
+                429,
+                format!("more than {MAX_MODEL_CALLS_IN_FLIGHT} model calls at once"),
+            )));
+        }
+        let parts = self.arriving.entry(id.clone()).or_default();
+        let Some(json) = parts.add(part)? else {
+            return Ok(OnPart::Wait);
+        };
+        self.arriving.remove(&id);
+        match serde_json::from_str::<GatewayRequest>(&json) {
+            Ok(request) => {
+                self.in_flight += 1;
+                Ok(OnPart::Call(Box::new(request)))
+            }
+            Err(e) => Err(format!("a model call that is not a request: {e}")),
+        }
+    }
+
+    /// Records `answered` for its trial and returns its answer to send, or `None` when the
+    /// trial ended meanwhile (its worker no longer waits).
+    pub fn on_answered(&mut self, answered: Answered) -> Option<ModelAnswer> {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let trial = self.running.get_mut(&answered.key)?;
+        trial.calls.push(Measured {
+            at_ms: trial.granted.elapsed().as_millis() as u64,
+            model: answered.model,
+            latency_ms: answered.latency_ms,
+            reply: answered.answer.reply.clone(),
+            cost_usd: answered.cost_usd,
+            error: answered.answer.refused.as_ref().map(|r| r.message.clone()),
+        });
+        Some(answered.answer)
+    }
+
+    /// `key`'s trial was reported: its token is refused from now on, and its calls wait for
+    /// its trace.
+    pub fn end(&mut self, key: &TrialKey) {
+        self.arriving.retain(|(k, _), _| k != key);
+        if let Some(trial) = self.running.remove(key) {
+            self.ended.borrow_mut().insert(key.clone(), trial);
+        }
+    }
+
+    /// Appends what `key`'s calls measured to its trace `events`, numbered after them: one
+    /// `usage` event per call that had a reply (its model, tokens, cost, latency, `measuredBy:
+    /// gateway`) and a `model-error` event per call that failed.
+    pub fn append_to(&self, key: &TrialKey, events: &mut Vec<TraceEvent>) {
+        let Some(trial) = self.ended.borrow_mut().remove(key) else {
+            return;
+        };
+        for call in trial.calls {
+            let kind = match (&call.reply, &call.error) {
+                (Some(reply), _) => EventKind::Custom {
+                    name: "usage".into(),
+                    data: json!({
+                        "model": call.model,
+                        "usage": reply.usage,
+                        "costUsd": call.cost_usd,
+                        "latencyMs": call.latency_ms,
+                        "toolCalls": reply.calls.len(),
+                        "measuredBy": "gateway",
+                    }),
+                },
+                (None, error) => EventKind::Custom {
+                    name: "model-error".into(),
+                    data: json!({
+                        "model": call.model,
+                        "error": error,
+                        "latencyMs": call.latency_ms,
+                        "measuredBy": "gateway",
+                    }),
+                },
+            };
+            events.push(TraceEvent {
+                seq: events.len() as u64,
+                at_ms: call.at_ms,
+                kind,
+            });
+        }
+    }
+}
+
+/// Everything a call's thread needs: the model, how to reach it, and where to answer.
+pub struct CallJob {
+    pub key: TrialKey,
+    pub call: u32,
+    pub request: Box<GatewayRequest>,
+    pub spec: VariantSpec,
+    pub access: Option<Arc<ModelAccess>>,
+    /// Hears the answer (the session's input).
+    pub answers: Box<dyn FnOnce(Answered) + Send>,
+}
+
+impl CallJob {
+    /// Calls the model on a thread of its own and sends the [`Answered`] back.
+    pub fn spawn(self) {
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let (answer, model, cost_usd) = self.call();
+            (self.answers)(Answered {
+                key: self.key,
+                call: self.call,
+                answer,
+                model,
+                latency_ms: started.elapsed().as_millis() as u64,
+                cost_usd,
+            });
+        });
+    }
+
+    /// The variant's model's answer to the request (never the model the agent named: the
+    /// eval chooses the model), its name, and the call's cost.
+    fn call(&self) -> (ModelAnswer, String, Option<f64>) {
+        let Some(name) = self.spec.model.as_deref() else {
+            let refused = ModelAnswer::refused(400, "the variant names no `model`");
+            return (refused, String::new(), None);
+        };
+        let model = match ModelRef::parse(name) {
+            Ok(model) => model,
+            Err(e) => {
+                return (
+                    ModelAnswer::refused(400, format!("{e:#}")),
+                    name.into(),
+                    None,
+                )
+            }
+        };
+        let provider = match self.provider(&model) {
+            Ok(provider) => provider,
+            Err(e) => {
+                return (
+                    ModelAnswer::refused(502, format!("{e:#}")),
+                    name.into(),
+                    None,
+                )
+            }
+        };
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(e) => return (ModelAnswer::refused(500, e.to_string()), name.into(), None),
+        };
+        let gate: &dyn CallGate = match &self.access {
+            Some(access) => access.gate(),
+            None => &crate::llm::Unlimited,
+        };
+        let request = self.request.as_request(&model);
+        match runtime.block_on(provider.complete(gate, &request)) {
+            Ok(reply) => {
+                // Tool calls take the names the agent offered when the gateway renders them.
+                let cost = self
+                    .access
+                    .as_ref()
+                    .and_then(|a| a.cost(&model, &reply.usage));
+                let answer = ModelAnswer {
+                    reply: Some(reply),
+                    refused: None,
+                };
+                (answer, name.into(), cost)
+            }
+            Err(e) => (ModelAnswer::refused(502, e.0), name.into(), None),
+        }
+    }
+
+    /// The provider of `model`: `mock` with the variant's script for this case, or the
+    /// configured provider with the key the host holds.
+    fn provider(&self, model: &ModelRef) -> anyhow::Result<Provider> {
+        if model.provider == "mock" {
+            let script: Option<MockScript> = self
+                .spec
+                .client_options
+                .as_ref()
+                .and_then(|o| o.get("mockScript"))
+                .map(|s| serde_json::from_value(s.clone()))
+                .transpose()?;
+            let turns = script.as_ref().and_then(|s| s.for_case(&self.key.case));
+            return Provider::new(model, turns, None, None);
+        }
+        match &self.access {
+            Some(access) => access.provider(model),
+            None => anyhow::bail!("this run has no model providers"),
+        }
+    }
+}
