@@ -200,6 +200,10 @@ const NPM_SERVERS: &[(&str, &str)] = &[
     ),
     // It declares Node >= 22.7.5 but its CLI runs on Node 20 (npm warns); 2.x needs 22.19.
     ("mcp-inspector", "@modelcontextprotocol/inspector@0.21.2"),
+    // The agent CLIs the `claude-code` and `codex` clients drive (tests/tests/e2e/agent_clis.rs):
+    // native binaries in their npm packages, run offline against the model gateway.
+    ("claude", "@anthropic-ai/claude-code@2.1.328"),
+    ("codex", "@openai/codex@0.169.0"),
 ];
 const PYPI_SERVER: &str = "mcp-server-time==2026.10.19";
 

@@ -2,6 +2,7 @@
 //! mst and wasmtime, so one per area cost a link and a few hundred megabytes of disk apiece.
 //! Run one area with `cargo test -p mst-tests --test e2e -- AREA::` (e.g. `docker::`).
 
+mod agent_clis;
 mod artifacts;
 mod assertions;
 mod boundaries;
