@@ -88,13 +88,19 @@ pub trait Driver: Send + Sync {
     fn stream(&self) -> Box<dyn super::agent_cli::AgentStream + Send>;
 }
 
-/// One trial's start of an agent CLI: its argv, its environment (besides the minimal one)
-/// and the directories it uses (its home, its configuration), removed when the run ends.
+/// One trial's start of an agent CLI: its argv, its environment (besides the minimal one),
+/// the directories it uses (its home, its configuration), removed when the run ends, and its
+/// version, recorded as the trace's [`AGENT_CLI_EVENT`].
 pub struct Launch {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub dirs: Vec<tempfile::TempDir>,
+    pub version: Option<String>,
 }
+
+/// The `custom` event naming the agent CLI that ran a trial: `{"client", "version"}`. The
+/// coordinator records its version as the trace's `collectedBy.clientVersion`.
+pub const AGENT_CLI_EVENT: &str = "agent-cli";
 
 /// Runs a program per trial.
 pub struct CommandClient {
@@ -322,6 +328,10 @@ impl CommandClient {
         let (command, name, _dirs) = match &self.driver {
             Some(driver) => {
                 let launch = driver.launch(input, text, resume_with)?;
+                trace.push(EventKind::Custom {
+                    name: AGENT_CLI_EVENT.into(),
+                    data: serde_json::json!({"client": driver.name(), "version": launch.version}),
+                });
                 let (command, name) = self.launched(input, launch.argv, &launch.env);
                 (command, name, launch.dirs)
             }

@@ -1313,17 +1313,19 @@ impl<'a> ShardSession<'a> {
         // What its model calls used, as the host measured them at the gateway.
         self.model_calls.append_to(key, &mut record.trace.events);
         // The client is the trial's variant's (the worker's `hello` names only one of the
-        // bundle's); its version is the worker's mst, which every client is part of.
+        // bundle's); its version is the agent CLI's the trace names, or the worker's mst,
+        // which every other client is part of.
         let client = self
             .bundle
             .variants
             .get(&*key.variant)
             .map(|v| v.client.clone());
-        let version = self
-            .report
-            .worker
-            .as_ref()
-            .map(|w| w.client.version.clone());
+        let version = agent_cli_version(&record.trace.events).or_else(|| {
+            self.report
+                .worker
+                .as_ref()
+                .map(|w| w.client.version.clone())
+        });
         record.collected_by = Some(CollectedBy {
             shard: self.bundle.shard,
             machine: self.report.machine.clone(),
@@ -1463,6 +1465,21 @@ fn spawn_writer(mut stdin: Box<dyn Write + Send>) -> mpsc::Sender<String> {
 }
 
 /// Reads the worker's stdout on a thread of its own, framed by [`protocol::read_messages`].
+/// The version an agent CLI's trace names ([`crate::client::command::AGENT_CLI_EVENT`]),
+/// when it is a plain version (a machine's claim: capped, letters, digits, `.-+` only).
+fn agent_cli_version(events: &[TraceEvent]) -> Option<String> {
+    events.iter().find_map(|event| match &event.kind {
+        crate::eval::trial::EventKind::Custom { name, data }
+            if name == crate::client::command::AGENT_CLI_EVENT =>
+        {
+            let version = data["version"].as_str()?;
+            let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+');
+            (version.len() <= 64 && version.chars().all(plain)).then(|| version.to_string())
+        }
+        _ => None,
+    })
+}
+
 fn spawn_reader(stdout: Box<dyn std::io::Read + Send>, tx: mpsc::Sender<Input>) {
     std::thread::spawn(move || {
         protocol::read_messages::<WorkerMessage>(stdout, |message, line_bytes| {

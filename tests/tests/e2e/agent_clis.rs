@@ -44,10 +44,18 @@ fn events<'a>(trace: &'a Value, kind: &str) -> Vec<&'a Value> {
 }
 
 /// Checks `eval`'s one trial: its tool call seen with server and tool, its result, the answer,
-/// and the gateway's measured model calls (one a turn of the script, at least).
+/// the gateway's measured model calls (one a turn of the script, at least), and the record
+/// naming the client and the CLI's version.
 fn assert_seen_and_graded(eval: &Eval, run: &mst_tests::Run, server: &str, tool: &str) {
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let trace = read_trace(&eval.run_dir("cli"), "default/c1/0");
+    let by = &trace["collectedBy"];
+    let pinned = match by["client"].as_str() {
+        Some("claude-code") => "2.1.328",
+        Some("codex") => "0.169.0",
+        other => panic!("collectedBy.client is {other:?}"),
+    };
+    assert_eq!(by["clientVersion"], pinned, "{by}");
     let calls = events(&trace, "tool-call");
     assert!(
         calls

@@ -58,6 +58,8 @@ pub struct AgentCli {
     servers: BTreeMap<String, ServerConfig>,
     /// The servers' tokens and secrets, once the worker has them.
     tokens: BTreeMap<String, Secret>,
+    /// The CLI's version as `--version` prints it, asked once per worker.
+    version: std::sync::OnceLock<Option<String>>,
 }
 
 impl AgentCli {
@@ -113,7 +115,36 @@ impl AgentCli {
             model,
             servers: spec.servers.clone(),
             tokens: tokens.clone(),
+            version: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The CLI's version: the last word of the first line `PROGRAM --version` prints that
+    /// starts with a digit (`2.1.328 (Claude Code)`, `codex-cli 0.169.0`); `None` when it
+    /// cannot say within 10 s.
+    fn version(&self) -> Option<String> {
+        self.version
+            .get_or_init(|| {
+                let mut argv = self.program();
+                argv.truncate(1);
+                argv.push("--version".into());
+                let mut command = crate::process::clean_command(&argv, &BTreeMap::new());
+                let out = crate::process::run_to_end(
+                    &mut command,
+                    Vec::new(),
+                    std::time::Duration::from_secs(10),
+                    4096,
+                )
+                .ok()?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let line = text.lines().next()?;
+                let version = line
+                    .split_whitespace()
+                    .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))?;
+                let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+');
+                (version.len() <= 64 && version.chars().all(plain)).then(|| version.to_string())
+            })
+            .clone()
     }
 
     /// The home the CLI gets: in a conversation (the playground's turns share a work
@@ -376,6 +407,7 @@ impl Driver for AgentCli {
             argv,
             env,
             dirs: dir.into_iter().collect(),
+            version: self.version(),
         })
     }
 
