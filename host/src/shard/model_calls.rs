@@ -30,11 +30,42 @@ pub struct Answered {
     pub latency_ms: u64,
     /// The call's cost, when its model has a price.
     pub cost_usd: Option<f64>,
+    /// What the agent asked: its conversation's turns and the tools it offered.
+    pub asked: Asked,
+}
+
+/// What an agent's model call asked, as its trace shows it: the number of turns, and the
+/// names of the tools it offered (at most [`MAX_TOOL_NAMES`]).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Asked {
+    pub turns: usize,
+    pub tools: Vec<String>,
+    pub stream: bool,
+}
+
+/// The most tool names a call's event lists.
+const MAX_TOOL_NAMES: usize = 64;
+
+impl Asked {
+    fn of(request: &GatewayRequest) -> Self {
+        Asked {
+            turns: request.turns.len(),
+            tools: request
+                .tools
+                .iter()
+                .take(MAX_TOOL_NAMES)
+                .map(|t| crate::client::agent_cli::capped(&t.name, 256))
+                .collect(),
+            stream: request.stream,
+        }
+    }
 }
 
 /// What one call of a trial measured, kept until its trace is stored.
 struct Measured {
     at_ms: u64,
+    asked: Asked,
     model: String,
     latency_ms: u64,
     reply: Option<Reply>,
@@ -153,6 +184,7 @@ impl ModelCalls {
         trial.calls.push(Measured {
             at_ms: trial.granted.elapsed().as_millis() as u64,
             model: answered.model,
+            asked: answered.asked,
             latency_ms: answered.latency_ms,
             reply: answered.answer.reply.clone(),
             cost_usd: answered.cost_usd,
@@ -186,7 +218,8 @@ impl ModelCalls {
                         "usage": reply.usage,
                         "costUsd": call.cost_usd,
                         "latencyMs": call.latency_ms,
-                        "toolCalls": reply.calls.len(),
+                        "toolCalls": reply.calls.iter().map(|c| &c.name).collect::<Vec<_>>(),
+                        "asked": call.asked,
                         "measuredBy": "gateway",
                     }),
                 },
@@ -195,6 +228,7 @@ impl ModelCalls {
                     data: json!({
                         "model": call.model,
                         "error": error,
+                        "asked": call.asked,
                         "latencyMs": call.latency_ms,
                         "measuredBy": "gateway",
                     }),
@@ -233,6 +267,7 @@ impl CallJob {
                 model,
                 latency_ms: started.elapsed().as_millis() as u64,
                 cost_usd,
+                asked: Asked::of(&self.request),
             });
         });
     }

@@ -109,3 +109,29 @@ fn codex_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it() {
     let run = eval.run(&Mst::new(), &["--json", "-q"]);
     assert_seen_and_graded(&eval, &run, "everything", "echo");
 }
+
+#[test]
+fn the_agent_clis_example_passes_on_all_three_agents() {
+    require("claude", "@anthropic-ai/claude-code");
+    require("codex", "@openai/codex");
+    let mst = Mst::new();
+    let results = tempfile::tempdir().unwrap();
+    let config = mst_tests::root().join("examples/agent-clis/eval.json");
+    let run = mst.run(&[
+        "run",
+        "--config",
+        mst_tests::s(&config),
+        "--results-dir",
+        mst_tests::s(results.path()),
+        "--json",
+        "-q",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let summary = run.json();
+    for variant in ["api", "claude-code", "codex"] {
+        assert_eq!(
+            summary["variants"][variant]["passRate"], 1.0,
+            "{variant}: {summary}"
+        );
+    }
+}

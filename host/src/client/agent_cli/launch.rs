@@ -8,7 +8,10 @@
 //! arguments, appended), `env` (more environment), `mockScript` (read by the coordinator when
 //! the model is `mock/script`). `claude-code` also takes `allowedTools` (default: every tool
 //! of the variant's MCP servers; anything else is denied, never asked); `codex` takes
-//! `sandbox` (`read-only`, `workspace-write` (default) or `danger-full-access`).
+//! `sandbox` (`read-only`, `workspace-write` or `danger-full-access`, the default: the trial's
+//! machine is the boundary mst keeps, and Codex's own sandbox also confines the MCP servers
+//! it starts, which breaks servers that write outside the work directory, such as Python
+//! behind pyenv's shims).
 
 use super::{claude::ClaudeStream, codex::CodexStream, AgentStream};
 use crate::client::command::{Driver, Launch};
@@ -106,7 +109,8 @@ impl AgentCli {
         }
         let model = ModelRef::parse(spec.model.as_deref().unwrap_or_default())
             .with_context(|| format!("the `{name}` client's `model`"))?;
-        if let Some(script) = &options.mock_script {
+        // A script serves only the mock model; it is read by the coordinator.
+        if let (Some(script), "mock") = (&options.mock_script, model.provider.as_str()) {
             script.check(&model.model)?;
         }
         Ok(AgentCli {
@@ -169,13 +173,24 @@ impl AgentCli {
         self.tokens.get(name).map(|s| s.expose().to_string())
     }
 
-    /// A stdio server's environment: its `env` and its `envSecrets`' values.
+    /// A stdio server's environment, as mst's own MCP client gives it, whatever the CLI's
+    /// own (Codex passes a server only what its entry says, and each CLI has a home of its
+    /// own): the minimal environment, its `env` and its `envSecrets`' values.
     fn server_env(
         &self,
         env: &BTreeMap<String, String>,
         secrets: &BTreeMap<String, String>,
     ) -> BTreeMap<String, String> {
-        let mut all = env.clone();
+        let mut all: BTreeMap<String, String> = crate::process::minimal_env()
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        all.extend(env.clone());
         for (var, name) in secrets {
             if let Some(value) = self.secret(&crate::secrets::secret_token(name)) {
                 all.insert(var.clone(), value);
@@ -243,7 +258,13 @@ impl AgentCli {
             toml_string(&format!("{gateway_url}/v1")),
         );
         for (label, server) in &self.servers {
-            toml.push_str(&format!("\n[mcp_servers.{}]\n", toml_string(label)));
+            // Required: Codex then waits for the server before the first model call, and
+            // fails plainly when it cannot start (otherwise its tools are silently missing
+            // from calls made before it is ready).
+            toml.push_str(&format!(
+                "\n[mcp_servers.{}]\nrequired = true\n",
+                toml_string(label)
+            ));
             match server {
                 ServerConfig::Stdio(s) => {
                     toml.push_str(&format!("command = {}\n", toml_string(&s.command)));
@@ -301,7 +322,11 @@ impl AgentCli {
     /// Codex's command line.
     fn codex_argv(&self, text: &str, resume: Option<&str>) -> Vec<String> {
         let mut argv = self.program();
-        let sandbox = self.options.sandbox.as_deref().unwrap_or("workspace-write");
+        let sandbox = self
+            .options
+            .sandbox
+            .as_deref()
+            .unwrap_or("danger-full-access");
         for arg in [
             "exec",
             "--json",
