@@ -174,12 +174,13 @@ fn can_converse(variant: &str, spec: &crate::eval::config::VariantSpec) -> Resul
             )),
             Err(e) => Err(refuse(format!("{e:#}"))),
         },
-        // The history of its completed turns goes to each turn's model.
-        "api" => Ok(()),
+        // The history of its completed turns goes to each turn's model; an agent CLI resumes
+        // its own session or thread by the id it printed.
+        "api" | "claude-code" | "codex" => Ok(()),
         other => Err(refuse(format!(
             "its `{other}` client cannot continue a conversation (a `command` client with \
-             `clientOptions.resume` or an `api` client can); use another variant, or a session \
-             without `conversation`"
+             `clientOptions.resume`, an `api`, `claude-code` or `codex` client can); use another \
+             variant, or a session without `conversation`"
         ))),
     }
 }

@@ -135,3 +135,92 @@ fn the_agent_clis_example_passes_on_all_three_agents() {
         );
     }
 }
+
+#[test]
+fn a_cli_that_floods_then_hangs_ends_at_its_deadline_with_its_output_capped() {
+    // A stand-in for the CLI (clientOptions.command): 40 MB of stream lines, then silence.
+    let flood = r#"i=0; while [ $i -lt 200000 ]; do
+printf '{"type":"assistant","message":{"content":[{"type":"text","text":"%0200d"}]}}\n' $i; i=$((i+1)); done
+sleep 600"#;
+    let eval = Eval::new(
+        json!({"name": "cli", "datasets": ["cases.jsonl"], "client": "claude-code",
+               "model": "mock/echo",
+               "clientOptions": {"command": ["sh", "-c", flood, "claude"]},
+               "judges": [{"assert": "exit-code", "value": 0}],
+               "timeout": 20}),
+        &[json!({"id": "c1", "input": "go"})],
+    );
+    let started = std::time::Instant::now();
+    let run = eval.run(&Mst::new(), &["--json", "-q"]);
+    assert!(started.elapsed().as_secs() < 60, "the deadline held");
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_trace(&eval.run_dir("cli"), "default/c1/0");
+    assert_eq!(
+        trace["trace"]["status"], "timed-out",
+        "{}",
+        trace["trace"]["status"]
+    );
+    let stored = serde_json::to_vec(&trace).unwrap().len();
+    assert!(
+        stored < 64 * 1024 * 1024,
+        "the trace is capped: {stored} bytes"
+    );
+}
+
+#[test]
+fn claude_code_continues_its_own_session_in_a_playground_conversation() {
+    require("claude", "@anthropic-ai/claude-code");
+    assert_a_conversation_resumes("claude-code");
+}
+
+#[test]
+fn codex_continues_its_own_thread_in_a_playground_conversation() {
+    require("codex", "@openai/codex");
+    assert_a_conversation_resumes("codex");
+}
+
+/// Two turns of a playground conversation on `client`: the second turn's model call carries
+/// the first (the CLI resumed its session or thread by the id it printed).
+fn assert_a_conversation_resumes(client: &str) {
+    let eval = Eval::new(
+        json!({"name": "play", "datasets": ["cases.jsonl"], "client": client,
+               "model": "mock/echo", "judges": [{"assert": "exit-code", "value": 0}],
+               "timeout": 120}),
+        &[json!({"id": "unused", "input": "x"})],
+    );
+    let serve = mst_tests::serve::Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let session = serve.session(r#"{"conversation": true}"#);
+    let mut asked = Vec::new();
+    for input in ["first alpha", "second beta"] {
+        let path = format!("/api/v1/sessions/{session}/tasks");
+        let (status, task) = serve.call("POST", &path, Some(&json!({"input": input}).to_string()));
+        assert_eq!(status, 202, "{task}");
+        let id = task["id"].as_str().unwrap().to_string();
+        let (_, page) = serve.follow(
+            (&session, &id),
+            0,
+            None,
+            std::time::Duration::from_secs(120),
+        );
+        assert_eq!(page["status"], "completed", "{page}");
+        let answer = page["finalText"].as_str().unwrap_or_default();
+        assert!(
+            answer.ends_with(input),
+            "mock/echo answers the turn: {page}"
+        );
+        asked.push(turns_asked(&page));
+    }
+    // The second turn's model call carried the first turn: the CLI resumed its session.
+    assert!(asked[1] > asked[0], "turns asked: {asked:?}");
+    serve.stop();
+}
+
+/// The most turns a model call of a turn carried, as the gateway measured them (its page).
+fn turns_asked(page: &Value) -> u64 {
+    let events = page["events"].as_array().unwrap();
+    let asked = events
+        .iter()
+        .filter(|e| e["type"] == "custom" && e["name"] == "usage")
+        .filter_map(|e| e["data"]["asked"]["turns"].as_u64());
+    asked.max().unwrap_or(0)
+}
