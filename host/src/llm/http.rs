@@ -122,7 +122,11 @@ impl Http {
         Http {
             config: config.clone(),
             key: key.cloned(),
-            client: crate::net::client(|builder| builder),
+            // A provider's key goes in a header a redirect would carry elsewhere (reqwest keeps
+            // `x-api-key` across hosts): a redirect is never followed, its 3xx is the answer.
+            client: crate::net::client(|builder| {
+                builder.redirect(reqwest::redirect::Policy::none())
+            }),
         }
     }
 

@@ -156,3 +156,31 @@ echo pong"#;
     }
     assert!(server.requests().is_empty());
 }
+
+#[test]
+fn a_provider_redirect_is_never_followed_with_the_key() {
+    let elsewhere = ModelServer::start_with(|_| Reply::anthropic_text("pong"));
+    let location = format!("{}/v1/messages", elsewhere.url());
+    let server = ModelServer::start(vec![Reply::status(307, &[("location", &location)])]);
+    let (eval, secrets) = gateway_eval(&server);
+    let run = eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", s(&secrets)],
+    );
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the key went where it was sent"
+    );
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "one call a trial, no retry of a 307"
+    );
+    let trace = read_trace(&eval.run_dir("gateway"), "default/c1/0");
+    let text = trace["trace"]["finalText"].as_str().unwrap();
+    assert!(
+        text.contains("own token: 502") && text.contains("307"),
+        "{text}"
+    );
+}
