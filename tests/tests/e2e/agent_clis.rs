@@ -224,3 +224,45 @@ fn turns_asked(page: &Value) -> u64 {
         .filter_map(|e| e["data"]["asked"]["turns"].as_u64());
     asked.max().unwrap_or(0)
 }
+
+#[test]
+fn claude_code_on_a_provider_never_holds_its_key() {
+    require("claude", "@anthropic-ai/claude-code");
+    const KEY: &str = "mst-canary-cli-provider-key-51c2";
+    let server = mst_tests::model_server::ModelServer::start(vec![
+        mst_tests::model_server::Reply::ok(json!({"content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "mcp__time__get_current_time",
+             "input": {"timezone": "Asia/Tokyo"}}],
+            "stop_reason": "tool_use", "usage": {"input_tokens": 120, "output_tokens": 30}})),
+        mst_tests::model_server::Reply::anthropic_text("It is morning in Tokyo."),
+    ]);
+    let eval = Eval::new(
+        json!({"name": "cli", "datasets": ["cases.jsonl"], "client": "claude-code",
+               "model": "acme/test-model",
+               "providers": {"acme": {"format": "anthropic", "baseUrl": server.url(), "key": "MODEL_KEY",
+                                      "prices": {"test-model": {"input": 3.0, "output": 15.0}}}},
+               "servers": {"time": {"command": "python3",
+                                    "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}},
+               "judges": [{"assert": "tools-called",
+                           "value": {"tools": [{"name": "time__get_current_time"}]}}],
+               "timeout": 120}),
+        &[json!({"id": "c1", "input": "What time is it in Tokyo?"})],
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("MODEL_KEY={KEY}\n")).unwrap();
+    let run = eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", mst_tests::s(&secrets)],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let requests = server.requests();
+    assert!(requests.len() >= 2, "{}", requests.len());
+    assert!(requests.iter().all(|r| r.header("x-api-key") == Some(KEY)));
+    assert!(mst_tests::files_containing(&eval.results(), KEY).is_empty());
+    assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY));
+    let summary = run.json();
+    assert!(
+        summary["usage"]["variants"]["default"]["costUsd"].as_f64() > Some(0.0),
+        "the host priced the calls: {summary}"
+    );
+}
