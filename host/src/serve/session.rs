@@ -215,6 +215,29 @@ struct Live {
 /// A settled task's status, why (when it did not simply complete) and when (Unix seconds).
 type Settled = (TaskStatus, Option<String>, u64);
 
+/// How a task settled, not yet shown: its status, and its stored trace's events and answer
+/// (none when no trace came back, and the streamed events stay as its trace).
+struct Settlement {
+    settled: Settled,
+    stored: Option<(Vec<TraceEvent>, Option<String>)>,
+}
+
+impl Settlement {
+    /// The stored trace's answer.
+    fn final_text(&self) -> Option<&str> {
+        self.stored.as_ref()?.1.as_deref()
+    }
+
+    /// Shows the task settled, with its stored trace, in one step.
+    fn publish(self, live: &mut Live) {
+        if let Some((events, final_text)) = self.stored {
+            live.events = events;
+            live.final_text = final_text;
+        }
+        live.settled = Some(self.settled);
+    }
+}
+
 impl Task {
     fn view(&self) -> TaskView {
         let live = self.live.lock().expect("task");
@@ -607,9 +630,8 @@ impl Session {
                 None => Err("the session's machine is gone".to_string()),
             }
         };
-        let settled = self.settle(task, outcome.err());
+        let settlement = self.settle(task, outcome.err());
         self.write_record_settling(Some(&task.id));
-        task.live.lock().expect("task").settled = Some(settled);
         if let Some(thread) = &self.conversation {
             let mut thread = thread.lock().expect("thread");
             // A turn that captured no token (it failed, or the agent printed none) leaves the
@@ -619,13 +641,14 @@ impl Session {
             }
             // Only a completed turn with an answer is part of the thread: an aborted, failed
             // or timed-out one never reached the user as a reply.
-            let live = task.live.lock().expect("task");
-            if let (true, Some((TaskStatus::Completed, ..)), Some(answer)) =
-                (self.keeps_history, &live.settled, &live.final_text)
-            {
+            if let (true, (TaskStatus::Completed, ..), Some(answer)) = (
+                self.keeps_history,
+                &settlement.settled,
+                settlement.final_text(),
+            ) {
                 thread.history.push(Exchange {
                     user: text_of(&task.input),
-                    assistant: answer.clone(),
+                    assistant: answer.to_string(),
                 });
             }
         }
@@ -635,6 +658,9 @@ impl Session {
             state.last_active = Instant::now();
             state.dispose_when_idle
         };
+        // Published last, and at once: whoever sees the task done finds its whole stored trace
+        // on that page, and may submit the next turn straight away (it continues this one).
+        settlement.publish(&mut task.live.lock().expect("task"));
         if dispose {
             self.dispose();
         }
@@ -642,8 +668,8 @@ impl Session {
     }
 
     /// Settles `task` from its stored trace; without one (aborted, lost), seals what was
-    /// streamed as its trace. Returns the settled status for the caller to publish.
-    fn settle(&self, task: &Task, failure: Option<String>) -> Settled {
+    /// streamed as its trace. Returns the settlement for the caller to publish.
+    fn settle(&self, task: &Task, failure: Option<String>) -> Settlement {
         let now = crate::clock::unix_secs();
         let stored = self.dir.read_trace(&task.key);
         let mut live = task.live.lock().expect("task");
@@ -667,9 +693,10 @@ impl Session {
                     Some(why) => (TaskStatus::OverBudget, Some(why)),
                     None => (status, reason),
                 };
-                live.events = record.trace.events;
-                live.final_text = record.trace.final_text;
-                (status, reason, now)
+                Settlement {
+                    settled: (status, reason, now),
+                    stored: Some((record.trace.events, record.trace.final_text)),
+                }
             }
             None => {
                 let (status, reason) = match (task.cancel.load(Ordering::SeqCst), failure) {
@@ -699,7 +726,10 @@ impl Session {
                     collected_by: None,
                 };
                 let _ = self.dir.write_trace(&task.key, &record);
-                (status, reason, now)
+                Settlement {
+                    settled: (status, reason, now),
+                    stored: None,
+                }
             }
         }
     }

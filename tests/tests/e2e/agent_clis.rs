@@ -196,7 +196,7 @@ fn assert_a_conversation_resumes(client: &str) {
         let (status, task) = serve.call("POST", &path, Some(&json!({"input": input}).to_string()));
         assert_eq!(status, 202, "{task}");
         let id = task["id"].as_str().unwrap().to_string();
-        let (_, page) = serve.follow(
+        let (events, page) = serve.follow(
             (&session, &id),
             0,
             None,
@@ -208,16 +208,16 @@ fn assert_a_conversation_resumes(client: &str) {
             answer.ends_with(input),
             "mock/echo answers the turn: {page}"
         );
-        asked.push(turns_asked(&page));
+        asked.push(turns_asked(&events));
     }
     // The second turn's model call carried the first turn: the CLI resumed its session.
     assert!(asked[1] > asked[0], "turns asked: {asked:?}");
     serve.stop();
 }
 
-/// The most turns a model call of a turn carried, as the gateway measured them (its page).
-fn turns_asked(page: &Value) -> u64 {
-    let events = page["events"].as_array().unwrap();
+/// The most turns a model call of a turn carried, as the gateway measured them (its trace's
+/// `events`, followed to the end).
+fn turns_asked(events: &[Value]) -> u64 {
     let asked = events
         .iter()
         .filter(|e| e["type"] == "custom" && e["name"] == "usage")
