@@ -12,18 +12,23 @@
 //! final answer, [`super::Exchange`]; the trace says how many in a `log` event), then the new
 //! message.
 //!
+//! A configured provider is called through the machine's model gateway, like any agent's: the
+//! worker never holds the provider's key, and the host makes, limits and measures each call.
+//! The built-in `mock` answers on the machine.
+//!
 //! The trace records the user message, every assistant message, tool call and tool result as
-//! events, and each model call's token usage as a `custom` event named `usage`. A model that
-//! fails, or a server that cannot be reached, makes the trial infra; a tool error is an answer.
+//! events, and each model call's token usage as a `custom` event named `usage` (on a provider,
+//! the host appends those as it measured them at the gateway). A model that fails, or a server
+//! that cannot be reached, makes the trial infra; a tool error is an answer.
 
 use super::mcp::{call_tool, close, connect, drive, trace_of, Session};
-use super::{input_text, Client, Exchange, Recorder, TrialInput};
+use super::{input_text, Client, Exchange, GatewayAccess, Recorder, TrialInput};
 use crate::eval::config::{ServerConfig, VariantSpec};
 use crate::eval::trial::{EventKind, TraceRecord};
-use crate::llm::http::ProviderConfig;
+use crate::llm::http::{Http, ProviderConfig};
 use crate::llm::mock::{MockScript, ScriptedTurn};
 use crate::llm::{
-    CallGate, ModelRef, ModelRequest, Provider, ToolCall, ToolChoice, ToolOutput, ToolSpec, Turn,
+    ModelRef, ModelRequest, Provider, ToolCall, ToolChoice, ToolOutput, ToolSpec, Turn, Unlimited,
 };
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
@@ -60,12 +65,12 @@ struct Options {
     mock_script: Option<MockScript>,
 }
 
-/// The model an agent loop calls, and the gate each call passes first (the provider's limit,
-/// [`CallGate`]).
+/// The model an agent loop calls, and whether the host measures its calls (at the gateway)
+/// or the loop records their usage itself (`mock`).
 #[derive(Clone, Copy)]
 struct ModelCalls<'a> {
     provider: &'a Provider,
-    gate: &'a dyn CallGate,
+    through_gateway: bool,
 }
 
 /// Runs a model with the variant's MCP tools.
@@ -74,8 +79,6 @@ pub struct ApiClient {
     options: Options,
     /// The configured provider, for models not `mock`.
     provider: Option<ProviderConfig>,
-    /// Its key, once the worker has it.
-    key: Option<Secret>,
     servers: BTreeMap<String, ServerConfig>,
     tokens: BTreeMap<String, Secret>,
 }
@@ -83,8 +86,7 @@ pub struct ApiClient {
 impl ApiClient {
     /// A client for the variant `spec` (its model, `clientOptions`, servers and provider);
     /// every model the options can reach is checked here, so a bad one is a config error
-    /// before any machine. `tokens` holds the servers' tokens and the provider's key, once the
-    /// worker has them.
+    /// before any machine. `tokens` holds the servers' tokens, once the worker has them.
     pub fn new(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<Self> {
         let model = spec
             .model
@@ -101,7 +103,6 @@ impl ApiClient {
             bail!("clientOptions.maxTurns must be at least 1");
         }
         let client = ApiClient {
-            key: tokens.get(&crate::llm::key_token(&model.provider)).cloned(),
             model,
             options,
             provider: spec.provider.clone(),
@@ -112,7 +113,7 @@ impl ApiClient {
             Some(MockScript::ByCase(scripts)) => {
                 for (case, script) in scripts {
                     client
-                        .provider_for(Some(script))
+                        .configured(Some(script))
                         .with_context(|| format!("clientOptions.mockScript.{case}"))?;
                 }
             }
@@ -121,20 +122,36 @@ impl ApiClient {
                     Some(MockScript::All(turns)) => Some(turns.as_slice()),
                     _ => None,
                 };
-                client.provider_for(script)?;
+                client.configured(script)?;
             }
         }
         Ok(client)
     }
 
-    /// The model to call, with `script` for `mock/script`.
-    fn provider_for(&self, script: Option<&[ScriptedTurn]>) -> Result<Provider> {
-        Provider::new(
-            &self.model,
-            script,
-            self.provider.as_ref(),
-            self.key.as_ref(),
-        )
+    /// The model as configured, with `script` for `mock/script`: `mock`, or the configured
+    /// provider (an error names what to add when it is not).
+    fn configured(&self, script: Option<&[ScriptedTurn]>) -> Result<Provider> {
+        Provider::new(&self.model, script, self.provider.as_ref(), None)
+    }
+
+    /// The model a trial calls: `mock` on the machine, or the configured provider through
+    /// the trial's `gateway` (the host calls the provider with the key only it holds).
+    fn provider_for(
+        &self,
+        script: Option<&[ScriptedTurn]>,
+        gateway: Option<&GatewayAccess>,
+    ) -> Result<(Provider, bool)> {
+        match (self.configured(script)?, gateway) {
+            (Provider::Http(_), Some(gateway)) => Ok((
+                Provider::Http(Http::gateway(&gateway.url, &gateway.token)),
+                true,
+            )),
+            (Provider::Http(_), None) => bail!(
+                "model `{}` is called through mst's model gateway, and this trial has none",
+                self.model
+            ),
+            (mock, _) => Ok((mock, false)),
+        }
     }
 
     /// The scripted turns for case `id`, if the options have any.
@@ -186,12 +203,17 @@ impl ApiClient {
                 max_tokens: self.options.max_tokens,
                 temperature: self.options.temperature,
             };
+            // No slot is taken here: the host takes the provider's when it makes the call.
             let reply = model
                 .provider
-                .complete(model.gate, &request)
+                .complete(&Unlimited, &request)
                 .await
                 .map_err(|e| anyhow::anyhow!("model `{}`: {e}", self.model))?;
-            trace.push(self.usage_event(&reply.usage));
+            if model.through_gateway {
+                trace.count_tokens(&reply.usage);
+            } else {
+                trace.push(self.usage_event(&reply.usage));
+            }
             if let Some(text) = &reply.text {
                 trace.push(EventKind::Message {
                     role: "assistant".into(),
@@ -249,16 +271,12 @@ impl ApiClient {
         Ok((sessions, tools))
     }
 
-    /// The `usage` event of one model call, with its cost when the model has a price.
+    /// The `usage` event of one call to `mock` (which has no price; a provider's calls are
+    /// recorded by the host, as it measured them).
     fn usage_event(&self, usage: &crate::llm::Usage) -> EventKind {
-        let mut data = serde_json::json!({"model": self.model.to_string(), "usage": usage});
-        if let Some(cost) = crate::llm::http::cost(self.provider.as_ref(), &self.model.model, usage)
-        {
-            data["costUsd"] = serde_json::json!(cost);
-        }
         EventKind::Custom {
             name: "usage".into(),
-            data,
+            data: serde_json::json!({"model": self.model.to_string(), "usage": usage}),
         }
     }
 }
@@ -312,7 +330,8 @@ impl Client for ApiClient {
 
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
         let mut trace = Recorder::new(input, Instant::now());
-        let provider = match self.provider_for(self.script_for(&input.case.id)) {
+        let script = self.script_for(&input.case.id);
+        let (provider, through_gateway) = match self.provider_for(script, input.gateway) {
             Ok(provider) => provider,
             Err(e) => {
                 let why = e.context(format!("case `{}`", input.case.id));
@@ -327,7 +346,7 @@ impl Client for ApiClient {
         };
         let calls = ModelCalls {
             provider: &provider,
-            gate: input.calls,
+            through_gateway,
         };
         let outcome = drive(input, async {
             let Some(turns) = replayed else {

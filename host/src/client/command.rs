@@ -706,7 +706,6 @@ mod tests {
             timeout,
             cancel: &AtomicBool::new(false),
             scratch: &std::env::temp_dir(),
-            calls: &crate::llm::Unlimited,
             events,
             resume: None,
             history: &[],

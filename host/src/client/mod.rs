@@ -29,8 +29,6 @@ pub struct TrialInput<'a> {
     /// The trial's own empty working directory, removed when it ends: the agent starts here,
     /// away from the bundle and the other trials' traces.
     pub scratch: &'a std::path::Path,
-    /// Where each model call takes its provider's slot (`limits.providers`).
-    pub calls: &'a dyn crate::llm::CallGate,
     /// Hears each trace event the moment the client records it (the worker streams them to
     /// the coordinator); [`NoEvents`] for callers that only read the finished trace.
     pub events: &'a dyn EventSink,
@@ -48,8 +46,8 @@ pub struct TrialInput<'a> {
     /// failed; the worker writes the diagnosis from them. `None`: artefacts are off.
     pub evidence: Option<&'a crate::diagnosis::TrialEvidence>,
     /// Where the trial's agent calls models, when its variant's client goes through the
-    /// machine's model gateway (`claude-code`, `codex`, a `command` client with
-    /// `modelGateway`); `None` otherwise.
+    /// machine's model gateway (`claude-code`, `codex`, the `api` client on a configured
+    /// provider, a `command` client with `modelGateway`); `None` otherwise.
     pub gateway: Option<&'a GatewayAccess>,
 }
 
@@ -194,6 +192,15 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// Counts a model call's tokens against the trial's budget without recording its `usage`
+    /// event: the host records that one, as it measured the call at the model gateway.
+    pub fn count_tokens(&mut self, usage: &crate::llm::Usage) {
+        self.tokens = self
+            .tokens
+            .saturating_add(usage.input_tokens)
+            .saturating_add(usage.output_tokens);
+    }
+
     /// Appends an event that happened now.
     pub fn push(&mut self, kind: EventKind) {
         self.push_at(self.started.elapsed(), kind);
@@ -203,10 +210,7 @@ impl<'a> Recorder<'a> {
     /// thread carries its own time).
     pub fn push_at(&mut self, at: Duration, kind: EventKind) {
         if let Some((usage, _)) = kind.usage() {
-            self.tokens = self
-                .tokens
-                .saturating_add(usage.input_tokens)
-                .saturating_add(usage.output_tokens);
+            self.count_tokens(&usage);
         }
         let event = TraceEvent {
             seq: self.events.len() as u64,

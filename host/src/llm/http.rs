@@ -112,16 +112,20 @@ const MAX_BODY: usize = 16 << 20;
 pub struct Http {
     config: ProviderConfig,
     key: Option<Secret>,
+    /// Retries after the first attempt.
+    retries: u32,
     /// The client, or why none could be built.
     client: Result<reqwest::Client, String>,
 }
 
 impl Http {
-    /// The provider `config` with its key, when the worker has received it.
+    /// The provider `config` with its key (`None`: the secrets file has none, said when it is
+    /// called).
     pub fn new(config: &ProviderConfig, key: Option<&Secret>) -> Self {
         Http {
             config: config.clone(),
             key: key.cloned(),
+            retries: RETRIES,
             // A provider's key goes in a header a redirect would carry elsewhere (reqwest keeps
             // `x-api-key` across hosts): a redirect is never followed, its 3xx is the answer.
             client: crate::net::client(|builder| {
@@ -130,11 +134,34 @@ impl Http {
         }
     }
 
+    /// The machine's model gateway at `url` (its loopback), called in the Anthropic format
+    /// with a trial's gateway `token`, as the `api` client calls it. It is never retried: the
+    /// host retried the provider before it answered, and each retry here would be made again
+    /// there.
+    pub fn gateway(url: &str, token: &Secret) -> Self {
+        Http {
+            config: ProviderConfig {
+                format: WireFormat::Anthropic,
+                base_url: url.to_string(),
+                key: "the trial's gateway token".into(),
+                prices: BTreeMap::new(),
+                limit: None,
+            },
+            key: Some(token.clone()),
+            retries: 0,
+            client: crate::net::client(|builder| {
+                builder
+                    .redirect(reqwest::redirect::Policy::none())
+                    .no_proxy()
+            }),
+        }
+    }
+
     /// One model call, with retries.
     pub async fn complete(&self, request: &ModelRequest<'_>) -> Result<Reply, ModelError> {
         let key = self.key.as_ref().ok_or_else(|| {
             ModelError(format!(
-                "no key (secret `{}`) reached this worker",
+                "no key: the secret `{}` is not set",
                 self.config.key
             ))
         })?;
@@ -181,19 +208,21 @@ impl Http {
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(Duration::from_secs);
-                    let text = response.text().await.unwrap_or_default();
-                    let text: String = text.chars().take(300).collect();
+                    let text = error_text(&response.text().await.unwrap_or_default());
                     let retryable = status.as_u16() == 429 || status.is_server_error();
-                    if !retryable || attempt == RETRIES {
-                        return Err(ModelError(format!(
-                            "{url} answered {status} after {} attempt(s): {text}",
-                            attempt + 1
-                        )));
+                    if !retryable || attempt == self.retries {
+                        return Err(ModelError(match self.retries {
+                            0 => format!("{url} answered {status}: {text}"),
+                            _ => format!(
+                                "{url} answered {status} after {} attempt(s): {text}",
+                                attempt + 1
+                            ),
+                        }));
                     }
                     retry_after.unwrap_or(BACKOFF * 2u32.pow(attempt))
                 }
                 Err(e) => {
-                    if attempt == RETRIES {
+                    if attempt == self.retries {
                         return Err(ModelError(format!(
                             "{url} could not be reached after {} attempt(s): {e}",
                             attempt + 1
@@ -206,6 +235,19 @@ impl Http {
             attempt += 1;
         }
     }
+}
+
+/// What an error answer says, for a message: the `error.message` both formats (and the
+/// gateway) put in a JSON error body, or the start of the body as it is.
+fn error_text(body: &str) -> String {
+    let message = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_string));
+    message
+        .unwrap_or_else(|| body.to_string())
+        .chars()
+        .take(300)
+        .collect()
 }
 
 /// What both formats' request bodies share: the model, the token cap, the messages and the

@@ -139,9 +139,9 @@ pub enum Provider {
     Http(http::Http),
 }
 
-/// Takes a provider's slot for one model call (`limits.providers`), so that a limit holds
-/// for every call wherever it is made: on a worker (whose gate asks the coordinator) or in the
-/// host (a plugin's call while grading, whose gate is the run's limiter itself).
+/// Takes a provider's slot for one model call (`limits.providers`). Every call to a provider
+/// is made by the host (an agent's through the model gateway, a plugin's while grading), whose
+/// gate is the run's limiter, so a limit holds across all shards.
 pub trait CallGate: Send + Sync {
     /// Waits for a slot of `provider`; it is held until the returned [`CallSlot`] is dropped,
     /// also when this future is dropped before it is ready (a trial's deadline).
@@ -174,7 +174,8 @@ impl Drop for CallSlot {
     }
 }
 
-/// The gate of a caller under no limit (a test, a local one-off).
+/// The gate of a caller under no limit: a test, a local one-off, or the `api` client on a
+/// machine (its provider calls go through the gateway, and the host takes their slots).
 pub struct Unlimited;
 
 impl CallGate for Unlimited {
@@ -321,11 +322,6 @@ impl ModelAccess {
             self.keys.get(&model.provider),
         )
     }
-}
-
-/// The token name under which a provider's key travels to workers.
-pub fn key_token(provider: &str) -> String {
-    format!("provider:{provider}")
 }
 
 impl Provider {

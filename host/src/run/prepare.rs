@@ -252,9 +252,9 @@ impl Prepared {
     }
 
     /// Tokens for the servers that name one, by server label, the secrets of servers'
-    /// `envSecrets`/`headerSecrets` and `secretEnv` (`secret:NAME`), and each configured model
-    /// provider's key (`provider:NAME`); a secret the secrets file does not hold is a config
-    /// error.
+    /// `envSecrets`/`headerSecrets` and `secretEnv` (`secret:NAME`); a secret the secrets file
+    /// does not hold is a config error, a model provider's key included (it stays in the host,
+    /// which makes every provider call, but a missing one is better said before any machine).
     pub fn server_tokens(&self, secrets: &Secrets) -> Result<ServerTokens> {
         let mut names = BTreeMap::new();
         for (label, server) in &self.config.servers {
@@ -281,7 +281,6 @@ impl Prepared {
                     Secrets::missing(&provider.key)
                 );
             }
-            names.insert(crate::llm::key_token(name), provider.key.clone());
         }
         for variant in self.config.variant_names() {
             for (var, name) in self.config.variant(&variant).secret_env() {

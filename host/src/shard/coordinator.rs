@@ -286,11 +286,9 @@ enum Input {
     Answered(Box<Answered>),
 }
 
-/// A trial the worker wants to start, or a model call it wants to make, waiting for room
-/// within the limits.
+/// A trial the worker wants to start, waiting for room within the limits.
 struct WaitingAcquire {
     holder: Holder,
-    providers: Vec<String>,
     servers: Vec<String>,
 }
 
@@ -342,8 +340,6 @@ pub struct ShardSession<'a> {
     /// trial rather than two sets of keys.
     progress: Vec<Progress>,
     waiting: Vec<WaitingAcquire>,
-    /// The model call each running trial holds or waits for a slot for (at most one).
-    calls: BTreeMap<TrialKey, u32>,
     /// What each trial has streamed so far.
     streams: Streams,
     hello_seen: bool,
@@ -394,7 +390,6 @@ impl<'a> ShardSession<'a> {
             },
             progress: vec![Progress::default(); trials.len()],
             waiting: Vec::new(),
-            calls: BTreeMap::new(),
             streams: Streams::default(),
             hello_seen: false,
             last_heard: Instant::now(),
@@ -581,11 +576,10 @@ impl<'a> ShardSession<'a> {
     fn grant_waiting(&mut self) {
         let waiting = std::mem::take(&mut self.waiting);
         for acquire in waiting {
-            let fits = self.context.limiter.try_acquire(
-                &acquire.holder,
-                &acquire.providers,
-                &acquire.servers,
-            );
+            let fits = self
+                .context
+                .limiter
+                .try_acquire(&acquire.holder, &[], &acquire.servers);
             match acquire.holder {
                 _ if !fits => self.waiting.push(acquire),
                 Holder::Trial { key, .. } => {
@@ -596,9 +590,6 @@ impl<'a> ShardSession<'a> {
                         .is_some_and(VariantSpec::uses_gateway);
                     let gateway = uses_gateway.then(|| self.model_calls.mint(&key));
                     self.send(&CoordinatorMessage::Granted { key, gateway })
-                }
-                Holder::Call { key, call, .. } => {
-                    self.send(&CoordinatorMessage::GrantedCall { key, call })
                 }
                 Holder::Host { .. } => {}
             }
@@ -620,13 +611,6 @@ impl<'a> ShardSession<'a> {
             WorkerMessage::Heartbeat { .. } => None,
             WorkerMessage::NeedTokens { servers, .. } => self.on_need_tokens(&servers),
             WorkerMessage::Acquire { key, .. } => self.on_acquire(self.planned_key(key)),
-            WorkerMessage::AcquireCall { key, call } => {
-                self.on_acquire_call(self.planned_key(key), call)
-            }
-            WorkerMessage::ReleaseCall { key, call } => {
-                self.on_release_call(&key, call);
-                None
-            }
             WorkerMessage::ModelCall {
                 key,
                 call,
@@ -812,53 +796,9 @@ impl<'a> ShardSession<'a> {
             let shard = self.bundle.shard;
             self.waiting.push(WaitingAcquire {
                 holder: Holder::Trial { shard, key },
-                providers: Vec::new(),
                 servers,
             });
         }
-        None
-    }
-
-    /// Queues a model call of a running trial for a slot of its provider: the bundle's (the
-    /// variant's model), not one the worker names. A call for a trial not granted or already
-    /// reported, for a variant that calls no provider, or while the trial holds or waits for
-    /// another call's slot (a worker hoarding slots) is a protocol violation.
-    fn on_acquire_call(&mut self, key: TrialKey, call: u32) -> Option<ShardEnd> {
-        let running = self.running(&key);
-        let providers = self
-            .bundle
-            .variants
-            .get(&*key.variant)
-            .map(VariantSpec::providers)
-            .unwrap_or_default();
-        let broke = |why: String| {
-            Some(ShardEnd::Lost(format!(
-                "the worker broke {PROTOCOL}: {why}"
-            )))
-        };
-        if !running {
-            return broke(format!(
-                "it asked for a model call slot for trial {key}, which is not running"
-            ));
-        }
-        if providers.is_empty() {
-            return broke(format!(
-                "it asked for a model call slot for trial {key}, whose variant calls no model provider"
-            ));
-        }
-        if let Some(held) = self.calls.get(&key) {
-            return broke(format!(
-                "it asked for a slot for model call {call} of trial {key} while call {held} \
-                 still holds or waits for one"
-            ));
-        }
-        self.calls.insert(key.clone(), call);
-        let shard = self.bundle.shard;
-        self.waiting.push(WaitingAcquire {
-            holder: Holder::Call { shard, key, call },
-            providers,
-            servers: Vec::new(),
-        });
         None
     }
 
@@ -943,23 +883,6 @@ impl<'a> ShardSession<'a> {
         None
     }
 
-    /// Gives back a call's slot, or stops its wait; a call this session does not know (already
-    /// given back with its trial) is nothing to give back.
-    fn on_release_call(&mut self, key: &TrialKey, call: u32) {
-        if self.calls.get(key) != Some(&call) {
-            return;
-        }
-        self.calls.remove(key);
-        let shard = self.bundle.shard;
-        let holder = Holder::Call {
-            shard,
-            key: key.clone(),
-            call,
-        };
-        self.waiting.retain(|w| w.holder != holder);
-        self.context.limiter.release(&holder);
-    }
-
     /// A part of a model call an agent made through the worker's gateway: refused at once
     /// (a token not the trial's, a trial not running, too many calls), waited on, or, once
     /// whole, made on a thread of its own whose answer comes back as an input.
@@ -1033,12 +956,9 @@ impl<'a> ShardSession<'a> {
         error: Option<String>,
         inline: Option<(Box<TrialRecord>, u64)>,
     ) -> Option<ShardEnd> {
-        // The trial's room, and a call slot it still held or waited for, come back.
+        // The trial's room comes back, and its gateway token is refused from now on.
         self.context.limiter.release_trial(self.bundle.shard, &key);
-        self.calls.remove(&key);
         self.model_calls.end(&key);
-        self.waiting
-            .retain(|w| !matches!(&w.holder, Holder::Call { key: k, .. } if *k == key));
         let Some(at) = self.position(&key) else {
             return Some(ShardEnd::Lost(format!(
                 "the worker reported trial {key}, which this shard does not run"

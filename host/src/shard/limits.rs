@@ -1,10 +1,9 @@
 //! Rate limits across all shards: most trials at once per MCP server, and most model calls at
-//! once per provider. Workers `acquire` before each trial (its servers) and `acquire-call`
-//! before each model call (its provider); the coordinator grants when every resource has room.
-//! A call's `release-call` gives its slot back, a trial's `trial` message gives back the trial's
-//! and any call slot it still held, and a shard that ends or is lost gives back all of its
-//! room. The host's own model calls (plugins' calls while grading) take slots from the same
-//! limiter through [`HostCalls`].
+//! once per provider. Workers `acquire` before each trial (its servers); the coordinator grants
+//! when every server has room, a trial's `trial` message gives its room back, and a shard that
+//! ends or is lost gives back all of its room. Every model call to a provider is the host's
+//! own (an agent's, made through the machine's model gateway; a plugin's, while grading) and
+//! takes its provider's slot from the same limiter through [`HostCalls`].
 
 use crate::eval::config::RateLimits;
 use crate::eval::trial::TrialKey;
@@ -19,13 +18,8 @@ use std::time::Duration;
 pub enum Holder {
     /// A trial of a shard: its MCP servers, for the whole trial.
     Trial { shard: u32, key: TrialKey },
-    /// One model call of a trial: its provider, for that call.
-    Call {
-        shard: u32,
-        key: TrialKey,
-        call: u32,
-    },
-    /// One model call the host itself makes (a plugin's, while grading).
+    /// One model call the host makes (an agent's through the gateway, a plugin's): its
+    /// provider, for that call.
     Host { call: u64 },
 }
 
@@ -33,7 +27,7 @@ impl Holder {
     /// The shard and trial this holder belongs to, if any.
     fn trial(&self) -> Option<(u32, &TrialKey)> {
         match self {
-            Holder::Trial { shard, key } | Holder::Call { shard, key, .. } => Some((*shard, key)),
+            Holder::Trial { shard, key } => Some((*shard, key)),
             Holder::Host { .. } => None,
         }
     }
@@ -126,7 +120,7 @@ impl Limiter {
         self.release_where(|h| h == holder);
     }
 
-    /// Returns what trial `key` of `shard` held: its own room and its calls' slots.
+    /// Returns what trial `key` of `shard` held.
     pub fn release_trial(&self, shard: u32, key: &TrialKey) {
         self.release_where(|h| h.trial() == Some((shard, key)));
     }
@@ -146,8 +140,8 @@ impl Limiter {
 /// often).
 const HOST_POLL: Duration = Duration::from_millis(10);
 
-/// The host's own model calls (plugins' calls while grading) through the run's [`Limiter`]:
-/// the same slots the workers' calls take.
+/// The host's model calls (agents' through the gateway, plugins' while grading) through the
+/// run's [`Limiter`], so a provider's limit holds across every shard and the grading.
 pub struct HostCalls {
     limiter: Arc<Limiter>,
     next: AtomicU64,
@@ -243,66 +237,29 @@ mod tests {
         assert!(!limiter.try_acquire(&trial(1, "d"), &[], &time));
     }
 
-    fn call(shard: u32, case: &str, call: u32) -> Holder {
-        Holder::Call {
-            shard,
-            key: key(case),
-            call,
-        }
-    }
-
     #[test]
-    fn call_slots_come_back_with_their_trial_and_with_a_lost_shard() {
-        let limiter = Limiter::new(RateLimits {
-            providers: [("acme".to_string(), 1)].into(),
-            ..RateLimits::default()
-        });
-        let acme = ["acme".to_string()];
-        assert!(limiter.try_acquire(&trial(0, "a"), &[], &[]));
-        assert!(limiter.try_acquire(&call(0, "a", 0), &acme, &[]));
-        assert!(
-            !limiter.try_acquire(&call(1, "b", 0), &acme, &[]),
-            "one call at once"
-        );
-        // The trial ended (its `trial` message) while its call slot was still held.
-        limiter.release_trial(0, &key("a"));
-        assert!(limiter.try_acquire(&call(1, "b", 0), &acme, &[]));
-        assert!(
-            !limiter.try_acquire(&call(2, "c", 0), &acme, &[]),
-            "b holds the slot"
-        );
-        // The worker of shard 1 is lost mid-call: its slot is not leaked.
-        limiter.release_shard(1);
-        assert!(limiter.try_acquire(&call(2, "c", 0), &acme, &[]));
-        limiter.release(&call(2, "c", 0));
-        assert!(limiter.try_acquire(&call(2, "c", 1), &acme, &[]));
-        assert_eq!(limiter.peaks()["provider:acme"], 1);
-    }
-
-    #[test]
-    fn host_calls_wait_for_the_slots_workers_hold() {
+    fn a_providers_calls_wait_for_its_slot_and_an_abandoned_wait_holds_nothing() {
         let limiter = Arc::new(Limiter::new(RateLimits {
             providers: [("acme".to_string(), 1)].into(),
             ..RateLimits::default()
         }));
-        let acme = ["acme".to_string()];
-        assert!(limiter.try_acquire(&call(0, "a", 0), &acme, &[]));
-        let host = HostCalls::new(limiter.clone());
+        let calls = HostCalls::new(limiter.clone());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         runtime.block_on(async {
-            let waiting = tokio::time::timeout(Duration::from_millis(100), host.acquire("acme"));
-            assert!(waiting.await.is_err(), "the worker's call holds the slot");
-            limiter.release(&call(0, "a", 0));
-            let slot = host.acquire("acme").await;
-            assert!(
-                !limiter.try_acquire(&call(0, "a", 1), &acme, &[]),
-                "the host's call holds it now"
-            );
-            drop(slot);
-            assert!(limiter.try_acquire(&call(0, "a", 1), &acme, &[]));
+            let first = calls.acquire("acme").await;
+            let waiting = tokio::time::timeout(Duration::from_millis(100), calls.acquire("acme"));
+            assert!(waiting.await.is_err(), "the first call holds the only slot");
+            let other = tokio::time::timeout(Duration::from_millis(100), calls.acquire("other"));
+            assert!(other.await.is_ok(), "another provider has no limit");
+            drop(first);
+            let second = calls.acquire("acme").await;
+            assert_eq!(limiter.peaks()["provider:acme"], 1);
+            drop(second);
         });
+        // The wait abandoned at its timeout took nothing: the slot is free.
+        assert!(limiter.try_acquire(&Holder::Host { call: 99 }, &["acme".into()], &[]));
     }
 }

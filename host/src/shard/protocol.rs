@@ -242,13 +242,6 @@ pub enum WorkerMessage {
         #[serde(default)]
         servers: Vec<String>,
     },
-    /// Asks for a slot of the trial's model provider for one model call (`call` numbers the
-    /// trial's calls); the worker waits for `granted-call`. The coordinator takes the provider
-    /// from the bundle, and a trial holds or waits for at most one call slot at a time.
-    AcquireCall { key: TrialKey, call: u32 },
-    /// The model call `call` of the trial ended (or was abandoned while it waited): its slot
-    /// goes back.
-    ReleaseCall { key: TrialKey, call: u32 },
     /// A part of a model call an agent made through the machine's gateway (the JSON of an
     /// [`crate::llm::wire::GatewayRequest`]), with the gateway token the agent presented.
     /// The coordinator calls the variant's model when the last part has come and answers with
@@ -364,8 +357,6 @@ pub enum CoordinatorMessage {
         )]
         gateway: Option<Secret>,
     },
-    /// The trial's model call `call` may go out.
-    GrantedCall { key: TrialKey, call: u32 },
     /// A part of the answer to the trial's model call `call` (the JSON of a [`ModelAnswer`]).
     /// Added within `mst.shard/v1`.
     ModelReply {
@@ -558,14 +549,6 @@ mod tests {
                 key: key(),
                 servers: vec!["time".into()],
             },
-            WorkerMessage::AcquireCall {
-                key: key(),
-                call: 0,
-            },
-            WorkerMessage::ReleaseCall {
-                key: key(),
-                call: 0,
-            },
             WorkerMessage::Trial {
                 key: key(),
                 status: Collected::Collected,
@@ -676,12 +659,6 @@ mod tests {
             gateway: None,
         });
         assert!(granted.starts_with("{\"type\":\"granted\""), "{granted}");
-        let call = encode(&CoordinatorMessage::GrantedCall {
-            key: key(),
-            call: 3,
-        });
-        assert!(call.starts_with("{\"type\":\"granted-call\""), "{call}");
-        assert!(call.ends_with(",\"call\":3}\n"), "{call}");
     }
 
     #[test]

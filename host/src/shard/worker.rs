@@ -16,14 +16,13 @@ use crate::eval::trial::{
     CaseRecord, EventKind, TraceEvent, TraceRecord, TrialKey, TrialRecord, TrialStatus,
 };
 use crate::grade::remote::RemoteGrader;
-use crate::llm::{CallGate, CallSlot};
 use crate::results::trace_path;
 use crate::secrets::{Secret, TokenDir};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -65,19 +64,11 @@ struct Finished {
     line: String,
 }
 
-/// Model calls waiting for `granted-call`, by trial and call number.
-type PendingCalls = Arc<Mutex<BTreeMap<(TrialKey, u32), tokio::sync::oneshot::Sender<()>>>>;
-
-/// What one running trial says to the coordinator: its model calls' slots (a [`CallGate`]:
-/// each call asks for its provider's slot with `acquire-call`, waits for `granted-call`, and
-/// gives it back with `release-call` when it ends or is abandoned while it waits) and its
-/// trace events as they are recorded (an [`EventSink`]).
+/// What one running trial says to the coordinator: its trace events as they are recorded
+/// (an [`EventSink`]) and, in a conversation turn, its resume token.
 struct TrialLink {
     key: TrialKey,
     wire: Wire,
-    pending: PendingCalls,
-    /// The number of the trial's next model call.
-    next: AtomicU32,
     /// Bytes of events streamed so far, or `None` once the stream stopped at its cap.
     sent: Mutex<Option<u64>>,
     /// In a conversation turn, the last resume token the client captured.
@@ -94,36 +85,6 @@ impl client::ResumeSink for TrialLink {
         }
         crate::secrets::hold("resume token", &token);
         *self.resume.lock().expect("resume lock") = Some(token);
-    }
-}
-
-impl CallGate for TrialLink {
-    fn acquire<'a>(
-        &'a self,
-        _provider: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CallSlot> + Send + 'a>> {
-        Box::pin(async move {
-            let (key, call) = (self.key.clone(), self.next.fetch_add(1, Ordering::Relaxed));
-            let (granted, wait) = tokio::sync::oneshot::channel();
-            let slot_of = (key.clone(), call);
-            self.pending
-                .lock()
-                .expect("pending calls lock")
-                .insert(slot_of.clone(), granted);
-            self.wire.send(&WorkerMessage::AcquireCall {
-                key: key.clone(),
-                call,
-            });
-            let (wire, pending) = (self.wire.clone(), self.pending.clone());
-            // Made before waiting, so a call abandoned at the deadline gives its slot back too.
-            let slot = CallSlot::new(move || {
-                pending.lock().expect("pending calls lock").remove(&slot_of);
-                wire.send(&WorkerMessage::ReleaseCall { key, call });
-            });
-            // A coordinator that is gone never answers; the trial ends by cancel or deadline.
-            let _ = wait.await;
-            slot
-        })
     }
 }
 
@@ -203,7 +164,6 @@ fn run_trial(
         timeout,
         cancel,
         scratch: scratch.path(),
-        calls: link,
         events: link,
         resume: setting
             .conversation
@@ -459,8 +419,6 @@ struct Worker {
     queue: WorkReader,
     /// The trials asked for (`acquire`) and not granted yet, with their cases.
     awaiting: Vec<(TrialKey, Arc<CaseRecord>)>,
-    /// Running trials' model calls waiting for their provider slot.
-    pending_calls: PendingCalls,
     /// The machine's model gateway, started for the first trial that calls models through it.
     gateway: Option<super::gateway::Gateway>,
     running: usize,
@@ -531,7 +489,6 @@ impl Worker {
             expiring: BTreeMap::new(),
             renewal_asked: BTreeSet::new(),
             awaiting: Vec::new(),
-            pending_calls: PendingCalls::default(),
             gateway: None,
             running: 0,
             counts: DoneCounts::default(),
@@ -658,13 +615,6 @@ impl Worker {
                             self.cancel();
                             anyhow::bail!("the coordinator's model answer is unreadable: {why}");
                         }
-                    }
-                }
-                Event::FromCoordinator(CoordinatorMessage::GrantedCall { key, call }) => {
-                    // A call abandoned meanwhile has gone from the map (and said `release-call`).
-                    let mut waiting = self.pending_calls.lock().expect("pending calls lock");
-                    if let Some(granted) = waiting.remove(&(key, call)) {
-                        let _ = granted.send(());
                     }
                 }
                 Event::FromCoordinator(CoordinatorMessage::Cancel { reason }) => {
@@ -807,8 +757,6 @@ impl Worker {
         let link = TrialLink {
             key: key.clone(),
             wire: self.wire.clone(),
-            pending: self.pending_calls.clone(),
-            next: AtomicU32::new(0),
             sent: Mutex::new(Some(0)),
             resume: Mutex::new(None),
         };

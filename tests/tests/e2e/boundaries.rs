@@ -378,61 +378,6 @@ sleep 5
 }
 
 #[test]
-fn a_worker_cannot_hoard_model_call_slots() {
-    let mst = Mst::new();
-    // An `api` variant on a provider limited to one call at a time. The stand-in worker starts
-    // its trial, then asks for a second call slot while the first is still held: were that
-    // granted, one shard could take every slot of the run.
-    let eval = Eval::new(
-        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "api", "model": "acme/m",
-               "providers": {"acme": {"format": "anthropic", "baseUrl": "http://127.0.0.1:9",
-                                      "key": "ACME_KEY"}},
-               "limits": {"providers": {"acme": 1}},
-               "judges": [{"assert": "exit-code", "value": 0}], "timeout": 30}),
-        &[json!({"id": "c1", "input": "hi"})],
-    );
-    let secrets = eval.dir.path().join("secrets.env");
-    std::fs::write(&secrets, "ACME_KEY=mst-canary-hoard\n").unwrap();
-    let script = r#"echo "$HELLO"
-k='{"variant":"default","case":"c1","trial":0}'
-echo '{"type":"acquire","key":'"$k"',"servers":[]}'
-read granted
-echo '{"type":"acquire-call","key":'"$k"',"call":0}'
-echo '{"type":"acquire-call","key":'"$k"',"call":1}'
-sleep 5
-"#;
-    let worker = stand_in_worker(eval.dir.path(), "hoard.sh", script);
-    let secrets = format!("{}", secrets.display());
-    let run = eval.run(
-        &mst,
-        &["-q", "--runner-option", &worker, "--secrets-file", &secrets],
-    );
-    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
-    let record = read_json(&eval.run_dir("e2e").join("run.json"));
-    let reason = record["machines"][0]["ended"]["reason"].as_str().unwrap();
-    assert!(
-        reason.contains("model call 1 of trial default/c1/0 while call 0 still holds"),
-        "{reason}"
-    );
-
-    // A variant that calls no model has no call slot to ask for.
-    let eval = command_eval(json!(["cat"]), 1, 30);
-    let script = r#"echo "$HELLO"
-k='{"variant":"default","case":"c1","trial":0}'
-echo '{"type":"acquire","key":'"$k"',"servers":[]}'
-read granted
-echo '{"type":"acquire-call","key":'"$k"',"call":0}'
-sleep 5
-"#;
-    let worker = stand_in_worker(eval.dir.path(), "no-model.sh", script);
-    let run = eval.run(&mst, &["-q", "--runner-option", &worker]);
-    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
-    let record = read_json(&eval.run_dir("e2e").join("run.json"));
-    let reason = record["machines"][0]["ended"]["reason"].as_str().unwrap();
-    assert!(reason.contains("calls no model provider"), "{reason}");
-}
-
-#[test]
 fn a_shard_past_its_copy_cap_stops_and_the_disk_stays_bounded() {
     let mst = Mst::new();
     // Each trial answers 700 KiB; the shard may copy back 1 MiB.

@@ -22,6 +22,15 @@ fn api_eval(model: &str, options: Value, cases: &[Value]) -> Eval {
     )
 }
 
+/// The text of the trace's last event that has one: why an infra trial failed (the host's
+/// `model-error` events come after it).
+fn last_text(trace: &Value) -> String {
+    let events = events(trace);
+    let text = events.iter().rev().find_map(|e| e["text"].as_str());
+    text.unwrap_or_else(|| panic!("no event with text: {trace}"))
+        .to_string()
+}
+
 fn events(trace: &Value) -> Vec<Value> {
     trace["trace"]["events"].as_array().unwrap().clone()
 }
@@ -351,14 +360,16 @@ fn a_provider_failing_past_its_retries_makes_the_trial_infra() {
     );
     let trace = read_trace(&eval.run_dir("agent"), "default/tokyo/0");
     assert_eq!(trace["trace"]["status"], "infra", "{trace}");
-    let reason = events(&trace).pop().unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let reason = last_text(&trace);
     assert!(
         reason.contains("500") && reason.contains("after 4 attempt(s)"),
         "{reason}"
     );
+    // The host made the call (through the trial's model gateway) and says so.
+    let events = events(&trace);
+    let failed = events.iter().find(|e| e["name"] == "model-error").unwrap();
+    assert_eq!(failed["data"]["measuredBy"], "gateway", "{failed}");
+    assert_eq!(failed["data"]["model"], "acme/test-model", "{failed}");
 }
 
 #[test]
@@ -656,10 +667,7 @@ fn a_malformed_model_reply_makes_the_trial_infra_naming_what_was_wrong() {
         assert_eq!(run.code, 1, "{format}: {}\n{}", run.stdout, run.stderr);
         let trace = read_trace(&eval.run_dir("agent"), "default/tokyo/0");
         assert_eq!(trace["trace"]["status"], "infra", "{trace}");
-        let reason = events(&trace).pop().unwrap()["text"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let reason = last_text(&trace);
         assert!(reason.contains(says), "{format}: {reason}");
     }
 }

@@ -134,9 +134,9 @@ pub struct VariantSpec {
 }
 
 impl VariantSpec {
-    /// The tokens a worker needs for this variant: its MCP servers' (by label), its model
-    /// provider's key (`provider:NAME`), and its `secretEnv` secrets and its servers'
-    /// `envSecrets`/`headerSecrets` (`secret:NAME`).
+    /// The tokens a worker needs for this variant: its MCP servers' (by label), and its
+    /// `secretEnv` secrets and its servers' `envSecrets`/`headerSecrets` (`secret:NAME`). A
+    /// model provider's key is never one: the host calls providers (the model gateway).
     pub fn token_names(&self) -> Vec<String> {
         let servers = self
             .servers
@@ -145,17 +145,12 @@ impl VariantSpec {
                 ServerConfig::Http(http) if http.token.is_some() => Some(label.clone()),
                 _ => None,
             });
-        let provider = self
-            .provider
-            .as_ref()
-            .and_then(|_| self.providers().into_iter().next())
-            .map(|name| crate::llm::key_token(&name));
         let secrets = self
             .secret_env()
             .into_iter()
             .chain(self.servers.values().flat_map(ServerConfig::secrets))
             .map(|(_, name)| crate::secrets::secret_token(&name));
-        servers.chain(provider).chain(secrets).collect()
+        servers.chain(secrets).collect()
     }
 
     /// The `command` client's `clientOptions.resume`, checked; `None` for other clients and
@@ -184,25 +179,23 @@ impl VariantSpec {
             .collect()
     }
 
-    /// The model providers a trial of this variant calls (the `api` client's model's
-    /// provider), for `limits.providers`.
-    pub fn providers(&self) -> Vec<String> {
-        let model = self.model.as_deref().filter(|_| self.client == "api");
-        model
-            .and_then(|m| crate::llm::ModelRef::parse(m).ok())
-            .map(|m| vec![m.provider])
-            .unwrap_or_default()
-    }
-
     /// Whether this variant's trials call models through the machine's model gateway: an agent
-    /// CLI's, or a `command` client's with `clientOptions.modelGateway`.
+    /// CLI's, the `api` client's on a configured provider (the built-in `mock` answers on the
+    /// machine, with no key and no provider to reach), or a `command` client's with
+    /// `clientOptions.modelGateway`.
     pub fn uses_gateway(&self) -> bool {
         let option = self
             .client_options
             .as_ref()
             .and_then(|o| o.get("modelGateway"))
             .and_then(serde_json::Value::as_bool);
+        let on_a_provider = self
+            .model
+            .as_deref()
+            .and_then(|m| crate::llm::ModelRef::parse(m).ok())
+            .is_some_and(|m| m.provider != "mock");
         AGENT_CLIS.contains(&self.client.as_str())
+            || (self.client == "api" && on_a_provider)
             || (self.client == "command" && option == Some(true))
     }
 
@@ -216,6 +209,25 @@ impl VariantSpec {
 mod tests {
     use super::*;
     use crate::eval::config::EvalConfig;
+
+    #[test]
+    fn an_api_variant_on_a_provider_goes_through_the_gateway_and_gets_no_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("eval.json");
+        let text = r#"{"name": "t", "datasets": ["c"], "client": "api", "model": "mock/echo",
+            "providers": {"acme": {"format": "anthropic", "baseUrl": "http://127.0.0.1:9",
+                                   "key": "ACME_KEY"}},
+            "variants": {"provider": {"model": "acme/m"}, "mock": {}}}"#;
+        std::fs::write(&file, text).unwrap();
+        let (config, _) = EvalConfig::load(&file).unwrap();
+        let on_provider = config.variant("provider");
+        assert!(on_provider.uses_gateway());
+        assert!(on_provider.token_names().is_empty(), "no key travels");
+        assert!(
+            !config.variant("mock").uses_gateway(),
+            "mock answers on the machine"
+        );
+    }
 
     #[test]
     fn a_bad_resume_is_refused_naming_its_field() {
