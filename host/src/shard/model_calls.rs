@@ -9,6 +9,7 @@
 //! summary, the cost and the playground's budgets count) with their model and latency.
 
 use super::protocol::{ModelAnswer, ModelPart, ModelParts, MAX_MODEL_CALLS_IN_FLIGHT};
+use crate::client::agent_cli::AGENT_USAGE;
 use crate::eval::config::VariantSpec;
 use crate::eval::trial::{EventKind, TraceEvent, TrialKey};
 use crate::llm::mock::MockScript;
@@ -204,11 +205,20 @@ impl ModelCalls {
 
     /// Appends what `key`'s calls measured to its trace `events`, numbered after them: one
     /// `usage` event per call that had a reply (its model, tokens, cost, latency, `measuredBy:
-    /// gateway`) and a `model-error` event per call that failed.
+    /// gateway`) and a `model-error` event per call that failed. On a trial that had a gateway
+    /// the host's measurement is its usage: a `usage` event the machine's trace holds is kept
+    /// as the agent's report ([`AGENT_USAGE`]), which nothing counts.
     pub fn append_to(&self, key: &TrialKey, events: &mut Vec<TraceEvent>) {
         let Some(trial) = self.ended.borrow_mut().remove(key) else {
             return;
         };
+        for event in events.iter_mut() {
+            if let EventKind::Custom { name, .. } = &mut event.kind {
+                if name == "usage" {
+                    *name = AGENT_USAGE.into();
+                }
+            }
+        }
         for call in trial.calls {
             let kind = match (&call.reply, &call.error) {
                 (Some(reply), _) => EventKind::Custom {
@@ -346,5 +356,86 @@ impl CallJob {
             Some(access) => access.provider(model),
             None => anyhow::bail!("this run has no model providers"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(seq: u64, name: &str, data: serde_json::Value) -> TraceEvent {
+        TraceEvent {
+            seq,
+            at_ms: seq,
+            kind: EventKind::Custom {
+                name: name.into(),
+                data,
+            },
+        }
+    }
+
+    #[test]
+    fn a_gateway_trials_usage_is_what_the_host_measured_not_what_its_trace_says() {
+        let mut calls = ModelCalls::default();
+        let key = TrialKey::new("v", "c", 0);
+        let token = calls.mint(&key);
+        let request = GatewayRequest {
+            model: "any".into(),
+            system: None,
+            turns: vec![crate::llm::Turn::User("hi".into())],
+            tools: Vec::new(),
+            tool_choice: Default::default(),
+            max_tokens: 16,
+            temperature: None,
+            stream: false,
+            hints: Default::default(),
+        };
+        let json = serde_json::to_string(&request).unwrap();
+        for part in ModelPart::split(&json) {
+            let _ = calls.on_part(&key, 0, &token, part).unwrap();
+        }
+        let reply = Reply {
+            text: Some("hello".into()),
+            calls: Vec::new(),
+            usage: crate::llm::Usage {
+                input_tokens: 7,
+                output_tokens: 3,
+            },
+        };
+        let answer = calls.on_answered(Answered {
+            key: key.clone(),
+            call: 0,
+            answer: ModelAnswer {
+                reply: Some(reply),
+                refused: None,
+            },
+            model: "acme/m".into(),
+            latency_ms: 5,
+            cost_usd: None,
+            asked: Asked::default(),
+        });
+        assert!(answer.is_some(), "the trial still runs");
+        calls.end(&key);
+        // The machine's trace claims a call of a million tokens.
+        let forged = json!({"usage": {"inputTokens": 1_000_000, "outputTokens": 1}});
+        let mut events = vec![event(0, "usage", forged)];
+        calls.append_to(&key, &mut events);
+        let counted: Vec<_> = events.iter().filter_map(|e| e.kind.usage()).collect();
+        assert_eq!(counted.len(), 1, "{events:?}");
+        assert_eq!(
+            (counted[0].0.input_tokens, counted[0].0.output_tokens),
+            (7, 3)
+        );
+        assert!(matches!(&events[0].kind, EventKind::Custom { name, .. } if name == AGENT_USAGE));
+        assert_eq!(events[1].seq, 1, "numbered after the trace's own");
+
+        // A trial without a gateway keeps its own usage: its client measured it (mock).
+        let mut own = vec![event(
+            0,
+            "usage",
+            json!({"usage": {"inputTokens": 2, "outputTokens": 1}}),
+        )];
+        calls.append_to(&TrialKey::new("v", "other", 0), &mut own);
+        assert_eq!(own[0].kind.usage().map(|(u, _)| u.input_tokens), Some(2));
     }
 }
