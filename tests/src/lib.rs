@@ -436,6 +436,16 @@ pub fn wait_for_run(results: &Path, name: &str) -> PathBuf {
     }
 }
 
+/// Fails the test unless `program` is on `PATH`, naming the npm `package` that installs it
+/// (`.ci/run` installs the agent CLIs the tests drive).
+pub fn require_program(program: &str, package: &str) {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(found, "{program} is missing: npm install -g {package}");
+}
+
 /// A loopback TCP port free at the time of asking.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -1,6 +1,6 @@
 //! `mst runner …`: preparing the hosts a runner uses.
 
-use crate::runner::docker::{context, image, options::DockerOptions};
+use crate::runner::docker::{agent_clis, context, image, options::DockerOptions};
 use crate::runner::worker_binary;
 use anyhow::{bail, Result};
 use clap::Subcommand;
@@ -9,12 +9,14 @@ use std::collections::BTreeMap;
 /// `mst runner …`
 #[derive(Subcommand, Debug)]
 pub enum RunnerCommand {
-    /// Prepare a runner's hosts. For `docker`: build mst-worker:<version> on each context, from
-    /// `--runner-option base=IMAGE` with docker/Dockerfile, or offline from the static mst alone.
+    /// Prepare a runner's hosts. For `docker`: build mst-worker:<version> (or `image=NAME`) on
+    /// each context, from `--runner-option base=IMAGE` with docker/Dockerfile, or offline from
+    /// the static mst alone; `agentClis=claude-code,codex` copies the host's agent CLIs in.
     Setup {
         /// The runner (`docker`).
         runner: String,
-        /// `contexts=…`, `base=IMAGE`, `worker=PATH` (a static mst). Repeatable.
+        /// `contexts=…`, `base=IMAGE`, `image=NAME`, `worker=PATH` (a static mst),
+        /// `agentClis=claude-code,codex`. Repeatable.
         #[arg(long = "runner-option", value_name = "KEY=VALUE")]
         runner_options: Vec<String>,
         /// Print what was built as JSON.
@@ -42,6 +44,17 @@ pub fn run(command: RunnerCommand) -> Result<u8> {
     }
     let options = DockerOptions::parse(&pairs, true)?;
     let worker = worker_binary::find(options.worker.as_deref())?;
+    let clis = agent_clis::locate(&options.agent_clis, options.base.as_deref())?;
+    let reference = options
+        .image
+        .clone()
+        .unwrap_or_else(image::default_reference);
+    let setup = image::SetupImage {
+        reference: &reference,
+        base: options.base.as_deref(),
+        worker: &worker,
+        clis: &clis,
+    };
     let runtime = crate::runner::docker::runtime()?;
     let names = if options.contexts.is_empty() {
         vec![context::current_context()]
@@ -54,12 +67,16 @@ pub fn run(command: RunnerCommand) -> Result<u8> {
         let id = runtime.block_on(async {
             // The tunnel of an ssh:// host stays open while the image is built.
             let (docker, _tunnel) = context::connect(&name, &endpoint, &options.ssh).await?;
-            image::setup(&docker, options.base.as_deref(), &worker).await
+            image::setup(&docker, &setup).await
         })?;
-        let reference = image::default_reference();
+        let with_clis: Vec<&str> = clis.iter().map(|cli| cli.client).collect();
         if !json {
+            let clis = match with_clis.is_empty() {
+                true => String::new(),
+                false => format!(", with {}", with_clis.join(" and ")),
+            };
             outln!(
-                "docker context `{name}`: built {reference} ({id}) {}",
+                "docker context `{name}`: built {reference} ({id}) {}{clis}",
                 match &options.base {
                     Some(base) => format!("from {base} with docker/Dockerfile"),
                     None => "offline from the static mst alone".to_string(),
@@ -69,6 +86,9 @@ pub fn run(command: RunnerCommand) -> Result<u8> {
         built.push(serde_json::json!({
             "context": name, "endpoint": endpoint, "image": reference, "id": id,
             "base": options.base, "worker": worker.display().to_string(),
+            "agentClis": clis.iter().map(|cli| serde_json::json!({
+                "client": cli.client, "program": cli.path.display().to_string(),
+            })).collect::<Vec<_>>(),
         }));
     }
     if json {

@@ -3,18 +3,8 @@
 //! coordinator through the machine's model gateway in the wire format each CLI speaks; their
 //! MCP servers are real. The tool assertions grade the calls each CLI's stream reports.
 
-use mst_tests::{read_trace, Eval, Mst};
+use mst_tests::{read_trace, require_program, Eval, Mst};
 use serde_json::{json, Value};
-
-/// Fails the test, naming the package, when `program` is not on the `PATH` (`cargo xtask
-/// test` installs the CLIs).
-fn require(program: &str, package: &str) {
-    let found = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(found, "{program} is missing: npm install -g {package}");
-}
 
 /// An eval of one case on `client`, its model `mock/script` calling `tool` with `arguments`
 /// then answering `answer`, its servers `servers`, graded by `tools-called` on `tool` and
@@ -77,7 +67,7 @@ fn assert_seen_and_graded(eval: &Eval, run: &mst_tests::Run, server: &str, tool:
 
 #[test]
 fn claude_code_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it() {
-    require("claude", "@anthropic-ai/claude-code");
+    require_program("claude", "@anthropic-ai/claude-code");
     let servers = json!({"time": {"command": "python3",
                                   "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}});
     let eval = cli_eval(
@@ -93,8 +83,8 @@ fn claude_code_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it()
 
 #[test]
 fn codex_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it() {
-    require("codex", "@openai/codex");
-    require(
+    require_program("codex", "@openai/codex");
+    require_program(
         "mcp-server-everything",
         "@modelcontextprotocol/server-everything",
     );
@@ -112,8 +102,8 @@ fn codex_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it() {
 
 #[test]
 fn the_agent_clis_example_passes_on_all_three_agents() {
-    require("claude", "@anthropic-ai/claude-code");
-    require("codex", "@openai/codex");
+    require_program("claude", "@anthropic-ai/claude-code");
+    require_program("codex", "@openai/codex");
     let mst = Mst::new();
     let results = tempfile::tempdir().unwrap();
     let config = mst_tests::root().join("examples/agent-clis/eval.json");
@@ -169,13 +159,13 @@ sleep 600"#;
 
 #[test]
 fn claude_code_continues_its_own_session_in_a_playground_conversation() {
-    require("claude", "@anthropic-ai/claude-code");
+    require_program("claude", "@anthropic-ai/claude-code");
     assert_a_conversation_resumes("claude-code");
 }
 
 #[test]
 fn codex_continues_its_own_thread_in_a_playground_conversation() {
-    require("codex", "@openai/codex");
+    require_program("codex", "@openai/codex");
     assert_a_conversation_resumes("codex");
 }
 
@@ -227,7 +217,7 @@ fn turns_asked(events: &[Value]) -> u64 {
 
 #[test]
 fn claude_code_on_a_provider_never_holds_its_key() {
-    require("claude", "@anthropic-ai/claude-code");
+    require_program("claude", "@anthropic-ai/claude-code");
     const KEY: &str = "mst-canary-cli-provider-key-51c2";
     let server = mst_tests::model_server::ModelServer::start(vec![
         mst_tests::model_server::Reply::ok(json!({"content": [

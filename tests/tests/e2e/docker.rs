@@ -1359,6 +1359,82 @@ fn secret_env_reaches_the_agent_and_never_the_containers_environment() {
 }
 
 #[test]
+fn codex_in_a_container_with_no_network_reaches_its_model_only_through_the_gateway() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    mst_tests::require_program("codex", "@openai/codex");
+    // An image of the test base with Codex's static program copied in from the host's npm
+    // install, under a name of its own.
+    let base = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());
+    let image = "mst-agent-clis-test:1";
+    let mst = Mst::new();
+    let setup = mst.run(&[
+        "runner",
+        "setup",
+        "docker",
+        "--runner-option",
+        &format!("contexts={a}"),
+        "--runner-option",
+        &format!("base={base}"),
+        "--runner-option",
+        &format!("image={image}"),
+        "--runner-option",
+        "agentClis=codex",
+    ]);
+    assert_eq!(setup.code, 0, "{}\n{}", setup.stdout, setup.stderr);
+    assert!(
+        setup.stdout.contains(&format!("built {image}")),
+        "{}",
+        setup.stdout
+    );
+    assert!(setup.stdout.contains("with codex"), "{}", setup.stdout);
+
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "codex",
+               "model": "mock/script",
+               "clientOptions": {"mockScript": [{"text": "It is morning in Tokyo."}]},
+               "judges": [{"assert": "contains", "value": "Tokyo"}], "timeout": 90}),
+        &[json!({"id": "tokyo", "input": "What time is it in Tokyo?"})],
+    );
+    // The default network, `none`: the container reaches nothing but its own loopback.
+    let options = [
+        format!("contexts={a}"),
+        format!("image={image}"),
+        "keep=always".to_string(),
+    ];
+    let run = docker_run_with(&eval, &mst, &["--json", "-q"], &options);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_trace(&eval.run_dir("e2e"), "default/tokyo/0");
+    assert_eq!(
+        trace["trace"]["finalText"], "It is morning in Tokyo.",
+        "{trace}"
+    );
+    assert_eq!(trace["collectedBy"]["client"], "codex", "{trace}");
+    assert_eq!(trace["collectedBy"]["clientVersion"], "0.169.0", "{trace}");
+    let measured = trace["trace"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "usage" && e["data"]["measuredBy"] == "gateway")
+        .count();
+    assert!(measured >= 1, "the host measured its calls: {trace}");
+    let names = containers_of(&a, &run_id(&eval));
+    assert_eq!(names.len(), 1, "{names:?}");
+    let network = docker(
+        &a,
+        &[
+            "inspect",
+            "--format",
+            "{{.HostConfig.NetworkMode}}",
+            &names[0],
+        ],
+    );
+    assert_eq!(network.trim(), "none", "the container had no network");
+    docker(&a, &["rm", "-f", "-v", &names[0]]);
+}
+
+#[test]
 fn an_api_agent_in_containers_with_no_network_reaches_its_model_and_never_its_key() {
     let Some((a, _)) = engines_with_worker_image() else {
         return;

@@ -6,6 +6,7 @@
 //!   derived image `mst-derived:<version>-<image id>` with the worker at `/opt/mst/bin/mst`, made
 //!   by committing a never-started container, and reused by later runs.
 
+use super::agent_clis::{CliProgram, CLI_DIR};
 use crate::runner::archive;
 use anyhow::{bail, Context, Result};
 use bollard::query_parameters::{
@@ -232,98 +233,150 @@ pub fn rand_suffix() -> String {
     format!("{:08x}", nanos ^ std::process::id().rotate_left(16))
 }
 
-/// `mst runner setup docker` on one host: builds `mst-worker:<version>` with `worker` at
-/// `SETUP_WORKER`, from `base` with docker/Dockerfile, or with no base by importing a
-/// filesystem that holds only the worker (no registry needed). Returns the image id.
-pub async fn setup(docker: &Docker, base: Option<&str>, worker: &Path) -> Result<String> {
-    let ours = env!("CARGO_PKG_VERSION");
-    let reference = default_reference();
-    let bytes = std::fs::read(worker).with_context(|| worker.display().to_string())?;
-    match base {
-        Some(base) => {
-            let mut context = tar::Builder::new(Vec::new());
-            for (name, data, mode) in [
-                ("Dockerfile", DOCKERFILE.as_bytes(), 0o644),
-                ("mst", bytes.as_slice(), 0o755),
-            ] {
-                let mut header = tar::Header::new_gnu();
-                header.set_size(data.len() as u64);
-                header.set_mode(mode);
-                header.set_mtime(0);
-                context.append_data(&mut header, name, data)?;
-            }
-            let body = context.into_inner()?;
-            let args = HashMap::from([
-                ("BASE", base),
-                ("MST_VERSION", ours),
-                ("MST_USER", SETUP_USER),
-            ]);
-            let options = BuildImageOptionsBuilder::new()
-                .t(&reference)
-                .buildargs(&args)
-                .rm(true)
-                .forcerm(true)
-                .build();
-            let mut stream =
-                docker.build_image(options, None, Some(bollard::body_full(body.into())));
-            let mut log = String::new();
-            while let Some(item) = stream.next().await {
-                let info = item.with_context(|| format!("building {reference} from {base}"))?;
-                if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-                    bail!("building {reference} from {base}: {detail}\n{log}");
-                }
-                if let Some(line) = info.stream {
-                    log.push_str(&line);
-                }
-            }
-        }
-        None => {
-            let mut rootfs = tar::Builder::new(Vec::new());
-            for dir in ["tmp", "usr", "usr/local", "usr/local/bin"] {
-                let mut header = tar::Header::new_gnu();
-                header.set_entry_type(tar::EntryType::Directory);
-                header.set_mode(if dir == "tmp" { 0o1777 } else { 0o755 });
-                header.set_size(0);
-                header.set_mtime(0);
-                rootfs.append_data(&mut header, dir, std::io::empty())?;
-            }
-            let mut header = tar::Header::new_gnu();
-            header.set_size(bytes.len() as u64);
-            header.set_mode(0o755);
-            header.set_mtime(0);
-            rootfs.append_data(
-                &mut header,
-                SETUP_WORKER.trim_start_matches('/'),
-                &bytes[..],
-            )?;
-            let body = rootfs.into_inner()?;
-            let (repo, tag) = reference.split_once(':').expect("tag");
-            let options = CreateImageOptionsBuilder::new()
-                .from_src("-")
-                .repo(repo)
-                .tag(tag)
-                .changes(vec![
-                    format!("LABEL {VERSION_LABEL}={ours} {WORKER_LABEL}={SETUP_WORKER}"),
-                    format!("CMD [\"{SETUP_WORKER}\", \"idle\"]"),
-                    format!("USER {SETUP_USER}"),
-                    "ENV HOME=/tmp".to_string(),
-                ])
-                .build();
-            let mut stream =
-                docker.create_image(Some(options), Some(bollard::body_full(body.into())), None);
-            while let Some(item) = stream.next().await {
-                let info = item.with_context(|| format!("importing {reference}"))?;
-                if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-                    bail!("importing {reference}: {detail}");
-                }
-            }
-        }
+/// What `mst runner setup docker` builds on one host: `reference`, with `worker` at
+/// `SETUP_WORKER` and the agent CLIs `clis` in [`CLI_DIR`], from `base` with docker/Dockerfile
+/// or, with no base, by importing a filesystem that holds only those (no registry needed).
+pub struct SetupImage<'a> {
+    pub reference: &'a str,
+    pub base: Option<&'a str>,
+    pub worker: &'a Path,
+    pub clis: &'a [CliProgram],
+}
+
+/// Builds `image` on one host; returns its id.
+pub async fn setup(docker: &Docker, image: &SetupImage<'_>) -> Result<String> {
+    let reference = image.reference;
+    let read = |path: &Path| std::fs::read(path).with_context(|| path.display().to_string());
+    let worker = read(image.worker)?;
+    let clis = (image.clis.iter())
+        .map(|cli| Ok((cli.file, read(&cli.path)?)))
+        .collect::<Result<Vec<_>>>()?;
+    match image.base {
+        Some(base) => build_from(docker, reference, base, &worker, &clis).await?,
+        None => import(docker, reference, &worker, &clis).await?,
     }
-    let image = docker
-        .inspect_image(&reference)
+    let built = docker
+        .inspect_image(reference)
         .await
         .with_context(|| format!("{reference} was not built"))?;
-    Ok(image.id.unwrap_or_default())
+    Ok(built.id.unwrap_or_default())
+}
+
+/// docker/Dockerfile, with the agent CLIs copied in when there are any (onto the `PATH`, before
+/// the image drops root).
+fn dockerfile(with_clis: bool) -> String {
+    const USER_LINE: &str = "USER ${MST_USER}";
+    if !with_clis {
+        return DOCKERFILE.to_string();
+    }
+    let clis = format!("COPY agent-clis/ {CLI_DIR}/\nENV PATH={CLI_DIR}:${{PATH}}\n{USER_LINE}");
+    DOCKERFILE.replacen(USER_LINE, &clis, 1)
+}
+
+/// Builds `reference` from `base` with docker/Dockerfile, the worker and `clis` in its context.
+async fn build_from(
+    docker: &Docker,
+    reference: &str,
+    base: &str,
+    worker: &[u8],
+    clis: &[(&str, Vec<u8>)],
+) -> Result<()> {
+    let dockerfile = dockerfile(!clis.is_empty());
+    let mut context = tar::Builder::new(Vec::new());
+    let files = [("Dockerfile".to_string(), dockerfile.as_bytes(), 0o644)]
+        .into_iter()
+        .chain([("mst".to_string(), worker, 0o755)])
+        .chain(
+            clis.iter()
+                .map(|(file, data)| (format!("agent-clis/{file}"), &data[..], 0o755)),
+        );
+    for (name, data, mode) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(mode);
+        header.set_mtime(0);
+        context.append_data(&mut header, name, data)?;
+    }
+    let body = context.into_inner()?;
+    let args = HashMap::from([
+        ("BASE", base),
+        ("MST_VERSION", env!("CARGO_PKG_VERSION")),
+        ("MST_USER", SETUP_USER),
+    ]);
+    let options = BuildImageOptionsBuilder::new()
+        .t(reference)
+        .buildargs(&args)
+        .rm(true)
+        .forcerm(true)
+        .build();
+    let mut stream = docker.build_image(options, None, Some(bollard::body_full(body.into())));
+    let mut log = String::new();
+    while let Some(item) = stream.next().await {
+        let info = item.with_context(|| format!("building {reference} from {base}"))?;
+        if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+            bail!("building {reference} from {base}: {detail}\n{log}");
+        }
+        if let Some(line) = info.stream {
+            log.push_str(&line);
+        }
+    }
+    Ok(())
+}
+
+/// Imports `reference` as a filesystem of only `/tmp`, the worker and `clis`.
+async fn import(
+    docker: &Docker,
+    reference: &str,
+    worker: &[u8],
+    clis: &[(&str, Vec<u8>)],
+) -> Result<()> {
+    let mut rootfs = tar::Builder::new(Vec::new());
+    for dir in ["tmp", "usr", "usr/local", "usr/local/bin"] {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(if dir == "tmp" { 0o1777 } else { 0o755 });
+        header.set_size(0);
+        header.set_mtime(0);
+        rootfs.append_data(&mut header, dir, std::io::empty())?;
+    }
+    let cli_dir = CLI_DIR.trim_start_matches('/');
+    let files = [(SETUP_WORKER.trim_start_matches('/').to_string(), worker)]
+        .into_iter()
+        .chain(
+            clis.iter()
+                .map(|(file, data)| (format!("{cli_dir}/{file}"), &data[..])),
+        );
+    for (path, data) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o755);
+        header.set_mtime(0);
+        rootfs.append_data(&mut header, path, data)?;
+    }
+    let body = rootfs.into_inner()?;
+    let (repo, tag) = reference.rsplit_once(':').unwrap_or((reference, "latest"));
+    let ours = env!("CARGO_PKG_VERSION");
+    let options = CreateImageOptionsBuilder::new()
+        .from_src("-")
+        .repo(repo)
+        .tag(tag)
+        .changes(vec![
+            format!("LABEL {VERSION_LABEL}={ours} {WORKER_LABEL}={SETUP_WORKER}"),
+            format!("CMD [\"{SETUP_WORKER}\", \"idle\"]"),
+            format!("USER {SETUP_USER}"),
+            "ENV HOME=/tmp".to_string(),
+            format!("ENV PATH={CLI_DIR}"),
+        ])
+        .build();
+    let mut stream =
+        docker.create_image(Some(options), Some(bollard::body_full(body.into())), None);
+    while let Some(item) = stream.next().await {
+        let info = item.with_context(|| format!("importing {reference}"))?;
+        if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+            bail!("importing {reference}: {detail}");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -337,5 +390,15 @@ mod tests {
         assert_eq!(numeric_owner(""), None);
         assert_eq!(numeric_owner("app"), None);
         assert_eq!(numeric_owner("app:1000"), None);
+    }
+
+    #[test]
+    fn agent_clis_are_copied_onto_the_path_before_the_image_drops_root() {
+        assert_eq!(dockerfile(false), DOCKERFILE);
+        let with = dockerfile(true);
+        let copy = with.find("COPY agent-clis/ /usr/local/bin/").expect(&with);
+        let path = with.find("ENV PATH=/usr/local/bin:${PATH}").expect(&with);
+        let user = with.find("USER ${MST_USER}").expect(&with);
+        assert!(copy < path && path < user, "{with}");
     }
 }

@@ -6,6 +6,7 @@
 //! - [`ssh`]: Docker hosts over SSH (`ssh://`), through `docker system dial-stdio` as the docker
 //!   CLI reaches them.
 //! - [`image`]: the image a shard runs and the mst worker inside it (`mst runner setup docker`).
+//! - [`agent_clis`]: the agent CLIs `setup` can put in that image, copied from the host.
 //! - [`hardening`]: the container configuration no option can weaken.
 //! - [`machine`]: one shard's container as a [`Channel`].
 //! - [`pipes`]: bytes in and out of an attached exec; the archive API's tar streams are
@@ -14,6 +15,7 @@
 //! Each container carries [`crate::owner`]'s labels naming the mst process that owns it, so a
 //! later run removes the containers of an mst that is gone.
 
+pub mod agent_clis;
 pub mod context;
 pub mod hardening;
 pub mod image;

@@ -62,6 +62,8 @@ pub struct DockerOptions {
     pub worker: Option<PathBuf>,
     /// The image `mst runner setup docker` builds on (`setup` only).
     pub base: Option<String>,
+    /// The agent CLIs `setup` puts in the image (`agentClis=claude-code,codex`; `setup` only).
+    pub agent_clis: Vec<String>,
     /// How ssh logs in to `ssh://` hosts.
     pub ssh: SshOptions,
     /// Whether any ssh option was given (refused when no host is an ssh one).
@@ -71,8 +73,8 @@ pub struct DockerOptions {
 /// The options the host takes before the runner sees them, first in the list of known ones.
 const HOST_OPTIONS: [&str; 2] = ["shards", "keep"];
 
-/// The option only `mst runner setup docker` takes.
-const SETUP_OPTION: &str = "base";
+/// The options only `mst runner setup docker` takes.
+const SETUP_OPTIONS: [&str; 2] = ["base", "agentClis"];
 
 /// The default process limit: room for a build, not for a fork bomb.
 pub const DEFAULT_PIDS: i64 = 4096;
@@ -80,18 +82,28 @@ pub const DEFAULT_PIDS: i64 = 4096;
 pub const DEFAULT_NOFILE: i64 = 16384;
 
 impl DockerOptions {
-    /// Parses and validates the options; `setup` also accepts `base`.
+    /// Parses and validates the options; `setup` also accepts `base` and `agentClis`.
     pub fn parse(options: &BTreeMap<String, String>, setup: bool) -> Result<Self> {
-        // `base` is taken out for `setup` only, so a run refuses it as an option it lacks.
-        let is_base = |key: &str| setup && key == SETUP_OPTION;
-        let base = options.get(SETUP_OPTION).filter(|_| setup).cloned();
+        // Taken out for `setup` only, so a run refuses them as options it lacks.
+        let is_setup_only = |key: &str| setup && SETUP_OPTIONS.contains(&key);
+        let setup_option = |key: &str| options.get(key).filter(|_| setup);
         let given = options
             .iter()
-            .filter(|(key, _)| !is_base(key))
+            .filter(|(key, _)| !is_setup_only(key))
             .map(|(key, value)| (key.as_str(), OptionValue { key, value }));
         let given = Given::deserialize(de::value::MapDeserializer::<_, OptionError>::new(given))
             .map_err(|error| error.explained(setup))?;
-        given.into_options(base)
+        let mut parsed = given.into_options(setup_option("base").cloned())?;
+        parsed.agent_clis = setup_option("agentClis")
+            .map(|list| {
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(parsed)
     }
 }
 
@@ -147,6 +159,7 @@ impl Given {
             mode: self.mode.unwrap_or(Mode::Shared),
             worker: self.worker.map(|w| w.0),
             base,
+            agent_clis: Vec::new(),
             ssh,
             ssh_set,
         })
@@ -368,21 +381,21 @@ impl OptionError {
         }
     }
 
-    /// The error for people: an unknown option gets the list of known ones (`base` among
-    /// them for `setup`, and a word on where it belongs otherwise).
+    /// The error for people: an unknown option gets the list of known ones (`setup`'s own
+    /// among them for `setup`, and a word on where they belong otherwise).
     fn explained(self, setup: bool) -> anyhow::Error {
         let Self::Unknown { key, known } = self else {
             return anyhow::anyhow!("{self}");
         };
-        let setup_option = setup.then_some(SETUP_OPTION);
+        let setup_options = SETUP_OPTIONS.into_iter().filter(|_| setup);
         let known: Vec<&str> = HOST_OPTIONS
             .into_iter()
             .chain(known.iter().copied())
-            .chain(setup_option)
+            .chain(setup_options)
             .collect();
-        let hint = match key == SETUP_OPTION {
-            true => " (`base` is for `mst runner setup docker`)",
-            false => "",
+        let hint = match SETUP_OPTIONS.contains(&key.as_str()) {
+            true => format!(" (`{key}` is for `mst runner setup docker`)"),
+            false => String::new(),
         };
         anyhow::anyhow!(
             "--runner-option {key}: the `docker` runner takes {}{hint}",
@@ -564,7 +577,7 @@ mod tests {
         };
         let takes = "--runner-option colour: the `docker` runner takes";
         assert_eq!(unknown(false), format!("{takes} {known}"));
-        assert_eq!(unknown(true), format!("{takes} {known}, base"));
+        assert_eq!(unknown(true), format!("{takes} {known}, base, agentClis"));
         let err = DockerOptions::parse(&opts(&[("base", "debian")]), false).unwrap_err();
         assert_eq!(
             format!("{err:#}"),
@@ -573,6 +586,10 @@ mod tests {
                  (`base` is for `mst runner setup docker`)"
             )
         );
+        let clis = opts(&[("agentClis", "codex, claude-code")]);
+        assert!(DockerOptions::parse(&clis, false).is_err(), "setup only");
+        let parsed = DockerOptions::parse(&clis, true).unwrap();
+        assert_eq!(parsed.agent_clis, ["codex", "claude-code"]);
         // The option whose value is wrong is the one named, whatever comes after it.
         let err = DockerOptions::parse(&opts(&[("cpus", "0"), ("mode", "solo")]), false);
         assert_eq!(
