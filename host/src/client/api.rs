@@ -209,9 +209,9 @@ impl ApiClient {
                 .complete(&Unlimited, &request)
                 .await
                 .map_err(|e| anyhow::anyhow!("model `{}`: {e}", self.model))?;
-            if model.through_gateway {
-                trace.count_tokens(&reply.usage);
-            } else {
+            // Through the gateway, the host records the call's usage, and the budget counts
+            // what the gateway passed on.
+            if !model.through_gateway {
                 trace.push(self.usage_event(&reply.usage));
             }
             if let Some(text) = &reply.text {

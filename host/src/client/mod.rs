@@ -37,9 +37,10 @@ pub struct TrialInput<'a> {
     /// In a conversation turn of a client that is handed its history (the `api` client),
     /// the earlier completed turns, oldest first; empty elsewhere.
     pub history: &'a [Exchange],
-    /// The most tokens the trial's model calls may use, as its `usage` events count them (a
-    /// playground turn's `turnTokens`): past it the client stops the trial, which ends
-    /// `timed-out` with the cause in the trace's `stopped`. `None`: no limit.
+    /// The most tokens the trial's model calls may use, as the model gateway counts them (or,
+    /// for a trial without one, its `usage` events; a playground turn's `turnTokens`): past
+    /// it the client stops the trial, which ends `timed-out` with the cause in the trace's
+    /// `stopped`, and the gateway refuses its calls. `None`: no limit.
     pub token_budget: Option<u64>,
     /// When trials keep artefacts: the trial's artefact directory (a `command` client's
     /// program gets it as `$MST_ARTIFACTS`), the tails of its output and the moment it
@@ -57,6 +58,9 @@ pub struct TrialInput<'a> {
 pub struct GatewayAccess {
     pub url: String,
     pub token: Secret,
+    /// The tokens (in and out) of the trial's calls so far, as the gateway passed their
+    /// answers on: what its token budget counts, whatever the agent reports.
+    pub used: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl GatewayAccess {
@@ -131,9 +135,10 @@ impl EventSink for NoEvents {
 
 /// A trial's trace events as a client records them: the one place that numbers an event,
 /// times it from the trial's start, keeps it and tells the trial's [`EventSink`], so what was
-/// streamed is always what the trace holds. It also counts the tokens of the `usage` events
-/// against the trial's token budget, so every client enforces it the same way: the client
-/// asks [`Recorder::past_budget`] as it goes and stops, and [`Recorder::finish`] records why.
+/// streamed is always what the trace holds. It also counts the trial's tokens against its
+/// budget (the gateway's count, or the `usage` events'), so every client enforces it the same
+/// way: the client asks [`Recorder::past_budget`] as it goes and stops, and
+/// [`Recorder::finish`] records why.
 pub struct Recorder<'a> {
     started: Instant,
     events: Vec<TraceEvent>,
@@ -141,6 +146,8 @@ pub struct Recorder<'a> {
     token_budget: Option<u64>,
     /// Tokens (in and out) the `usage` events recorded so far count.
     tokens: u64,
+    /// The tokens the trial's calls through the model gateway used, when it has one.
+    through_gateway: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl<'a> Recorder<'a> {
@@ -152,15 +159,26 @@ impl<'a> Recorder<'a> {
             sink: input.events,
             token_budget: input.token_budget,
             tokens: 0,
+            through_gateway: input.gateway.map(|gateway| gateway.used.clone()),
+        }
+    }
+
+    /// The tokens the trial's model calls used so far: with a gateway, what it passed on
+    /// (the agent's own `usage` events are its claim); otherwise what the `usage` events say.
+    fn tokens(&self) -> u64 {
+        match &self.through_gateway {
+            Some(used) => used.load(std::sync::atomic::Ordering::Relaxed),
+            None => self.tokens,
         }
     }
 
     /// Why the trial must stop, once its `usage` events count more tokens than its budget.
     pub fn past_budget(&self) -> Option<String> {
-        let budget = self.token_budget.filter(|budget| self.tokens > *budget)?;
+        let tokens = self.tokens();
+        let budget = self.token_budget.filter(|budget| tokens > *budget)?;
         Some(format!(
-            "past its token budget: its model calls used {} tokens, over the {budget} it may use",
-            self.tokens
+            "past its token budget: its model calls used {tokens} tokens, over the {budget} it \
+             may use"
         ))
     }
 
@@ -192,15 +210,6 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// Counts a model call's tokens against the trial's budget without recording its `usage`
-    /// event: the host records that one, as it measured the call at the model gateway.
-    pub fn count_tokens(&mut self, usage: &crate::llm::Usage) {
-        self.tokens = self
-            .tokens
-            .saturating_add(usage.input_tokens)
-            .saturating_add(usage.output_tokens);
-    }
-
     /// Appends an event that happened now.
     pub fn push(&mut self, kind: EventKind) {
         self.push_at(self.started.elapsed(), kind);
@@ -210,7 +219,10 @@ impl<'a> Recorder<'a> {
     /// thread carries its own time).
     pub fn push_at(&mut self, at: Duration, kind: EventKind) {
         if let Some((usage, _)) = kind.usage() {
-            self.count_tokens(&usage);
+            self.tokens = self
+                .tokens
+                .saturating_add(usage.input_tokens)
+                .saturating_add(usage.output_tokens);
         }
         let event = TraceEvent {
             seq: self.events.len() as u64,

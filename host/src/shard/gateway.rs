@@ -24,7 +24,7 @@ use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,10 +41,19 @@ struct Waiting {
     answer: tokio::sync::oneshot::Sender<ModelAnswer>,
 }
 
+/// A running trial the gateway serves.
+struct Admitted {
+    key: TrialKey,
+    /// The tokens its calls used so far (its agent's [`GatewayAccess::used`]).
+    used: Arc<AtomicU64>,
+    /// The most it may use; past it, its calls are refused.
+    budget: Option<u64>,
+}
+
 /// What the server's handlers share with the worker.
 struct Shared {
-    /// The running trials' tokens, and each one's trial.
-    trials: Mutex<HashMap<String, TrialKey>>,
+    /// The running trials, by their tokens.
+    trials: Mutex<HashMap<String, Admitted>>,
     /// Calls waiting for their answers, by trial and call number.
     waiting: Mutex<HashMap<(TrialKey, u32), Waiting>>,
     next_call: AtomicU32,
@@ -100,13 +109,21 @@ impl Gateway {
         })
     }
 
-    /// Lets `key`'s trial call models with `token`; what its agent is given.
-    pub fn admit(&self, key: &TrialKey, token: Secret) -> GatewayAccess {
+    /// Lets `key`'s trial call models with `token` until its calls used `budget` tokens;
+    /// what its agent is given.
+    pub fn admit(&self, key: &TrialKey, token: Secret, budget: Option<u64>) -> GatewayAccess {
+        let used = Arc::new(AtomicU64::new(0));
         let mut trials = self.shared.trials.lock().expect("gateway trials");
-        trials.insert(token.expose().to_string(), key.clone());
+        let admitted = Admitted {
+            key: key.clone(),
+            used: used.clone(),
+            budget,
+        };
+        trials.insert(token.expose().to_string(), admitted);
         GatewayAccess {
             url: self.url.clone(),
             token,
+            used,
         }
     }
 
@@ -114,7 +131,7 @@ impl Gateway {
     /// are dropped (their agents get an error, if they still listen).
     pub fn dismiss(&self, key: &TrialKey) {
         let mut trials = self.shared.trials.lock().expect("gateway trials");
-        trials.retain(|_, k| k != key);
+        trials.retain(|_, admitted| admitted.key != *key);
         let mut waiting = self.shared.waiting.lock().expect("gateway waiting");
         waiting.retain(|(k, _), _| k != key);
     }
@@ -131,8 +148,19 @@ impl Gateway {
             return Ok(());
         };
         let entry = waiting.remove(&id).expect("present");
-        let answer = serde_json::from_str(&json)
+        let answer: ModelAnswer = serde_json::from_str(&json)
             .map_err(|e| format!("a model answer that does not read: {e}"))?;
+        // Counted before the agent has the answer, so its budget holds for its next step.
+        if let Some(reply) = &answer.reply {
+            let tokens = reply
+                .usage
+                .input_tokens
+                .saturating_add(reply.usage.output_tokens);
+            let trials = self.shared.trials.lock().expect("gateway trials");
+            if let Some(admitted) = trials.values().find(|admitted| admitted.key == id.0) {
+                admitted.used.fetch_add(tokens, Ordering::Relaxed);
+            }
+        }
         let _ = entry.answer.send(answer);
         Ok(())
     }
@@ -169,19 +197,30 @@ async fn serve_call(
         return (StatusCode::NOT_FOUND, "not a model API this gateway serves").into_response();
     };
     let token = presented_token(&headers);
-    let key = token.as_ref().and_then(|t| {
-        shared
-            .trials
-            .lock()
-            .expect("gateway trials")
-            .get(t)
-            .cloned()
+    let admitted = token.as_ref().and_then(|t| {
+        let trials = shared.trials.lock().expect("gateway trials");
+        let admitted = trials.get(t)?;
+        let used = admitted.used.load(Ordering::Relaxed);
+        Some((
+            admitted.key.clone(),
+            admitted.budget.filter(|b| used > *b).map(|b| (used, b)),
+        ))
     });
-    let (Some(key), Some(token)) = (key, token) else {
+    let (Some((key, past_budget)), Some(token)) = (admitted, token) else {
         let message =
             "a gateway token of a running trial is needed (x-api-key, or Authorization: Bearer)";
         return respond(wire.render_error(401, message), StatusCode::UNAUTHORIZED);
     };
+    if let Some((used, budget)) = past_budget {
+        let message = format!(
+            "trial {key} is past its token budget: its model calls used {used} tokens, over \
+             the {budget} it may use"
+        );
+        return respond(
+            wire.render_error(429, &message),
+            StatusCode::TOO_MANY_REQUESTS,
+        );
+    }
     let request = match wire.parse_request(&body) {
         Ok(request) => request,
         Err(e) => return respond(wire.render_error(400, &e.0), StatusCode::BAD_REQUEST),

@@ -818,7 +818,12 @@ impl Worker {
             let send: super::gateway::Send = Arc::new(move |message| wire.send(message));
             self.gateway = Some(super::gateway::Gateway::start(send)?);
         }
-        Ok(self.gateway.as_ref().expect("started").admit(key, token))
+        let budget = self.bundle.token_budget;
+        Ok(self
+            .gateway
+            .as_ref()
+            .expect("started")
+            .admit(key, token, budget))
     }
 
     /// Tokens live in memory and in the private token directory, nowhere else.

@@ -256,3 +256,35 @@ fn claude_code_on_a_provider_never_holds_its_key() {
         "the host priced the calls: {summary}"
     );
 }
+
+#[test]
+fn an_agent_cli_past_its_turns_token_budget_is_stopped_on_what_the_gateway_counted() {
+    require_program("claude", "@anthropic-ai/claude-code");
+    // Claude Code reports no usage mst counts: the budget holds on what its gateway passed on.
+    let eval = cli_eval(
+        "claude-code",
+        json!({}),
+        "time__get_current_time",
+        json!({"timezone": "Asia/Tokyo"}),
+        "It is morning in Tokyo.",
+    );
+    let serve = mst_tests::serve::Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    // Claude Code's first request alone (its system prompt and tools) is over 1,000 tokens.
+    let session = serve.session(r#"{"turnTokens": 1000}"#);
+    let path = format!("/api/v1/sessions/{session}/tasks");
+    let body = json!({"input": "What time is it in Tokyo?"}).to_string();
+    let (status, task) = serve.call("POST", &path, Some(&body));
+    assert_eq!(status, 202, "{task}");
+    let id = task["id"].as_str().unwrap();
+    let limit = std::time::Duration::from_secs(120);
+    let (_, page) = serve.follow((&session, id), 0, None, limit);
+    assert_eq!(page["status"], "over-budget", "{page}");
+    let (_, view) = serve.call("GET", &format!("/api/v1/sessions/{session}"), None);
+    let reason = view["tasks"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("past its token budget: its model calls used")
+            && reason.ends_with("over the 1000 it may use"),
+        "{view}"
+    );
+    serve.stop();
+}
