@@ -286,9 +286,9 @@ enum Input {
     Answered(Box<Answered>),
 }
 
-/// A trial the worker wants to start, waiting for room within the limits.
+/// A trial the worker wants to start, waiting for room for its MCP servers.
 struct WaitingAcquire {
-    holder: Holder,
+    key: TrialKey,
     servers: Vec<String>,
 }
 
@@ -576,23 +576,23 @@ impl<'a> ShardSession<'a> {
     fn grant_waiting(&mut self) {
         let waiting = std::mem::take(&mut self.waiting);
         for acquire in waiting {
-            let fits = self
+            let holder = Holder::Trial {
+                shard: self.bundle.shard,
+                key: acquire.key.clone(),
+            };
+            if !self
                 .context
                 .limiter
-                .try_acquire(&acquire.holder, &[], &acquire.servers);
-            match acquire.holder {
-                _ if !fits => self.waiting.push(acquire),
-                Holder::Trial { key, .. } => {
-                    let uses_gateway = self
-                        .bundle
-                        .variants
-                        .get(&*key.variant)
-                        .is_some_and(VariantSpec::uses_gateway);
-                    let gateway = uses_gateway.then(|| self.model_calls.mint(&key));
-                    self.send(&CoordinatorMessage::Granted { key, gateway })
-                }
-                Holder::Host { .. } => {}
+                .try_acquire(&holder, &[], &acquire.servers)
+            {
+                self.waiting.push(acquire);
+                continue;
             }
+            let key = acquire.key;
+            let uses_gateway =
+                (self.bundle.variants.get(&*key.variant)).is_some_and(VariantSpec::uses_gateway);
+            let gateway = uses_gateway.then(|| self.model_calls.mint(&key));
+            self.send(&CoordinatorMessage::Granted { key, gateway })
         }
     }
 
@@ -793,11 +793,7 @@ impl<'a> ShardSession<'a> {
         let variant = self.bundle.variants.get(&*key.variant);
         let servers = variant.map(VariantSpec::server_labels).unwrap_or_default();
         if self.cancel_sent.is_none() {
-            let shard = self.bundle.shard;
-            self.waiting.push(WaitingAcquire {
-                holder: Holder::Trial { shard, key },
-                servers,
-            });
+            self.waiting.push(WaitingAcquire { key, servers });
         }
         None
     }
@@ -807,10 +803,7 @@ impl<'a> ShardSession<'a> {
     fn running(&self, key: &TrialKey) -> bool {
         self.position(key)
             .is_some_and(|at| self.progress[at].acquired && !self.progress[at].reported)
-            && !self
-                .waiting
-                .iter()
-                .any(|w| matches!(&w.holder, Holder::Trial { key: k, .. } if k == key))
+            && !self.waiting.iter().any(|w| w.key == *key)
     }
 
     /// Checks one streamed trace event (an `event` message) and passes it on, redacted as
