@@ -420,3 +420,27 @@ fn string_field(value: &Value, field: &str) -> Result<String, ModelError> {
         .map(str::to_string)
         .ok_or_else(|| ModelError(format!("a reply block lacks `{field}`")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_body_says_its_message_capped_whatever_it_holds() {
+        let anthropic = r#"{"type":"error","error":{"type":"api_error","message":"overloaded"}}"#;
+        assert_eq!(error_text(anthropic), "overloaded");
+        // Not JSON, or JSON without a string message: the body as it is.
+        assert_eq!(
+            error_text("<html>bad gateway</html>"),
+            "<html>bad gateway</html>"
+        );
+        let odd = r#"{"error":{"message":{"nested":true}}}"#;
+        assert_eq!(error_text(odd), odd);
+        // A hostile body cannot flood the trial's reason, by message or by body.
+        let long = "x".repeat(10_000);
+        let flood = serde_json::json!({"error": {"message": long}}).to_string();
+        assert_eq!(error_text(&flood).chars().count(), 300);
+        assert_eq!(error_text(&long).chars().count(), 300);
+        assert_eq!(error_text(""), "");
+    }
+}
