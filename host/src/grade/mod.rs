@@ -18,6 +18,7 @@ use crate::eval::config::EvalConfig;
 use crate::eval::config::JudgeConfig;
 use crate::eval::trial::{CaseRecord, TrialKey};
 use crate::eval::trial::{TrialRecord, TrialStatus};
+use crate::llm::ModelAccess;
 use crate::plugin::set::PluginSet;
 use crate::plugin::{Kind, LoadedPlugin};
 use anyhow::{bail, Context, Result};
@@ -271,12 +272,17 @@ impl Judge {
 
     /// The judge's call on `record`: its value, its own pass or fail when it gives one (an
     /// assertion always does; a plugin may leave it to the threshold), and why; or why it
-    /// could not score the trial.
-    pub fn call(&self, record: &TrialRecord) -> Result<JudgeCall, String> {
+    /// could not score the trial. A plugin's model calls go through `models` when given (a
+    /// grade machine's gateway), else as its grants say.
+    pub fn call(
+        &self,
+        record: &TrialRecord,
+        models: Option<&Arc<ModelAccess>>,
+    ) -> Result<JudgeCall, String> {
         let (value, pass, reason) = match &self.kind {
             JudgeKind::Plugin { plugin, options } => {
                 let score = plugin
-                    .grade(options, &record.to_wit())
+                    .grade_with(options, &record.to_wit(), models)
                     .map_err(|e| e.to_string())?;
                 (score.value, score.pass, score.reason)
             }
@@ -341,11 +347,16 @@ pub enum JudgeCalls {
     },
 }
 
-/// Calls each of `judges` on `record`, in order, stopping at the first that cannot score it.
-pub fn call_judges(judges: &[Judge], record: &TrialRecord) -> JudgeCalls {
+/// Calls each of `judges` on `record`, in order, stopping at the first that cannot score it;
+/// plugins call models through `models` when given ([`Judge::call`]).
+pub fn call_judges(
+    judges: &[Judge],
+    record: &TrialRecord,
+    models: Option<&Arc<ModelAccess>>,
+) -> JudgeCalls {
     let mut calls = Vec::with_capacity(judges.len());
     for judge in judges {
-        match judge.call(record) {
+        match judge.call(record, models) {
             Ok(call) => calls.push(call),
             Err(error) => {
                 return JudgeCalls::NotGraded {
@@ -710,7 +721,7 @@ pub fn grade_trial(judges: &[Judge], record: &TrialRecord, threshold: f64) -> Tr
             }],
         };
     }
-    verdict(judges, call_judges(judges, record), threshold)
+    verdict(judges, call_judges(judges, record, None), threshold)
 }
 
 /// A case's outcome under one variant.
@@ -1065,7 +1076,7 @@ mod tests {
         let record = record("Tokyo 9", TrialStatus::Completed);
         assert_eq!(
             grade_trial(&judges, &record, 1.0),
-            verdict(&judges, call_judges(&judges, &record), 1.0)
+            verdict(&judges, call_judges(&judges, &record, None), 1.0)
         );
     }
 }

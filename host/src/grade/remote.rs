@@ -12,6 +12,7 @@
 use crate::eval::config::JudgeConfig;
 use crate::eval::trial::{TrialKey, TrialRecord};
 use crate::grade::{call_judges, JudgeCalls, JudgeSet};
+use crate::llm::ModelAccess;
 use crate::plugin::set::PluginSet;
 use crate::plugin::{Grants, Limits, LoadedPlugin, PluginHost};
 use anyhow::{bail, Context, Result};
@@ -69,6 +70,19 @@ pub struct GradePlugin {
     /// HTTP hosts it may call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<String>,
+    /// Model providers it may call: its calls go through the machine's model gateway to the
+    /// coordinator, which holds the keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
+    /// Its declared `name version`, which its model calls name.
+    pub name_version: String,
+}
+
+impl GradeWork {
+    /// Whether a judge may call models: each trial then gets a gateway token.
+    pub fn calls_models(&self) -> bool {
+        self.plugins.iter().any(|p| !p.models.is_empty())
+    }
 }
 
 impl GradePlugin {
@@ -122,14 +136,20 @@ impl RemoteGrader {
         })
     }
 
-    /// The answer for stored trial `key`: its judges' calls as JSON. `Err` says why it cannot
-    /// be graded here (the bundle holds no such trial, or it cannot be read): an `infra` trial.
-    pub fn answer(&self, key: &TrialKey) -> Result<String, String> {
+    /// The answer for stored trial `key`: its judges' calls as JSON, their model calls made
+    /// through `models` (the machine's gateway with the trial's token). `Err` says why it
+    /// cannot be graded here (the bundle holds no such trial, or it cannot be read): an
+    /// `infra` trial.
+    pub fn answer(
+        &self,
+        key: &TrialKey,
+        models: Option<&Arc<ModelAccess>>,
+    ) -> Result<String, String> {
         let record = match self.trials.take(key) {
             Some(record) => record?,
             None => return Err(format!("the bundle holds no stored trial {key}")),
         };
-        let calls = match call_judges(self.judges.judges_for(key), &record) {
+        let calls = match call_judges(self.judges.judges_for(key), &record, models) {
             // Cut as the coordinator's check expects; the plugin's stderr may run long.
             JudgeCalls::NotGraded { judge, error } => JudgeCalls::NotGraded {
                 judge,
@@ -166,6 +186,7 @@ fn load_plugin(
         exec: plugin.exec.iter().cloned().collect(),
         read_dirs: plugin.read_dirs.clone(),
         http: plugin.http.iter().cloned().collect(),
+        models: plugin.models.iter().cloned().collect(),
         ..Grants::default()
     };
     let loaded = LoadedPlugin::load(host, &bytes, &plugin.name, &grants, limits)
@@ -283,6 +304,8 @@ mod tests {
             exec: Vec::new(),
             read_dirs: Vec::new(),
             http: Vec::new(),
+            models: Vec::new(),
+            name_version: "acme/grader/x 1.0.0".into(),
         };
         let refused = |plugin: &GradePlugin| {
             let error = load_plugin(&host, plugin, dir.path(), Limits::default()).err();

@@ -116,7 +116,21 @@ pub struct Http {
     retries: u32,
     /// The client, or why none could be built.
     client: Result<reqwest::Client, String>,
+    /// Set for a machine's model gateway: calls name their model in full (`provider/model`)
+    /// and, when a grader plugin makes them, say which in [`PLUGIN_HEADER`].
+    gateway: Option<GatewayCaller>,
 }
+
+/// Who calls a machine's model gateway through an [`Http`].
+#[derive(Debug, Clone, Default)]
+struct GatewayCaller {
+    /// The grader plugin (`name version`) whose calls these are; `None` for an agent.
+    plugin: Option<String>,
+}
+
+/// The header a grader plugin's calls through a machine's gateway name it in, so that the
+/// coordinator counts them to it (and checks its grant).
+pub const PLUGIN_HEADER: &str = "x-mst-plugin";
 
 impl Http {
     /// The provider `config` with its key (`None`: the secrets file has none, said when it is
@@ -131,13 +145,14 @@ impl Http {
             client: crate::net::client(|builder| {
                 builder.redirect(reqwest::redirect::Policy::none())
             }),
+            gateway: None,
         }
     }
 
     /// The machine's model gateway at `url` (its loopback), called in the Anthropic format
-    /// with a trial's gateway `token`, as the `api` client calls it. It is never retried: the
-    /// host retried the provider before it answered, and each retry here would be made again
-    /// there.
+    /// with a trial's gateway `token`, as the `api` client calls it, naming the model in full
+    /// (`provider/model`). It is never retried: the host retried the provider before it
+    /// answered, and each retry here would be made again there.
     pub fn gateway(url: &str, token: &Secret) -> Self {
         Http {
             config: ProviderConfig {
@@ -154,6 +169,18 @@ impl Http {
                     .redirect(reqwest::redirect::Policy::none())
                     .no_proxy()
             }),
+            gateway: Some(GatewayCaller::default()),
+        }
+    }
+
+    /// The machine's gateway as [`Http::gateway`], for the calls of grader plugin `plugin`
+    /// (`name version`), which it names in [`PLUGIN_HEADER`].
+    pub fn gateway_for_plugin(url: &str, token: &Secret, plugin: &str) -> Self {
+        Http {
+            gateway: Some(GatewayCaller {
+                plugin: Some(plugin.to_string()),
+            }),
+            ..Http::gateway(url, token)
         }
     }
 
@@ -166,7 +193,7 @@ impl Http {
             ))
         })?;
         let client = self.client.as_ref().map_err(|e| ModelError(e.clone()))?;
-        let (url, body) = match self.config.format {
+        let (url, mut body) = match self.config.format {
             WireFormat::Anthropic => (
                 format!("{}/v1/messages", self.config.base_url.trim_end_matches('/')),
                 anthropic_body(request),
@@ -179,6 +206,10 @@ impl Http {
                 openai_body(request),
             ),
         };
+        if self.gateway.is_some() {
+            // The coordinator behind the gateway serves every provider.
+            body["model"] = json!(request.model.to_string());
+        }
         let mut attempt = 0;
         loop {
             let mut post = client.post(&url).json(&body);
@@ -188,6 +219,9 @@ impl Http {
                     .header("anthropic-version", "2023-06-01"),
                 WireFormat::Openai => post.bearer_auth(key.expose()),
             };
+            if let Some(plugin) = self.gateway.as_ref().and_then(|c| c.plugin.as_ref()) {
+                post = post.header(PLUGIN_HEADER, plugin);
+            }
             let wait = match post.send().await {
                 Ok(response) if response.status().is_success() => {
                     let bytes = crate::net::read_capped(response, MAX_BODY)

@@ -230,12 +230,16 @@ impl UsageTotals {
 /// The model providers a run's plugins may call (the `model` import): the config's providers
 /// with their keys from the secrets file, and the built-in `mock`. Which providers a plugin
 /// may call is its grant's business; this knows how to reach them, takes each call's provider
-/// slot through the run's gate, and counts what each plugin used.
+/// slot through the run's gate, and counts what each plugin used. On a grade machine there
+/// are no keys: every call goes to the machine's model gateway ([`ModelAccess::through_gateway`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelAccess {
     providers: std::collections::BTreeMap<String, http::ProviderConfig>,
     keys: std::collections::BTreeMap<String, Secret>,
     metering: Metering,
+    /// On a grade machine, the gateway (its URL) and the trial's token: the coordinator
+    /// behind it calls every provider, `mock` included, and counts what the calls used.
+    gateway: Option<(String, Secret)>,
 }
 
 /// The gate plugins' calls go through and the usage they add up to, shared by every copy of
@@ -281,6 +285,17 @@ impl ModelAccess {
                 gate: Some(gate),
                 usage: Default::default(),
             },
+            gateway: None,
+        }
+    }
+
+    /// Access for the grader plugins of one trial on a grade machine: every call goes to the
+    /// machine's model gateway at `url` with the trial's `token`, naming the plugin that makes
+    /// it, and the coordinator calls the provider, takes its slot and counts the call.
+    pub fn through_gateway(url: &str, token: &Secret) -> Self {
+        ModelAccess {
+            gateway: Some((url.to_string(), token.clone())),
+            ..ModelAccess::default()
         }
     }
 
@@ -311,6 +326,17 @@ impl ModelAccess {
     pub fn usage(&self, plugin: &str) -> UsageTotals {
         let totals = self.metering.usage.lock().expect("usage lock");
         totals.get(plugin).copied().unwrap_or_default()
+    }
+
+    /// The provider to call for grader plugin `plugin`'s (its `name version`) call to `model`:
+    /// the machine's gateway, naming the plugin, when this is access through one.
+    pub fn provider_for_plugin(&self, model: &ModelRef, plugin: &str) -> Result<Provider> {
+        match &self.gateway {
+            Some((url, token)) => Ok(Provider::Http(http::Http::gateway_for_plugin(
+                url, token, plugin,
+            ))),
+            None => self.provider(model),
+        }
     }
 
     /// The provider to call for `model`.

@@ -164,13 +164,13 @@ impl model::Host for State {
             provider: request.provider.clone(),
             model: request.model.clone(),
         };
-        let Some(access) = self.grants.model_access.clone() else {
+        let Some(access) = self.models.clone() else {
             return Err(unavailable(format!(
                 "no model providers are configured for this command (model `{model}`)"
             )));
         };
         let provider = access
-            .provider(&model)
+            .provider_for_plugin(&model, &self.identity.label)
             .map_err(|e| invalid(format!("{e:#}")))?;
         let mut system = request.system.clone();
         let mut turns = Vec::new();

@@ -543,11 +543,22 @@ impl LoadedPlugin {
         data: &D,
         f: impl for<'a> FnOnce(&'a WorldPre, &'a mut Store<State>, &'a D) -> Body<'a, R>,
     ) -> Result<R, CallError> {
+        self.call_with(self.grants.model_access.clone(), data, f)
+    }
+
+    /// [`LoadedPlugin::call`], its `model` import reaching models through `models`.
+    fn call_with<D: ?Sized, R>(
+        &self,
+        models: Option<Arc<crate::llm::ModelAccess>>,
+        data: &D,
+        f: impl for<'a> FnOnce(&'a WorldPre, &'a mut Store<State>, &'a D) -> Body<'a, R>,
+    ) -> Result<R, CallError> {
         let plugin = self.identity.label.clone();
         let mut store = sandbox::new_store(
             &self.engine,
             self.identity.clone(),
             self.grants.clone(),
+            models,
             self.limits,
         )
         .map_err(|e| CallError::Trap {
@@ -622,7 +633,21 @@ impl LoadedPlugin {
         options: &str,
         trial: &bindings::Trial,
     ) -> Result<bindings::Score, CallError> {
-        let result = self.call(
+        self.grade_with(options, trial, None)
+    }
+
+    /// Scores one trial as [`LoadedPlugin::grade`], its model calls made through `models`
+    /// when given (a grade machine's gateway, with the trial's token) instead of the run's
+    /// providers. Its grants still decide which providers it may call.
+    pub fn grade_with(
+        &self,
+        options: &str,
+        trial: &bindings::Trial,
+        models: Option<&Arc<crate::llm::ModelAccess>>,
+    ) -> Result<bindings::Score, CallError> {
+        let models = models.or(self.grants.model_access.as_ref()).cloned();
+        let result = self.call_with(
+            models,
             &(options, trial, self.kind),
             |world, store, (options, trial, kind)| {
                 Box::pin(async move {
@@ -791,6 +816,10 @@ impl LoadedPlugin {
     /// The file name or path it was loaded from.
     pub fn label(&self) -> &str {
         &self.label
+    }
+    /// Its declared `name version`: what its model calls are counted under.
+    pub fn name_version(&self) -> &str {
+        &self.identity.label
     }
     /// sha256 of the component, lowercase hex: what runs record.
     pub fn digest(&self) -> &str {

@@ -100,6 +100,9 @@ pub struct State {
     stderr: MemoryOutputPipe,
     pub(crate) identity: Arc<Identity>,
     pub(crate) grants: Arc<Effective>,
+    /// How the `model` import reaches the providers `grants` allow: the run's, or a grade
+    /// machine's gateway.
+    pub(crate) models: Option<Arc<crate::llm::ModelAccess>>,
     /// When the call's wall-time cap runs out; host calls never wait past it.
     pub(crate) deadline: Instant,
     /// Log lines written during this call, to cap the volume.
@@ -128,6 +131,7 @@ pub(crate) fn new_store(
     engine: &wasmtime::Engine,
     identity: Arc<Identity>,
     grants: Arc<Effective>,
+    models: Option<Arc<crate::llm::ModelAccess>>,
     limits: Limits,
 ) -> anyhow::Result<Store<State>> {
     let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
@@ -151,6 +155,7 @@ pub(crate) fn new_store(
         stderr,
         identity,
         grants,
+        models,
         deadline: Instant::now() + limits.call_timeout,
         log_lines: 0,
     };

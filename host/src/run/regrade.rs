@@ -150,7 +150,7 @@ fn on_machines(
     on: &GradeOn<'_>,
 ) -> Result<OnMachines> {
     // Before anything is written: the judges of the run's trials must be able to go.
-    refuse_judges_that_call_models(record, prepared)?;
+    refuse_judges_that_need_secrets(record, prepared)?;
     let options = RunnerOptions::parse(on.runner_options)?;
     let (out, mut regraded) = regrade_record(dir, record, prepared, &options, on)?;
     let runner = runner::runner(on.runner, &options, &prepared.plugins)?;
@@ -205,7 +205,8 @@ fn on_machines(
         copied: &AtomicU64::new(0),
         artifacts: None,
         stored: Some(&stored),
-        models: None,
+        // The judges' model calls, made here with the keys only the coordinator holds.
+        models: Some(&prepared.model_access),
     };
     // The grade shards' trials are their bundles' own: no plan.
     let no_plan = crate::eval::plan::Plan::default();
@@ -359,39 +360,35 @@ fn json(value: &impl serde::Serialize) -> serde_json::Value {
     serde_json::to_value(value).unwrap_or_default()
 }
 
-/// Refuses the run's plugin judges that call models ([`refuse_if_it_calls_models`]), each
-/// judge once.
-fn refuse_judges_that_call_models(record: &RunRecord, prepared: &Prepared) -> Result<()> {
+/// Refuses the run's plugin judges that are granted a secret ([`refuse_if_it_needs_secrets`]),
+/// each judge once.
+fn refuse_judges_that_need_secrets(record: &RunRecord, prepared: &Prepared) -> Result<()> {
     let mut checked = std::collections::BTreeSet::new();
     for key in record.trials.keys() {
         for judge in prepared.judges.plugin_judges(&key) {
             // A judge's name may be another judge's elsewhere; its plugin and options differ.
             let plugin = judge.plugin().map(|p| p.digest());
             if checked.insert((judge.name.clone(), plugin)) {
-                refuse_if_it_calls_models(judge)?;
+                refuse_if_it_needs_secrets(judge)?;
             }
         }
     }
     Ok(())
 }
 
-/// A judge whose plugin is granted a model provider or a secret needs what only the
-/// coordinator holds: a grade shard refuses it until the protocol carries its calls.
-fn refuse_if_it_calls_models(judge: &crate::grade::Judge) -> Result<()> {
+/// A judge whose plugin is granted a secret needs what only the coordinator holds, which no
+/// grade shard gets. (Its model calls are no reason: they go through the machine's gateway to
+/// the coordinator, which holds the keys.)
+fn refuse_if_it_needs_secrets(judge: &crate::grade::Judge) -> Result<()> {
     let Some(plugin) = judge.plugin() else {
         return Ok(());
     };
-    let grants = plugin.effective_grants();
-    let held: Vec<String> = grants
-        .models
-        .iter()
-        .map(|p| format!("model provider `{p}`"))
-        .chain(grants.secret_names.iter().map(|s| format!("secret `{s}`")))
-        .collect();
-    if !held.is_empty() {
+    let names = &plugin.effective_grants().secret_names;
+    if !names.is_empty() {
+        let held: Vec<String> = names.iter().map(|s| format!("secret `{s}`")).collect();
         bail!(
-            "judge `{}` (plugin {}) is granted {}: keys and secrets stay on the coordinator, \
-             and grade shards cannot call models yet; grade without --runner, or drop the grant",
+            "judge `{}` (plugin {}) is granted {}: secrets stay on the coordinator, so it cannot \
+             grade on a runner's machines; grade without --runner, or drop the grant",
             judge.name,
             plugin.label(),
             held.join(", ")
@@ -582,6 +579,8 @@ fn grade_plugins(
             exec: grants.exec.iter().map(|g| g.program.clone()).collect(),
             read_dirs: grants.read_dirs.clone(),
             http: grants.http.iter().cloned().collect(),
+            models: grants.models.iter().cloned().collect(),
+            name_version: plugin.name_version().to_string(),
         };
         let bytes = prepared.plugins.component(plugin)?;
         plugins.insert(plugin.digest().to_string(), (shipped, bytes));

@@ -11,7 +11,7 @@
 use super::artifacts::{ArtifactCopier, ArtifactFile, ArtifactTally};
 use super::bundle::{Bundle, FoundTrials, ShardTrials, BUNDLE_FILE};
 use super::limits::{Holder, Limiter};
-use super::model_calls::{Answered, CallJob, ModelCalls, OnPart};
+use super::model_calls::{Answered, CallJob, Caller, ModelCalls, OnPart};
 use super::protocol::{
     self, Cleanup, ClientIdentity, Collected, CoordinatorMessage, ModelAnswer, ModelPart, Token,
     WorkerMessage, PROTOCOL,
@@ -589,8 +589,13 @@ impl<'a> ShardSession<'a> {
                 continue;
             }
             let key = acquire.key;
-            let uses_gateway =
-                (self.bundle.variants.get(&*key.variant)).is_some_and(VariantSpec::uses_gateway);
+            // A grade shard's judges call models through the gateway when they may.
+            let uses_gateway = match &self.bundle.grading {
+                Some(work) => work.calls_models(),
+                None => {
+                    (self.bundle.variants.get(&*key.variant)).is_some_and(VariantSpec::uses_gateway)
+                }
+            };
             let gateway = uses_gateway.then(|| self.model_calls.mint(&key));
             self.send(&CoordinatorMessage::Granted { key, gateway })
         }
@@ -904,11 +909,15 @@ impl<'a> ShardSession<'a> {
             return None;
         };
         let inputs = inputs.clone();
+        let caller = match &self.bundle.grading {
+            Some(work) => Caller::Judges(work.plugins.clone()),
+            None => Caller::Agent(spec.clone()),
+        };
         CallJob {
             key,
             call,
             request,
-            spec: spec.clone(),
+            caller,
             access: self.context.models.cloned(),
             answers: Box::new(move |answered| {
                 let _ = inputs.send(Input::Answered(Box::new(answered)));

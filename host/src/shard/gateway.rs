@@ -32,6 +32,9 @@ use std::time::Duration;
 /// than forever (the trial's own deadline usually ends it first).
 const ANSWER_WAIT: Duration = Duration::from_secs(15 * 60);
 
+/// The longest plugin name a call's [`crate::llm::http::PLUGIN_HEADER`] is read to.
+const MAX_PLUGIN_LABEL: usize = 256;
+
 /// Sends a worker message on the protocol's stdout.
 pub type Send = Arc<dyn Fn(&WorkerMessage) + std::marker::Send + Sync>;
 
@@ -221,10 +224,15 @@ async fn serve_call(
             StatusCode::TOO_MANY_REQUESTS,
         );
     }
-    let request = match wire.parse_request(&body) {
+    let mut request = match wire.parse_request(&body) {
         Ok(request) => request,
         Err(e) => return respond(wire.render_error(400, &e.0), StatusCode::BAD_REQUEST),
     };
+    // A grader plugin's call on a grade machine says whose it is; the coordinator checks it.
+    request.plugin = headers
+        .get(crate::llm::http::PLUGIN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|plugin| crate::client::agent_cli::capped(plugin, MAX_PLUGIN_LABEL));
     let answer = match ask(&shared, &key, Secret::new(token), &request).await {
         Ok(answer) => answer,
         Err(why) => {

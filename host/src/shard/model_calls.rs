@@ -12,6 +12,7 @@ use super::protocol::{ModelAnswer, ModelPart, ModelParts, MAX_MODEL_CALLS_IN_FLI
 use crate::client::agent_cli::AGENT_USAGE;
 use crate::eval::config::VariantSpec;
 use crate::eval::trial::{EventKind, TraceEvent, TrialKey};
+use crate::grade::remote::GradePlugin;
 use crate::llm::mock::MockScript;
 use crate::llm::wire::GatewayRequest;
 use crate::llm::{CallGate, ModelAccess, ModelRef, Provider, Reply};
@@ -253,12 +254,90 @@ impl ModelCalls {
     }
 }
 
-/// Everything a call's thread needs: the model, how to reach it, and where to answer.
+/// Who makes a call through a machine's gateway, which decides the model it gets.
+pub enum Caller {
+    /// A trial's agent: it gets its variant's model, whatever it asks for (the eval chooses
+    /// the model).
+    Agent(VariantSpec),
+    /// A grade shard's judges, these grader plugins: a call gets the model it names, if the
+    /// plugin it names is one of them and is granted the model's provider; the call counts to
+    /// that plugin.
+    Judges(Vec<GradePlugin>),
+}
+
+/// The model a call is to get, and the grader plugin it counts to (a judge's call).
+struct Chosen {
+    model: ModelRef,
+    plugin: Option<String>,
+}
+
+impl Caller {
+    /// The model `request` gets, or its refusal.
+    fn choose(&self, request: &GatewayRequest) -> Result<Chosen, ModelAnswer> {
+        let refused = |status: u16, message: String| ModelAnswer::refused(status, message);
+        let name = self
+            .named(request)
+            .ok_or_else(|| refused(400, "the variant names no `model`".into()))?;
+        let model = ModelRef::parse(name).map_err(|e| refused(400, format!("{e:#}")))?;
+        let Caller::Judges(plugins) = self else {
+            return Ok(Chosen {
+                model,
+                plugin: None,
+            });
+        };
+        let plugin = request.plugin.as_deref().unwrap_or("(none)");
+        let granted = plugins
+            .iter()
+            .find(|p| p.name_version == plugin)
+            .is_some_and(|p| p.models.contains(&model.provider));
+        if !granted {
+            return Err(refused(
+                403,
+                format!(
+                    "plugin `{plugin}` is not a judge of this grade shard granted model \
+                     provider `{}`",
+                    model.provider
+                ),
+            ));
+        }
+        Ok(Chosen {
+            model,
+            plugin: Some(plugin.to_string()),
+        })
+    }
+
+    /// The model `request` is to get, as named: its variant's, or the one a judge names.
+    fn named<'a>(&'a self, request: &'a GatewayRequest) -> Option<&'a str> {
+        match self {
+            Caller::Agent(spec) => spec.model.as_deref(),
+            Caller::Judges(_) => Some(&request.model),
+        }
+    }
+
+    /// The `mock/script` turns for `key`'s case, from an agent's variant.
+    fn script(
+        &self,
+        key: &TrialKey,
+    ) -> anyhow::Result<Option<Vec<crate::llm::mock::ScriptedTurn>>> {
+        let Caller::Agent(spec) = self else {
+            return Ok(None);
+        };
+        let script: Option<MockScript> = spec
+            .client_options
+            .as_ref()
+            .and_then(|o| o.get("mockScript"))
+            .map(|s| serde_json::from_value(s.clone()))
+            .transpose()?;
+        Ok(script.and_then(|s| s.for_case(&key.case).map(<[_]>::to_vec)))
+    }
+}
+
+/// Everything a call's thread needs: who calls, how to reach models, and where to answer.
 pub struct CallJob {
     pub key: TrialKey,
     pub call: u32,
     pub request: Box<GatewayRequest>,
-    pub spec: VariantSpec,
+    pub caller: Caller,
     pub access: Option<Arc<ModelAccess>>,
     /// Hears the answer (the session's input).
     pub answers: Box<dyn FnOnce(Answered) + Send>,
@@ -282,39 +361,27 @@ impl CallJob {
         });
     }
 
-    /// The variant's model's answer to the request (never the model the agent named: the
-    /// eval chooses the model), its name, and the call's cost.
+    /// The answer to the request from the model its caller gets ([`Caller::choose`]), that
+    /// model's name, and the call's cost. A judge's call is counted to its plugin.
     fn call(&self) -> (ModelAnswer, String, Option<f64>) {
-        let Some(name) = self.spec.model.as_deref() else {
-            let refused = ModelAnswer::refused(400, "the variant names no `model`");
-            return (refused, String::new(), None);
-        };
-        let model = match ModelRef::parse(name) {
-            Ok(model) => model,
-            Err(e) => {
-                return (
-                    ModelAnswer::refused(400, format!("{e:#}")),
-                    name.into(),
-                    None,
-                )
+        let Chosen { model, plugin } = match self.caller.choose(&self.request) {
+            Ok(chosen) => chosen,
+            Err(refused) => {
+                let name = self.caller.named(&self.request).unwrap_or_default();
+                return (refused, name.to_string(), None);
             }
         };
+        let name = model.to_string();
         let provider = match self.provider(&model) {
             Ok(provider) => provider,
-            Err(e) => {
-                return (
-                    ModelAnswer::refused(502, format!("{e:#}")),
-                    name.into(),
-                    None,
-                )
-            }
+            Err(e) => return (ModelAnswer::refused(502, format!("{e:#}")), name, None),
         };
         let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
         {
             Ok(runtime) => runtime,
-            Err(e) => return (ModelAnswer::refused(500, e.to_string()), name.into(), None),
+            Err(e) => return (ModelAnswer::refused(500, e.to_string()), name, None),
         };
         let gate: &dyn CallGate = match &self.access {
             Some(access) => access.gate(),
@@ -323,34 +390,28 @@ impl CallJob {
         let request = self.request.as_request(&model);
         match runtime.block_on(provider.complete(gate, &request)) {
             Ok(reply) => {
+                let access = self.access.as_ref();
+                if let (Some(access), Some(plugin)) = (access, &plugin) {
+                    access.count(plugin, &model, &reply.usage);
+                }
                 // Tool calls take the names the agent offered when the gateway renders them.
-                let cost = self
-                    .access
-                    .as_ref()
-                    .and_then(|a| a.cost(&model, &reply.usage));
+                let cost = access.and_then(|a| a.cost(&model, &reply.usage));
                 let answer = ModelAnswer {
                     reply: Some(reply),
                     refused: None,
                 };
-                (answer, name.into(), cost)
+                (answer, name, cost)
             }
-            Err(e) => (ModelAnswer::refused(502, e.0), name.into(), None),
+            Err(e) => (ModelAnswer::refused(502, e.0), name, None),
         }
     }
 
-    /// The provider of `model`: `mock` with the variant's script for this case, or the
+    /// The provider of `model`: `mock` (with an agent's script for this case), or the
     /// configured provider with the key the host holds.
     fn provider(&self, model: &ModelRef) -> anyhow::Result<Provider> {
         if model.provider == "mock" {
-            let script: Option<MockScript> = self
-                .spec
-                .client_options
-                .as_ref()
-                .and_then(|o| o.get("mockScript"))
-                .map(|s| serde_json::from_value(s.clone()))
-                .transpose()?;
-            let turns = script.as_ref().and_then(|s| s.for_case(&self.key.case));
-            return Provider::new(model, turns, None, None);
+            let turns = self.caller.script(&self.key)?;
+            return Provider::new(model, turns.as_deref(), None, None);
         }
         match &self.access {
             Some(access) => access.provider(model),
@@ -375,6 +436,73 @@ mod tests {
     }
 
     #[test]
+    fn a_judge_gets_the_model_it_names_only_as_a_plugin_granted_its_provider() {
+        let judge = GradePlugin {
+            name: "acme/judge".into(),
+            references: vec!["acme/judge".into()],
+            digest: "0".repeat(64),
+            exec: Vec::new(),
+            read_dirs: Vec::new(),
+            http: Vec::new(),
+            models: vec!["acme".into()],
+            name_version: "acme/judge 1.0.0".into(),
+        };
+        let caller = Caller::Judges(vec![judge]);
+        let asking = |model: &str, plugin: Option<&str>| GatewayRequest {
+            model: model.into(),
+            system: None,
+            turns: vec![crate::llm::Turn::User("score this".into())],
+            tools: Vec::new(),
+            tool_choice: Default::default(),
+            max_tokens: 16,
+            temperature: None,
+            stream: false,
+            hints: Default::default(),
+            plugin: plugin.map(str::to_string),
+        };
+        let chosen = caller
+            .choose(&asking("acme/judge-1", Some("acme/judge 1.0.0")))
+            .unwrap_or_else(|a| panic!("{:?}", a.refused));
+        assert_eq!(chosen.model.to_string(), "acme/judge-1");
+        assert_eq!(chosen.plugin.as_deref(), Some("acme/judge 1.0.0"));
+        // What a machine may claim, refused: another provider, a plugin it does not carry,
+        // none at all, a model that names no provider.
+        for (model, plugin, status, says) in [
+            (
+                "other/m",
+                Some("acme/judge 1.0.0"),
+                403,
+                "granted model provider `other`",
+            ),
+            (
+                "acme/judge-1",
+                Some("acme/judge 2.0.0"),
+                403,
+                "plugin `acme/judge 2.0.0`",
+            ),
+            ("acme/judge-1", None, 403, "plugin `(none)`"),
+            ("judge-1", Some("acme/judge 1.0.0"), 400, "provider/model"),
+        ] {
+            let Err(answer) = caller.choose(&asking(model, plugin)) else {
+                panic!("{model} for {plugin:?} was let through");
+            };
+            let refused = answer.refused.expect("a refusal");
+            assert_eq!(refused.status, status, "{}", refused.message);
+            assert!(refused.message.contains(says), "{}", refused.message);
+        }
+        // An agent gets its variant's model, whatever it names.
+        let spec: VariantSpec =
+            serde_json::from_value(json!({"client": "codex", "model": "acme/m"})).unwrap();
+        let chosen = Caller::Agent(spec)
+            .choose(&asking("gpt-5", None))
+            .unwrap_or_else(|a| panic!("{:?}", a.refused));
+        assert_eq!(
+            (chosen.model.to_string(), chosen.plugin),
+            ("acme/m".into(), None)
+        );
+    }
+
+    #[test]
     fn a_gateway_trials_usage_is_what_the_host_measured_not_what_its_trace_says() {
         let mut calls = ModelCalls::default();
         let key = TrialKey::new("v", "c", 0);
@@ -389,6 +517,7 @@ mod tests {
             temperature: None,
             stream: false,
             hints: Default::default(),
+            plugin: None,
         };
         let json = serde_json::to_string(&request).unwrap();
         for part in ModelPart::split(&json) {

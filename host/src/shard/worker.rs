@@ -964,7 +964,8 @@ fn build_clients(bundle: &Bundle, tokens: &BTreeMap<String, Secret>) -> Result<C
 
 /// A grade shard's client (`grade`, what its bundle's variants name): each trial is a stored
 /// trial whose judges run here, its answer their calls ([`RemoteGrader::answer`]) as the trace's
-/// final text; one that cannot be graded here is `infra`, with why in its log. The trace is
+/// final text, their model calls made through the machine's gateway; one that cannot be graded
+/// here is `infra`, with why in its log. The trace is
 /// recorded here, where clients and grading meet: grading is the lower layer.
 struct GradeClient(RemoteGrader);
 
@@ -976,7 +977,14 @@ impl Client for GradeClient {
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord {
         let mut recorder = Recorder::new(input, std::time::Instant::now());
         let key = TrialKey::new(input.variant, input.case.id.clone(), input.trial);
-        match self.0.answer(&key) {
+        // Judges granted a model provider call it through the gateway, with the trial's token.
+        let models = input.gateway.map(|gateway| {
+            Arc::new(crate::llm::ModelAccess::through_gateway(
+                &gateway.url,
+                &gateway.token,
+            ))
+        });
+        match self.0.answer(&key, models.as_ref()) {
             Ok(answer) => recorder.finish(TrialStatus::Completed, Some(answer), Some(0)),
             Err(text) => {
                 recorder.push(EventKind::Log { text });

@@ -96,7 +96,7 @@ fn judges_run_in_the_grade_shards_worker_and_the_coordinator_decides_as_it_would
 }
 
 #[test]
-fn judges_that_need_a_secret_or_a_model_stay_on_the_coordinator() {
+fn judges_that_need_a_secret_stay_on_the_coordinator() {
     let mst = Mst::new();
     let eval = Eval::new(
         json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",

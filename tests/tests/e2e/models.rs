@@ -617,6 +617,69 @@ fn judge_calls_take_provider_slots_and_the_judges_usage_is_counted() {
 }
 
 #[test]
+fn a_judge_on_a_grade_shard_asks_its_model_through_the_coordinator_which_holds_the_key() {
+    const KEY: &str = "mst-canary-grade-shard-key-5e1b";
+    let server = ModelServer::start(vec![Reply::anthropic_text(
+        "{\"score\": 0.9, \"reason\": \"it names Asia/Tokyo\"}",
+    )]);
+    let (eval, secrets) = rubric_eval(&server, "It is 09:00 in Asia/Tokyo.", true, KEY);
+    let run = run_with_secrets(&eval, &secrets);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(server.requests().len(), 1, "graded as it was collected");
+
+    // Regraded in a grade shard on the local runner's machine: the plugin runs there, with no
+    // key, and its model call goes through the machine's gateway to the coordinator.
+    let dir = eval.run_dir("judged");
+    let run_id = dir.file_name().unwrap().to_str().unwrap();
+    let regrade = Mst::new().run(&[
+        "grade",
+        run_id,
+        "--runner",
+        "local",
+        "--results-dir",
+        mst_tests::s(&eval.results()),
+        "--secrets-file",
+        mst_tests::s(&secrets),
+        "--json",
+    ]);
+    assert_eq!(regrade.code, 0, "{}\n{}", regrade.stdout, regrade.stderr);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "one more call, the grade shard's");
+    assert_eq!(
+        requests[1].header("x-api-key"),
+        Some(KEY),
+        "the host added the key"
+    );
+    assert_eq!(requests[1].body["model"], "judge-1");
+    let asked = requests[1].body["messages"][0]["content"].as_str().unwrap();
+    assert!(asked.contains("It is 09:00 in Asia/Tokyo."), "{asked}");
+
+    let regraded = dir.with_file_name(format!("{run_id}.g1"));
+    let grades = read_json(&regraded.join("grades.json")).to_string();
+    assert!(
+        grades.contains("it names Asia/Tokyo") && grades.contains("0.9"),
+        "{grades}"
+    );
+    // The call counts to the judge's plugin, as the coordinator measured it.
+    let record = read_json(&regraded.join("run.json"));
+    let judge = (record["plugins"].as_array().unwrap().iter())
+        .find(|p| p["name"] == "mst/grader/rubric")
+        .unwrap();
+    assert_eq!(judge["usage"]["calls"], 1, "{judge}");
+    assert!(record["grading"]["runner"] == "local", "{record}");
+    // The machine's answer carries the call as the gateway measured it.
+    let measured = mst_tests::files_containing(&regraded.join("grading"), "measuredBy");
+    assert_eq!(measured.len(), 1, "{measured:?}");
+    let answer = std::fs::read_to_string(&measured[0]).unwrap();
+    assert!(
+        answer.contains("\"model\":\"acme/judge-1\"")
+            && answer.contains("\"measuredBy\":\"gateway\""),
+        "{answer}"
+    );
+    key_stays_secret(&eval, &regrade, KEY);
+}
+
+#[test]
 fn a_judge_without_a_verdict_or_without_its_grant_leaves_the_trial_not_graded() {
     let server = ModelServer::start(vec![Reply::anthropic_text("I think it is fine.")]);
     let (eval, secrets) = rubric_eval(&server, "Tokyo time.", true, "mst-canary-judge-key-1");

@@ -53,6 +53,11 @@ pub struct GatewayRequest {
     /// What only rendering the reply needs.
     #[serde(default)]
     pub hints: RenderHints,
+    /// On a grade machine, the grader plugin making the call (`name version`, from its
+    /// [`crate::llm::http::PLUGIN_HEADER`]): the coordinator checks its grant and counts the
+    /// call to it. `None` for an agent's call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
 }
 
 /// What an agent's request says that matters only when rendering the reply back to it.
@@ -338,6 +343,7 @@ impl Read {
             temperature: body.opt_f64("temperature")?,
             stream: body.opt_bool("stream")?.unwrap_or(false),
             hints: self.hints,
+            plugin: None,
         })
     }
 }
@@ -637,6 +643,7 @@ mod tests {
                 }],
                 include_usage: false,
             },
+            plugin: Some("acme/judge 1.0.0".into()),
         };
         let value = serde_json::to_value(&request).unwrap();
         assert_eq!(value["toolChoice"], "required");
