@@ -19,7 +19,7 @@
 //! - [`plugin`]: the WebAssembly host: engine, artifact cache, ABI check, sandbox, imports,
 //!   typed calls, the install store and a run's plugin set.
 //! - [`llm`]: model providers: one request and reply shape, the built-in `mock` provider.
-//! - [`secrets`]: secret values, secrets files, redaction and worker token directories.
+//! - [`secrets`]: secret values, secrets files and redaction.
 //! - [`files`], [`process`], [`net`], [`clock`], [`home`], [`owner`]: the ground floor: careful
 //!   file access; host processes (groups, deadlines, capped reads); the HTTP client and its
 //!   capped body reads; wall-clock time; where mst keeps its state (`$MST_HOME`); which mst

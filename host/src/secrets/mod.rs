@@ -1,8 +1,7 @@
 //! Secrets: read only from a secrets file (`--secrets-file`, JSON or dotenv) or, for a name
 //! written `env:VAR`, from the environment variable `VAR` of the mst process; held as
 //! [`Secret`]s, whose `Debug` never shows the value. The coordinator hands MCP tokens to workers
-//! only over the worker's stdin; the worker keeps them in memory and in a private token
-//! directory ([`TokenDir`]) that it removes when it ends. Every value read is registered
+//! only over the worker's stdin; the worker keeps them in memory only. Every value read is registered
 //! with [`redact`], so nothing mst writes holds it.
 
 pub mod redact;
@@ -208,111 +207,6 @@ fn json_secret(name: &str, value: serde_json::Value) -> Result<(String, Option<u
     }
 }
 
-/// A worker's private token directory: owner-only, on tmpfs when the machine has one, removed
-/// when dropped. One file per server, holding the token and nothing else.
-pub struct TokenDir {
-    dir: PathBuf,
-    on_disk: bool,
-}
-
-/// Where a token directory may go, most private first: memory-backed places, then (only when
-/// none exists, and said so) the temporary directory.
-fn token_bases() -> Vec<PathBuf> {
-    ["/run/mst", "/dev/shm"]
-        .iter()
-        .map(PathBuf::from)
-        .chain(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from))
-        .collect()
-}
-
-/// Whether `path` is on a memory-backed file system (tmpfs or ramfs).
-fn in_memory(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs(2) on a valid C string, into a zeroed struct it fills.
-    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c_path.as_ptr(), &mut stat) } != 0 {
-        return false;
-    }
-    matches!(stat.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
-}
-
-/// Creates `dir` (which must not exist yet) owner-only, and checks that what exists now is a
-/// real directory of ours that nobody else can read: a directory someone placed there first,
-/// or a link, is refused.
-fn create_token_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    let meta = std::fs::symlink_metadata(dir)?;
-    // SAFETY: geteuid(2) cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !meta.is_dir() || meta.uid() != me || meta.permissions().mode() & 0o077 != 0 {
-        bail!(
-            "{} is not a private directory of this user (owner {}, mode {:o})",
-            dir.display(),
-            meta.uid(),
-            meta.permissions().mode() & 0o7777
-        );
-    }
-    Ok(())
-}
-
-impl TokenDir {
-    /// Creates the directory on a memory-backed file system (`/run/mst`, `/dev/shm` or
-    /// `$XDG_RUNTIME_DIR`); only when the machine has none, in the temporary directory, which
-    /// [`TokenDir::on_disk`] then says so the worker can tell.
-    pub fn create() -> Result<Self> {
-        let name = format!("mst-tokens-{}", std::process::id());
-        for base in token_bases() {
-            if base.is_dir() && in_memory(&base) && create_token_dir(&base.join(&name)).is_ok() {
-                return Ok(TokenDir {
-                    dir: base.join(&name),
-                    on_disk: false,
-                });
-            }
-        }
-        let dir = std::env::temp_dir().join(&name);
-        create_token_dir(&dir).context("cannot create a private token directory")?;
-        Ok(TokenDir { dir, on_disk: true })
-    }
-
-    /// Whether the tokens are on disk (the machine has no memory-backed place for them).
-    pub fn on_disk(&self) -> bool {
-        self.on_disk
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Writes (or replaces) the token for `server`.
-    pub fn write(&self, server: &str, token: &Secret) -> Result<()> {
-        let path = self.dir.join(crate::files::path_component(server));
-        crate::files::write_atomic(&path, token.expose().as_bytes())
-    }
-
-    /// Removes the directory and every token in it.
-    pub fn remove(self) -> Result<()> {
-        let dir = self.dir.clone();
-        std::mem::forget(self);
-        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove {}", dir.display()))
-    }
-}
-
-impl Drop for TokenDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,34 +249,6 @@ mod tests {
         );
         assert!(!err.contains("hunter2"), "{err}");
         assert!(!format!("{:?}", Secrets::parse("A=hunter2").unwrap()).contains("hunter2"));
-    }
-
-    #[test]
-    fn token_dirs_are_private_and_removed() {
-        let dir = TokenDir::create().unwrap();
-        let path = dir.path().to_path_buf();
-        dir.write("time", &Secret::new("t0k")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        assert_eq!(
-            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-            0o700
-        );
-        assert_eq!(std::fs::read_to_string(path.join("time")).unwrap(), "t0k");
-        assert_eq!(dir.on_disk(), !in_memory(path.parent().unwrap()));
-        dir.remove().unwrap();
-        assert!(!path.exists());
-    }
-
-    #[test]
-    fn a_token_dir_placed_first_by_someone_else_is_refused() {
-        let base = tempfile::tempdir().unwrap();
-        let planted = base.path().join("mst-tokens");
-        std::fs::create_dir(&planted).unwrap();
-        assert!(create_token_dir(&planted).is_err(), "it exists already");
-        let link = base.path().join("link");
-        std::os::unix::fs::symlink(&planted, &link).unwrap();
-        assert!(create_token_dir(&link).is_err(), "a link");
-        assert!(create_token_dir(&base.path().join("fresh")).is_ok());
     }
 
     #[test]

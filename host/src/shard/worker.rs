@@ -17,7 +17,7 @@ use crate::eval::trial::{
 };
 use crate::grade::remote::RemoteGrader;
 use crate::results::trace_path;
-use crate::secrets::{Secret, TokenDir};
+use crate::secrets::Secret;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -331,12 +331,17 @@ impl ScratchDirs {
     /// Removes the idle directories now, as the worker ends, before it says `done`. (Left to
     /// the pool's drop, whose last owner was at times a trial thread racing the process's
     /// exit, every run left a directory per trial slot in the machine's temporary directory.)
-    fn remove_idle(&self) {
+    fn remove_idle(&self) -> Cleanup {
         let idle = std::mem::take(&mut *self.idle.lock().expect("scratch dirs"));
+        let mut cleanup = Cleanup::Ok;
         for dir in idle {
-            // Best effort, as a dropped TempDir's: a scratch directory holds no secret.
-            let _ = dir.close();
+            let path = dir.path().to_path_buf();
+            if let Err(e) = dir.close() {
+                eprintln!("mst collect: clean-up failed: {}: {e}", path.display());
+                cleanup = Cleanup::Failed;
+            }
         }
+        cleanup
     }
 }
 
@@ -407,7 +412,6 @@ struct Worker {
     results: PathBuf,
     wire: Wire,
     clients: Clients,
-    token_dir: Option<TokenDir>,
     tokens_ready: bool,
     /// The tokens held, by server.
     token_values: BTreeMap<String, Secret>,
@@ -483,7 +487,6 @@ impl Worker {
             results: results.to_path_buf(),
             wire,
             clients,
-            token_dir: None,
             tokens_ready: true,
             token_values: BTreeMap::new(),
             expiring: BTreeMap::new(),
@@ -651,8 +654,7 @@ impl Worker {
 
     fn clean_up(&mut self) -> Cleanup {
         // Every trial has reported, and each gave its scratch directory back before it did.
-        self.scratch.remove_idle();
-        clean_up(self.token_dir.take())
+        self.scratch.remove_idle()
     }
 
     /// Asks for new tokens (`need-tokens`, reason `expiring`) for those about to expire, once
@@ -826,28 +828,14 @@ impl Worker {
             .admit(key, token, budget))
     }
 
-    /// Tokens live in memory and in the private token directory, nowhere else.
+    /// Tokens live in the worker's memory only: each client is built with its own variant's,
+    /// and hands each process it starts only what that process is given (its environment,
+    /// its headers). No token ever rests in a file an agent could read.
     fn on_tokens(&mut self, tokens: BTreeMap<String, Token>) -> Result<()> {
-        let dir = match self.token_dir.take() {
-            Some(dir) => dir,
-            None => {
-                let dir = TokenDir::create()?;
-                if dir.on_disk() {
-                    eprintln!(
-                        "mst collect: WARNING: this machine has no memory-backed file system \
-                         (/run/mst, /dev/shm, $XDG_RUNTIME_DIR); the tokens are on disk in {} \
-                         (owner-only, removed at the end)",
-                        dir.path().display()
-                    );
-                }
-                dir
-            }
-        };
         // Renewed tokens join the ones held; clients are rebuilt with them all.
         let mut values = self.token_values.clone();
         let now = crate::clock::unix_millis();
         for (server, token) in tokens {
-            dir.write(&server, &token.value)?;
             crate::secrets::hold(&self.token_name(&server), &token.value);
             self.renewal_asked.remove(&server);
             match token.expires_at {
@@ -857,7 +845,6 @@ impl Worker {
             values.insert(server, token.value);
         }
         self.token_values = values.clone();
-        self.token_dir = Some(dir);
         // A grade shard's judges take no tokens: its client stays.
         if self.bundle.grading.is_none() {
             self.clients = build_clients(&self.bundle, &values)?;
@@ -933,20 +920,6 @@ fn peak_rss_bytes() -> Option<u64> {
         .find_map(|line| line.strip_prefix("VmHWM:"))?;
     let kilobytes: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
     Some(kilobytes.saturating_mul(1024))
-}
-
-/// Removes the tokens; says truthfully whether that worked (a failure is also logged).
-fn clean_up(tokens: Option<TokenDir>) -> Cleanup {
-    let Some(dir) = tokens else {
-        return Cleanup::Ok;
-    };
-    match dir.remove() {
-        Ok(()) => Cleanup::Ok,
-        Err(e) => {
-            eprintln!("mst collect: clean-up failed: {e:#}");
-            Cleanup::Failed
-        }
-    }
 }
 
 /// One client per variant of `bundle`, with `tokens` for the servers that need them.
@@ -1043,22 +1016,25 @@ mod tests {
         // another owner (a trial thread finishing its job).
         let fresh_path = fresh.path().to_path_buf();
         dirs.give_back(fresh);
-        dirs.remove_idle();
+        assert_eq!(dirs.remove_idle(), Cleanup::Ok);
         assert!(!fresh_path.exists(), "{}", fresh_path.display());
     }
 
     #[test]
     fn a_failed_clean_up_is_reported_as_failed() {
-        assert_eq!(clean_up(None), Cleanup::Ok);
-        let dir = TokenDir::create().unwrap();
-        dir.write("api", &Secret::new("t0k")).unwrap();
-        assert_eq!(clean_up(Some(dir)), Cleanup::Ok);
-        // Something on the machine swapped the directory for a file: removing it fails.
-        let dir = TokenDir::create().unwrap();
+        let results = tempfile::tempdir().unwrap();
+        let dirs = ScratchDirs::default();
+        let used = dirs.take(results.path()).unwrap();
+        std::fs::write(used.path().join("left"), "by the trial").unwrap();
+        dirs.give_back(used);
+        assert_eq!(dirs.remove_idle(), Cleanup::Ok);
+        // Something on the machine swapped an idle directory for a file: removing it fails.
+        let dir = dirs.take(results.path()).unwrap();
         let path = dir.path().to_path_buf();
-        std::fs::remove_dir_all(&path).unwrap();
+        dirs.give_back(dir);
+        std::fs::remove_dir(&path).unwrap();
         std::fs::write(&path, "not a directory").unwrap();
-        assert_eq!(clean_up(Some(dir)), Cleanup::Failed);
+        assert_eq!(dirs.remove_idle(), Cleanup::Failed);
         let _ = std::fs::remove_file(&path);
     }
 }

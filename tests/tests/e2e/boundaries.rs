@@ -55,6 +55,70 @@ cat "$b/bundle.json" "$b/work.jsonl""#;
 }
 
 #[test]
+fn no_token_rests_in_a_file_another_variants_agent_could_read() {
+    // Variant `victim` has a secret in its agent's environment; variant `attacker`, in the
+    // same shard and running as the same user, searches every file it can reach where a
+    // worker could keep tokens (memory-backed file systems, temporary directories; files
+    // small enough to be one) and prints, base64-encoded past the redactor, any file holding the secret's prefix. The
+    // operator's own directory (the eval's, holding the secrets file) is left out: on the
+    // unsandboxed local runner the agent can read the operator's files, which the sandbox
+    // is for.
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let canary = format!("vict1m-c4n4ry-{nonce:x}");
+    let eval = Eval::new(json!({}), &[json!({"id": "c1", "input": "x"})]);
+    let search = eval.dir.path().join("search.sh");
+    std::fs::write(
+        &search,
+        format!(
+            r#"for f in $(find /dev/shm /run /tmp "${{TMPDIR:-/tmp}}" -xdev \
+    -path '{eval}' -prune -o -type f -size -64k -print 2>/dev/null); do
+  if grep -qa vict1m-c4n4ry "$f" 2>/dev/null; then echo "$f $(base64 -w0 < "$f")"; fi
+done
+echo searched
+"#,
+            eval = eval.dir.path().display()
+        ),
+    )
+    .unwrap();
+    let config = json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "concurrency": 1,
+               "variants": {
+                   "victim": {"clientOptions": {"command": ["sh", "-c", "printf %s \"$API_KEY\" | base64 -w0"],
+                                                "input": "none", "secretEnv": {"API_KEY": "VICTIM_SECRET"}}},
+                   "attacker": {"clientOptions": {"command": ["sh", mst_tests::s(&search)], "input": "none"}}},
+               "judges": [{"assert": "exit-code", "value": 0}], "timeout": 120});
+    std::fs::write(eval.config(), config.to_string()).unwrap();
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("VICTIM_SECRET={canary}\n")).unwrap();
+    let run = eval.run(
+        &Mst::new(),
+        &["--json", "-q", "--secrets-file", mst_tests::s(&secrets)],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("e2e");
+    // The control: the victim's own agent has its secret, and base64 passes the redactor.
+    let victim = read_trace(&dir, "victim/c1/0");
+    let encoded = victim["trace"]["finalText"].as_str().unwrap();
+    assert!(
+        encoded.len() > canary.len() && !encoded.contains("redacted"),
+        "{victim}"
+    );
+    let attacker = read_trace(&dir, "attacker/c1/0");
+    let found = attacker["trace"]["finalText"].as_str().unwrap();
+    assert!(
+        found.ends_with("searched"),
+        "the search ran to its end: {found}"
+    );
+    assert!(
+        !found.contains(encoded) && !found.contains(&canary),
+        "another variant's agent read the secret: {found}"
+    );
+}
+
+#[test]
 fn each_trace_names_the_client_of_its_own_variant() {
     // Two variants on two clients in one shard: the worker's `hello` names one client, but
     // each trace's `collectedBy` names the one that ran it.

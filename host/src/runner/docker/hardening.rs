@@ -1,6 +1,6 @@
 //! The container every shard runs in, hardened in ways no option or plugin can weaken: not
 //! privileged, no new privileges, every capability dropped, mst's seccomp profile, no host
-//! mounts, and a private tmpfs at `/run/mst` for tokens. The operator's options (never a
+//! mounts. The operator's options (never a
 //! plugin's spec) choose the network, a writable root filesystem, and the process and open-file
 //! limits, all safe by default (docs/adr/0007-container-egress.md).
 
@@ -14,11 +14,6 @@ use std::collections::HashMap;
 
 /// mst's seccomp profile (docker/seccomp.json; see docker/README.md for how it is made).
 pub const SECCOMP_PROFILE: &str = include_str!("../../../../docker/seccomp.json");
-
-/// Where the worker's token directory lives: a tmpfs, so tokens never touch a disk or a layer.
-/// Writable by any user (sticky), so images with a non-root `USER` can use it; the worker's own
-/// token directory inside is 0700.
-pub const TOKEN_TMPFS: &str = "/run/mst";
 
 /// The writable scratch directory of a read-only container.
 pub const TMP: &str = "/tmp";
@@ -89,10 +84,6 @@ pub fn container_body(
                 format!("seccomp={SECCOMP_PROFILE}"),
             ]),
             readonly_rootfs: Some(read_only),
-            tmpfs: Some(HashMap::from([(
-                TOKEN_TMPFS.to_string(),
-                "rw,noexec,nosuid,nodev,size=1m,mode=1777".to_string(),
-            )])),
             // Never a host path: the only mounts are the scratch volumes.
             binds: Some(Vec::new()),
             mounts: Some(mounts),
@@ -137,7 +128,10 @@ mod tests {
         let security = host.security_opt.unwrap();
         assert!(security.contains(&"no-new-privileges:true".to_string()));
         assert!(security.iter().any(|s| s.starts_with("seccomp={")));
-        assert!(host.tmpfs.unwrap().contains_key(TOKEN_TMPFS));
+        assert!(
+            host.tmpfs.is_none(),
+            "no token directory: tokens stay in memory"
+        );
         assert_eq!(host.memory, host.memory_swap);
         assert!(host.binds.unwrap().is_empty());
         // Safe by default: read-only root with a volume work directory, no network, limits.
