@@ -59,7 +59,9 @@ pub struct Serve {
     stderr: tempfile::NamedTempFile,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
-    /// Extra headers for every call (an access token).
+    /// The access token it made and printed (none with `--token-file` or `--no-token`).
+    pub token: Option<String>,
+    /// Extra headers for every call (its access token).
     pub headers: Vec<String>,
 }
 
@@ -105,13 +107,28 @@ impl Serve {
                 std::fs::read_to_string(stderr.path()).unwrap_or_default()
             );
         };
-        let base = rest.trim_end_matches('/').to_string();
+        let (url, token) = match rest.split_once("/#token=") {
+            Some((url, token)) => (url, Some(token.to_string())),
+            None => (rest, None),
+        };
+        let headers = (token.iter())
+            .map(|token| format!("authorization: Bearer {token}"))
+            .collect();
         Serve {
             child,
             _stdout: stdout,
             stderr,
-            base,
-            headers: Vec::new(),
+            base: url.trim_end_matches('/').to_string(),
+            token,
+            headers,
+        }
+    }
+
+    /// The web UI's page for `route` (`/runs`), handing it the token it printed.
+    pub fn page(&self, route: &str) -> String {
+        match &self.token {
+            Some(token) => format!("{}/#{route}&token={token}", self.base),
+            None => format!("{}/#{route}", self.base),
         }
     }
 

@@ -275,10 +275,8 @@ impl events::Reporter for Tee<'_> {
 
     fn event(&self, event: &RunEvent<'_>) {
         if let (Some(following), RunEvent::Started { run_id, .. }) = (self.following, event) {
-            errln!(
-                "mst run: follow the run at http://{}/#/runs/{run_id}",
-                following.address
-            );
+            let url = following.url(&format!("/runs/{run_id}"));
+            errln!("mst run: follow the run at {url}");
         }
         // First: a detached run's supervisor hands the terminal back when the run starts.
         if let Some(supervision) = self.supervision {

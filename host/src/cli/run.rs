@@ -188,11 +188,8 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
     if let Some(following) = &following {
         SERVING_ONLY.store(true, Ordering::SeqCst);
         following.run.end(None);
-        errln!(
-            "mst run: the report stays at http://{}/#/runs/{} until Ctrl-C",
-            following.address,
-            outcome.record.run_id
-        );
+        let url = following.url(&format!("/runs/{}", outcome.record.run_id));
+        errln!("mst run: the report stays at {url} until Ctrl-C");
         while !CANCEL.load(Ordering::SeqCst) {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }

@@ -27,9 +27,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, conflicts_with_all = ["listen", "token_file"])]
     mcp: bool,
     /// A file holding the access token every request must send as `Authorization: Bearer
-    /// TOKEN` (required off loopback).
+    /// TOKEN`. Without it, mst serve makes a new token and prints it in the URL it listens on.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// Serve with no access token (loopback only): then any local user or process can run
+    /// agents with your secrets and read every stored run.
+    #[arg(long, conflicts_with_all = ["token_file", "mcp"])]
+    no_token: bool,
     /// A session with no task for this long is closed and its machine disposed of.
     #[arg(long, default_value_t = 1800.0, value_name = "SECONDS")]
     idle_ttl: f64,
@@ -58,6 +62,7 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         None
     };
     let token = match &args.token_file {
+        _ if args.mcp => None,
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read --token-file {}", path.display()))?;
@@ -68,14 +73,15 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
                     path.display()
                 );
             }
-            Some(token)
+            Some(Access::Given(token))
         }
         None if !args.listen.ip().is_loopback() => bail!(
             "--listen {} is not a loopback address: give --token-file FILE so that only holders \
              of the token can use the playground",
             args.listen
         ),
-        None => None,
+        None if args.no_token => None,
+        None => Some(Access::Minted(http::new_access_token())),
     };
     let setup = args.setup.setup()?;
     let live = Arc::new(BatchRuns::starting(home, &setup));
@@ -132,19 +138,46 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
     Ok(super::Code::Success.into())
 }
 
+/// The access token every API request must send.
+enum Access {
+    /// From `--token-file`: the operator has it.
+    Given(String),
+    /// Made for this server: printed in the URL it listens on, as Jupyter does.
+    Minted(String),
+}
+
+impl Access {
+    /// The token.
+    fn token(&self) -> &str {
+        match self {
+            Access::Given(token) | Access::Minted(token) => token,
+        }
+    }
+
+    /// The URL fragment that hands the web UI a minted token (`#token=…`); empty otherwise.
+    fn fragment(&self) -> String {
+        match self {
+            Access::Given(_) => String::new(),
+            Access::Minted(token) => format!("#token={token}"),
+        }
+    }
+}
+
 /// Serves `served` (the web UI and the API) on `listen` until `stop` is notified; the first line
-/// on stdout says where.
+/// on stdout says where (with a minted token, in the URL's fragment).
 async fn serve_http(
     listen: SocketAddr,
     served: http::Served,
-    token: Option<String>,
+    access: Option<Access>,
     stop: Arc<tokio::sync::Notify>,
 ) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let address = listener.local_addr()?;
-    outln!("mst serve: listening on http://{address}/");
+    let fragment = access.as_ref().map(Access::fragment).unwrap_or_default();
+    outln!("mst serve: listening on http://{address}/{fragment}");
+    let token = access.as_ref().map(|access| access.token().to_string());
     axum::serve(listener, http::router(served, token))
         .with_graceful_shutdown(async move { stop.notified().await })
         .await
@@ -158,20 +191,24 @@ pub(crate) struct Following {
     pub run: Arc<BatchRun>,
     /// Where the UI is.
     pub address: SocketAddr,
+    /// The access token its API asks for, made for it.
+    pub token: String,
     stop: Arc<tokio::sync::Notify>,
     thread: Option<std::thread::JoinHandle<Result<()>>>,
 }
 
 impl Following {
-    /// Serves the web UI on `listen` (loopback only: it has no token) for the run `run` will
-    /// hear, and the stored runs under `results`.
+    /// Serves the web UI on `listen` (loopback only) for the run `run` will hear, and the
+    /// stored runs under `results`, behind a token made for it ([`Following::url`]).
     pub(crate) fn start(listen: SocketAddr, results: ResultsRoot) -> Result<Self> {
         if !listen.ip().is_loopback() {
             bail!(
-                "--serve {listen} is not a loopback address: `mst run --serve` has no access \
-                 token; use `mst serve --token-file` to serve other hosts"
+                "--serve {listen} is not a loopback address: use `mst serve --token-file` to \
+                 serve other hosts"
             );
         }
+        let token = http::new_access_token();
+        let router_token = token.clone();
         let run = Arc::new(BatchRun::default());
         let live = Arc::new(BatchRuns::default());
         live.track(run.clone());
@@ -191,7 +228,7 @@ impl Following {
         let thread = std::thread::spawn(move || {
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)?;
-                axum::serve(listener, http::router(served, None))
+                axum::serve(listener, http::router(served, Some(router_token)))
                     .with_graceful_shutdown(async move { on_stop.notified().await })
                     .await
                     .context("the server failed")
@@ -200,9 +237,17 @@ impl Following {
         Ok(Following {
             run,
             address,
+            token,
             stop,
             thread: Some(thread),
         })
+    }
+}
+
+impl Following {
+    /// The web UI's page for `route` (`/runs/ID`), handing it the token.
+    pub(crate) fn url(&self, route: &str) -> String {
+        format!("http://{}/#{route}&token={}", self.address, self.token)
     }
 }
 

@@ -85,6 +85,13 @@ impl IntoResponse for ServeError {
     }
 }
 
+/// A new access token for a server that was given none: 32 random bytes, hex.
+pub fn new_access_token() -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the system's random source");
+    hex::encode(bytes)
+}
+
 /// Checks the access token, in constant time.
 async fn authorize(
     State(api): Shared,
@@ -106,10 +113,9 @@ async fn authorize(
         if !same {
             return ServeError {
                 status: 401,
-                message:
-                    "this mst serve needs its access token: send `Authorization: Bearer TOKEN` \
-                          (the token in the file given to --token-file)"
-                        .into(),
+                message: "this mst serve needs its access token: send `Authorization: Bearer \
+                          TOKEN` (the token in the URL it printed, or in its --token-file)"
+                    .into(),
             }
             .into_response();
         }

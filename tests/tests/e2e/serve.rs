@@ -306,21 +306,29 @@ fn assert_bad_session_requests_refused(serve: &Serve) {
 
 /// What a page on another site could make a browser send is refused, and makes no session: a
 /// form post (no JSON content type), or a request to a name that re-resolves to loopback (DNS
-/// rebinding).
+/// rebinding), which cannot know the server's token (and, on a server without one, is refused
+/// for its name).
 fn assert_cross_site_requests_refused(serve: &Serve) {
-    for (headers, status, needle) in [
+    let with_token = |header: &str| {
+        let mut headers = serve.headers.clone();
+        headers.push(header.to_string());
+        headers
+    };
+    let rebinding = match serve.token {
+        Some(_) => (401, "access token"),
+        None => (403, "not a loopback name"),
+    };
+    for (headers, (status, needle)) in [
         (
-            vec!["content-type: text/plain".to_string()],
-            415,
-            "Content-Type: application/json",
+            with_token("content-type: text/plain"),
+            (415, "Content-Type: application/json"),
         ),
         (
             vec![
                 "content-type: application/json".into(),
                 "host: evil.example".into(),
             ],
-            403,
-            "not a loopback name",
+            rebinding,
         ),
     ] {
         let (got, answer) = serve.call_raw("POST", "/api/v1/sessions", Some("{}"), &headers);
@@ -388,6 +396,57 @@ fn bad_requests_get_the_status_that_fits_and_a_message_naming_the_fix() {
     assert_cross_site_requests_refused(&serve);
     let session = serve.session(r#"{"variant": "direct"}"#);
     assert_bad_task_requests_refused(&serve, &session);
+}
+
+#[test]
+fn on_loopback_too_the_api_answers_only_requests_with_the_token_it_printed() {
+    let eval = agent_eval("cat", json!({}));
+    let mst = Mst::new();
+    let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
+    let token = serve.token.clone().expect("a token in the URL it printed");
+    assert_eq!(token.len(), 64, "{token}");
+    for headers in [
+        vec![],
+        vec!["authorization: Bearer wrong-token-0000000".to_string()],
+    ] {
+        let (status, answer) = serve.call_raw("GET", "/api/v1/sessions", None, &headers);
+        assert_eq!(status, 401, "{answer}");
+        assert!(
+            answer.contains("the token in the URL it printed"),
+            "{answer}"
+        );
+    }
+    // The page itself holds no data: it is served without the token, which it reads from its
+    // URL's fragment.
+    let (status, page) = serve.call_raw("GET", "/", None, &[]);
+    assert_eq!(status, 200, "{page}");
+    let (status, list) = serve.call("GET", "/api/v1/sessions", None);
+    assert_eq!((status, &list["sessions"]), (200, &json!([])));
+    // Each server makes its own.
+    let other = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
+    assert_ne!(other.token, serve.token);
+    drop(other);
+
+    // Only when asked for, and only on loopback, does it answer without one.
+    let open = Serve::start(&mst, &eval.config(), &eval.results(), &["--no-token"]);
+    assert_eq!(open.token, None);
+    let (status, _) = open.call("GET", "/api/v1/sessions", None);
+    assert_eq!(status, 200);
+    assert_cross_site_requests_refused(&open);
+    let refused = mst.run(&[
+        "serve",
+        "--config",
+        s(&eval.config()),
+        "--listen",
+        "0.0.0.0:0",
+        "--no-token",
+    ]);
+    assert_ne!(refused.code, 0, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("not a loopback address"),
+        "{}",
+        refused.stderr
+    );
 }
 
 #[test]
@@ -510,7 +569,7 @@ fn secrets_reach_the_agent_but_no_response_record_or_trace() {
         "POST",
         "/api/v1/sessions",
         Some(&format!(r#"{{"variant": "{CANARY}"}}"#)),
-        &[],
+        &serve.headers,
     );
     assert_eq!(status, 400);
     assert!(!answer.contains(CANARY), "{answer}");
@@ -519,7 +578,7 @@ fn secrets_reach_the_agent_but_no_response_record_or_trace() {
         "/api/v1/sessions".into(),
         format!("{}/{id}/trace", tasks(&session)),
     ] {
-        let (_, text) = serve.call_raw("GET", &path, None, &[]);
+        let (_, text) = serve.call_raw("GET", &path, None, &serve.headers);
         assert!(!text.contains(CANARY), "{path}: {text}");
     }
     let stderr = serve.stop();
@@ -608,7 +667,12 @@ fn a_machine_that_died_fails_its_task_as_infra_and_still_closes() {
 fn sse(serve: &Serve, session: &str, task: &str, headers: &[&str]) -> std::process::Child {
     let mut command = std::process::Command::new("curl");
     command.args(["-sN", "-H", "accept: text/event-stream"]);
-    for header in headers {
+    for header in serve
+        .headers
+        .iter()
+        .map(String::as_str)
+        .chain(headers.iter().copied())
+    {
         command.args(["-H", header]);
     }
     command
@@ -764,7 +828,7 @@ fn the_runs_api_refuses_bad_requests_with_the_status_that_fits() {
     let eval = agent_eval("cat", json!({}));
     let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
     let status = |method: &str, path: &str, body: Option<&str>| {
-        let (status, text) = serve.call_raw(method, path, body, &[]);
+        let (status, text) = serve.call_raw(method, path, body, &serve.headers);
         (status, text)
     };
     // An unknown field of a run request; a run that is not stored or live; a cursor that is

@@ -345,7 +345,7 @@ fn the_web_ui_lists_stored_runs_and_follows_a_run_started_from_the_page_until_it
     let mst = Mst::new();
     let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
     let browser = Browser::start();
-    browser.goto(&format!("{}/#/runs", serve.base));
+    browser.goto(&serve.page("/runs"));
     browser.wait_for("#start-run");
     assert_eq!(browser.texts("#runs-table tbody tr").len(), 0);
 
@@ -390,7 +390,7 @@ fn the_web_ui_lists_stored_runs_and_follows_a_run_started_from_the_page_until_it
     assert_eq!(count(&browser, "#trace [data-event-kind='message']"), 5);
 
     // The runs page lists it, and opens it.
-    browser.goto(&format!("{}/#/runs", serve.base));
+    browser.goto(&serve.page("/runs"));
     browser.wait_for(&format!("#runs-table tr[data-run='{run_id}'] a"));
     // Its process recorded how it ended, as every run's does.
     assert_eq!(
@@ -412,7 +412,7 @@ fn the_playground_runs_in_the_page_live_one_task_at_a_time_with_abort_and_close(
     let eval = agent_eval(&gated_agent(&gate, 0..4, 4..6), json!({}));
     let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
     let browser = Browser::start();
-    browser.goto(&format!("{}/#/playground", serve.base));
+    browser.goto(&serve.page("/playground"));
     browser.wait_for("#boot");
     assert_eq!(browser.text("#boot-runner"), "local");
     browser.click("#boot-variant option[value='agent']");
@@ -531,7 +531,8 @@ fn mst_run_serve_shows_the_run_live_then_its_report_until_ctrl_c() {
     assert_eq!(browser.text("#live [data-count='total']"), "1");
     std::fs::write(&gate, "").unwrap();
     browser.wait_for_within("#variants", Duration::from_secs(60));
-    let run_id = url.rsplit('/').next().unwrap();
+    let route = url.split('&').next().unwrap();
+    let run_id = route.rsplit('/').next().unwrap();
     assert_page_matches_summary(&browser, &stored_summary(&eval.results(), "play", run_id));
 
     // It keeps serving the report until Ctrl-C, then exits as the run did (its case passed).
@@ -622,7 +623,7 @@ fn a_conversation_reads_as_a_chat_in_the_page_and_fresh_starts_a_new_thread() {
     );
     let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
     let browser = Browser::start();
-    browser.goto(&format!("{}/#/playground", serve.base));
+    browser.goto(&serve.page("/playground"));
     browser.wait_for("#boot-conversation");
 
     // A client that cannot resume is refused before any machine, and the page says why.

@@ -1,7 +1,8 @@
 // The web UI of `mst serve` (and `mst run --serve`): routes by hash, talks only to this server's
-// API (docs/serve.md), draws stored runs with the report's own script. With an access token, open
-// the page once as `/#token=TOKEN`: the token is kept in this tab's session storage and sent as
-// `Authorization: Bearer` (a fragment never reaches a server or its logs).
+// API (docs/serve.md), draws stored runs with the report's own script. Open the page once with the
+// access token in its fragment (`/#token=TOKEN`, or `/#/runs/ID&token=TOKEN`): the token is kept
+// in this tab's session storage and sent as `Authorization: Bearer` (a fragment never reaches a
+// server or its logs), and the route stays.
 'use strict';
 (function () {
   var h = MstReport.h, badge = MstReport.badge;
@@ -12,7 +13,8 @@
     var m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
     if (m) {
       sessionStorage.setItem('mst-token', decodeURIComponent(m[1]));
-      history.replaceState(null, '', location.pathname + '#/runs');
+      var rest = location.hash.replace(/(?:^#|&)token=[^&]+/, '').replace(/^#?&?/, '#');
+      history.replaceState(null, '', location.pathname + (rest.length > 1 ? rest : '#/runs'));
     }
     return sessionStorage.getItem('mst-token');
   })();
