@@ -389,6 +389,11 @@ fn scratch_dir(results: &Path) -> Result<tempfile::TempDir, String> {
 
 /// `mst collect`: returns the process exit code (0 when the shard ran to the end).
 pub fn collect(bundle_dir: &Path, results: &Path) -> u8 {
+    // The tokens live in this process's memory, and its agents run as its user: a process
+    // that is not dumpable keeps its `/proc/PID/mem` and `environ` from them (unless they hold
+    // CAP_SYS_PTRACE, which a sandbox drops). Its children are dumpable again once they exec.
+    // SAFETY: prctl(2) with PR_SET_DUMPABLE takes plain integers and changes no memory.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     let wire = Wire(Arc::new(Mutex::new(std::io::stdout())));
     let started = Worker::start(bundle_dir, results, wire.clone());
     match started.and_then(Worker::run) {

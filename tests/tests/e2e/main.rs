@@ -22,6 +22,7 @@ mod grade_runners;
 mod graders;
 mod hygiene;
 mod import;
+mod local_isolation;
 mod mcp;
 mod models;
 mod oci;

@@ -2,32 +2,87 @@
 //! as a subprocess. It goes through the same channel and protocol code as remote runners, so a
 //! local trace and a remote one cannot differ.
 //!
-//! Options: `worker=PATH` runs another program as the worker (default: this mst). Tests use it
-//! to stand in workers that misbehave.
+//! Options: `isolation=bwrap` runs the machine in a bubblewrap sandbox ([`sandbox`], with
+//! `network=none|host` and `expose=PATH,…`; `isolation=none`, the default for now, runs it as
+//! the operator, seeing what the operator sees); `memory=SIZE` and `pids=N` limit it through a
+//! control group ([`cgroup`]); `worker=PATH` runs another program as the worker (default: this
+//! mst), which tests use to stand in workers that misbehave.
+
+pub mod cgroup;
+pub mod sandbox;
 
 use super::channel::{Channel, ChildProcess, KeptMachine, Process, Refused};
 use super::{MachineRequest, Runner};
 use anyhow::{bail, Context, Result};
+use sandbox::Sandbox;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
+/// The options the `local` runner takes (besides `shards` and `keep`, every runner's).
+const OPTIONS: &str = "`isolation`, `network`, `expose`, `memory`, `pids` and `worker`";
+
 /// The built-in local runner.
 pub struct LocalRunner {
     worker: PathBuf,
+    /// The sandbox each machine runs in, with `isolation=bwrap`.
+    sandbox: Option<Sandbox>,
+    limits: cgroup::Limits,
 }
 
 impl LocalRunner {
     /// Validates the runner's own options.
     pub fn new(options: &BTreeMap<String, String>) -> Result<Self> {
         let mut worker = std::env::current_exe().context("cannot find the running mst binary")?;
+        let mut limits = cgroup::Limits::default();
+        let option = |key: &str| options.get(key).map(String::as_str);
         for (key, value) in options {
             match key.as_str() {
                 "worker" => worker = PathBuf::from(value),
-                other => bail!("--runner-option {other}: the `local` runner takes `shards`, `keep` and `worker`"),
+                "memory" => {
+                    let bytes = super::docker::options::parse_bytes(value)
+                        .filter(|b| *b >= 16 << 20)
+                        .with_context(|| {
+                            format!(
+                                "--runner-option memory={value}: a size of at least 16m, in \
+                                 Docker's syntax (512m, 2g)"
+                            )
+                        })?;
+                    limits.memory = Some(bytes);
+                }
+                "pids" => {
+                    let pids = value.parse().ok().filter(|n| *n >= 16).with_context(|| {
+                        format!("--runner-option pids={value}: a whole number of at least 16")
+                    })?;
+                    limits.pids = Some(pids);
+                }
+                "isolation" | "network" | "expose" => {}
+                other => bail!("--runner-option {other}: the `local` runner takes {OPTIONS}"),
             }
         }
-        Ok(Self { worker })
+        let sandbox = match option("isolation").unwrap_or("none") {
+            "bwrap" => Some(Sandbox::new(option("network"), option("expose"))?),
+            "none" => {
+                if let Some(key) = ["network", "expose"]
+                    .into_iter()
+                    .find(|k| option(k).is_some())
+                {
+                    bail!(
+                        "--runner-option {key} needs isolation=bwrap (the local runner's sandbox)"
+                    );
+                }
+                None
+            }
+            other => bail!(
+                "--runner-option isolation={other}: the `local` runner takes `bwrap` (a \
+                 bubblewrap sandbox) or `none`"
+            ),
+        };
+        Ok(Self {
+            worker,
+            sandbox,
+            limits,
+        })
     }
 }
 
@@ -51,9 +106,25 @@ impl Runner for LocalRunner {
         let dir = builder
             .tempdir()
             .context("cannot create the local machine's directory")?;
+        if self.sandbox.is_some() {
+            std::fs::create_dir(dir.path().join(sandbox::HOME_DIR))
+                .context("cannot create the local machine's home directory")?;
+        }
+        let cgroup = match self.limits.any() {
+            true => {
+                let name = dir.path().file_name().expect("a named directory");
+                Some(cgroup::Cgroup::create(
+                    &name.to_string_lossy(),
+                    &self.limits,
+                )?)
+            }
+            false => None,
+        };
         Ok(Box::new(LocalMachine {
             dir: Some(dir),
             worker: self.worker.clone(),
+            sandbox: self.sandbox.clone(),
+            cgroup,
         }))
     }
 }
@@ -62,6 +133,9 @@ impl Runner for LocalRunner {
 pub struct LocalMachine {
     dir: Option<tempfile::TempDir>,
     worker: PathBuf,
+    sandbox: Option<Sandbox>,
+    /// The control group its processes share, when it has limits.
+    cgroup: Option<cgroup::Cgroup>,
 }
 
 impl LocalMachine {
@@ -149,14 +223,34 @@ impl Channel for LocalMachine {
             Some((first, rest)) => (PathBuf::from(first), rest),
             None => bail!("nothing to run"),
         };
-        let mut command = Command::new(&program);
+        let mut command = match &self.sandbox {
+            Some(sandbox) => {
+                let (bwrap, argv) = sandbox.wrap(self.root(), &program, args);
+                let mut command = Command::new(bwrap);
+                command.args(argv);
+                command
+            }
+            None => {
+                let mut command = Command::new(&program);
+                command.args(args);
+                command
+            }
+        };
         // The worker starts clients and servers; none of them gets mst's own environment.
         command
-            .args(args)
             .current_dir(self.root())
             .env_clear()
             .envs(crate::process::minimal_env())
             .envs(std::env::var_os("MST_LOG").map(|filter| ("MST_LOG", filter)));
+        if let Some(cgroup) = &self.cgroup {
+            let procs = cgroup.procs();
+            // SAFETY: `join` makes only async-signal-safe calls, as a child before exec must.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                    cgroup::join(&procs)
+                });
+            }
+        }
         ChildProcess::spawn(command, &format!("the worker {}", program.display()))
     }
 
@@ -170,6 +264,14 @@ impl Channel for LocalMachine {
     }
 
     fn dispose(&mut self, keep: bool) -> Result<Option<KeptMachine>> {
+        if let Some(mut cgroup) = self.cgroup.take() {
+            for left in cgroup.remove() {
+                tracing::warn!(
+                    "a process outlived the local machine: its control group {} stays",
+                    left.display()
+                );
+            }
+        }
         let dir = self.dir.take().expect("disposed once");
         if keep {
             let kept = dir.keep();
@@ -195,6 +297,8 @@ mod tests {
         let mut machine = LocalMachine {
             dir: Some(dir),
             worker: PathBuf::from("mst"),
+            sandbox: None,
+            cgroup: None,
         };
         let out = tempfile::tempdir().unwrap();
         let dest = out.path().join("x");

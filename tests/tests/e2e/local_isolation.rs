@@ -1,0 +1,215 @@
+//! The local runner's sandbox and limits (issue 44): with `--runner-option isolation=bwrap` the
+//! worker and its agents run in a real bubblewrap sandbox (Debian's `bubblewrap`, installed by
+//! `.ci/run`) that shows them none of the operator's files, lets them write only the machine's
+//! directory, gives them a home of their own and no network but their loopback, where the
+//! model gateway still serves; `memory=SIZE` holds them to it through a real control group.
+//! Each test runs the same agent unsandboxed too, which shows what the sandbox takes away.
+
+use mst_tests::model_server::{ModelServer, Reply};
+use mst_tests::{read_trace, s, Eval, Mst};
+use serde_json::json;
+use std::io::{Read, Write};
+
+/// Panics, saying what to install, unless bubblewrap is on the PATH.
+fn require_bwrap() {
+    let found = std::process::Command::new("sh")
+        .args(["-c", "command -v bwrap"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(found, "bwrap is missing: apt-get install bubblewrap");
+}
+
+/// A loopback HTTP server answering every request with `ok`, as something on the host network
+/// an agent should not reach.
+fn host_service() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok");
+        }
+    });
+    port
+}
+
+/// The final answer of trial `key` in `eval`'s one run of `name`.
+fn answer(eval: &Eval, name: &str, key: &str) -> String {
+    let trace = read_trace(&eval.run_dir(name), key);
+    trace["trace"]["finalText"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_sandboxed_agent_sees_no_operator_file_writes_only_its_machine_and_has_its_own_home() {
+    require_bwrap();
+    let port = host_service();
+    let probe = |dir: &std::path::Path| {
+        format!(
+            r#"d={dir}
+for f in "$d/cases.jsonl" "$d/secrets.env" /root/.bashrc; do
+  if cat "$f" >/dev/null 2>&1; then echo "read $f"; fi
+done
+if echo pwned > "$d/pwned" 2>/dev/null; then echo "wrote the eval directory"; fi
+if cat /proc/$PPID/environ >/dev/null 2>&1; then echo "read the worker's memory files"; fi
+[ -z "$(ls -A "$HOME" 2>/dev/null)" ] && echo "home empty"
+echo mine > "$HOME/mine" && echo "home $HOME"
+if curl -s --max-time 3 http://127.0.0.1:{port}/ >/dev/null; then echo "reached the host"; fi
+echo "processes $(ls /proc | grep -c '^[0-9]')"
+"#,
+            dir = s(dir)
+        )
+    };
+    let mut runs = Vec::new();
+    for isolation in ["none", "bwrap"] {
+        let eval = Eval::new(
+            json!({}),
+            &[json!({"id": "c1", "input": "x", "expected": "y"})],
+        );
+        let config = json!({"name": "iso", "datasets": ["cases.jsonl"], "client": "command",
+            "clientOptions": {"command": ["sh", "-c", probe(eval.dir.path())], "input": "none"},
+            "judges": [{"assert": "exit-code", "value": 0}], "timeout": 60});
+        std::fs::write(eval.config(), config.to_string()).unwrap();
+        std::fs::write(eval.dir.path().join("secrets.env"), "UNUSED=1\n").unwrap();
+        let option = format!("isolation={isolation}");
+        let run = eval.run(&Mst::new(), &["-q", "--runner-option", &option]);
+        assert_eq!(run.code, 0, "{isolation}: {}\n{}", run.stdout, run.stderr);
+        let said = answer(&eval, "iso", "default/c1/0");
+        runs.push((said, eval.dir.path().join("pwned").exists()));
+    }
+    let (open, wrote_open) = &runs[0];
+    let (boxed, wrote_boxed) = &runs[1];
+    // Unsandboxed, the agent is the operator: it reads the answers and writes anywhere.
+    assert!(
+        open.contains("cases.jsonl")
+            && open.contains("reached the host")
+            && open.contains("read the worker's")
+            && *wrote_open,
+        "{open}"
+    );
+    for not in ["read ", "wrote", "reached the host", "the worker's"] {
+        assert!(!boxed.contains(not), "sandboxed, it {not}: {boxed}");
+    }
+    assert!(!wrote_boxed, "{boxed}");
+    assert!(boxed.contains("home empty"), "{boxed}");
+    let home = boxed
+        .lines()
+        .find_map(|l| l.strip_prefix("home /").map(|p| format!("/{p}")))
+        .unwrap_or_default();
+    assert!(
+        home.contains("mst-local-") && home.ends_with("/home"),
+        "its home is the machine's own: {boxed}"
+    );
+    // It sees its own processes only: the sandbox's, the worker's and its own.
+    let processes: u32 = boxed
+        .lines()
+        .find_map(|l| l.strip_prefix("processes "))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(processes < 10, "{boxed}");
+}
+
+#[test]
+fn with_no_network_a_sandboxed_agent_still_reaches_its_model_through_the_gateway() {
+    require_bwrap();
+    const KEY: &str = "mst-canary-sandbox-key-2b8e";
+    let server = ModelServer::start_with(|_| Reply::anthropic_text("pong"));
+    let agent = r#"curl -s --max-time 20 "$ANTHROPIC_BASE_URL/v1/messages" -H "x-api-key: $ANTHROPIC_API_KEY" \
+  -H 'content-type: application/json' \
+  -d '{"model": "any", "max_tokens": 50, "messages": [{"role": "user", "content": "ping"}]}'"#;
+    let eval = Eval::new(
+        json!({"name": "gw", "datasets": ["cases.jsonl"], "client": "command",
+               "model": "acme/test-model",
+               "providers": {"acme": {"format": "anthropic", "baseUrl": server.url(), "key": "MODEL_KEY"}},
+               "clientOptions": {"command": ["sh", "-c", agent], "modelGateway": true, "input": "none"},
+               "judges": [{"assert": "contains", "value": "pong"}], "timeout": 60}),
+        &[json!({"id": "c1", "input": "x"})],
+    );
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, format!("MODEL_KEY={KEY}\n")).unwrap();
+    let run = eval.run(
+        &Mst::new(),
+        &[
+            "-q",
+            "--secrets-file",
+            s(&secrets),
+            "--runner-option",
+            "isolation=bwrap",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(answer(&eval, "gw", "default/c1/0").contains("pong"));
+    assert_eq!(server.requests().len(), 1, "the host called the provider");
+    assert!(mst_tests::files_containing(&eval.results(), KEY).is_empty());
+}
+
+#[test]
+fn a_machine_memory_limit_stops_an_allocation_past_it() {
+    require_bwrap();
+    // `dd` with a 1 GiB block allocates and fills a 1 GiB buffer.
+    let dd = |limit: &[&str]| {
+        let eval = Eval::new(
+            json!({"name": "mem", "datasets": ["cases.jsonl"], "client": "command",
+                   "clientOptions": {"command": ["dd", "if=/dev/zero", "of=/dev/null", "bs=1G", "count=1"],
+                                     "input": "none"},
+                   "judges": [{"assert": "exit-code", "value": 0}], "timeout": 60}),
+            &[json!({"id": "c1", "input": "x"})],
+        );
+        let mut args = vec!["-q", "--runner-option", "isolation=bwrap"];
+        for option in limit {
+            args.extend(["--runner-option", option]);
+        }
+        let run = eval.run(&Mst::new(), &args);
+        let trace = read_trace(&eval.run_dir("mem"), "default/c1/0");
+        (run, trace)
+    };
+    let (free, trace) = dd(&[]);
+    assert_eq!(
+        free.code, 0,
+        "without a limit it fits: {}\n{trace}",
+        free.stderr
+    );
+    let (limited, trace) = dd(&["memory=256m"]);
+    assert_eq!(limited.code, 1, "{}\n{}", limited.stdout, limited.stderr);
+    assert_ne!(trace["trace"]["exitCode"], 0, "{trace}");
+    // The machine's control group is gone with it.
+    let left = std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_string()))
+        .map(|own| std::path::Path::new("/sys/fs/cgroup/memory").join(own.trim_start_matches('/')))
+        .and_then(|dir| std::fs::read_dir(dir).ok())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("mst-local-"));
+    assert!(!left, "a control group was left behind");
+}
+
+#[test]
+fn bad_isolation_options_are_refused_before_any_machine() {
+    let eval = Eval::new(
+        json!({"name": "bad", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["cat"]}}),
+        &[json!({"id": "c1", "input": "x"})],
+    );
+    for (options, says) in [
+        (&["isolation=docker"][..], "takes `bwrap`"),
+        (&["network=host"], "needs isolation=bwrap"),
+        (&["isolation=bwrap", "network=bridge"], "`none`"),
+        (&["isolation=bwrap", "expose=relative"], "must be absolute"),
+        (&["memory=lots"], "at least 16m"),
+        (&["pids=3"], "at least 16"),
+    ] {
+        let mut args = vec!["-q"];
+        for option in options {
+            args.extend(["--runner-option", option]);
+        }
+        let run = eval.run(&Mst::new(), &args);
+        assert_eq!(run.code, 2, "{options:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{options:?}: {}", run.stderr);
+    }
+}
