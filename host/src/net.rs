@@ -124,6 +124,21 @@ pub async fn read_capped(
     Ok(body)
 }
 
+/// The first `cap` bytes of `response`'s body (all of it when shorter), the rest never read:
+/// for an error body, of which only the start is ever shown. A body that fails midway gives
+/// what came.
+pub async fn read_prefix(mut response: reqwest::Response, cap: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = cap - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() == cap {
+            break;
+        }
+    }
+    body
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +208,24 @@ mod tests {
         let (url, _) = serve("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 3 << 16);
         let response = client().get(url).send().await.unwrap();
         assert_eq!(read_capped(response, 1 << 20).await.unwrap().len(), 3 << 16);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_the_prefix_of_an_endless_error_body_is_read() {
+        let (url, written) = serve("HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\n", 1 << 30);
+        let response = client().get(url).send().await.unwrap();
+        let body = read_prefix(response, 1000).await;
+        assert_eq!(body, vec![b'x'; 1000]);
+        let written = tokio::task::spawn_blocking(move || written.recv().unwrap())
+            .await
+            .unwrap();
+        assert!(written < 64 << 20, "{written} bytes were taken");
+        let (url, _) = serve("HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\n", 1 << 16);
+        let response = client().get(url).send().await.unwrap();
+        assert_eq!(
+            read_prefix(response, 1 << 20).await.len(),
+            1 << 16,
+            "a short one whole"
+        );
     }
 }

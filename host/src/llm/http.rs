@@ -106,6 +106,8 @@ const BACKOFF: Duration = Duration::from_millis(500);
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The largest reply body read.
 const MAX_BODY: usize = 16 << 20;
+/// The most of an error reply's body read (its message is cut shorter still).
+const MAX_ERROR_BODY: usize = 64 << 10;
 
 /// A provider reached over HTTP.
 #[derive(Debug, Clone)]
@@ -242,7 +244,9 @@ impl Http {
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(Duration::from_secs);
-                    let text = error_text(&response.text().await.unwrap_or_default());
+                    // Only the start of an error body is shown: the rest is never read.
+                    let body = crate::net::read_prefix(response, MAX_ERROR_BODY).await;
+                    let text = error_text(&String::from_utf8_lossy(&body));
                     let retryable = status.as_u16() == 429 || status.is_server_error();
                     if !retryable || attempt == self.retries {
                         return Err(ModelError(match self.retries {
