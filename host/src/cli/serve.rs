@@ -64,9 +64,19 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
     let token = match &args.token_file {
         _ if args.mcp => None,
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let bytes = crate::files::read_input(path)
                 .with_context(|| format!("cannot read --token-file {}", path.display()))?;
-            let token = text.trim().to_string();
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path).map_or(0, |m| m.permissions().mode());
+            if mode & 0o077 != 0 {
+                bail!(
+                    "--token-file {}: other users can read it (mode {:o}), and with it use the \
+                     playground; `chmod 600` it",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
+            let token = String::from_utf8_lossy(&bytes).trim().to_string();
             if token.len() < 16 {
                 bail!(
                     "--token-file {}: the token must be at least 16 characters",

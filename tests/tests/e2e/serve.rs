@@ -6,6 +6,7 @@
 use mst_tests::serve::{agent_eval, gated_agent, steps, Serve};
 use mst_tests::{read_json, s, Eval, Mst};
 use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -469,6 +470,18 @@ fn off_loopback_the_server_needs_its_token_on_every_request() {
     );
     let token_file = eval.dir.path().join("token");
     std::fs::write(&token_file, "mst-serve-token-5b7d9e01\n").unwrap();
+    // A token others can read guards nothing.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let shared = mst.run(&[
+        "serve",
+        "--config",
+        s(&eval.config()),
+        "--token-file",
+        s(&token_file),
+    ]);
+    assert_ne!(shared.code, 0);
+    assert!(shared.stderr.contains("chmod 600"), "{}", shared.stderr);
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut serve = Serve::start(
         &mst,
         &eval.config(),
