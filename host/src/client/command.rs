@@ -196,12 +196,35 @@ enum Output {
     Err(String, Duration),
 }
 
+/// `template` with its placeholders replaced in one pass: `{input}` by `text`, `{case}`,
+/// `{variant}` and `{trial}` by the trial's, so that a value holding a placeholder's name (an
+/// input that says `{case}`) is never replaced again.
 fn fill(template: &str, input: &TrialInput<'_>, text: &str) -> String {
-    template
-        .replace("{input}", text)
-        .replace("{case}", &input.case.id)
-        .replace("{variant}", input.variant)
-        .replace("{trial}", &input.trial.to_string())
+    let trial = input.trial.to_string();
+    let values = [
+        ("{input}", text),
+        ("{case}", &*input.case.id),
+        ("{variant}", input.variant),
+        ("{trial}", &trial),
+    ];
+    let mut filled = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find('{') {
+        filled.push_str(&rest[..at]);
+        rest = &rest[at..];
+        match values.iter().find(|(name, _)| rest.starts_with(name)) {
+            Some((name, value)) => {
+                filled.push_str(value);
+                rest = &rest[name.len()..];
+            }
+            None => {
+                filled.push('{');
+                rest = &rest[1..];
+            }
+        }
+    }
+    filled.push_str(rest);
+    filled
 }
 
 /// An infra trace: what was recorded, then `message` as its last log event.
@@ -784,6 +807,20 @@ mod tests {
             seqs,
             (0..trace.events.len() as u64).collect::<Vec<_>>(),
             "append-only cursor"
+        );
+    }
+
+    #[test]
+    fn a_placeholder_inside_a_value_is_never_replaced_again() {
+        let trace = run(
+            json!({"command": ["echo", "{input}|{case}|{unknown}|{"], "input": "argv"}),
+            json!("say {case} and {variant}"),
+            Duration::from_secs(10),
+        );
+        let said = trace.final_text.unwrap_or_default();
+        assert!(
+            said.starts_with("say {case} and {variant}|") && said.ends_with("|{unknown}|{"),
+            "{said}"
         );
     }
 
