@@ -338,6 +338,55 @@ fn the_report_file_shows_summary_json_s_numbers_and_each_trace_offline_and_in_a_
 }
 
 #[test]
+fn case_and_variant_names_like_object_members_are_shown_as_data() {
+    // A case id is the dataset's (or a resolver plugin's) choice: names like `constructor`
+    // must not reach into the page script's own objects.
+    let names = ["constructor", "__proto__", "toString", "hasOwnProperty"];
+    let cases: Vec<Value> = names
+        .iter()
+        .map(|id| json!({"id": id, "input": "hello"}))
+        .collect();
+    let eval = Eval::new(
+        json!({"name": "protos", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["cat"]},
+               "variants": {"valueOf": {}, "broken": {"clientOptions": {"command": ["/nonexistent/agent"]}}},
+               "judges": [{"assert": "contains", "value": "hello"}]}),
+        &cases,
+    );
+    let mst = Mst::new();
+    let run = eval.run(&mst, &["--json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let run_id = run.json()["runId"].as_str().unwrap().to_string();
+    let out = eval.dir.path().join("report.html");
+    let written = mst.run(&[
+        "report",
+        &run_id,
+        "--out",
+        s(&out),
+        "--results-dir",
+        s(&eval.results()),
+    ]);
+    assert_eq!(written.code, 0, "{}", written.stderr);
+    let browser = Browser::start();
+    browser.goto(&format!("file://{}", s(&out)));
+    browser.wait_for("body[data-ready='1']");
+    let rows = browser.texts("#cases-table tbody tr");
+    assert_eq!(rows.len(), names.len(), "{rows:?}");
+    for name in names {
+        let row = rows
+            .iter()
+            .find(|r| r.starts_with(name))
+            .unwrap_or_else(|| panic!("{name}: {rows:?}"));
+        assert!(row.contains("1/1"), "{name}: {row}");
+    }
+    assert_eq!(
+        browser.texts("#infra li").len(),
+        1,
+        "one cause, its four trials"
+    );
+}
+
+#[test]
 fn the_web_ui_lists_stored_runs_and_follows_a_run_started_from_the_page_until_its_report() {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");

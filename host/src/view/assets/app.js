@@ -221,7 +221,7 @@
     var submit = h('button', { type: 'submit', id: 'submit-task', 'class': 'primary' }, 'Run task');
     var closeButton = h('button', { type: 'button', id: 'close-session', onclick: closeSession }, 'Close session');
     var head = h('div', null);
-    var followed = {};
+    var followed = Object.create(null);
 
     function say(kind, text) {
       while (message.firstChild) message.removeChild(message.firstChild);

@@ -37,10 +37,17 @@ var MstReport = (function () {
     else if (child instanceof Node) el.appendChild(child);
     else el.appendChild(document.createTextNode(String(child)));
   }
+  // Run data names things (case ids, variants, causes) that may be called `constructor` or
+  // `__proto__`: every map keyed by them has no prototype (`map()`), and every lookup into an
+  // object read from the run asks for the object's own member only (`own`).
+  function map() { return Object.create(null); }
+  function own(object, key) {
+    return object && Object.prototype.hasOwnProperty.call(object, key) ? object[key] : undefined;
+  }
   // An outcome's mark, word and colour (`label` instead of the outcome's own word).
   function badge(outcome, label) {
     return h('span', { 'class': 'badge o-' + outcome, 'data-outcome': outcome },
-      (MARK[outcome] || '') + ' ' + (label || LABEL[outcome] || outcome));
+      (own(MARK, outcome) || '') + ' ' + (label || own(LABEL, outcome) || outcome));
   }
   function rate(r) { return r === null || r === undefined ? '\u2013' : (r * 100).toFixed(1) + '%'; }
   function json(v) { return JSON.stringify(v, null, 2); }
@@ -84,7 +91,7 @@ var MstReport = (function () {
   function variantsSection(view) {
     var s = view.summary, usage = (s.usage && s.usage.variants) || {};
     var rows = Object.keys(s.variants).map(function (name) {
-      var v = s.variants[name], u = usage[name];
+      var v = s.variants[name], u = own(usage, name);
       return h('tr', { 'data-variant': name },
         h('th', { scope: 'row' }, name, s.baseline === name ? ' (baseline)' : ''),
         num('pass-rate', rate(v.passRate), v.passRate === null ? '' : v.passRate),
@@ -114,11 +121,11 @@ var MstReport = (function () {
 
   // Infrastructure failures grouped by cause: one broken runner is one line with a big count.
   function infraSection(view, state) {
-    var groups = {};
+    var groups = map();
     view.trials.forEach(function (t) {
       if (t.outcome !== 'infra') return;
       var cause = (t.cause || 'no cause recorded').split('\n')[0].slice(0, 300);
-      var g = groups[cause] || (groups[cause] = { cause: cause, count: 0, variants: {} });
+      var g = groups[cause] || (groups[cause] = { cause: cause, count: 0, variants: map() });
       g.count++;
       g.variants[t.variant] = true;
     });
@@ -142,7 +149,7 @@ var MstReport = (function () {
     if (!d) return null;
     var entries = d.cases || [];
     var order = ['broke', 'fixed', 'flaky', 'still-failing', 'added', 'removed'];
-    var byChange = {};
+    var byChange = map();
     entries.forEach(function (e) { (byChange[e.change] = byChange[e.change] || []).push(e); });
     function side(s) {
       if (!s) return '\u2013';
@@ -172,7 +179,7 @@ var MstReport = (function () {
   function pairsSection(view) {
     var pairs = view.summary.pairs || [];
     if (!pairs.length) return null;
-    var details = {};
+    var details = map();
     (view.pairs || []).forEach(function (p) { details[p.name] = p; });
     return h('section', { id: 'pairs', 'aria-labelledby': 'pairs-h' },
       h('h2', { id: 'pairs-h' }, 'Pairwise verdicts'),
@@ -237,12 +244,12 @@ var MstReport = (function () {
 
   function options(values, all) {
     return [h('option', { value: '' }, all)].concat(values.map(function (v) {
-      return h('option', { value: v }, LABEL[v] || v);
+      return h('option', { value: v }, own(LABEL, v) || v);
     }));
   }
 
   function unique(list) {
-    var seen = {}, out = [];
+    var seen = map(), out = [];
     list.forEach(function (x) { if (!seen[x]) { seen[x] = true; out.push(x); } });
     return out.sort();
   }
@@ -331,9 +338,9 @@ var MstReport = (function () {
 
     // Each case's outcome per variant side by side, as summary.json's `cases` holds them.
     function drawCases() {
-      var perCase = {};
+      var perCase = map();
       view.trials.forEach(function (t) {
-        var c = perCase[t.case] || (perCase[t.case] = { any: false, v: {} });
+        var c = perCase[t.case] || (perCase[t.case] = { any: false, v: map() });
         var cell = c.v[t.variant] || (c.v[t.variant] = { passed: 0, trials: 0 });
         cell.trials++;
         if (t.outcome === 'passed') cell.passed++;
@@ -347,7 +354,7 @@ var MstReport = (function () {
             href: '#', onclick: function (e) { e.preventDefault(); state.show({ search: c }); }
           }, c)),
           variants.map(function (v) {
-            var outcome = (view.summary.cases[v] || {})[c], cell = perCase[c].v[v];
+            var outcome = own(own(view.summary.cases, v), c), cell = perCase[c].v[v];
             return h('td', { 'data-variant': v }, outcome ? badge(outcome) : '\u2013',
               cell ? ' ' + cell.passed + '/' + cell.trials : '');
           }));
