@@ -317,6 +317,19 @@ fn reads_stdin_file(pattern: &str) -> bool {
     pattern == "-" || pattern.ends_with("=-")
 }
 
+/// Whether `program` with the patterns `args` may read its input from stdin without saying so:
+/// `cpio` and `dd` always can, and `tar` does when no `-f`/`--file` pattern names an archive
+/// (GNU tar's default archive is stdin, so a granted `tar -x` extracts what the plugin writes).
+fn reads_stdin_by_default(program: &str, args: &[String]) -> bool {
+    match program.rsplit('/').next().unwrap_or(program) {
+        "cpio" | "dd" => true,
+        "tar" => !args
+            .iter()
+            .any(|a| a.starts_with("-f") || a.starts_with("--file")),
+        _ => false,
+    }
+}
+
 /// Whether `program` is `kubectl`, whose manifests read from stdin the host checks before it
 /// runs (see [`super::manifest`]).
 pub(crate) fn is_kubectl(program: &str) -> bool {
@@ -337,6 +350,13 @@ pub fn broad_exec(program: &str, args: &[String]) -> Option<String> {
     if runs_anything(program) {
         return Some(format!(
             "`{program} {}`, and `{program}` runs whatever script or program it is given",
+            args.join(" ")
+        ));
+    }
+    if reads_stdin_by_default(program, args) {
+        return Some(format!(
+            "`{program} {}`, which reads its input from the plugin's stdin when it names no \
+             file, and does what that input says",
             args.join(" ")
         ));
     }
@@ -407,30 +427,80 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// Whether argument `text` matches `pattern` (`*` matches any run of characters). An option
-/// (an argument starting with `-`) matches only a pattern that starts with `-` too: a wildcard
-/// for host names or paths must never admit `-oProxyCommand=…` and its kind, which would make
-/// a granted program run another.
+/// Whether argument `text` matches `pattern`: `*` matches any run of characters but `/` (one
+/// path segment, or part of one), `**` any run at all. An option (an argument starting with
+/// `-`) matches only a pattern that starts with `-` too: a wildcard for host names or paths must
+/// never admit `-oProxyCommand=…` and its kind, which would make a granted program run another.
+/// And a wildcard never matches a `..` path segment, so `/**/mst-*` cannot reach
+/// `/home/u/mst-x/../.ssh`.
 fn glob_match(pattern: &str, text: &str) -> bool {
     if text.starts_with('-') && !pattern.starts_with('-') {
         return false;
     }
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
+    if !pattern.contains('*') {
         return pattern == text;
     }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
-        return false;
-    }
-    let mut rest = &text[first.len()..text.len() - last.len()];
-    for middle in &parts[1..parts.len() - 1] {
-        match rest.find(middle) {
-            Some(at) => rest = &rest[at + middle.len()..],
-            None => return false,
+    let climbs = text.split(['/', '=']).any(|segment| segment == "..");
+    !climbs && wildcard_match(pattern.as_bytes(), text.as_bytes())
+}
+
+/// One step of a pattern.
+#[derive(Clone, Copy)]
+enum Token {
+    Byte(u8),
+    /// `*`: any run without `/`.
+    Star,
+    /// `**`: any run.
+    Stars,
+}
+
+/// `pattern` (`*`, `**`) against `text`, in time proportional to their lengths' product: both
+/// come from a plugin, and this runs in the host, outside the plugin's time limit.
+fn wildcard_match(pattern: &[u8], text: &[u8]) -> bool {
+    let mut tokens = Vec::new();
+    let mut rest = pattern;
+    while let Some((&first, tail)) = rest.split_first() {
+        match (first, tail.first()) {
+            (b'*', Some(b'*')) => {
+                tokens.push(Token::Stars);
+                rest = &tail[1..];
+            }
+            (b'*', _) => {
+                tokens.push(Token::Star);
+                rest = tail;
+            }
+            (byte, _) => {
+                tokens.push(Token::Byte(byte));
+                rest = tail;
+            }
         }
     }
-    true
+    // matched[j]: the tokens so far match `text[..j]`.
+    let mut matched = vec![false; text.len() + 1];
+    matched[0] = true;
+    for token in tokens {
+        let mut next = vec![false; text.len() + 1];
+        let mut open = false;
+        for j in 0..=text.len() {
+            next[j] = match token {
+                Token::Byte(byte) => j > 0 && matched[j - 1] && text[j - 1] == byte,
+                Token::Star => {
+                    // A run that would cross a `/` starts again after it.
+                    if j > 0 && text[j - 1] == b'/' {
+                        open = false;
+                    }
+                    open |= matched[j];
+                    open
+                }
+                Token::Stars => {
+                    open |= matched[j];
+                    open
+                }
+            };
+        }
+        matched = next;
+    }
+    matched[text.len()]
 }
 
 #[cfg(test)]
@@ -475,6 +545,40 @@ mod tests {
         );
         assert!(!glob_match("*@*", "-oProxyCommand=a@b"));
         assert!(glob_match("-oPort=*", "-oPort=2201"));
+        // `*` stays within a path segment; `**` crosses them.
+        assert!(glob_match("/*/mst-*", "/scratch/mst-x"));
+        assert!(!glob_match("/*/mst-*", "/home/u/mst-x"));
+        assert!(glob_match("/**/mst-*", "/home/u/mst-x"));
+        assert!(!glob_match(
+            "-oIdentityFile=/*",
+            "-oIdentityFile=/home/u/.ssh/id"
+        ));
+        assert!(glob_match(
+            "-oIdentityFile=/**",
+            "-oIdentityFile=/home/u/.ssh/id"
+        ));
+        // No wildcard reaches through `..` (the escapes of security review H2).
+        for escape in [
+            "/home/u/mst-x/..",
+            "/home/u/mst-x/../..",
+            "/home/u/mst-x/../.ssh",
+            "/tmp/mst-../x",
+        ] {
+            assert!(!glob_match("/**/mst-*", escape), "{escape}");
+        }
+        assert!(!glob_match("--chdir=*", "--chdir=.."));
+        assert!(!glob_match("**", "a/../b"));
+        assert!(
+            glob_match("**", "a/..b/c"),
+            "a name that starts with dots is no `..`"
+        );
+        assert!(
+            glob_match("exact/../path", "exact/../path"),
+            "spelled out, it is declared"
+        );
+        // Long hostile inputs take linear passes, not backtracking.
+        let long = "a".repeat(20_000);
+        assert!(!glob_match("*a*a*a*a*a*a*a*a*b", &long));
     }
 
     #[test]
@@ -501,6 +605,12 @@ mod tests {
         assert_eq!(broad_exec("pythonista", &words(&["x"])), None);
         assert!(broad_exec("tar", &words(&["-x", "-f", "-"])).is_some());
         assert!(broad_exec("psql", &words(&["--file=-"])).is_some());
+        // Programs whose input is stdin unless they are told a file (security review H2).
+        let bare_tar = broad_exec("/usr/bin/tar", &words(&["-x", "-C", "{workdir}"]));
+        assert!(bare_tar.is_some_and(|why| why.contains("stdin")));
+        assert!(broad_exec("cpio", &words(&["-i"])).is_some());
+        assert!(broad_exec("dd", &words(&["of=/tmp/x"])).is_some());
+        assert_eq!(broad_exec("tar", &words(&["-x", "-f", "/srv/a.tar"])), None);
         // kubectl's stdin manifests are checked by the host before kubectl sees them.
         assert_eq!(
             broad_exec("kubectl", &words(&["apply", "--filename=-"])),

@@ -1,7 +1,9 @@
 //! Host programs run on a plugin's behalf, through the `exec` import or a runner plugin's
 //! command channel. Both go through here so the rules are the same: no shell, an environment
-//! of `PATH`, `HOME`, `KUBECONFIG` and `SLURM_CONF` only (never the operator's secrets); the process rules
-//! (own group, deadline, capped output) are [`crate::process`]'s.
+//! of `PATH`, `HOME`, `KUBECONFIG` and `SLURM_CONF` only (never the operator's secrets), and a
+//! private empty working directory, never mst's (where a `tar -x` reading the plugin's stdin
+//! would land in the operator's eval repository); the process rules (own group, deadline,
+//! capped output) are [`crate::process`]'s.
 
 use crate::process::{run_to_end_in, RunningGroup};
 use std::process::Command;
@@ -26,12 +28,13 @@ pub struct Output {
 /// out on purpose: it would lend the operator's whole agent (use the ssh runner's `identity`).
 pub const PASSED_ENV: [&str; 4] = ["PATH", "HOME", "KUBECONFIG", "SLURM_CONF"];
 
-/// `program` with `args`, no shell, only [`PASSED_ENV`] in its environment. Start it through
+/// `program` with `args`, no shell, only [`PASSED_ENV`] in its environment, in `cwd` (a
+/// private empty directory of the caller's, [`private_dir`]). Start it through
 /// [`crate::process`] (as [`run`] and command channels do), so that a timeout stops everything
 /// it started.
-pub fn command(program: &str, args: &[String]) -> Command {
+pub fn command(program: &str, args: &[String], cwd: &std::path::Path) -> Command {
     let mut command = Command::new(program);
-    command.args(args).env_clear();
+    command.args(args).current_dir(cwd).env_clear();
     for name in PASSED_ENV {
         if let Some(value) = std::env::var_os(name) {
             command.env(name, value);
@@ -59,8 +62,9 @@ pub fn run_in(
     timeout: Duration,
     group: &RunningGroup,
 ) -> Result<Output, String> {
+    let cwd = private_dir()?;
     let finished = run_to_end_in(
-        &mut command(program, args),
+        &mut command(program, args, cwd.path()),
         stdin,
         timeout,
         MAX_OUTPUT,
@@ -71,6 +75,16 @@ pub fn run_in(
         stdout: finished.stdout,
         stderr: finished.stderr,
     })
+}
+
+/// A new private (0700) empty directory for host programs to run in, removed when dropped.
+pub fn private_dir() -> Result<tempfile::TempDir, String> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix("mst-exec-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .map_err(|e| format!("cannot make a working directory for the program: {e}"))
 }
 
 #[cfg(test)]
@@ -108,6 +122,30 @@ mod tests {
             "the background sleep held the pipe: {:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn programs_run_in_a_private_empty_directory_never_msts() {
+        let out = run(
+            "sh",
+            &["-c".into(), "pwd; ls -A | wc -l".into()],
+            Vec::new(),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (dir, entries) = text.trim().split_once('\n').unwrap();
+        let dir = std::path::Path::new(dir);
+        assert_ne!(dir, std::env::current_dir().unwrap());
+        assert!(
+            dir.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("mst-exec-"),
+            "{text}"
+        );
+        assert_eq!(entries.trim(), "0", "{text}");
+        assert!(!dir.exists(), "removed once the program ended");
     }
 
     #[test]

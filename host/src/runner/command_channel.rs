@@ -128,6 +128,8 @@ pub struct CommandMachine {
     worker: String,
     worker_placed: bool,
     started: Instant,
+    /// Where the templates' programs run: private and empty, never mst's own directory.
+    cwd: tempfile::TempDir,
 }
 
 impl CommandMachine {
@@ -167,6 +169,7 @@ impl CommandMachine {
             worker: "mst".into(),
             worker_placed: false,
             started,
+            cwd: programs::private_dir().map_err(anyhow::Error::msg)?,
         })
     }
 
@@ -185,7 +188,7 @@ impl CommandMachine {
     fn get_from(&self, src: &str, files: &[(String, PathBuf)], cap: u64) -> Vec<Result<()>> {
         let args = self.get.expand(&self.workdir, src, &[]);
         let spawned = ChildProcess::spawn(
-            programs::command(&self.get.program, &args),
+            programs::command(&self.get.program, &args, self.cwd.path()),
             &format!("`{}` (get template)", self.get.program),
         );
         let process = match spawned {
@@ -269,7 +272,7 @@ impl Channel for CommandMachine {
             .collect();
         let args = self.exec.expand(&self.workdir, "", &command);
         ChildProcess::spawn(
-            programs::command(&self.exec.program, &args),
+            programs::command(&self.exec.program, &args, self.cwd.path()),
             &format!("`{}` (exec template)", self.exec.program),
         )
     }

@@ -165,7 +165,7 @@ const SRUN_PATTERNS: &[&str] = &[
     "-m0700",
     "rm",
     "-rf",
-    "/*/mst-*",
+    "/**/mst-*",
 ];
 
 /// `patterns` and the resource options'.

@@ -54,8 +54,8 @@ const SCHEMA: &str = r#"{
 }"#;
 
 /// The `ssh` arguments this plugin may use. Options are spelled `-oName=value` so that each is
-/// one word a pattern can pin down; `*` covers the destination and the remote command line,
-/// which the host never lets match an option.
+/// one word a pattern can pin down; `**` covers the destination and the remote command line
+/// (which holds paths), which the host never lets match an option or climb a `..`.
 const SSH_PATTERNS: &[&str] = &[
     "-T",
     "-oBatchMode=yes",
@@ -64,12 +64,12 @@ const SSH_PATTERNS: &[&str] = &[
     "-oServerAliveCountMax=*",
     "-oLogLevel=ERROR",
     "-oIdentitiesOnly=yes",
-    "-oIdentityFile=/*",
-    "-oUserKnownHostsFile=/*",
+    "-oIdentityFile=/**",
+    "-oUserKnownHostsFile=/**",
     "-oStrictHostKeyChecking=yes",
     "-oPort=*",
     "--",
-    "*",
+    "**",
 ];
 
 /// One host and how to reach it; also the machine id `dispose-machine` gets back, since
