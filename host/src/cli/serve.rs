@@ -47,6 +47,12 @@ pub(crate) struct ServeArgs {
     /// The most US dollars all sessions together may spend (calls to priced models).
     #[arg(long, value_name = "USD")]
     budget_cost: Option<f64>,
+    /// The most sessions open at once; each holds a machine.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    max_sessions: usize,
+    /// The most batch runs started from the page or the API running at once.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    max_runs: usize,
     /// On close, how long a running task's worker has to stop before it is killed.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     cancel_grace: f64,
@@ -93,8 +99,17 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
         None if args.no_token => None,
         None => Some(Access::Minted(http::new_access_token())),
     };
+    for (flag, n) in [
+        ("--max-sessions", args.max_sessions),
+        ("--max-runs", args.max_runs),
+    ] {
+        if n == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
     let setup = args.setup.setup()?;
-    let live = Arc::new(BatchRuns::starting(home, &setup));
+    let budgeted = args.budget_tokens.is_some() || args.budget_cost.is_some();
+    let live = Arc::new(BatchRuns::starting(home, &setup, args.max_runs, budgeted));
     let results = ResultsRoot::new(&setup.results_base);
     let request = ServeRequest {
         setup,
@@ -113,6 +128,7 @@ pub(crate) fn run(home: &Home, args: ServeArgs) -> Result<u8> {
                 cost_usd,
             },
         },
+        max_sessions: args.max_sessions,
     };
     let playground = Arc::new(Playground::start(home, request).map_err(super::Exit::refused)?);
     let stop = Arc::new(tokio::sync::Notify::new());

@@ -209,11 +209,22 @@ pub struct StartRun {
     pub trials: Option<u32>,
 }
 
-/// What starts runs from the UI: the eval and the set-up `mst serve` was given.
+/// What starts runs from the UI: the eval and the set-up `mst serve` was given, and how many
+/// may run at once.
 struct Starter {
     home: Home,
     setup: Setup,
+    /// `--max-runs`.
+    max_runs: usize,
+    /// Why runs cannot start here at all, when they cannot (a model budget they would not be
+    /// charged to).
+    refused: Option<String>,
+    /// Held while a run is checked against `max_runs` and added to the live ones.
+    admitting: Mutex<()>,
 }
+
+/// The most repetitions of each case a run started from the API may ask for.
+pub const MAX_API_TRIALS: u32 = 1000;
 
 /// The live runs of this process.
 #[derive(Default)]
@@ -226,12 +237,22 @@ pub struct BatchRuns {
 }
 
 impl BatchRuns {
-    /// Live runs that `POST /api/v1/runs` can start, of `setup`'s eval.
-    pub fn starting(home: &Home, setup: &Setup) -> Self {
+    /// Live runs that `POST /api/v1/runs` can start, of `setup`'s eval, at most `max_runs` at
+    /// once; none when the server has a model budget (`budgeted`), which batch runs are not
+    /// charged to.
+    pub fn starting(home: &Home, setup: &Setup, max_runs: usize, budgeted: bool) -> Self {
+        let refused = budgeted.then(|| {
+            "this server has a model budget (--budget-tokens, --budget-cost), and runs started \
+             here are not charged to it: start the run with `mst run`, or serve without a budget"
+                .to_string()
+        });
         BatchRuns {
             starter: Some(Starter {
                 home: home.clone(),
                 setup: setup.clone(),
+                max_runs,
+                refused,
+                admitting: Mutex::new(()),
             }),
             ..BatchRuns::default()
         }
@@ -271,6 +292,26 @@ impl BatchRuns {
                 "this server follows one run (`mst run --serve`); start runs from `mst serve`",
             )
         })?;
+        if let Some(why) = &starter.refused {
+            return Err(ServeError::payment_required(why.clone()));
+        }
+        if request.trials.is_some_and(|n| n > MAX_API_TRIALS) {
+            return Err(ServeError::too_large(format!(
+                "`trials` is at most {MAX_API_TRIALS} for a run started here; start a larger \
+                 one with `mst run --trials`"
+            )));
+        }
+        let admitting = starter.admitting.lock().expect("admitting runs");
+        let running = (self.runs.lock().expect("live runs").iter())
+            .filter(|run| !run.snapshot(usize::MAX).done)
+            .count();
+        if running >= starter.max_runs {
+            return Err(ServeError::too_many(format!(
+                "{running} runs started here are still running, the most this server allows at \
+                 once (--max-runs {}): wait for one to end",
+                starter.max_runs
+            )));
+        }
         let live = Arc::new(BatchRun::default());
         let run_request = RunRequest {
             setup: starter.setup.clone(),
@@ -293,6 +334,7 @@ impl BatchRuns {
         threads.push(thread);
         drop(threads);
         self.track(live.clone());
+        drop(admitting);
         let state = live.wait_named(START_WAIT);
         match (&state.run_id, &state.error) {
             (Some(_), _) => Ok(state),

@@ -39,6 +39,8 @@ pub struct ServeRequest {
     pub idle_ttl: Duration,
     /// What all sessions together may spend on models (`--budget-tokens`, `--budget-cost`).
     pub budget: budget::Limit,
+    /// The most sessions open at once (`--max-sessions`): each holds a machine.
+    pub max_sessions: usize,
 }
 
 /// An error of the playground's API: an HTTP status and a message that names the fix.
@@ -80,6 +82,11 @@ impl ServeError {
     /// 413: what the request asks for is over a cap.
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(413, message)
+    }
+
+    /// 429: the server runs as much as it may at once.
+    pub fn too_many(message: impl Into<String>) -> Self {
+        Self::new(429, message)
     }
 
     /// 502: the runner or the machine failed.
@@ -201,6 +208,10 @@ pub struct Shared {
 pub struct Playground {
     shared: Arc<Shared>,
     sessions: Mutex<BTreeMap<String, Arc<Session>>>,
+    /// Sessions whose machines are being made, counted against `max_sessions` with the open
+    /// ones.
+    booting: Mutex<usize>,
+    max_sessions: usize,
     idle_ttl: Duration,
     budgets: budget::Budgets,
 }
@@ -228,6 +239,8 @@ impl Playground {
                 root,
             }),
             sessions: Mutex::new(BTreeMap::new()),
+            booting: Mutex::new(0),
+            max_sessions: request.max_sessions,
             idle_ttl: request.idle_ttl,
             budgets: budget::Budgets::new(request.budget),
         })
@@ -261,12 +274,20 @@ impl Playground {
                 "`turnTokens` must be at least 1 (leave it out for no limit on a turn)",
             ));
         }
+        self.take_session_room()?;
         // Reserved before the machine is made; given back if making it fails.
-        let reservation = self.budgets.reserve(limit)?;
+        let reservation = match self.budgets.reserve(limit) {
+            Ok(reservation) => reservation,
+            Err(e) => {
+                self.give_session_room_back();
+                return Err(e);
+            }
+        };
         let session = match Session::boot(self.shared.clone(), &variant, &request) {
             Ok(session) => session,
             Err(e) => {
                 self.budgets.release(reservation);
+                self.give_session_room_back();
                 return Err(e);
             }
         };
@@ -277,7 +298,33 @@ impl Playground {
             .lock()
             .expect("sessions")
             .insert(session.id.clone(), session);
+        // Counted as open from here on.
+        self.give_session_room_back();
         Ok(view)
+    }
+
+    /// Room for one more session, counted as booting until [`Self::give_session_room_back`]
+    /// (then it is open, or it failed): 429 when `--max-sessions` are open or booting.
+    fn take_session_room(&self) -> Result<(), ServeError> {
+        let mut booting = self.booting.lock().expect("booting");
+        let open = (self.sessions.lock().expect("sessions").values())
+            .filter(|s| s.is_open())
+            .count();
+        if open + *booting >= self.max_sessions {
+            return Err(ServeError::too_many(format!(
+                "{} sessions are open or starting, the most this server allows \
+                 (--max-sessions {}): close one first",
+                open + *booting,
+                self.max_sessions
+            )));
+        }
+        *booting += 1;
+        Ok(())
+    }
+
+    /// A booting session is open now, or failed to start.
+    fn give_session_room_back(&self) {
+        *self.booting.lock().expect("booting") -= 1;
     }
 
     /// Every session of this process, oldest first.

@@ -395,6 +395,11 @@ impl Session {
     }
 
     /// The session's record, state and tasks.
+    /// Whether it is not closed yet (its machine is, or may be, still there).
+    pub fn is_open(&self) -> bool {
+        self.state.lock().expect("session").closed.is_none()
+    }
+
     pub fn view(&self) -> SessionView {
         let state = self.state.lock().expect("session");
         self.view_of(&state)

@@ -861,5 +861,74 @@ fn the_runs_api_refuses_bad_requests_with_the_status_that_fits() {
     assert_eq!(code, 404, "{text}");
     let (code, text) = status("GET", "/ui/secret.js", None);
     assert_eq!(code, 404, "{text}");
+    let (code, text) = status("POST", "/api/v1/runs", Some(r#"{"trials": 5000}"#));
+    assert_eq!(code, 413, "{text}");
+    assert!(text.contains("mst run --trials"), "{text}");
     serve.stop();
+}
+
+#[test]
+fn sessions_and_runs_are_capped_and_a_budgeted_server_starts_no_uncharged_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let eval = agent_eval(&gated_agent(&gate, 0..1, 1..2), json!({}));
+    let mst = Mst::new();
+    let serve = Serve::start(
+        &mst,
+        &eval.config(),
+        &eval.results(),
+        &["--max-sessions", "1", "--max-runs", "1"],
+    );
+    let first = serve.session("{}");
+    let (status, refused) = serve.call("POST", "/api/v1/sessions", Some("{}"));
+    assert_eq!(status, 429, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("--max-sessions 1"),
+        "{refused}"
+    );
+    let (status, _) = serve.call("DELETE", &format!("/api/v1/sessions/{first}"), None);
+    assert_eq!(status, 200);
+    let _second = serve.session("{}");
+
+    // One run at a time: the first holds at the gate while the second is asked for.
+    let (status, run) = serve.call("POST", "/api/v1/runs", Some(r#"{"variants": ["agent"]}"#));
+    assert_eq!(status, 202, "{run}");
+    let (status, refused) = serve.call("POST", "/api/v1/runs", Some(r#"{"variants": ["agent"]}"#));
+    assert_eq!(status, 429, "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("--max-runs 1"),
+        "{refused}"
+    );
+    std::fs::write(&gate, "").unwrap();
+    drop(serve);
+
+    // A server with a model budget starts no batch run it would not charge.
+    let budgeted = Serve::start(
+        &mst,
+        &eval.config(),
+        &eval.results(),
+        &["--budget-tokens", "1000"],
+    );
+    let (status, refused) = budgeted.call("POST", "/api/v1/runs", Some("{}"));
+    assert_eq!(status, 402, "{refused}");
+    assert!(
+        refused["error"].as_str().unwrap().contains("mst run"),
+        "{refused}"
+    );
+    let refused = mst.run(&[
+        "serve",
+        "--config",
+        s(&eval.config()),
+        "--max-sessions",
+        "0",
+    ]);
+    assert_ne!(refused.code, 0);
+    assert!(
+        refused.stderr.contains("--max-sessions must be at least 1"),
+        "{}",
+        refused.stderr
+    );
 }
