@@ -296,6 +296,9 @@ pub struct Session {
     process: RunProcess,
     machine: Mutex<Option<Box<dyn Channel>>>,
     state: Mutex<State>,
+    /// Bytes its tasks copied back so far, against the run copy cap: a session is bounded as
+    /// a run is, not each task on its own.
+    copied: AtomicU64,
 }
 
 /// A new unguessable id: 128 random bits in hex.
@@ -336,7 +339,7 @@ impl Session {
             })?;
         let machine_name = machine.describe();
         let placement = machine.provenance();
-        let boot = SessionShard::boot(&shared, &id, &dir).run(
+        let boot = SessionShard::boot(&shared, &id, &dir, &AtomicU64::new(0)).run(
             machine.as_mut(),
             &CaseIndex::new(&[]),
             Vec::new(),
@@ -367,6 +370,7 @@ impl Session {
             created_at: crate::clock::unix_secs(),
             process: RunProcess::current(Collector::Server),
             machine: Mutex::new(Some(machine)),
+            copied: AtomicU64::new(0),
             state: Mutex::new(State {
                 tasks: Vec::new(),
                 running: None,
@@ -624,6 +628,7 @@ impl Session {
                         .as_ref()
                         .map(|turn| (turn.token.as_ref(), turn.history.as_slice())),
                     token_budget: self.turn_tokens,
+                    copied: &self.copied,
                 }
                 .run(
                     channel.as_mut(),
@@ -854,15 +859,24 @@ struct SessionShard<'a> {
     turn: Option<TurnOf<'a>>,
     /// Its tasks' token budget.
     token_budget: Option<u64>,
+    /// What the session copied back so far (the run copy cap's count).
+    copied: &'a AtomicU64,
 }
 
 impl SessionShard<'_> {
-    /// A shard of session `session` that only starts its worker (no task, no turn).
-    fn boot<'a>(shared: &'a Shared, session: &'a str, dir: &'a RunDir) -> SessionShard<'a> {
+    /// A shard of session `session` that only starts its worker (no task, no turn), counting
+    /// what it copies back in `copied`.
+    fn boot<'a>(
+        shared: &'a Shared,
+        session: &'a str,
+        dir: &'a RunDir,
+        copied: &'a AtomicU64,
+    ) -> SessionShard<'a> {
         SessionShard {
             shared,
             session,
             dir,
+            copied,
             workdir: None,
             turn: None,
             token_budget: None,
@@ -887,6 +901,7 @@ impl SessionShard<'_> {
             workdir,
             turn,
             token_budget,
+            copied,
         } = *self;
         let mut bundle = Bundle {
             token_budget,
@@ -918,7 +933,7 @@ impl SessionShard<'_> {
             events,
             cancel,
             resume: turn.and_then(|(token, _)| token),
-            copied: &AtomicU64::new(0),
+            copied,
             artifacts: None,
             stored: None,
             models: Some(&shared.prepared.model_access),
