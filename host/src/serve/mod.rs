@@ -488,6 +488,12 @@ impl Playground {
             .case
             .clone()
             .unwrap_or_else(|| format!("{}-{}", &id[..id.len().min(8)], target.id));
+        if case_id.trim().is_empty() || case_id.chars().any(char::is_control) {
+            return Err(ServeError::bad_request(format!(
+                "`case` {case_id:?} is no case id: give a non-empty one without control \
+                 characters (a dataset refuses the others)"
+            )));
+        }
         let mut case = CaseRecord::new(case_id.clone(), input);
         case.more_mut().metadata =
             Some(serde_json::json!({"exportedFrom": {"session": id, "tasks": tasks}}));
@@ -498,35 +504,8 @@ impl Playground {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(std::path::Path::new("."));
         let path = dir.join(name);
-        let existing = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => {
-                return Err(ServeError::machine(format!(
-                    "cannot read {}: {e}",
-                    path.display()
-                )))
-            }
-        };
-        let taken = existing.lines().any(|line| {
-            serde_json::from_str::<serde_json::Value>(line)
-                .is_ok_and(|c| c["id"].as_str() == Some(case_id.as_str()))
-        });
-        if taken {
-            return Err(ServeError::conflict(format!(
-                "{} already holds a case `{case_id}`: give the export another `case` id",
-                path.display()
-            )));
-        }
         let line = serde_json::to_string(&case).map_err(|e| ServeError::machine(e.to_string()))?;
-        let mut text = existing;
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(&crate::secrets::redactor().redact(&line));
-        text.push('\n');
-        crate::files::write_atomic(&path, text.as_bytes())
-            .map_err(|e| ServeError::machine(format!("cannot write {}: {e:#}", path.display())))?;
+        append_case(&path, &case_id, &crate::secrets::redactor().redact(&line))?;
         Ok(serde_json::json!({"dataset": path, "case": case}))
     }
 
@@ -585,4 +564,50 @@ impl Playground {
             self.settle_account(&session);
         }
     }
+}
+
+/// Appends case `line` (its id `case_id`) to the dataset file `path`, made if missing, under
+/// an exclusive lock on the file, so that exports at once (from this server or another) each
+/// keep their case; 409 when the file holds that id already. The file must be a regular file,
+/// reached through no link.
+fn append_case(path: &std::path::Path, case_id: &str, line: &str) -> Result<(), ServeError> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let failed =
+        |e: std::io::Error| ServeError::machine(format!("cannot write {}: {e}", path.display()));
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(failed)?;
+    if !file.metadata().map_err(failed)?.is_file() {
+        return Err(ServeError::conflict(format!(
+            "{} is not a regular file: export into another `dataset`",
+            path.display()
+        )));
+    }
+    // Held until the file is closed, at the end of this function.
+    file.lock().map_err(failed)?;
+    let mut existing = String::new();
+    file.read_to_string(&mut existing).map_err(failed)?;
+    let taken = existing.lines().any(|line| {
+        serde_json::from_str::<serde_json::Value>(line)
+            .is_ok_and(|c| c["id"].as_str() == Some(case_id))
+    });
+    if taken {
+        return Err(ServeError::conflict(format!(
+            "{} already holds a case `{case_id}`: give the export another `case` id",
+            path.display()
+        )));
+    }
+    let mut text = String::new();
+    if !existing.is_empty() && !existing.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(line);
+    text.push('\n');
+    file.write_all(text.as_bytes()).map_err(failed)?;
+    file.sync_all().map_err(failed)
 }

@@ -965,6 +965,28 @@ fn a_tasks_input_exports_as_a_case_and_only_a_completed_task_does() {
         serde_json::from_str::<Value>(&lines(&chat.eval.dir.path().join("kept.jsonl"))[0]).unwrap(),
         *case
     );
+    // An id no dataset would take is refused, and the file keeps its one case.
+    let (status, refused) = api.call(
+        &serve,
+        "POST",
+        &export,
+        Some(r#"{"dataset": "kept.jsonl", "case": " "}"#),
+    );
+    assert_eq!(status, 400, "{refused}");
+    // Several exports at once (each under the file's lock) keep every case.
+    let ids: Vec<String> = (0..4).map(|n| format!("kept-{n}")).collect();
+    std::thread::scope(|scope| {
+        for id in &ids {
+            let (serve, export) = (&serve, &export);
+            scope.spawn(move || {
+                let body = format!(r#"{{"dataset": "kept.jsonl", "case": "{id}"}}"#);
+                let (status, answer) = serve.call("POST", export, Some(&body));
+                assert_eq!(status, 201, "{answer}");
+            });
+        }
+    });
+    let kept = lines(&chat.eval.dir.path().join("kept.jsonl"));
+    assert_eq!(kept.len(), 1 + ids.len(), "{kept:?}");
     serve.stop();
 }
 
