@@ -436,7 +436,7 @@ fn load_path(path: &Path, loading: &mut Loading) -> Result<()> {
 }
 
 /// Resolves `path` from a dataset entry inside `base`, refusing to leave it.
-fn inside(base: &Path, relative: &str) -> Result<PathBuf> {
+pub(crate) fn inside(base: &Path, relative: &str) -> Result<PathBuf> {
     let joined = base.join(relative);
     let canonical = joined
         .canonicalize()

@@ -369,6 +369,28 @@ fn the_import_refuses_what_it_cannot_read_and_never_overwrites_silently() {
     assert_eq!(std::fs::read_to_string(&eval).unwrap(), "kept");
     assert_eq!(import(&mst, &config, &out, &["--force"]).code, 0);
     assert!(read_json(&eval)["name"] == "time-agent");
+
+    // A dataset outside the config's directory is refused, as `mst run` refuses one.
+    let nested = dir.path().join("nested");
+    std::fs::create_dir(&nested).unwrap();
+    std::fs::copy(
+        mst_fixture("v2/data/time.json"),
+        dir.path().join("outside.json"),
+    )
+    .unwrap();
+    let leaving = nested.join("eval-config.json");
+    std::fs::copy(&config, &leaving).unwrap();
+    edit(&leaving, |c| {
+        c["datasets"] = serde_json::json!(["../outside.json"])
+    });
+    let run = import(&mst, &leaving, &dir.path().join("out-nested"), &[]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("datasets[0]") && run.stderr.contains("outside the eval's directory"),
+        "{}",
+        run.stderr
+    );
+    assert!(!dir.path().join("out-nested").exists(), "nothing written");
     assert_eq!(
         walk(&out).len(),
         3,

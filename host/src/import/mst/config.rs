@@ -11,7 +11,7 @@ use super::format::v2::{Config, RunGroup, Variant};
 use super::servers;
 use super::Source;
 use crate::import::{Change, Imported};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
@@ -141,7 +141,10 @@ fn datasets(
         let Some(path) = dataset_path(src, &at, entry)? else {
             continue;
         };
-        let previous = src.open(&base.join(&path));
+        // As `mst run` reads datasets: inside the config's directory, through no link out.
+        let inside = crate::eval::dataset::inside(&base, &path)
+            .with_context(|| format!("{}: `{at}`", src.file))?;
+        let previous = src.open(&inside);
         let dataset = cases::read(src, defaults);
         src.open(&previous);
         let dataset = dataset?;
