@@ -303,7 +303,9 @@ mod tests {
         };
         let argv = target.template(&["{command}"]);
         for arg in &argv[1..] {
-            let declared = SSH_PATTERNS.iter().any(|p| match p.split_once('*') {
+            // As the host matches (`**` across `/`, `*` within a segment), for these words.
+            let wildcard = |p: &'static str| p.split_once("**").or_else(|| p.split_once('*'));
+            let declared = SSH_PATTERNS.iter().any(|p| match wildcard(p) {
                 Some((head, tail)) => {
                     arg.starts_with(head)
                         && arg.ends_with(tail)
