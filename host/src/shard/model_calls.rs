@@ -424,6 +424,22 @@ impl CallJob {
 mod tests {
     use super::*;
 
+    /// A one-turn request for `model`, made by grader plugin `plugin` when given.
+    fn asking(model: &str, plugin: Option<&str>) -> GatewayRequest {
+        GatewayRequest {
+            model: model.into(),
+            system: None,
+            turns: vec![crate::llm::Turn::User("score this".into())],
+            tools: Vec::new(),
+            tool_choice: Default::default(),
+            max_tokens: 16,
+            temperature: None,
+            stream: false,
+            hints: Default::default(),
+            plugin: plugin.map(str::to_string),
+        }
+    }
+
     fn event(seq: u64, name: &str, data: serde_json::Value) -> TraceEvent {
         TraceEvent {
             seq,
@@ -448,18 +464,6 @@ mod tests {
             name_version: "acme/judge 1.0.0".into(),
         };
         let caller = Caller::Judges(vec![judge]);
-        let asking = |model: &str, plugin: Option<&str>| GatewayRequest {
-            model: model.into(),
-            system: None,
-            turns: vec![crate::llm::Turn::User("score this".into())],
-            tools: Vec::new(),
-            tool_choice: Default::default(),
-            max_tokens: 16,
-            temperature: None,
-            stream: false,
-            hints: Default::default(),
-            plugin: plugin.map(str::to_string),
-        };
         let chosen = caller
             .choose(&asking("acme/judge-1", Some("acme/judge 1.0.0")))
             .unwrap_or_else(|a| panic!("{:?}", a.refused));
@@ -507,18 +511,7 @@ mod tests {
         let mut calls = ModelCalls::default();
         let key = TrialKey::new("v", "c", 0);
         let token = calls.mint(&key);
-        let request = GatewayRequest {
-            model: "any".into(),
-            system: None,
-            turns: vec![crate::llm::Turn::User("hi".into())],
-            tools: Vec::new(),
-            tool_choice: Default::default(),
-            max_tokens: 16,
-            temperature: None,
-            stream: false,
-            hints: Default::default(),
-            plugin: None,
-        };
+        let request = asking("any", None);
         let json = serde_json::to_string(&request).unwrap();
         for part in ModelPart::split(&json) {
             let _ = calls.on_part(&key, 0, &token, part).unwrap();

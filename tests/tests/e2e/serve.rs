@@ -434,19 +434,11 @@ fn on_loopback_too_the_api_answers_only_requests_with_the_token_it_printed() {
     let (status, _) = open.call("GET", "/api/v1/sessions", None);
     assert_eq!(status, 200);
     assert_cross_site_requests_refused(&open);
-    let refused = mst.run(&[
-        "serve",
-        "--config",
-        s(&eval.config()),
-        "--listen",
-        "0.0.0.0:0",
-        "--no-token",
-    ]);
-    assert_ne!(refused.code, 0, "{}", refused.stderr);
-    assert!(
-        refused.stderr.contains("not a loopback address"),
-        "{}",
-        refused.stderr
+    assert_serve_refused(
+        &mst,
+        &eval,
+        &["--listen", "0.0.0.0:0", "--no-token"],
+        &["not a loopback address"],
     );
 }
 
@@ -454,33 +446,22 @@ fn on_loopback_too_the_api_answers_only_requests_with_the_token_it_printed() {
 fn off_loopback_the_server_needs_its_token_on_every_request() {
     let eval = agent_eval("cat", json!({}));
     let mst = Mst::new();
-    let refused = mst.run(&[
-        "serve",
-        "--config",
-        s(&eval.config()),
-        "--listen",
-        "0.0.0.0:0",
-    ]);
-    assert_ne!(refused.code, 0);
-    assert!(
-        refused.stderr.contains("not a loopback address")
-            && refused.stderr.contains("--token-file"),
-        "{}",
-        refused.stderr
+    assert_serve_refused(
+        &mst,
+        &eval,
+        &["--listen", "0.0.0.0:0"],
+        &["not a loopback address", "--token-file"],
     );
     let token_file = eval.dir.path().join("token");
     std::fs::write(&token_file, "mst-serve-token-5b7d9e01\n").unwrap();
     // A token others can read guards nothing.
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let shared = mst.run(&[
-        "serve",
-        "--config",
-        s(&eval.config()),
-        "--token-file",
-        s(&token_file),
-    ]);
-    assert_ne!(shared.code, 0);
-    assert!(shared.stderr.contains("chmod 600"), "{}", shared.stderr);
+    assert_serve_refused(
+        &mst,
+        &eval,
+        &["--token-file", s(&token_file)],
+        &["chmod 600"],
+    );
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut serve = Serve::start(
         &mst,
@@ -918,17 +899,26 @@ fn sessions_and_runs_are_capped_and_a_budgeted_server_starts_no_uncharged_run() 
         refused["error"].as_str().unwrap().contains("mst run"),
         "{refused}"
     );
-    let refused = mst.run(&[
-        "serve",
-        "--config",
-        s(&eval.config()),
-        "--max-sessions",
-        "0",
-    ]);
-    assert_ne!(refused.code, 0);
-    assert!(
-        refused.stderr.contains("--max-sessions must be at least 1"),
-        "{}",
-        refused.stderr
+    assert_serve_refused(
+        &mst,
+        &eval,
+        &["--max-sessions", "0"],
+        &["--max-sessions must be at least 1"],
     );
+}
+
+/// `mst serve` on `eval` with `args` refuses to start, saying each of `says`.
+fn assert_serve_refused(mst: &Mst, eval: &Eval, args: &[&str], says: &[&str]) {
+    let config = eval.config();
+    let mut command = vec!["serve", "--config", s(&config)];
+    command.extend(args);
+    let refused = mst.run(&command);
+    assert_ne!(refused.code, 0, "{args:?}");
+    for said in says {
+        assert!(
+            refused.stderr.contains(said),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
 }
