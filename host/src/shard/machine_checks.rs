@@ -4,7 +4,9 @@
 //! the coordinator's: judges read the events (`check-passed`, grader plugins).
 //!
 //! A check that fails is evidence about the agent's work; a check that cannot run at all (its
-//! program is missing) says nothing about it, so the trial becomes an infrastructure failure.
+//! program is missing) says nothing about it, so the trial becomes an infrastructure failure —
+//! unless its program lies in the work directory (`./run_tests.sh`), which the agent could
+//! remove or break: then it is a failed check, or an agent could excuse its failure as infra.
 
 use crate::client::EventSink;
 use crate::eval::config::CheckSpec;
@@ -77,6 +79,21 @@ fn run_one(check: &CheckSpec, dir: &Path) -> Result<serde_json::Value, String> {
                 finished.stderr,
             ),
             Err(NotFinished::TimedOut(_)) => (None, true, Vec::new(), Vec::new()),
+            Err(NotFinished::NotStarted(why)) if in_work_dir(&check.run[0]) => {
+                return Ok(serde_json::json!({
+                    "check": check.name,
+                    "passed": false,
+                    "exitCode": null,
+                    "timedOut": false,
+                    "durationMs": started.elapsed().as_millis() as u64,
+                    "stdout": "",
+                    "stderr": format!(
+                        "cannot start `{}`, which is in the work directory the agent could \
+                         change: {why}",
+                        check.run[0]
+                    ),
+                }))
+            }
             Err(NotFinished::NotStarted(why)) => {
                 return Err(format!("cannot start `{}`: {why}", check.run[0]))
             }
@@ -90,6 +107,12 @@ fn run_one(check: &CheckSpec, dir: &Path) -> Result<serde_json::Value, String> {
         "stdout": tail(&stdout),
         "stderr": tail(&stderr),
     }))
+}
+
+/// Whether `program` is found relative to the work directory (a relative path with a `/`), not
+/// on the `PATH` or at an absolute path.
+fn in_work_dir(program: &str) -> bool {
+    program.contains('/') && !program.starts_with('/')
 }
 
 /// The last [`MAX_CHECK_OUTPUT`] bytes of `bytes` as text (invalid UTF-8 replaced).
@@ -171,6 +194,27 @@ mod tests {
             .failure()
             .unwrap()
             .contains("check `gone` could not run"));
+
+        // A program the agent could have removed from its own directory fails its check: the
+        // agent cannot excuse its failure as infra (security review M2).
+        let mut trace = TraceRecord::default();
+        let checks = [
+            check("removed", &["./run_tests.sh"], 10.0),
+            check("next", &["true"], 10.0),
+        ];
+        run_checks(&checks, dir.path(), &mut trace, &NoEvents);
+        assert_eq!(trace.status, TrialStatus::Completed);
+        let removed = trace.check_outcome("removed").unwrap();
+        assert_eq!(removed["passed"], false);
+        assert!(
+            removed["stderr"]
+                .as_str()
+                .unwrap()
+                .contains("work directory"),
+            "{removed}"
+        );
+        assert_eq!(trace.failed_checks(), ["removed"]);
+        assert!(trace.check_outcome("next").is_some(), "the list goes on");
     }
 
     #[test]
