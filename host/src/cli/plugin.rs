@@ -112,6 +112,10 @@ pub(crate) struct CheckArgs {
     /// The case of --config to dry-run (its first variant, one trial).
     #[arg(long, requires = "config")]
     case: Option<String>,
+    /// Secrets for the dry run's case (as `mst run --secrets-file`: servers' tokens, model
+    /// keys, `secretEnv`), so a case that needs one can be tried.
+    #[arg(long = "secrets-file", value_name = "FILE", requires = "dry_run")]
+    secrets_file: Option<PathBuf>,
     #[command(flatten)]
     sandbox: SandboxArgs,
 }
@@ -328,6 +332,7 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
         runner_options,
         config,
         case,
+        secrets_file,
         sandbox,
     } = args;
     // An unknown release is a usage error, found before the plugin is even read.
@@ -354,6 +359,7 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
                 runner_options: &runner_options,
                 grants: sandbox.grants()?,
                 limits: sandbox.limits()?,
+                secrets: super::run::load_secrets(secrets_file.as_deref())?,
                 case: config
                     .as_deref()
                     .zip(case.as_deref())

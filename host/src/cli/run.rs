@@ -201,7 +201,7 @@ pub(crate) fn run(home: &Home, args: RunArgs) -> Result<u8> {
 }
 
 /// The secrets `--secrets-file` names, or none.
-fn load_secrets(path: Option<&std::path::Path>) -> Result<crate::secrets::Secrets> {
+pub(crate) fn load_secrets(path: Option<&std::path::Path>) -> Result<crate::secrets::Secrets> {
     path.map_or_else(
         || Ok(crate::secrets::Secrets::default()),
         crate::secrets::Secrets::load,

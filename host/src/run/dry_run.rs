@@ -101,6 +101,8 @@ pub struct DryRunRequest<'a> {
     pub runner_options: &'a [String],
     pub grants: Grants,
     pub limits: Limits,
+    /// `--secrets-file`'s secrets, for the case's servers, models and `secretEnv`.
+    pub secrets: crate::secrets::Secrets,
     /// One case of the user's own eval to run instead of the built-in one.
     pub case: Option<EvalCase<'a>>,
 }
@@ -235,7 +237,7 @@ fn one_trial(
             plugin_limits: request.limits,
             runner: name.to_string(),
             runner_options,
-            secrets: Default::default(),
+            secrets: request.secrets.clone(),
         },
         filters,
         resume: None,

@@ -121,6 +121,53 @@ fn a_dry_run_takes_an_installed_name_and_a_case_of_the_users_eval() {
 }
 
 #[test]
+fn a_dry_runs_case_that_needs_a_secret_takes_a_secrets_file() {
+    let mst = with_installed_runner();
+    let config = json!({
+        "name": "own",
+        "datasets": ["cases.jsonl"],
+        "client": "command",
+        "clientOptions": {"command": ["sh", "-c", "echo \"token of $((${#TOKEN})) chars\""],
+                          "secretEnv": {"TOKEN": "DRY_SECRET"}},
+        "judges": [{"assert": "contains", "value": "token of 12 chars"}],
+    });
+    let eval = Eval::new(config, &[json!({"id": "first", "input": "one"})]);
+    let secrets = eval.dir.path().join("secrets.env");
+    std::fs::write(&secrets, "DRY_SECRET=dry-canary-1\n").unwrap();
+    let dry_run = |extra: &[&str]| {
+        let mut args: Vec<String> = ["plugin", "check", HOSTILE, "--dry-run", "--json"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        args.extend(["--config".into(), s(&eval.config()).into()]);
+        args.extend(["--case".into(), "first".into()]);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args.extend(shell_runner(eval.dir.path()));
+        mst.run(&args)
+    };
+    let without = dry_run(&[]);
+    assert_ne!(without.code, 0, "{}\n{}", without.stdout, without.stderr);
+    assert!(
+        format!("{}{}", without.stdout, without.stderr).contains("DRY_SECRET"),
+        "{}\n{}",
+        without.stdout,
+        without.stderr
+    );
+    let with = dry_run(&["--secrets-file", s(&secrets)]);
+    assert_eq!(with.code, 0, "{}\n{}", with.stdout, with.stderr);
+    let trial = &with.json()["dryRun"]["steps"][3];
+    assert_eq!(trial["status"], "ok", "{trial}");
+    assert!(
+        trial["detail"]
+            .as_str()
+            .unwrap()
+            .contains("passed its judges"),
+        "{trial}"
+    );
+    assert!(!with.stdout.contains("dry-canary-1") && !with.stderr.contains("dry-canary-1"));
+}
+
+#[test]
 fn a_judge_naming_a_plugin_of_another_kind_stops_the_run_before_any_machine() {
     let mst = Mst::new();
     let mut config = json!({
