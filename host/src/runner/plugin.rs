@@ -31,6 +31,9 @@ pub struct PluginRunner {
     /// The network the operator passed (`--runner-option network=…`): the only one besides
     /// `none` a container spec may ask for, since egress is the operator's choice.
     network: Option<String>,
+    /// The values of the operator's runner options: a raw `unix://` socket a container spec
+    /// names must be one of them (or the current context's), never one the plugin chose.
+    operator_values: Vec<String>,
     /// Docker runners by the container settings they serve, made on first use.
     docker: Mutex<BTreeMap<String, Arc<DockerRunner>>>,
     /// This process's record of the plugin's machines (none without an mst home).
@@ -107,11 +110,25 @@ impl PluginRunner {
             options: text,
             max_shards,
             network: options.get("network").cloned(),
+            operator_values: options.values().cloned().collect(),
             docker: Mutex::new(BTreeMap::new()),
             ledger,
             released,
             worker,
         })
+    }
+
+    /// Refuses a raw `unix://` socket path the operator did not give: a plugin could otherwise
+    /// point mst at any local socket (one forwarded to a remote engine, another daemon's). A
+    /// context *name* is the operator's own configuration, checked by [`spec_endpoint`].
+    fn refuse_unlisted_socket(&self, context: &str) -> Result<()> {
+        let current = || {
+            crate::runner::docker::context::resolve_endpoint(
+                &crate::runner::docker::context::current_context(),
+            )
+            .ok()
+        };
+        refuse_unlisted_socket(context, &self.operator_values, current)
     }
 
     /// The Docker runner for a container spec's settings, validated like `--runner docker`
@@ -164,7 +181,9 @@ impl PluginRunner {
         if let Some(context) = &spec.context {
             // Exactly one value, never the comma-separated `contexts` syntax, and checked as
             // the endpoint it resolves to: the bundle and tokens go wherever it points.
-            options.contexts = vec![spec_endpoint(context)?];
+            let endpoint = spec_endpoint(context)?;
+            self.refuse_unlisted_socket(context)?;
+            options.contexts = vec![endpoint];
         }
         let key = format!("{options:?}{:?}{:?}", spec.labels, spec.env_names);
         let mut docker = self.docker.lock().expect("docker runners");
@@ -367,9 +386,45 @@ impl Channel for PluginMachine {
     }
 }
 
+/// [`PluginRunner::refuse_unlisted_socket`]: `context` passes unless it is a raw `unix://`
+/// socket that is neither one of the operator's option values nor `current()`, the current
+/// context's endpoint.
+fn refuse_unlisted_socket(
+    context: &str,
+    operator_values: &[String],
+    current: impl FnOnce() -> Option<String>,
+) -> Result<()> {
+    let listed = operator_values.iter().any(|value| value == context);
+    if !context.starts_with("unix://") || listed || current().as_deref() == Some(context) {
+        return Ok(());
+    }
+    bail!(
+        "its container spec names the socket {context:?}, which you did not give it: a runner \
+         plugin may use your current Docker context, one you configured by name, or a unix:// \
+         socket you pass in its runner options"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spec_names_only_a_socket_the_operator_gave() {
+        let given = vec!["unix:///run/engine-a.sock".to_string(), "2".to_string()];
+        let none = || None;
+        assert!(refuse_unlisted_socket("unix:///run/engine-a.sock", &given, none).is_ok());
+        assert!(
+            refuse_unlisted_socket("my-context", &given, none).is_ok(),
+            "a name"
+        );
+        let current = || Some("unix:///var/run/docker.sock".to_string());
+        assert!(refuse_unlisted_socket("unix:///var/run/docker.sock", &given, current).is_ok());
+        let err = refuse_unlisted_socket("unix:///run/forwarded.sock", &given, current)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("which you did not give it"), "{err}");
+    }
 
     #[test]
     fn option_values_keep_their_json_types() {
