@@ -203,6 +203,7 @@ fn bad_isolation_options_are_refused_before_any_machine() {
         (&["isolation=bwrap", "expose=relative"], "must be absolute"),
         (&["memory=lots"], "at least 16m"),
         (&["pids=3"], "at least 16"),
+        (&["memory=256m"], "need isolation=bwrap"),
     ] {
         let mut args = vec!["-q"];
         for option in options {

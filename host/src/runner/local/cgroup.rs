@@ -55,8 +55,10 @@ impl Cgroup {
                 cgroup.remove();
                 Err(e.context(format!(
                     "--runner-option memory/pids: cannot make a control group for the local \
-                     machine (this needs write access to {ROOT}: cgroup v2 with the memory and \
-                     pids controllers delegated to mst's group, or v1's memory and pids \
+                     machine (this needs write access to {ROOT}: on cgroup v2, a group \
+                     delegated to mst with no other process in it, e.g. under `systemd-run \
+                     --user --scope -p Delegate=yes mst …`, since v2 enables controllers only \
+                     for groups whose parent holds no process; on v1, the memory and pids \
                      hierarchies); run mst where it has that, or leave the limits out"
                 )))
             }

@@ -60,7 +60,14 @@ impl LocalRunner {
                 other => bail!("--runner-option {other}: the `local` runner takes {OPTIONS}"),
             }
         }
-        let sandbox = match option("isolation").unwrap_or("none") {
+        let isolation = option("isolation").unwrap_or("none");
+        if limits.any() && isolation != "bwrap" {
+            bail!(
+                "--runner-option memory/pids need isolation=bwrap: unsandboxed, an agent runs as \
+                 the user that owns the machine's control group and could lift its limits"
+            );
+        }
+        let sandbox = match isolation {
             "bwrap" => Some(Sandbox::new(option("network"), option("expose"))?),
             "none" => {
                 if let Some(key) = ["network", "expose"]
@@ -198,6 +205,15 @@ fn copy_dir(src: &Path, dest: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+impl Drop for LocalMachine {
+    /// A machine dropped without `dispose` (an error on the way) leaves no control group.
+    fn drop(&mut self) {
+        if let Some(mut cgroup) = self.cgroup.take() {
+            cgroup.remove();
+        }
+    }
 }
 
 impl Channel for LocalMachine {

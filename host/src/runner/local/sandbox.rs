@@ -86,6 +86,9 @@ impl Sandbox {
     pub fn wrap(&self, root: &Path, program: &Path, args: &[String]) -> (PathBuf, Vec<OsString>) {
         let mut argv: Vec<OsString> = [
             "--die-with-parent",
+            // A session of its own: no controlling terminal to push keystrokes into
+            // (TIOCSTI, CVE-2017-5226).
+            "--new-session",
             "--unshare-pid",
             "--unshare-ipc",
             "--unshare-uts",
@@ -96,8 +99,16 @@ impl Sandbox {
         .iter()
         .map(OsString::from)
         .collect();
-        if self.network == Network::None {
-            argv.push("--unshare-net".into());
+        match self.network {
+            Network::None => argv.push("--unshare-net".into()),
+            // On the host's network, names resolve as the host's do: systemd-resolved's
+            // `/etc/resolv.conf` links into `/run`.
+            Network::Host => {
+                let resolved = Path::new("/run/systemd/resolve");
+                if resolved.is_dir() {
+                    push(&mut argv, &["--ro-bind"], &[resolved, resolved]);
+                }
+            }
         }
         for dir in SYSTEM_DIRS {
             match std::fs::read_link(dir) {
@@ -182,6 +193,7 @@ mod tests {
         let joined = argv.join(" ");
         for expected in [
             "--unshare-net",
+            "--new-session",
             "--unshare-pid",
             "--cap-drop ALL",
             "--ro-bind /opt/tools /opt/tools",
