@@ -440,8 +440,14 @@ fn glob_match(pattern: &str, text: &str) -> bool {
     if !pattern.contains('*') {
         return pattern == text;
     }
-    let climbs = text.split(['/', '=']).any(|segment| segment == "..");
-    !climbs && wildcard_match(pattern.as_bytes(), text.as_bytes())
+    !climbs(text) && wildcard_match(pattern.as_bytes(), text.as_bytes())
+}
+
+/// Whether `text` may name a parent directory: a `..` that ends it or a path segment, whatever
+/// comes before (`/x/..`, `--dir=..`, `-C..`, `host:../x`). A name like `a..b` is no climb.
+fn climbs(text: &str) -> bool {
+    text.match_indices("..")
+        .any(|(at, _)| matches!(text.as_bytes().get(at + 2), None | Some(b'/')))
 }
 
 /// One step of a pattern.
@@ -567,6 +573,9 @@ mod tests {
             assert!(!glob_match("/**/mst-*", escape), "{escape}");
         }
         assert!(!glob_match("--chdir=*", "--chdir=.."));
+        assert!(!glob_match("-C*", "-C.."), "glued to an option");
+        assert!(!glob_match("host:**", "host:../etc"));
+        assert!(glob_match("*", "a..b"), "a range, not a parent");
         assert!(!glob_match("**", "a/../b"));
         assert!(
             glob_match("**", "a/..b/c"),

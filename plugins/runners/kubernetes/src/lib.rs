@@ -85,7 +85,8 @@ const GET: &str = "tar -cf - -C {workdir} {src}";
 /// kubectl sees it (and refuses otherwise); the cluster's own policies decide the rest.
 const KUBECTL_PATTERNS: &[&str] = &[
     "--namespace=*",
-    "--context=*",
+    // Context names may hold `/` (EKS: `arn:aws:eks:…:cluster/prod`).
+    "--context=**",
     "--filename=-",
     "--for=condition=Ready",
     "--timeout=*",
