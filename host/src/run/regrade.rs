@@ -582,6 +582,20 @@ fn grade_plugins(
             models: grants.models.iter().cloned().collect(),
             name_version: plugin.name_version().to_string(),
         };
+        // A machine names the plugin making a model call by `name version`: two components
+        // called alike would share one grant.
+        let twin = plugins
+            .values()
+            .find(|(p, _)| p.name_version == shipped.name_version);
+        if let Some((twin, _)) = twin {
+            bail!(
+                "plugins {} and {} both call themselves `{}`, so grade shards could not tell \
+                 their model calls apart: load one of them",
+                twin.digest,
+                shipped.digest,
+                shipped.name_version
+            );
+        }
         let bytes = prepared.plugins.component(plugin)?;
         plugins.insert(plugin.digest().to_string(), (shipped, bytes));
     }

@@ -325,8 +325,15 @@ impl BatchRuns {
         };
         let (home, reporter, cancel) = (starter.home.clone(), live.clone(), self.cancel.clone());
         let thread = std::thread::spawn(move || {
-            let outcome = crate::run::run(&home, &run_request, reporter.as_ref(), &cancel);
-            reporter.end(outcome.err().map(|e| format!("{e:#}")));
+            // A panic still ends the run, so it stops counting against `--max-runs`.
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::run::run(&home, &run_request, reporter.as_ref(), &cancel)
+            }));
+            reporter.end(match outcome {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(format!("{e:#}")),
+                Err(_) => Some("the run stopped on an internal error (a panic)".into()),
+            });
         });
         let mut threads = self.threads.lock().expect("live runs");
         // Runs that ended need no joining at shutdown.

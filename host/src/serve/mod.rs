@@ -274,20 +274,14 @@ impl Playground {
                 "`turnTokens` must be at least 1 (leave it out for no limit on a turn)",
             ));
         }
-        self.take_session_room()?;
+        // Counted as booting until it is open (or failed, or panicked: the guard's drop).
+        let _room = self.take_session_room()?;
         // Reserved before the machine is made; given back if making it fails.
-        let reservation = match self.budgets.reserve(limit) {
-            Ok(reservation) => reservation,
-            Err(e) => {
-                self.give_session_room_back();
-                return Err(e);
-            }
-        };
+        let reservation = self.budgets.reserve(limit)?;
         let session = match Session::boot(self.shared.clone(), &variant, &request) {
             Ok(session) => session,
             Err(e) => {
                 self.budgets.release(reservation);
-                self.give_session_room_back();
                 return Err(e);
             }
         };
@@ -298,17 +292,15 @@ impl Playground {
             .lock()
             .expect("sessions")
             .insert(session.id.clone(), session);
-        // Counted as open from here on.
-        self.give_session_room_back();
         Ok(view)
     }
 
-    /// Room for one more session, counted as booting until [`Self::give_session_room_back`]
-    /// (then it is open, or it failed): 429 when `--max-sessions` are open or booting.
-    fn take_session_room(&self) -> Result<(), ServeError> {
+    /// Room for one more session, counted as booting while the returned guard lives (then it
+    /// is open, or it failed): 429 when `--max-sessions` hold machines or are booting.
+    fn take_session_room(&self) -> Result<Booting<'_>, ServeError> {
         let mut booting = self.booting.lock().expect("booting");
         let open = (self.sessions.lock().expect("sessions").values())
-            .filter(|s| s.is_open())
+            .filter(|s| s.holds_machine())
             .count();
         if open + *booting >= self.max_sessions {
             return Err(ServeError::too_many(format!(
@@ -319,12 +311,7 @@ impl Playground {
             )));
         }
         *booting += 1;
-        Ok(())
-    }
-
-    /// A booting session is open now, or failed to start.
-    fn give_session_room_back(&self) {
-        *self.booting.lock().expect("booting") -= 1;
+        Ok(Booting(&self.booting))
     }
 
     /// Every session of this process, oldest first.
@@ -505,7 +492,7 @@ impl Playground {
             .unwrap_or(std::path::Path::new("."));
         let path = dir.join(name);
         let line = serde_json::to_string(&case).map_err(|e| ServeError::machine(e.to_string()))?;
-        append_case(&path, &case_id, &crate::secrets::redactor().redact(&line))?;
+        append_case(&path, &crate::secrets::redactor().redact(&line))?;
         Ok(serde_json::json!({"dataset": path, "case": case}))
     }
 
@@ -566,37 +553,62 @@ impl Playground {
     }
 }
 
-/// Appends case `line` (its id `case_id`) to the dataset file `path`, made if missing, under
-/// an exclusive lock on the file, so that exports at once (from this server or another) each
-/// keep their case; 409 when the file holds that id already. The file must be a regular file,
-/// reached through no link.
-fn append_case(path: &std::path::Path, case_id: &str, line: &str) -> Result<(), ServeError> {
+/// A session counted as booting ([`Playground::take_session_room`]) until dropped.
+struct Booting<'a>(&'a Mutex<usize>);
+
+impl Drop for Booting<'_> {
+    fn drop(&mut self) {
+        *self.0.lock().expect("booting") -= 1;
+    }
+}
+
+/// Appends the case `line` (as written, redacted) to the dataset file `path`, made if missing,
+/// under an exclusive lock on the file, so that exports at once (from this server or another)
+/// each keep their case; 409 when the file holds the line's id already. The file must be a
+/// regular file, reached through no link.
+fn append_case(path: &std::path::Path, line: &str) -> Result<(), ServeError> {
     use std::io::{Read, Write};
     use std::os::unix::fs::OpenOptionsExt;
     let failed =
         |e: std::io::Error| ServeError::machine(format!("cannot write {}: {e}", path.display()));
-    let mut file = std::fs::OpenOptions::new()
+    let not_a_file = || {
+        ServeError::conflict(format!(
+            "{} is not a regular file: export into another `dataset`",
+            path.display()
+        ))
+    };
+    let opened = std::fs::OpenOptions::new()
         .read(true)
         .append(true)
         .create(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(failed)?;
+        .open(path);
+    let mut file = match opened {
+        Ok(file) => file,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::EISDIR)) => {
+            return Err(not_a_file())
+        }
+        Err(e) => return Err(failed(e)),
+    };
     if !file.metadata().map_err(failed)?.is_file() {
-        return Err(ServeError::conflict(format!(
-            "{} is not a regular file: export into another `dataset`",
-            path.display()
-        )));
+        return Err(not_a_file());
     }
     // Held until the file is closed, at the end of this function.
     file.lock().map_err(failed)?;
-    let mut existing = String::new();
-    file.read_to_string(&mut existing).map_err(failed)?;
-    let taken = existing.lines().any(|line| {
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(failed)?;
+    let existing = String::from_utf8_lossy(&bytes);
+    // Ids as the file holds them: redacted, like the line.
+    let id_of = |line: &str| {
         serde_json::from_str::<serde_json::Value>(line)
-            .is_ok_and(|c| c["id"].as_str() == Some(case_id))
-    });
-    if taken {
+            .ok()
+            .and_then(|case| case["id"].as_str().map(str::to_string))
+    };
+    let case_id = id_of(line).unwrap_or_default();
+    if existing
+        .lines()
+        .any(|held| id_of(held).as_deref() == Some(&case_id))
+    {
         return Err(ServeError::conflict(format!(
             "{} already holds a case `{case_id}`: give the export another `case` id",
             path.display()

@@ -399,9 +399,15 @@ impl Session {
     }
 
     /// The session's record, state and tasks.
-    /// Whether it is not closed yet (its machine is, or may be, still there).
-    pub fn is_open(&self) -> bool {
-        self.state.lock().expect("session").closed.is_none()
+    /// Whether it still holds its machine: not closed yet, or closed but with a task that has
+    /// not stopped, whose machine is disposed of once it does. A task running holds the
+    /// machine's lock: that counts as held.
+    pub fn holds_machine(&self) -> bool {
+        let open = self.state.lock().expect("session").closed.is_none();
+        open || self
+            .machine
+            .try_lock()
+            .map_or(true, |machine| machine.is_some())
     }
 
     pub fn view(&self) -> SessionView {
