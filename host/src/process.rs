@@ -246,6 +246,10 @@ impl AsyncGroupChild {
             .kill_on_drop(true)
             .spawn()?;
         let leader = child.id().expect("a child just started has its id");
+        // A trial's program, not the worker reporting on it, is what the kernel kills when the
+        // machine runs out of memory: the trial then ends with its cause, and the shard goes on.
+        // Raising one's own score needs no privilege; where it fails, nothing else changes.
+        let _ = std::fs::write(format!("/proc/{leader}/oom_score_adj"), "500");
         Ok(AsyncGroupChild {
             child,
             leader,
@@ -648,6 +652,26 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         false
+    }
+
+    #[tokio::test]
+    async fn a_trials_program_is_the_oom_killers_first_choice_over_its_parent() {
+        let argv = ["sleep", "30"].map(String::from);
+        let child = AsyncGroupChild::spawn(GroupCommand::new(&argv, &Default::default())).unwrap();
+        let score = |pid: u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+                .unwrap()
+                .trim()
+                .parse::<i32>()
+                .unwrap()
+        };
+        // Set once it started (what it started before that keeps the score it was born with).
+        assert!(score(child.leader) >= 500, "the program");
+        assert!(
+            score(std::process::id()) < 500,
+            "not the process that started it"
+        );
+        child.kill_group();
     }
 
     /// A shell in its own group that starts a `sleep` in the background (a grandchild of
