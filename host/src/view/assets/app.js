@@ -220,7 +220,11 @@
     var listHeading = h('h2', null, 'Tasks, newest first');
     var submit = h('button', { type: 'submit', id: 'submit-task', 'class': 'primary' }, 'Run task');
     var closeButton = h('button', { type: 'button', id: 'close-session', onclick: closeSession }, 'Close session');
-    var head = h('div', null);
+    // The title stays one element, changed in place: each poll redraws only the line under it,
+    // so the heading is never missing for a moment.
+    var title = h('h1', null);
+    var meta = h('div', null);
+    var head = h('div', null, title, meta);
     var followed = Object.create(null);
 
     function say(kind, text) {
@@ -228,13 +232,13 @@
       if (text) message.appendChild(h('p', { 'class': 'notice' + (kind === 'error' ? ' error' : '') }, text));
     }
     function drawHead(s) {
-      while (head.firstChild) head.removeChild(head.firstChild);
+      while (meta.firstChild) meta.removeChild(meta.firstChild);
       chat = !!s.conversation;
       freshLabel.hidden = !chat;
       inputLabel.textContent = chat ? 'Message' : 'Task input';
       listHeading.textContent = chat ? 'Turns, newest first' : 'Tasks, newest first';
-      head.appendChild(h('h1', null, chat ? 'Conversation ' : 'Session ', s.id));
-      head.appendChild(h('p', { 'class': 'meta' }, 'variant ', s.variant, chat ? ' \u00b7 conversation' : '', ' \u00b7 machine ', s.machine || '\u2013',
+      title.textContent = (chat ? 'Conversation ' : 'Session ') + s.id;
+      meta.appendChild(h('p', { 'class': 'meta' }, 'variant ', s.variant, chat ? ' \u00b7 conversation' : '', ' \u00b7 machine ', s.machine || '\u2013',
         ' \u00b7 ', h('span', { id: 'session-state', 'data-status': s.status }, s.status, s.ended ? ': ' + s.ended : ''),
         s.budget ? h('span', { id: 'session-budget' }, ' \u00b7 spent ', String(s.budget.spent.tokens), ' tokens',
           s.budget.spent.costUsd ? ' ($' + s.budget.spent.costUsd.toFixed(4) + ')' : '',
