@@ -291,17 +291,27 @@ impl Browser {
             .unwrap_or_else(|e| panic!("text of `{css}`: {e}"))
     }
 
-    /// The rendered text of every element matching `css`, in document order.
+    /// The rendered text of every element matching `css`, in document order. A page that
+    /// redraws the list between the find and the reads (a live view polling) leaves stale
+    /// references: the read is made again, a few times.
     pub fn texts(&self, css: &str) -> Vec<String> {
-        self.runtime
-            .block_on(async {
+        let read = || {
+            self.runtime.block_on(async {
                 let mut texts = Vec::new();
                 for element in self.client().find_all(Locator::Css(css)).await? {
                     texts.push(element.text().await?);
                 }
                 Ok::<_, fantoccini::error::CmdError>(texts)
             })
-            .unwrap_or_else(|e| panic!("texts of `{css}`: {e}"))
+        };
+        let mut attempt = 0;
+        loop {
+            match read() {
+                Ok(texts) => return texts,
+                Err(e) if attempt < 5 && e.to_string().contains("stale element") => attempt += 1,
+                Err(e) => panic!("texts of `{css}`: {e}"),
+            }
+        }
     }
 
     /// Attribute `name` of the first element matching `css` (`None` when it has none).
