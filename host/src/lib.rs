@@ -20,6 +20,7 @@
 //!   typed calls, the install store and a run's plugin set.
 //! - [`llm`]: model providers: one request and reply shape, the built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files and redaction.
+//! - [`sandbox`]: bubblewrap sandboxes for a local machine and each of its trials' programs.
 //! - [`files`], [`process`], [`net`], [`clock`], [`home`], [`owner`]: the ground floor: careful
 //!   file access; host processes (groups, deadlines, capped reads); the HTTP client and its
 //!   capped body reads; wall-clock time; where mst keeps its state (`$MST_HOME`); which mst
@@ -42,6 +43,7 @@ pub mod process;
 pub mod results;
 pub mod run;
 pub mod runner;
+pub mod sandbox;
 pub mod secrets;
 pub mod serve;
 pub mod shard;

@@ -68,7 +68,6 @@ pub fn minimal_env() -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
 /// a PATH of the child's own, it must `fork` instead, copying the page tables of this
 /// process, which made starting a short client twice as costly (docs/performance.md).
 pub fn resolve_program(program: &str, path: Option<&std::ffi::OsStr>) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let bare = std::path::PathBuf::from(program);
     let Some(path) = path.filter(|_| !program.is_empty() && !program.contains('/')) else {
         return bare;
@@ -79,11 +78,14 @@ pub fn resolve_program(program: &str, path: Option<&std::ffi::OsStr>) -> std::pa
     }
     dirs.into_iter()
         .map(|dir| dir.join(program))
-        .find(|candidate| {
-            std::fs::metadata(candidate)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+        .find(|candidate| is_executable_file(candidate))
         .unwrap_or(bare)
+}
+
+/// Whether `path` is (or links to) a regular file someone may execute.
+pub fn is_executable_file(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// How often a deadline wait looks at the process, at most: it starts at [`FIRST_POLL`] and
@@ -180,6 +182,15 @@ impl GroupCommand {
     pub fn new(argv: &[String], env: &std::collections::BTreeMap<String, String>) -> Self {
         GroupCommand {
             command: clean_command(argv, env),
+            die_with_parent: false,
+        }
+    }
+
+    /// `command` as it is: one made by [`clean_command`] and changed since (a trial's program
+    /// put in its sandbox).
+    pub fn from_clean(command: Command) -> Self {
+        GroupCommand {
+            command,
             die_with_parent: false,
         }
     }

@@ -22,7 +22,7 @@
 //! that cannot be reached, makes the trial infra; a tool error is an answer.
 
 use super::mcp::{call_tool, close, connect, drive, trace_of, Session};
-use super::{input_text, Client, Exchange, GatewayAccess, Recorder, TrialInput};
+use super::{input_text, Client, Exchange, GatewayAccess, Recorder, TrialInput, TrialPlace};
 use crate::eval::config::{ServerConfig, VariantSpec};
 use crate::eval::trial::{EventKind, TraceRecord};
 use crate::llm::http::{Http, ProviderConfig};
@@ -34,7 +34,6 @@ use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Instant;
 
 /// Separates a server's label from its tool's name in the names the model sees.
@@ -166,10 +165,10 @@ impl ApiClient {
         model: ModelCalls<'_>,
         history: &[Exchange],
         prompt: String,
-        scratch: &Path,
+        place: &TrialPlace<'_>,
         trace: &mut Recorder<'_>,
     ) -> Result<Option<String>> {
-        let (sessions, tools) = self.open_servers(scratch).await?;
+        let (sessions, tools) = self.open_servers(place).await?;
         let mut turns = Vec::with_capacity(history.len() * 2 + 1);
         if !history.is_empty() {
             // The earlier turns are in their own traces: this one only says they were sent.
@@ -246,12 +245,12 @@ impl ApiClient {
     /// (`server__tool`; none with `toolChoice: none`).
     async fn open_servers(
         &self,
-        scratch: &Path,
+        place: &TrialPlace<'_>,
     ) -> Result<(BTreeMap<String, Session>, Vec<ToolSpec>)> {
         let mut sessions = BTreeMap::new();
         let mut tools = Vec::new();
         for (label, config) in &self.servers {
-            let session = connect(config, label, &self.tokens, scratch)
+            let session = connect(config, label, &self.tokens, place)
                 .await
                 .with_context(|| format!("MCP server `{label}`"))?;
             if self.options.tool_choice != ToolChoice::None {
@@ -352,7 +351,7 @@ impl Client for ApiClient {
             let Some(turns) = replayed else {
                 let prompt = input_text(input.case);
                 return self
-                    .agent_loop(calls, input.history, prompt, input.scratch, &mut trace)
+                    .agent_loop(calls, input.history, prompt, &input.place, &mut trace)
                     .await;
             };
             let mut history: Vec<Exchange> = Vec::new();
@@ -362,7 +361,7 @@ impl Client for ApiClient {
                 trace.push(EventKind::Log { text });
                 let prompt = super::text_of(turn);
                 answer = self
-                    .agent_loop(calls, &history, prompt.clone(), input.scratch, &mut trace)
+                    .agent_loop(calls, &history, prompt.clone(), &input.place, &mut trace)
                     .await?;
                 match &answer {
                     _ if trace.past_budget().is_some() => break,

@@ -89,12 +89,10 @@ pub trait Driver: Send + Sync {
 }
 
 /// One trial's start of an agent CLI: its argv, its environment (besides the minimal one),
-/// the directories it uses (its home, its configuration), removed when the run ends, and its
-/// version, recorded as the trace's [`AGENT_CLI_EVENT`].
+/// and its version, recorded as the trace's [`AGENT_CLI_EVENT`].
 pub struct Launch {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
-    pub dirs: Vec<tempfile::TempDir>,
     pub version: Option<String>,
 }
 
@@ -348,20 +346,16 @@ impl CommandClient {
         deadline: Instant,
         trace: &mut Recorder<'t>,
     ) -> Result<ProgramEnd, String> {
-        let (command, name, _dirs) = match &self.driver {
+        let (command, name) = match &self.driver {
             Some(driver) => {
                 let launch = driver.launch(input, text, resume_with)?;
                 trace.push(EventKind::Custom {
                     name: AGENT_CLI_EVENT.into(),
                     data: serde_json::json!({"client": driver.name(), "version": launch.version}),
                 });
-                let (command, name) = self.launched(input, launch.argv, &launch.env);
-                (command, name, launch.dirs)
+                self.launched(input, launch.argv, &launch.env)?
             }
-            None => {
-                let (command, name) = self.command(input, text, resume_with);
-                (command, name, Vec::new())
-            }
+            None => self.command(input, text, resume_with)?,
         };
         let run = ProgramRun {
             client: self,
@@ -382,17 +376,20 @@ impl CommandClient {
         input: &TrialInput<'_>,
         mut argv: Vec<String>,
         env: &BTreeMap<String, String>,
-    ) -> (GroupCommand, String) {
-        let mut group_command = GroupCommand::new(&argv, env);
+    ) -> Result<(GroupCommand, String), String> {
+        let mut group_command = input
+            .place
+            .program(&argv, env)
+            .map_err(|why| format!("cannot start `{}`: {why}", argv[0]))?;
         group_command
             .command_mut()
             .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, e.hand_out())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .current_dir(input.scratch);
+            .current_dir(input.place.work);
         let name = argv.swap_remove(0);
-        (group_command, name)
+        Ok((group_command, name))
     }
 
     /// The program for one trial, set up to run (stdio piped, the environment cleared to
@@ -402,7 +399,7 @@ impl CommandClient {
         input: &TrialInput<'_>,
         text: &str,
         resume_with: Option<&str>,
-    ) -> (GroupCommand, String) {
+    ) -> Result<(GroupCommand, String), String> {
         let argv_text = if self.options.input == InputMode::Argv {
             text
         } else {
@@ -418,7 +415,10 @@ impl CommandClient {
         if let (Some(resume), Some(token)) = (&self.resume, resume_with) {
             argv.extend(resume.args(token));
         }
-        let mut group_command = GroupCommand::new(&argv, &self.options.env);
+        let mut group_command = input
+            .place
+            .program(&argv, &self.options.env)
+            .map_err(|why| format!("cannot start `{}`: {why}", argv[0]))?;
         let gateway = input.gateway.filter(|_| self.options.model_gateway);
         let gateway_env = gateway.map(|g| g.env(self.model.as_deref()));
         let command = group_command.command_mut();
@@ -434,9 +434,14 @@ impl CommandClient {
             Stdio::null()
         });
         // The trial's scratch directory unless the config names one.
-        command.current_dir(self.options.cwd.as_deref().map_or(input.scratch, Path::new));
+        command.current_dir(
+            self.options
+                .cwd
+                .as_deref()
+                .map_or(input.place.work, Path::new),
+        );
         let name = argv.swap_remove(0);
-        (group_command, name)
+        Ok((group_command, name))
     }
 }
 
@@ -728,7 +733,11 @@ mod tests {
             trial: 0,
             timeout,
             cancel: &AtomicBool::new(false),
-            scratch: &std::env::temp_dir(),
+            place: crate::client::TrialPlace {
+                work: &std::env::temp_dir(),
+                home: &std::env::temp_dir(),
+                sandbox: None,
+            },
             events,
             resume: None,
             history: &[],

@@ -8,10 +8,10 @@
 //! failure; a server that cannot be started or reached is. Each trial starts its servers afresh,
 //! so no state leaks from one trial to the next.
 
-use super::{Client, Recorder, TrialInput};
+use super::{Client, Recorder, TrialInput, TrialPlace};
 use crate::eval::config::ServerConfig;
 use crate::eval::trial::{EventKind, TraceRecord, TrialStatus};
-use crate::process::{AsyncGroupChild, GroupCommand};
+use crate::process::AsyncGroupChild;
 use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use reqwest::header::{HeaderName, HeaderValue};
@@ -21,7 +21,6 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -172,7 +171,7 @@ pub(super) async fn connect(
     config: &ServerConfig,
     label: &str,
     tokens: &BTreeMap<String, Secret>,
-    scratch: &Path,
+    place: &TrialPlace<'_>,
 ) -> Result<Session> {
     let secret = |name: &str| {
         tokens
@@ -183,18 +182,21 @@ pub(super) async fn connect(
         ServerConfig::Stdio(server) => {
             let mut argv = vec![server.command.clone()];
             argv.extend(server.args.iter().cloned());
-            let mut command = GroupCommand::new(&argv, &server.env);
+            // A sandbox of its own on a sandboxed machine, like each of the trial's programs.
+            let mut command = place
+                .program(&argv, &server.env)
+                .map_err(|why| anyhow::anyhow!("cannot start `{}`: {why}", server.command))?;
             // In the trial's own directory, like the agent: a server that works on files (a
             // filesystem server given `.`) sees the trial's files only. `cwd` is checked to be
             // inside it when the config is read.
             let dir = match &server.cwd {
                 Some(cwd) => {
-                    let dir = scratch.join(cwd);
+                    let dir = place.work.join(cwd);
                     std::fs::create_dir_all(&dir)
                         .with_context(|| format!("cannot create its cwd `{cwd}`"))?;
                     dir
                 }
-                None => scratch.to_path_buf(),
+                None => place.work.to_path_buf(),
             };
             // MCP on its stdin and stdout; its stderr is the worker's, as a log.
             command
@@ -313,7 +315,7 @@ async fn run_calls(
     servers: &BTreeMap<String, ServerConfig>,
     tokens: &BTreeMap<String, Secret>,
     calls: &[(String, Call)],
-    scratch: &Path,
+    place: &TrialPlace<'_>,
     trace: &mut Recorder<'_>,
 ) -> Result<Option<String>> {
     let mut sessions: BTreeMap<String, Session> = BTreeMap::new();
@@ -322,7 +324,7 @@ async fn run_calls(
         let label = label.clone();
         let config = &servers[&label];
         if !sessions.contains_key(&label) {
-            let session = connect(config, &label, tokens, scratch)
+            let session = connect(config, &label, tokens, place)
                 .await
                 .with_context(|| format!("MCP server `{label}`"))?;
             sessions.insert(label.clone(), session);
@@ -377,7 +379,7 @@ impl Client for McpClient {
                 &self.servers,
                 &self.tokens,
                 &calls,
-                input.scratch,
+                &input.place,
                 &mut trace,
             ),
         );

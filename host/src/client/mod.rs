@@ -10,9 +10,12 @@ pub mod mcp;
 
 use crate::eval::config::VariantSpec;
 use crate::eval::trial::{CaseRecord, EventKind, TraceEvent, TraceRecord, TrialStatus};
+use crate::process::GroupCommand;
 use crate::secrets::Secret;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -26,9 +29,9 @@ pub struct TrialInput<'a> {
     pub timeout: Duration,
     /// Set when the shard is cancelled: the client stops the trial as soon as it can.
     pub cancel: &'a AtomicBool,
-    /// The trial's own empty working directory, removed when it ends: the agent starts here,
-    /// away from the bundle and the other trials' traces.
-    pub scratch: &'a std::path::Path,
+    /// Where the trial's programs run: its own empty work directory, its home and, on a
+    /// sandboxed machine, their sandbox.
+    pub place: TrialPlace<'a>,
     /// Hears each trace event the moment the client records it (the worker streams them to
     /// the coordinator); [`NoEvents`] for callers that only read the finished trace.
     pub events: &'a dyn EventSink,
@@ -50,6 +53,50 @@ pub struct TrialInput<'a> {
     /// machine's model gateway (`claude-code`, `codex`, the `api` client on a configured
     /// provider, a `command` client with `modelGateway`); `None` otherwise.
     pub gateway: Option<&'a GatewayAccess>,
+}
+
+/// Where a trial's programs run, and how they are started.
+#[derive(Clone, Copy)]
+pub struct TrialPlace<'a> {
+    /// The trial's own empty work directory, emptied when it ends: the agent starts here, away
+    /// from the bundle and the other trials' traces.
+    pub work: &'a Path,
+    /// The trial's own empty home directory (`HOME`), likewise: nothing of the machine's user
+    /// or of another trial is in it.
+    pub home: &'a Path,
+    /// On a sandboxed machine, the sandbox each of the trial's programs runs in, which lets
+    /// it write the two directories above and nothing else of the machine.
+    pub sandbox: Option<&'a crate::sandbox::TrialSandbox<'a>>,
+}
+
+impl TrialPlace<'_> {
+    /// A program of the trial: `argv` with the minimal environment, `HOME` the trial's home,
+    /// and `env` over both ([`crate::process::clean_command`]), in the trial's sandbox if it
+    /// has one (refused if its program is missing). Its working directory and stdio are the
+    /// caller's to set, after.
+    pub fn command(
+        &self,
+        argv: &[String],
+        env: &BTreeMap<String, String>,
+    ) -> Result<Command, String> {
+        let mut env = env.clone();
+        env.entry("HOME".into())
+            .or_insert_with(|| self.home.display().to_string());
+        let command = crate::process::clean_command(argv, &env);
+        match self.sandbox {
+            Some(sandbox) => sandbox.confine(command),
+            None => Ok(command),
+        }
+    }
+
+    /// [`Self::command`] for the trial's async runtime.
+    pub fn program(
+        &self,
+        argv: &[String],
+        env: &BTreeMap<String, String>,
+    ) -> Result<GroupCommand, String> {
+        self.command(argv, env).map(GroupCommand::from_clean)
+    }
 }
 
 /// How a trial's agent reaches the machine's model gateway: its base URL on the loopback, and

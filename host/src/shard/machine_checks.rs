@@ -8,11 +8,10 @@
 //! unless its program lies in the work directory (`./run_tests.sh`), which the agent could
 //! remove or break: then it is a failed check, or an agent could excuse its failure as infra.
 
-use crate::client::EventSink;
+use crate::client::{EventSink, TrialPlace};
 use crate::eval::config::CheckSpec;
 use crate::eval::trial::{EventKind, TraceEvent, TraceRecord, TrialStatus, CHECK_EVENT};
 use crate::process::NotFinished;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Bytes kept of the end of a check's stdout and of its stderr in its event.
@@ -20,16 +19,23 @@ pub const MAX_CHECK_OUTPUT: usize = 16 * 1024;
 /// Bytes read of a check's stdout or stderr at most (the rest is drained unread).
 const READ_CAP: u64 = 4 * 1024 * 1024;
 
-/// Runs `checks` one after the other in `dir` on a trace whose client ran (not an `infra`
+/// Runs `checks` one after the other in the trial's work directory, each in the trial's
+/// sandbox when it has one (a check is hostile-input-driven code too: it runs what the agent
+/// left), on a trace whose client ran (not an `infra`
 /// one), appending a `check` event for each to `trace` and telling `sink`. A check that
 /// cannot start ends the list: the trace becomes `infra`, with why as its last `log` event.
-pub fn run_checks(checks: &[CheckSpec], dir: &Path, trace: &mut TraceRecord, sink: &dyn EventSink) {
+pub fn run_checks(
+    checks: &[CheckSpec],
+    place: &TrialPlace<'_>,
+    trace: &mut TraceRecord,
+    sink: &dyn EventSink,
+) {
     if trace.status == TrialStatus::Infra {
         return;
     }
     let began = Instant::now();
     for check in checks {
-        let ran = run_one(check, dir);
+        let ran = run_one(check, place);
         let at_ms = trace.duration_ms + began.elapsed().as_millis() as u64;
         let kind = match ran {
             Ok(data) => EventKind::Custom {
@@ -65,39 +71,43 @@ fn push(trace: &mut TraceRecord, sink: &dyn EventSink, at_ms: u64, kind: EventKi
 }
 
 /// Runs one check: its event's data, or why it could not start.
-fn run_one(check: &CheckSpec, dir: &Path) -> Result<serde_json::Value, String> {
-    let mut command = crate::process::clean_command(&check.run, &Default::default());
-    command.current_dir(dir);
+fn run_one(check: &CheckSpec, place: &TrialPlace<'_>) -> Result<serde_json::Value, String> {
     let limit = Duration::from_secs_f64(check.timeout);
     let started = Instant::now();
-    let (exit_code, timed_out, stdout, stderr) =
-        match crate::process::run_to_end(&mut command, Vec::new(), limit, READ_CAP) {
-            Ok(finished) => (
-                finished.status.and_then(|s| s.code()),
-                false,
-                finished.stdout,
-                finished.stderr,
-            ),
-            Err(NotFinished::TimedOut(_)) => (None, true, Vec::new(), Vec::new()),
-            Err(NotFinished::NotStarted(why)) if in_work_dir(&check.run[0]) => {
-                return Ok(serde_json::json!({
-                    "check": check.name,
-                    "passed": false,
-                    "exitCode": null,
-                    "timedOut": false,
-                    "durationMs": started.elapsed().as_millis() as u64,
-                    "stdout": "",
-                    "stderr": format!(
-                        "cannot start `{}`, which is in the work directory the agent could \
-                         change: {why}",
-                        check.run[0]
-                    ),
-                }))
-            }
-            Err(NotFinished::NotStarted(why)) => {
-                return Err(format!("cannot start `{}`: {why}", check.run[0]))
-            }
-        };
+    let run = place
+        .command(&check.run, &Default::default())
+        .map_err(NotFinished::NotStarted)
+        .and_then(|mut command| {
+            command.current_dir(place.work);
+            crate::process::run_to_end(&mut command, Vec::new(), limit, READ_CAP)
+        });
+    let (exit_code, timed_out, stdout, stderr) = match run {
+        Ok(finished) => (
+            finished.status.and_then(|s| s.code()),
+            false,
+            finished.stdout,
+            finished.stderr,
+        ),
+        Err(NotFinished::TimedOut(_)) => (None, true, Vec::new(), Vec::new()),
+        Err(NotFinished::NotStarted(why)) if in_work_dir(&check.run[0]) => {
+            return Ok(serde_json::json!({
+                "check": check.name,
+                "passed": false,
+                "exitCode": null,
+                "timedOut": false,
+                "durationMs": started.elapsed().as_millis() as u64,
+                "stdout": "",
+                "stderr": format!(
+                    "cannot start `{}`, which is in the work directory the agent could \
+                     change: {why}",
+                    check.run[0]
+                ),
+            }))
+        }
+        Err(NotFinished::NotStarted(why)) => {
+            return Err(format!("cannot start `{}`: {why}", check.run[0]))
+        }
+    };
     Ok(serde_json::json!({
         "check": check.name,
         "passed": exit_code == Some(0),
@@ -129,6 +139,16 @@ fn tail(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::client::NoEvents;
+    use std::path::Path;
+
+    /// An unsandboxed trial working (and at home) in `dir`.
+    fn place(dir: &Path) -> TrialPlace<'_> {
+        TrialPlace {
+            work: dir,
+            home: dir,
+            sandbox: None,
+        }
+    }
 
     fn check(name: &str, run: &[&str], timeout: f64) -> CheckSpec {
         CheckSpec {
@@ -155,7 +175,7 @@ mod tests {
             ),
             check("slow", &["sleep", "5"], 0.2),
         ];
-        run_checks(&checks, dir.path(), &mut trace, &NoEvents);
+        run_checks(&checks, &place(dir.path()), &mut trace, &NoEvents);
         assert_eq!(trace.status, TrialStatus::Completed);
         assert_eq!(trace.events.len(), 3);
         let file = trace.check_outcome("file").unwrap();
@@ -183,7 +203,7 @@ mod tests {
             check("gone", &["/nonexistent/prog"], 10.0),
             check("never", &["true"], 10.0),
         ];
-        run_checks(&checks, dir.path(), &mut trace, &NoEvents);
+        run_checks(&checks, &place(dir.path()), &mut trace, &NoEvents);
         assert_eq!(trace.status, TrialStatus::Infra);
         assert_eq!(
             trace.events.len(),
@@ -202,7 +222,7 @@ mod tests {
             check("removed", &["./run_tests.sh"], 10.0),
             check("next", &["true"], 10.0),
         ];
-        run_checks(&checks, dir.path(), &mut trace, &NoEvents);
+        run_checks(&checks, &place(dir.path()), &mut trace, &NoEvents);
         assert_eq!(trace.status, TrialStatus::Completed);
         let removed = trace.check_outcome("removed").unwrap();
         assert_eq!(removed["passed"], false);

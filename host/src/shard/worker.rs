@@ -17,6 +17,7 @@ use crate::eval::trial::{
 };
 use crate::grade::remote::RemoteGrader;
 use crate::results::trace_path;
+use crate::sandbox::{Bwrap, TrialSandbox, TRIAL_SANDBOX_ENV};
 use crate::secrets::Secret;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -132,8 +133,8 @@ struct TrialSetting<'a> {
     history: &'a [client::Exchange],
     /// The bundle's `tokenBudget`.
     token_budget: Option<u64>,
-    /// Where fresh scratch directories come from.
-    scratch: &'a ScratchDirs,
+    /// Where fresh work directories and homes come from, and the sandbox of the programs.
+    rooms: &'a TrialRooms,
     /// Where the trials' artefact directories come from, when the bundle keeps artefacts.
     artifacts: Option<&'a ArtifactSlots>,
     /// The checks the trial's variant runs after its client.
@@ -155,7 +156,16 @@ fn run_trial(
     link: &TrialLink,
 ) -> Result<Option<Finished>, String> {
     let results = setting.results;
-    let scratch = Scratch::new(results, setting.workdir, setting.scratch)?;
+    let rooms = setting.rooms;
+    let scratch = Scratch::new(results, setting.workdir, &rooms.work)?;
+    let home = Scratch::home(&scratch, results, &rooms.homes)?;
+    let sandbox = (rooms.sandbox.as_ref())
+        .map(|bwrap| TrialSandbox::new(bwrap, vec![scratch.path().into(), home.path().into()]));
+    let place = client::TrialPlace {
+        work: scratch.path(),
+        home: home.path(),
+        sandbox: sandbox.as_ref(),
+    };
     let evidence = setting.artifacts.map(ArtifactSlots::take).transpose()?;
     let trace = client.run(&TrialInput {
         case,
@@ -163,7 +173,7 @@ fn run_trial(
         trial: key.trial,
         timeout,
         cancel,
-        scratch: scratch.path(),
+        place,
         events: link,
         resume: setting
             .conversation
@@ -177,7 +187,7 @@ fn run_trial(
     let cancelled = cancel.load(Ordering::Relaxed) && trace.status != TrialStatus::Completed;
     // In the trial's own directory, before it is emptied: what the agent left there.
     if !cancelled && !setting.checks.is_empty() {
-        super::machine_checks::run_checks(setting.checks, scratch.path(), &mut trace, link);
+        super::machine_checks::run_checks(setting.checks, &place, &mut trace, link);
     }
     let status = trace.status;
     // Its diagnosis and the list of what it left (nothing of a cancelled trial).
@@ -281,6 +291,21 @@ impl<'a> Scratch<'a> {
         Ok(Scratch::Shared(dir))
     }
 
+    /// The home of a trial working in `work`: a fresh one beside a fresh work directory;
+    /// in a shared one (a conversation's turns), one kept in it, so that the next turn finds
+    /// what an agent CLI stored of its session.
+    fn home(work: &Scratch<'_>, results: &Path, dirs: &'a ScratchDirs) -> Result<Self, String> {
+        match work {
+            Scratch::Fresh(..) => Ok(Scratch::Fresh(Some(dirs.take(results)?), dirs)),
+            Scratch::Shared(dir) => {
+                let home = dir.join(SHARED_HOME);
+                std::fs::create_dir_all(&home)
+                    .map_err(|e| format!("cannot make {}: {e}", home.display()))?;
+                Ok(Scratch::Shared(home))
+            }
+        }
+    }
+
     fn path(&self) -> &Path {
         match self {
             Scratch::Fresh(dir, _) => dir.as_ref().expect("held until dropped").path(),
@@ -297,6 +322,43 @@ impl Drop for Scratch<'_> {
     }
 }
 
+/// The home of the trials of a shared work directory, inside it.
+const SHARED_HOME: &str = ".mst-agent-home";
+
+/// Where the trials' programs run: their work directories and their homes, each reused
+/// (emptied) by a later trial, and, on a sandboxed machine, the sandbox each program gets.
+struct TrialRooms {
+    work: ScratchDirs,
+    homes: ScratchDirs,
+    sandbox: Option<Bwrap>,
+}
+
+impl TrialRooms {
+    /// The rooms of this worker's trials, sandboxed when its runner says so through
+    /// [`TRIAL_SANDBOX_ENV`].
+    fn new() -> Result<Self> {
+        let sandbox = match std::env::var(TRIAL_SANDBOX_ENV) {
+            Ok(json) => Some(serde_json::from_str(&json).with_context(|| {
+                format!("${TRIAL_SANDBOX_ENV} does not describe a sandbox: {json}")
+            })?),
+            Err(_) => None,
+        };
+        Ok(TrialRooms {
+            work: ScratchDirs::new("mst-trial-"),
+            homes: ScratchDirs::new("mst-home-"),
+            sandbox,
+        })
+    }
+
+    /// Removes the idle directories now, as the worker ends ([`ScratchDirs::remove_idle`]).
+    fn remove_idle(&self) -> Cleanup {
+        match (self.work.remove_idle(), self.homes.remove_idle()) {
+            (Cleanup::Ok, Cleanup::Ok) => Cleanup::Ok,
+            _ => Cleanup::Failed,
+        }
+    }
+}
+
 /// How long an ending worker waits for its trial threads to finish jobs that have all
 /// reported: they have only their captures left to drop.
 const JOBS_END: Duration = Duration::from_secs(2);
@@ -305,18 +367,27 @@ const JOBS_END: Duration = Duration::from_secs(2);
 /// trial ends and handed to the next, and all removed with the worker. Making and removing a
 /// directory per trial cost more than the trial itself on ext4, whose inode allocator scans
 /// past every recently freed inode (docs/performance.md).
-#[derive(Default)]
 struct ScratchDirs {
+    /// The start of their names.
+    prefix: &'static str,
     idle: Mutex<Vec<tempfile::TempDir>>,
 }
 
 impl ScratchDirs {
+    /// No directories yet; those made will be named `prefix…`.
+    fn new(prefix: &'static str) -> Self {
+        ScratchDirs {
+            prefix,
+            idle: Mutex::default(),
+        }
+    }
+
     /// An empty scratch directory: an idle one, or a new one.
     fn take(&self, results: &Path) -> Result<tempfile::TempDir, String> {
         let idle = self.idle.lock().expect("scratch dirs").pop();
         match idle {
             Some(dir) => Ok(dir),
-            None => scratch_dir(results),
+            None => scratch_dir(results, self.prefix),
         }
     }
 
@@ -367,10 +438,10 @@ pub(super) fn empty_dir(dir: &Path) -> std::io::Result<()> {
 
 /// A fresh, empty directory for one trial's client: in the temporary directory, or, on a
 /// machine whose temporary directory this user cannot write, beside the results directory.
-fn scratch_dir(results: &Path) -> Result<tempfile::TempDir, String> {
+fn scratch_dir(results: &Path, prefix: &str) -> Result<tempfile::TempDir, String> {
     let builder = || {
         let mut builder = tempfile::Builder::new();
-        builder.prefix("mst-trial-");
+        builder.prefix(prefix);
         builder
     };
     builder().tempdir().or_else(|first| {
@@ -441,8 +512,8 @@ struct Worker {
     stop_heartbeat: Arc<AtomicBool>,
     /// Where granted trials run: one thread per trial running at once, reused.
     threads: super::threads::TrialThreads,
-    /// The trials' scratch directories, reused likewise.
-    scratch: Arc<ScratchDirs>,
+    /// The trials' work directories and homes, reused likewise, and their sandbox.
+    rooms: Arc<TrialRooms>,
     /// The trials' artefact directories, when the bundle keeps artefacts.
     artifacts: Option<Arc<ArtifactSlots>>,
 }
@@ -507,7 +578,7 @@ impl Worker {
             inbox,
             stop_heartbeat: Arc::new(AtomicBool::new(false)),
             threads,
-            scratch: Arc::default(),
+            rooms: Arc::new(TrialRooms::new()?),
             artifacts: artifacts.map(Arc::new),
         };
         worker.hello();
@@ -659,7 +730,7 @@ impl Worker {
 
     fn clean_up(&mut self) -> Cleanup {
         // Every trial has reported, and each gave its scratch directory back before it did.
-        self.scratch.remove_idle()
+        self.rooms.remove_idle()
     }
 
     /// Asks for new tokens (`need-tokens`, reason `expiring`) for those about to expire, once
@@ -775,7 +846,7 @@ impl Worker {
             .map(|turn| turn.history.clone())
             .unwrap_or_default();
         let token_budget = self.bundle.token_budget;
-        let scratch = self.scratch.clone();
+        let rooms = self.rooms.clone();
         let artifacts = self.artifacts.clone();
         // The case's own, or its variant's; most evals have none, and an empty list costs
         // no allocation.
@@ -792,7 +863,7 @@ impl Worker {
                 conversation,
                 history: &history,
                 token_budget,
-                scratch: &scratch,
+                rooms: &rooms,
                 artifacts: artifacts.as_deref(),
                 checks: &checks,
                 gateway,
@@ -991,7 +1062,7 @@ mod tests {
         let results = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("keep"), "not the trial's").unwrap();
-        let dirs = ScratchDirs::default();
+        let dirs = ScratchDirs::new("mst-trial-");
         let first = dirs.take(results.path()).unwrap();
         let path = first.path().to_path_buf();
         // What a client leaves: files, a tree, and a link out of the directory.
@@ -1028,7 +1099,7 @@ mod tests {
     #[test]
     fn a_failed_clean_up_is_reported_as_failed() {
         let results = tempfile::tempdir().unwrap();
-        let dirs = ScratchDirs::default();
+        let dirs = ScratchDirs::new("mst-trial-");
         let used = dirs.take(results.path()).unwrap();
         std::fs::write(used.path().join("left"), "by the trial").unwrap();
         dirs.give_back(used);

@@ -54,7 +54,12 @@ for f in "$d/cases.jsonl" "$d/secrets.env" /root/.bashrc; do
   if cat "$f" >/dev/null 2>&1; then echo "read $f"; fi
 done
 if echo pwned > "$d/pwned" 2>/dev/null; then echo "wrote the eval directory"; fi
-if cat /proc/$PPID/environ >/dev/null 2>&1; then echo "read the worker's memory files"; fi
+for p in /proc/[0-9]*; do
+  if tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q ' collec[t] '; then
+    echo "saw the worker"
+    if cat $p/environ >/dev/null 2>&1; then echo "read the worker's memory files"; fi
+  fi
+done
 [ -z "$(ls -A "$HOME" 2>/dev/null)" ] && echo "home empty"
 echo mine > "$HOME/mine" && echo "home $HOME"
 if curl -s --max-time 3 http://127.0.0.1:{port}/ >/dev/null; then echo "reached the host"; fi
@@ -90,7 +95,7 @@ echo "processes $(ls /proc | grep -c '^[0-9]')"
             && *wrote_open,
         "{open}"
     );
-    for not in ["read ", "wrote", "reached the host", "the worker's"] {
+    for not in ["read ", "wrote", "reached the host", "the worker"] {
         assert!(!boxed.contains(not), "sandboxed, it {not}: {boxed}");
     }
     assert!(!wrote_boxed, "{boxed}");
@@ -100,8 +105,8 @@ echo "processes $(ls /proc | grep -c '^[0-9]')"
         .find_map(|l| l.strip_prefix("home /").map(|p| format!("/{p}")))
         .unwrap_or_default();
     assert!(
-        home.contains("mst-local-") && home.ends_with("/home"),
-        "its home is the machine's own: {boxed}"
+        home.starts_with("/tmp/mst-home-"),
+        "its home is the trial's own: {boxed}"
     );
     // It sees its own processes only: the sandbox's, the worker's and its own.
     let processes: u32 = boxed
@@ -110,6 +115,90 @@ echo "processes $(ls /proc | grep -c '^[0-9]')"
         .and_then(|n| n.parse().ok())
         .unwrap();
     assert!(processes < 10, "{boxed}");
+}
+
+#[test]
+fn each_trial_runs_apart_from_the_bundle_the_worker_and_the_other_trials() {
+    require_bwrap();
+    // Two variants' trials run at once on one machine. The victim's agent holds a secret in
+    // its environment and leaves it in its home and work directory; the attacker's, started
+    // a moment later, searches every process's environment and every small file where a
+    // machine keeps things, for that secret and for the case's expected answer (which the
+    // worker's bundle holds), and prints what it finds base64-encoded past the redactor.
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let canary = format!("vict1m-c4n4ry-{nonce:x}");
+    let expected = format!("3xp3ct3d-{nonce:x}");
+    let search = r#"sleep 1
+for f in /proc/[0-9]*/environ $(find /tmp /dev/shm /run "$HOME" -maxdepth 4 -type f -size -64k 2>/dev/null); do
+  if grep -qaE 'vict1m-c4n4ry|3xp3ct3d' "$f" 2>/dev/null; then echo "found $f $(base64 -w0 < "$f")"; fi
+done
+echo "home $HOME"
+echo searched"#;
+    let victim =
+        r#"echo "$API_KEY" > "$HOME/note"; echo "$API_KEY" > note; sleep 4; echo "home $HOME""#;
+    let mut runs = Vec::new();
+    for isolation in ["none", "bwrap"] {
+        let eval = Eval::new(
+            json!({"name": "apart", "datasets": ["cases.jsonl"], "client": "command",
+                   "concurrency": 2,
+                   "variants": {
+                       "victim": {"clientOptions": {"command": ["sh", "-c", victim], "input": "none",
+                                                    "secretEnv": {"API_KEY": "VICTIM_SECRET"}}},
+                       "attacker": {"clientOptions": {"command": ["sh", "-c", search], "input": "none"}}},
+                   "judges": [{"assert": "exit-code", "value": 0}], "timeout": 60}),
+            &[json!({"id": "c1", "input": "x", "expected": expected})],
+        );
+        let secrets = eval.dir.path().join("secrets.env");
+        std::fs::write(&secrets, format!("VICTIM_SECRET={canary}\n")).unwrap();
+        let option = format!("isolation={isolation}");
+        let args = [
+            "-q",
+            "--secrets-file",
+            s(&secrets),
+            "--runner-option",
+            &option,
+        ];
+        let run = eval.run(&Mst::new(), &args);
+        assert_eq!(run.code, 0, "{isolation}: {}\n{}", run.stdout, run.stderr);
+        let found = answer(&eval, "apart", "attacker/c1/0");
+        let victim_home = answer(&eval, "apart", "victim/c1/0");
+        assert!(found.ends_with("searched"), "{isolation}: {found}");
+        runs.push((found, victim_home));
+    }
+    // What the attacker found, decoded (by coreutils' `base64`).
+    let decoded = |found: &str| -> String {
+        let found = found.lines().filter_map(|l| l.strip_prefix("found "));
+        let encoded: Vec<&str> = found
+            .filter_map(|l| l.split_once(' ').map(|(_, b)| b))
+            .collect();
+        let script = format!(
+            "for b in {}; do echo \"$b\" | base64 -d; done",
+            encoded.join(" ")
+        );
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output();
+        String::from_utf8_lossy(&out.unwrap().stdout).into_owned()
+    };
+    // The control: unsandboxed, the attacker reads the victim's secret and the answers.
+    let (open, _) = &runs[0];
+    let open = decoded(open);
+    assert!(open.contains(&canary) && open.contains(&expected), "{open}");
+    let (boxed, victim) = &runs[1];
+    assert!(!boxed.contains("found "), "sandboxed, it found: {boxed}");
+    let home = |text: &str| {
+        let line = text.lines().find_map(|l| l.strip_prefix("home "));
+        line.unwrap_or_default().to_string()
+    };
+    assert!(home(boxed).starts_with("/tmp/mst-home-"), "{boxed}");
+    assert_ne!(
+        home(boxed),
+        home(victim),
+        "each trial has a home of its own"
+    );
 }
 
 #[test]

@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The agent CLIs mst drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,23 +149,6 @@ impl AgentCli {
                 (version.len() <= 64 && version.chars().all(plain)).then(|| version.to_string())
             })
             .clone()
-    }
-
-    /// The home the CLI gets: in a conversation (the playground's turns share a work
-    /// directory) one kept in it, so the next turn resumes the session the CLI stored there;
-    /// otherwise a fresh one, removed after the trial.
-    fn home(&self, input: &TrialInput<'_>) -> Result<(PathBuf, Option<tempfile::TempDir>), String> {
-        if input.resume.is_some() {
-            let home = input.scratch.join(".mst-agent-home");
-            std::fs::create_dir_all(&home)
-                .map_err(|e| format!("cannot make {}: {e}", home.display()))?;
-            return Ok((home, None));
-        }
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("mst-{}-", self.cli.name()))
-            .tempdir()
-            .map_err(|e| format!("cannot make the agent's home: {e}"))?;
-        Ok((dir.path().to_path_buf(), Some(dir)))
     }
 
     /// The value of secret token `name`, if the worker has it.
@@ -389,7 +372,9 @@ impl Driver for AgentCli {
                 self.cli.name()
             )
         })?;
-        let (home, dir) = self.home(input)?;
+        // The trial's own home: in a conversation (the playground's turns share a work
+        // directory) one kept in it, where the next turn resumes the session the CLI stored.
+        let home = input.place.home;
         let write = |name: &str, text: &str| {
             let path = home.join(name);
             std::fs::write(&path, text)
@@ -431,7 +416,6 @@ impl Driver for AgentCli {
         Ok(Launch {
             argv,
             env,
-            dirs: dir.into_iter().collect(),
             version: self.version(),
         })
     }

@@ -2,19 +2,19 @@
 //! as a subprocess. It goes through the same channel and protocol code as remote runners, so a
 //! local trace and a remote one cannot differ.
 //!
-//! Options: `isolation=bwrap` runs the machine in a bubblewrap sandbox ([`sandbox`], with
-//! `network=none|host` and `expose=PATH,…`; `isolation=none`, the default for now, runs it as
-//! the operator, seeing what the operator sees); `memory=SIZE` and `pids=N` limit it through a
-//! control group ([`cgroup`]); `worker=PATH` runs another program as the worker (default: this
-//! mst), which tests use to stand in workers that misbehave.
+//! Options: `isolation=bwrap` runs the machine, and each program of each trial, in bubblewrap
+//! sandboxes ([`crate::sandbox`], with `network=none|host` and `expose=PATH,…`;
+//! `isolation=none`, the default for now, runs it as the operator, seeing what the operator
+//! sees); `memory=SIZE` and `pids=N` limit it through a control group ([`cgroup`]);
+//! `worker=PATH` runs another program as the worker (default: this mst), which tests use to
+//! stand in workers that misbehave.
 
 pub mod cgroup;
-pub mod sandbox;
 
 use super::channel::{Channel, ChildProcess, KeptMachine, Process, Refused};
 use super::{MachineRequest, Runner};
+use crate::sandbox::{Bwrap, Network};
 use anyhow::{bail, Context, Result};
-use sandbox::Sandbox;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
@@ -114,7 +114,7 @@ impl Runner for LocalRunner {
             .tempdir()
             .context("cannot create the local machine's directory")?;
         if self.sandbox.is_some() {
-            std::fs::create_dir(dir.path().join(sandbox::HOME_DIR))
+            std::fs::create_dir(dir.path().join(crate::sandbox::HOME_DIR))
                 .context("cannot create the local machine's home directory")?;
         }
         let cgroup = match self.limits.any() {
@@ -133,6 +133,47 @@ impl Runner for LocalRunner {
             sandbox: self.sandbox.clone(),
             cgroup,
         }))
+    }
+}
+
+/// The sandbox of a machine, and of each program of its trials.
+#[derive(Debug, Clone)]
+struct Sandbox {
+    bwrap: Bwrap,
+    network: Network,
+}
+
+impl Sandbox {
+    /// The sandbox the options ask for: `network` (`none` or `host`) and `expose` (absolute
+    /// paths, comma-separated, each of which must exist). Refused, saying what to install,
+    /// when bubblewrap is not on the PATH.
+    fn new(network: Option<&str>, expose: Option<&str>) -> Result<Self> {
+        let network = match network.unwrap_or("none") {
+            "none" => Network::None,
+            "host" => Network::Host,
+            other => bail!(
+                "--runner-option network={other}: the `local` runner's sandbox takes `none` (its \
+                 own loopback only, the default) or `host`"
+            ),
+        };
+        let mut exposed = Vec::new();
+        for path in expose.into_iter().flat_map(|e| e.split(',')) {
+            let path = Path::new(path.trim());
+            if !path.is_absolute() {
+                bail!(
+                    "--runner-option expose={}: each path must be absolute",
+                    path.display()
+                );
+            }
+            let path = path.canonicalize().with_context(|| {
+                format!("--runner-option expose={}: no such path", path.display())
+            })?;
+            exposed.push(path);
+        }
+        Ok(Sandbox {
+            bwrap: Bwrap::find(exposed)?,
+            network,
+        })
     }
 }
 
@@ -241,7 +282,10 @@ impl Channel for LocalMachine {
         };
         let mut command = match &self.sandbox {
             Some(sandbox) => {
-                let (bwrap, argv) = sandbox.wrap(self.root(), &program, args);
+                let (bwrap, argv) =
+                    sandbox
+                        .bwrap
+                        .machine(self.root(), sandbox.network, &program, args);
                 let mut command = Command::new(bwrap);
                 command.args(argv);
                 command
@@ -258,6 +302,11 @@ impl Channel for LocalMachine {
             .env_clear()
             .envs(crate::process::minimal_env())
             .envs(std::env::var_os("MST_LOG").map(|filter| ("MST_LOG", filter)));
+        // The worker sandboxes each trial's programs in turn, inside the machine's sandbox.
+        if let Some(sandbox) = &self.sandbox {
+            let bwrap = serde_json::to_string(&sandbox.bwrap).expect("paths serialize");
+            command.env(crate::sandbox::TRIAL_SANDBOX_ENV, bwrap);
+        }
         if let Some(cgroup) = &self.cgroup {
             let procs = cgroup.procs();
             // SAFETY: `join` makes only async-signal-safe calls, as a child before exec must.
@@ -305,6 +354,24 @@ impl Channel for LocalMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sandbox_options_are_checked() {
+        let err = Sandbox::new(Some("bridge"), None).unwrap_err().to_string();
+        assert!(
+            err.contains("network=bridge") && err.contains("`host`"),
+            "{err}"
+        );
+        let err = Sandbox::new(None, Some("relative/dir"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must be absolute"), "{err}");
+        let err = format!(
+            "{:#}",
+            Sandbox::new(None, Some("/no/such/dir")).unwrap_err()
+        );
+        assert!(err.contains("no such path"), "{err}");
+    }
 
     #[test]
     fn get_refuses_hostile_paths_and_files() {
