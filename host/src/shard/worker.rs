@@ -159,14 +159,18 @@ fn run_trial(
     let rooms = setting.rooms;
     let scratch = Scratch::new(results, setting.workdir, &rooms.work)?;
     let home = Scratch::home(&scratch, results, &rooms.homes)?;
-    let sandbox = (rooms.sandbox.as_ref())
-        .map(|bwrap| TrialSandbox::new(bwrap, vec![scratch.path().into(), home.path().into()]));
+    let evidence = setting.artifacts.map(ArtifactSlots::take).transpose()?;
+    // Its programs write its directories and its artefact directory (`$MST_ARTIFACTS`).
+    let sandbox = (rooms.sandbox.as_ref()).map(|bwrap| {
+        let artifacts = evidence.as_ref().map(|e| e.dir().to_path_buf());
+        let writable = [scratch.path().into(), home.path().into()];
+        TrialSandbox::new(bwrap, writable.into_iter().chain(artifacts).collect())
+    });
     let place = client::TrialPlace {
         work: scratch.path(),
         home: home.path(),
         sandbox: sandbox.as_ref(),
     };
-    let evidence = setting.artifacts.map(ArtifactSlots::take).transpose()?;
     let trace = client.run(&TrialInput {
         case,
         variant: &key.variant,

@@ -331,3 +331,20 @@ fn a_worker_listing_artefacts_for_a_bundle_that_keeps_none_loses_its_shard() {
     );
     assert!(!eval.run_dir("e2e").join("artifacts").exists());
 }
+
+#[test]
+fn a_sandboxed_trial_writes_its_artefact_directory_and_nothing_else_of_the_machine() {
+    // Each program of a sandboxed trial writes only the trial's own directories: its artefact
+    // directory is one of them.
+    let eval = three_case_eval(json!({}));
+    let run = eval.run(&Mst::new(), &["--runner-option", "isolation=bwrap"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let ok = artifacts_of(&eval, "default/ok/0");
+    assert_eq!(files_below(&ok), ["logs/app.log", "report.txt"]);
+    let bad = artifacts_of(&eval, "default/bad/0");
+    assert!(
+        files_below(&bad).contains(&"mst-diagnosis/stderr.txt".to_string()),
+        "{:?}",
+        files_below(&bad)
+    );
+}
