@@ -333,6 +333,8 @@ fn test() -> Result<()> {
     // The end-to-end tests drive the built binary, and the Docker, ssh and Slurm tests place a
     // static one on their machines: one static build serves both.
     build_for_tests()?;
+    // The local runner's sandbox tests run real bubblewrap (tests/tests/e2e/local_isolation.rs).
+    engines::ensure_packages(&[("bwrap", "bubblewrap")])?;
     // The ssh runner's tests start their own sshd servers on loopback.
     engines::ensure_packages(&[
         ("/usr/sbin/sshd", "openssh-server"),

@@ -226,6 +226,10 @@ pub struct Summary {
     /// What the agents' and the plugins' model calls used (absent when none was made).
     #[serde(default, skip_serializing_if = "usage::UsageSummary::is_empty")]
     pub usage: usage::UsageSummary,
+    /// The trials ran unsandboxed (the `local` runner without `isolation=bwrap`): their
+    /// agents could read and write what the operator can, the cases' answers among it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsandboxed: bool,
 }
 
 /// One pairwise judge's cases, counted for variant `a` (a win is a case both orders gave
@@ -338,6 +342,8 @@ impl Summary {
             missing,
             pairs: Vec::new(),
             usage: usage::UsageSummary::default(),
+            unsandboxed: record.runner == "local"
+                && record.runner_options.get("isolation").map(String::as_str) != Some("bwrap"),
         }
     }
 

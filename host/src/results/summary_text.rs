@@ -53,6 +53,13 @@ pub fn table(summary: &Summary) -> String {
         super::Phase::Partial => "partial (some trials or pairs not graded)",
     };
     let _ = writeln!(out, "collect: {collect}; grade: {grade}");
+    if summary.unsandboxed {
+        let _ = writeln!(
+            out,
+            "sandbox: none: the agents ran as you, able to read the cases' answers and your \
+             files (--runner-option isolation=bwrap sandboxes them)"
+        );
+    }
     for line in summary.usage.lines() {
         let _ = writeln!(out, "{line}");
     }

@@ -83,6 +83,9 @@ echo "processes $(ls /proc | grep -c '^[0-9]')"
         let run = eval.run(&Mst::new(), &["-q", "--runner-option", &option]);
         assert_eq!(run.code, 0, "{isolation}: {}\n{}", run.stdout, run.stderr);
         let said = answer(&eval, "iso", "default/c1/0");
+        // The summary says when the agents ran unsandboxed.
+        let told = run.stdout.contains("sandbox: none");
+        assert_eq!(told, isolation == "none", "{isolation}: {}", run.stdout);
         runs.push((said, eval.dir.path().join("pwned").exists()));
     }
     let (open, wrote_open) = &runs[0];
