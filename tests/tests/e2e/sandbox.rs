@@ -647,8 +647,10 @@ fn a_manifest_fed_to_kubectl_must_be_a_hardened_pod() {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mst-x"},
         "spec": {
             "hostNetwork": true,
+            "serviceAccountName": "cluster-admin-sa",
             "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
             "containers": [{"name": "c", "image": "busybox",
+                "env": [{"name": "DB", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}],
                 "securityContext": {"privileged": true}}]
         }
     });
@@ -658,8 +660,16 @@ fn a_manifest_fed_to_kubectl_must_be_a_hardened_pod() {
         refused
             .stderr
             .contains("failed (denied): the manifest it feeds kubectl is refused")
-            && refused.stderr.contains("spec.hostNetwork is true")
-            && refused.stderr.contains("spec.volumes[0] is a hostPath")
+            && refused.stderr.contains("spec.hostNetwork is not allowed")
+            && refused
+                .stderr
+                .contains("spec.serviceAccountName is not allowed")
+            && refused
+                .stderr
+                .contains("spec.containers[0].env is not allowed")
+            && refused
+                .stderr
+                .contains("spec.volumes[0].hostPath is not allowed")
             && refused
                 .stderr
                 .contains("spec.containers[0].securityContext.privileged is true"),

@@ -12,7 +12,8 @@
 //! still ends).
 //!
 //! The pod gets no service-account token, no privilege escalation and no capabilities, and the
-//! host refuses a manifest that asks for them (or for host namespaces, paths or ports). The
+//! host refuses any manifest with a field this plugin does not write (an allow-list: no
+//! environment, ports, service account or volume but `emptyDir`). The
 //! cluster enforces the rest; run shards in a namespace with the `restricted` Pod
 //! Security level to make that binding.
 
