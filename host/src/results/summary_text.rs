@@ -10,10 +10,19 @@ use std::fmt::Write as _;
 /// The summary table printed at the end of a run.
 pub fn table(summary: &Summary) -> String {
     let mut out = String::new();
+    // The pass rate leaves out the cases that were not decided; "of planned" beside it
+    // counts them all, so a run whose failures turned into infra cannot look better.
     let _ = writeln!(
         out,
-        "{:<20} {:>9} {:>7} {:>7} {:>11} {:>11} {:>6}",
-        "VARIANT", "PASS RATE", "PASSED", "FAILED", "INCOMPLETE", "NOT GRADED", "INFRA"
+        "{:<20} {:>9} {:>10} {:>7} {:>7} {:>11} {:>11} {:>6}",
+        "VARIANT",
+        "PASS RATE",
+        "OF PLANNED",
+        "PASSED",
+        "FAILED",
+        "INCOMPLETE",
+        "NOT GRADED",
+        "INFRA"
     );
     for (name, v) in &summary.variants {
         let variant = match &summary.baseline {
@@ -23,9 +32,11 @@ pub fn table(summary: &Summary) -> String {
         let rate = v
             .pass_rate
             .map_or("-".to_string(), |r| format!("{:.1}%", r * 100.0));
+        let planned = v.passed + v.failed + v.incomplete + v.not_graded + v.infra;
+        let of_planned = format!("{}/{planned}", v.passed);
         let _ = writeln!(
             out,
-            "{variant:<20} {rate:>9} {:>7} {:>7} {:>11} {:>11} {:>6}",
+            "{variant:<20} {rate:>9} {of_planned:>10} {:>7} {:>7} {:>11} {:>11} {:>6}",
             v.passed, v.failed, v.incomplete, v.not_graded, v.infra
         );
     }
@@ -364,6 +375,27 @@ mod tests {
         }))
         .unwrap();
         Summary::new(&record, grades, &CaseRules::default())
+    }
+
+    #[test]
+    fn the_table_shows_passed_of_planned_beside_the_rate_and_says_when_unsandboxed() {
+        let planned = [key("v", "ok", 0), key("v", "down", 0)];
+        let reason = "the machine says so".to_string();
+        let grades: Grades = [
+            (planned[0].clone(), graded(true, "fine")),
+            (planned[1].clone(), TrialGrade::Infra { reason }),
+        ]
+        .into_iter()
+        .collect();
+        let mut summary = summary(&planned, &grades);
+        let text = table(&summary);
+        let row = text.lines().find(|l| l.starts_with("v ")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // Infra leaves the rate, not the count of planned cases.
+        assert_eq!(cells[..3], ["v", "100.0%", "1/2"], "{text}");
+        assert!(text.contains("sandbox: none"), "{text}");
+        summary.unsandboxed = false;
+        assert!(!table(&summary).contains("sandbox"));
     }
 
     #[test]

@@ -86,6 +86,13 @@ fn assert_page_matches_summary(browser: &Browser, summary: &Value) {
             .as_f64()
             .map_or("\u{2013}".to_string(), |r| format!("{:.1}%", r * 100.0));
         assert_eq!(rate, expected, "{variant} pass rate");
+        let fields = ["passed", "failed", "incomplete", "notGraded", "infra"];
+        let planned: u64 = fields.iter().map(|f| counts[f].as_u64().unwrap()).sum();
+        assert_eq!(
+            browser.text(&format!("{row} td[data-count='of-planned']")),
+            format!("{}/{planned}", counts["passed"]),
+            "{variant} passed of planned"
+        );
     }
     assert_eq!(
         browser.text("#variants [data-count='missing']"),

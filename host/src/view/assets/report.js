@@ -83,6 +83,7 @@ var MstReport = (function () {
     return h('header', null,
       h('h1', null, 'Run ', run.runId, ' of ', run.eval),
       h('p', { 'class': 'meta' }, 'created ', when(run.createdAt), ' \u00b7 runner ', run.runner,
+        s.unsandboxed ? h('span', { 'class': 'unsandboxed' }, ' \u00b7 unsandboxed: its agents ran as the operator') : '',
         ' \u00b7 collect ', s.collect, ' \u00b7 grade ', s.grade,
         ' \u00b7 ', h('span', { 'data-count': 'trials' }, String(view.trials.length)), ' trials planned',
         ' \u00b7 mst ', run.mst));
@@ -95,17 +96,18 @@ var MstReport = (function () {
       return h('tr', { 'data-variant': name },
         h('th', { scope: 'row' }, name, s.baseline === name ? ' (baseline)' : ''),
         num('pass-rate', rate(v.passRate), v.passRate === null ? '' : v.passRate),
+        num('of-planned', v.passed + '/' + (v.passed + v.failed + v.incomplete + v.notGraded + v.infra)),
         num('passed', v.passed), num('failed', v.failed), num('incomplete', v.incomplete),
         num('not-graded', v.notGraded), num('infra', v.infra),
         num('cost', u && u.costUsd !== undefined ? '$' + u.costUsd.toFixed(4) : '\u2013'),
         num('tokens', u ? (u.inputTokens + u.outputTokens).toLocaleString('en') : '\u2013'));
     });
-    var heads = ['Variant', 'Pass rate', MARK.passed + ' Passed', MARK.failed + ' Failed',
+    var heads = ['Variant', 'Pass rate', 'Of planned', MARK.passed + ' Passed', MARK.failed + ' Failed',
       MARK.incomplete + ' Incomplete', '? Not graded', MARK.infra + ' Infra', 'Cost', 'Tokens'];
     return h('section', { id: 'variants', 'aria-labelledby': 'variants-h' },
       h('h2', { id: 'variants-h' }, 'Variants'),
       table('Cases per outcome. The pass rate is passed / (passed + failed): incomplete, ' +
-        'not-graded and infra cases are left out.', heads, rows),
+        'not-graded and infra cases are left out; "of planned" counts them all.', heads, rows),
       h('p', null, h('span', { 'class': 'badge o-missing' }, MARK.missing), ' ',
         h('span', { 'data-count': 'missing' }, String(s.missing.length)),
         ' trials missing (their trace never came back)'),
