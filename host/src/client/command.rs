@@ -225,6 +225,34 @@ fn fill(template: &str, input: &TrialInput<'_>, text: &str) -> String {
     filled
 }
 
+/// Why `command` (a `command` client's argv template) runs case text as shell code: a
+/// placeholder a case fills (`{input}`, `{case}`) inside the script of a shell's `-c`
+/// (`sh -c`, `bash -lc`), where the text is read as commands, not passed as a word.
+pub fn script_placeholder(command: &[String]) -> Option<String> {
+    let is_shell = |program: &str| {
+        let name = program.rsplit('/').next().unwrap_or(program);
+        ["sh", "bash", "dash", "zsh", "ksh", "ash", "fish"].contains(&name)
+    };
+    if !command.first().is_some_and(|p| is_shell(p)) {
+        return None;
+    }
+    // The script is the word after the first option holding `c` (`-c`, `-lc`, `-ec`).
+    let script = command
+        .iter()
+        .skip(1)
+        .position(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('c'))
+        .and_then(|at| command.get(at + 2))?;
+    let placeholder = ["{input}", "{case}"]
+        .into_iter()
+        .find(|p| script.contains(p))?;
+    Some(format!(
+        "clientOptions.command puts {placeholder} inside the `{} -c` script, so each case's \
+         text runs as shell code; pass it as an argument of its own instead (`\"sh\", \"-c\", \
+         \"agent \\\"$1\\\"\", \"sh\", \"{placeholder}\"`) or use `\"input\": \"stdin\"`",
+        command[0]
+    ))
+}
+
 /// An infra trace: what was recorded, then `message` as its last log event.
 fn infra(mut trace: Recorder<'_>, message: String) -> TraceRecord {
     trace.push(EventKind::Log { text: message });
@@ -711,6 +739,27 @@ mod tests {
         assert!(
             err.contains("unknown field `mode`") && !err.contains("did you mean"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_placeholder_inside_a_shell_script_is_named() {
+        let argv = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+        for (command, warned) in [
+            (&["sh", "-c", "agent {input}"][..], true),
+            (&["/bin/bash", "-lc", "echo {case} | agent"], true),
+            (&["sh", "-c", "agent \"$1\"", "sh", "{input}"], false),
+            (&["agent", "-c", "{input}"], false),
+            (&["sh", "script.sh", "{input}"], false),
+            (&["sh", "-c", "agent --from-stdin"], false),
+        ] {
+            let warning = script_placeholder(&argv(command));
+            assert_eq!(warning.is_some(), warned, "{command:?}: {warning:?}");
+        }
+        let warning = script_placeholder(&argv(&["sh", "-c", "a {input}"])).unwrap();
+        assert!(
+            warning.contains("{input} inside the `sh -c` script"),
+            "{warning}"
         );
     }
 

@@ -294,6 +294,17 @@ pub trait Client: Send + Sync {
     fn run(&self, input: &TrialInput<'_>) -> TraceRecord;
 }
 
+/// Why a variant's `command` client would run case text as shell code, if it would
+/// ([`command::script_placeholder`]); a warning, since a script may quote it with care.
+pub fn shell_warning(spec: &VariantSpec) -> Option<String> {
+    let options = spec
+        .client_options
+        .as_ref()
+        .filter(|_| spec.client == "command")?;
+    let command: Vec<String> = serde_json::from_value(options.get("command")?.clone()).ok()?;
+    command::script_placeholder(&command)
+}
+
 /// The client a variant names, configured with its `clientOptions`, model and MCP servers.
 /// `tokens` holds the access tokens the worker received, by server label.
 pub fn client(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<Box<dyn Client>> {

@@ -361,6 +361,9 @@ impl Prepared {
             let spec = self.config.variant(&name);
             crate::client::client(&spec, &BTreeMap::new())
                 .with_context(|| format!("variant `{name}`"))?;
+            if let Some(warning) = crate::client::shell_warning(&spec) {
+                tracing::warn!("variant `{name}`: {warning}");
+            }
             specs.push((name, spec));
         }
         // One pass over the cases, which are read from their file as they come.
