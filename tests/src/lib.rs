@@ -436,14 +436,14 @@ pub fn wait_for_run(results: &Path, name: &str) -> PathBuf {
     }
 }
 
-/// Fails the test unless `program` is on `PATH`, naming the npm `package` that installs it
-/// (`.ci/run` installs the agent CLIs the tests drive).
-pub fn require_program(program: &str, package: &str) {
+/// Fails the test unless `program` is on `PATH`, saying how to `install` it (`.ci/run`
+/// installs what the tests drive: the agent CLIs from npm, bubblewrap from Debian).
+pub fn require_program(program: &str, install: &str) {
     let found = std::process::Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .output()
         .is_ok_and(|o| o.status.success());
-    assert!(found, "{program} is missing: npm install -g {package}");
+    assert!(found, "{program} is missing: {install}");
 }
 
 /// A loopback TCP port free at the time of asking.

@@ -67,7 +67,7 @@ fn assert_seen_and_graded(eval: &Eval, run: &mst_tests::Run, server: &str, tool:
 
 #[test]
 fn claude_code_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it() {
-    require_program("claude", "@anthropic-ai/claude-code");
+    require_program("claude", "npm install -g @anthropic-ai/claude-code");
     let servers = json!({"time": {"command": "python3",
                                   "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}});
     let eval = cli_eval(
@@ -83,10 +83,10 @@ fn claude_code_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it()
 
 #[test]
 fn codex_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it() {
-    require_program("codex", "@openai/codex");
+    require_program("codex", "npm install -g @openai/codex");
     require_program(
         "mcp-server-everything",
-        "@modelcontextprotocol/server-everything",
+        "npm install -g @modelcontextprotocol/server-everything",
     );
     let servers = json!({"everything": {"command": "mcp-server-everything"}});
     let eval = cli_eval(
@@ -102,8 +102,8 @@ fn codex_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it() {
 
 #[test]
 fn the_agent_clis_example_passes_on_all_three_agents() {
-    require_program("claude", "@anthropic-ai/claude-code");
-    require_program("codex", "@openai/codex");
+    require_program("claude", "npm install -g @anthropic-ai/claude-code");
+    require_program("codex", "npm install -g @openai/codex");
     let mst = Mst::new();
     let results = tempfile::tempdir().unwrap();
     let config = mst_tests::root().join("examples/agent-clis/eval.json");
@@ -159,13 +159,13 @@ sleep 600"#;
 
 #[test]
 fn claude_code_continues_its_own_session_in_a_playground_conversation() {
-    require_program("claude", "@anthropic-ai/claude-code");
+    require_program("claude", "npm install -g @anthropic-ai/claude-code");
     assert_a_conversation_resumes("claude-code");
 }
 
 #[test]
 fn codex_continues_its_own_thread_in_a_playground_conversation() {
-    require_program("codex", "@openai/codex");
+    require_program("codex", "npm install -g @openai/codex");
     assert_a_conversation_resumes("codex");
 }
 
@@ -217,7 +217,7 @@ fn turns_asked(events: &[Value]) -> u64 {
 
 #[test]
 fn claude_code_on_a_provider_never_holds_its_key() {
-    require_program("claude", "@anthropic-ai/claude-code");
+    require_program("claude", "npm install -g @anthropic-ai/claude-code");
     const KEY: &str = "mst-canary-cli-provider-key-51c2";
     let server = mst_tests::model_server::ModelServer::start(vec![
         mst_tests::model_server::Reply::ok(json!({"content": [
@@ -259,7 +259,7 @@ fn claude_code_on_a_provider_never_holds_its_key() {
 
 #[test]
 fn an_agent_cli_past_its_turns_token_budget_is_stopped_on_what_the_gateway_counted() {
-    require_program("claude", "@anthropic-ai/claude-code");
+    require_program("claude", "npm install -g @anthropic-ai/claude-code");
     // Claude Code reports no usage mst counts: the budget holds on what its gateway passed on.
     let eval = cli_eval(
         "claude-code",

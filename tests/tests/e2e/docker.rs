@@ -1363,7 +1363,7 @@ fn codex_in_a_container_with_no_network_reaches_its_model_only_through_the_gatew
     let Some((a, _)) = engines_with_worker_image() else {
         return;
     };
-    mst_tests::require_program("codex", "@openai/codex");
+    mst_tests::require_program("codex", "npm install -g @openai/codex");
     // An image of the test base with Codex's static program copied in from the host's npm
     // install, under a name of its own.
     let base = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());

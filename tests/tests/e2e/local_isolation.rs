@@ -12,11 +12,7 @@ use std::io::{Read, Write};
 
 /// Panics, saying what to install, unless bubblewrap is on the PATH.
 fn require_bwrap() {
-    let found = std::process::Command::new("sh")
-        .args(["-c", "command -v bwrap"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(found, "bwrap is missing: apt-get install bubblewrap");
+    mst_tests::require_program("bwrap", "apt-get install bubblewrap");
 }
 
 /// A loopback HTTP server answering every request with `ok`, as something on the host network
