@@ -684,6 +684,10 @@ impl JudgeSet {
     }
 }
 
+/// How an infra reason that only a machine's trace gives begins: the summary, the report and
+/// the exports list it as the machine's claim, not as what mst saw.
+pub const MACHINE_CLAIM: &str = "the machine says: ";
+
 /// Grades one trial with `judges` (none: a completed trial with exit code 0, if any, passes).
 pub fn grade_trial(judges: &[Judge], record: &TrialRecord, threshold: f64) -> TrialGrade {
     if record.trace.status == TrialStatus::Infra {
@@ -697,6 +701,12 @@ pub fn grade_trial(judges: &[Judge], record: &TrialRecord, threshold: f64) -> Tr
                 _ => None,
             })
             .unwrap_or_else(|| "the client could not run".into());
+        // A trace from a machine is the machine's word (a hostile one could say it of every
+        // failure); one mst wrote itself (a refused trace, a lost machine) has no provenance.
+        let reason = match record.collected_by {
+            Some(_) => format!("{MACHINE_CLAIM}{reason}"),
+            None => reason,
+        };
         return TrialGrade::Infra { reason };
     }
     if judges.is_empty() {
@@ -853,6 +863,29 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_infra_trace_from_a_machine_is_graded_as_its_claim() {
+        let reason = |record: &TrialRecord| match grade_trial(&[], record, 1.0) {
+            TrialGrade::Infra { reason } => reason,
+            other => panic!("{other:?}"),
+        };
+        let mut claimed = record("", TrialStatus::Infra);
+        assert!(
+            !reason(&claimed).starts_with(MACHINE_CLAIM),
+            "mst's own record"
+        );
+        claimed.collected_by = Some(crate::eval::trial::CollectedBy {
+            shard: 0,
+            machine: "m".into(),
+            client: "command".into(),
+            client_version: "1".into(),
+        });
+        assert_eq!(
+            reason(&claimed),
+            format!("{MACHINE_CLAIM}the client could not run")
+        );
     }
 
     #[test]

@@ -548,7 +548,9 @@ fn the_summary_lists_what_did_not_pass_grouped_with_reasons_and_capped() {
     expected.push(broken_judge.clone());
     let rest = lines[expected.len()..].join("\n");
     assert!(
-        rest.starts_with("\ninfra (32 trials):\n  32 trials: cannot start `/nonexistent/agent`: ")
+        rest.starts_with(
+            "\ninfra (32 trials):\n  32 trials: the machine says: cannot start `/nonexistent/agent`: "
+        )
             && rest.contains("(broken/c01 and 31 other cases)"),
         "{}",
         run.stdout
