@@ -11,8 +11,8 @@
 //! - each **trial process's** ([`TrialSandbox`]): every program a trial starts (its agent,
 //!   each stdio MCP server, each check) runs in a sandbox of its own inside the machine's, in
 //!   its own PID namespace, with every capability dropped, a fresh `/tmp`, and nothing of the
-//!   machine's directory but the trial's work directory and home: not the bundle (the cases'
-//!   expected answers), the results, the other trials or the worker (whose memory holds every
+//!   machine's directory but the trial's work directory and home: not the bundle (every case's
+//!   input and the shard's settings), the results, the other trials or the worker (whose memory holds every
 //!   token). It shares the machine's network namespace, so the gateway stays reachable.
 //!
 //! The machine's sandbox keeps its capabilities inside its own user namespace, which is what
@@ -31,9 +31,21 @@ const SYSTEM_DIRS: [&str; 8] = [
     "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
-/// The variable through which the local runner tells its worker to sandbox each trial's
-/// programs: a [`Bwrap`], as JSON. Not passed on to anything the worker starts.
+/// The variable through which a runner tells its worker to sandbox each trial's programs: a
+/// [`TrialSandboxRequest`] as JSON (`{"expose":[]}`). The `local` runner sets it with
+/// `isolation=bwrap`, the `ssh` runner plugin by default. Not passed on to anything the
+/// worker starts.
 pub const TRIAL_SANDBOX_ENV: &str = "MST_TRIAL_SANDBOX";
+
+/// What a runner asks of its worker through [`TRIAL_SANDBOX_ENV`]: a sandbox for each of its
+/// trials' programs, made with the machine's own bubblewrap, showing them `expose` (absolute
+/// paths) read-only besides the system.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialSandboxRequest {
+    #[serde(default)]
+    pub expose: Vec<PathBuf>,
+}
 
 /// What to install when bubblewrap is missing, and the way around it.
 pub const INSTALL_HINT: &str = "install bubblewrap (Debian and Ubuntu: apt-get install \
@@ -50,7 +62,7 @@ pub enum Network {
 }
 
 /// The `bwrap` program and what every sandbox it makes shows read-only besides the system.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Bwrap {
     /// The `bwrap` program.
     program: PathBuf,
@@ -70,6 +82,14 @@ impl Bwrap {
             );
         }
         Ok(Bwrap { program, expose })
+    }
+
+    /// What a worker is to be told ([`TRIAL_SANDBOX_ENV`]) for its trials' sandboxes to show
+    /// what this one does.
+    pub fn trial_request(&self) -> TrialSandboxRequest {
+        TrialSandboxRequest {
+            expose: self.expose.clone(),
+        }
     }
 
     /// The machine's sandbox around `program args`: `root` (the machine's directory) is its

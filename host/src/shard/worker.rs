@@ -17,7 +17,7 @@ use crate::eval::trial::{
 };
 use crate::grade::remote::RemoteGrader;
 use crate::results::trace_path;
-use crate::sandbox::{Bwrap, TrialSandbox, TRIAL_SANDBOX_ENV};
+use crate::sandbox::{Bwrap, TrialSandbox, TrialSandboxRequest, TRIAL_SANDBOX_ENV};
 use crate::secrets::Secret;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -342,9 +342,15 @@ impl TrialRooms {
     /// [`TRIAL_SANDBOX_ENV`].
     fn new() -> Result<Self> {
         let sandbox = match std::env::var(TRIAL_SANDBOX_ENV) {
-            Ok(json) => Some(serde_json::from_str(&json).with_context(|| {
-                format!("${TRIAL_SANDBOX_ENV} does not describe a sandbox: {json}")
-            })?),
+            Ok(json) => {
+                let request: TrialSandboxRequest =
+                    serde_json::from_str(&json).with_context(|| {
+                        format!("${TRIAL_SANDBOX_ENV} does not describe a sandbox: {json}")
+                    })?;
+                // On this machine: a runner asking for sandboxes where bubblewrap is missing
+                // gets the shard refused, saying what to install.
+                Some(Bwrap::find(request.expose)?)
+            }
             Err(_) => None,
         };
         Ok(TrialRooms {

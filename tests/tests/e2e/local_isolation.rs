@@ -122,8 +122,9 @@ fn each_trial_runs_apart_from_the_bundle_the_worker_and_the_other_trials() {
     // Two variants' trials run at once on one machine. The victim's agent holds a secret in
     // its environment and leaves it in its home and work directory; the attacker's, started
     // a moment later, searches every process's environment and every small file where a
-    // machine keeps things, for that secret and for the case's expected answer (which the
-    // worker's bundle holds), and prints what it finds base64-encoded past the redactor.
+    // machine keeps things, for that secret and for the case's expected answer (in the eval's
+    // dataset, in a temporary directory here), and prints what it finds base64-encoded past
+    // the redactor; and it looks for the worker's bundle (every case's input).
     let nonce = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -135,6 +136,7 @@ for f in /proc/[0-9]*/environ $(find /tmp /dev/shm /run "$HOME" -maxdepth 4 -typ
   if grep -qaE 'vict1m-c4n4ry|3xp3ct3d' "$f" 2>/dev/null; then echo "found $f $(base64 -w0 < "$f")"; fi
 done
 echo "home $HOME"
+echo "bundles $(ls -d /tmp/mst-local-*/bundle* 2>/dev/null | wc -l)"
 echo searched"#;
     let victim =
         r#"echo "$API_KEY" > "$HOME/note"; echo "$API_KEY" > note; sleep 4; echo "home $HOME""#;
@@ -184,10 +186,12 @@ echo searched"#;
     };
     // The control: unsandboxed, the attacker reads the victim's secret and the answers.
     let (open, _) = &runs[0];
+    assert!(!open.contains("bundles 0"), "{open}");
     let open = decoded(open);
     assert!(open.contains(&canary) && open.contains(&expected), "{open}");
     let (boxed, victim) = &runs[1];
     assert!(!boxed.contains("found "), "sandboxed, it found: {boxed}");
+    assert!(boxed.contains("bundles 0"), "{boxed}");
     let home = |text: &str| {
         let line = text.lines().find_map(|l| l.strip_prefix("home "));
         line.unwrap_or_default().to_string()

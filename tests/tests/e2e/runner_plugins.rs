@@ -344,6 +344,48 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
 }
 
 #[test]
+fn on_an_ssh_host_each_trial_runs_sandboxed_unless_the_operator_says_none() {
+    if !sshd::available() {
+        eprintln!("skipped: no OpenSSH server here");
+        return;
+    }
+    let keys = sshd::keys();
+    let host = Sshd::start(&keys, "a");
+    let plugin = mst_tests::plugin("ssh-runner.wasm");
+    // The agent looks for the shard's bundle (every case's input) and results next
+    // to its own directory, for the worker among its processes, and at its home.
+    let probe = r#"echo "bundles $(ls -d /tmp/mst-*/bundle* 2>/dev/null | wc -l)"
+for p in /proc/[0-9]*; do
+  if tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q ' collec[t] '; then echo "saw the worker"; fi
+done
+echo "home $HOME $(ls -A "$HOME" | wc -l)""#;
+    let mut said = Vec::new();
+    for isolation in ["bwrap", "none"] {
+        let eval = command_eval(json!(["sh", "-c", probe]), 1, 30);
+        let mut args = sshd::runner_args(&plugin, &keys, &[&host]);
+        args.extend(["--runner-option".into(), format!("isolation={isolation}")]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = eval.run(&Mst::new(), &args);
+        assert_eq!(run.code, 0, "{isolation}: {}\n{}", run.stdout, run.stderr);
+        let trace = mst_tests::read_trace(&eval.run_dir("e2e"), "default/c1/0");
+        said.push(trace["trace"]["finalText"].as_str().unwrap().to_string());
+    }
+    let (boxed, open) = (&said[0], &said[1]);
+    // The control: unsandboxed, the agent finds the bundle and the worker.
+    assert!(
+        !open.contains("bundles 0") && open.contains("saw the worker"),
+        "{open}"
+    );
+    assert!(boxed.contains("bundles 0"), "{boxed}");
+    assert!(!boxed.contains("saw the worker"), "{boxed}");
+    assert!(
+        boxed.contains("home /tmp/mst-home-"),
+        "a fresh home: {boxed}"
+    );
+    assert!(boxed.trim_end().ends_with(" 0"), "an empty one: {boxed}");
+}
+
+#[test]
 fn artefacts_come_back_over_ssh_and_a_kept_host_says_how_to_get_in() {
     if !sshd::available() {
         eprintln!("skipped: no OpenSSH server here");
@@ -380,7 +422,7 @@ case "$q" in *2) echo "broken by $q" >&2; exit 5;; esac"#;
     assert_eq!(machine["failedTrials"], 1, "{machine}");
     let enter = machine["kept"]["enter"].as_str().unwrap();
     assert!(
-        enter.starts_with("ssh ") && enter.ends_with("exec sh -i"),
+        enter.starts_with("ssh ") && enter.contains(" exec ") && enter.ends_with(" sh -i"),
         "{enter}"
     );
     assert!(

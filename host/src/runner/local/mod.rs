@@ -304,8 +304,9 @@ impl Channel for LocalMachine {
             .envs(std::env::var_os("MST_LOG").map(|filter| ("MST_LOG", filter)));
         // The worker sandboxes each trial's programs in turn, inside the machine's sandbox.
         if let Some(sandbox) = &self.sandbox {
-            let bwrap = serde_json::to_string(&sandbox.bwrap).expect("paths serialize");
-            command.env(crate::sandbox::TRIAL_SANDBOX_ENV, bwrap);
+            let request = sandbox.bwrap.trial_request();
+            let request = serde_json::to_string(&request).expect("paths serialize");
+            command.env(crate::sandbox::TRIAL_SANDBOX_ENV, request);
         }
         if let Some(cgroup) = &self.cgroup {
             let procs = cgroup.procs();

@@ -6,7 +6,11 @@
 //! Options: `hosts` (required: `[user@]host[:port]`, comma-separated; shard `i` goes to host
 //! `i mod n`), `identity` (a private key file), `knownHosts` (a known_hosts file; host keys
 //! are then checked strictly), `workdir` (the directory under which each shard gets its own,
-//! default `/tmp`), `connectTimeout` (seconds, default 10).
+//! default `/tmp`), `connectTimeout` (seconds, default 10), `isolation` (`bwrap`, the
+//! default: the worker runs each program of each trial in a bubblewrap sandbox of its own on
+//! the host, seeing the system read-only and writing only its trial's directories, and a
+//! host without bubblewrap refuses the shard saying what to install; `none`: trials run as
+//! the ssh user, seeing what it sees).
 //!
 //! Capabilities: `ssh`, with only the options below. An option the patterns do not name (say
 //! `-oProxyCommand=…`) is refused by the host even though `ssh` itself is granted.
@@ -30,7 +34,22 @@ struct Options {
     workdir: String,
     #[serde(default = "default_connect_timeout")]
     connect_timeout: u32,
+    #[serde(default)]
+    isolation: Isolation,
 }
+
+/// Whether the worker sandboxes its trials' programs on the host.
+#[derive(Deserialize, Default, Clone, Copy, PartialEq, Debug)]
+#[serde(rename_all = "lowercase")]
+enum Isolation {
+    #[default]
+    Bwrap,
+    None,
+}
+
+/// The words before the worker's command on the host that ask it to sandbox each trial's
+/// programs (mst's `MST_TRIAL_SANDBOX`, a JSON request: nothing exposed besides the system).
+const SANDBOXED: [&str; 2] = ["env", r#"MST_TRIAL_SANDBOX='{"expose":[]}'"#];
 
 fn default_workdir() -> String {
     "/tmp".into()
@@ -49,7 +68,8 @@ const SCHEMA: &str = r#"{
     "identity": {"type": "string", "pattern": "^/"},
     "knownHosts": {"type": "string", "pattern": "^/"},
     "workdir": {"type": "string", "pattern": "^/[A-Za-z0-9/._-]*$"},
-    "connectTimeout": {"type": "integer", "minimum": 1, "maximum": 600}
+    "connectTimeout": {"type": "integer", "minimum": 1, "maximum": 600},
+    "isolation": {"type": "string", "enum": ["bwrap", "none"]}
   }
 }"#;
 
@@ -71,6 +91,16 @@ const SSH_PATTERNS: &[&str] = &[
     "--",
     "**",
 ];
+
+/// The remote command line that starts the worker (`{command}`) in its work directory.
+fn exec_line(isolation: Isolation) -> Vec<&'static str> {
+    let mut line = vec!["cd", "{workdir}", "&&", "exec"];
+    if isolation == Isolation::Bwrap {
+        line.extend(SANDBOXED);
+    }
+    line.push("{command}");
+    line
+}
 
 /// One host and how to reach it; also the machine id `dispose-machine` gets back, since
 /// disposal receives no options.
@@ -253,7 +283,7 @@ impl Runner for Ssh {
             id: serde_json::to_string(&target).expect("serializable"),
             description,
             spec: MachineSpec::Command(CommandChannel {
-                exec: target.template(&["cd", "{workdir}", "&&", "exec", "{command}"]),
+                exec: target.template(&exec_line(options.isolation)),
                 put: target.template(&["tar -x -f - -C {workdir}"]),
                 get: target.template(&["tar -c -f - -C {workdir} {src}"]),
                 workdir: target.dir.clone(),
