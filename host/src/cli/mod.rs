@@ -250,7 +250,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&home, *args),
         Command::Import(command) => import::run(command),
         Command::Plugin(command) => plugin::run(&home, *command),
-        Command::Runner(command) => runner::run(command),
+        Command::Runner(command) => runner::run(&home, command),
         Command::Idle => loop {
             std::thread::park();
         },

@@ -355,7 +355,7 @@ fn check_command(home: &Home, args: CheckArgs) -> Result<u8> {
         true => Some(dry_run::dry_run(
             home,
             DryRunRequest {
-                plugin: &plugin,
+                runner: dry_run::DryRunner::Plugin(&plugin),
                 runner_options: &runner_options,
                 grants: sandbox.grants()?,
                 limits: sandbox.limits()?,

@@ -1,5 +1,8 @@
-//! `mst runner …`: preparing the hosts a runner uses.
+//! `mst runner …`: preparing the hosts a runner uses, and trying a built-in runner.
 
+use super::Code;
+use crate::home::Home;
+use crate::run::dry_run::{self, DryRunRequest};
 use crate::runner::docker::{agent_clis, context, image, options::DockerOptions};
 use crate::runner::worker_binary;
 use anyhow::{bail, Result};
@@ -23,20 +26,85 @@ pub enum RunnerCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Try a built-in runner (`local`, `docker`) with its options: one machine, one trial
+    /// (`sh -c cat` on the machine, or --case of --config), dispose, each step timed, as
+    /// `mst plugin check --dry-run` does for a runner plugin. Exit 1 if any step fails.
+    Check {
+        /// The runner (`local` or `docker`).
+        runner: String,
+        /// An option for the runner (`key=value`). Repeatable.
+        #[arg(long = "runner-option", value_name = "KEY=VALUE")]
+        runner_options: Vec<String>,
+        /// Try one case of this eval config (with --case) instead of the built-in one.
+        #[arg(long, short = 'c', requires = "case")]
+        config: Option<std::path::PathBuf>,
+        /// The case of --config to try (its first variant, one trial).
+        #[arg(long, requires = "config")]
+        case: Option<String>,
+        /// Secrets for the case (as `mst run --secrets-file`).
+        #[arg(long = "secrets-file", value_name = "FILE")]
+        secrets_file: Option<std::path::PathBuf>,
+        /// Print the steps as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs a `mst runner` command.
-pub fn run(command: RunnerCommand) -> Result<u8> {
-    let RunnerCommand::Setup {
-        runner,
-        runner_options,
-        json,
-    } = command;
+pub fn run(home: &Home, command: RunnerCommand) -> Result<u8> {
+    match command {
+        RunnerCommand::Setup {
+            runner,
+            runner_options,
+            json,
+        } => setup(&runner, &runner_options, json),
+        RunnerCommand::Check {
+            runner,
+            runner_options,
+            config,
+            case,
+            secrets_file,
+            json,
+        } => {
+            if !["local", "docker"].contains(&runner.as_str()) {
+                bail!(
+                    "`mst runner check {runner}`: the built-in runners are `local` and \
+                     `docker`; a runner plugin is tried with `mst plugin check PLUGIN --dry-run`"
+                );
+            }
+            let dry = dry_run::dry_run(
+                home,
+                DryRunRequest {
+                    runner: dry_run::DryRunner::BuiltIn(&runner),
+                    runner_options: &runner_options,
+                    grants: Default::default(),
+                    limits: Default::default(),
+                    secrets: super::run::load_secrets(secrets_file.as_deref())?,
+                    case: config
+                        .as_deref()
+                        .zip(case.as_deref())
+                        .map(|(config, case)| dry_run::EvalCase { config, case }),
+                },
+            );
+            match json {
+                true => outln!("{}", serde_json::to_string_pretty(&dry)?),
+                false => out!("{}", dry.render()),
+            }
+            Ok(match dry.ok() {
+                true => Code::Success.into(),
+                false => Code::Failure.into(),
+            })
+        }
+    }
+}
+
+/// `mst runner setup`: the Docker runner's worker image on each context.
+fn setup(runner: &str, runner_options: &[String], json: bool) -> Result<u8> {
     if runner != "docker" {
         bail!("`mst runner setup {runner}`: only the `docker` runner needs setting up");
     }
     let mut pairs = BTreeMap::new();
-    for option in &runner_options {
+    for option in runner_options {
         let Some((key, value)) = option.split_once('=') else {
             bail!("--runner-option {option:?}: expected key=value");
         };

@@ -1,6 +1,6 @@
-//! `mst plugin check --dry-run` for runner plugins: after the static check, the plugin's
-//! options, one machine, one trial through the real shard protocol, and disposal, each step
-//! timed, run by the same code as `mst run` with one shard. The trial is one case of the
+//! `mst plugin check --dry-run` for runner plugins, and `mst runner check` for the built-in
+//! runners: the runner's options, one machine, one trial through the real shard protocol, and
+//! disposal, each step timed, run by the same code as `mst run` with one shard. The trial is one case of the
 //! user's own eval (`--config eval.json --case ID`, its first variant), or else a built-in
 //! one-case eval whose client runs `sh -c cat` on the machine (so the machine needs a POSIX
 //! `sh`).
@@ -95,8 +95,8 @@ impl DryRun {
 
 /// What to dry-run.
 pub struct DryRunRequest<'a> {
-    /// The runner plugin: a `.wasm` file or an installed plugin's name.
-    pub plugin: &'a str,
+    /// The runner to try.
+    pub runner: DryRunner<'a>,
     /// `--runner-option key=value`; `shards` is forced to 1.
     pub runner_options: &'a [String],
     pub grants: Grants,
@@ -105,6 +105,15 @@ pub struct DryRunRequest<'a> {
     pub secrets: crate::secrets::Secrets,
     /// One case of the user's own eval to run instead of the built-in one.
     pub case: Option<EvalCase<'a>>,
+}
+
+/// The runner a dry run tries.
+#[derive(Debug, Clone, Copy)]
+pub enum DryRunner<'a> {
+    /// A runner plugin: a `.wasm` file or an installed plugin's name.
+    Plugin(&'a str),
+    /// A built-in runner (`local`, `docker`).
+    BuiltIn(&'a str),
 }
 
 /// One case of an eval config.
@@ -165,12 +174,19 @@ pub fn dry_run(home: &Home, request: DryRunRequest<'_>) -> DryRun {
     report
 }
 
-/// Loads the plugin and lets it check the options; its name.
+/// Lets the runner check the options (a plugin loaded first); its name.
 fn check_options(home: &Home, request: &DryRunRequest<'_>) -> anyhow::Result<String> {
     let options = RunnerOptions::parse(request.runner_options)?;
+    let plugin = match request.runner {
+        DryRunner::Plugin(plugin) => plugin,
+        DryRunner::BuiltIn(name) => {
+            crate::runner::runner(name, &options, &Default::default())?;
+            return Ok(name.to_string());
+        }
+    };
     let loader = PluginLoader::new(home, request.limits)?;
     let cwd = std::env::current_dir()?;
-    let plugin = loader.load(&cwd, request.plugin, &request.grants)?;
+    let plugin = loader.load(&cwd, plugin, &request.grants)?;
     let name = plugin.info().name.clone();
     PluginRunner::new(Arc::new(plugin), &options.rest)?;
     Ok(name)
@@ -224,15 +240,18 @@ fn one_trial(
         .collect();
     runner_options.push("shards=1".into());
     // A file is found from here, whatever directory the run resolves plugins from.
-    let plugin = match Path::new(request.plugin).canonicalize() {
-        Ok(path) if path.is_file() => path.display().to_string(),
-        _ => request.plugin.to_string(),
+    let plugins = match request.runner {
+        DryRunner::Plugin(plugin) => match Path::new(plugin).canonicalize() {
+            Ok(path) if path.is_file() => vec![path.display().to_string()],
+            _ => vec![plugin.to_string()],
+        },
+        DryRunner::BuiltIn(_) => Vec::new(),
     };
     let run_request = RunRequest {
         setup: super::Setup {
             config_path,
             results_base: dir.path().join("results"),
-            plugins: vec![plugin],
+            plugins,
             plugin_grants: request.grants.clone(),
             plugin_limits: request.limits,
             runner: name.to_string(),

@@ -130,6 +130,57 @@ fn run_id(eval: &Eval) -> String {
 }
 
 #[test]
+fn runner_check_tries_the_docker_runner_one_machine_and_one_trial_at_a_time() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    let context = format!("contexts={a}");
+    let args = [
+        "runner",
+        "check",
+        "docker",
+        "--json",
+        "--runner-option",
+        &context,
+    ];
+    let run = mst.run(&args);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let steps = run.json()["steps"].clone();
+    let names: Vec<&str> = (steps.as_array().unwrap().iter())
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "options",
+            "create machine",
+            "worker ready",
+            "one trial",
+            "dispose"
+        ],
+        "{steps}"
+    );
+    for step in steps.as_array().unwrap() {
+        assert_eq!(step["status"], "ok", "{step}");
+    }
+    // A wrong option fails the first step, and nothing is made.
+    let bad = mst.run(&[
+        "runner",
+        "check",
+        "docker",
+        "--runner-option",
+        "network=sideways",
+    ]);
+    assert_eq!(bad.code, 1, "{}\n{}", bad.stdout, bad.stderr);
+    assert!(
+        bad.stdout.contains("options          FAILED"),
+        "{}",
+        bad.stdout
+    );
+}
+
+#[test]
 fn four_shards_over_two_hosts_collect_every_trial() {
     let Some((a, b)) = engines_with_worker_image() else {
         return;

@@ -306,3 +306,29 @@ fn bad_isolation_options_are_refused_before_any_machine() {
         assert!(run.stderr.contains(says), "{options:?}: {}", run.stderr);
     }
 }
+
+#[test]
+fn runner_check_tries_a_sandboxed_local_machine() {
+    require_bwrap();
+    let mst = Mst::new();
+    let run = mst.run(&[
+        "runner",
+        "check",
+        "local",
+        "--json",
+        "--runner-option",
+        "isolation=bwrap",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let steps = run.json()["steps"].clone();
+    let failed: Vec<&serde_json::Value> = (steps.as_array().unwrap().iter())
+        .filter(|s| s["status"] != "ok")
+        .collect();
+    assert!(
+        failed.is_empty() && steps.as_array().unwrap().len() == 5,
+        "{steps}"
+    );
+    let bad = mst.run(&["runner", "check", "local", "--runner-option", "pids=3"]);
+    assert_eq!(bad.code, 1, "{}\n{}", bad.stdout, bad.stderr);
+    assert!(bad.stdout.contains("at least 16"), "{}", bad.stdout);
+}
