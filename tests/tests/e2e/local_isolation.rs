@@ -282,6 +282,57 @@ fn a_machine_memory_limit_stops_an_allocation_past_it() {
 }
 
 #[test]
+fn a_cpu_limit_sets_the_machines_quota_while_it_runs() {
+    require_bwrap();
+    // Where this host's `cpu` hierarchy puts mst's own group (cgroup v1 here).
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let Some(parent) = own
+        .lines()
+        .find_map(|l| l.split_once(":cpu:").map(|(_, path)| path.to_string()))
+        .map(|own| std::path::Path::new("/sys/fs/cgroup/cpu").join(own.trim_start_matches('/')))
+    else {
+        eprintln!("skipped: no cgroup v1 cpu hierarchy here");
+        return;
+    };
+    let eval = Eval::new(
+        json!({"name": "cpu", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sleep", "4"], "input": "none"},
+               "judges": [{"assert": "exit-code", "value": 0}], "timeout": 60}),
+        &[json!({"id": "c1", "input": "x"})],
+    );
+    let options = [
+        "-q",
+        "--runner-option",
+        "isolation=bwrap",
+        "--runner-option",
+        "cpus=0.5",
+    ];
+    let mut child = eval.spawn(&Mst::new(), &options);
+    // The machine's group, once the worker has joined it: its quota is half the period.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let quota = loop {
+        let groups = std::fs::read_dir(&parent).unwrap().flatten();
+        let quota = groups
+            .filter(|e| e.file_name().to_string_lossy().starts_with("mst-local-"))
+            .filter(|e| {
+                let procs = std::fs::read_to_string(e.path().join("cgroup.procs"));
+                procs.is_ok_and(|p| !p.trim().is_empty())
+            })
+            .find_map(|e| std::fs::read_to_string(e.path().join("cpu.cfs_quota_us")).ok());
+        if let Some(quota) = quota {
+            break quota;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no machine group appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(quota.trim(), "50000");
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
 fn bad_isolation_options_are_refused_before_any_machine() {
     let eval = Eval::new(
         json!({"name": "bad", "datasets": ["cases.jsonl"], "client": "command",
@@ -295,6 +346,8 @@ fn bad_isolation_options_are_refused_before_any_machine() {
         (&["isolation=bwrap", "expose=relative"], "must be absolute"),
         (&["memory=lots"], "at least 16m"),
         (&["pids=3"], "at least 16"),
+        (&["isolation=bwrap", "cpus=0"], "at least 0.01"),
+        (&["cpus=1"], "need isolation=bwrap"),
         (&["memory=256m"], "need isolation=bwrap"),
     ] {
         let mut args = vec!["-q"];

@@ -1,8 +1,8 @@
-//! The local machine's resource limits (`--runner-option memory=SIZE`, `pids=N`): a control group
+//! The local machine's resource limits (`--runner-option memory=SIZE`, `pids=N`, `cpus=N`): a control group
 //! made for the machine under mst's own, which the worker joins as it starts, so that it and
 //! everything it starts share the limits (an agent past `memory` is killed by the kernel, as
-//! in a container). Both hierarchies are supported: cgroup v2 (one tree, the `memory` and
-//! `pids` controllers delegated to mst's group) and v1 (a tree per controller).
+//! in a container). Both hierarchies are supported: cgroup v2 (one tree, the `memory`, `pids`
+//! and `cpu` controllers delegated to mst's group) and v1 (a tree per controller).
 
 use anyhow::{bail, Context, Result};
 use std::ffi::CString;
@@ -12,18 +12,30 @@ use std::path::{Path, PathBuf};
 const ROOT: &str = "/sys/fs/cgroup";
 
 /// The limits a local machine may get.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Limits {
     /// Bytes of memory (swap included where the kernel counts it) for all its processes.
     pub memory: Option<u64>,
     /// How many processes and threads it may have at once.
     pub pids: Option<u64>,
+    /// How many CPUs' worth of time it may use (1.5: one and a half), as Docker's `--cpus`.
+    pub cpus: Option<f64>,
 }
+
+/// The scheduler period the CPU quota is a share of, in microseconds (the kernel's and
+/// Docker's default).
+const CPU_PERIOD_US: u64 = 100_000;
 
 impl Limits {
     /// Whether any limit is set.
     pub fn any(&self) -> bool {
-        self.memory.is_some() || self.pids.is_some()
+        self.memory.is_some() || self.pids.is_some() || self.cpus.is_some()
+    }
+
+    /// The CPU quota per [`CPU_PERIOD_US`], in microseconds.
+    fn cpu_quota_us(&self) -> Option<u64> {
+        self.cpus
+            .map(|cpus| (cpus * CPU_PERIOD_US as f64).round() as u64)
     }
 }
 
@@ -54,11 +66,11 @@ impl Cgroup {
             Err(e) => {
                 cgroup.remove();
                 Err(e.context(format!(
-                    "--runner-option memory/pids: cannot make a control group for the local \
+                    "--runner-option memory/pids/cpus: cannot make a control group for the local \
                      machine (this needs write access to {ROOT}: on cgroup v2, a group \
                      delegated to mst with no other process in it, e.g. under `systemd-run \
                      --user --scope -p Delegate=yes mst …`, since v2 enables controllers only \
-                     for groups whose parent holds no process; on v1, the memory and pids \
+                     for groups whose parent holds no process; on v1, the memory, pids and cpu \
                      hierarchies); run mst where it has that, or leave the limits out"
                 )))
             }
@@ -70,10 +82,14 @@ impl Cgroup {
             bail!("/proc/self/cgroup names no cgroup v2 group");
         };
         let parent = Path::new(ROOT).join(path.trim_start_matches('/'));
-        let wanted: Vec<&str> = [limits.memory.map(|_| "memory"), limits.pids.map(|_| "pids")]
-            .into_iter()
-            .flatten()
-            .collect();
+        let wanted: Vec<&str> = [
+            limits.memory.map(|_| "memory"),
+            limits.pids.map(|_| "pids"),
+            limits.cpus.map(|_| "cpu"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let enable: String = wanted.iter().map(|c| format!("+{c} ")).collect();
         write(&parent.join("cgroup.subtree_control"), enable.trim())?;
         let dir = self.make_dir(&parent, name)?;
@@ -83,6 +99,9 @@ impl Cgroup {
         }
         if let Some(pids) = limits.pids {
             write(&dir.join("pids.max"), &pids.to_string())?;
+        }
+        if let Some(quota) = limits.cpu_quota_us() {
+            write(&dir.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
         }
         Ok(())
     }
@@ -100,6 +119,11 @@ impl Cgroup {
         if let Some(pids) = limits.pids {
             let dir = self.make_dir(&v1_parent(own, "pids")?, name)?;
             write(&dir.join("pids.max"), &pids.to_string())?;
+        }
+        if let Some(quota) = limits.cpu_quota_us() {
+            let dir = self.make_dir(&v1_parent(own, "cpu")?, name)?;
+            write(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+            write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! Options: `isolation=bwrap` runs the machine, and each program of each trial, in bubblewrap
 //! sandboxes ([`crate::sandbox`], with `network=none|host` and `expose=PATH,…`;
 //! `isolation=none`, the default for now, runs it as the operator, seeing what the operator
-//! sees); `memory=SIZE` and `pids=N` limit it through a control group ([`cgroup`]);
+//! sees); `memory=SIZE`, `pids=N` and `cpus=N` limit it through a control group ([`cgroup`]);
 //! `worker=PATH` runs another program as the worker (default: this mst), which tests use to
 //! stand in workers that misbehave.
 
@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
 /// The options the `local` runner takes (besides `shards` and `keep`, every runner's).
-const OPTIONS: &str = "`isolation`, `network`, `expose`, `memory`, `pids` and `worker`";
+const OPTIONS: &str = "`isolation`, `network`, `expose`, `memory`, `pids`, `cpus` and `worker`";
 
 /// The built-in local runner.
 pub struct LocalRunner {
@@ -50,6 +50,13 @@ impl LocalRunner {
                         })?;
                     limits.memory = Some(bytes);
                 }
+                "cpus" => {
+                    let cpus = value.parse::<f64>().ok();
+                    let cpus = cpus.filter(|c| c.is_finite() && *c >= 0.01).with_context(|| {
+                        format!("--runner-option cpus={value}: a number of CPUs, at least 0.01 (1.5)")
+                    })?;
+                    limits.cpus = Some(cpus);
+                }
                 "pids" => {
                     let pids = value.parse().ok().filter(|n| *n >= 16).with_context(|| {
                         format!("--runner-option pids={value}: a whole number of at least 16")
@@ -63,7 +70,7 @@ impl LocalRunner {
         let isolation = option("isolation").unwrap_or("none");
         if limits.any() && isolation != "bwrap" {
             bail!(
-                "--runner-option memory/pids need isolation=bwrap: unsandboxed, an agent runs as \
+                "--runner-option memory/pids/cpus need isolation=bwrap: unsandboxed, an agent runs as \
                  the user that owns the machine's control group and could lift its limits"
             );
         }
