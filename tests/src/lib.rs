@@ -446,6 +446,21 @@ pub fn require_program(program: &str, install: &str) {
     assert!(found, "{program} is missing: {install}");
 }
 
+/// Where the machine's `python3` lives, for a sandbox to be shown it (`expose=`): pyenv's
+/// root when pyenv manages it (its shims need the whole tree), else the interpreter's prefix.
+pub fn python_root() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).find(|dir| dir.join("python3").is_file());
+    if let Some(shims) = found.filter(|dir| dir.ends_with("shims")) {
+        return shims.parent().expect("a parent").to_path_buf();
+    }
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.prefix)"])
+        .output()
+        .expect("python3 runs");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
 /// A loopback TCP port free at the time of asking.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

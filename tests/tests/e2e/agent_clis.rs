@@ -77,7 +77,13 @@ fn claude_code_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it()
         json!({"timezone": "Asia/Tokyo"}),
         "It is morning in Tokyo.",
     );
-    let run = eval.run(&Mst::new(), &["--json", "-q"]);
+    // Sandboxed: the Python the time server runs on is shown to it (pyenv's, under a home).
+    let expose = format!("expose={}", mst_tests::python_root().display());
+    let sandboxed = ["isolation=bwrap", &expose].map(|o| ["--runner-option", o]);
+    let run = eval.run(
+        &Mst::new(),
+        &[&["--json", "-q"][..], &sandboxed.concat()].concat(),
+    );
     assert_seen_and_graded(&eval, &run, "time", "get_current_time");
 }
 
@@ -96,7 +102,9 @@ fn codex_calls_a_real_mcp_server_through_the_gateway_and_is_graded_on_it() {
         json!({"message": "hi from codex"}),
         "The server echoed.",
     );
-    let run = eval.run(&Mst::new(), &["--json", "-q"]);
+    // Sandboxed, as each trial program is with isolation=bwrap: Codex runs in it.
+    let sandboxed = ["--json", "-q", "--runner-option", "isolation=bwrap"];
+    let run = eval.run(&Mst::new(), &sandboxed);
     assert_seen_and_graded(&eval, &run, "everything", "echo");
 }
 
