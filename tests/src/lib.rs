@@ -461,6 +461,15 @@ pub fn python_root() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
+/// The steps of a runner's dry run (`mst plugin check --dry-run`, `mst runner check`), in order.
+pub const DRY_RUN_STEPS: [&str; 5] = [
+    "options",
+    "create machine",
+    "worker ready",
+    "one trial",
+    "dispose",
+];
+
 /// A loopback TCP port free at the time of asking.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -150,17 +150,7 @@ fn runner_check_tries_the_docker_runner_one_machine_and_one_trial_at_a_time() {
     let names: Vec<&str> = (steps.as_array().unwrap().iter())
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "options",
-            "create machine",
-            "worker ready",
-            "one trial",
-            "dispose"
-        ],
-        "{steps}"
-    );
+    assert_eq!(names, mst_tests::DRY_RUN_STEPS, "{steps}");
     for step in steps.as_array().unwrap() {
         assert_eq!(step["status"], "ok", "{step}");
     }

@@ -343,15 +343,23 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     assert_resumed(&eval.run(&mst, &args), missing);
 }
 
-#[test]
-fn on_an_ssh_host_each_trial_runs_sandboxed_unless_the_operator_says_none() {
+/// One OpenSSH server on loopback, its keys and the ssh runner plugin; `None`, the test
+/// skipped, where no sshd can run.
+fn one_ssh_host() -> Option<(sshd::SshKeys, Sshd, std::path::PathBuf)> {
     if !sshd::available() {
         eprintln!("skipped: no OpenSSH server here");
-        return;
+        return None;
     }
     let keys = sshd::keys();
     let host = Sshd::start(&keys, "a");
-    let plugin = mst_tests::plugin("ssh-runner.wasm");
+    Some((keys, host, mst_tests::plugin("ssh-runner.wasm")))
+}
+
+#[test]
+fn on_an_ssh_host_each_trial_runs_sandboxed_unless_the_operator_says_none() {
+    let Some((keys, host, plugin)) = one_ssh_host() else {
+        return;
+    };
     // The agent looks for the shard's bundle (every case's input) and results next
     // to its own directory, for the worker among its processes, and at its home.
     let probe = r#"echo "bundles $(ls -d /tmp/mst-*/bundle* 2>/dev/null | wc -l)"
@@ -387,13 +395,9 @@ echo "home $HOME $(ls -A "$HOME" | wc -l)""#;
 
 #[test]
 fn artefacts_come_back_over_ssh_and_a_kept_host_says_how_to_get_in() {
-    if !sshd::available() {
-        eprintln!("skipped: no OpenSSH server here");
+    let Some((keys, host, plugin)) = one_ssh_host() else {
         return;
-    }
-    let keys = sshd::keys();
-    let host = Sshd::start(&keys, "a");
-    let plugin = mst_tests::plugin("ssh-runner.wasm");
+    };
     let mst = Mst::new();
     // c1 passes, c2 fails: both leave a file in a subdirectory whose name needs quoting.
     let agent = r#"read q
@@ -490,16 +494,7 @@ fn plugin_check_dry_run_times_each_step_and_fails_on_any() {
             s["name"].as_str().unwrap()
         })
         .collect();
-    assert_eq!(
-        names,
-        [
-            "options",
-            "create machine",
-            "worker ready",
-            "one trial",
-            "dispose"
-        ]
-    );
+    assert_eq!(names, mst_tests::DRY_RUN_STEPS);
 
     let refused = dry_run("ungranted");
     assert_eq!(refused.code, 1, "{}", refused.stdout);
