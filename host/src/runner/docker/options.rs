@@ -229,9 +229,16 @@ struct Cpus(f64);
 impl TryFrom<String> for Cpus {
     type Error = &'static str;
     fn try_from(value: String) -> Result<Self, Self::Error> {
-        let cpus = parsed(&value, |c: &f64| c.is_finite() && *c >= 0.01);
-        cpus.map(Self).ok_or("expected a number of CPUs, e.g. 1.5")
+        parse_cpus(&value)
+            .map(Self)
+            .ok_or("expected a number of CPUs, e.g. 1.5")
     }
+}
+
+/// A number of CPUs as Docker's `--cpus` takes it (`1.5`), at least 0.01; the local runner's
+/// `cpus` too.
+pub fn parse_cpus(text: &str) -> Option<f64> {
+    parsed(text, |c: &f64| c.is_finite() && *c >= 0.01)
 }
 
 /// `readyTimeout`: seconds, more than none.

@@ -51,9 +51,10 @@ impl LocalRunner {
                     limits.memory = Some(bytes);
                 }
                 "cpus" => {
-                    let cpus = value.parse::<f64>().ok();
-                    let cpus = cpus.filter(|c| c.is_finite() && *c >= 0.01).with_context(|| {
-                        format!("--runner-option cpus={value}: a number of CPUs, at least 0.01 (1.5)")
+                    let cpus = super::docker::options::parse_cpus(value).with_context(|| {
+                        format!(
+                            "--runner-option cpus={value}: a number of CPUs, at least 0.01 (1.5)"
+                        )
                     })?;
                     limits.cpus = Some(cpus);
                 }
