@@ -45,6 +45,12 @@ impl Home {
         self.root.join("providers.json")
     }
 
+    /// The operator's default options per runner (`runners.json`), under each run's own
+    /// `--runner-option`s.
+    pub fn runner_defaults_file(&self) -> PathBuf {
+        self.root.join("runners.json")
+    }
+
     /// Where installed plugins live: `plugins/<name>/<version>/`.
     pub fn plugins_dir(&self) -> PathBuf {
         self.root.join("plugins")

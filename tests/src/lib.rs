@@ -132,11 +132,38 @@ impl Default for Mst {
 }
 
 impl Mst {
-    /// A fresh, empty home.
+    /// A fresh home, set up as an operator of this machine would: `runners.json` shows the
+    /// local runner's sandbox where the machine's `python3` lives when that is outside the
+    /// system directories (pyenv's, here), since the tests' MCP servers are Python programs.
     pub fn new() -> Self {
-        Mst {
-            home: tempfile::tempdir().expect("temp dir"),
+        Self::exposing(&[])
+    }
+
+    /// A fresh home whose `runners.json` makes local machines unsandboxed
+    /// (`isolation=none`), for tests whose agents write outside their trials.
+    pub fn unsandboxed() -> Self {
+        let home = tempfile::tempdir().expect("temp dir");
+        let defaults = serde_json::json!({"local": {"isolation": "none"}});
+        std::fs::write(home.path().join("runners.json"), defaults.to_string())
+            .expect("write runners.json");
+        Mst { home }
+    }
+
+    /// A fresh home whose local sandboxes are also shown `paths` (read-only, at the same
+    /// place): for agents that read a test's files, or wait for one to appear.
+    pub fn exposing(paths: &[&Path]) -> Self {
+        let home = tempfile::tempdir().expect("temp dir");
+        let mut shown: Vec<String> = paths.iter().map(|p| s(p).to_string()).collect();
+        let python = python_root();
+        if !python.starts_with("/usr") {
+            shown.push(s(&python).to_string());
         }
+        if !shown.is_empty() {
+            let defaults = serde_json::json!({"local": {"expose": shown.join(",")}});
+            std::fs::write(home.path().join("runners.json"), defaults.to_string())
+                .expect("write runners.json");
+        }
+        Mst { home }
     }
 
     /// A command for `mst ARGS` with this home.
@@ -449,6 +476,11 @@ pub fn require_program(program: &str, install: &str) {
 /// Where the machine's `python3` lives, for a sandbox to be shown it (`expose=`): pyenv's
 /// root when pyenv manages it (its shims need the whole tree), else the interpreter's prefix.
 pub fn python_root() -> PathBuf {
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(find_python_root).clone()
+}
+
+fn find_python_root() -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let found = std::env::split_paths(&path).find(|dir| dir.join("python3").is_file());
     if let Some(shims) = found.filter(|dir| dir.ends_with("shims")) {

@@ -333,7 +333,7 @@ fn test() -> Result<()> {
     // The end-to-end tests drive the built binary, and the Docker, ssh and Slurm tests place a
     // static one on their machines: one static build serves both.
     build_for_tests()?;
-    // The local runner's sandbox tests run real bubblewrap (tests/tests/e2e/local_isolation.rs).
+    // The local runner sandboxes its trials in bubblewrap by default.
     engines::ensure_packages(&[("bwrap", "bubblewrap")])?;
     // The ssh runner's tests start their own sshd servers on loopback.
     engines::ensure_packages(&[
@@ -515,6 +515,8 @@ const QUICKSTART_PLUGIN: (&str, &str) = ("grader-contains", "contains.wasm");
 /// mst in the `quickstart` profile: dependencies unoptimised, no debug info, the fastest
 /// first build), runs it on the local runner and lists the run.
 fn quickstart() -> Result<()> {
+    // The local runner sandboxes each trial in bubblewrap by default.
+    engines::ensure_packages(&[("bwrap", "bubblewrap")])?;
     let (package, out) = QUICKSTART_PLUGIN;
     build_plugin(package, out, false)?;
     run(cargo()

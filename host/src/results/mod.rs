@@ -343,7 +343,7 @@ impl Summary {
             pairs: Vec::new(),
             usage: usage::UsageSummary::default(),
             unsandboxed: record.runner == "local"
-                && record.runner_options.get("isolation").map(String::as_str) != Some("bwrap"),
+                && record.runner_options.get("isolation").map(String::as_str) == Some("none"),
         }
     }
 

@@ -369,8 +369,8 @@ mod tests {
     fn summary(planned: &[TrialKey], grades: &Grades) -> Summary {
         let record: RunRecord = serde_json::from_value(serde_json::json!({
             "runId": "r1", "eval": "e", "mst": "0", "createdAt": 0, "configPath": "eval.json",
-            "configHash": "c", "datasetHash": "d", "runner": "local", "runnerOptions": {},
-            "shards": 1, "machines": [], "plugins": [], "filters": {"variants": [], "cases": [],
+            "configHash": "c", "datasetHash": "d", "runner": "local",
+            "runnerOptions": {"isolation": "none"}, "shards": 1, "machines": [], "plugins": [], "filters": {"variants": [], "cases": [],
             "trials": null}, "trials": planned, "collect": "partial", "grade": "complete"
         }))
         .unwrap();

@@ -176,10 +176,10 @@ pub fn dry_run(home: &Home, request: DryRunRequest<'_>) -> DryRun {
 
 /// Lets the runner check the options (a plugin loaded first); its name.
 fn check_options(home: &Home, request: &DryRunRequest<'_>) -> anyhow::Result<String> {
-    let options = RunnerOptions::parse(request.runner_options)?;
     let plugin = match request.runner {
         DryRunner::Plugin(plugin) => plugin,
         DryRunner::BuiltIn(name) => {
+            let options = RunnerOptions::with_defaults(home, name, request.runner_options)?;
             crate::runner::runner(name, &options, &Default::default())?;
             return Ok(name.to_string());
         }
@@ -188,6 +188,7 @@ fn check_options(home: &Home, request: &DryRunRequest<'_>) -> anyhow::Result<Str
     let cwd = std::env::current_dir()?;
     let plugin = loader.load(&cwd, plugin, &request.grants)?;
     let name = plugin.info().name.clone();
+    let options = RunnerOptions::with_defaults(home, &name, request.runner_options)?;
     PluginRunner::new(Arc::new(plugin), &options.rest)?;
     Ok(name)
 }

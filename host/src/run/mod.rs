@@ -82,7 +82,7 @@ pub fn ready(
     let tokens = prepared.server_tokens(&setup.secrets)?;
     // Every secret is held now, the servers' tokens too.
     prepared.check_ids_hold_no_secret()?;
-    let runner_options = RunnerOptions::parse(&setup.runner_options)?;
+    let runner_options = RunnerOptions::with_defaults(home, &setup.runner, &setup.runner_options)?;
     let runner = runner::runner(&setup.runner, &runner_options, &prepared.plugins)?;
     Ok(Ready {
         prepared,

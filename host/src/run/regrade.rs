@@ -101,7 +101,7 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
             regraded.grading = None;
             (out, regraded, grades, Vec::new())
         }
-        Some(on) => on_machines(dir, &record, &prepared, request.limits, on)?,
+        Some(on) => on_machines(home, dir, &record, &prepared, request.limits, on)?,
     };
     let pairs = super::grading::pairwise_all(&prepared.pairwise, &traces, &record.trials, None);
     let grade_ms = grading.elapsed().as_millis() as u64;
@@ -143,6 +143,7 @@ type OnMachines = (RunDir, RunRecord, Grades, Vec<ShardReport>);
 
 /// A regrade whose plugin judges run in grade shards on `on`'s machines.
 fn on_machines(
+    home: &Home,
     dir: &RunDir,
     record: &RunRecord,
     prepared: &Prepared,
@@ -151,7 +152,7 @@ fn on_machines(
 ) -> Result<OnMachines> {
     // Before anything is written: the judges of the run's trials must be able to go.
     refuse_judges_that_need_secrets(record, prepared)?;
-    let options = RunnerOptions::parse(on.runner_options)?;
+    let options = RunnerOptions::with_defaults(home, on.runner, on.runner_options)?;
     let (out, mut regraded) = regrade_record(dir, record, prepared, &options, on)?;
     let runner = runner::runner(on.runner, &options, &prepared.plugins)?;
     regraded.run_id = out.id();

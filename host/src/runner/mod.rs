@@ -18,6 +18,7 @@ pub mod local;
 pub mod plugin;
 pub mod worker_binary;
 
+use crate::home::Home;
 use crate::plugin::set::PluginSet;
 use crate::plugin::Kind;
 use anyhow::{bail, Context, Result};
@@ -58,6 +59,14 @@ pub enum Keep {
 }
 
 impl RunnerOptions {
+    /// `given` (`key=value`, from the command line) over the operator's defaults for `runner`
+    /// in `$MST_HOME/runners.json`, parsed: the run records them all, as if typed.
+    pub fn with_defaults(home: &Home, runner: &str, given: &[String]) -> Result<Self> {
+        let mut all = operator_defaults(home, runner)?;
+        all.extend(given.iter().cloned());
+        Self::parse(&all)
+    }
+
     /// Parses `key=value` options.
     pub fn parse(options: &[String]) -> Result<Self> {
         let mut parsed = RunnerOptions {
@@ -93,6 +102,32 @@ impl RunnerOptions {
         }
         Ok(parsed)
     }
+}
+
+/// The options `$MST_HOME/runners.json` gives `runner`, as `key=value`: an object of runner
+/// names, each an object of option names and their string values (`{"local": {"expose":
+/// "/opt/python"}}`); none when the file is missing.
+fn operator_defaults(home: &Home, runner: &str) -> Result<Vec<String>> {
+    let path = home.runner_defaults_file();
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let all: BTreeMap<String, BTreeMap<String, String>> = serde_json::from_str(&text)
+        .with_context(|| {
+            format!(
+                "{}: expected runners' default options, each value a string, e.g. \
+                 {{\"local\": {{\"expose\": \"/opt/python\"}}}}",
+                path.display()
+            )
+        })?;
+    Ok(all
+        .get(runner)
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect())
 }
 
 /// What a runner is asked for when a shard needs a machine.

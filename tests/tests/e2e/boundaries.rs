@@ -23,12 +23,13 @@ fn secret_answer_eval(command: serde_json::Value) -> Eval {
 fn the_agent_sees_neither_the_answers_nor_the_bundle_directory() {
     let mst = Mst::new();
     // The agent says where it runs and what is there, then finds the bundle through its
-    // worker's command line and prints it whole.
+    // worker's command line and prints it whole. Unsandboxed, where it can (the sandbox hides
+    // the worker, local_isolation.rs): what a machine holds must lack the answers anyway.
     let agent = r#"echo "cwd=$(pwd)"; echo "entries=$(ls -A | wc -l)"
 b=$(tr '\0' '\n' < /proc/$PPID/cmdline | sed -n '/^--bundle$/{n;p}')
 cat "$b/bundle.json" "$b/work.jsonl""#;
     let eval = secret_answer_eval(json!(["sh", "-c", agent]));
-    let run = eval.run(&mst, &["--json", "-q"]);
+    let run = eval.run(&mst, &["--json", "-q", "--runner-option", "isolation=none"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
     let answer = trace["trace"]["finalText"].as_str().unwrap();
@@ -59,10 +60,10 @@ fn no_token_rests_in_a_file_another_variants_agent_could_read() {
     // Variant `victim` has a secret in its agent's environment; variant `attacker`, in the
     // same shard and running as the same user, searches every file it can reach where a
     // worker could keep tokens (memory-backed file systems, temporary directories; files
-    // small enough to be one) and prints, base64-encoded past the redactor, any file holding the secret's prefix. The
-    // operator's own directory (the eval's, holding the secrets file) is left out: on the
-    // unsandboxed local runner the agent can read the operator's files, which the sandbox
-    // is for.
+    // small enough to be one) and prints, base64-encoded past the redactor, any file holding
+    // the secret's prefix. Unsandboxed, where the agent can read the operator's files (the
+    // eval's directory, holding the secrets file, is left out of the search): the worker
+    // must keep tokens out of files even there; the sandboxed search is local_isolation.rs's.
     let nonce = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -95,7 +96,14 @@ echo searched
     std::fs::write(&secrets, format!("VICTIM_SECRET={canary}\n")).unwrap();
     let run = eval.run(
         &Mst::new(),
-        &["--json", "-q", "--secrets-file", mst_tests::s(&secrets)],
+        &[
+            "--json",
+            "-q",
+            "--secrets-file",
+            mst_tests::s(&secrets),
+            "--runner-option",
+            "isolation=none",
+        ],
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let dir = eval.run_dir("e2e");
@@ -147,8 +155,8 @@ fn each_trace_names_the_client_of_its_own_variant() {
 fn a_work_file_the_agent_cuts_short_ends_the_shard_instead_of_hanging_it() {
     let mst = Mst::new();
     // The first trial's agent empties its worker's work file (as the test above, it finds the
-    // bundle through the worker's command line). Each case's line is longer than a read
-    // buffer, so the worker has not yet read the cases after the first.
+    // bundle through the worker's command line, unsandboxed). Each case's line is longer than
+    // a read buffer, so the worker has not yet read the cases after the first.
     let agent = r#"b=$(tr '\0' '\n' < /proc/$PPID/cmdline | sed -n '/^--bundle$/{n;p}')
 : > "$b/work.jsonl"; echo emptied"#;
     let input = "y".repeat(20_000);
@@ -161,7 +169,7 @@ fn a_work_file_the_agent_cuts_short_ends_the_shard_instead_of_hanging_it() {
                "judges": [{"assert": "exit-code", "value": 0}], "timeout": 30}),
         &cases,
     );
-    let mut child = eval.spawn(&mst, &["--json", "-q"]);
+    let mut child = eval.spawn(&mst, &["--json", "-q", "--runner-option", "isolation=none"]);
     let started = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if started.elapsed() > Duration::from_secs(60) {
@@ -298,14 +306,15 @@ fn a_machine_cannot_excuse_a_failed_trial_as_infra_unseen() {
 fn a_client_holding_its_pipes_through_setsid_ends_at_the_trial_timeout() {
     let mst = Mst::new();
     // The agent leaves a process outside its group holding stdout for 60 s (given time to
-    // leave, so that the group's kill does not catch it first), then answers.
+    // leave, so that the group's kill does not catch it first), then answers. Unsandboxed:
+    // a sandboxed agent's PID namespace ends with it, taking such a process along.
     let eval = command_eval(
         json!(["sh", "-c", "setsid sleep 60 & sleep 0.5; echo done"]),
         1,
         3,
     );
     let started = Instant::now();
-    let run = eval.run(&mst, &["--json", "-q"]);
+    let run = eval.run(&mst, &["--json", "-q", "--runner-option", "isolation=none"]);
     let took = started.elapsed();
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(
@@ -558,7 +567,17 @@ fn a_token_that_expires_mid_run_is_renewed_from_the_secrets_file() {
     write_secret(FIRST, 4);
     let expires = Instant::now() + Duration::from_secs(4);
     let mst = Mst::new();
-    let child = eval.spawn(&mst, &["-q", "--secrets-file", mst_tests::s(&secrets)]);
+    // The server is on the host's loopback: the machine shares the host's network.
+    let child = eval.spawn(
+        &mst,
+        &[
+            "-q",
+            "--secrets-file",
+            mst_tests::s(&secrets),
+            "--runner-option",
+            "network=host",
+        ],
+    );
     let (_, first) = seen.recv_timeout(Duration::from_secs(30)).unwrap();
     assert_eq!(first, FIRST.to_lowercase());
     write_secret(RENEWED, 3600);

@@ -58,9 +58,10 @@ fn tests_check() -> Value {
 
 #[test]
 fn a_projects_tests_run_in_the_trials_directory_and_grade_it() {
-    let mst = Mst::new();
     let dir = tempfile::tempdir().unwrap();
     let project = python_project(dir.path());
+    // The agent copies the project from the test's directory, shown to its sandbox.
+    let mst = Mst::exposing(&[dir.path()]);
     let eval = Eval::new(
         json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
                "clientOptions": {"command": agent(&project)},

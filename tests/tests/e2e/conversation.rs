@@ -67,6 +67,12 @@ impl Chat {
         Chat { eval, dir }
     }
 
+    /// An mst whose local machines are unsandboxed: the agent writes `$MINTED` and `$ARGV`
+    /// outside its trial, for the test to read.
+    fn mst(&self) -> Mst {
+        Mst::unsandboxed()
+    }
+
     fn minted(&self) -> Vec<String> {
         lines(&self.dir.path().join("minted"))
     }
@@ -330,7 +336,7 @@ fn assert_no_token_leaked(chat: &Chat, results: &Path, stderr: &str, api: &Answe
 #[test]
 fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_same_workdir() {
     let chat = Chat::new();
-    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let serve = Serve::start(&chat.mst(), &chat.eval.config(), &chat.eval.results(), &[]);
     let api = Answers::default();
     let (status, view) = api.open_conversation(&serve);
     assert_eq!(status, 201, "{view}");
@@ -346,14 +352,14 @@ fn turns_continue_one_thread_by_its_last_token_and_fresh_starts_another_in_the_s
     assert_turns_listed_then_close(&api, &serve, &session);
     let stderr = serve.stop();
 
-    assert_turns_are_not_cases(&Mst::new(), &chat.eval, &session);
+    assert_turns_are_not_cases(&chat.mst(), &chat.eval, &session);
     assert_no_token_leaked(&chat, &chat.eval.results(), &stderr, &api);
 }
 
 #[test]
 fn a_second_turn_while_one_runs_is_refused_and_fresh_needs_a_conversation() {
     let chat = Chat::new();
-    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let serve = Serve::start(&chat.mst(), &chat.eval.config(), &chat.eval.results(), &[]);
     let session = serve.session(r#"{"conversation": true}"#);
     let (status, running) = serve.call("POST", &tasks(&session), Some(r#"{"input": "wait"}"#));
     assert_eq!(status, 202, "{running}");
@@ -483,7 +489,7 @@ async fn mcp_turn(
 #[tokio::test(flavor = "multi_thread")]
 async fn the_mcp_twins_take_conversation_and_fresh() {
     let chat = Chat::new();
-    let mst = Mst::new();
+    let mst = chat.mst();
     let (config, results) = (chat.eval.config(), chat.eval.results());
     let args = [
         "serve",
@@ -874,7 +880,7 @@ fn replay_kept_thread(chat: &Chat) -> (PathBuf, Value) {
     let replay = chat.eval.dir.path().join("replay.json");
     std::fs::write(&replay, config.to_string()).unwrap();
     let results = chat.dir.path().join("replayed");
-    let run = Mst::new().run(&[
+    let run = chat.mst().run(&[
         "run",
         "--config",
         s(&replay),
@@ -899,7 +905,7 @@ fn replay_kept_thread(chat: &Chat) -> (PathBuf, Value) {
 #[test]
 fn a_conversation_exported_as_a_case_replays_its_turns_in_a_batch_run() {
     let chat = Chat::new();
-    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let serve = Serve::start(&chat.mst(), &chat.eval.config(), &chat.eval.results(), &[]);
     let api = Answers::default();
     let (_, view) = api.open_conversation(&serve);
     let session = view["id"].as_str().unwrap().to_string();
@@ -939,7 +945,7 @@ fn a_conversation_exported_as_a_case_replays_its_turns_in_a_batch_run() {
 #[test]
 fn a_tasks_input_exports_as_a_case_and_only_a_completed_task_does() {
     let chat = Chat::new();
-    let serve = Serve::start(&Mst::new(), &chat.eval.config(), &chat.eval.results(), &[]);
+    let serve = Serve::start(&chat.mst(), &chat.eval.config(), &chat.eval.results(), &[]);
     let api = Answers::default();
     let session = serve.session(r#"{"variant": "plain"}"#);
     let export = format!("/api/v1/sessions/{session}/export");

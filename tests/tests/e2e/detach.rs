@@ -46,6 +46,11 @@ impl Gated {
         });
     }
 
+    /// An mst whose sandboxes are shown the gate's directory.
+    fn mst(&self) -> Mst {
+        Mst::exposing(&[self.gate.parent().unwrap()])
+    }
+
     fn open(&self) {
         std::fs::write(&self.gate, "").unwrap();
     }
@@ -119,7 +124,7 @@ fn detach(mst: &Mst, eval: &Eval, extra: &[&str]) -> (String, u64) {
 fn a_detached_run_goes_on_without_the_terminal_and_attach_follows_it_to_its_summary() {
     let gated = Gated::new(3);
     let eval = &gated.eval;
-    let mst = Mst::new();
+    let mst = gated.mst();
     let (id, pid) = detach(&mst, eval, &[]);
     // The trials run under the supervisor, with nobody attached.
     gated.wait_until_held();
@@ -198,7 +203,7 @@ fn a_detached_run_goes_on_without_the_terminal_and_attach_follows_it_to_its_summ
 fn runs_stop_cancels_a_detached_run_with_the_grace_and_resume_collects_the_rest() {
     let gated = Gated::new(3);
     let eval = &gated.eval;
-    let mst = Mst::new();
+    let mst = gated.mst();
     // Without --json: the lines for people, the first naming the run and its supervisor.
     let detached = eval.run(&mst, &["--detach", "--cancel-grace", "2"]);
     assert_eq!(detached.code, 0, "{}\n{}", detached.stdout, detached.stderr);
@@ -261,7 +266,7 @@ fn runs_stop_cancels_a_detached_run_with_the_grace_and_resume_collects_the_rest(
 fn a_run_whose_supervisor_was_killed_is_listed_interrupted_and_resumes() {
     let gated = Gated::new(2);
     let eval = &gated.eval;
-    let mst = Mst::new();
+    let mst = gated.mst();
     let (id, pid) = detach(&mst, eval, &[]);
     gated.wait_until_held();
     // SAFETY: SIGKILL to the supervisor this test started.

@@ -56,8 +56,10 @@ fn eval(name: &str, ids: &[&str]) -> Eval {
     eval
 }
 
-/// Runs `eval` into `results` and returns the new run's id.
+/// Runs `eval` into `results` and returns the new run's id. The agent reads its `mode` in the
+/// eval's directory, shown to its sandbox.
 fn run(mst: &Mst, eval: &Eval, results: &Path, code: i32) -> String {
+    let shown = format!("expose={}", s(eval.dir.path()));
     let done = mst.run(&[
         "run",
         "--config",
@@ -66,6 +68,8 @@ fn run(mst: &Mst, eval: &Eval, results: &Path, code: i32) -> String {
         s(results),
         "--json",
         "-q",
+        "--runner-option",
+        &shown,
     ]);
     assert_eq!(done.code, code, "{}\n{}", done.stdout, done.stderr);
     done.json()["runId"].as_str().unwrap().to_string()

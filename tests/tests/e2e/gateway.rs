@@ -33,7 +33,9 @@ env | sort
 }
 
 /// A `command` eval on the gateway, its model `acme/test-model` at `server`, two cases run
-/// one after the other.
+/// one after the other. Its agent hands its token to the next trial through a file, so it
+/// runs unsandboxed (`Mst::unsandboxed`): the gateway must refuse a token past its trial even
+/// where trials can reach each other.
 fn gateway_eval(server: &ModelServer) -> (Eval, std::path::PathBuf) {
     let scratch = tempfile::tempdir().unwrap().keep();
     let eval = Eval::new(
@@ -59,7 +61,7 @@ fn a_command_agent_reaches_its_model_through_the_gateway_and_never_holds_the_key
     let server = ModelServer::start_with(|_| Reply::anthropic_text("pong"));
     let (eval, secrets) = gateway_eval(&server);
     let run = eval.run(
-        &Mst::new(),
+        &Mst::unsandboxed(),
         &["--json", "-q", "--secrets-file", s(&secrets)],
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
@@ -164,7 +166,7 @@ fn a_provider_redirect_is_never_followed_with_the_key() {
     let server = ModelServer::start(vec![Reply::status(307, &[("location", &location)])]);
     let (eval, secrets) = gateway_eval(&server);
     let run = eval.run(
-        &Mst::new(),
+        &Mst::unsandboxed(),
         &["--json", "-q", "--secrets-file", s(&secrets)],
     );
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);

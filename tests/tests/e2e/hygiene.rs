@@ -169,7 +169,8 @@ fn the_local_worker_its_agent_and_its_stdio_servers_get_a_minimal_environment() 
     let mut config = read_json(&eval.config());
     config["servers"]["envsrv"]["args"] = json!([s(&server_script)]);
     std::fs::write(eval.config(), config.to_string()).unwrap();
-    // The worker, wrapped to record the environment the local runner gives it.
+    // The worker, wrapped to record the environment the local runner gives it (unsandboxed,
+    // so that it can write it here).
     let worker_env = dir.join("worker.env");
     let wrapper = script(
         &dir.join("worker.sh"),
@@ -191,6 +192,8 @@ fn the_local_worker_its_agent_and_its_stdio_servers_get_a_minimal_environment() 
             s(&results),
             "--runner-option",
             &format!("worker={}", s(&wrapper)),
+            "--runner-option",
+            "isolation=none",
         ])
         .env("AWS_SECRET_ACCESS_KEY", CANARY)
         // The one way to lend the agents more: name it.
@@ -312,7 +315,16 @@ fn an_mcp_server_echoing_its_bearer_token_is_redacted() {
     let secrets = dir.path().join("secrets.env");
     std::fs::write(&secrets, format!("API_TOKEN={CANARY}\n")).unwrap();
     let mst = Mst::new();
-    let run = eval.run(&mst, &["--secrets-file", s(&secrets)]);
+    // The server is on the host's loopback: the machine shares the host's network.
+    let run = eval.run(
+        &mst,
+        &[
+            "--secrets-file",
+            s(&secrets),
+            "--runner-option",
+            "network=host",
+        ],
+    );
     let _ = server.kill();
     let _ = server.wait();
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);

@@ -1,9 +1,10 @@
-//! The local runner's sandbox and limits (issue 44): with `--runner-option isolation=bwrap` the
+//! The local runner's sandbox and limits (issue 44): by default (`isolation=bwrap`) the
 //! worker and its agents run in a real bubblewrap sandbox (Debian's `bubblewrap`, installed by
 //! `.ci/run`) that shows them none of the operator's files, lets them write only the machine's
 //! directory, gives them a home of their own and no network but their loopback, where the
 //! model gateway still serves; `memory=SIZE` holds them to it through a real control group.
-//! Each test runs the same agent unsandboxed too, which shows what the sandbox takes away.
+//! Each test runs the same agent unsandboxed too (`isolation=none`), which shows what the
+//! sandbox takes away; the two that hold the issue's bar run the other side on the default.
 
 use mst_tests::model_server::{ModelServer, Reply};
 use mst_tests::{read_trace, s, Eval, Mst};
@@ -65,7 +66,7 @@ echo "processes $(ls /proc | grep -c '^[0-9]')"
         )
     };
     let mut runs = Vec::new();
-    for isolation in ["none", "bwrap"] {
+    for isolation in ["none", "default"] {
         let eval = Eval::new(
             json!({}),
             &[json!({"id": "c1", "input": "x", "expected": "y"})],
@@ -75,8 +76,11 @@ echo "processes $(ls /proc | grep -c '^[0-9]')"
             "judges": [{"assert": "exit-code", "value": 0}], "timeout": 60});
         std::fs::write(eval.config(), config.to_string()).unwrap();
         std::fs::write(eval.dir.path().join("secrets.env"), "UNUSED=1\n").unwrap();
-        let option = format!("isolation={isolation}");
-        let run = eval.run(&Mst::new(), &["-q", "--runner-option", &option]);
+        let mut args = vec!["-q"];
+        if isolation == "none" {
+            args.extend(["--runner-option", "isolation=none"]);
+        }
+        let run = eval.run(&Mst::new(), &args);
         assert_eq!(run.code, 0, "{isolation}: {}\n{}", run.stdout, run.stderr);
         let said = answer(&eval, "iso", "default/c1/0");
         // The summary says when the agents ran unsandboxed.
@@ -141,7 +145,7 @@ echo searched"#;
     let victim =
         r#"echo "$API_KEY" > "$HOME/note"; echo "$API_KEY" > note; sleep 4; echo "home $HOME""#;
     let mut runs = Vec::new();
-    for isolation in ["none", "bwrap"] {
+    for isolation in ["none", "default"] {
         let eval = Eval::new(
             json!({"name": "apart", "datasets": ["cases.jsonl"], "client": "command",
                    "concurrency": 2,
@@ -154,14 +158,10 @@ echo searched"#;
         );
         let secrets = eval.dir.path().join("secrets.env");
         std::fs::write(&secrets, format!("VICTIM_SECRET={canary}\n")).unwrap();
-        let option = format!("isolation={isolation}");
-        let args = [
-            "-q",
-            "--secrets-file",
-            s(&secrets),
-            "--runner-option",
-            &option,
-        ];
+        let mut args = vec!["-q", "--secrets-file", s(&secrets)];
+        if isolation == "none" {
+            args.extend(["--runner-option", "isolation=none"]);
+        }
         let run = eval.run(&Mst::new(), &args);
         assert_eq!(run.code, 0, "{isolation}: {}\n{}", run.stdout, run.stderr);
         let found = answer(&eval, "apart", "attacker/c1/0");
@@ -341,14 +341,14 @@ fn bad_isolation_options_are_refused_before_any_machine() {
     );
     for (options, says) in [
         (&["isolation=docker"][..], "takes `bwrap`"),
-        (&["network=host"], "needs isolation=bwrap"),
-        (&["isolation=bwrap", "network=bridge"], "`none`"),
-        (&["isolation=bwrap", "expose=relative"], "must be absolute"),
+        (&["isolation=none", "network=host"], "needs isolation=bwrap"),
+        (&["network=bridge"], "`none`"),
+        (&["expose=relative"], "must be absolute"),
         (&["memory=lots"], "at least 16m"),
         (&["pids=3"], "at least 16"),
-        (&["isolation=bwrap", "cpus=0"], "at least 0.01"),
-        (&["cpus=1"], "need isolation=bwrap"),
-        (&["memory=256m"], "need isolation=bwrap"),
+        (&["cpus=0"], "at least 0.01"),
+        (&["isolation=none", "cpus=1"], "need isolation=bwrap"),
+        (&["isolation=none", "memory=256m"], "need isolation=bwrap"),
     ] {
         let mut args = vec!["-q"];
         for option in options {
@@ -384,4 +384,55 @@ fn runner_check_tries_a_sandboxed_local_machine() {
     let bad = mst.run(&["runner", "check", "local", "--runner-option", "pids=3"]);
     assert_eq!(bad.code, 1, "{}\n{}", bad.stdout, bad.stderr);
     assert!(bad.stdout.contains("at least 16"), "{}", bad.stdout);
+}
+
+#[test]
+fn the_operators_runner_defaults_apply_to_each_run_and_the_command_line_wins() {
+    require_bwrap();
+    let mst = Mst::new();
+    let defaults = mst.home.path().join("runners.json");
+    std::fs::write(
+        &defaults,
+        r#"{"local": {"isolation": "none"}, "docker": {"shards": "9"}}"#,
+    )
+    .unwrap();
+    let eval = Eval::new(
+        json!({"name": "defaults", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["cat"]},
+               "judges": [{"assert": "exit-code", "value": 0}], "timeout": 30}),
+        &[json!({"id": "c1", "input": "x"})],
+    );
+    // The operator's default, recorded as if typed; the docker entry is not the local's.
+    let run = eval.run(&mst, &[]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("sandbox: none"), "{}", run.stdout);
+    let record = mst_tests::read_json(&eval.run_dir("defaults").join("run.json"));
+    assert_eq!(
+        record["runnerOptions"],
+        json!({"isolation": "none"}),
+        "{record}"
+    );
+    assert_eq!(record["shards"], 1, "{record}");
+    // The command line's option wins over the file's.
+    let results = eval.dir.path().join("boxed");
+    let boxed = mst.run(&[
+        "run",
+        "--config",
+        s(&eval.config()),
+        "--results-dir",
+        s(&results),
+        "--runner-option",
+        "isolation=bwrap",
+    ]);
+    assert_eq!(boxed.code, 0, "{}\n{}", boxed.stdout, boxed.stderr);
+    assert!(!boxed.stdout.contains("sandbox: none"), "{}", boxed.stdout);
+    // A file that is not runners' options stops the run, naming it and the shape it wants.
+    std::fs::write(&defaults, r#"{"local": {"pids": 64}}"#).unwrap();
+    let bad = eval.run(&mst, &[]);
+    assert_eq!(bad.code, 2, "{}\n{}", bad.stdout, bad.stderr);
+    assert!(
+        bad.stderr.contains(s(&defaults)) && bad.stderr.contains("each value a string"),
+        "{}",
+        bad.stderr
+    );
 }

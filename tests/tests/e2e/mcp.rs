@@ -121,6 +121,9 @@ fn the_everything_server_over_streamable_http_and_a_dead_server_is_infra() {
         "--results-dir",
         s(&dir.path().join("ok")),
         "--json",
+        // The server is on the host's loopback: the machine shares the host's network.
+        "--runner-option",
+        "network=host",
     ]);
     let _ = server.kill();
     let _ = server.wait();
@@ -188,13 +191,25 @@ fn a_token_from_the_secrets_file_reaches_the_server_and_nothing_else() {
 /// A case calling `echo` on the variant's one server.
 const ECHO_CASE: &str = "{\"id\":\"c\",\"input\":{\"tool\":\"echo\",\"arguments\":{}}}\n";
 
-/// A loopback HTTP server that records the first request's head (lowercased) and refuses it.
+/// A loopback HTTP server that records the first request's head (lowercased) and refuses it;
+/// it gives up (recording nothing) when no request came within 60 s.
 fn recording_server() -> (u16, std::thread::JoinHandle<String>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
     let server = std::thread::spawn(move || {
         use std::io::{Read, Write};
-        let (mut stream, _) = listener.accept().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut stream = loop {
+            match listener.accept() {
+                Ok((stream, _)) => break stream,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => return format!("no request came: {e}"),
+            }
+        };
+        stream.set_nonblocking(false).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
@@ -228,8 +243,9 @@ fn assert_nowhere(canary: &str, run: &mst_tests::Run, results: &std::path::Path,
     );
 }
 
-/// Runs `config` (with `cases`) with `secrets` as the secrets file and `MST_LOG=trace`; returns
-/// the run, its results directory and the `mst` used.
+/// Runs `config` (with `cases`) with `secrets` as the secrets file and `MST_LOG=trace`, its
+/// machine on the host's network (its HTTP servers are on the host's loopback); returns the
+/// run, its results directory and the `mst` used.
 fn run_with_secrets(
     dir: &std::path::Path,
     config: &Value,
@@ -250,6 +266,8 @@ fn run_with_secrets(
             s(&results),
             "--secrets-file",
             s(&dir.join("secrets.env")),
+            "--runner-option",
+            "network=host",
         ])
         .env("MST_LOG", "trace")
         .output()
@@ -354,7 +372,9 @@ fn a_stdio_server_leaves_nothing_running_after_its_trial() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("helper.pid");
     // The real time server, started by a wrapper that leaves a helper process behind in the
-    // server's process group (as launchers such as npx do).
+    // server's process group (as launchers such as npx do). Unsandboxed, where nothing but the
+    // group's kill ends the helper (a sandbox's PID namespace ends with its server), and the
+    // wrapper can note the helper's pid here.
     let wrapper = format!(
         "sleep 300 & echo $! > {}; exec python3 -m mcp_server_time --local-timezone UTC",
         s(&pid_file)
@@ -372,7 +392,7 @@ fn a_stdio_server_leaves_nothing_running_after_its_trial() {
         ],
     );
     let started = Instant::now();
-    let run = eval.run(&mst, &["-q"]);
+    let run = eval.run(&mst, &["-q", "--runner-option", "isolation=none"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     // Left running, the helper would also hold the worker's stderr and the run's end with it.
     assert!(

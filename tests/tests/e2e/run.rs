@@ -119,13 +119,14 @@ fn a_worker_killed_mid_run_leaves_missing_trials_that_resume_collects() {
     let mst = Mst::new();
     let marker = tempfile::tempdir().unwrap();
     let mark = marker.path().join("killed");
-    // The third case's first attempt kills the worker (its parent) with SIGKILL.
+    // The third case's first attempt kills the worker (its parent) with SIGKILL: unsandboxed,
+    // where an agent can reach its worker and leave a mark outside its trial.
     let script = format!(
         "read q; case \"$q\" in *3*) [ -e {m} ] || {{ touch {m}; kill -9 $PPID; sleep 5; }};; esac; echo \"$q\"",
         m = mark.display()
     );
     let eval = Eval::new(config(json!(["sh", "-c", script])), &cases(5));
-    let first = eval.run(&mst, &[]);
+    let first = eval.run(&mst, &["--runner-option", "isolation=none"]);
     assert_eq!(
         first.code, 2,
         "a partial collection exits 2\n{}\n{}",
@@ -155,7 +156,10 @@ fn a_worker_killed_mid_run_leaves_missing_trials_that_resume_collects() {
     );
 
     let run_id = dir.file_name().unwrap().to_str().unwrap().to_string();
-    let resumed = eval.run(&mst, &["--resume", &run_id]);
+    let resumed = eval.run(
+        &mst,
+        &["--resume", &run_id, "--runner-option", "isolation=none"],
+    );
     assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
     assert!(
         resumed.stderr.contains(&format!("[{missing}/{missing}]")),
@@ -323,6 +327,7 @@ fn limits_hold_across_concurrent_trials() {
     let scratch = tempfile::tempdir().unwrap();
     let limited_log = scratch.path().join("limited.log");
     let free_log = scratch.path().join("free.log");
+    // The trials log to the test's files: unsandboxed, so they can write there.
     let with_log = |log: &Path, limited: bool| {
         let script = format!(
             "echo start $(date +%s%N) >> {l}; sleep 0.3; echo end $(date +%s%N) >> {l}; cat",
@@ -337,11 +342,12 @@ fn limits_hold_across_concurrent_trials() {
         Eval::new(config, &cases(6))
     };
     let limited = with_log(&limited_log, true);
-    assert_eq!(limited.run(&mst, &["-q"]).code, 0);
+    let unsandboxed = ["-q", "--runner-option", "isolation=none"];
+    assert_eq!(limited.run(&mst, &unsandboxed).code, 0);
     assert_eq!(max_overlap(&limited_log), 1, "the server limit of 1 held");
     // The same eval without the limit overlaps, so the check above can fail.
     let free = with_log(&free_log, false);
-    assert_eq!(free.run(&mst, &["-q"]).code, 0);
+    assert_eq!(free.run(&mst, &unsandboxed).code, 0);
     assert!(max_overlap(&free_log) > 1);
 }
 

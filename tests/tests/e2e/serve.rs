@@ -37,7 +37,8 @@ fn tasks_run_one_at_a_time_and_the_cursor_pages_a_live_trace_without_gaps() {
     let gate = dir.path().join("gate");
     let script = gated_agent(&gate, 0..6, 6..12);
     let eval = agent_eval(&script, json!({}));
-    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let mst = Mst::exposing(&[dir.path()]);
+    let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
     let session = serve.session("{}");
     let (status, task) = serve.call("POST", &tasks(&session), Some(r#"{"input": "hello"}"#));
     assert_eq!(status, 202, "{task}");
@@ -697,7 +698,8 @@ fn the_trace_streams_as_server_sent_events_and_resumes_from_the_last_id() {
     let gate = dir.path().join("gate");
     let script = gated_agent(&gate, 0..3, 3..6);
     let eval = agent_eval(&script, json!({}));
-    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let mst = Mst::exposing(&[dir.path()]);
+    let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
     let session = serve.session("{}");
     let (_, task) = serve.call("POST", &tasks(&session), Some(r#"{"input": "hello"}"#));
     let id = task["id"].as_str().unwrap().to_string();
@@ -853,7 +855,7 @@ fn sessions_and_runs_are_capped_and_a_budgeted_server_starts_no_uncharged_run() 
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
     let eval = agent_eval(&gated_agent(&gate, 0..1, 1..2), json!({}));
-    let mst = Mst::new();
+    let mst = Mst::exposing(&[dir.path()]);
     let serve = Serve::start(
         &mst,
         &eval.config(),

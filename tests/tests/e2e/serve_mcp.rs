@@ -190,7 +190,7 @@ async fn an_mcp_client_drives_sessions_tasks_and_live_traces_through_the_tools()
     let gate = dir.path().join("gate");
     let script = gated_agent(&gate, 0..4, 4..8);
     let eval = agent_eval(&script, json!({}));
-    let mst = Mst::new();
+    let mst = Mst::exposing(&[dir.path()]);
     let stderr = tempfile::NamedTempFile::new().unwrap();
     let command = tokio::process::Command::from(mst.command(&serve_args(&eval, &[])));
     let (transport, _) = TokioChildProcess::builder(command)

@@ -85,8 +85,8 @@ fn assert_streamed_is_the_trace(
 
 #[test]
 fn a_running_trials_events_are_shown_before_it_ends_and_equal_its_trace() {
-    let mst = Mst::new();
     let dir = tempfile::tempdir().unwrap();
+    let mst = Mst::exposing(&[dir.path()]);
     let marker = dir.path().join("seen");
     // The agent records a step, then waits until the test has seen that step on `mst run -v`
     // (it makes the marker): without live events this trial could only time out. Then a tool

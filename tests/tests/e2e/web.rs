@@ -398,7 +398,7 @@ fn the_web_ui_lists_stored_runs_and_follows_a_run_started_from_the_page_until_it
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
     let eval = gated_eval(&gate, 0..3, 3..5);
-    let mst = Mst::new();
+    let mst = Mst::exposing(&[dir.path()]);
     let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
     let browser = Browser::start();
     browser.goto(&serve.page("/runs"));
@@ -466,7 +466,8 @@ fn the_playground_runs_in_the_page_live_one_task_at_a_time_with_abort_and_close(
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
     let eval = agent_eval(&gated_agent(&gate, 0..4, 4..6), json!({}));
-    let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
+    let mst = Mst::exposing(&[dir.path()]);
+    let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
     let browser = Browser::start();
     browser.goto(&serve.page("/playground"));
     browser.wait_for("#boot");
@@ -555,7 +556,7 @@ fn mst_run_serve_shows_the_run_live_then_its_report_until_ctrl_c() {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
     let eval = gated_eval(&gate, 0..2, 2..3);
-    let mst = Mst::new();
+    let mst = Mst::exposing(&[dir.path()]);
     let mut child = mst
         .command(&eval.args(&["--serve", "127.0.0.1:0"]))
         .stdout(std::process::Stdio::piped())

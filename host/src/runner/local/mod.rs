@@ -68,7 +68,7 @@ impl LocalRunner {
                 other => bail!("--runner-option {other}: the `local` runner takes {OPTIONS}"),
             }
         }
-        let isolation = option("isolation").unwrap_or("none");
+        let isolation = option("isolation").unwrap_or("bwrap");
         if limits.any() && isolation != "bwrap" {
             bail!(
                 "--runner-option memory/pids/cpus need isolation=bwrap: unsandboxed, an agent runs as \
@@ -77,17 +77,14 @@ impl LocalRunner {
         }
         let sandbox = match isolation {
             "bwrap" => Some(Sandbox::new(option("network"), option("expose"))?),
-            "none" => {
-                if let Some(key) = ["network", "expose"]
-                    .into_iter()
-                    .find(|k| option(k).is_some())
-                {
-                    bail!(
-                        "--runner-option {key} needs isolation=bwrap (the local runner's sandbox)"
-                    );
-                }
-                None
-            }
+            // `expose` shows what an unsandboxed agent sees anyway, so a default of the
+            // operator's (runners.json) stays harmless; a `network` would promise what
+            // nothing unsandboxed holds.
+            "none" if option("network").is_some() => bail!(
+                "--runner-option network needs isolation=bwrap (the local runner's sandbox): \
+                 unsandboxed, an agent has the host's network"
+            ),
+            "none" => None,
             other => bail!(
                 "--runner-option isolation={other}: the `local` runner takes `bwrap` (a \
                  bubblewrap sandbox) or `none`"
