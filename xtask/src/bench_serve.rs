@@ -5,7 +5,9 @@
 //!   runner (the engines the tests use): the create, and task → first event, medians over 5;
 //!   next to the cost of one `curl` call (every figure includes such calls);
 //! - the trace endpoint's throughput while 10 sessions stream events: a cursor past the end (a
-//!   poll that finds nothing new, what a following page does most) and a full replay.
+//!   poll that finds nothing new, what a following page does most) and a full replay;
+//! - a soak of 1,000 sessions, each opened, given a task and closed: the server's resident
+//!   memory every 250 (it keeps the latest closed sessions only).
 //!
 //! It uses the debug build `cargo xtask test` uses (dependencies optimised, mst's own code not).
 
@@ -16,10 +18,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running `mst serve` and its base URL.
+/// A running `mst serve`, its base URL and the access token it printed.
 struct Server {
     child: Child,
     base: String,
+    token: String,
 }
 
 impl Server {
@@ -36,13 +39,18 @@ impl Server {
             .spawn()?;
         let mut line = String::new();
         std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
-        let base = line
+        let (base, token) = line
             .trim()
             .strip_prefix("mst serve: listening on ")
-            .and_then(|l| l.strip_suffix('/'))
-            .with_context(|| format!("mst serve did not start: {line}"))?
-            .to_string();
-        Ok(Server { child, base })
+            .and_then(|l| l.split_once("/#token="))
+            .with_context(|| format!("mst serve did not start: {line}"))?;
+        let (base, token) = (base.to_string(), token.to_string());
+        Ok(Server { child, base, token })
+    }
+
+    /// The header that carries its access token.
+    fn authorization(&self) -> String {
+        format!("authorization: Bearer {}", self.token)
     }
 
     /// `curl -X METHOD` on `path`; the answer as JSON.
@@ -50,6 +58,7 @@ impl Server {
         let out = Command::new("curl")
             .args(["-sS", "-X", method, "--data-binary", body])
             .args(["-H", "content-type: application/json"])
+            .args(["-H", &self.authorization()])
             .arg(format!("{}{path}", self.base))
             .output()
             .context("curl (apt-get install curl)")?;
@@ -118,10 +127,10 @@ fn first_event(server: &Server) -> Result<(f64, f64)> {
     Ok((created, first))
 }
 
-/// `wrk` on `url` for 5 s with 4 connections; requests per second.
-fn wrk(url: &str) -> Result<std::process::Child> {
+/// `wrk` on `url` for 5 s with 4 connections, sending `header`.
+fn wrk(url: &str, header: &str) -> Result<std::process::Child> {
     Command::new("wrk")
-        .args(["-t1", "-c4", "-d5s", url])
+        .args(["-t1", "-c4", "-d5s", "-H", header, url])
         .stdout(Stdio::piped())
         .spawn()
         .context("wrk (apt-get install wrk)")
@@ -199,7 +208,7 @@ pub fn bench() -> Result<()> {
     ] {
         let children: Vec<Child> = traces
             .iter()
-            .map(|t| wrk(&format!("{t}{query}")))
+            .map(|t| wrk(&format!("{t}{query}"), &server.authorization()))
             .collect::<Result<_>>()?;
         let total: f64 = children
             .into_iter()
@@ -217,6 +226,39 @@ pub fn bench() -> Result<()> {
         );
     }
     drop(server);
+    write_eval(&dir, 0, "0")?;
+    soak(&Server::start(&mst, &dir, &[])?)?;
     std::fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+/// Opens 1,000 sessions one after another, each running one task and then closed, and prints
+/// the server's resident memory every 250.
+fn soak(server: &Server) -> Result<()> {
+    let started = Instant::now();
+    let mut line = vec![format!("0: {} MiB", resident_mib(&server.child)?)];
+    for n in 1..=1000 {
+        first_event(server)?;
+        if n % 250 == 0 {
+            line.push(format!("{n}: {} MiB", resident_mib(&server.child)?));
+        }
+    }
+    println!(
+        "soak, 1,000 sessions each opened, given a task and closed ({:.0} s): mst serve's \
+         resident memory after {}",
+        started.elapsed().as_secs_f64(),
+        line.join(", ")
+    );
+    Ok(())
+}
+
+/// The resident memory of `child` (`VmRSS`), in MiB.
+fn resident_mib(child: &Child) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no VmRSS in /proc/PID/status")?;
+    Ok(kib / 1024)
 }

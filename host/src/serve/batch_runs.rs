@@ -109,6 +109,11 @@ impl BatchRun {
         state
     }
 
+    /// Whether collection, grading and the result files are done (or the run failed).
+    pub fn is_done(&self) -> bool {
+        self.state.lock().expect("live run").state.done
+    }
+
     /// The run's id, once it has one.
     pub fn run_id(&self) -> Option<String> {
         self.state.lock().expect("live run").state.run_id.clone()
@@ -223,6 +228,11 @@ struct Starter {
     admitting: Mutex<()>,
 }
 
+/// How many finished runs this process keeps following before it lets go of the oldest (their
+/// results stay on disk, where `GET /api/v1/runs/{id}` reads them), so a long-lived server's
+/// memory does not grow with every run it has seen.
+pub const FINISHED_RUNS_KEPT: usize = 16;
+
 /// The most repetitions of each case a run started from the API may ask for.
 pub const MAX_API_TRIALS: u32 = 1000;
 
@@ -263,9 +273,21 @@ impl BatchRuns {
         self.starter.is_some()
     }
 
-    /// Follows `run`, a run this process started elsewhere (`mst run --serve`).
+    /// Follows `run` (started here, or elsewhere in this process: `mst run --serve`), letting
+    /// go of the oldest finished runs past [`FINISHED_RUNS_KEPT`].
     pub fn track(&self, run: Arc<BatchRun>) {
-        self.runs.lock().expect("live runs").push(run);
+        let mut runs = self.runs.lock().expect("live runs");
+        runs.push(run);
+        let finished = runs.iter().filter(|r| r.is_done()).count();
+        let mut excess = finished.saturating_sub(FINISHED_RUNS_KEPT);
+        // Oldest first: they were pushed in the order they started.
+        runs.retain(|run| match excess > 0 && run.is_done() {
+            true => {
+                excess -= 1;
+                false
+            }
+            false => true,
+        });
     }
 
     /// The live run named `run_id`.
@@ -303,7 +325,7 @@ impl BatchRuns {
         }
         let admitting = starter.admitting.lock().expect("admitting runs");
         let running = (self.runs.lock().expect("live runs").iter())
-            .filter(|run| !run.snapshot(usize::MAX).done)
+            .filter(|run| !run.is_done())
             .count();
         if running >= starter.max_runs {
             return Err(ServeError::too_many(format!(

@@ -30,6 +30,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// How many closed sessions stay in memory (for a `GET` after the close, and the list) before
+/// the oldest are let go, so a long-lived server's memory does not grow with every session.
+pub const CLOSED_SESSIONS_KEPT: usize = 32;
+
 /// What `mst serve` was started with.
 pub struct ServeRequest {
     /// What it shares with `mst run`.
@@ -336,7 +340,8 @@ impl Playground {
             .ok_or_else(|| {
                 ServeError::not_found(format!(
                     "no session `{id}`: `GET /api/v1/sessions` (the `list_sessions` tool over MCP) \
-                     lists them"
+                     lists them; past the latest {CLOSED_SESSIONS_KEPT} closed ones this server \
+                     lets go (their records stay in the results directory)"
                 ))
             })
     }
@@ -518,7 +523,24 @@ impl Playground {
         let session = self.session(id)?;
         session.close("closed by request");
         self.settle_account(&session);
-        Ok(self.view(&session))
+        let view = self.view(&session);
+        self.release_closed();
+        Ok(view)
+    }
+
+    /// Lets go of the oldest closed sessions past [`CLOSED_SESSIONS_KEPT`] whose machines are
+    /// gone: their tasks' traces leave memory, their records stay in the results directory.
+    fn release_closed(&self) {
+        let mut sessions = self.sessions.lock().expect("sessions");
+        let mut over: Vec<(std::time::Instant, String)> = (sessions.values())
+            .filter(|s| !s.holds_machine())
+            .map(|s| (s.made(), s.id.clone()))
+            .collect();
+        over.sort();
+        let excess = over.len().saturating_sub(CLOSED_SESSIONS_KEPT);
+        for (_, id) in &over[..excess] {
+            sessions.remove(id);
+        }
     }
 
     /// Closes sessions idle past the TTL; called by the reaper thread.
@@ -535,6 +557,7 @@ impl Playground {
             session.close("idle past the session TTL");
             self.settle_account(&session);
         }
+        self.release_closed();
     }
 
     /// Closes every open session (on shutdown).

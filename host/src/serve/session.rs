@@ -292,6 +292,8 @@ pub struct Session {
     /// The most tokens one task may use (`turnTokens`).
     turn_tokens: Option<u64>,
     created_at: u64,
+    /// When it was made, finer than `created_at`: which of two sessions is older.
+    made: Instant,
     /// The `mst serve` holding it, as its `process.json` records it (`mst runs list`'s state).
     process: RunProcess,
     machine: Mutex<Option<Box<dyn Channel>>>,
@@ -368,6 +370,7 @@ impl Session {
             keeps_history,
             turn_tokens: request.turn_tokens,
             created_at: crate::clock::unix_secs(),
+            made: Instant::now(),
             process: RunProcess::current(Collector::Server),
             machine: Mutex::new(Some(machine)),
             copied: AtomicU64::new(0),
@@ -398,7 +401,11 @@ impl Session {
         }
     }
 
-    /// The session's record, state and tasks.
+    /// When it was made, to order sessions by age.
+    pub fn made(&self) -> Instant {
+        self.made
+    }
+
     /// Whether it still holds its machine: not closed yet, or closed but with a task that has
     /// not stopped, whose machine is disposed of once it does. A task running holds the
     /// machine's lock: that counts as held.
@@ -410,6 +417,7 @@ impl Session {
             .map_or(true, |machine| machine.is_some())
     }
 
+    /// The session's record, state and tasks.
     pub fn view(&self) -> SessionView {
         let state = self.state.lock().expect("session");
         self.view_of(&state)

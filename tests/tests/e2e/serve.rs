@@ -924,3 +924,45 @@ fn assert_serve_refused(mst: &Mst, eval: &Eval, args: &[&str], says: &[&str]) {
         );
     }
 }
+
+#[test]
+fn closed_sessions_past_the_latest_kept_are_let_go_and_their_records_stay() {
+    // The server keeps the latest 32 closed sessions (`CLOSED_SESSIONS_KEPT`); older ones leave
+    // its memory, so a long-lived server does not grow with every session it has seen.
+    const KEPT: usize = 32;
+    let eval = agent_eval("cat", json!({}));
+    let mst = Mst::new();
+    let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
+    let ids: Vec<String> = (0..KEPT + 2)
+        .map(|_| {
+            let id = serve.session("{}");
+            let (status, closed) = serve.call("DELETE", &format!("/api/v1/sessions/{id}"), None);
+            assert_eq!(status, 200, "{closed}");
+            id
+        })
+        .collect();
+    let (status, listed) = serve.call("GET", "/api/v1/sessions", None);
+    assert_eq!(status, 200);
+    let listed: Vec<&str> = (listed["sessions"].as_array().unwrap().iter())
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.len(), KEPT, "{listed:?}");
+    for (n, id) in ids.iter().enumerate() {
+        let (status, view) = serve.call("GET", &format!("/api/v1/sessions/{id}"), None);
+        match n < 2 {
+            true => {
+                assert_eq!(status, 404, "session {n}: {view}");
+                let error = view["error"].as_str().unwrap();
+                assert!(error.contains("lets go"), "{error}");
+            }
+            false => assert_eq!(
+                (status, view["status"].as_str()),
+                (200, Some("closed")),
+                "{view}"
+            ),
+        }
+        // Its record stays where the session wrote it.
+        let record = eval.results().join("play/sessions").join(id);
+        assert!(record.is_dir(), "{}", record.display());
+    }
+}
