@@ -222,6 +222,22 @@ impl Effective {
         effective
     }
 
+    /// These grants with each `{option:NAME}` in an `exec` argument pattern replaced by the
+    /// runner option `NAME` the operator gave (`{option:NAME=DEFAULT}`: `DEFAULT` when they gave
+    /// none), so that a runner plugin's declaration pins it to what the operator chose:
+    /// `kubectl --context={option:context}` runs on no other cluster. A pattern whose option is
+    /// unset and has no default stays as written, matching only itself. A value holding `*`
+    /// is refused: it would widen the pattern.
+    pub fn pinned_to(&self, options: &BTreeMap<String, String>) -> Result<Self, String> {
+        let mut pinned = self.clone();
+        for grant in &mut pinned.exec {
+            for pattern in &mut grant.args {
+                *pattern = fill_option(pattern, options)?;
+            }
+        }
+        Ok(pinned)
+    }
+
     /// Whether `program args…` may run: the program is granted and every argument matches one
     /// of its declared patterns (an empty pattern list allows any arguments).
     pub fn allows_exec(&self, program: &str, args: &[String]) -> Result<(), String> {
@@ -301,6 +317,35 @@ const RUNS_ANYTHING: &[&str] = &[
     "gawk",
 ];
 
+/// How a runner option placeholder in an argument pattern begins (see
+/// [`Effective::pinned_to`]).
+const OPTION_PLACEHOLDER: &str = "{option:";
+
+/// `pattern` with its `{option:NAME}` (or `{option:NAME=DEFAULT}`) filled from `options`.
+fn fill_option(pattern: &str, options: &BTreeMap<String, String>) -> Result<String, String> {
+    let Some(start) = pattern.find(OPTION_PLACEHOLDER) else {
+        return Ok(pattern.to_string());
+    };
+    let rest = &pattern[start + OPTION_PLACEHOLDER.len()..];
+    let end = rest
+        .find('}')
+        .ok_or_else(|| format!("argument pattern {pattern:?} opens `{{option:` without `}}`"))?;
+    let (name, default) = match rest[..end].split_once('=') {
+        Some((name, default)) => (name, Some(default)),
+        None => (&rest[..end], None),
+    };
+    let Some(value) = options.get(name).map(String::as_str).or(default) else {
+        return Ok(pattern.to_string());
+    };
+    if value.contains('*') || rest[end + 1..].contains(OPTION_PLACEHOLDER) {
+        return Err(format!(
+            "--runner-option {name}={value}: the plugin's argument pattern {pattern:?} takes it \
+             as written, and a `*` (or a second placeholder) would widen what it admits"
+        ));
+    }
+    Ok(format!("{}{value}{}", &pattern[..start], &rest[end + 1..]))
+}
+
 /// Whether `program` (by its file name) is an interpreter or a launcher (see [`RUNS_ANYTHING`];
 /// also `python`, `python3`, `python3.12`, …).
 fn runs_anything(program: &str) -> bool {
@@ -377,13 +422,48 @@ pub fn broad_exec(program: &str, args: &[String]) -> Option<String> {
         .map(|p| format!("`{program}` with any option matching `{p}`"))
 }
 
+/// Where an `exec` declaration lets a program that runs commands elsewhere choose the place, if
+/// it does: an `ssh` destination pattern with a wildcard (any host the operator's keys reach),
+/// `kubectl --context=*` or `--namespace=*` (any cluster or namespace their kubeconfig
+/// reaches: pin it with `{option:NAME}`), `--jobid=*` (any of the user's Slurm jobs).
+pub fn remote_wildcard(program: &str, args: &[String]) -> Option<String> {
+    let name = program.rsplit('/').next().unwrap_or(program);
+    let open = |p: &&String| p.contains('*');
+    let found = match name {
+        "ssh" => args.iter().filter(open).find(|p| !p.starts_with('-')),
+        "kubectl" => args.iter().filter(open).find(|p| {
+            ["--context=", "--namespace=", "--cluster=", "--server="]
+                .iter()
+                .any(|o| p.starts_with(o))
+        }),
+        "srun" | "sattach" | "scancel" | "salloc" => args
+            .iter()
+            .filter(open)
+            .find(|p| p.starts_with("--jobid=") || (name == "scancel" && !p.starts_with('-'))),
+        _ => None,
+    }?;
+    let reach = match name {
+        "ssh" => "runs commands on any host the operator's ssh keys and configuration reach",
+        "kubectl" => "runs commands on any cluster or namespace the operator's kubeconfig reaches",
+        "scancel" => "cancels any Slurm job of the operator's user",
+        _ => "runs commands in any Slurm job of the operator's user",
+    };
+    Some(format!("`{name}` with `{found}`, which {reach}"))
+}
+
 /// The warning for a granted `exec` declaration that admits any command (see [`broad_exec`]),
-/// shown before a run and by `mst plugin check`.
+/// or lets the plugin choose where remote commands run ([`remote_wildcard`]), shown before a
+/// run and by `mst plugin check`.
 pub fn broad_grant_warning(grant: &ExecGrant) -> Option<String> {
-    broad_exec(&grant.program, &grant.args).map(|broad| {
-        format!(
+    if let Some(broad) = broad_exec(&grant.program, &grant.args) {
+        return Some(format!(
             "it declared {broad}, which you granted: that admits any command, or options that \
              run other programs or read files"
+        ));
+    }
+    remote_wildcard(&grant.program, &grant.args).map(|remote| {
+        format!(
+            "it declared {remote}, which you granted: the plugin, not you, chooses where they run"
         )
     })
 }
@@ -635,6 +715,73 @@ mod tests {
         }
         let narrow = ["-oPort=*", "--namespace=*", "*", "-T"].map(String::from);
         assert_eq!(broad_exec("ssh", &narrow), None);
+    }
+
+    #[test]
+    fn option_placeholders_pin_a_runner_to_the_operators_choice() {
+        let declared = [exec(
+            "kubectl",
+            &[
+                "--context={option:context}",
+                "--namespace={option:namespace=default}",
+                "get",
+            ],
+        )];
+        let grants = Grants {
+            exec: ["kubectl".to_string()].into(),
+            ..Grants::default()
+        };
+        let effective = Effective::intersect(&declared, &grants);
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let options: BTreeMap<String, String> =
+            [("context".to_string(), "prod".to_string())].into();
+        let pinned = effective.pinned_to(&options).unwrap();
+        assert!(pinned
+            .allows_exec(
+                "kubectl",
+                &args(&["--context=prod", "--namespace=default", "get"])
+            )
+            .is_ok());
+        for other in ["--context=staging", "--namespace=kube-system"] {
+            assert!(
+                pinned.allows_exec("kubectl", &args(&[other])).is_err(),
+                "{other}"
+            );
+        }
+        // Unset, without a default: the pattern admits only its own text, no context at all.
+        let unset = effective.pinned_to(&BTreeMap::new()).unwrap();
+        assert!(unset
+            .allows_exec("kubectl", &args(&["--context=prod"]))
+            .is_err());
+        assert!(unset.allows_exec("kubectl", &args(&["get"])).is_ok());
+        // A value that would widen the pattern is refused, naming the option.
+        let wide: BTreeMap<String, String> = [("context".to_string(), "*".to_string())].into();
+        assert!(effective
+            .pinned_to(&wide)
+            .unwrap_err()
+            .contains("--runner-option context=*"));
+    }
+
+    #[test]
+    fn remote_wildcards_are_named_and_pinned_patterns_are_not() {
+        let words = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for (program, args, named) in [
+            ("ssh", &["-T", "--", "**"][..], "`**`"),
+            ("kubectl", &["--context=**", "get"], "--context=**"),
+            ("kubectl", &["--namespace=*"], "--namespace=*"),
+            ("srun", &["--jobid=*", "--"], "--jobid=*"),
+            ("scancel", &["--quiet", "*"], "`*`"),
+        ] {
+            let found = remote_wildcard(program, &words(args)).unwrap_or_default();
+            assert!(found.contains(named), "{program}: {found}");
+        }
+        for (program, args) in [
+            ("kubectl", &["--context={option:context}", "pod/mst-*"][..]),
+            ("ssh", &["-T", "-oPort=*", "host-1"]),
+            ("tar", &["-c", "*"]),
+        ] {
+            assert_eq!(remote_wildcard(program, &words(args)), None, "{program}");
+        }
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub fn digest(bytes: &[u8]) -> String {
 }
 
 /// The world bindings, pre-instantiated once per plugin.
+#[derive(Clone)]
 enum WorldPre {
     Grader(bindings::grader::GraderPre<State>),
     Pairwise(bindings::pairwise::PairwiseGraderPre<State>),
@@ -288,6 +289,7 @@ fn stderr_tail(state: &State) -> String {
 }
 
 /// A loaded plugin: compiled, checked, described, ready to call.
+#[derive(Clone)]
 pub struct LoadedPlugin {
     label: String,
     digest: String,
@@ -382,6 +384,11 @@ fn describe(raw: bindings::PluginInfo, surface: &Surface, problems: &mut Vec<Pro
                 problems.push(Problem::warning(format!(
                     "declares {broad}: granting `{program}` admits any command (or options you \
                      cannot review in advance, which run other programs or read files)"
+                )));
+            } else if let Some(remote) = super::capabilities::remote_wildcard(program, args) {
+                problems.push(Problem::warning(format!(
+                    "declares {remote}: granting `{program}` lets the plugin, not you, choose \
+                     where (pin it to a runner option with `{{option:NAME}}`)"
                 )));
             }
         }
@@ -845,6 +852,18 @@ impl LoadedPlugin {
     pub fn cache_outcome(&self) -> CacheOutcome {
         self.cache
     }
+    /// This plugin with its `exec` grants pinned to a runner's `options` (see
+    /// [`Effective::pinned_to`]).
+    pub fn pinned_to(
+        &self,
+        options: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, String> {
+        Ok(LoadedPlugin {
+            grants: Arc::new(self.grants.pinned_to(options)?),
+            ..self.clone()
+        })
+    }
+
     /// What the plugin actually receives: its declaration intersected with the grants.
     pub fn effective_grants(&self) -> &Effective {
         &self.grants

@@ -93,6 +93,12 @@ impl PluginRunner {
         plugin
             .check_runner_options(&text)
             .with_context(|| format!("--runner-option for `{name}`"))?;
+        // Its declared patterns may name the operator's options (`{option:context}`).
+        let plugin = Arc::new(
+            plugin
+                .pinned_to(&options)
+                .map_err(|e| anyhow::anyhow!("runner plugin `{name}`: {e}"))?,
+        );
         let max_shards = plugin
             .runner_info()
             .with_context(|| format!("runner plugin `{name}`"))?

@@ -234,6 +234,19 @@ fn a_create_machine_that_never_returns_fails_only_its_shard() {
     assert_resumed(&resumed, 3);
 }
 
+/// The ssh plugin's plan says that the plugin, not the operator, picks the destination (its
+/// `**` after `--`, until patterns are matched by position).
+fn assert_the_plan_warns_of_any_destination(run: &mst_tests::Run) {
+    assert!(
+        run.stderr.contains(
+            "warning: it declared `ssh` with `**`, which runs commands on any host the operator's \
+             ssh keys"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     if !sshd::available() {
@@ -253,6 +266,7 @@ fn ssh_shards_over_two_hosts_survive_a_dead_host_with_resume() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = eval.run(&mst, &args);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_the_plan_warns_of_any_destination(&run);
     let record = read_json(&eval.run_dir("e2e").join("run.json"));
     let machines = record["machines"].as_array().unwrap();
     assert_eq!(machines.len(), 4);

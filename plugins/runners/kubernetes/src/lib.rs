@@ -85,9 +85,10 @@ const GET: &str = "tar -cf - -C {workdir} {src}";
 /// manifest this plugin writes (one pod), which the host checks is a hardened pod before
 /// kubectl sees it (and refuses otherwise); the cluster's own policies decide the rest.
 const KUBECTL_PATTERNS: &[&str] = &[
-    "--namespace=*",
-    // Context names may hold `/` (EKS: `arn:aws:eks:…:cluster/prod`).
-    "--context=**",
+    // The host fills these with the operator's options, so the plugin runs in no other
+    // namespace or cluster than the ones the operator named.
+    "--namespace={option:namespace=default}",
+    "--context={option:context}",
     "--filename=-",
     "--for=condition=Ready",
     "--timeout=*",
