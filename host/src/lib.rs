@@ -20,7 +20,8 @@
 //!   typed calls, the install store and a run's plugin set.
 //! - [`llm`]: model providers: one request and reply shape, the built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files and redaction.
-//! - [`sandbox`]: bubblewrap sandboxes for a local machine and each of its trials' programs.
+//! - [`sandbox`], [`egress`]: bubblewrap sandboxes for a local machine and each of its
+//!   trials' programs; egress by name, through a proxy outside the sandbox.
 //! - [`files`], [`process`], [`net`], [`clock`], [`home`], [`owner`]: the ground floor: careful
 //!   file access; host processes (groups, deadlines, capped reads); the HTTP client and its
 //!   capped body reads; wall-clock time; where mst keeps its state (`$MST_HOME`); which mst
@@ -30,6 +31,7 @@ pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod diagnosis;
+pub mod egress;
 pub mod eval;
 pub mod files;
 pub mod grade;

@@ -1,6 +1,7 @@
 //! The HTTP clients mst builds (reqwest with rustls: model providers, streamable-HTTP MCP
 //! servers, plugins' `http.send`) and the one way it reads a body: streamed, and stopped at a
-//! cap, so that a peer sending an endless body costs at most the cap.
+//! cap, so that a peer sending an endless body costs at most the cap. And which addresses are
+//! public ([`non_public`]), for every path that lets something reach out by name.
 //!
 //! reqwest verifies servers against the machine's CA store, and refuses to build a client on a
 //! machine that has none (a minimal worker image). [`client`] then verifies against Mozilla's
@@ -9,6 +10,7 @@
 
 use reqwest::redirect::{Attempt, Policy};
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Makes ring rustls's crypto provider for the process, once. reqwest, rmcp and oci-client are
 /// built without a provider of their own (aws-lc is minutes of C to compile and nothing needs
@@ -137,6 +139,64 @@ pub async fn read_prefix(mut response: reqwest::Response, cap: usize) -> Vec<u8>
         }
     }
     body
+}
+
+/// The kind of a non-public address (one a plugin reaches only through a grant naming it), or
+/// `None` for a public one. IPv4 addresses embedded in IPv6 (mapped, NAT64, 6to4) are judged
+/// as the IPv4 address they reach.
+pub fn non_public(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => non_public_v4(v4),
+        IpAddr::V6(v6) => non_public_v6(v6),
+    }
+}
+
+fn non_public_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, _] = ip.octets();
+    Some(match (a, b, c) {
+        (0, _, _) => "unspecified",
+        (127, _, _) => "loopback",
+        (10, _, _) | (192, 168, _) => "private",
+        (172, 16..=31, _) => "private",
+        (100, 64..=127, _) => "shared (carrier-grade NAT)",
+        (169, 254, _) => "link-local",
+        (192, 0, 0) => "reserved",
+        (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => "documentation",
+        (198, 18..=19, _) => "benchmarking",
+        (224..=239, _, _) => "multicast",
+        (240..=255, _, _) => "reserved",
+        _ => return None,
+    })
+}
+
+fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return non_public_v4(v4);
+    }
+    let s = ip.segments();
+    let embedded = |high: u16, low: u16| {
+        let [a, b] = high.to_be_bytes();
+        let [c, d] = low.to_be_bytes();
+        Ipv4Addr::new(a, b, c, d)
+    };
+    Some(match s {
+        [0, 0, 0, 0, 0, 0, 0, 0] => "unspecified",
+        [0, 0, 0, 0, 0, 0, 0, 1] => "loopback",
+        // IPv4-compatible (deprecated): no public host is reached this way.
+        [0, 0, 0, 0, 0, 0, _, _] => "reserved",
+        // NAT64 reaches the IPv4 address in the last 32 bits.
+        [0x64, 0xff9b, 0, 0, 0, 0, high, low] => return non_public_v4(embedded(high, low)),
+        [0x64, 0xff9b, 1, ..] => "private",
+        // 6to4 reaches the IPv4 address in bits 16..48.
+        [0x2002, high, low, ..] => return non_public_v4(embedded(high, low)),
+        [0x100, 0, 0, 0, ..] => "reserved",
+        [0x2001, 0xdb8, ..] => "documentation",
+        [first, ..] if first & 0xfe00 == 0xfc00 => "private (unique local)",
+        [first, ..] if first & 0xffc0 == 0xfe80 => "link-local",
+        [first, ..] if first & 0xffc0 == 0xfec0 => "site-local",
+        [first, ..] if first & 0xff00 == 0xff00 => "multicast",
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -39,12 +39,15 @@ pub const TRIAL_SANDBOX_ENV: &str = "MST_TRIAL_SANDBOX";
 
 /// What a runner asks of its worker through [`TRIAL_SANDBOX_ENV`]: a sandbox for each of its
 /// trials' programs, made with the machine's own bubblewrap, showing them `expose` (absolute
-/// paths) read-only besides the system.
+/// paths) read-only besides the system; with `egress`, the unix socket of the machine's
+/// egress proxy ([`crate::egress`]), which each trial reaches through a proxy port of its own.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrialSandboxRequest {
     #[serde(default)]
     pub expose: Vec<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<PathBuf>,
 }
 
 /// What to install when bubblewrap is missing, and the way around it.
@@ -89,6 +92,7 @@ impl Bwrap {
     pub fn trial_request(&self) -> TrialSandboxRequest {
         TrialSandboxRequest {
             expose: self.expose.clone(),
+            egress: None,
         }
     }
 

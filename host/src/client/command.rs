@@ -786,6 +786,7 @@ mod tests {
                 work: &std::env::temp_dir(),
                 home: &std::env::temp_dir(),
                 sandbox: None,
+                proxy: None,
             },
             events,
             resume: None,

@@ -67,6 +67,9 @@ pub struct TrialPlace<'a> {
     /// On a sandboxed machine, the sandbox each of the trial's programs runs in, which lets
     /// it write the two directories above and nothing else of the machine.
     pub sandbox: Option<&'a crate::sandbox::TrialSandbox<'a>>,
+    /// With egress by name, the loopback port of the trial's proxy (`HTTPS_PROXY`), its one
+    /// way out.
+    pub proxy: Option<u16>,
 }
 
 impl TrialPlace<'_> {
@@ -82,6 +85,16 @@ impl TrialPlace<'_> {
         let mut env = env.clone();
         env.entry("HOME".into())
             .or_insert_with(|| self.home.display().to_string());
+        if let Some(port) = self.proxy {
+            let proxy = format!("http://127.0.0.1:{port}");
+            for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.insert(name.into(), proxy.clone());
+            }
+            // The model gateway and the machine's other loopback services stay direct.
+            for name in ["NO_PROXY", "no_proxy"] {
+                env.insert(name.into(), "localhost,127.0.0.1,::1".into());
+            }
+        }
         let command = crate::process::clean_command(argv, &env);
         match self.sandbox {
             Some(sandbox) => sandbox.confine(command),

@@ -60,7 +60,7 @@ pub fn run_checks(
 }
 
 /// Appends one event to `trace`, numbered after the client's, and tells `sink`.
-fn push(trace: &mut TraceRecord, sink: &dyn EventSink, at_ms: u64, kind: EventKind) {
+pub(super) fn push(trace: &mut TraceRecord, sink: &dyn EventSink, at_ms: u64, kind: EventKind) {
     let event = TraceEvent {
         seq: trace.events.len() as u64,
         at_ms,
@@ -147,6 +147,7 @@ mod tests {
             work: dir,
             home: dir,
             sandbox: None,
+            proxy: None,
         }
     }
 

@@ -166,10 +166,17 @@ fn run_trial(
         let writable = [scratch.path().into(), home.path().into()];
         TrialSandbox::new(bwrap, writable.into_iter().chain(artifacts).collect())
     });
+    // Its one way out, with egress by name: a proxy port of its own, whose requests go into
+    // its trace.
+    let forwarder = (rooms.egress.as_deref())
+        .map(crate::egress::TrialForwarder::start)
+        .transpose()
+        .map_err(|e| format!("cannot start the trial's egress proxy: {e}"))?;
     let place = client::TrialPlace {
         work: scratch.path(),
         home: home.path(),
         sandbox: sandbox.as_ref(),
+        proxy: forwarder.as_ref().map(crate::egress::TrialForwarder::port),
     };
     let trace = client.run(&TrialInput {
         case,
@@ -192,6 +199,9 @@ fn run_trial(
     // In the trial's own directory, before it is emptied: what the agent left there.
     if !cancelled && !setting.checks.is_empty() {
         super::machine_checks::run_checks(setting.checks, &place, &mut trace, link);
+    }
+    if let Some(forwarder) = forwarder {
+        record_egress(forwarder, &mut trace, link);
     }
     let status = trace.status;
     // Its diagnosis and the list of what it left (nothing of a cancelled trial).
@@ -327,6 +337,24 @@ impl Drop for Scratch<'_> {
 }
 
 /// The home of the trials of a shared work directory, inside it.
+/// Appends what went through the trial's egress proxy to `trace`: one `egress` event per
+/// request, with its request line and the proxy's status (200 through, 403 refused).
+fn record_egress(
+    forwarder: crate::egress::TrialForwarder,
+    trace: &mut TraceRecord,
+    link: &TrialLink,
+) {
+    let at_ms = trace.duration_ms;
+    for record in forwarder.finish() {
+        let data = serde_json::json!({"request": record.request, "status": record.status});
+        let kind = EventKind::Custom {
+            name: "egress".into(),
+            data,
+        };
+        super::machine_checks::push(trace, link, at_ms, kind);
+    }
+}
+
 const SHARED_HOME: &str = ".mst-agent-home";
 
 /// Where the trials' programs run: their work directories and their homes, each reused
@@ -335,13 +363,16 @@ struct TrialRooms {
     work: ScratchDirs,
     homes: ScratchDirs,
     sandbox: Option<Bwrap>,
+    /// The machine's egress proxy (its socket), which each trial reaches through a port of
+    /// its own, when the runner allows egress by name.
+    egress: Option<std::path::PathBuf>,
 }
 
 impl TrialRooms {
     /// The rooms of this worker's trials, sandboxed when its runner says so through
     /// [`TRIAL_SANDBOX_ENV`].
     fn new() -> Result<Self> {
-        let sandbox = match std::env::var(TRIAL_SANDBOX_ENV) {
+        let (sandbox, egress) = match std::env::var(TRIAL_SANDBOX_ENV) {
             Ok(json) => {
                 let request: TrialSandboxRequest =
                     serde_json::from_str(&json).with_context(|| {
@@ -349,14 +380,15 @@ impl TrialRooms {
                     })?;
                 // On this machine: a runner asking for sandboxes where bubblewrap is missing
                 // gets the shard refused, saying what to install.
-                Some(Bwrap::find(request.expose)?)
+                (Some(Bwrap::find(request.expose)?), request.egress)
             }
-            Err(_) => None,
+            Err(_) => (None, None),
         };
         Ok(TrialRooms {
             work: ScratchDirs::new("mst-trial-"),
             homes: ScratchDirs::new("mst-home-"),
             sandbox,
+            egress,
         })
     }
 

@@ -343,6 +343,8 @@ fn bad_isolation_options_are_refused_before_any_machine() {
         (&["isolation=docker"][..], "takes `bwrap`"),
         (&["isolation=none", "network=host"], "needs isolation=bwrap"),
         (&["network=bridge"], "`none`"),
+        (&["network=allow:"], "names no host"),
+        (&["network=allow:http://x"], "no host name"),
         (&["expose=relative"], "must be absolute"),
         (&["memory=lots"], "at least 16m"),
         (&["pids=3"], "at least 16"),
@@ -434,5 +436,54 @@ fn the_operators_runner_defaults_apply_to_each_run_and_the_command_line_wins() {
         bad.stderr.contains(s(&defaults)) && bad.stderr.contains("each value a string"),
         "{}",
         bad.stderr
+    );
+}
+
+#[test]
+fn with_egress_by_name_an_agent_reaches_the_named_hosts_only_and_each_request_is_traced() {
+    require_bwrap();
+    let port = host_service();
+    // Through the trial's proxy (`--noproxy ''` overrides NO_PROXY, which keeps loopback
+    // direct for the gateway): a named address by URL and by CONNECT, an unnamed name; then
+    // the same address directly, past the proxy.
+    let agent = format!(
+        r#"code() {{ curl -s --max-time 5 -o /dev/null -w '%{{http_code}}' "$@"; }}
+echo "named $(code --noproxy '' http://127.0.0.1:{port}/)"
+echo "tunnel $(code --noproxy '' -p http://127.0.0.1:{port}/)"
+echo "unnamed $(code --noproxy '' http://localhost:{port}/)"
+echo "direct $(code --noproxy '*' http://127.0.0.1:{port}/)""#
+    );
+    let eval = Eval::new(
+        json!({"name": "egress", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", agent], "input": "none"},
+               "judges": [{"assert": "exit-code", "value": 0}], "timeout": 60}),
+        &[json!({"id": "c1", "input": "x"})],
+    );
+    let run = eval.run(
+        &Mst::new(),
+        &["-q", "--runner-option", "network=allow:127.0.0.1"],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let said = answer(&eval, "egress", "default/c1/0");
+    for line in ["named 200", "tunnel 200", "unnamed 403", "direct 000"] {
+        assert!(said.lines().any(|l| l == line), "{line}: {said}");
+    }
+    let trace = read_trace(&eval.run_dir("egress"), "default/c1/0");
+    let egress: Vec<(String, u64)> = (trace["trace"]["events"].as_array().unwrap().iter())
+        .filter(|e| e["name"] == "egress")
+        .map(|e| {
+            let request = e["data"]["request"].as_str().unwrap();
+            let first = request.split(' ').take(2).collect::<Vec<_>>().join(" ");
+            (first, e["data"]["status"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        egress,
+        [
+            (format!("GET http://127.0.0.1:{port}/"), 200),
+            (format!("CONNECT 127.0.0.1:{port}"), 200),
+            (format!("GET http://localhost:{port}/"), 403),
+        ],
+        "{trace}"
     );
 }

@@ -132,11 +132,19 @@ impl Runner for LocalRunner {
             }
             false => None,
         };
+        let egress = match self.sandbox.as_ref().and_then(|s| s.allowed.clone()) {
+            Some(allowed) => Some(
+                crate::egress::EgressProxy::start(&dir.path().join(EGRESS_SOCKET), allowed)
+                    .context("cannot start the local machine's egress proxy")?,
+            ),
+            None => None,
+        };
         Ok(Box::new(LocalMachine {
             dir: Some(dir),
             worker: self.worker.clone(),
             sandbox: self.sandbox.clone(),
             cgroup,
+            egress,
         }))
     }
 }
@@ -146,6 +154,8 @@ impl Runner for LocalRunner {
 struct Sandbox {
     bwrap: Bwrap,
     network: Network,
+    /// With `network=allow:…`: the hosts its egress proxy lets through.
+    allowed: Option<crate::egress::Allowed>,
 }
 
 impl Sandbox {
@@ -153,12 +163,18 @@ impl Sandbox {
     /// paths, comma-separated, each of which must exist). Refused, saying what to install,
     /// when bubblewrap is not on the PATH.
     fn new(network: Option<&str>, expose: Option<&str>) -> Result<Self> {
-        let network = match network.unwrap_or("none") {
-            "none" => Network::None,
-            "host" => Network::Host,
+        let (network, allowed) = match network.unwrap_or("none") {
+            "none" => (Network::None, None),
+            "host" => (Network::Host, None),
+            other if other.starts_with("allow:") => {
+                let allowed = crate::egress::Allowed::parse(&other["allow:".len()..])
+                    .map_err(|e| anyhow::anyhow!("--runner-option network={other}: {e}"))?;
+                (Network::None, Some(allowed))
+            }
             other => bail!(
                 "--runner-option network={other}: the `local` runner's sandbox takes `none` (its \
-                 own loopback only, the default) or `host`"
+                 own loopback only, the default), `allow:HOST,…` (only those hosts, through a \
+                 proxy) or `host`"
             ),
         };
         let mut exposed = Vec::new();
@@ -178,6 +194,7 @@ impl Sandbox {
         Ok(Sandbox {
             bwrap: Bwrap::find(exposed)?,
             network,
+            allowed,
         })
     }
 }
@@ -189,7 +206,13 @@ pub struct LocalMachine {
     sandbox: Option<Sandbox>,
     /// The control group its processes share, when it has limits.
     cgroup: Option<cgroup::Cgroup>,
+    /// With `network=allow:…`, the proxy that is its one way out, on [`EGRESS_SOCKET`].
+    egress: Option<crate::egress::EgressProxy>,
 }
+
+/// The egress proxy's socket in a machine's directory (which its sandbox shows at the same
+/// path).
+const EGRESS_SOCKET: &str = "egress.sock";
 
 impl LocalMachine {
     fn root(&self) -> &Path {
@@ -309,7 +332,11 @@ impl Channel for LocalMachine {
             .envs(std::env::var_os("MST_LOG").map(|filter| ("MST_LOG", filter)));
         // The worker sandboxes each trial's programs in turn, inside the machine's sandbox.
         if let Some(sandbox) = &self.sandbox {
-            let request = sandbox.bwrap.trial_request();
+            let mut request = sandbox.bwrap.trial_request();
+            request.egress = self
+                .egress
+                .as_ref()
+                .map(|_| self.root().join(EGRESS_SOCKET));
             let request = serde_json::to_string(&request).expect("paths serialize");
             command.env(crate::sandbox::TRIAL_SANDBOX_ENV, request);
         }
@@ -335,6 +362,7 @@ impl Channel for LocalMachine {
     }
 
     fn dispose(&mut self, keep: bool) -> Result<Option<KeptMachine>> {
+        self.egress = None;
         if let Some(mut cgroup) = self.cgroup.take() {
             for left in cgroup.remove() {
                 tracing::warn!(
@@ -388,6 +416,7 @@ mod tests {
             worker: PathBuf::from("mst"),
             sandbox: None,
             cgroup: None,
+            egress: None,
         };
         let out = tempfile::tempdir().unwrap();
         let dest = out.path().join("x");
