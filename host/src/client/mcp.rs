@@ -165,6 +165,45 @@ impl Session {
     }
 }
 
+/// The last [`STDERR_TAIL`] bytes a stdio server wrote on its stderr, which is passed on to the
+/// worker's own stderr as it comes: what an error says when the server did not start (a
+/// Python without the server's module, a missing file), instead of only "connection closed".
+#[derive(Clone, Default)]
+struct StderrTail(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+/// Bytes of a server's stderr an error quotes.
+const STDERR_TAIL: usize = 2048;
+
+impl StderrTail {
+    fn follow(mut stderr: tokio::process::ChildStderr) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let tail = StderrTail::default();
+        let kept = tail.0.clone();
+        tokio::spawn(async move {
+            let (mut out, mut buf) = (tokio::io::stderr(), [0u8; 4096]);
+            while let Ok(n @ 1..) = stderr.read(&mut buf).await {
+                let _ = out.write_all(&buf[..n]).await;
+                let mut kept = kept.lock().expect("stderr tail");
+                kept.extend_from_slice(&buf[..n]);
+                let excess = kept.len().saturating_sub(STDERR_TAIL);
+                kept.drain(..excess);
+            }
+        });
+        tail
+    }
+
+    /// "MCP initialization failed", with what `program` last said on its stderr.
+    fn explain(&self, program: &str) -> String {
+        let kept = self.0.lock().expect("stderr tail");
+        let said = String::from_utf8_lossy(&kept);
+        let said = said.trim();
+        match said.is_empty() {
+            true => format!("MCP initialization failed (`{program}` wrote nothing on stderr)"),
+            false => format!("MCP initialization failed; `{program}`'s stderr ended: {said}"),
+        }
+    }
+}
+
 /// Starts (stdio) or reaches (streamable HTTP) server `label`, with the secrets its entry
 /// names: its token (under `label`) and its `envSecrets`/`headerSecrets` (`secret:NAME`).
 pub(super) async fn connect(
@@ -198,21 +237,31 @@ pub(super) async fn connect(
                 }
                 None => place.work.to_path_buf(),
             };
-            // MCP on its stdin and stdout; its stderr is the worker's, as a log.
+            // MCP on its stdin and stdout; its stderr goes on to the worker's, as a log, and
+            // its end is kept to say why the server did not start, if it does not.
             command
                 .command_mut()
                 .current_dir(dir)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
+                .stderr(Stdio::piped());
             for (var, name) in &server.env_secrets {
                 command.command_mut().env(var, secret(name)?.expose());
             }
             let mut child = AsyncGroupChild::spawn(command)
                 .with_context(|| format!("cannot start `{}`", server.command))?;
-            let (stdin, stdout, _) = child.take_pipes();
+            let (stdin, stdout, stderr) = child.take_pipes();
+            let tail = StderrTail::follow(stderr.expect("piped"));
             let pipes = (stdout.expect("piped"), stdin.expect("piped"));
-            let service = ().serve(pipes).await.context("MCP initialization failed")?;
+            let service = match ().serve(pipes).await {
+                Ok(service) => service,
+                Err(e) => {
+                    // The server has usually exited: give its last words a moment to arrive.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    return Err(anyhow::Error::new(e).context(tail.explain(&server.command)));
+                }
+            };
             Ok(Session {
                 service,
                 server: Some(child),

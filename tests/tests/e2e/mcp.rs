@@ -410,3 +410,29 @@ fn a_stdio_server_leaves_nothing_running_after_its_trial() {
         pid.trim()
     );
 }
+
+#[test]
+fn a_stdio_server_that_does_not_start_is_infra_saying_what_it_wrote_on_stderr() {
+    // As a Python without the server's module would (a pyenv Python the sandbox does not show
+    // leaves the system's).
+    let eval = mst_tests::Eval::new(
+        json!({"name": "dead", "datasets": ["cases.jsonl"], "client": "mcp", "timeout": 30,
+               "servers": {"time": {"command": "sh",
+                                    "args": ["-c", "echo 'No module named mcp_server_nowhere' >&2; exit 1"]}}}),
+        &[json!({"id": "utc", "input": {"tool": "get_current_time", "arguments": {}}})],
+    );
+    let run = eval.run(&Mst::new(), &["-q", "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.json()["variants"]["default"]["infra"],
+        1,
+        "{}",
+        run.stdout
+    );
+    let trace = mst_tests::read_trace(&eval.run_dir("dead"), "default/utc/0");
+    let said = trace["trace"]["events"].to_string();
+    assert!(
+        said.contains("`sh`'s stderr ended: No module named mcp_server_nowhere"),
+        "{said}"
+    );
+}
