@@ -253,14 +253,28 @@ impl AsyncGroupChild {
                 });
             }
         }
+        // A trial's program, not the worker reporting on it, is what the kernel kills when the
+        // machine runs out of memory: the trial then ends with its cause, and the shard goes on.
+        // Set in the child before it runs anything, so every process it starts inherits it (a
+        // sandbox's own processes included; set after the spawn it missed those forked first).
+        // Raising one's own score needs no privilege; where it fails, nothing else changes.
+        // SAFETY: open(2), write(2) and close(2) are async-signal-safe, and the path and value
+        // are static: nothing is allocated in the child.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                let path = c"/proc/self/oom_score_adj";
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd >= 0 {
+                    libc::write(fd, b"500".as_ptr().cast(), 3);
+                    libc::close(fd);
+                }
+                Ok(())
+            });
+        }
         let child = tokio::process::Command::from(command)
             .kill_on_drop(true)
             .spawn()?;
         let leader = child.id().expect("a child just started has its id");
-        // A trial's program, not the worker reporting on it, is what the kernel kills when the
-        // machine runs out of memory: the trial then ends with its cause, and the shard goes on.
-        // Raising one's own score needs no privilege; where it fails, nothing else changes.
-        let _ = std::fs::write(format!("/proc/{leader}/oom_score_adj"), "500");
         Ok(AsyncGroupChild {
             child,
             leader,
@@ -676,13 +690,21 @@ mod tests {
                 .parse::<i32>()
                 .unwrap()
         };
-        // Set once it started (what it started before that keeps the score it was born with).
         assert!(score(child.leader) >= 500, "the program");
         assert!(
             score(std::process::id()) < 500,
             "not the process that started it"
         );
         child.kill_group();
+        // What it starts at once inherits the score: it is set before the program runs.
+        let dir = tempfile::tempdir().unwrap();
+        let seen = dir.path().join("seen");
+        let script = format!("cat /proc/self/oom_score_adj > {}", seen.display());
+        let argv = ["sh".to_string(), "-c".to_string(), script];
+        let mut child =
+            AsyncGroupChild::spawn(GroupCommand::new(&argv, &Default::default())).unwrap();
+        child.wait().await;
+        assert_eq!(std::fs::read_to_string(&seen).unwrap().trim(), "500");
     }
 
     /// A shell in its own group that starts a `sleep` in the background (a grandchild of
