@@ -71,6 +71,9 @@ pub struct Bwrap {
     program: PathBuf,
     /// What the operator exposes, read-only, at the same paths.
     expose: Vec<PathBuf>,
+    /// The system directories as this host has them, as bwrap arguments: read once, not at
+    /// every program a trial starts.
+    system: Vec<OsString>,
 }
 
 impl Bwrap {
@@ -84,7 +87,11 @@ impl Bwrap {
                 "the sandbox needs bubblewrap (`bwrap`), which is not on the PATH: {INSTALL_HINT}"
             );
         }
-        Ok(Bwrap { program, expose })
+        Ok(Bwrap {
+            program,
+            expose,
+            system: system_view(),
+        })
     }
 
     /// What a worker is to be told ([`TRIAL_SANDBOX_ENV`]) for its trials' sandboxes to show
@@ -145,15 +152,7 @@ impl Bwrap {
             ],
             &[],
         );
-        for dir in SYSTEM_DIRS {
-            match std::fs::read_link(dir) {
-                Ok(target) => push(argv, &["--symlink"], &[&target, Path::new(dir)]),
-                Err(_) if Path::new(dir).is_dir() => {
-                    push(argv, &["--ro-bind"], &[Path::new(dir), Path::new(dir)])
-                }
-                Err(_) => {}
-            }
-        }
+        argv.extend(self.system.iter().cloned());
         push(
             argv,
             &["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
@@ -230,6 +229,22 @@ impl<'a> TrialSandbox<'a> {
 }
 
 /// Appends `words`, then `paths`, to `argv`.
+/// The system directories as this host has them, as bwrap arguments: each a link where it is
+/// one (`/bin` → `usr/bin` on merged-/usr systems), else a read-only bind.
+fn system_view() -> Vec<OsString> {
+    let mut argv = Vec::new();
+    for dir in SYSTEM_DIRS {
+        match std::fs::read_link(dir) {
+            Ok(target) => push(&mut argv, &["--symlink"], &[&target, Path::new(dir)]),
+            Err(_) if Path::new(dir).is_dir() => {
+                push(&mut argv, &["--ro-bind"], &[Path::new(dir), Path::new(dir)])
+            }
+            Err(_) => {}
+        }
+    }
+    argv
+}
+
 fn push(argv: &mut Vec<OsString>, words: &[&str], paths: &[&Path]) {
     argv.extend(words.iter().map(OsString::from));
     argv.extend(paths.iter().map(|p| p.as_os_str().to_owned()));
@@ -243,6 +258,7 @@ mod tests {
         Bwrap {
             program: PathBuf::from("/usr/bin/bwrap"),
             expose: vec![PathBuf::from("/opt/tools")],
+            system: system_view(),
         }
     }
 
