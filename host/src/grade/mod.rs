@@ -44,6 +44,9 @@ pub enum Assertion {
     Tools(tools::ToolAssertion),
     /// The check inside the machine of this name ran and passed (exit code 0).
     CheckPassed(String),
+    /// The reward the check of this name left (`$MST_CHECK_REWARD`), as the score; the pass
+    /// threshold decides.
+    CheckScore(String),
 }
 
 impl Assertion {
@@ -67,6 +70,10 @@ impl Assertion {
             // Its reasons say both what was expected and what happened.
             Assertion::Tools(assertion) => return assertion.check(&record.trace),
             Assertion::CheckPassed(name) => return check_passed(record, name),
+            Assertion::CheckScore(name) => {
+                let (value, reason) = check_score(record, name);
+                return (value >= 1.0, reason);
+            }
         };
         if ok {
             (ok, reason)
@@ -103,6 +110,26 @@ fn check_passed(record: &TrialRecord, name: &str) -> (bool, String) {
     (
         false,
         format!("expected: check `{name}` passed; it {how}{last}"),
+    )
+}
+
+/// `check-score`: the reward check `name` left, or, when it left none, 1 if it passed and 0 if
+/// not; 0 when it did not run or its reward was no number in [0, 1]. With why.
+fn check_score(record: &TrialRecord, name: &str) -> (f64, String) {
+    let Some(outcome) = record.trace.check_outcome(name) else {
+        return (0.0, format!("no check `{name}` ran on this trial"));
+    };
+    if let Some(reward) = outcome["reward"].as_f64() {
+        return (reward, format!("check `{name}` left reward {reward}"));
+    }
+    if let Some(why) = outcome["rewardError"].as_str() {
+        return (0.0, format!("check `{name}`: {why}"));
+    }
+    let passed = outcome["passed"] == true;
+    let said = if passed { "passed" } else { "failed" };
+    (
+        f64::from(u8::from(passed)),
+        format!("check `{name}` left no reward and {said}"),
     )
 }
 
@@ -255,11 +282,12 @@ impl Judge {
                 config.value.as_ref().and_then(|v| v.as_i64()).context("the `exit-code` assertion needs an integer `value`")? as i32,
             ),
             "check-passed" => Assertion::CheckPassed(text_value(config, assert)?),
+            "check-score" => Assertion::CheckScore(text_value(config, assert)?),
             name if tools::NAMES.contains(&name) => {
                 Assertion::Tools(tools::ToolAssertion::parse(name, config.value.as_ref())?)
             }
             other => bail!(
-                "unknown assertion `{other}`; the assertions are contains, not-contains, equals, regex, exit-code, check-passed, {}",
+                "unknown assertion `{other}`; the assertions are contains, not-contains, equals, regex, exit-code, check-passed, check-score, {}",
                 tools::NAMES.join(", ")
             ),
         };
@@ -296,8 +324,18 @@ impl Judge {
         })
     }
 
-    /// This judge's call as `assertion` on `record`: it always scores, 1 or 0.
+    /// This judge's call as `assertion` on `record`: it always scores, 1 or 0 (a pass or a
+    /// fail), or the reward of a check (`check-score`, left to the pass threshold).
     fn assertion_call(&self, assertion: &Assertion, record: &TrialRecord) -> JudgeCall {
+        if let Assertion::CheckScore(name) = assertion {
+            let (value, reason) = check_score(record, name);
+            return JudgeCall {
+                judge: self.name.to_string(),
+                value,
+                pass: None,
+                reason,
+            };
+        }
         let (ok, reason) = assertion.check(record);
         JudgeCall {
             judge: self.name.to_string(),

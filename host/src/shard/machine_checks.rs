@@ -1,7 +1,7 @@
 //! Checks inside the machine: after a trial's client finished, the worker runs the variant's
 //! `checks` in the trial's work directory, before anything there is cleaned up, and adds each
 //! one's outcome to the trace as a `check` event (docs/config.md, "Checks"). The verdict stays
-//! the coordinator's: judges read the events (`check-passed`, grader plugins).
+//! the coordinator's: judges read the events (`check-passed`, `check-score`, grader plugins).
 //!
 //! A check that fails is evidence about the agent's work; a check that cannot run at all (its
 //! program is missing) says nothing about it, so the trial becomes an infrastructure failure —
@@ -18,6 +18,14 @@ use std::time::{Duration, Instant};
 pub const MAX_CHECK_OUTPUT: usize = 16 * 1024;
 /// Bytes read of a check's stdout or stderr at most (the rest is drained unread).
 const READ_CAP: u64 = 4 * 1024 * 1024;
+
+/// The variable naming the file where a check may leave its reward, a number in [0, 1] that
+/// `check-score` grades by (partial credit).
+pub const REWARD_ENV: &str = "MST_CHECK_REWARD";
+
+/// The reward file, in the trial's home (which its checks may write and its agent, gone by
+/// then, no longer can).
+const REWARD_FILE: &str = ".mst-check-reward";
 
 /// Runs `checks` one after the other in the trial's work directory, each in the trial's
 /// sandbox when it has one (a check is hostile-input-driven code too: it runs what the agent
@@ -74,8 +82,12 @@ pub(super) fn push(trace: &mut TraceRecord, sink: &dyn EventSink, at_ms: u64, ki
 fn run_one(check: &CheckSpec, place: &TrialPlace<'_>) -> Result<serde_json::Value, String> {
     let limit = Duration::from_secs_f64(check.timeout);
     let started = Instant::now();
+    // A file the agent left there says nothing: only what this check writes counts.
+    let reward_file = place.home.join(REWARD_FILE);
+    let _ = std::fs::remove_file(&reward_file);
+    let env = [(REWARD_ENV.to_string(), reward_file.display().to_string())].into();
     let run = place
-        .command(&check.run, &Default::default())
+        .command(&check.run, &env)
         .map_err(NotFinished::NotStarted)
         .and_then(|mut command| {
             command.current_dir(place.work);
@@ -108,7 +120,7 @@ fn run_one(check: &CheckSpec, place: &TrialPlace<'_>) -> Result<serde_json::Valu
             return Err(format!("cannot start `{}`: {why}", check.run[0]))
         }
     };
-    Ok(serde_json::json!({
+    let mut outcome = serde_json::json!({
         "check": check.name,
         "passed": exit_code == Some(0),
         "exitCode": exit_code,
@@ -116,7 +128,31 @@ fn run_one(check: &CheckSpec, place: &TrialPlace<'_>) -> Result<serde_json::Valu
         "durationMs": started.elapsed().as_millis() as u64,
         "stdout": tail(&stdout),
         "stderr": tail(&stderr),
-    }))
+    });
+    match read_reward(&reward_file) {
+        Some(Ok(reward)) => outcome["reward"] = reward.into(),
+        Some(Err(why)) => outcome["rewardError"] = why.into(),
+        None => {}
+    }
+    let _ = std::fs::remove_file(&reward_file);
+    Ok(outcome)
+}
+
+/// The reward a check left in `file`: none when it wrote none, an error when it is not one
+/// number in [0, 1].
+fn read_reward(file: &std::path::Path) -> Option<Result<f64, String>> {
+    let mut text = String::new();
+    let mut opened = std::fs::File::open(file).ok()?;
+    // A number is short: the first 64 bytes say whether it is one.
+    let read = std::io::Read::read_to_string(&mut std::io::Read::take(&mut opened, 64), &mut text);
+    let value = read.ok().and_then(|_| text.trim().parse::<f64>().ok());
+    Some(match value {
+        Some(value) if (0.0..=1.0).contains(&value) => Ok(value),
+        _ => Err(format!(
+            "${REWARD_ENV} holds {:?}, not a number in [0, 1]",
+            text.trim().chars().take(40).collect::<String>()
+        )),
+    })
 }
 
 /// Whether `program` is found relative to the work directory (a relative path with a `/`), not
@@ -157,6 +193,43 @@ mod tests {
             run: run.iter().map(|s| s.to_string()).collect(),
             timeout,
         }
+    }
+
+    #[test]
+    fn a_check_may_leave_a_reward_and_one_the_agent_planted_is_not_its() {
+        let dir = tempfile::tempdir().unwrap();
+        // Planted before the checks run: it must not count for a check that writes none.
+        std::fs::write(dir.path().join(REWARD_FILE), "1").unwrap();
+        let checks = [
+            check("silent", &["true"], 10.0),
+            check(
+                "partial",
+                &["sh", "-c", "echo 0.75 > \"$MST_CHECK_REWARD\""],
+                10.0,
+            ),
+            check(
+                "bad",
+                &["sh", "-c", "echo lots > \"$MST_CHECK_REWARD\""],
+                10.0,
+            ),
+            check(
+                "over",
+                &["sh", "-c", "echo 1.5 > \"$MST_CHECK_REWARD\""],
+                10.0,
+            ),
+        ];
+        let mut trace = TraceRecord::default();
+        run_checks(&checks, &place(dir.path()), &mut trace, &NoEvents);
+        let silent = trace.check_outcome("silent").unwrap();
+        assert!(silent.get("reward").is_none(), "{silent}");
+        assert_eq!(trace.check_outcome("partial").unwrap()["reward"], 0.75);
+        for name in ["bad", "over"] {
+            let outcome = trace.check_outcome(name).unwrap();
+            assert!(outcome.get("reward").is_none(), "{outcome}");
+            let why = outcome["rewardError"].as_str().unwrap();
+            assert!(why.contains("not a number in [0, 1]"), "{why}");
+        }
+        assert!(!dir.path().join(REWARD_FILE).exists(), "removed after");
     }
 
     #[test]

@@ -258,3 +258,38 @@ fn a_malformed_check_stops_the_run_before_anything_starts() {
         run.stderr
     );
 }
+
+#[test]
+fn a_checks_reward_is_the_trials_score_and_the_threshold_decides() {
+    // The agent plants a reward of 1 where the check's goes; each case's check then writes
+    // its own (or none, or a bad one), sandboxed as the agent was.
+    let check = r#"case "$(cat case)" in
+  three) echo 0.75 > "$MST_CHECK_REWARD";;
+  one) echo 0.25 > "$MST_CHECK_REWARD";;
+  bad) echo lots > "$MST_CHECK_REWARD";;
+esac"#;
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", "cat > case; echo 1 > \"$HOME/.mst-check-reward\""]},
+               "checks": [{"name": "tests", "run": ["sh", "-c", check]}],
+               "judges": [{"assert": "check-score", "value": "tests"}],
+               "passThreshold": 0.5, "timeout": 30}),
+        &["three", "one", "bad", "none"].map(|id| json!({"id": id, "input": id})),
+    );
+    let run = eval.run(&Mst::new(), &["--json", "-q"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let summary = run.json();
+    // 0.75 passes; 0.25 and a bad reward fail; no reward and a passed check score 1.
+    assert_eq!(summary["variants"]["default"]["passed"], 2, "{summary}");
+    assert_eq!(summary["cases"]["default"]["three"], "passed", "{summary}");
+    assert_eq!(summary["cases"]["default"]["none"], "passed", "{summary}");
+    let grades = read_json(&eval.run_dir("e2e").join("grades.json")).to_string();
+    for said in [
+        "check `tests` left reward 0.75",
+        "check `tests` left reward 0.25",
+        "$MST_CHECK_REWARD holds \\\"lots\\\", not a number in [0, 1]",
+        "check `tests` left no reward and passed",
+    ] {
+        assert!(grades.contains(said), "{said}: {grades}");
+    }
+}
