@@ -85,7 +85,13 @@ fn run_one(check: &CheckSpec, place: &TrialPlace<'_>) -> Result<serde_json::Valu
     // A file the agent left there says nothing: only what this check writes counts.
     let reward_file = place.home.join(REWARD_FILE);
     let _ = std::fs::remove_file(&reward_file);
-    let env = [(REWARD_ENV.to_string(), reward_file.display().to_string())].into();
+    let env = [
+        (REWARD_ENV.to_string(), reward_file.display().to_string()),
+        // Python puts no directory of the agent's first on `sys.path` (3.11+), so a module
+        // it planted in the work directory (a `unittest/`) cannot stand in for the real one.
+        ("PYTHONSAFEPATH".to_string(), "1".to_string()),
+    ]
+    .into();
     let run = place
         .command(&check.run, &env)
         .map_err(NotFinished::NotStarted)

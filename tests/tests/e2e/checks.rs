@@ -293,3 +293,39 @@ esac"#;
         assert!(grades.contains(said), "{said}: {grades}");
     }
 }
+
+#[test]
+fn a_module_the_agent_plants_does_not_replace_the_checks_test_runner() {
+    // The agent breaks `add` and plants a `unittest` package whose `python3 -m unittest`
+    // exits 0: the check still runs the real one, which fails.
+    let dir = tempfile::tempdir().unwrap();
+    let project = python_project(dir.path());
+    let script = format!(
+        r#"cp -r {project}/. . && sed -i 's/return a + b/return a - b/' calc.py
+mkdir unittest && echo 'raise SystemExit(0)' > unittest/__main__.py && touch unittest/__init__.py
+echo planted"#
+    );
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", script]},
+               "checks": tests_check(),
+               "judges": [{"assert": "check-passed", "value": "tests"}], "timeout": 60}),
+        &[json!({"id": "shadow", "input": "x"})],
+    );
+    let run = eval.run(&Mst::exposing(&[dir.path()]), &["--json", "-q"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.json()["variants"]["default"]["failed"],
+        1,
+        "{}",
+        run.stdout
+    );
+    let check = last_event(&eval.run_dir("e2e"), "default/shadow/0");
+    assert!(
+        check["data"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("test_add"),
+        "{check}"
+    );
+}
