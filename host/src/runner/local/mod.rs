@@ -2,10 +2,11 @@
 //! as a subprocess. It goes through the same channel and protocol code as remote runners, so a
 //! local trace and a remote one cannot differ.
 //!
-//! Options: `isolation=bwrap` runs the machine, and each program of each trial, in bubblewrap
-//! sandboxes ([`crate::sandbox`], with `network=none|host` and `expose=PATH,…`;
-//! `isolation=none`, the default for now, runs it as the operator, seeing what the operator
-//! sees); `memory=SIZE`, `pids=N` and `cpus=N` limit it through a control group ([`cgroup`]);
+//! Options: `isolation=bwrap`, the default, runs the machine, and each program of each trial,
+//! in bubblewrap sandboxes ([`crate::sandbox`], with `expose=PATH,…` and `network=none|host`,
+//! or `allow:HOST,…` through the machine's egress proxy, [`crate::egress`]); `isolation=none`
+//! runs it as the operator, seeing what the operator sees; `memory=SIZE`, `pids=N` and
+//! `cpus=N` limit it through a control group ([`cgroup`]);
 //! `worker=PATH` runs another program as the worker (default: this mst), which tests use to
 //! stand in workers that misbehave.
 
