@@ -142,25 +142,27 @@ impl Mst {
     /// A fresh home whose `runners.json` makes local machines unsandboxed
     /// (`isolation=none`), for tests whose agents write outside their trials.
     pub fn unsandboxed() -> Self {
-        let home = tempfile::tempdir().expect("temp dir");
-        let defaults = serde_json::json!({"local": {"isolation": "none"}});
-        std::fs::write(home.path().join("runners.json"), defaults.to_string())
-            .expect("write runners.json");
-        Mst { home }
+        Self::with_local_defaults(serde_json::json!({"isolation": "none"}))
     }
 
     /// A fresh home whose local sandboxes are also shown `paths` (read-only, at the same
     /// place): for agents that read a test's files, or wait for one to appear.
     pub fn exposing(paths: &[&Path]) -> Self {
-        let home = tempfile::tempdir().expect("temp dir");
         let mut shown: Vec<String> = paths.iter().map(|p| s(p).to_string()).collect();
         let python = python_root();
         if !python.starts_with("/usr") {
             shown.push(s(&python).to_string());
         }
-        if !shown.is_empty() {
-            let defaults = serde_json::json!({"local": {"expose": shown.join(",")}});
-            std::fs::write(home.path().join("runners.json"), defaults.to_string())
+        Self::with_local_defaults(serde_json::json!({"expose": shown.join(",")}))
+    }
+
+    /// A fresh home whose `runners.json` gives the local runner `defaults` (none when empty
+    /// or when `expose` is empty).
+    fn with_local_defaults(defaults: serde_json::Value) -> Self {
+        let home = tempfile::tempdir().expect("temp dir");
+        if defaults.get("expose") != Some(&serde_json::json!("")) {
+            let file = serde_json::json!({ "local": defaults });
+            std::fs::write(home.path().join("runners.json"), file.to_string())
                 .expect("write runners.json");
         }
         Mst { home }

@@ -147,10 +147,13 @@ fn run_one(check: &CheckSpec, place: &TrialPlace<'_>) -> Result<serde_json::Valu
 /// The reward a check left in `file`: none when it wrote none, an error when it is not one
 /// number in [0, 1].
 fn read_reward(file: &std::path::Path) -> Option<Result<f64, String>> {
+    use std::io::Read;
     let mut text = String::new();
-    let mut opened = std::fs::File::open(file).ok()?;
     // A number is short: the first 64 bytes say whether it is one.
-    let read = std::io::Read::read_to_string(&mut std::io::Read::take(&mut opened, 64), &mut text);
+    let read = std::fs::File::open(file)
+        .ok()?
+        .take(64)
+        .read_to_string(&mut text);
     let value = read.ok().and_then(|_| text.trim().parse::<f64>().ok());
     Some(match value {
         Some(value) if (0.0..=1.0).contains(&value) => Ok(value),

@@ -52,6 +52,12 @@ fn last_event(run_dir: &Path, trial: &str) -> Value {
         .clone()
 }
 
+/// The check event `check` says the suite failed on `add`.
+fn assert_add_failed(check: &Value) {
+    let stderr = check["data"]["stderr"].as_str().unwrap();
+    assert!(stderr.contains("test_add"), "{check}");
+}
+
 fn tests_check() -> Value {
     json!([{"name": "tests", "run": ["python3", "-m", "unittest", "-q"], "timeout": 60}])
 }
@@ -94,13 +100,7 @@ fn a_projects_tests_run_in_the_trials_directory_and_grade_it() {
     // The broken one: the suite failed on `add`, and the grade says so.
     let check = last_event(&run_dir, "default/broken/0");
     assert_eq!(check["data"]["exitCode"], 1, "{check}");
-    assert!(
-        check["data"]["stderr"]
-            .as_str()
-            .unwrap()
-            .contains("test_add"),
-        "{check}"
-    );
+    assert_add_failed(&check);
     let grades = read_json(&run_dir.join("grades.json"));
     let reason = grades.to_string();
     assert!(
@@ -321,11 +321,5 @@ echo planted"#
         run.stdout
     );
     let check = last_event(&eval.run_dir("e2e"), "default/shadow/0");
-    assert!(
-        check["data"]["stderr"]
-            .as_str()
-            .unwrap()
-            .contains("test_add"),
-        "{check}"
-    );
+    assert_add_failed(&check);
 }
