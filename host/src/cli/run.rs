@@ -34,7 +34,8 @@ pub(crate) struct SetupArgs {
     /// --plugin or installed).
     #[arg(long, default_value = "local")]
     runner: String,
-    /// A runner option, key=value (`shards`, `keep`, and the runner's own). Repeatable.
+    /// A runner option, key=value (`shards`, `keep`, and the runner's own). Repeatable; over
+    /// the defaults in `$MST_HOME/runners.json`.
     #[arg(long = "runner-option", value_name = "KEY=VALUE")]
     runner_options: Vec<String>,
     /// Where runs (and playground sessions) are stored.
@@ -230,7 +231,8 @@ pub(crate) struct GradeArgs {
     /// runner plugin's name) instead of in this process.
     #[arg(long)]
     runner: Option<String>,
-    /// A runner option, key=value (`shards`, `keep`, and the runner's own). Repeatable.
+    /// A runner option, key=value (`shards`, `keep`, and the runner's own). Repeatable; over
+    /// the defaults in `$MST_HOME/runners.json`.
     #[arg(long = "runner-option", value_name = "KEY=VALUE", requires = "runner")]
     runner_options: Vec<String>,
     /// Go on with the regrade RUN_ID.gN (on machines): grade only the trials it lacks.
