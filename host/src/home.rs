@@ -51,6 +51,11 @@ impl Home {
         self.root.join("runners.json")
     }
 
+    /// Where packed workspaces are kept, each `<digest>.tar` once for every run that uses it.
+    pub fn workspaces_dir(&self) -> PathBuf {
+        self.root.join("workspaces")
+    }
+
     /// Where installed plugins live: `plugins/<name>/<version>/`.
     pub fn plugins_dir(&self) -> PathBuf {
         self.root.join("plugins")

@@ -20,8 +20,9 @@
 //!   typed calls, the install store and a run's plugin set.
 //! - [`llm`]: model providers: one request and reply shape, the built-in `mock` provider.
 //! - [`secrets`]: secret values, secrets files and redaction.
-//! - [`sandbox`], [`egress`]: bubblewrap sandboxes for a local machine and each of its
-//!   trials' programs; egress by name, through a proxy outside the sandbox.
+//! - [`sandbox`], [`egress`], [`workspace`]: bubblewrap sandboxes for a local machine and
+//!   each of its trials' programs; egress by name, through a proxy outside the sandbox; a
+//!   task's files packed once, checked, and unpacked into each trial's work directory.
 //! - [`files`], [`process`], [`net`], [`clock`], [`home`], [`owner`]: the ground floor: careful
 //!   file access; host processes (groups, deadlines, capped reads); the HTTP client and its
 //!   capped body reads; wall-clock time; where mst keeps its state (`$MST_HOME`); which mst
@@ -50,3 +51,4 @@ pub mod secrets;
 pub mod serve;
 pub mod shard;
 pub mod view;
+pub mod workspace;

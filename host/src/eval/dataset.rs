@@ -321,9 +321,19 @@ fn parse_jsonl(file: &Path, loading: &mut Loading) -> Result<()> {
             .with_context(|| format!("{}:{number} is not UTF-8", file.display()))?;
         let case =
             serde_json::from_str(line).map_err(|e| anyhow::anyhow!(located(file, number, &e)))?;
-        loading.push(case, source, number)?;
+        loading.push(anchored(case, file), source, number)?;
     }
     Ok(())
+}
+
+/// `case` with its `workspace`, if it has one, anchored to the directory of `file`, the
+/// dataset file that names it.
+fn anchored(mut case: CaseRecord, file: &Path) -> CaseRecord {
+    let base = file.parent().unwrap_or(Path::new("."));
+    if let Some(more) = case.more.as_deref_mut() {
+        more.workspace = more.workspace.as_ref().map(|spec| spec.anchored(base));
+    }
+    case
 }
 
 /// The cases in one `.json` file, each with where it starts (`file:line`). Every error names
@@ -347,14 +357,14 @@ fn parse_cases(text: &str, file: &Path, loading: &mut Loading) -> Result<()> {
                 serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
             let source = loading.source(label, cases.len());
             for (case, line) in cases.into_iter().zip(element_lines(text)) {
-                loading.push(case, source, line)?;
+                loading.push(anchored(case, file), source, line)?;
             }
             Ok(())
         }
         serde_json::Value::Object(_) => {
             let case = serde_json::from_str(text).map_err(|e| not_a_case(1, e))?;
             let source = loading.source(label, 1);
-            loading.push(case, source, first_line(text))
+            loading.push(anchored(case, file), source, first_line(text))
         }
         _ => bail!(
             "{}: must hold a case object or an array of cases",

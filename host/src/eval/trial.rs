@@ -147,6 +147,9 @@ pub struct CaseMore {
     pub case_pass: Option<crate::eval::config::CasePassConfig>,
     /// Checks run in the machine after this case's trials, replacing the variant's.
     pub checks: Option<Vec<crate::eval::config::CheckSpec>>,
+    /// The files laid into this case's trials' work directories, replacing the variant's:
+    /// anchored to the dataset file's directory as it is read.
+    pub workspace: Option<crate::eval::config::WorkspaceSpec>,
 }
 
 /// What a case without any of the rarer fields has of them.
@@ -158,6 +161,7 @@ static NO_MORE: CaseMore = CaseMore {
     judges: None,
     case_pass: None,
     checks: None,
+    workspace: None,
 };
 
 /// A case as datasets, bundles and traces spell it: every field at the top level.
@@ -186,6 +190,8 @@ struct CaseFields {
     case_pass: Option<crate::eval::config::CasePassConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     checks: Option<Vec<crate::eval::config::CheckSpec>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    workspace: Option<crate::eval::config::WorkspaceSpec>,
 }
 
 impl From<CaseFields> for CaseRecord {
@@ -201,6 +207,7 @@ impl From<CaseFields> for CaseRecord {
             judges,
             case_pass,
             checks,
+            workspace,
         } = fields;
         let more = CaseMore {
             tags,
@@ -210,6 +217,7 @@ impl From<CaseFields> for CaseRecord {
             judges,
             case_pass,
             checks,
+            workspace,
         };
         CaseRecord {
             id,
@@ -234,6 +242,7 @@ impl From<CaseRecord> for CaseFields {
             judges: more.judges,
             case_pass: more.case_pass,
             checks: more.checks,
+            workspace: more.workspace,
         }
     }
 }

@@ -397,6 +397,7 @@ mod tests {
             conversation: false,
             timings: None,
             grading: None,
+            workspaces: Vec::new(),
         };
         let mut grades = BTreeMap::new();
         let mut planned = Vec::new();

@@ -130,6 +130,9 @@ pub struct RunRecord {
     /// A regrade whose judges ran on machines (`mst grade RUN --runner …`): where and how.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grading: Option<GradingRecord>,
+    /// The workspaces its trials got, each once, with its digest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workspaces: Vec<crate::workspace::WorkspaceRecord>,
 }
 
 /// Where a regrade's judges ran when they ran on machines, and with what: a `--resume` of the
@@ -230,6 +233,9 @@ pub struct Summary {
     /// agents could read and write what the operator can, the cases' answers among it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unsandboxed: bool,
+    /// The workspaces laid into its trials' work directories, with their digests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workspaces: Vec<crate::workspace::WorkspaceRecord>,
 }
 
 /// One pairwise judge's cases, counted for variant `a` (a win is a case both orders gave
@@ -344,6 +350,7 @@ impl Summary {
             usage: usage::UsageSummary::default(),
             unsandboxed: record.runner == "local"
                 && record.runner_options.get("isolation").map(String::as_str) == Some("none"),
+            workspaces: record.workspaces.clone(),
         }
     }
 

@@ -71,6 +71,15 @@ pub fn table(summary: &Summary) -> String {
              files (--runner-option isolation=bwrap sandboxes them)"
         );
     }
+    for workspace in &summary.workspaces {
+        let packed = &workspace.packed;
+        let commit = (packed.commit.as_deref()).map_or(String::new(), |c| format!(" at {c}"));
+        let _ = writeln!(
+            out,
+            "workspace: {} from {}{commit} ({} files, {} bytes)",
+            packed.digest, workspace.source, packed.files, packed.bytes
+        );
+    }
     for line in summary.usage.lines() {
         let _ = writeln!(out, "{line}");
     }

@@ -10,7 +10,9 @@ use crate::eval::trial::{CaseIndex, TrialKey, TrialStatus};
 use crate::results::RunDir;
 use crate::runner::channel::Channel;
 use crate::runner::{Keep, MachineRequest, Runner};
-use crate::shard::bundle::{variants_of, Bundle, ShardIndex, ShardTrials};
+use crate::shard::bundle::{
+    variants_of, Bundle, BundleWorkspaces, ShardIndex, ShardTrials, WORKSPACES_DIR,
+};
 use crate::shard::coordinator::{ShardContext, ShardEnd, ShardReport, ShardSession, StoredTrace};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -50,6 +52,8 @@ pub struct Staging<'a> {
     pub heartbeat_ms: u64,
     /// Each shard's bundle is staged in a directory of its own below it ([`Staging::shard_dir`]).
     pub dir: &'a Path,
+    /// The run's workspaces: each bundle gets those of its trials.
+    pub workspaces: Option<&'a super::workspaces::RunWorkspaces>,
 }
 
 impl Staging<'_> {
@@ -96,6 +100,10 @@ impl Staging<'_> {
             let mut bundle = self.bundle(shard, Vec::new());
             bundle.variants = variants_of(self.config, trials.iter());
             let dir = self.shard_dir(shard);
+            if let Some(workspaces) = self.workspaces {
+                bundle.workspaces = bundle_workspaces(workspaces, &bundle, trials);
+                ship_workspaces(workspaces, &bundle.workspaces, &dir)?;
+            }
             write_bundle(&dir, &mut bundle, Some(trials), cases)?;
             staged.push(StagedShard {
                 bundle,
@@ -105,6 +113,50 @@ impl Staging<'_> {
         }
         Ok(staged)
     }
+}
+
+/// Which of the run's `workspaces` the trials of `bundle` (its `trials`) get.
+fn bundle_workspaces(
+    workspaces: &super::workspaces::RunWorkspaces,
+    bundle: &Bundle,
+    trials: ShardTrials<'_>,
+) -> BundleWorkspaces {
+    let variants = (workspaces.variants.iter())
+        .filter(|(name, _)| bundle.variants.contains_key(*name))
+        .map(|(name, digest)| (name.clone(), digest.clone()))
+        .collect();
+    let mut cases = BTreeMap::new();
+    if !workspaces.cases.is_empty() {
+        for key in trials.iter() {
+            if let Some(digest) = workspaces.cases.get(&*key.case) {
+                cases.insert(key.case.to_string(), digest.clone());
+            }
+        }
+    }
+    BundleWorkspaces { variants, cases }
+}
+
+/// Puts the archives `named` in the bundle directory `dir`: hard links to the run's packed
+/// ones where the file system allows, copies elsewhere. Shipped with the bundle, each once
+/// per shard.
+fn ship_workspaces(
+    workspaces: &super::workspaces::RunWorkspaces,
+    named: &BundleWorkspaces,
+    dir: &Path,
+) -> Result<()> {
+    use anyhow::Context as _;
+    let into = dir.join(WORKSPACES_DIR);
+    std::fs::create_dir_all(&into)?;
+    for digest in named.digests() {
+        let name = crate::workspace::archive_name(digest);
+        let (from, to) = (workspaces.dir.join(&name), into.join(&name));
+        std::fs::hard_link(&from, &to)
+            .or_else(|_| std::fs::copy(&from, &to).map(drop))
+            .with_context(|| {
+                format!("cannot put the workspace {} in the bundle", from.display())
+            })?;
+    }
+    Ok(())
 }
 
 /// Writes `bundle` into the directory `dir` as its worker reads it ([`crate::shard::bundle::write`]),

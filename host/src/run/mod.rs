@@ -14,6 +14,7 @@ pub mod grading;
 pub mod prepare;
 pub mod regrade;
 pub mod resume;
+pub mod workspaces;
 
 use crate::eval::plan::Filters;
 use crate::eval::trial::{CaseIndex, TrialKey};
@@ -136,9 +137,10 @@ pub fn run(
     reporter: &dyn Reporter,
     cancel: &AtomicBool,
 ) -> Result<RunOutcome> {
-    let ready = ready(home, &request.setup, |prepared| {
+    let mut ready = ready(home, &request.setup, |prepared| {
         prepared.check_clients(&request.filters)
     })?;
+    ready.prepared.pack_workspaces(home)?;
     let root = ResultsRoot::new(&request.setup.results_base);
     let (dir, record) = resume::open(
         &root,
@@ -226,6 +228,7 @@ fn collect_and_grade(
         shards: runner_options.shards,
         heartbeat_ms: settings.heartbeat_ms(),
         dir: staging_dir.path(),
+        workspaces: Some(&prepared.workspaces),
     };
     let staged = staging.stage_bundles(&cases, &record.trials, &to_collect)?;
     // The bundles hold these keys now.

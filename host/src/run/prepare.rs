@@ -39,6 +39,8 @@ pub struct Prepared {
     pub limiter: Arc<Limiter>,
     /// How the plugins reach model providers, with what each plugin used.
     pub model_access: Arc<ModelAccess>,
+    /// The run's workspaces, once packed ([`Prepared::pack_workspaces`]); none before.
+    pub workspaces: super::workspaces::RunWorkspaces,
 }
 
 /// What to load besides the config's own plugins.
@@ -87,6 +89,7 @@ pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> 
         pairwise,
         limiter,
         model_access,
+        workspaces: Default::default(),
     })
 }
 
@@ -188,6 +191,15 @@ fn grants_from(config: &PluginConfig, base: &Path) -> Result<Grants> {
 }
 
 impl Prepared {
+    /// Packs the run's workspaces into `$MST_HOME/workspaces/`, before any machine starts
+    /// (see [`super::workspaces::RunWorkspaces::pack`]).
+    pub fn pack_workspaces(&mut self, home: &Home) -> Result<()> {
+        let dir = home.workspaces_dir();
+        self.workspaces =
+            super::workspaces::RunWorkspaces::pack(&self.config, &self.base, &self.cases, &dir)?;
+        Ok(())
+    }
+
     /// A run record of this eval with nothing collected yet: run `run_id`, made now by
     /// `runner` from `config_path`, no trials; callers set what their run differs in.
     pub fn run_record(
@@ -220,6 +232,7 @@ impl Prepared {
             conversation: false,
             timings: None,
             grading: None,
+            workspaces: self.workspaces.records.clone(),
         }
     }
 

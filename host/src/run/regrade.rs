@@ -176,6 +176,7 @@ fn on_machines(
         shards: options.shards,
         heartbeat_ms: on.settings.heartbeat_ms(),
         dir: staging_dir.path(),
+        workspaces: None,
     };
     let plan = plan(dir, record, prepared, &answers, &staging)?;
     let mut grades = plan.graded;

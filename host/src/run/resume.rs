@@ -46,6 +46,7 @@ pub fn open(
             // New traces go to the trace log: a run of format 1 resumed is of format 2 now
             // (its earlier traces stay in their files, which this build still reads).
             record.format = results::RUN_FORMAT;
+            record.workspaces = prepared.workspaces.records.clone();
             record.trials = std::mem::take(&mut record.trials).sharing_ids(prepared.cases.ids());
             (dir, record)
         }
@@ -94,6 +95,12 @@ fn changes_since(
     }
     if record.dataset_hash != prepared.cases.content_hash {
         changed.push("the datasets' content changed".to_string());
+    }
+    let digests = |records: &[crate::workspace::WorkspaceRecord]| -> Vec<String> {
+        records.iter().map(|r| r.packed.digest.clone()).collect()
+    };
+    if digests(&record.workspaces) != digests(&prepared.workspaces.records) {
+        changed.push("a workspace's files changed".to_string());
     }
     let now = prepared.plugin_records();
     for before in &record.plugins {

@@ -81,11 +81,53 @@ pub struct Bundle {
     /// case id. Added within `mst.shard/v1`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub case_checks: BTreeMap<String, Vec<crate::eval::config::CheckSpec>>,
+    /// The workspace each trial gets laid into its work directory before its client starts,
+    /// by digest; each archive is `workspaces/<hex>.tar` in the bundle directory
+    /// ([`WORKSPACES_DIR`]). Added within `mst.shard/v1` (see docs/protocol.md).
+    #[serde(default, skip_serializing_if = "BundleWorkspaces::is_empty")]
+    pub workspaces: BundleWorkspaces,
     /// Set for a grade shard (`mst grade RUN --runner …`): the worker runs the stored trials'
     /// judges instead of a client, and each trial's answer is their calls. Added within
     /// `mst.shard/v1` (see docs/protocol.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grading: Option<crate::grade::remote::GradeWork>,
+}
+
+/// The bundle directory's folder of workspace archives, each named by its digest
+/// ([`crate::workspace::archive_name`]).
+pub const WORKSPACES_DIR: &str = "workspaces";
+
+/// Which workspace each of a bundle's trials gets: its case's own, else its variant's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleWorkspaces {
+    /// By variant name, a digest.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub variants: BTreeMap<String, String>,
+    /// By case id, a digest: the cases that have their own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cases: BTreeMap<String, String>,
+}
+
+impl BundleWorkspaces {
+    /// Whether no trial gets one.
+    pub fn is_empty(&self) -> bool {
+        self.variants.is_empty() && self.cases.is_empty()
+    }
+
+    /// The digest of the workspace of `variant`'s trial of `case`, if it gets one.
+    pub fn of(&self, variant: &str, case: &str) -> Option<&str> {
+        (self.cases.get(case))
+            .or_else(|| self.variants.get(variant))
+            .map(String::as_str)
+    }
+
+    /// Every digest named, once.
+    pub fn digests(&self) -> BTreeSet<&str> {
+        (self.variants.values().chain(self.cases.values()))
+            .map(String::as_str)
+            .collect()
+    }
 }
 
 /// Which shard of a run a bundle is: the `index`th of `of`, counting from 0 (a
@@ -128,6 +170,7 @@ impl Bundle {
                 max_trial_bytes: config.artifacts.max_trial_bytes(),
             }),
             case_checks: BTreeMap::new(),
+            workspaces: BundleWorkspaces::default(),
             grading: None,
         }
     }

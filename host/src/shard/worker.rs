@@ -139,6 +139,8 @@ struct TrialSetting<'a> {
     artifacts: Option<&'a ArtifactSlots>,
     /// The checks the trial's variant runs after its client.
     checks: &'a [crate::eval::config::CheckSpec],
+    /// The archive of the workspace laid into its work directory before its client starts.
+    workspace: Option<&'a Path>,
     /// The model gateway, when the trial's client calls models through it.
     gateway: Option<client::GatewayAccess>,
 }
@@ -158,6 +160,10 @@ fn run_trial(
     let results = setting.results;
     let rooms = setting.rooms;
     let scratch = Scratch::new(results, setting.workdir, &rooms.work)?;
+    if let Some(archive) = setting.workspace {
+        crate::workspace::unpack(archive, scratch.path())
+            .map_err(|e| format!("cannot lay the trial's workspace: {e:#}"))?;
+    }
     let home = Scratch::home(&scratch, results, &rooms.homes)?;
     let evidence = setting.artifacts.map(ArtifactSlots::take).transpose()?;
     // Its programs write its directories and its artefact directory (`$MST_ARTIFACTS`).
@@ -558,6 +564,8 @@ struct Worker {
     rooms: Arc<TrialRooms>,
     /// The trials' artefact directories, when the bundle keeps artefacts.
     artifacts: Option<Arc<ArtifactSlots>>,
+    /// The bundle's workspace archives ([`super::bundle::WORKSPACES_DIR`]).
+    workspaces: PathBuf,
 }
 
 impl Worker {
@@ -622,6 +630,7 @@ impl Worker {
             threads,
             rooms: Arc::new(TrialRooms::new()?),
             artifacts: artifacts.map(Arc::new),
+            workspaces: bundle_dir.join(super::bundle::WORKSPACES_DIR),
         };
         worker.hello();
         worker.listen();
@@ -898,8 +907,11 @@ impl Worker {
                 .map(|variant| variant.checks.clone())
                 .unwrap_or_default(),
         };
+        let workspace = (self.bundle.workspaces.of(&key.variant, &key.case))
+            .map(|digest| self.workspaces.join(crate::workspace::archive_name(digest)));
         self.threads.run(move || {
             let setting = TrialSetting {
+                workspace: workspace.as_deref(),
                 results: &results,
                 workdir: workdir.as_deref(),
                 conversation,

@@ -39,3 +39,4 @@ mod session;
 mod slurm;
 mod stream;
 mod web;
+mod workspaces;

@@ -29,6 +29,9 @@ pub struct VariantConfig {
     /// Checks run in the machine after each trial, replacing the eval's `checks`.
     #[serde(default)]
     pub checks: Option<Vec<CheckSpec>>,
+    /// The files laid into each trial's work directory, replacing the eval's `workspace`.
+    #[serde(default)]
+    pub workspace: Option<super::WorkspaceSpec>,
 }
 
 /// The placeholder in `clientOptions.resume.arg` that the held resume token replaces.

@@ -12,6 +12,7 @@ mod mst_format;
 mod servers;
 mod suggest;
 mod validate;
+mod workspace;
 
 pub use checks::{validate_checks, CheckSpec};
 pub use clients::{Resume, VariantConfig, VariantSpec, AGENT_CLIS, CLIENTS, RESUME_PLACEHOLDER};
@@ -21,6 +22,7 @@ pub use mst_format::mst_format_error;
 pub use servers::{HttpServer, ServerConfig, StdioServer};
 pub use suggest::{located, suggest, suggesting};
 pub use validate::{seconds, MAX_SECONDS};
+pub use workspace::WorkspaceSpec;
 
 use anyhow::{Context, Result};
 use mst_format::mst_config_sign;
@@ -130,6 +132,10 @@ pub struct EvalConfig {
     /// Checks run inside the machine after each trial (a variant's own replace them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckSpec>,
+    /// The files laid fresh into every trial's work directory before its client starts (a
+    /// variant's or a case's own replace them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceSpec>,
 }
 
 fn yes() -> bool {

@@ -31,6 +31,9 @@ impl EvalConfig {
         self.validate_plugins()?;
         self.validate_numbers()?;
         validate_checks(&self.checks, "checks")?;
+        if let Some(workspace) = &self.workspace {
+            workspace.validate("workspace")?;
+        }
         self.validate_variants()?;
         self.validate_resumes()?;
         self.validate_gateway_clients()?;
@@ -106,6 +109,9 @@ impl EvalConfig {
         for (name, variant) in &self.variants {
             if let Some(checks) = &variant.checks {
                 validate_checks(checks, &format!("variants.{name}.checks"))?;
+            }
+            if let Some(workspace) = &variant.workspace {
+                workspace.validate(&format!("variants.{name}.workspace"))?;
             }
             if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
                 bail!("variant name {name:?} cannot be used as a directory name");

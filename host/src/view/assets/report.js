@@ -86,7 +86,12 @@ var MstReport = (function () {
         s.unsandboxed ? h('span', { 'class': 'unsandboxed' }, ' \u00b7 unsandboxed: its agents ran as the operator') : '',
         ' \u00b7 collect ', s.collect, ' \u00b7 grade ', s.grade,
         ' \u00b7 ', h('span', { 'data-count': 'trials' }, String(view.trials.length)), ' trials planned',
-        ' \u00b7 mst ', run.mst));
+        ' \u00b7 mst ', run.mst),
+      (run.workspaces || []).length ? h('p', { 'class': 'meta workspaces' }, 'workspaces: ',
+        run.workspaces.map(function (w) {
+          return w.digest.slice(0, 19) + '\u2026 from ' + w.source +
+            (w.commit ? ' at ' + w.commit.slice(0, 12) : '') + ' (' + w.files + ' files)';
+        }).join('; ')) : '');
   }
 
   function variantsSection(view) {

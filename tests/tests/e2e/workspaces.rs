@@ -1,0 +1,182 @@
+//! Workspaces end to end on the real local runner (issue 45, item 1): a task's files laid
+//! fresh into every trial's work directory before its client starts (a directory, a
+//! `.tar.gz`, a git commit), a case's own in place of the eval's, each recorded by digest in
+//! `run.json` and the summary; and a hostile archive refused before any trial runs.
+//! (Docker's side is in docker.rs.)
+
+use mst_tests::{read_json, read_trace, s, Eval, Mst};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+
+/// A small repository with a bug in `add` and a test that finds it, in `dir`.
+fn buggy_project(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
+    std::fs::write(
+        dir.join("test_calc.py"),
+        "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n\
+         \x20   def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
+    )
+    .unwrap();
+}
+
+/// The agent: counts the trials that saw its work directory in `seen` (1 in a fresh one),
+/// names what it found, and fixes the bug when asked.
+fn agent() -> Value {
+    let script = r#"read task; echo x >> seen; echo "seen $(wc -l < seen) files $(ls | tr '\n' ' ')"
+case "$task" in fix*) sed -i 's/a - b/a + b/' calc.py;; esac"#;
+    json!(["sh", "-c", script])
+}
+
+fn answer(run_dir: &Path, trial: &str) -> String {
+    let trace = read_trace(run_dir, trial);
+    trace["trace"]["finalText"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "git {args:?}");
+}
+
+#[test]
+fn a_workspace_is_laid_fresh_in_every_trial_and_recorded_by_digest() {
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": agent()},
+               "workspace": "project", "trials": 2,
+               "checks": [{"name": "tests", "run": ["python3", "-m", "unittest", "-q"]}],
+               "judges": [{"assert": "check-passed", "value": "tests"}], "timeout": 60}),
+        &[
+            json!({"id": "fixed", "input": "fix add"}),
+            json!({"id": "idle", "input": "do nothing"}),
+            // Its own workspace, an archive beside the dataset: the bug and no test.
+            json!({"id": "own", "input": "fix add", "workspace": "own.tar.gz",
+                   "checks": [{"name": "tests", "run": ["grep", "-q", "a + b", "calc.py"]}]}),
+        ],
+    );
+    let root = eval.dir.path();
+    buggy_project(&root.join("project"));
+    buggy_project(&root.join("own"));
+    std::fs::remove_file(root.join("own/test_calc.py")).unwrap();
+    let tar = Command::new("tar")
+        .args(["-czf", "own.tar.gz", "-C", "own", "."])
+        .current_dir(root)
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    let mst = Mst::new();
+    let run = eval.run(&mst, &["--json", "-q"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let summary = run.json();
+    // `fixed` and `own` pass their two trials each, `idle` fails its two.
+    assert_eq!(summary["variants"]["default"]["passed"], 2, "{summary}");
+    assert_eq!(summary["variants"]["default"]["failed"], 1, "{summary}");
+
+    let run_dir = eval.run_dir("e2e");
+    for trial in ["default/fixed/0", "default/fixed/1", "default/idle/1"] {
+        // Each trial found the workspace as packed, and nothing an earlier trial left.
+        let found = answer(&run_dir, trial);
+        assert_eq!(found, "seen 1 files calc.py seen test_calc.py", "{trial}");
+    }
+    assert_eq!(
+        answer(&run_dir, "default/own/1"),
+        "seen 1 files calc.py seen"
+    );
+
+    // Each workspace once, by digest, in run.json and the summary.
+    let record = read_json(&run_dir.join("run.json"));
+    let workspaces = record["workspaces"].as_array().unwrap();
+    assert_eq!(workspaces.len(), 2, "{record}");
+    let project = workspaces
+        .iter()
+        .find(|w| w["source"].as_str().unwrap().ends_with("project"))
+        .unwrap();
+    assert_eq!(project["files"], 2, "{project}");
+    let digest = project["digest"].as_str().unwrap();
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+    assert_eq!(summary["workspaces"], record["workspaces"]);
+    let shown = mst.run(&[
+        "runs",
+        "show",
+        run_dir.file_name().unwrap().to_str().unwrap(),
+        "--results-dir",
+        s(&eval.results()),
+    ]);
+    assert!(
+        shown.stdout.contains(&format!("workspace: {digest} from ")),
+        "{}",
+        shown.stdout
+    );
+}
+
+#[test]
+fn a_git_workspace_is_the_commit_named_and_run_json_pins_it() {
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", "cat calc.py"], "input": "none"},
+               "workspace": {"git": "repo", "rev": "v1"},
+               "judges": [{"assert": "contains", "value": "a - b"}], "timeout": 60}),
+        &[json!({"id": "c", "input": "x"})],
+    );
+    let repo = eval.dir.path().join("repo");
+    buggy_project(&repo);
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "the bug"]);
+    git(&repo, &["tag", "v1"]);
+    // A later commit the workspace must not have.
+    std::fs::write(repo.join("calc.py"), "def add(a, b):\n    return a + b\n").unwrap();
+    git(&repo, &["commit", "-q", "-am", "the fix"]);
+    let run = eval.run(&Mst::new(), &["--json", "-q"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    let commit = record["workspaces"][0]["commit"].as_str().unwrap();
+    let tagged = Command::new("git")
+        .args(["rev-parse", "v1^{commit}"])
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    assert_eq!(commit, String::from_utf8_lossy(&tagged.stdout).trim());
+}
+
+#[test]
+fn a_hostile_workspace_archive_is_refused_before_any_trial_naming_the_case() {
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", "touch ran; echo ran"], "input": "none"},
+               "judges": [{"assert": "contains", "value": "ran"}], "timeout": 60}),
+        &[json!({"id": "evil", "input": "x", "workspace": "evil.tar"})],
+    );
+    let root = eval.dir.path();
+    std::fs::create_dir_all(root.join("inside")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("inside/passwd")).unwrap();
+    let tar = Command::new("tar")
+        .args(["-cf", "evil.tar", "-C", "inside", "."])
+        .current_dir(root)
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    let run = eval.run(&Mst::new(), &["-q"]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("case `evil`"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("points to the absolute `/etc/passwd`"),
+        "{}",
+        run.stderr
+    );
+    // Refused before a run was made.
+    assert!(!eval.results().exists() || mst_tests::walk(&eval.results()).is_empty());
+}
