@@ -99,16 +99,61 @@ pub fn pack(source: Source<'_>, dir: &Path) -> Result<Packed> {
 pub fn unpack(archive: &Path, into: &Path) -> Result<()> {
     let file = std::fs::File::open(archive)
         .with_context(|| format!("cannot open the workspace {}", archive.display()))?;
-    let mut tar = tar::Archive::new(std::io::BufReader::new(file));
+    unpack_from(std::io::BufReader::new(file), into, false)
+        .with_context(|| format!("cannot unpack {}", archive.display()))
+}
+
+/// Unpacks the tar `archive` over `into`, a directory an agent worked in (and has left):
+/// whatever it left where an entry goes (a link, a file where a directory goes, a directory
+/// where a file goes) is removed first, so nothing is written through a link it planted.
+pub fn lay_over(archive: impl Read, into: &Path) -> Result<()> {
+    unpack_from(archive, into, true)
+}
+
+/// Unpacks `archive` into `into`, each entry checked; with `clear`, what lies in an entry's
+/// way is removed first.
+fn unpack_from(archive: impl Read, into: &Path, clear: bool) -> Result<()> {
+    let mut tar = tar::Archive::new(archive);
     let mut seen = Seen::default();
     for entry in tar.entries()? {
         let mut entry = entry?;
-        if checked(&entry, &mut seen)?.is_some() {
-            entry.set_preserve_mtime(false);
-            entry
-                .unpack_in(into)
-                .with_context(|| format!("cannot unpack {}", archive.display()))?;
+        let Some((name, kind)) = checked(&entry, &mut seen)? else {
+            continue;
+        };
+        if clear {
+            clear_the_way(into, &name, &kind)?;
         }
+        entry.set_preserve_mtime(false);
+        entry.unpack_in(into)?;
+    }
+    Ok(())
+}
+
+/// Removes what lies in the way of entry `name` of kind `kind` below `root`: a link or a file
+/// where one of its parent directories goes, and at its own place a link, or a directory where
+/// a file or link goes (or the reverse).
+fn clear_the_way(root: &Path, name: &Path, kind: &Kind) -> Result<()> {
+    let mut at = root.to_path_buf();
+    let parts: Vec<_> = name.components().collect();
+    for (index, part) in parts.iter().enumerate() {
+        at.push(part);
+        let Ok(meta) = std::fs::symlink_metadata(&at) else {
+            return Ok(()); // nothing further down either
+        };
+        let last = index + 1 == parts.len();
+        let wanted_dir = !last || matches!(kind, Kind::Dir);
+        let in_the_way = meta.file_type().is_symlink()
+            || meta.is_dir() != wanted_dir
+            || (last && matches!(kind, Kind::Link(_)));
+        if !in_the_way {
+            continue;
+        }
+        let removed = match meta.is_dir() && !meta.file_type().is_symlink() {
+            true => std::fs::remove_dir_all(&at),
+            false => std::fs::remove_file(&at),
+        };
+        removed.with_context(|| format!("cannot remove {}, which is in the way", at.display()))?;
+        return Ok(());
     }
     Ok(())
 }
@@ -548,6 +593,36 @@ mod tests {
             ("f", Regular, "x"),
         ];
         assert_eq!(pack_tar(&raw_tar(&inside)).unwrap().files, 1);
+    }
+
+    #[test]
+    fn hidden_files_laid_over_an_agents_directory_never_go_through_what_it_planted() {
+        let files = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(files.path().join("tests")).unwrap();
+        std::fs::write(files.path().join("tests/test_x.py"), "real\n").unwrap();
+        std::fs::write(files.path().join("run.sh"), "real\n").unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let packed = pack(Source::Dir(files.path()), out.path()).unwrap();
+        let archive = std::fs::read(out.path().join(archive_name(&packed.digest))).unwrap();
+
+        let (work, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let outside = elsewhere.path().join("victim");
+        std::fs::write(&outside, "untouched\n").unwrap();
+        // The agent made `tests` a link out, and `run.sh` a link to a file outside.
+        std::os::unix::fs::symlink(elsewhere.path(), work.path().join("tests")).unwrap();
+        std::os::unix::fs::symlink(&outside, work.path().join("run.sh")).unwrap();
+        std::fs::write(work.path().join("kept.py"), "agent's\n").unwrap();
+        lay_over(&archive[..], work.path()).unwrap();
+
+        let read = |name: &str| std::fs::read_to_string(work.path().join(name)).unwrap();
+        assert_eq!(read("tests/test_x.py"), "real\n");
+        assert_eq!(read("run.sh"), "real\n");
+        assert_eq!(read("kept.py"), "agent's\n");
+        assert!(!std::fs::symlink_metadata(work.path().join("tests"))
+            .unwrap()
+            .is_symlink());
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "untouched\n");
+        assert!(!elsewhere.path().join("test_x.py").exists());
     }
 
     #[test]

@@ -326,12 +326,17 @@ fn parse_jsonl(file: &Path, loading: &mut Loading) -> Result<()> {
     Ok(())
 }
 
-/// `case` with its `workspace`, if it has one, anchored to the directory of `file`, the
-/// dataset file that names it.
+/// `case` with its `workspace` and its checks' `files`, if it has them, anchored to the
+/// directory of `file`, the dataset file that names it.
 fn anchored(mut case: CaseRecord, file: &Path) -> CaseRecord {
     let base = file.parent().unwrap_or(Path::new("."));
     if let Some(more) = case.more.as_deref_mut() {
         more.workspace = more.workspace.as_ref().map(|spec| spec.anchored(base));
+        if let Some(checks) = &mut more.checks {
+            for check in checks.iter_mut() {
+                *check = check.anchored(base);
+            }
+        }
     }
     case
 }

@@ -261,6 +261,7 @@ fn collect_and_grade(
             artifacts: artifacts.as_ref(),
             stored: Some(&stored),
             models: Some(&prepared.model_access),
+            check_files: Some(&prepared.workspaces.check_files),
         };
         let collection = Collection {
             plan,

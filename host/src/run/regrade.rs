@@ -209,6 +209,7 @@ fn on_machines(
         stored: Some(&stored),
         // The judges' model calls, made here with the keys only the coordinator holds.
         models: Some(&prepared.model_access),
+        check_files: None,
     };
     // The grade shards' trials are their bundles' own: no plan.
     let no_plan = crate::eval::plan::Plan::default();

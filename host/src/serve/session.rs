@@ -951,6 +951,7 @@ impl SessionShard<'_> {
             artifacts: None,
             stored: None,
             models: Some(&shared.prepared.model_access),
+            check_files: None,
         };
         let report = ShardSession::new(&context, &bundle, bundle.own_trials(), dir)
             .run(machine, staging.path());

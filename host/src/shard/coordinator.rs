@@ -270,6 +270,9 @@ pub struct ShardContext<'a> {
     /// The run's model providers and their keys, for the model calls agents make through the
     /// machines' gateways; `None` answers every such call with an error.
     pub models: Option<&'a Arc<crate::llm::ModelAccess>>,
+    /// The checks' hidden files, handed out when a worker asks for a running trial's; `None`
+    /// answers every such ask with an error.
+    pub check_files: Option<&'a super::check_files::CheckFiles>,
 }
 
 /// Hears a trial's trace as the run directory holds it; called from the shards' threads.
@@ -639,6 +642,9 @@ impl<'a> ShardSession<'a> {
             }),
             WorkerMessage::Event { .. } => self.on_event(message, line_bytes as u64),
             WorkerMessage::ResumeToken { key, token } => self.on_resume_token(key, token),
+            WorkerMessage::CheckFiles { key, check } => {
+                self.on_check_files(self.planned_key(key), check)
+            }
             WorkerMessage::Done {
                 cleanup,
                 peak_rss_bytes,
@@ -924,6 +930,51 @@ impl<'a> ShardSession<'a> {
             }),
         }
         .spawn();
+        None
+    }
+
+    /// The worker asks for the hidden files of check `check` of trial `key`: sent in parts
+    /// (or why mst has none) when the trial runs and its check has files; anything else
+    /// breaks the protocol.
+    fn on_check_files(&mut self, key: TrialKey, check: String) -> Option<ShardEnd> {
+        let broke = |why: String| {
+            Some(ShardEnd::Lost(format!(
+                "the worker broke {PROTOCOL}: {why}"
+            )))
+        };
+        if !self.running(&key) {
+            return broke(format!(
+                "it asked for check files of trial {key}, which is not running"
+            ));
+        }
+        let checks = match self.bundle.case_checks.get(&*key.case) {
+            Some(checks) => checks,
+            None => &self.bundle.variants.get(&*key.variant)?.checks,
+        };
+        let Some(files) = (checks.iter())
+            .find(|c| c.name == check)
+            .and_then(|c| c.files.clone())
+        else {
+            return broke(format!(
+                "it asked for files of check `{check}`, which has none"
+            ));
+        };
+        let parts = match self.context.check_files {
+            Some(store) => store.parts(&files),
+            None => Err("this run hands out no check files".to_string()),
+        };
+        let answers: Vec<_> = match parts {
+            Ok(parts) => parts.into_iter().map(|part| (Some(part), None)).collect(),
+            Err(error) => vec![(None, Some(error))],
+        };
+        for (part, error) in answers {
+            self.send(&CoordinatorMessage::CheckFiles {
+                key: key.clone(),
+                check: check.clone(),
+                part,
+                error,
+            });
+        }
         None
     }
 

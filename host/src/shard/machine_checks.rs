@@ -27,23 +27,33 @@ pub const REWARD_ENV: &str = "MST_CHECK_REWARD";
 /// then, no longer can).
 const REWARD_FILE: &str = ".mst-check-reward";
 
+/// Where a check's hidden files come from: the coordinator, asked by the check's name once
+/// the agent is gone ([`super::check_files`]); an error is mst's own failure.
+pub type FetchFiles<'a> = dyn Fn(&str) -> Result<Vec<u8>, String> + 'a;
+
 /// Runs `checks` one after the other in the trial's work directory, each in the trial's
 /// sandbox when it has one (a check is hostile-input-driven code too: it runs what the agent
 /// left), on a trace whose client ran (not an `infra`
-/// one), appending a `check` event for each to `trace` and telling `sink`. A check that
-/// cannot start ends the list: the trace becomes `infra`, with why as its last `log` event.
+/// one), appending a `check` event for each to `trace` and telling `sink`. A check with hidden
+/// `files` gets them from `fetch` and laid over the work directory just before it runs. A
+/// check that cannot start, or whose files mst cannot give, ends the list: the trace becomes
+/// `infra`, with why as its last `log` event.
 pub fn run_checks(
     checks: &[CheckSpec],
     place: &TrialPlace<'_>,
     trace: &mut TraceRecord,
     sink: &dyn EventSink,
+    fetch: &FetchFiles<'_>,
 ) {
     if trace.status == TrialStatus::Infra {
         return;
     }
     let began = Instant::now();
     for check in checks {
-        let ran = run_one(check, place);
+        let ran = with_files(check, place, fetch).and_then(|laid| match laid {
+            Ok(()) => run_one(check, place),
+            Err(why) => Ok(failed(check, Instant::now(), why)),
+        });
         let at_ms = trace.duration_ms + began.elapsed().as_millis() as u64;
         let kind = match ran {
             Ok(data) => EventKind::Custom {
@@ -108,19 +118,11 @@ fn run_one(check: &CheckSpec, place: &TrialPlace<'_>) -> Result<serde_json::Valu
         ),
         Err(NotFinished::TimedOut(_)) => (None, true, Vec::new(), Vec::new()),
         Err(NotFinished::NotStarted(why)) if in_work_dir(&check.run[0]) => {
-            return Ok(serde_json::json!({
-                "check": check.name,
-                "passed": false,
-                "exitCode": null,
-                "timedOut": false,
-                "durationMs": started.elapsed().as_millis() as u64,
-                "stdout": "",
-                "stderr": format!(
-                    "cannot start `{}`, which is in the work directory the agent could \
-                     change: {why}",
-                    check.run[0]
-                ),
-            }))
+            let why = format!(
+                "cannot start `{}`, which is in the work directory the agent could change: {why}",
+                check.run[0]
+            );
+            return Ok(failed(check, started, why));
         }
         Err(NotFinished::NotStarted(why)) => {
             return Err(format!("cannot start `{}`: {why}", check.run[0]))
@@ -142,6 +144,35 @@ fn run_one(check: &CheckSpec, place: &TrialPlace<'_>) -> Result<serde_json::Valu
     }
     let _ = std::fs::remove_file(&reward_file);
     Ok(outcome)
+}
+
+/// Lays `check`'s hidden files, if it has any, over the work directory: `Err` when mst could
+/// not give them (infra), `Ok(Err)` when they could not be laid there (what the agent left in
+/// the way: the check fails).
+fn with_files(
+    check: &CheckSpec,
+    place: &TrialPlace<'_>,
+    fetch: &FetchFiles<'_>,
+) -> Result<Result<(), String>, String> {
+    if check.files.is_none() {
+        return Ok(Ok(()));
+    }
+    let archive = fetch(&check.name).map_err(|why| format!("its hidden files: {why}"))?;
+    Ok(crate::workspace::lay_over(&archive[..], place.work)
+        .map_err(|e| format!("cannot lay the check's hidden files in the work directory: {e:#}")))
+}
+
+/// The event of `check`, failed before it ran for `why`.
+fn failed(check: &CheckSpec, started: Instant, why: String) -> serde_json::Value {
+    serde_json::json!({
+        "check": check.name,
+        "passed": false,
+        "exitCode": null,
+        "timedOut": false,
+        "durationMs": started.elapsed().as_millis() as u64,
+        "stdout": "",
+        "stderr": why,
+    })
 }
 
 /// The reward a check left in `file`: none when it wrote none, an error when it is not one
@@ -196,11 +227,17 @@ mod tests {
         }
     }
 
+    /// What checks without hidden files never ask for.
+    fn no_files(check: &str) -> Result<Vec<u8>, String> {
+        Err(format!("check `{check}` has no hidden files"))
+    }
+
     fn check(name: &str, run: &[&str], timeout: f64) -> CheckSpec {
         CheckSpec {
             name: name.into(),
             run: run.iter().map(|s| s.to_string()).collect(),
             timeout,
+            files: None,
         }
     }
 
@@ -228,7 +265,13 @@ mod tests {
             ),
         ];
         let mut trace = TraceRecord::default();
-        run_checks(&checks, &place(dir.path()), &mut trace, &NoEvents);
+        run_checks(
+            &checks,
+            &place(dir.path()),
+            &mut trace,
+            &NoEvents,
+            &no_files,
+        );
         let silent = trace.check_outcome("silent").unwrap();
         assert!(silent.get("reward").is_none(), "{silent}");
         assert_eq!(trace.check_outcome("partial").unwrap()["reward"], 0.75);
@@ -258,7 +301,13 @@ mod tests {
             ),
             check("slow", &["sleep", "5"], 0.2),
         ];
-        run_checks(&checks, &place(dir.path()), &mut trace, &NoEvents);
+        run_checks(
+            &checks,
+            &place(dir.path()),
+            &mut trace,
+            &NoEvents,
+            &no_files,
+        );
         assert_eq!(trace.status, TrialStatus::Completed);
         assert_eq!(trace.events.len(), 3);
         let file = trace.check_outcome("file").unwrap();
@@ -286,7 +335,13 @@ mod tests {
             check("gone", &["/nonexistent/prog"], 10.0),
             check("never", &["true"], 10.0),
         ];
-        run_checks(&checks, &place(dir.path()), &mut trace, &NoEvents);
+        run_checks(
+            &checks,
+            &place(dir.path()),
+            &mut trace,
+            &NoEvents,
+            &no_files,
+        );
         assert_eq!(trace.status, TrialStatus::Infra);
         assert_eq!(
             trace.events.len(),
@@ -305,7 +360,13 @@ mod tests {
             check("removed", &["./run_tests.sh"], 10.0),
             check("next", &["true"], 10.0),
         ];
-        run_checks(&checks, &place(dir.path()), &mut trace, &NoEvents);
+        run_checks(
+            &checks,
+            &place(dir.path()),
+            &mut trace,
+            &NoEvents,
+            &no_files,
+        );
         assert_eq!(trace.status, TrialStatus::Completed);
         let removed = trace.check_outcome("removed").unwrap();
         assert_eq!(removed["passed"], false);

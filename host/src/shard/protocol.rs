@@ -296,6 +296,10 @@ pub enum WorkerMessage {
         #[serde(with = "secret_string")]
         token: Secret,
     },
+    /// Asks for the hidden files of check `check` of the running trial `key`, once its
+    /// client ended and its processes are gone; the coordinator answers `check-files`. Added
+    /// within `mst.shard/v1`.
+    CheckFiles { key: TrialKey, check: String },
     /// The worker is alive; sent at least every heartbeat interval.
     Heartbeat {
         /// Milliseconds since the Unix epoch, by the worker's clock.
@@ -363,6 +367,16 @@ pub enum CoordinatorMessage {
         key: TrialKey,
         call: u32,
         part: ModelPart,
+    },
+    /// A part of the hidden files of check `check` of trial `key` (a tar archive, base64, in
+    /// parts as a model answer is), or why there are none. Added within `mst.shard/v1`.
+    CheckFiles {
+        key: TrialKey,
+        check: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        part: Option<ModelPart>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     /// Stop: finish or abandon the trial in flight, start no other, clean up, send `done`.
     Cancel { reason: String },

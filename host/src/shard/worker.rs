@@ -74,6 +74,29 @@ struct TrialLink {
     sent: Mutex<Option<u64>>,
     /// In a conversation turn, the last resume token the client captured.
     resume: Mutex<Option<Secret>>,
+    /// Where the coordinator's answers to its asks for check files arrive.
+    check_files: super::check_files::Requests,
+}
+
+/// How long a trial waits for its check's hidden files; past it the trial is infra.
+const CHECK_FILES_WAIT: Duration = Duration::from_secs(300);
+
+impl TrialLink {
+    /// Asks the coordinator for the hidden files of check `check` and waits for them.
+    fn check_files(&self, check: &str) -> Result<Vec<u8>, String> {
+        let heard = self.check_files.wait_for(&self.key, check);
+        self.wire.send(&WorkerMessage::CheckFiles {
+            key: self.key.clone(),
+            check: check.to_string(),
+        });
+        match heard.recv_timeout(CHECK_FILES_WAIT) {
+            Ok(delivery) => delivery,
+            Err(_) => Err(format!(
+                "the coordinator sent none within {} s",
+                CHECK_FILES_WAIT.as_secs()
+            )),
+        }
+    }
 }
 
 /// A conversation turn's resume tokens: each valid one is held for redaction at once (the
@@ -204,7 +227,8 @@ fn run_trial(
     let cancelled = cancel.load(Ordering::Relaxed) && trace.status != TrialStatus::Completed;
     // In the trial's own directory, before it is emptied: what the agent left there.
     if !cancelled && !setting.checks.is_empty() {
-        super::machine_checks::run_checks(setting.checks, &place, &mut trace, link);
+        let fetch = |check: &str| link.check_files(check);
+        super::machine_checks::run_checks(setting.checks, &place, &mut trace, link, &fetch);
     }
     if let Some(forwarder) = forwarder {
         record_egress(forwarder, &mut trace, link);
@@ -566,6 +590,8 @@ struct Worker {
     artifacts: Option<Arc<ArtifactSlots>>,
     /// The bundle's workspace archives ([`super::bundle::WORKSPACES_DIR`]).
     workspaces: PathBuf,
+    /// The trials waiting for their checks' hidden files.
+    check_files: super::check_files::Requests,
 }
 
 impl Worker {
@@ -631,6 +657,7 @@ impl Worker {
             rooms: Arc::new(TrialRooms::new()?),
             artifacts: artifacts.map(Arc::new),
             workspaces: bundle_dir.join(super::bundle::WORKSPACES_DIR),
+            check_files: Default::default(),
         };
         worker.hello();
         worker.listen();
@@ -745,6 +772,17 @@ impl Worker {
                             self.cancel();
                             anyhow::bail!("the coordinator's model answer is unreadable: {why}");
                         }
+                    }
+                }
+                Event::FromCoordinator(CoordinatorMessage::CheckFiles {
+                    key,
+                    check,
+                    part,
+                    error,
+                }) => {
+                    if let Err(why) = self.check_files.on_answer(key, check, part, error) {
+                        self.cancel();
+                        anyhow::bail!("the coordinator's check files are unreadable: {why}");
                     }
                 }
                 Event::FromCoordinator(CoordinatorMessage::Cancel { reason }) => {
@@ -888,6 +926,7 @@ impl Worker {
             wire: self.wire.clone(),
             sent: Mutex::new(Some(0)),
             resume: Mutex::new(None),
+            check_files: self.check_files.clone(),
         };
         let conversation = self.bundle.conversation.is_some();
         let history = self

@@ -78,6 +78,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         artifacts: None,
         stored: None,
         models: None,
+        check_files: None,
     };
     let results = tempfile::tempdir().unwrap();
     let run_dir = RunDir {

@@ -180,3 +180,91 @@ fn a_hostile_workspace_archive_is_refused_before_any_trial_naming_the_case() {
     // Refused before a run was made.
     assert!(!eval.results().exists() || mst_tests::walk(&eval.results()).is_empty());
 }
+
+/// The agents of the coding-task bar: each reads the task, and `search` looks everywhere it
+/// can for the hidden tests' mark and the workspace's (its patterns are built at run time, so
+/// the bundle holding this script does not match).
+fn coding_agents() -> Value {
+    let agent = |script: &str| json!({"clientOptions": {"command": ["sh", "-c", script]}});
+    json!({
+        "fix": agent("sed -i 's/a - b/a + b/' calc.py; echo fixed"),
+        "nop": agent("echo did nothing"),
+        "plant": agent("mkdir unittest; printf 'import sys\\nsys.exit(0)\\n' > unittest/__init__.py; \
+                        cp unittest/__init__.py unittest/__main__.py; echo planted"),
+        "wipe": agent("rm -rf ./* ./.[!.]*; echo wiped"),
+        "search": agent("m=HIDDEN; v=VISIBLE; m=${m}_MARK_42; v=${v}_MARK_42; \
+            found=$(grep -rlsE \"$m|$v\" / --exclude-dir=proc --exclude-dir=sys \
+                    --exclude-dir=dev --exclude-dir=usr 2>/dev/null | tr '\\n' ' '); \
+            sed -i 's/a - b/a + b/' calc.py; echo \"found: $found\""),
+    })
+}
+
+#[test]
+fn hidden_tests_come_after_the_agent_and_grade_fix_nop_plant_and_wipe_apart() {
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"input": "none"},
+               "variants": coding_agents(),
+               "workspace": "project",
+               "checks": [{"name": "tests", "run": ["python3", "-m", "unittest", "-q"],
+                           "files": "hidden"}],
+               "judges": [{"assert": "check-passed", "value": "tests"}], "timeout": 120}),
+        &[json!({"id": "add", "input": "fix add"})],
+    );
+    let root = eval.dir.path();
+    buggy_project(&root.join("hidden"));
+    std::fs::create_dir_all(root.join("project")).unwrap();
+    let calc = std::fs::read_to_string(root.join("hidden/calc.py")).unwrap();
+    std::fs::write(
+        root.join("project/calc.py"),
+        format!("# VISIBLE_MARK_42\n{calc}"),
+    )
+    .unwrap();
+    std::fs::remove_file(root.join("hidden/calc.py")).unwrap();
+    let test = root.join("hidden/test_calc.py");
+    let text = std::fs::read_to_string(&test).unwrap();
+    std::fs::write(&test, format!("# HIDDEN_MARK_42\n{text}")).unwrap();
+    let run = eval.run(&Mst::new(), &["--json", "-q"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let variants = &run.json()["variants"];
+    for (variant, passed) in [
+        ("fix", 1),
+        ("search", 1),
+        ("nop", 0),
+        ("plant", 0),
+        ("wipe", 0),
+    ] {
+        let counts = &variants[variant];
+        assert_eq!(counts["passed"], passed, "{variant}: {variants}");
+        // Every trial graded: none of them infra.
+        assert_eq!(counts["infra"], 0, "{variant}: {variants}");
+    }
+    let run_dir = eval.run_dir("e2e");
+    // The search found the workspace's file in its work directory, and the hidden test
+    // nowhere: not in its bundle, its machine or the host.
+    let found = answer(&run_dir, "search/add/0");
+    let paths: Vec<&str> = found
+        .trim_start_matches("found:")
+        .split_whitespace()
+        .collect();
+    assert!(
+        paths.len() == 1 && paths[0].ends_with("/calc.py"),
+        "{found}"
+    );
+    // The planted `unittest` did not stand in for the real one, which ran the hidden test.
+    let trace = read_trace(&run_dir, "plant/add/0");
+    let check = trace["trace"]["events"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(check["data"]["exitCode"], 1, "{check}");
+    assert!(
+        check["data"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("test_add"),
+        "{check}"
+    );
+}

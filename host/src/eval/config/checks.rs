@@ -18,6 +18,22 @@ pub struct CheckSpec {
     /// Seconds it may take (default 60, at most a day); past it, it is killed and fails.
     #[serde(default = "super::sixty")]
     pub timeout: f64,
+    /// A directory of hidden files laid over the work directory just before the check runs,
+    /// after the agent is gone: relative to the file that names the check (a case's are
+    /// anchored to its dataset file as it is read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<String>,
+}
+
+impl CheckSpec {
+    /// This check with a relative `files` made relative to `base`.
+    pub fn anchored(&self, base: &std::path::Path) -> CheckSpec {
+        let files = (self.files.as_deref()).map(|files| base.join(files).display().to_string());
+        CheckSpec {
+            files,
+            ..self.clone()
+        }
+    }
 }
 
 /// Checks a `checks` list at `place` (`checks`, `variants.V.checks`, a case's `checks`): each
@@ -43,6 +59,9 @@ pub fn validate_checks(checks: &[CheckSpec], place: &str) -> Result<()> {
             bail!("`{at}.run` is empty: give the program and its arguments, e.g. [\"pytest\", \"-q\"]");
         }
         seconds(&format!("`{at}.timeout`"), check.timeout)?;
+        if check.files.as_deref() == Some("") {
+            bail!("`{at}.files` is empty: name the directory of the check's hidden files");
+        }
     }
     Ok(())
 }
