@@ -480,6 +480,72 @@ case "$q" in *1) echo 42 > answer.txt;; *) echo 41 > answer.txt;; esac"#;
 }
 
 #[test]
+fn a_workspace_and_hidden_check_files_reach_the_container_each_in_its_time() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    // The workspace holds a wrong answer; the hidden test wants 42. `search` looks through the
+    // whole container for the hidden test's mark and the workspace's (patterns built at run
+    // time and read from a file outside the search, so neither the bundle holding this script
+    // nor a diagnosis listing its processes matches), then fixes the answer. One trial at a
+    // time: trials sharing a container share its user, so a concurrent agent could read
+    // another trial's work directory once its hidden files are laid (docs/config.md).
+    let search = r#"m=HIDDEN; v=VISIBLE; m=${m}_MARK_7; v=${v}_MARK_7
+dirs=$(ls / | grep -v -e '^proc$' -e '^sys$' -e '^dev$')
+printf '%s\n' "$m" > /dev/shm/hidden; printf '%s\n' "$v" > /dev/shm/visible
+for d in $dirs; do grep -rls -f /dev/shm/hidden "/$d"; done > /tmp/hidden
+for d in $dirs; do grep -rls -f /dev/shm/visible "/$d"; done > /tmp/visible
+echo 42 > answer.txt; echo "hidden: $(cat /tmp/hidden)visible: $(wc -l < /tmp/visible)""#;
+    let agent = |script: &str| json!({"clientOptions": {"command": ["sh", "-c", script]}});
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"input": "none"},
+               "variants": {"fix": agent("echo 42 > answer.txt; echo fixed"),
+                            "nop": agent("echo did nothing"), "search": agent(search)},
+               "workspace": "task",
+               "checks": [{"name": "tests", "run": ["sh", "hidden_test.sh"], "files": "tests",
+                           "timeout": 30}],
+               "judges": [{"assert": "check-passed", "value": "tests"}], "timeout": 60,
+               "concurrency": 1}),
+        &[json!({"id": "c", "input": "x"})],
+    );
+    let root = eval.dir.path();
+    std::fs::create_dir_all(root.join("task")).unwrap();
+    std::fs::write(root.join("task/answer.txt"), "41\n# VISIBLE_MARK_7\n").unwrap();
+    std::fs::create_dir_all(root.join("tests")).unwrap();
+    std::fs::write(
+        root.join("tests/hidden_test.sh"),
+        "# HIDDEN_MARK_7\ngrep -qx 42 answer.txt\n",
+    )
+    .unwrap();
+    let run = docker_run(&eval, &mst, &[format!("contexts={a}")]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("e2e");
+    let summary = read_json(&dir.join("summary.json"));
+    for (variant, passed) in [("fix", 1), ("search", 1), ("nop", 0)] {
+        assert_eq!(
+            summary["variants"][variant]["passed"], passed,
+            "{variant}: {summary}"
+        );
+        assert_eq!(
+            summary["variants"][variant]["infra"], 0,
+            "{variant}: {summary}"
+        );
+    }
+    let trace = read_trace(&dir, "search/c/0");
+    let found = trace["trace"]["finalText"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_string();
+    // Nothing of the hidden test; the workspace, in its work directory and its bundle.
+    let visible = found.strip_prefix("hidden: visible: ").expect(&found);
+    assert!(visible.trim().parse::<u32>().unwrap() >= 1, "{found}");
+    assert!(containers_of(&a, &run_id(&eval)).is_empty());
+}
+
+#[test]
 fn a_detached_runs_containers_are_stopped_by_runs_stop_and_a_killed_supervisors_removed_next_run() {
     let Some((_, b)) = engines_with_worker_image() else {
         return;
