@@ -15,6 +15,7 @@ pub enum RunnerCommand {
     /// Prepare a runner's hosts. For `docker`: build mst-worker:<version> (or `image=NAME`) on
     /// each context, from `--runner-option base=IMAGE` with docker/Dockerfile, or offline from
     /// the static mst alone; `agentClis=claude-code,codex` copies the host's agent CLIs in.
+    /// With `--build DIR`: build a task's own image (`image=NAME`) from DIR's Dockerfile.
     Setup {
         /// The runner (`docker`).
         runner: String,
@@ -22,6 +23,11 @@ pub enum RunnerCommand {
         /// `agentClis=claude-code,codex`. Repeatable.
         #[arg(long = "runner-option", value_name = "KEY=VALUE")]
         runner_options: Vec<String>,
+        /// Build the image `image=NAME` from the Dockerfile in this directory (a task's
+        /// environment), offline from images already on each context; mst places its worker
+        /// in it when a run first uses it.
+        #[arg(long, value_name = "DIR")]
+        build: Option<std::path::PathBuf>,
         /// Print what was built as JSON.
         #[arg(long)]
         json: bool,
@@ -56,8 +62,9 @@ pub fn run(home: &Home, command: RunnerCommand) -> Result<u8> {
         RunnerCommand::Setup {
             runner,
             runner_options,
+            build,
             json,
-        } => setup(&runner, &runner_options, json),
+        } => setup(&runner, &runner_options, build.as_deref(), json),
         RunnerCommand::Check {
             runner,
             runner_options,
@@ -98,8 +105,14 @@ pub fn run(home: &Home, command: RunnerCommand) -> Result<u8> {
     }
 }
 
-/// `mst runner setup`: the Docker runner's worker image on each context.
-fn setup(runner: &str, runner_options: &[String], json: bool) -> Result<u8> {
+/// `mst runner setup`: the Docker runner's worker image on each context, or with `build` a
+/// task's image.
+fn setup(
+    runner: &str,
+    runner_options: &[String],
+    build: Option<&std::path::Path>,
+    json: bool,
+) -> Result<u8> {
     if runner != "docker" {
         bail!("`mst runner setup {runner}`: only the `docker` runner needs setting up");
     }
@@ -111,6 +124,9 @@ fn setup(runner: &str, runner_options: &[String], json: bool) -> Result<u8> {
         pairs.insert(key.to_string(), value.to_string());
     }
     let options = DockerOptions::parse(&pairs, true)?;
+    if let Some(dir) = build {
+        return build_task_image(&options, dir, json);
+    }
     let worker = worker_binary::find(options.worker.as_deref())?;
     let clis = agent_clis::locate(&options.agent_clis, options.base.as_deref())?;
     let reference = options
@@ -124,13 +140,8 @@ fn setup(runner: &str, runner_options: &[String], json: bool) -> Result<u8> {
         clis: &clis,
     };
     let runtime = crate::runner::docker::runtime()?;
-    let names = if options.contexts.is_empty() {
-        vec![context::current_context()]
-    } else {
-        options.contexts.clone()
-    };
     let mut built = Vec::new();
-    for name in names {
+    for name in context_names(&options) {
         let endpoint = context::resolve_endpoint(&name)?;
         let id = runtime.block_on(async {
             // The tunnel of an ssh:// host stays open while the image is built.
@@ -163,4 +174,46 @@ fn setup(runner: &str, runner_options: &[String], json: bool) -> Result<u8> {
         outln!("{}", serde_json::to_string_pretty(&built)?);
     }
     Ok(super::Code::Success.into())
+}
+
+/// `mst runner setup docker --build DIR`: the image `image=NAME` built from DIR's Dockerfile on
+/// each context.
+fn build_task_image(options: &DockerOptions, dir: &std::path::Path, json: bool) -> Result<u8> {
+    let Some(reference) = options.image.as_deref() else {
+        bail!(
+            "--build {}: name the image to build, e.g. --runner-option image=mst-task/fix:1",
+            dir.display()
+        );
+    };
+    let runtime = crate::runner::docker::runtime()?;
+    let mut built = Vec::new();
+    for name in context_names(options) {
+        let endpoint = context::resolve_endpoint(&name)?;
+        let id = runtime.block_on(async {
+            let (docker, _tunnel) = context::connect(&name, &endpoint, &options.ssh).await?;
+            image::build_dir(&docker, reference, dir).await
+        })?;
+        if !json {
+            outln!(
+                "docker context `{name}`: built {reference} ({id}) from {}",
+                dir.display()
+            );
+        }
+        built.push(serde_json::json!({
+            "context": name, "endpoint": endpoint, "image": reference, "id": id,
+            "build": dir.display().to_string(),
+        }));
+    }
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&built)?);
+    }
+    Ok(Code::Success.into())
+}
+
+/// The contexts `options` name, or the current one.
+fn context_names(options: &DockerOptions) -> Vec<String> {
+    match options.contexts.is_empty() {
+        true => vec![context::current_context()],
+        false => options.contexts.clone(),
+    }
 }

@@ -150,6 +150,8 @@ pub struct CaseMore {
     /// The files laid into this case's trials' work directories, replacing the variant's:
     /// anchored to the dataset file's directory as it is read.
     pub workspace: Option<crate::eval::config::WorkspaceSpec>,
+    /// The Docker image this case's trials run in, replacing the variant's and the runner's.
+    pub image: Option<String>,
 }
 
 /// What a case without any of the rarer fields has of them.
@@ -162,6 +164,7 @@ static NO_MORE: CaseMore = CaseMore {
     case_pass: None,
     checks: None,
     workspace: None,
+    image: None,
 };
 
 /// A case as datasets, bundles and traces spell it: every field at the top level.
@@ -192,6 +195,8 @@ struct CaseFields {
     checks: Option<Vec<crate::eval::config::CheckSpec>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     workspace: Option<crate::eval::config::WorkspaceSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    image: Option<String>,
 }
 
 impl From<CaseFields> for CaseRecord {
@@ -208,6 +213,7 @@ impl From<CaseFields> for CaseRecord {
             case_pass,
             checks,
             workspace,
+            image,
         } = fields;
         let more = CaseMore {
             tags,
@@ -218,6 +224,7 @@ impl From<CaseFields> for CaseRecord {
             case_pass,
             checks,
             workspace,
+            image,
         };
         CaseRecord {
             id,
@@ -243,6 +250,7 @@ impl From<CaseRecord> for CaseFields {
             case_pass: more.case_pass,
             checks: more.checks,
             workspace: more.workspace,
+            image: more.image,
         }
     }
 }

@@ -29,6 +29,8 @@ pub struct StagedShard {
     /// The bundle's trials as positions in the run's plan, when it was staged from one (its
     /// own list of trials is then empty).
     pub in_plan: Option<Vec<u32>>,
+    /// The image its machine runs, when its trials name one.
+    pub image: Option<String>,
 }
 
 impl StagedShard {
@@ -54,6 +56,8 @@ pub struct Staging<'a> {
     pub dir: &'a Path,
     /// The run's workspaces: each bundle gets those of its trials.
     pub workspaces: Option<&'a super::workspaces::RunWorkspaces>,
+    /// The images the run's trials name: each shard's trials share one.
+    pub images: Option<&'a super::images::TrialImages>,
 }
 
 impl Staging<'_> {
@@ -80,8 +84,9 @@ impl Staging<'_> {
         to_collect: &[u32],
     ) -> Result<Vec<StagedShard>> {
         // Each case's shard is worked out once: its trials lie together in the plan. Only the
-        // shards that get trials are made (a runner may allow billions).
-        let mut of_shard: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        // shards that get trials are made (a runner may allow billions). Trials that name an
+        // image go to shards of that image.
+        let mut of_shard: BTreeMap<(Option<&str>, u32), Vec<u32>> = BTreeMap::new();
         let mut last: Option<(&str, u32)> = None;
         for &at in to_collect {
             let case = plan.case_of(at as usize);
@@ -90,14 +95,24 @@ impl Staging<'_> {
                 _ => shard_of(case, self.shards),
             };
             last = Some((case, shard));
-            of_shard.entry(shard).or_default().push(at);
+            let image = (self.images.filter(|images| !images.is_empty()))
+                .and_then(|images| images.of(&plan.key(at as usize).variant, case));
+            of_shard.entry((image, shard)).or_default().push(at);
         }
+        // Without images, shard `s` of the run is shard `s`; with them, each (image, shard)
+        // pair is a shard of its own, numbered in order.
+        let numbered = of_shard.keys().any(|(image, _)| image.is_some());
+        let count = of_shard.len() as u32;
         let mut staged = Vec::new();
-        for (shard, mut at) in of_shard {
+        for (number, ((image, shard), mut at)) in of_shard.into_iter().enumerate() {
+            let shard = if numbered { number as u32 } else { shard };
             // Held while the shard runs, once per trial: no room to spare.
             at.shrink_to_fit();
             let trials = ShardTrials::InPlan { plan, at: &at };
             let mut bundle = self.bundle(shard, Vec::new());
+            if numbered {
+                bundle.shards = count;
+            }
             bundle.variants = variants_of(self.config, trials.iter());
             let dir = self.shard_dir(shard);
             if let Some(workspaces) = self.workspaces {
@@ -109,6 +124,7 @@ impl Staging<'_> {
                 bundle,
                 dir,
                 in_plan: Some(at),
+                image: image.map(str::to_string),
             });
         }
         Ok(staged)
@@ -242,6 +258,7 @@ impl Collection<'_> {
             shards: bundle.shards,
             note: &note,
             cancel: self.context.cancel,
+            image: staged.image.as_deref(),
         };
         let asked = Instant::now();
         let mut machine = match self.runner.create_machine(&request) {

@@ -11,6 +11,7 @@ pub mod collect;
 pub mod dry_run;
 pub mod events;
 pub mod grading;
+pub mod images;
 pub mod prepare;
 pub mod regrade;
 pub mod resume;
@@ -141,6 +142,12 @@ pub fn run(
         prepared.check_clients(&request.filters)
     })?;
     ready.prepared.pack_workspaces(home)?;
+    ready.prepared.images =
+        images::TrialImages::of_run(&ready.prepared.config, &ready.prepared.cases)?;
+    ready
+        .prepared
+        .images
+        .refuse_unless_docker(ready.runner.name())?;
     let root = ResultsRoot::new(&request.setup.results_base);
     let (dir, record) = resume::open(
         &root,
@@ -229,6 +236,7 @@ fn collect_and_grade(
         heartbeat_ms: settings.heartbeat_ms(),
         dir: staging_dir.path(),
         workspaces: Some(&prepared.workspaces),
+        images: Some(&prepared.images),
     };
     let staged = staging.stage_bundles(&cases, &record.trials, &to_collect)?;
     // The bundles hold these keys now.

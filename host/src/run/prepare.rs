@@ -41,6 +41,8 @@ pub struct Prepared {
     pub model_access: Arc<ModelAccess>,
     /// The run's workspaces, once packed ([`Prepared::pack_workspaces`]); none before.
     pub workspaces: super::workspaces::RunWorkspaces,
+    /// The images its trials name, once planned; none before.
+    pub images: super::images::TrialImages,
 }
 
 /// What to load besides the config's own plugins.
@@ -90,6 +92,7 @@ pub fn prepare(home: &Home, config_path: &Path, request: &PluginRequest<'_>) -> 
         limiter,
         model_access,
         workspaces: Default::default(),
+        images: Default::default(),
     })
 }
 

@@ -177,6 +177,7 @@ fn on_machines(
         heartbeat_ms: on.settings.heartbeat_ms(),
         dir: staging_dir.path(),
         workspaces: None,
+        images: None,
     };
     let plan = plan(dir, record, prepared, &answers, &staging)?;
     let mut grades = plan.graded;
@@ -557,6 +558,7 @@ fn stage(
             bundle,
             dir,
             in_plan: None,
+            image: None,
         });
     }
     Ok(staged)

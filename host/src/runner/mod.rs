@@ -141,6 +141,9 @@ pub struct MachineRequest<'a> {
     pub note: &'a (dyn Fn(&str) + Sync),
     /// Set when the user cancels the run: a runner waiting for room gives up.
     pub cancel: &'a std::sync::atomic::AtomicBool,
+    /// The image the shard's trials name, in place of the runner's own (the Docker runner's
+    /// `image`); only the Docker runner is given one.
+    pub image: Option<&'a str>,
 }
 
 /// A runner: makes one machine per shard.

@@ -329,6 +329,7 @@ impl Session {
             shards: 1,
             note: &|_: &str| {},
             cancel: &never,
+            image: None,
         };
         let mut machine = shared
             .runner

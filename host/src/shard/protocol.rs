@@ -222,7 +222,7 @@ pub enum WorkerMessage {
         /// The worker's mst version; must equal the coordinator's.
         mst: String,
         /// The machine image's digest, when the worker is told it (`MST_IMAGE_DIGEST` in its
-        /// environment). No runner sets it yet, so it is absent.
+        /// environment, which the `docker` runner sets).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         image: Option<String>,
         client: ClientIdentity,

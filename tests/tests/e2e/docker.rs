@@ -546,6 +546,79 @@ echo 42 > answer.txt; echo "hidden: $(cat /tmp/hidden)visible: $(wc -l < /tmp/vi
 }
 
 #[test]
+fn cases_naming_their_own_image_run_in_shards_of_that_image_built_by_setup() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    let base = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());
+    let task = tempfile::tempdir().unwrap();
+    std::fs::write(
+        task.path().join("Dockerfile"),
+        format!("FROM {base}\nRUN echo from-the-task-image > /task-marker\n"),
+    )
+    .unwrap();
+    let image = "mst-task/e2e-marker:1";
+    let built = mst.run(&[
+        "runner",
+        "setup",
+        "docker",
+        "--build",
+        s(task.path()),
+        "--runner-option",
+        &format!("image={image}"),
+        "--runner-option",
+        &format!("contexts={a}"),
+    ]);
+    assert_eq!(built.code, 0, "{}\n{}", built.stdout, built.stderr);
+    assert!(
+        built.stdout.contains(&format!("built {image} (sha256:")),
+        "{}",
+        built.stdout
+    );
+
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", "cat /task-marker || echo no marker"],
+                                 "input": "none"},
+               "judges": [{"assert": "contains", "value": "from-the-task-image"}], "timeout": 60}),
+        &[
+            json!({"id": "own", "input": "x", "image": image}),
+            json!({"id": "plain", "input": "x"}),
+        ],
+    );
+    let run = docker_run(&eval, &mst, &[format!("contexts={a}")]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let dir = eval.run_dir("e2e");
+    let summary = read_json(&dir.join("summary.json"));
+    // The case with its image found the task's file; the other ran in the runner's image.
+    assert_eq!(summary["cases"]["default"]["own"], "passed", "{summary}");
+    assert_eq!(summary["cases"]["default"]["plain"], "failed", "{summary}");
+    // One shard per image, each recording the image it ran (its worker said so).
+    let record = read_json(&dir.join("run.json"));
+    let machines = record["machines"].as_array().unwrap();
+    let digests: std::collections::BTreeSet<&str> = machines
+        .iter()
+        .map(|m| m["worker"]["image"].as_str().expect("an image digest"))
+        .collect();
+    assert_eq!((machines.len(), digests.len()), (2, 2), "{record}");
+    assert!(
+        digests.iter().all(|d| d.starts_with("sha256:")),
+        "{digests:?}"
+    );
+    assert!(containers_of(&a, &run_id(&eval)).is_empty());
+
+    // Another runner refuses it before anything starts.
+    let local = eval.run(&mst, &["-q"]);
+    assert_eq!(local.code, 2, "{}", local.stderr);
+    assert!(
+        local.stderr.contains("run on `--runner docker` only"),
+        "{}",
+        local.stderr
+    );
+}
+
+#[test]
 fn a_detached_runs_containers_are_stopped_by_runs_stop_and_a_killed_supervisors_removed_next_run() {
     let Some((_, b)) = engines_with_worker_image() else {
         return;

@@ -54,6 +54,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         shards: 1,
         note: &note,
         cancel: &cancel,
+        image: None,
     };
     let mut machine = runner.create_machine(&request).unwrap();
     let limiter = Limiter::new(RateLimits::default());

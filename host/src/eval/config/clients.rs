@@ -32,6 +32,9 @@ pub struct VariantConfig {
     /// The files laid into each trial's work directory, replacing the eval's `workspace`.
     #[serde(default)]
     pub workspace: Option<super::WorkspaceSpec>,
+    /// The Docker image this variant's trials run in, in place of the runner's `image`.
+    #[serde(default)]
+    pub image: Option<String>,
 }
 
 /// The placeholder in `clientOptions.resume.arg` that the held resume token replaces.

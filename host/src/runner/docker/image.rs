@@ -309,12 +309,55 @@ async fn build_from(
         .rm(true)
         .forcerm(true)
         .build();
+    build(
+        docker,
+        options,
+        body,
+        &format!("building {reference} from {base}"),
+    )
+    .await
+}
+
+/// Builds `reference` from the Dockerfile in `dir` (a task's environment), with `dir` as its
+/// context, offline: its `FROM` images must be on the host already. The context is packed as a
+/// workspace is, so a link out of it or a device refuses it. Returns the image's id.
+pub async fn build_dir(docker: &Docker, reference: &str, dir: &Path) -> Result<String> {
+    if !dir.join("Dockerfile").is_file() {
+        bail!("--build {}: no Dockerfile in it", dir.display());
+    }
+    let scratch = tempfile::tempdir()?;
+    let packed = crate::workspace::pack(crate::workspace::Source::Dir(dir), scratch.path())
+        .with_context(|| format!("--build {}", dir.display()))?;
+    let body = std::fs::read(
+        scratch
+            .path()
+            .join(crate::workspace::archive_name(&packed.digest)),
+    )?;
+    let options = BuildImageOptionsBuilder::new()
+        .t(reference)
+        .rm(true)
+        .forcerm(true)
+        .build();
+    let what = format!("building {reference} from {}", dir.display());
+    build(docker, options, body, &what).await?;
+    let built = (docker.inspect_image(reference).await)
+        .with_context(|| format!("{reference} was not built"))?;
+    Ok(built.id.unwrap_or_default())
+}
+
+/// Runs one build of `body` (a tar context), its error naming `what` with the build's log.
+async fn build(
+    docker: &Docker,
+    options: bollard::query_parameters::BuildImageOptions,
+    body: Vec<u8>,
+    what: &str,
+) -> Result<()> {
     let mut stream = docker.build_image(options, None, Some(bollard::body_full(body.into())));
     let mut log = String::new();
     while let Some(item) = stream.next().await {
-        let info = item.with_context(|| format!("building {reference} from {base}"))?;
+        let info = item.with_context(|| what.to_string())?;
         if let Some(detail) = info.error_detail.and_then(|d| d.message) {
-            bail!("building {reference} from {base}: {detail}\n{log}");
+            bail!("{what}: {detail}\n{log}");
         }
         if let Some(line) = info.stream {
             log.push_str(&line);

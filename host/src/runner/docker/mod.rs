@@ -102,7 +102,7 @@ pub struct DockerRunner {
     contexts: Vec<DockerContext>,
     slots: Arc<Slots>,
     /// The resolved image per host, resolved once (a derived image is built at most once).
-    images: Vec<Mutex<Option<WorkerImage>>>,
+    images: Vec<Mutex<BTreeMap<String, WorkerImage>>>,
     owner: Owner,
     plan: Vec<String>,
     /// Labels a runner plugin asked for; mst's own labels always win.
@@ -150,7 +150,7 @@ impl DockerRunner {
                 free: Mutex::new(contexts.iter().map(|c| c.slots).collect()),
                 freed: Condvar::new(),
             }),
-            images: contexts.iter().map(|_| Mutex::new(None)).collect(),
+            images: contexts.iter().map(|_| Mutex::default()).collect(),
             runtime,
             options,
             contexts,
@@ -175,18 +175,23 @@ impl DockerRunner {
         self
     }
 
-    /// The image shards on host `index` run, resolved on first use.
-    fn image_on(&self, index: usize, note: &(dyn Fn(&str) + Sync)) -> Result<WorkerImage> {
+    /// The image a shard on host `index` runs: the one its trials name (`named`), else the
+    /// runner's `image`, else mst's own; each resolved once per host (a derived image is built
+    /// at most once).
+    fn image_on(
+        &self,
+        index: usize,
+        named: Option<&str>,
+        note: &(dyn Fn(&str) + Sync),
+    ) -> Result<WorkerImage> {
+        let reference = (named.map(str::to_string))
+            .or_else(|| self.options.image.clone())
+            .unwrap_or_else(image::default_reference);
         let mut cached = self.images[index].lock().expect("image cache");
-        if let Some(image) = cached.as_ref() {
+        if let Some(image) = cached.get(&reference) {
             return Ok(image.clone());
         }
         let context = &self.contexts[index];
-        let reference = self
-            .options
-            .image
-            .clone()
-            .unwrap_or_else(image::default_reference);
         let resolved = self.runtime.block_on(image::resolve(
             &context.docker,
             &context.name,
@@ -194,7 +199,7 @@ impl DockerRunner {
             || super::worker_binary::find(self.options.worker.as_deref()),
             note,
         ))?;
-        *cached = Some(resolved.clone());
+        cached.insert(reference, resolved.clone());
         Ok(resolved)
     }
 }
@@ -279,7 +284,7 @@ impl Runner for DockerRunner {
         // The machine starts here: preparing its image on this host is part of making it.
         let started_at = Instant::now();
         let context = &self.contexts[slot.index];
-        let image = self.image_on(slot.index, request.note)?;
+        let image = self.image_on(slot.index, request.image, request.note)?;
         let run = request.run_id.get(..24).unwrap_or(request.run_id);
         let name = format!(
             "mst-{}-s{}-{}",
@@ -291,7 +296,10 @@ impl Runner for DockerRunner {
             &image.id,
             vec![image.worker.clone(), "idle".into()],
             self.labels(request),
-            self.env.clone(),
+            // The worker reports the image it runs in (`hello`), which run.json records.
+            (self.env.iter().cloned())
+                .chain([format!("MST_IMAGE_DIGEST={}", image.id)])
+                .collect(),
             context.memory_each,
             &self.options,
         );

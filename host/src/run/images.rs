@@ -1,0 +1,79 @@
+//! Per-trial images: a case's `image`, else its variant's, else the runner's own. The Docker
+//! runner honours them, each shard running in one image (the trials are grouped so); any other
+//! runner refuses a run that names one, before anything starts.
+
+use crate::eval::config::EvalConfig;
+use crate::eval::dataset::Cases;
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+
+/// The image each trial runs in, where the eval names one.
+#[derive(Debug, Default)]
+pub struct TrialImages {
+    /// By variant name.
+    pub variants: BTreeMap<String, String>,
+    /// By case id: the cases that name their own.
+    pub cases: BTreeMap<String, String>,
+}
+
+impl TrialImages {
+    /// The images `config`'s variants and `cases` name, each checked to be a plain reference.
+    pub fn of_run(config: &EvalConfig, cases: &Cases) -> Result<Self> {
+        let mut images = TrialImages::default();
+        for (name, variant) in &config.variants {
+            if let Some(image) = &variant.image {
+                check(image, &format!("`variants.{name}.image`"))?;
+                images.variants.insert(name.clone(), image.clone());
+            }
+        }
+        for (index, case) in cases.iter().enumerate() {
+            let case = case?;
+            if let Some(image) = &case.more().image {
+                check(
+                    image,
+                    &format!("case `{}` ({}): `image`", case.id, cases.origin(index)),
+                )?;
+                images.cases.insert(case.id.to_string(), image.clone());
+            }
+        }
+        Ok(images)
+    }
+
+    /// Whether no trial names an image.
+    pub fn is_empty(&self) -> bool {
+        self.variants.is_empty() && self.cases.is_empty()
+    }
+
+    /// The image of `variant`'s trials of `case`, if the eval names one.
+    pub fn of(&self, variant: &str, case: &str) -> Option<&str> {
+        (self.cases.get(case))
+            .or_else(|| self.variants.get(variant))
+            .map(String::as_str)
+    }
+
+    /// Refuses images on a runner that cannot honour them (any but `docker`).
+    pub fn refuse_unless_docker(&self, runner: &str) -> Result<()> {
+        let named = (self
+            .cases
+            .iter()
+            .map(|(id, image)| format!("case `{id}`: {image}")))
+        .chain((self.variants.iter()).map(|(v, image)| format!("variant `{v}`: {image}")))
+        .next();
+        match named {
+            Some(named) if runner != "docker" => bail!(
+                "{named}: trials that name an image run on `--runner docker` only (runner \
+                 `{runner}` runs every trial on its own machines); remove the `image`, or \
+                 use the docker runner"
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Refuses an image reference that is empty or holds whitespace or control characters.
+fn check(image: &str, place: &str) -> Result<()> {
+    if image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        bail!("{place} is {image:?}: name an image as Docker does, e.g. `mst-task/fix-add:1`");
+    }
+    Ok(())
+}
