@@ -25,17 +25,41 @@ pub enum ImportCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Convert a Harbor task directory (task.toml, instruction.md, environment/, tests/,
+    /// solution/), or a directory of them, into an eval for the Docker runner: each task a case
+    /// in its own image with its tests hidden until the agent is done, and Harbor's reference
+    /// agents `oracle` and `nop` as variants; with import-report.md.
+    Harbor {
+        /// A task directory, or a directory of task directories.
+        dir: PathBuf,
+        /// Where to write the converted files [default: the current directory].
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        out: PathBuf,
+        /// Overwrite files already in --out.
+        #[arg(long)]
+        force: bool,
+        /// Print the report as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs a `mst import` command.
 pub fn run(command: ImportCommand) -> Result<u8> {
-    let ImportCommand::Mst {
-        file,
-        out,
-        force,
-        json,
-    } = command;
-    let imported = crate::import::mst::import(&file)?;
+    let (imported, out, force, json) = match command {
+        ImportCommand::Mst {
+            file,
+            out,
+            force,
+            json,
+        } => (crate::import::mst::import(&file)?, out, force, json),
+        ImportCommand::Harbor {
+            dir,
+            out,
+            force,
+            json,
+        } => (crate::import::harbor::import(&dir)?, out, force, json),
+    };
     let written = imported.write(&out, force)?;
     let report = &imported.report;
     if json {

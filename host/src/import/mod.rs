@@ -1,8 +1,10 @@
 //! Importing evals written for other harnesses (`mst import`): each source format converts into
 //! mst's files plus a [`Report`] of every change, so nothing is lost silently.
 //!
-//! One module per source format; today [`mst`] (gleanwork/mcp-server-tester, "MST").
+//! One module per source format: [`mst`] (gleanwork/mcp-server-tester, "MST") and
+//! [`harbor`] (Harbor's task directories).
 
+pub mod harbor;
 pub mod mst;
 
 use anyhow::{bail, Context, Result};
@@ -117,6 +119,9 @@ impl Report {
 #[derive(Debug, Default)]
 pub struct Imported {
     pub files: Vec<(String, String)>,
+    /// Directories copied whole (a source directory, and its name in the output directory),
+    /// each checked as a workspace is: no link out, no device.
+    pub copies: Vec<(PathBuf, String)>,
     pub report: Report,
 }
 
@@ -144,7 +149,10 @@ impl Imported {
     /// Writes every file and the report into `out` (created if missing). Nothing is written
     /// when a file is already there, unless `force`: an import never overwrites silently.
     pub fn write(&self, out: &Path, force: bool) -> Result<Vec<PathBuf>> {
-        let mut paths: Vec<PathBuf> = self.files.iter().map(|(f, _)| out.join(f)).collect();
+        let mut paths: Vec<PathBuf> = (self.files.iter().map(|(f, _)| f))
+            .chain(self.copies.iter().map(|(_, to)| to))
+            .map(|f| out.join(f))
+            .collect();
         paths.push(out.join(REPORT_FILE));
         let taken: Vec<String> = paths
             .iter()
@@ -158,11 +166,30 @@ impl Imported {
                 if taken.len() == 1 { "s" } else { "" }
             );
         }
+        // Every copy is packed (and so checked) before anything is written.
+        let scratch = tempfile::tempdir()?;
+        let mut archives = Vec::new();
+        for (from, to) in &self.copies {
+            let packed =
+                crate::workspace::pack(crate::workspace::Source::Dir(from), scratch.path())
+                    .with_context(|| format!("cannot copy {}", from.display()))?;
+            let archive = scratch
+                .path()
+                .join(crate::workspace::archive_name(&packed.digest));
+            archives.push((archive, out.join(to)));
+        }
         std::fs::create_dir_all(out)
             .with_context(|| format!("cannot create the output directory {}", out.display()))?;
         for ((_, text), path) in self.files.iter().zip(&paths) {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
             std::fs::write(path, text)
                 .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        for (archive, to) in archives {
+            std::fs::create_dir_all(&to)?;
+            crate::workspace::unpack(&archive, &to)?;
         }
         let report = self.report.to_markdown(&paths);
         let report_path = out.join(REPORT_FILE);

@@ -398,6 +398,7 @@ mod tests {
             timings: None,
             grading: None,
             workspaces: Vec::new(),
+            references: BTreeMap::new(),
         };
         let mut grades = BTreeMap::new();
         let mut planned = Vec::new();

@@ -133,6 +133,9 @@ pub struct RunRecord {
     /// The workspaces its trials got, each once, with its digest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workspaces: Vec<crate::workspace::WorkspaceRecord>,
+    /// The eval's reference variants and what each must do on every case.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub references: BTreeMap<String, crate::eval::config::Expected>,
 }
 
 /// Where a regrade's judges ran when they ran on machines, and with what: a `--resume` of the
@@ -236,6 +239,48 @@ pub struct Summary {
     /// The workspaces laid into its trials' work directories, with their digests.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workspaces: Vec<crate::workspace::WorkspaceRecord>,
+    /// Cases a reference variant did not do as expected on (its `oracle` failed, its `nop`
+    /// passed): broken tasks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub broken: Vec<BrokenCase>,
+}
+
+/// A case a reference variant did not do as expected on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokenCase {
+    pub case: String,
+    pub variant: String,
+    /// What the variant must do on it.
+    pub expected: crate::eval::config::Expected,
+}
+
+/// The cases of `cases` (by variant) that a reference variant of `references` did otherwise
+/// than expected on; a case it did not decide (missing, infra, not graded) is not counted.
+fn broken_cases(
+    references: &BTreeMap<String, crate::eval::config::Expected>,
+    cases: &BTreeMap<String, CaseOutcomes>,
+) -> Vec<BrokenCase> {
+    use crate::eval::config::Expected;
+    let mut broken = Vec::new();
+    for (variant, expected) in references {
+        let Some(outcomes) = cases.get(variant) else {
+            continue;
+        };
+        for (case, outcome) in outcomes.iter() {
+            let wrong = matches!(
+                (expected, outcome),
+                (Expected::Pass, CaseOutcome::Failed) | (Expected::Fail, CaseOutcome::Passed)
+            );
+            if wrong {
+                broken.push(BrokenCase {
+                    case: case.to_string(),
+                    variant: variant.clone(),
+                    expected: *expected,
+                });
+            }
+        }
+    }
+    broken
 }
 
 /// One pairwise judge's cases, counted for variant `a` (a win is a case both orders gave
@@ -336,6 +381,7 @@ impl Summary {
                 cases.insert(name.to_string(), outcomes);
             }
         }
+        let broken = broken_cases(&record.references, &cases);
         Summary {
             run_id: record.run_id.clone(),
             eval: record.eval.clone(),
@@ -351,6 +397,7 @@ impl Summary {
             unsandboxed: record.runner == "local"
                 && record.runner_options.get("isolation").map(String::as_str) == Some("none"),
             workspaces: record.workspaces.clone(),
+            broken,
         }
     }
 

@@ -71,6 +71,16 @@ pub fn table(summary: &Summary) -> String {
              files (--runner-option isolation=bwrap sandboxes them)"
         );
     }
+    if !summary.broken.is_empty() {
+        let _ = writeln!(out, "broken tasks ({}):", summary.broken.len());
+        for broken in &summary.broken {
+            let did = match broken.expected {
+                crate::eval::config::Expected::Pass => "failed, and must pass",
+                crate::eval::config::Expected::Fail => "passed, and must fail",
+            };
+            let _ = writeln!(out, "  {}: its `{}` {did}", broken.case, broken.variant);
+        }
+    }
     for workspace in &summary.workspaces {
         let packed = &workspace.packed;
         let commit = (packed.commit.as_deref()).map_or(String::new(), |c| format!(" at {c}"));

@@ -97,11 +97,14 @@ impl Staging<'_> {
             last = Some((case, shard));
             let image = (self.images.filter(|images| !images.is_empty()))
                 .and_then(|images| images.of(&plan.key(at as usize).variant, case));
+            // A fresh machine per trial: each trial a shard of its own.
+            let shard = if self.config.fresh_machine { at } else { shard };
             of_shard.entry((image, shard)).or_default().push(at);
         }
-        // Without images, shard `s` of the run is shard `s`; with them, each (image, shard)
-        // pair is a shard of its own, numbered in order.
-        let numbered = of_shard.keys().any(|(image, _)| image.is_some());
+        // Without images, shard `s` of the run is shard `s`; with them (or a machine per
+        // trial), each (image, shard) pair is a shard of its own, numbered in order.
+        let numbered =
+            self.config.fresh_machine || of_shard.keys().any(|(image, _)| image.is_some());
         let count = of_shard.len() as u32;
         let mut staged = Vec::new();
         for (number, ((image, shard), mut at)) in of_shard.into_iter().enumerate() {

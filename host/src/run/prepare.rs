@@ -236,6 +236,7 @@ impl Prepared {
             timings: None,
             grading: None,
             workspaces: self.workspaces.records.clone(),
+            references: self.config.references.clone(),
         }
     }
 

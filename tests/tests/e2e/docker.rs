@@ -8,8 +8,8 @@ use mst_tests::model_server::{assert_both_orders, judge_preferring, ModelServer,
 use mst_tests::serve::Serve;
 use mst_tests::sshd;
 use mst_tests::{
-    assert_resumed, command_eval, read_json, read_trace, s, wait_for_run, wait_for_traces, walk,
-    Eval, Mst, Run,
+    assert_resumed, command_eval, only_run, read_json, read_trace, s, wait_for_run,
+    wait_for_traces, walk, Eval, Mst, Run,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -616,6 +616,114 @@ fn cases_naming_their_own_image_run_in_shards_of_that_image_built_by_setup() {
         "{}",
         local.stderr
     );
+}
+
+/// A Harbor task `name` in `root`: its image has a `bash` (the test image's busybox has none)
+/// and works in /app; the instruction asks for `hello` in /app/out.txt, the tests reward it,
+/// and the solution writes `answer`.
+fn harbor_task(root: &Path, name: &str, answer: &str) -> PathBuf {
+    let base = std::env::var("MST_TEST_IMAGE").unwrap_or_else(|_| "mst-test-busybox:1".into());
+    let dir = root.join(name);
+    for sub in ["environment", "tests", "solution"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    let write = |file: &str, text: String| std::fs::write(dir.join(file), text).unwrap();
+    write(
+        "task.toml",
+        "version = \"1.0\"\n[metadata]\ndifficulty = \"easy\"\n[verifier]\ntimeout_sec = 30.0\n\
+         [agent]\ntimeout_sec = 60.0\n[environment]\ncpus = 1\nmemory_mb = 512\n"
+            .into(),
+    );
+    write("instruction.md", "Write hello to /app/out.txt.\n".into());
+    write(
+        "environment/Dockerfile",
+        format!(
+            "FROM {base}\nRUN printf '#!/bin/sh\\nexec sh \"$@\"\\n' > /bin/bash && chmod 755 /bin/bash \
+             && mkdir -p /app\nWORKDIR /app\n"
+        ),
+    );
+    write(
+        "tests/test.sh",
+        "#!/bin/bash\nif [ \"$(cat /app/out.txt 2>/dev/null)\" = hello ]; then\n  echo 1 > \
+         /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n"
+            .into(),
+    );
+    write(
+        "solution/solve.sh",
+        format!("#!/bin/bash\necho {answer} > out.txt\n"),
+    );
+    dir
+}
+
+#[test]
+fn a_harbor_task_imported_runs_in_its_own_image_where_oracle_passes_and_nop_fails() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let mst = Mst::new();
+    let tasks = tempfile::tempdir().unwrap();
+    let good = harbor_task(tasks.path(), "say-hello", "hello");
+    let broken = harbor_task(tasks.path(), "wrong-solution", "goodbye");
+    let out = tempfile::tempdir().unwrap();
+    let imported = mst.run(&["import", "harbor", s(tasks.path()), "--out", s(out.path())]);
+    assert_eq!(imported.code, 0, "{}\n{}", imported.stdout, imported.stderr);
+    assert!(
+        imported.stdout.contains("mst runner setup docker --build"),
+        "{}",
+        imported.stdout
+    );
+    for (dir, image) in [
+        (&good, "mst-harbor/say-hello:1"),
+        (&broken, "mst-harbor/wrong-solution:1"),
+    ] {
+        let built = mst.run(&[
+            "runner",
+            "setup",
+            "docker",
+            "--build",
+            s(&dir.join("environment")),
+            "--runner-option",
+            &format!("image={image}"),
+            "--runner-option",
+            &format!("contexts={a}"),
+        ]);
+        assert_eq!(built.code, 0, "{}\n{}", built.stdout, built.stderr);
+    }
+    let config = out.path().join("eval.json");
+    let results = out.path().join("results");
+    let run = mst.run(&[
+        "run",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(&results),
+        "--json",
+        "-q",
+        "--runner",
+        "docker",
+        "--runner-option",
+        &format!("contexts={a}"),
+        "--runner-option",
+        "rootfs=writable",
+    ]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let summary = run.json();
+    let cases = &summary["cases"];
+    assert_eq!(cases["oracle"]["say-hello"], "passed", "{summary}");
+    assert_eq!(cases["nop"]["say-hello"], "failed", "{summary}");
+    assert_eq!(cases["nop"]["wrong-solution"], "failed", "{summary}");
+    // The task whose oracle fails is broken, and the run says so.
+    assert_eq!(
+        summary["broken"],
+        json!([{"case": "wrong-solution", "variant": "oracle", "expected": "pass"}]),
+        "{summary}"
+    );
+    // Each trial on a container of its own, in its task's image, none left behind.
+    let run_dir = only_run(&results, summary["eval"].as_str().unwrap());
+    let record = read_json(&run_dir.join("run.json"));
+    assert_eq!(record["machines"].as_array().unwrap().len(), 4, "{record}");
+    let run_id = record["runId"].as_str().unwrap();
+    assert!(containers_of(&a, run_id).is_empty());
 }
 
 #[test]

@@ -502,3 +502,39 @@ fn a_json_lines_file_is_named_an_mst_dataset_already() {
     );
     assert!(!dir.path().join("out").exists(), "nothing written");
 }
+
+#[test]
+fn a_harbor_task_missing_its_tests_or_holding_a_link_out_is_refused_and_nothing_written() {
+    let tasks = tempfile::tempdir().unwrap();
+    let task = tasks.path().join("t1");
+    std::fs::create_dir_all(task.join("environment")).unwrap();
+    std::fs::write(task.join("task.toml"), "version = \"1.0\"\n").unwrap();
+    std::fs::write(task.join("instruction.md"), "Do it.\n").unwrap();
+    std::fs::write(task.join("environment/Dockerfile"), "FROM x\n").unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let import = || Mst::new().run(&["import", "harbor", s(tasks.path()), "--out", s(out.path())]);
+    let missing = import();
+    assert_ne!(missing.code, 0, "{}", missing.stdout);
+    assert!(
+        missing.stderr.contains("task `t1`: no tests/test.sh"),
+        "{}",
+        missing.stderr
+    );
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::write(task.join("tests/test.sh"), "exit 0\n").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", task.join("tests/passwd")).unwrap();
+    let linked = import();
+    assert_ne!(linked.code, 0, "{}", linked.stdout);
+    assert!(
+        linked
+            .stderr
+            .contains("points to the absolute `/etc/passwd`"),
+        "{}",
+        linked.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(out.path()).unwrap().count(),
+        0,
+        "nothing written"
+    );
+}

@@ -268,3 +268,41 @@ fn hidden_tests_come_after_the_agent_and_grade_fix_nop_plant_and_wipe_apart() {
         "{check}"
     );
 }
+
+#[test]
+fn a_reference_variant_that_does_otherwise_marks_its_case_broken() {
+    // The oracle "fixes" nothing: its tests fail it, so the task is listed as broken.
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"input": "none"},
+               "variants": {"oracle": {"clientOptions": {"command": ["true"]}},
+                            "nop": {"clientOptions": {"command": ["true"]}}},
+               "references": {"oracle": "pass", "nop": "fail"},
+               "checks": [{"name": "tests", "run": ["test", "-f", "fixed"]}],
+               "judges": [{"assert": "check-passed", "value": "tests"}], "timeout": 30}),
+        &[json!({"id": "task", "input": "x"})],
+    );
+    let run = eval.run(&Mst::new(), &["-q"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout
+            .contains("broken tasks (1):\n  task: its `oracle` failed, and must pass"),
+        "{}",
+        run.stdout
+    );
+    // A reference that is no variant is refused before anything starts.
+    let config = eval.config();
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("\"oracle\": \"pass\"", "\"gold\": \"pass\"");
+    std::fs::write(&config, text).unwrap();
+    let refused = eval.run(&Mst::new(), &["-q"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("`references` names `gold`, which is not a variant"),
+        "{}",
+        refused.stderr
+    );
+}

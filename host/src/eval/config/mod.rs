@@ -136,6 +136,24 @@ pub struct EvalConfig {
     /// variant's or a case's own replace them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceSpec>,
+    /// Each trial on a machine of its own, made for it: for tasks whose environment is the
+    /// machine itself (a Harbor task's container), which one trial's agent changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh_machine: bool,
+    /// Reference variants and what each must do on every case (`oracle` passes, `nop`
+    /// fails): a case where one does otherwise is a broken task, which the summary lists.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub references: BTreeMap<String, Expected>,
+}
+
+/// What a reference variant must do on every case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expected {
+    /// Pass it (a reference solution).
+    Pass,
+    /// Fail it (doing nothing).
+    Fail,
 }
 
 fn yes() -> bool {

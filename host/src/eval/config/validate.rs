@@ -34,6 +34,10 @@ impl EvalConfig {
         if let Some(workspace) = &self.workspace {
             workspace.validate("workspace")?;
         }
+        let names = self.variant_names();
+        if let Some(unknown) = self.references.keys().find(|r| !names.contains(r)) {
+            bail!("`references` names `{unknown}`, which is not a variant");
+        }
         self.validate_variants()?;
         self.validate_resumes()?;
         self.validate_gateway_clients()?;
