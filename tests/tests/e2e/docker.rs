@@ -727,6 +727,16 @@ fn a_harbor_task_imported_runs_in_its_own_image_where_oracle_passes_and_nop_fail
 }
 
 #[test]
+fn the_coding_task_example_passes_its_oracle_and_fails_nop_in_containers() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    let contexts = format!("contexts={a}");
+    let extra = ["--runner", "docker", "--runner-option", &contexts];
+    super::workspaces::assert_coding_task_example(&Mst::new(), &extra);
+}
+
+#[test]
 fn a_detached_runs_containers_are_stopped_by_runs_stop_and_a_killed_supervisors_removed_next_run() {
     let Some((_, b)) = engines_with_worker_image() else {
         return;

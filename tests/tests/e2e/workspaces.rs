@@ -269,6 +269,38 @@ fn hidden_tests_come_after_the_agent_and_grade_fix_nop_plant_and_wipe_apart() {
     );
 }
 
+/// `examples/coding-task` on `extra`'s runner: `oracle` passes, `nop` fails with the hidden
+/// tests' reason, and no task is broken.
+pub fn assert_coding_task_example(mst: &Mst, extra: &[&str]) {
+    let config = mst_tests::root().join("examples/coding-task/eval.json");
+    let results = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "run",
+        "--config",
+        s(&config),
+        "--results-dir",
+        s(results.path()),
+    ];
+    args.extend(["--json", "-q"]);
+    args.extend(extra);
+    let run = mst.run(&args);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let summary = run.json();
+    assert_eq!(summary["cases"]["oracle"]["fix-add"], "passed", "{summary}");
+    assert_eq!(summary["cases"]["nop"]["fix-add"], "failed", "{summary}");
+    assert!(summary.get("broken").is_none(), "{summary}");
+    let grades = read_json(&mst_tests::only_run(results.path(), "coding-task").join("grades.json"));
+    assert!(
+        grades.to_string().contains("FAILED (2 of 3 tests)"),
+        "{grades}"
+    );
+}
+
+#[test]
+fn the_coding_task_example_passes_its_oracle_and_fails_nop_on_the_local_runner() {
+    assert_coding_task_example(&Mst::new(), &[]);
+}
+
 #[test]
 fn a_reference_variant_that_does_otherwise_marks_its_case_broken() {
     // The oracle "fixes" nothing: its tests fail it, so the task is listed as broken.
