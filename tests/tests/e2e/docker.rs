@@ -1099,6 +1099,15 @@ fn assert_env_is_only_what_the_operator_passed(endpoint: &str, image: &str, insp
         .filter_map(|v| v.as_str())
         .filter(|v| !image_env.iter().any(|i| i == v))
         .collect();
+    // Besides mst's own word to its worker, the image it runs (reported in `hello`).
+    let (digest, env): (Vec<&str>, Vec<&str>) = env
+        .into_iter()
+        .partition(|v| v.starts_with("MST_IMAGE_DIGEST="));
+    assert_eq!(digest.len(), 1, "{digest:?}");
+    assert!(
+        digest[0].starts_with("MST_IMAGE_DIGEST=sha256:"),
+        "{digest:?}"
+    );
     assert_eq!(
         env,
         [
