@@ -13,6 +13,11 @@
 //!   trial's own (`HTTP_PROXY`/`HTTPS_PROXY` for its programs), passes each connection to the
 //!   socket, and notes each request and the proxy's answer, which the worker writes into the
 //!   trial's trace as `egress` events.
+//!
+//! Where no socket can join them (a container: mst binds nothing into one), a [`Tunnel`] at
+//! each end carries the connections over the shard protocol instead: the worker's forwarder
+//! gets one end of a local socket pair whose bytes travel as `egress-data` lines, and the
+//! coordinator hands the other end of its own pair to the same [`EgressGate`].
 
 use crate::net::non_public;
 use std::io::{Read, Write};
@@ -120,6 +125,39 @@ impl Allowed {
     }
 }
 
+/// The deciding half for one machine: each connection it is given is served on a thread of
+/// its own, at most [`MAX_CONNECTIONS`] at once.
+#[derive(Clone)]
+pub struct EgressGate {
+    allowed: Arc<Allowed>,
+    open: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl EgressGate {
+    /// A gate letting through `allowed`.
+    pub fn new(allowed: Allowed) -> Self {
+        EgressGate {
+            allowed: Arc::new(allowed),
+            open: Arc::default(),
+        }
+    }
+
+    /// Serves the connection `stream` (its request decided, then relayed), or answers 503
+    /// when too many are open.
+    pub fn accept(&self, mut stream: UnixStream) {
+        if self.open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            let why = format!("{MAX_CONNECTIONS} connections are open already");
+            return refuse(&mut stream, 503, &why);
+        }
+        let gate = self.clone();
+        std::thread::spawn(move || {
+            serve(stream, &gate.allowed);
+            gate.open.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+}
+
 /// The proxy half, outside the sandbox: answers the machine's connections on its socket
 /// until dropped.
 pub struct EgressProxy {
@@ -133,25 +171,15 @@ impl EgressProxy {
         let listener = UnixListener::bind(socket)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
-        let allowed = Arc::new(allowed);
-        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let gate = EgressGate::new(allowed);
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 if stopped.load(Ordering::SeqCst) {
                     break;
                 }
-                let Ok(mut stream) = stream else { continue };
-                if open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-                    open.fetch_sub(1, Ordering::SeqCst);
-                    let why = format!("{MAX_CONNECTIONS} connections are open already");
-                    refuse(&mut stream, 503, &why);
-                    continue;
+                if let Ok(stream) = stream {
+                    gate.accept(stream);
                 }
-                let (allowed, open) = (allowed.clone(), open.clone());
-                std::thread::spawn(move || {
-                    serve(stream, &allowed);
-                    open.fetch_sub(1, Ordering::SeqCst);
-                });
             }
         });
         Ok(EgressProxy {
@@ -345,6 +373,96 @@ pub struct EgressRecord {
     pub status: u16,
 }
 
+/// How a trial's forwarder reaches the deciding half: a new connection to it each call.
+pub type Connector = Arc<dyn Fn() -> std::io::Result<UnixStream> + Send + Sync>;
+
+/// A [`Connector`] to the proxy listening on `socket`.
+pub fn socket_connector(socket: &Path) -> Connector {
+    let socket = socket.to_path_buf();
+    Arc::new(move || UnixStream::connect(&socket))
+}
+
+/// The most bytes one tunnelled message carries: base64 of it fits a protocol line.
+pub const TUNNEL_CHUNK: usize = 32 * 1024;
+
+/// Chunks waiting to be written into one tunnelled connection; past it the connection is cut
+/// (its reader is not keeping up), so a flood costs bounded memory.
+const TUNNEL_QUEUE: usize = 64;
+
+/// What a [`Tunnel`] sends the other end: bytes of connection `conn`, or its end (`None`).
+pub type TunnelSend = Box<dyn Fn(u32, Option<&[u8]>) + Send + Sync>;
+
+/// One end of connections carried over a line protocol: each connection a local unix stream,
+/// whose bytes go out through `send` and whose incoming bytes are written by a thread of its
+/// own, queued at most [`TUNNEL_QUEUE`] chunks deep.
+pub struct Tunnel {
+    send: Arc<TunnelSend>,
+    writers: Mutex<std::collections::BTreeMap<u32, std::sync::mpsc::SyncSender<Vec<u8>>>>,
+    next: std::sync::atomic::AtomicU32,
+}
+
+impl Tunnel {
+    /// A tunnel end sending through `send`.
+    pub fn new(send: TunnelSend) -> Arc<Self> {
+        Arc::new(Tunnel {
+            send: Arc::new(send),
+            writers: Mutex::default(),
+            next: Default::default(),
+        })
+    }
+
+    /// A new connection number, for the end that opens connections.
+    pub fn next_conn(&self) -> u32 {
+        self.next.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Carries connection `conn` on `stream`: what is read from it is sent, what arrives for
+    /// it is written to it.
+    pub fn attach(self: &Arc<Self>, conn: u32, stream: UnixStream) -> std::io::Result<()> {
+        let mut reading = stream.try_clone()?;
+        let (queue, queued) = std::sync::mpsc::sync_channel::<Vec<u8>>(TUNNEL_QUEUE);
+        self.writers.lock().expect("tunnel").insert(conn, queue);
+        let tunnel = self.clone();
+        std::thread::spawn(move || {
+            let mut chunk = vec![0u8; TUNNEL_CHUNK];
+            loop {
+                match reading.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => (tunnel.send)(conn, Some(&chunk[..n])),
+                }
+            }
+            (tunnel.send)(conn, None);
+        });
+        std::thread::spawn(move || {
+            let mut writing = stream;
+            for bytes in queued {
+                if writing.write_all(&bytes).is_err() {
+                    break;
+                }
+            }
+            let _ = writing.shutdown(Shutdown::Write);
+        });
+        Ok(())
+    }
+
+    /// Bytes for connection `conn` (`None`: the other end closed it). A connection whose
+    /// queue is full is cut; one that is gone is ignored.
+    pub fn deliver(&self, conn: u32, bytes: Option<Vec<u8>>) {
+        let mut writers = self.writers.lock().expect("tunnel");
+        let Some(bytes) = bytes else {
+            writers.remove(&conn);
+            return;
+        };
+        let cut = match writers.get(&conn) {
+            Some(queue) => queue.try_send(bytes).is_err(),
+            None => false,
+        };
+        if cut {
+            writers.remove(&conn);
+        }
+    }
+}
+
 /// The worker's half for one trial: a loopback port whose connections go to the proxy's
 /// socket, each noted. Stopped (and its notes taken) by [`TrialForwarder::finish`].
 pub struct TrialForwarder {
@@ -354,21 +472,21 @@ pub struct TrialForwarder {
 }
 
 impl TrialForwarder {
-    /// A forwarder to the proxy at `socket`, on a fresh loopback port.
-    pub fn start(socket: &Path) -> std::io::Result<Self> {
+    /// A forwarder to the proxy `connect` reaches, on a fresh loopback port.
+    pub fn start(connect: &Connector) -> std::io::Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let port = listener.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
         let records = Arc::new(Mutex::new(Vec::new()));
-        let (stopped, noted, socket) = (stop.clone(), records.clone(), socket.to_path_buf());
+        let (stopped, noted, connect) = (stop.clone(), records.clone(), connect.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 if stopped.load(Ordering::SeqCst) {
                     break;
                 }
                 let Ok(stream) = stream else { continue };
-                let (noted, socket) = (noted.clone(), socket.clone());
-                std::thread::spawn(move || forward(stream, &socket, &noted));
+                let (noted, connect) = (noted.clone(), connect.clone());
+                std::thread::spawn(move || forward(stream, &connect, &noted));
             }
         });
         Ok(TrialForwarder {
@@ -393,7 +511,7 @@ impl TrialForwarder {
 
 /// One connection of a trial's program: its head passed to the proxy, the answer's status
 /// noted, then relayed both ways.
-fn forward(mut client: TcpStream, socket: &Path, records: &Mutex<Vec<EgressRecord>>) {
+fn forward(mut client: TcpStream, connect: &Connector, records: &Mutex<Vec<EgressRecord>>) {
     let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
     let Ok(head) = read_head(&mut client) else {
         return;
@@ -412,7 +530,7 @@ fn forward(mut client: TcpStream, socket: &Path, records: &Mutex<Vec<EgressRecor
             status,
         })
     };
-    let Ok(mut proxy) = UnixStream::connect(socket) else {
+    let Ok(mut proxy) = connect() else {
         return note(0);
     };
     if proxy.write_all(&head).is_err() {
@@ -441,6 +559,39 @@ fn forward(mut client: TcpStream, socket: &Path, records: &Mutex<Vec<EgressRecor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_tunnel_ends_carry_a_connection_both_ways_and_its_end() {
+        use std::sync::mpsc;
+        type Carried = (u32, Option<Vec<u8>>);
+        // What each end sends, the other is delivered, as the protocol's lines would.
+        let (to_b, for_b) = mpsc::channel::<Carried>();
+        let (to_a, for_a) = mpsc::channel::<Carried>();
+        let a = Tunnel::new(Box::new(move |c, bytes| {
+            let _ = to_b.send((c, bytes.map(<[u8]>::to_vec)));
+        }));
+        let b = Tunnel::new(Box::new(move |c, bytes| {
+            let _ = to_a.send((c, bytes.map(<[u8]>::to_vec)));
+        }));
+        let (a_to, b_to) = (a.clone(), b.clone());
+        std::thread::spawn(move || for_b.into_iter().for_each(|(c, x)| b_to.deliver(c, x)));
+        std::thread::spawn(move || for_a.into_iter().for_each(|(c, x)| a_to.deliver(c, x)));
+        let (mut program, a_end) = UnixStream::pair().unwrap();
+        let (b_end, mut service) = UnixStream::pair().unwrap();
+        let conn = a.next_conn();
+        b.attach(conn, b_end).unwrap();
+        a.attach(conn, a_end).unwrap();
+        program.write_all(b"ping").unwrap();
+        program.shutdown(Shutdown::Write).unwrap();
+        let mut heard = Vec::new();
+        service.read_to_end(&mut heard).unwrap();
+        assert_eq!(heard, b"ping");
+        service.write_all(b"pong").unwrap();
+        service.shutdown(Shutdown::Write).unwrap();
+        let mut answer = Vec::new();
+        program.read_to_end(&mut answer).unwrap();
+        assert_eq!(answer, b"pong");
+    }
 
     #[test]
     fn the_list_takes_names_wildcard_domains_and_addresses_only() {

@@ -58,6 +58,8 @@ pub struct Staging<'a> {
     pub workspaces: Option<&'a super::workspaces::RunWorkspaces>,
     /// The images the run's trials name: each shard's trials share one.
     pub images: Option<&'a super::images::TrialImages>,
+    /// Whether the trials' egress travels over the protocol (the bundles' `egress`).
+    pub egress: bool,
 }
 
 impl Staging<'_> {
@@ -67,7 +69,10 @@ impl Staging<'_> {
             index: shard,
             of: self.shards,
         };
-        Bundle::for_eval(self.config, self.run_id, trials, index, self.heartbeat_ms)
+        let mut bundle =
+            Bundle::for_eval(self.config, self.run_id, trials, index, self.heartbeat_ms);
+        bundle.egress = self.egress;
+        bundle
     }
 
     /// Where shard `shard`'s bundle is staged.

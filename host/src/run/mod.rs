@@ -237,6 +237,7 @@ fn collect_and_grade(
         dir: staging_dir.path(),
         workspaces: Some(&prepared.workspaces),
         images: Some(&prepared.images),
+        egress: runner.egress().is_some(),
     };
     let staged = staging.stage_bundles(&cases, &record.trials, &to_collect)?;
     // The bundles hold these keys now.
@@ -270,6 +271,7 @@ fn collect_and_grade(
             stored: Some(&stored),
             models: Some(&prepared.model_access),
             check_files: Some(&prepared.workspaces.check_files),
+            egress: runner.egress(),
         };
         let collection = Collection {
             plan,

@@ -178,6 +178,7 @@ fn on_machines(
         dir: staging_dir.path(),
         workspaces: None,
         images: None,
+        egress: false,
     };
     let plan = plan(dir, record, prepared, &answers, &staging)?;
     let mut grades = plan.graded;
@@ -211,6 +212,7 @@ fn on_machines(
         // The judges' model calls, made here with the keys only the coordinator holds.
         models: Some(&prepared.model_access),
         check_files: None,
+        egress: None,
     };
     // The grade shards' trials are their bundles' own: no plan.
     let no_plan = crate::eval::plan::Plan::default();

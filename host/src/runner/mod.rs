@@ -158,6 +158,11 @@ pub trait Runner: Send + Sync {
     }
     /// Creates the machine for one shard; may wait for room on the runner's hosts.
     fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>>;
+    /// The hosts its machines may reach through the coordinator's egress proxy, carried over
+    /// the shard protocol (`network=allow:…` where no socket reaches into a machine).
+    fn egress(&self) -> Option<&crate::egress::Allowed> {
+        None
+    }
 }
 
 /// The built-in runners, by the name `--runner` gives them.

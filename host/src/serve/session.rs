@@ -953,6 +953,7 @@ impl SessionShard<'_> {
             stored: None,
             models: Some(&shared.prepared.model_access),
             check_files: None,
+            egress: None,
         };
         let report = ShardSession::new(&context, &bundle, bundle.own_trials(), dir)
             .run(machine, staging.path());

@@ -86,6 +86,11 @@ pub struct Bundle {
     /// ([`WORKSPACES_DIR`]). Added within `mst.shard/v1` (see docs/protocol.md).
     #[serde(default, skip_serializing_if = "BundleWorkspaces::is_empty")]
     pub workspaces: BundleWorkspaces,
+    /// Set when the runner allows egress by name but can bind no socket into the machine (a
+    /// container): each trial's proxy port reaches the coordinator's egress proxy over this
+    /// protocol (`egress-open`, `egress-data`, `egress-close`). Added within `mst.shard/v1`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub egress: bool,
     /// Set for a grade shard (`mst grade RUN --runner …`): the worker runs the stored trials'
     /// judges instead of a client, and each trial's answer is their calls. Added within
     /// `mst.shard/v1` (see docs/protocol.md).
@@ -171,6 +176,7 @@ impl Bundle {
             }),
             case_checks: BTreeMap::new(),
             workspaces: BundleWorkspaces::default(),
+            egress: false,
             grading: None,
         }
     }

@@ -273,6 +273,9 @@ pub struct ShardContext<'a> {
     /// The checks' hidden files, handed out when a worker asks for a running trial's; `None`
     /// answers every such ask with an error.
     pub check_files: Option<&'a super::check_files::CheckFiles>,
+    /// The hosts trials may reach, when the runner allows egress by name over the protocol
+    /// (the bundle's `egress`); each session decides its connections with a gate of its own.
+    pub egress: Option<&'a crate::egress::Allowed>,
 }
 
 /// Hears a trial's trace as the run directory holds it; called from the shards' threads.
@@ -372,6 +375,9 @@ pub struct ShardSession<'a> {
     model_calls: ModelCalls,
     /// Where a model call's thread answers: the session's own inputs.
     inputs: Option<mpsc::Sender<Input>>,
+    /// The egress connections its worker opened over the protocol, once it opened one, and
+    /// the gate that decides them.
+    egress: Option<(Arc<crate::egress::Tunnel>, crate::egress::EgressGate)>,
 }
 
 impl<'a> ShardSession<'a> {
@@ -409,6 +415,7 @@ impl<'a> ShardSession<'a> {
             stdin: None,
             model_calls: ModelCalls::default(),
             inputs: None,
+            egress: None,
         }
     }
 
@@ -645,6 +652,9 @@ impl<'a> ShardSession<'a> {
             WorkerMessage::CheckFiles { key, check } => {
                 self.on_check_files(self.planned_key(key), check)
             }
+            WorkerMessage::EgressOpen { conn } => self.on_egress_open(conn),
+            WorkerMessage::EgressData { conn, data } => self.on_egress_data(conn, Some(data)),
+            WorkerMessage::EgressClose { conn } => self.on_egress_data(conn, None),
             WorkerMessage::Done {
                 cleanup,
                 peak_rss_bytes,
@@ -975,6 +985,64 @@ impl<'a> ShardSession<'a> {
                 error,
             });
         }
+        None
+    }
+
+    /// The worker opened egress connection `conn`: the gate decides it, its bytes travel
+    /// through the tunnel. A worker whose bundle has no `egress` breaks the protocol.
+    fn on_egress_open(&mut self, conn: u32) -> Option<ShardEnd> {
+        let lost = |why: &str| {
+            Some(ShardEnd::Lost(format!(
+                "the worker broke {PROTOCOL}: {why}"
+            )))
+        };
+        let (Some(allowed), true) = (self.context.egress, self.bundle.egress) else {
+            return lost("it opened an egress connection, which its bundle does not allow");
+        };
+        if self.egress.is_none() {
+            let stdin = self.stdin.clone()?;
+            let tunnel = crate::egress::Tunnel::new(Box::new(move |conn, bytes| {
+                use base64::Engine as _;
+                let message = match bytes {
+                    Some(bytes) => CoordinatorMessage::EgressData {
+                        conn,
+                        data: base64::engine::general_purpose::STANDARD.encode(bytes),
+                    },
+                    None => CoordinatorMessage::EgressClose { conn },
+                };
+                let _ = stdin.send(super::protocol::encode(&message));
+            }));
+            self.egress = Some((tunnel, crate::egress::EgressGate::new(allowed.clone())));
+        }
+        let (tunnel, gate) = self.egress.as_ref()?;
+        let Ok((ours, theirs)) = std::os::unix::net::UnixStream::pair() else {
+            return None;
+        };
+        if tunnel.attach(conn, ours).is_ok() {
+            gate.accept(theirs);
+        }
+        None
+    }
+
+    /// Bytes of egress connection `conn` from the worker (`None`: it closed); bytes that do
+    /// not decode break the protocol.
+    fn on_egress_data(&mut self, conn: u32, data: Option<String>) -> Option<ShardEnd> {
+        use base64::Engine as _;
+        let Some((tunnel, _)) = &self.egress else {
+            return Some(ShardEnd::Lost(format!(
+                "the worker broke {PROTOCOL}: egress bytes on a connection it never opened"
+            )));
+        };
+        let bytes = match data.map(|data| base64::engine::general_purpose::STANDARD.decode(data)) {
+            None => None,
+            Some(Ok(bytes)) => Some(bytes),
+            Some(Err(_)) => {
+                return Some(ShardEnd::Lost(format!(
+                    "the worker broke {PROTOCOL}: egress bytes that are not base64"
+                )))
+            }
+        };
+        tunnel.deliver(conn, bytes);
         None
     }
 

@@ -300,6 +300,15 @@ pub enum WorkerMessage {
     /// client ended and its processes are gone; the coordinator answers `check-files`. Added
     /// within `mst.shard/v1`.
     CheckFiles { key: TrialKey, check: String },
+    /// A trial's program opened connection `conn` to the egress proxy, which the bundle's
+    /// `egress` carries over this protocol; its bytes follow as `egress-data`. Added within
+    /// `mst.shard/v1`.
+    EgressOpen { conn: u32 },
+    /// Bytes (base64, at most [`crate::egress::TUNNEL_CHUNK`]) of egress connection `conn`.
+    /// Added within `mst.shard/v1`.
+    EgressData { conn: u32, data: String },
+    /// The trial's side of egress connection `conn` ended. Added within `mst.shard/v1`.
+    EgressClose { conn: u32 },
     /// The worker is alive; sent at least every heartbeat interval.
     Heartbeat {
         /// Milliseconds since the Unix epoch, by the worker's clock.
@@ -378,6 +387,11 @@ pub enum CoordinatorMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// Bytes (base64) the egress proxy answered on connection `conn`. Added within
+    /// `mst.shard/v1`.
+    EgressData { conn: u32, data: String },
+    /// The proxy's side of egress connection `conn` ended. Added within `mst.shard/v1`.
+    EgressClose { conn: u32 },
     /// Stop: finish or abandon the trial in flight, start no other, clean up, send `done`.
     Cancel { reason: String },
 }

@@ -197,7 +197,7 @@ fn run_trial(
     });
     // Its one way out, with egress by name: a proxy port of its own, whose requests go into
     // its trace.
-    let forwarder = (rooms.egress.as_deref())
+    let forwarder = (rooms.egress.as_ref())
         .map(crate::egress::TrialForwarder::start)
         .transpose()
         .map_err(|e| format!("cannot start the trial's egress proxy: {e}"))?;
@@ -393,15 +393,15 @@ struct TrialRooms {
     work: ScratchDirs,
     homes: ScratchDirs,
     sandbox: Option<Bwrap>,
-    /// The machine's egress proxy (its socket), which each trial reaches through a port of
-    /// its own, when the runner allows egress by name.
-    egress: Option<std::path::PathBuf>,
+    /// How each trial's proxy port reaches the egress proxy, when the runner allows egress
+    /// by name: the machine's socket, or the tunnel over the protocol.
+    egress: Option<crate::egress::Connector>,
 }
 
 impl TrialRooms {
     /// The rooms of this worker's trials, sandboxed when its runner says so through
-    /// [`TRIAL_SANDBOX_ENV`].
-    fn new() -> Result<Self> {
+    /// [`TRIAL_SANDBOX_ENV`]; their egress through `tunnel` when the bundle says so.
+    fn new(tunnel: Option<crate::egress::Connector>) -> Result<Self> {
         let (sandbox, egress) = match std::env::var(TRIAL_SANDBOX_ENV) {
             Ok(json) => {
                 let request: TrialSandboxRequest =
@@ -418,7 +418,7 @@ impl TrialRooms {
             work: ScratchDirs::new("mst-trial-"),
             homes: ScratchDirs::new("mst-home-"),
             sandbox,
-            egress,
+            egress: (egress.as_deref().map(crate::egress::socket_connector)).or(tunnel),
         })
     }
 
@@ -592,6 +592,34 @@ struct Worker {
     workspaces: PathBuf,
     /// The trials waiting for their checks' hidden files.
     check_files: super::check_files::Requests,
+    /// The egress connections carried over the protocol, when the bundle says so.
+    tunnel: Option<Arc<crate::egress::Tunnel>>,
+}
+
+/// The worker's end of the egress tunnel (the bundle's `egress`), and the connector each
+/// trial's forwarder opens connections through.
+fn egress_tunnel(wire: &Wire) -> (Arc<crate::egress::Tunnel>, crate::egress::Connector) {
+    use base64::Engine as _;
+    let sending = wire.clone();
+    let tunnel = crate::egress::Tunnel::new(Box::new(move |conn, bytes| {
+        sending.send(&match bytes {
+            Some(bytes) => WorkerMessage::EgressData {
+                conn,
+                data: base64::engine::general_purpose::STANDARD.encode(bytes),
+            },
+            None => WorkerMessage::EgressClose { conn },
+        })
+    }));
+    let (opening, wire) = (tunnel.clone(), wire.clone());
+    let connect: crate::egress::Connector = Arc::new(move || {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        let conn = opening.next_conn();
+        // Opened before its first bytes can go.
+        wire.send(&WorkerMessage::EgressOpen { conn });
+        opening.attach(conn, ours)?;
+        Ok(theirs)
+    });
+    (tunnel, connect)
 }
 
 impl Worker {
@@ -633,6 +661,7 @@ impl Worker {
         });
         let (events, inbox) = mpsc::channel::<Event>();
         let threads = super::threads::TrialThreads::new(bundle.concurrency.max(1) as usize);
+        let tunnel = bundle.egress.then(|| egress_tunnel(&wire));
         let mut worker = Worker {
             queue,
             bundle,
@@ -654,7 +683,10 @@ impl Worker {
             inbox,
             stop_heartbeat: Arc::new(AtomicBool::new(false)),
             threads,
-            rooms: Arc::new(TrialRooms::new()?),
+            rooms: Arc::new(TrialRooms::new(
+                tunnel.as_ref().map(|(_, connect)| connect.clone()),
+            )?),
+            tunnel: tunnel.map(|(tunnel, _)| tunnel),
             artifacts: artifacts.map(Arc::new),
             workspaces: bundle_dir.join(super::bundle::WORKSPACES_DIR),
             check_files: Default::default(),
@@ -783,6 +815,20 @@ impl Worker {
                     if let Err(why) = self.check_files.on_answer(key, check, part, error) {
                         self.cancel();
                         anyhow::bail!("the coordinator's check files are unreadable: {why}");
+                    }
+                }
+                Event::FromCoordinator(CoordinatorMessage::EgressData { conn, data }) => {
+                    use base64::Engine as _;
+                    let engine = base64::engine::general_purpose::STANDARD;
+                    let (Some(tunnel), Ok(bytes)) = (&self.tunnel, engine.decode(data)) else {
+                        self.cancel();
+                        anyhow::bail!("the coordinator sent egress bytes this worker cannot take");
+                    };
+                    tunnel.deliver(conn, Some(bytes));
+                }
+                Event::FromCoordinator(CoordinatorMessage::EgressClose { conn }) => {
+                    if let Some(tunnel) = &self.tunnel {
+                        tunnel.deliver(conn, None);
                     }
                 }
                 Event::FromCoordinator(CoordinatorMessage::Cancel { reason }) => {

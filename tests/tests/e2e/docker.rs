@@ -737,6 +737,63 @@ fn the_coding_task_example_passes_its_oracle_and_fails_nop_in_containers() {
 }
 
 #[test]
+fn with_egress_by_name_a_container_reaches_the_named_hosts_only_through_the_coordinator() {
+    let Some((a, _)) = engines_with_worker_image() else {
+        return;
+    };
+    // A service on this host's loopback, which a container without a network can reach only
+    // through the coordinator's egress proxy, over the shard protocol.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = [0u8; 1024];
+            let _ = std::io::Read::read(&mut stream, &mut request);
+            let _ = std::io::Write::write_all(
+                &mut stream,
+                b"HTTP/1.0 200 OK\r\ncontent-length: 15\r\n\r\nhello-from-host",
+            );
+        }
+    });
+    // The trial's proxy port is its HTTP_PROXY's; `nc` sends each request through it.
+    let agent = format!(
+        r#"p=${{HTTP_PROXY##*:}}; p=${{p%/}}
+ask() {{ printf 'GET http://%s:{port}/ HTTP/1.0\r\n\r\n' "$1" | nc 127.0.0.1 "$p" | tr -d '\r'; }}
+echo "named: $(ask 127.0.0.1 | tail -n 1)"
+echo "unnamed: $(ask localhost | head -n 1)""#
+    );
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+               "clientOptions": {"command": ["sh", "-c", agent], "input": "none"},
+               "judges": [{"assert": "exit-code", "value": 0}], "timeout": 60}),
+        &[json!({"id": "c1", "input": "x"})],
+    );
+    let mst = Mst::new();
+    let options = [
+        format!("contexts={a}"),
+        "network=allow:127.0.0.1".to_string(),
+    ];
+    let run = docker_run(&eval, &mst, &options);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_trace(&eval.run_dir("e2e"), "default/c1/0");
+    let said = trace["trace"]["finalText"].as_str().unwrap_or_default();
+    assert!(said.contains("named: hello-from-host"), "{said}");
+    assert!(said.contains("unnamed: HTTP/1.1 403 Forbidden"), "{said}");
+    let egress: Vec<u64> = (trace["trace"]["events"].as_array().unwrap().iter())
+        .filter(|e| e["name"] == "egress")
+        .map(|e| e["data"]["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(egress, [200, 403], "{trace}");
+    // The container itself has no network.
+    let record = read_json(&eval.run_dir("e2e").join("run.json"));
+    assert_eq!(
+        record["runnerOptions"]["network"], "allow:127.0.0.1",
+        "{record}"
+    );
+    assert!(containers_of(&a, &run_id(&eval)).is_empty());
+}
+
+#[test]
 fn a_detached_runs_containers_are_stopped_by_runs_stop_and_a_killed_supervisors_removed_next_run() {
     let Some((_, b)) = engines_with_worker_image() else {
         return;

@@ -80,6 +80,7 @@ fn one_machine_runs_task_after_task_through_shard_sessions() {
         stored: None,
         models: None,
         check_files: None,
+        egress: None,
     };
     let results = tempfile::tempdir().unwrap();
     let run_dir = RunDir {

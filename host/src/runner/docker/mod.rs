@@ -277,6 +277,10 @@ impl Runner for DockerRunner {
         self.plan.clone()
     }
 
+    fn egress(&self) -> Option<&crate::egress::Allowed> {
+        self.options.egress.as_ref()
+    }
+
     fn create_machine(&self, request: &MachineRequest<'_>) -> Result<Box<dyn Channel>> {
         let Some(slot) = self.slots.acquire(request.cancel) else {
             bail!("cancelled while waiting for room on the Docker hosts");

@@ -50,6 +50,9 @@ pub struct DockerOptions {
     /// The container network, so its egress: `none` (default: the worker needs none), `bridge`,
     /// or a user-defined network (docs/adr/0007-container-egress.md).
     pub network: String,
+    /// With `network=allow:HOST,…`: the hosts trials reach through the coordinator's egress
+    /// proxy, over the shard protocol (the container's network is then `none`).
+    pub egress: Option<crate::egress::Allowed>,
     /// Read-only (default) or writable root filesystem.
     pub rootfs: Rootfs,
     /// The most processes the container may run.
@@ -152,7 +155,14 @@ impl Given {
             memory: self.memory.map(|m| m.0),
             cpus: self.cpus.map(|c| c.0),
             ready_timeout: self.ready_timeout.map_or(Duration::from_secs(60), |t| t.0),
-            network: self.network.map_or_else(|| "none".into(), |n| n.0),
+            network: match &self.network {
+                Some(Network::Named(name)) => name.clone(),
+                _ => "none".into(),
+            },
+            egress: match self.network {
+                Some(Network::Allow(allowed)) => Some(allowed),
+                _ => None,
+            },
             rootfs: self.rootfs.unwrap_or(Rootfs::ReadOnly),
             pids: self.pids.map_or(DEFAULT_PIDS, |l| l.0),
             nofile: self.nofile.map_or(DEFAULT_NOFILE, |l| l.0),
@@ -256,23 +266,30 @@ impl TryFrom<String> for ReadyTimeout {
 }
 
 /// `network`: `bridge`, `none` or a user-defined network, never the host's or another
-/// container's.
+/// container's; or `allow:HOST,…`, egress by name through the coordinator.
 #[derive(Deserialize)]
 #[serde(try_from = "String")]
-struct Network(String);
+enum Network {
+    Named(String),
+    Allow(crate::egress::Allowed),
+}
 
 impl TryFrom<String> for Network {
-    type Error = &'static str;
+    type Error = String;
     fn try_from(value: String) -> Result<Self, Self::Error> {
+        if let Some(list) = value.strip_prefix("allow:") {
+            return crate::egress::Allowed::parse(list).map(Network::Allow);
+        }
         if value == "host" || value.starts_with("container:") {
             return Err(
                 "sharing the host's or another container's network is not allowed; use bridge, \
-                 none or a user-defined network",
+                 none, a user-defined network or allow:HOST,…"
+                    .into(),
             );
         }
         match value.is_empty() {
-            true => Err("expected bridge, none or a network name"),
-            false => Ok(Self(value)),
+            true => Err("expected bridge, none, a network name or allow:HOST,…".into()),
+            false => Ok(Network::Named(value)),
         }
     }
 }
