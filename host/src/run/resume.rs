@@ -72,6 +72,21 @@ pub fn open(
     Ok((dir, record))
 }
 
+/// The runner options that change what a trial finds on its machine (its image, network,
+/// limits, sandbox); the others say where machines run or how long they are kept, which a
+/// resume may change (a host that died is replaced by another).
+const TRIAL_OPTIONS: &[&str] = &[
+    "image",
+    "network",
+    "memory",
+    "cpus",
+    "pids",
+    "nofile",
+    "rootfs",
+    "isolation",
+    "expose",
+];
+
 /// What differs between a stored run and the one about to resume it, that would make its
 /// traces incomparable: the shard count, the runner, the datasets' content, a plugin's code.
 fn changes_since(
@@ -92,6 +107,21 @@ fn changes_since(
             "the runner changed (`{}` then, `{}` now)",
             record.runner, request.setup.runner
         ));
+    }
+    for option in TRIAL_OPTIONS {
+        let (then, now) = (
+            record.runner_options.get(*option),
+            runner_options.rest.get(*option),
+        );
+        if then != now {
+            let shown =
+                |value: Option<&String>| value.map_or("unset".to_string(), |v| format!("`{v}`"));
+            changed.push(format!(
+                "the runner option `{option}` changed ({} then, {} now)",
+                shown(then),
+                shown(now)
+            ));
+        }
     }
     if record.dataset_hash != prepared.cases.content_hash {
         changed.push("the datasets' content changed".to_string());

@@ -496,10 +496,14 @@ fn resume_refuses_a_changed_setup_unless_forced() {
     cases.push_str("\n{\"id\": \"c9\", \"input\": \"new\"}\n");
     std::fs::write(&dataset, cases).unwrap();
 
-    let changed = eval.run(&mst, &["-q", "--resume", &id]);
+    // And a runner option that changes what a trial's machine allows.
+    let changed = eval.run(&mst, &["-q", "--resume", &id, "--runner-option", "pids=64"]);
     assert_eq!(changed.code, 2, "{}\n{}", changed.stdout, changed.stderr);
     assert!(
         changed.stderr.contains("the datasets' content changed")
+            && changed
+                .stderr
+                .contains("the runner option `pids` changed (unset then, `64` now)")
             && changed.stderr.contains("--force"),
         "{}",
         changed.stderr
