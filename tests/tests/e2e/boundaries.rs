@@ -59,9 +59,11 @@ cat "$b/bundle.json" "$b/work.jsonl""#;
 fn no_token_rests_in_a_file_another_variants_agent_could_read() {
     // Variant `victim` has a secret in its agent's environment; variant `attacker`, in the
     // same shard and running as the same user, searches every file it can reach where a
-    // worker could keep tokens (memory-backed file systems, temporary directories; files
-    // small enough to be one) and prints, base64-encoded past the redactor, any file holding
-    // the secret's prefix. Unsandboxed, where the agent can read the operator's files (the
+    // worker could keep tokens (memory-backed file systems, its temporary directory, the
+    // machine's directory, the top of /tmp: a whole /tmp of other tests' trees took longer
+    // than the trial's deadline on a loaded machine; files small enough to be one) and
+    // prints, base64-encoded past the redactor, any file holding the secret's prefix.
+    // Unsandboxed, where the agent can read the operator's files (the
     // eval's directory, holding the secrets file, is left out of the search): the worker
     // must keep tokens out of files even there; the sandboxed search is local_isolation.rs's.
     let nonce = SystemTime::now()
@@ -74,8 +76,9 @@ fn no_token_rests_in_a_file_another_variants_agent_could_read() {
     std::fs::write(
         &search,
         format!(
-            r#"for f in $(find /dev/shm /run /tmp "${{TMPDIR:-/tmp}}" -xdev \
-    -path '{eval}' -prune -o -type f -size -64k -print 2>/dev/null); do
+            r#"for f in $( (find /dev/shm /run "${{TMPDIR:-/tmp}}" "$(dirname "$PWD")" -xdev \
+      -path '{eval}' -prune -o -type f -size -64k -print; \
+    find /tmp -xdev -maxdepth 3 -path '{eval}' -prune -o -type f -size -64k -print) 2>/dev/null); do
   if grep -qa vict1m-c4n4ry "$f" 2>/dev/null; then echo "$f $(base64 -w0 < "$f")"; fi
 done
 echo searched
