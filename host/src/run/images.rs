@@ -51,8 +51,15 @@ impl TrialImages {
             .map(String::as_str)
     }
 
-    /// Refuses images on a runner that cannot honour them (any but `docker`).
-    pub fn refuse_unless_docker(&self, runner: &str) -> Result<()> {
+    /// Refuses images, and `freshMachine` (`fresh`), on a runner that cannot honour them
+    /// (any but `docker`, whose hosts' room bounds how many machines start at once).
+    pub fn refuse_unless_docker(&self, runner: &str, fresh: bool) -> Result<()> {
+        if fresh && runner != "docker" {
+            bail!(
+                "`freshMachine` gives each trial a container of its own: it runs on `--runner \
+                 docker` only (runner `{runner}` would start a machine per trial at once)"
+            );
+        }
         let named = (self
             .cases
             .iter()

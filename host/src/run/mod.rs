@@ -144,10 +144,8 @@ pub fn run(
     ready.prepared.pack_workspaces(home)?;
     ready.prepared.images =
         images::TrialImages::of_run(&ready.prepared.config, &ready.prepared.cases)?;
-    ready
-        .prepared
-        .images
-        .refuse_unless_docker(ready.runner.name())?;
+    let fresh = ready.prepared.config.fresh_machine;
+    (ready.prepared.images).refuse_unless_docker(ready.runner.name(), fresh)?;
     let root = ResultsRoot::new(&request.setup.results_base);
     let (dir, record) = resume::open(
         &root,

@@ -330,6 +330,19 @@ fn a_reference_variant_that_does_otherwise_marks_its_case_broken() {
     std::fs::write(&config, text).unwrap();
     let refused = eval.run(&Mst::new(), &["-q"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
+    // A machine per trial is the Docker runner's to give, bounded by its hosts' room.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let fresh = text
+        .replace("\"gold\": \"pass\"", "\"oracle\": \"pass\"")
+        .replacen('{', "{\"freshMachine\": true, ", 1);
+    std::fs::write(&config, fresh).unwrap();
+    let local = eval.run(&Mst::new(), &["-q"]);
+    assert_eq!(local.code, 2, "{}", local.stderr);
+    assert!(
+        local.stderr.contains("runs on `--runner docker` only"),
+        "{}",
+        local.stderr
+    );
     assert!(
         refused
             .stderr
