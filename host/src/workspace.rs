@@ -100,21 +100,38 @@ pub fn unpack(archive: &Path, into: &Path) -> Result<()> {
     let file = std::fs::File::open(archive)
         .with_context(|| format!("cannot open the workspace {}", archive.display()))?;
     unpack_from(std::io::BufReader::new(file), into, false)
+        .map(drop)
         .with_context(|| format!("cannot unpack {}", archive.display()))
 }
 
 /// Unpacks the tar `archive` over `into`, a directory an agent worked in (and has left):
 /// whatever it left where an entry goes (a link, a file where a directory goes, a directory
 /// where a file goes) is removed first, so nothing is written through a link it planted.
-pub fn lay_over(archive: impl Read, into: &Path) -> Result<()> {
+/// Returns the names laid, in order, for [`remove_laid`].
+pub fn lay_over(archive: impl Read, into: &Path) -> Result<Vec<PathBuf>> {
     unpack_from(archive, into, true)
 }
 
+/// Removes from `dir` what [`lay_over`] laid there (`laid`): its files and links, then its
+/// directories that are empty once they are gone. Errors are ignored: what is left is the
+/// agent's directory's to lose.
+pub fn remove_laid(dir: &Path, laid: &[PathBuf]) {
+    for name in laid.iter().rev() {
+        let path = dir.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_dir() => drop(std::fs::remove_dir(&path)),
+            Ok(_) => drop(std::fs::remove_file(&path)),
+            Err(_) => {}
+        }
+    }
+}
+
 /// Unpacks `archive` into `into`, each entry checked; with `clear`, what lies in an entry's
-/// way is removed first.
-fn unpack_from(archive: impl Read, into: &Path, clear: bool) -> Result<()> {
+/// way is removed first. The names unpacked, in order.
+fn unpack_from(archive: impl Read, into: &Path, clear: bool) -> Result<Vec<PathBuf>> {
     let mut tar = tar::Archive::new(archive);
     let mut seen = Seen::default();
+    let mut laid = Vec::new();
     for entry in tar.entries()? {
         let mut entry = entry?;
         let Some((name, kind)) = checked(&entry, &mut seen)? else {
@@ -125,8 +142,9 @@ fn unpack_from(archive: impl Read, into: &Path, clear: bool) -> Result<()> {
         }
         entry.set_preserve_mtime(false);
         entry.unpack_in(into)?;
+        laid.push(name);
     }
-    Ok(())
+    Ok(laid)
 }
 
 /// Removes what lies in the way of entry `name` of kind `kind` below `root`: a link or a file
@@ -612,7 +630,7 @@ mod tests {
         std::os::unix::fs::symlink(elsewhere.path(), work.path().join("tests")).unwrap();
         std::os::unix::fs::symlink(&outside, work.path().join("run.sh")).unwrap();
         std::fs::write(work.path().join("kept.py"), "agent's\n").unwrap();
-        lay_over(&archive[..], work.path()).unwrap();
+        let laid = lay_over(&archive[..], work.path()).unwrap();
 
         let read = |name: &str| std::fs::read_to_string(work.path().join(name)).unwrap();
         assert_eq!(read("tests/test_x.py"), "real\n");
@@ -623,6 +641,10 @@ mod tests {
             .is_symlink());
         assert_eq!(std::fs::read_to_string(&outside).unwrap(), "untouched\n");
         assert!(!elsewhere.path().join("test_x.py").exists());
+        // Once its check ran, what was laid goes, and the agent's own files stay.
+        remove_laid(work.path(), &laid);
+        assert!(!work.path().join("tests").exists() && !work.path().join("run.sh").exists());
+        assert_eq!(read("kept.py"), "agent's\n");
     }
 
     #[test]

@@ -140,7 +140,7 @@ impl Staging<'_> {
 }
 
 /// Which of the run's `workspaces` the trials of `bundle` (its `trials`) get.
-fn bundle_workspaces(
+pub fn bundle_workspaces(
     workspaces: &super::workspaces::RunWorkspaces,
     bundle: &Bundle,
     trials: ShardTrials<'_>,
@@ -163,7 +163,7 @@ fn bundle_workspaces(
 /// Puts the archives `named` in the bundle directory `dir`: hard links to the run's packed
 /// ones where the file system allows, copies elsewhere. Shipped with the bundle, each once
 /// per shard.
-fn ship_workspaces(
+pub fn ship_workspaces(
     workspaces: &super::workspaces::RunWorkspaces,
     named: &BundleWorkspaces,
     dir: &Path,

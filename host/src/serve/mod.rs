@@ -225,11 +225,13 @@ impl Playground {
     /// open under the results directory.
     pub fn start(home: &Home, request: ServeRequest) -> Result<Self> {
         let Ready {
-            prepared,
+            mut prepared,
             tokens,
             runner_options,
             runner,
         } = crate::run::ready(home, &request.setup, |_| Ok(()))?;
+        // Each task's trial gets the eval's workspace and its checks' hidden files.
+        prepared.pack_workspaces(home)?;
         let root = ResultsRoot::new(&request.setup.results_base);
         session::recover(&root.sessions_dir(&prepared.config.name));
         Ok(Playground {

@@ -936,7 +936,10 @@ impl SessionShard<'_> {
             )
         };
         let staging = tempfile::tempdir().map_err(|e| format!("cannot stage the bundle: {e}"))?;
-        collect::write_bundle(staging.path(), &mut bundle, None, cases)
+        let workspaces = &shared.prepared.workspaces;
+        bundle.workspaces = collect::bundle_workspaces(workspaces, &bundle, bundle.own_trials());
+        collect::ship_workspaces(workspaces, &bundle.workspaces, staging.path())
+            .and_then(|()| collect::write_bundle(staging.path(), &mut bundle, None, cases))
             .map_err(|e| format!("cannot stage the bundle: {e:#}"))?;
         std::fs::create_dir_all(&dir.root)
             .map_err(|e| format!("cannot create {}: {e}", dir.root.display()))?;
@@ -952,7 +955,7 @@ impl SessionShard<'_> {
             artifacts: None,
             stored: None,
             models: Some(&shared.prepared.model_access),
-            check_files: None,
+            check_files: Some(&shared.prepared.workspaces.check_files),
             egress: None,
         };
         let report = ShardSession::new(&context, &bundle, bundle.own_trials(), dir)

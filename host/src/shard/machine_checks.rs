@@ -51,7 +51,13 @@ pub fn run_checks(
     let began = Instant::now();
     for check in checks {
         let ran = with_files(check, place, fetch).and_then(|laid| match laid {
-            Ok(()) => run_one(check, place),
+            Ok(laid) => {
+                let ran = run_one(check, place);
+                // Hidden files leave with their check: a shared directory's next turn, and the
+                // checks after it, never see them.
+                crate::workspace::remove_laid(place.work, &laid);
+                ran
+            }
             Err(why) => Ok(failed(check, Instant::now(), why)),
         });
         let at_ms = trace.duration_ms + began.elapsed().as_millis() as u64;
@@ -146,16 +152,16 @@ fn run_one(check: &CheckSpec, place: &TrialPlace<'_>) -> Result<serde_json::Valu
     Ok(outcome)
 }
 
-/// Lays `check`'s hidden files, if it has any, over the work directory: `Err` when mst could
-/// not give them (infra), `Ok(Err)` when they could not be laid there (what the agent left in
-/// the way: the check fails).
+/// Lays `check`'s hidden files, if it has any, over the work directory (the names laid):
+/// `Err` when mst could not give them (infra), `Ok(Err)` when they could not be laid there
+/// (what the agent left in the way: the check fails).
 fn with_files(
     check: &CheckSpec,
     place: &TrialPlace<'_>,
     fetch: &FetchFiles<'_>,
-) -> Result<Result<(), String>, String> {
+) -> Result<Result<Vec<std::path::PathBuf>, String>, String> {
     if check.files.is_none() {
-        return Ok(Ok(()));
+        return Ok(Ok(Vec::new()));
     }
     let archive = fetch(&check.name).map_err(|why| format!("its hidden files: {why}"))?;
     Ok(crate::workspace::lay_over(&archive[..], place.work)

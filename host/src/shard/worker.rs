@@ -183,7 +183,10 @@ fn run_trial(
     let results = setting.results;
     let rooms = setting.rooms;
     let scratch = Scratch::new(results, setting.workdir, &rooms.work)?;
-    if let Some(archive) = setting.workspace {
+    // Into an empty directory only: a conversation's shared one gets it on its first turn, and
+    // keeps what the agent made of it on the next.
+    let empty = |dir: &Path| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
+    if let Some(archive) = setting.workspace.filter(|_| empty(scratch.path())) {
         crate::workspace::unpack(archive, scratch.path())
             .map_err(|e| format!("cannot lay the trial's workspace: {e:#}"))?;
     }

@@ -966,3 +966,61 @@ fn closed_sessions_past_the_latest_kept_are_let_go_and_their_records_stay() {
         assert!(record.is_dir(), "{}", record.display());
     }
 }
+
+#[test]
+fn a_session_lays_the_workspace_once_per_directory_and_hands_out_hidden_check_files() {
+    // The agent appends its input to the workspace's notes and shows them; a check finds the
+    // hidden file that came after it.
+    let eval = agent_eval(
+        r#"read line; echo "$line" >> notes; [ -e hidden.txt ] && echo leaked >> notes; tr '\n' ' ' < notes"#,
+        json!({}),
+    );
+    let mut config = mst_tests::read_json(&eval.config());
+    config["workspace"] = json!("ws");
+    config["checks"] =
+        json!([{"name": "hidden", "run": ["test", "-f", "hidden.txt"], "files": "hidden"}]);
+    std::fs::write(eval.config(), config.to_string()).unwrap();
+    let root = eval.dir.path();
+    std::fs::create_dir_all(root.join("ws")).unwrap();
+    std::fs::write(root.join("ws/notes"), "seed\n").unwrap();
+    std::fs::create_dir_all(root.join("hidden")).unwrap();
+    std::fs::write(root.join("hidden/hidden.txt"), "after the agent\n").unwrap();
+    // Kept while the server runs: its home holds the packed workspaces.
+    let mst = Mst::new();
+    let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
+    let answers = |body: &str| -> Vec<String> {
+        let session = serve.session(body);
+        ["first", "second"]
+            .iter()
+            .map(|input| {
+                let (_, task) = serve.call(
+                    "POST",
+                    &tasks(&session),
+                    Some(&json!({"input": input}).to_string()),
+                );
+                let id = task["id"].as_str().unwrap().to_string();
+                let (_, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(30));
+                let trace = stored_trace(&eval, &session, &id);
+                assert_eq!(page["status"], "completed", "{page} {trace}");
+                let events = trace["trace"]["events"].as_array().unwrap();
+                let check = events.iter().find(|e| e["name"] == "check").unwrap();
+                assert_eq!(check["data"]["passed"], true, "{check}");
+                trace["trace"]["finalText"]
+                    .as_str()
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(
+        answers("{}"),
+        ["seed first", "seed second"],
+        "each task's own workspace"
+    );
+    assert_eq!(
+        answers(r#"{"sharedWorkdir": true}"#),
+        ["seed first", "seed first second"],
+        "a shared directory gets it once and keeps what the agent made of it"
+    );
+}
