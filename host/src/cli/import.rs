@@ -15,15 +15,8 @@ pub enum ImportCommand {
     Mst {
         /// The MST eval config or dataset (JSON).
         file: PathBuf,
-        /// Where to write the converted files [default: the current directory].
-        #[arg(long, value_name = "DIR", default_value = ".")]
-        out: PathBuf,
-        /// Overwrite files already in --out.
-        #[arg(long)]
-        force: bool,
-        /// Print the report as JSON instead of text.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: Output,
     },
     /// Convert a Harbor task directory (task.toml, instruction.md, environment/, tests/,
     /// solution/), or a directory of them, into an eval for the Docker runner: each task a case
@@ -32,33 +25,30 @@ pub enum ImportCommand {
     Harbor {
         /// A task directory, or a directory of task directories.
         dir: PathBuf,
-        /// Where to write the converted files [default: the current directory].
-        #[arg(long, value_name = "DIR", default_value = ".")]
-        out: PathBuf,
-        /// Overwrite files already in --out.
-        #[arg(long)]
-        force: bool,
-        /// Print the report as JSON instead of text.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: Output,
     },
+}
+
+/// Where and how an import writes what it converted.
+#[derive(clap::Args, Debug)]
+pub struct Output {
+    /// Where to write the converted files [default: the current directory].
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    out: PathBuf,
+    /// Overwrite files already in --out.
+    #[arg(long)]
+    force: bool,
+    /// Print the report as JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Runs a `mst import` command.
 pub fn run(command: ImportCommand) -> Result<u8> {
-    let (imported, out, force, json) = match command {
-        ImportCommand::Mst {
-            file,
-            out,
-            force,
-            json,
-        } => (crate::import::mst::import(&file)?, out, force, json),
-        ImportCommand::Harbor {
-            dir,
-            out,
-            force,
-            json,
-        } => (crate::import::harbor::import(&dir)?, out, force, json),
+    let (imported, Output { out, force, json }) = match command {
+        ImportCommand::Mst { file, output } => (crate::import::mst::import(&file)?, output),
+        ImportCommand::Harbor { dir, output } => (crate::import::harbor::import(&dir)?, output),
     };
     let written = imported.write(&out, force)?;
     let report = &imported.report;

@@ -5,5 +5,6 @@
 pub mod case_ids;
 pub mod config;
 pub mod dataset;
+pub mod per_trial;
 pub mod plan;
 pub mod trial;

@@ -101,7 +101,8 @@ impl Staging<'_> {
             };
             last = Some((case, shard));
             let image = (self.images.filter(|images| !images.is_empty()))
-                .and_then(|images| images.of(&plan.key(at as usize).variant, case));
+                .and_then(|images| images.of(&plan.key(at as usize).variant, case))
+                .map(String::as_str);
             // A fresh machine per trial: each trial a shard of its own.
             let shard = if self.config.fresh_machine { at } else { shard };
             of_shard.entry((image, shard)).or_default().push(at);
@@ -145,14 +146,14 @@ pub fn bundle_workspaces(
     bundle: &Bundle,
     trials: ShardTrials<'_>,
 ) -> BundleWorkspaces {
-    let variants = (workspaces.variants.iter())
+    let variants = (workspaces.trials.variants.iter())
         .filter(|(name, _)| bundle.variants.contains_key(*name))
         .map(|(name, digest)| (name.clone(), digest.clone()))
         .collect();
     let mut cases = BTreeMap::new();
-    if !workspaces.cases.is_empty() {
+    if !workspaces.trials.cases.is_empty() {
         for key in trials.iter() {
-            if let Some(digest) = workspaces.cases.get(&*key.case) {
+            if let Some(digest) = workspaces.trials.cases.get(&*key.case) {
                 cases.insert(key.case.to_string(), digest.clone());
             }
         }

@@ -4,76 +4,56 @@
 
 use crate::eval::config::EvalConfig;
 use crate::eval::dataset::Cases;
+use crate::eval::per_trial::CaseOrVariant;
 use anyhow::{bail, Result};
-use std::collections::BTreeMap;
 
-/// The image each trial runs in, where the eval names one.
-#[derive(Debug, Default)]
-pub struct TrialImages {
-    /// By variant name.
-    pub variants: BTreeMap<String, String>,
-    /// By case id: the cases that name their own.
-    pub cases: BTreeMap<String, String>,
+/// The image each trial runs in, where the eval names one: its case's, else its variant's.
+pub type TrialImages = CaseOrVariant<String>;
+
+/// The images `config`'s variants and `cases` name, each checked to be a plain reference.
+pub fn of_run(config: &EvalConfig, cases: &Cases) -> Result<TrialImages> {
+    let mut images = TrialImages::default();
+    for (name, variant) in &config.variants {
+        if let Some(image) = &variant.image {
+            check(image, &format!("`variants.{name}.image`"))?;
+            images.variants.insert(name.clone(), image.clone());
+        }
+    }
+    for (index, case) in cases.iter().enumerate() {
+        let case = case?;
+        if let Some(image) = &case.more().image {
+            check(
+                image,
+                &format!("case `{}` ({}): `image`", case.id, cases.origin(index)),
+            )?;
+            images.cases.insert(case.id.to_string(), image.clone());
+        }
+    }
+    Ok(images)
 }
 
-impl TrialImages {
-    /// The images `config`'s variants and `cases` name, each checked to be a plain reference.
-    pub fn of_run(config: &EvalConfig, cases: &Cases) -> Result<Self> {
-        let mut images = TrialImages::default();
-        for (name, variant) in &config.variants {
-            if let Some(image) = &variant.image {
-                check(image, &format!("`variants.{name}.image`"))?;
-                images.variants.insert(name.clone(), image.clone());
-            }
-        }
-        for (index, case) in cases.iter().enumerate() {
-            let case = case?;
-            if let Some(image) = &case.more().image {
-                check(
-                    image,
-                    &format!("case `{}` ({}): `image`", case.id, cases.origin(index)),
-                )?;
-                images.cases.insert(case.id.to_string(), image.clone());
-            }
-        }
-        Ok(images)
+/// Refuses `images`, and `freshMachine` (`fresh`), on a runner that cannot honour them (any
+/// but `docker`, whose hosts' room bounds how many machines start at once).
+pub fn refuse_unless_docker(images: &TrialImages, runner: &str, fresh: bool) -> Result<()> {
+    if fresh && runner != "docker" {
+        bail!(
+            "`freshMachine` gives each trial a container of its own: it runs on `--runner \
+             docker` only (runner `{runner}` would start a machine per trial at once)"
+        );
     }
-
-    /// Whether no trial names an image.
-    pub fn is_empty(&self) -> bool {
-        self.variants.is_empty() && self.cases.is_empty()
-    }
-
-    /// The image of `variant`'s trials of `case`, if the eval names one.
-    pub fn of(&self, variant: &str, case: &str) -> Option<&str> {
-        (self.cases.get(case))
-            .or_else(|| self.variants.get(variant))
-            .map(String::as_str)
-    }
-
-    /// Refuses images, and `freshMachine` (`fresh`), on a runner that cannot honour them
-    /// (any but `docker`, whose hosts' room bounds how many machines start at once).
-    pub fn refuse_unless_docker(&self, runner: &str, fresh: bool) -> Result<()> {
-        if fresh && runner != "docker" {
-            bail!(
-                "`freshMachine` gives each trial a container of its own: it runs on `--runner \
-                 docker` only (runner `{runner}` would start a machine per trial at once)"
-            );
-        }
-        let named = (self
-            .cases
-            .iter()
-            .map(|(id, image)| format!("case `{id}`: {image}")))
-        .chain((self.variants.iter()).map(|(v, image)| format!("variant `{v}`: {image}")))
-        .next();
-        match named {
-            Some(named) if runner != "docker" => bail!(
-                "{named}: trials that name an image run on `--runner docker` only (runner \
-                 `{runner}` runs every trial on its own machines); remove the `image`, or \
-                 use the docker runner"
-            ),
-            _ => Ok(()),
-        }
+    let named = (images
+        .cases
+        .iter()
+        .map(|(id, image)| format!("case `{id}`: {image}")))
+    .chain((images.variants.iter()).map(|(v, image)| format!("variant `{v}`: {image}")))
+    .next();
+    match named {
+        Some(named) if runner != "docker" => bail!(
+            "{named}: trials that name an image run on `--runner docker` only (runner \
+             `{runner}` runs every trial on its own machines); remove the `image`, or use \
+             the docker runner"
+        ),
+        _ => Ok(()),
     }
 }
 

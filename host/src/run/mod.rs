@@ -142,10 +142,9 @@ pub fn run(
         prepared.check_clients(&request.filters)
     })?;
     ready.prepared.pack_workspaces(home)?;
-    ready.prepared.images =
-        images::TrialImages::of_run(&ready.prepared.config, &ready.prepared.cases)?;
+    ready.prepared.images = images::of_run(&ready.prepared.config, &ready.prepared.cases)?;
     let fresh = ready.prepared.config.fresh_machine;
-    (ready.prepared.images).refuse_unless_docker(ready.runner.name(), fresh)?;
+    images::refuse_unless_docker(&ready.prepared.images, ready.runner.name(), fresh)?;
     let root = ResultsRoot::new(&request.setup.results_base);
     let (dir, record) = resume::open(
         &root,

@@ -4,6 +4,7 @@
 
 use crate::eval::config::{EvalConfig, WorkspaceSpec};
 use crate::eval::dataset::Cases;
+use crate::eval::per_trial::CaseOrVariant;
 use crate::shard::check_files::{CheckFiles, MAX_CHECK_FILES_BYTES};
 use crate::workspace::{Source, WorkspaceRecord};
 use anyhow::{Context, Result};
@@ -15,10 +16,8 @@ use std::path::{Path, PathBuf};
 pub struct RunWorkspaces {
     /// Where the archives lie ([`crate::workspace::archive_name`]).
     pub dir: PathBuf,
-    /// By variant: the digest of the workspace its trials get when their case has none.
-    pub variants: BTreeMap<String, String>,
-    /// By case id: the digest of the case's own.
-    pub cases: BTreeMap<String, String>,
+    /// The digest of the workspace each trial gets: its case's own, else its variant's.
+    pub trials: CaseOrVariant<String>,
     /// Each workspace once, for `run.json`.
     pub records: Vec<WorkspaceRecord>,
     /// The checks' hidden files, packed likewise, which the coordinators hand out.
@@ -84,15 +83,12 @@ impl RunWorkspaces {
                 digests: check_files,
             },
             dir: packing.dir,
-            variants,
-            cases: own,
+            trials: CaseOrVariant {
+                variants,
+                cases: own,
+            },
             records: packing.records,
         })
-    }
-
-    /// Whether no trial gets a workspace.
-    pub fn is_empty(&self) -> bool {
-        self.variants.is_empty() && self.cases.is_empty()
     }
 }
 

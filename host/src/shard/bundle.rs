@@ -102,31 +102,11 @@ pub struct Bundle {
 /// ([`crate::workspace::archive_name`]).
 pub const WORKSPACES_DIR: &str = "workspaces";
 
-/// Which workspace each of a bundle's trials gets: its case's own, else its variant's.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BundleWorkspaces {
-    /// By variant name, a digest.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub variants: BTreeMap<String, String>,
-    /// By case id, a digest: the cases that have their own.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub cases: BTreeMap<String, String>,
-}
+/// Which workspace each of a bundle's trials gets, by digest: its case's own, else its
+/// variant's.
+pub type BundleWorkspaces = crate::eval::per_trial::CaseOrVariant<String>;
 
 impl BundleWorkspaces {
-    /// Whether no trial gets one.
-    pub fn is_empty(&self) -> bool {
-        self.variants.is_empty() && self.cases.is_empty()
-    }
-
-    /// The digest of the workspace of `variant`'s trial of `case`, if it gets one.
-    pub fn of(&self, variant: &str, case: &str) -> Option<&str> {
-        (self.cases.get(case))
-            .or_else(|| self.variants.get(variant))
-            .map(String::as_str)
-    }
-
     /// Every digest named, once.
     pub fn digests(&self) -> BTreeSet<&str> {
         (self.variants.values().chain(self.cases.values()))

@@ -586,6 +586,32 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     mst_tests::walk(dir)
 }
 
+/// The stored traces of tasks `inputs`, run one after another in a new session made with
+/// `body`, each checked to have completed.
+fn session_traces(serve: &Serve, eval: &Eval, body: &str, inputs: &[&str]) -> Vec<Value> {
+    let session = serve.session(body);
+    (inputs.iter())
+        .map(|input| {
+            let body = json!({"input": input}).to_string();
+            let (_, task) = serve.call("POST", &tasks(&session), Some(&body));
+            let id = task["id"].as_str().unwrap().to_string();
+            let (_, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(30));
+            let trace = stored_trace(eval, &session, &id);
+            assert_eq!(page["status"], "completed", "{page} {trace}");
+            trace
+        })
+        .collect()
+}
+
+/// A trace's final text, trimmed.
+fn final_text(trace: &Value) -> String {
+    trace["trace"]["finalText"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
 #[test]
 fn a_shared_work_directory_keeps_what_one_task_left_for_the_next() {
     // The agent keeps a note in its working directory: the first task writes it, a later task
@@ -596,26 +622,8 @@ fn a_shared_work_directory_keeps_what_one_task_left_for_the_next() {
     );
     let serve = Serve::start(&Mst::new(), &eval.config(), &eval.results(), &[]);
     let answers = |body: &str| -> Vec<String> {
-        let session = serve.session(body);
-        ["first", "second"]
-            .iter()
-            .map(|input| {
-                let (_, task) = serve.call(
-                    "POST",
-                    &tasks(&session),
-                    Some(&json!({"input": input}).to_string()),
-                );
-                let id = task["id"].as_str().unwrap().to_string();
-                let (_, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(30));
-                assert_eq!(page["status"], "completed", "{page}");
-                let trace = stored_trace(&eval, &session, &id);
-                trace["trace"]["finalText"]
-                    .as_str()
-                    .unwrap()
-                    .trim()
-                    .to_string()
-            })
-            .collect()
+        let traces = session_traces(&serve, &eval, body, &["first", "second"]);
+        traces.iter().map(final_text).collect()
     };
     assert_eq!(
         answers(r#"{"sharedWorkdir": true}"#),
@@ -989,29 +997,13 @@ fn a_session_lays_the_workspace_once_per_directory_and_hands_out_hidden_check_fi
     let mst = Mst::new();
     let serve = Serve::start(&mst, &eval.config(), &eval.results(), &[]);
     let answers = |body: &str| -> Vec<String> {
-        let session = serve.session(body);
-        ["first", "second"]
-            .iter()
-            .map(|input| {
-                let (_, task) = serve.call(
-                    "POST",
-                    &tasks(&session),
-                    Some(&json!({"input": input}).to_string()),
-                );
-                let id = task["id"].as_str().unwrap().to_string();
-                let (_, page) = serve.follow((&session, &id), 0, None, Duration::from_secs(30));
-                let trace = stored_trace(&eval, &session, &id);
-                assert_eq!(page["status"], "completed", "{page} {trace}");
-                let events = trace["trace"]["events"].as_array().unwrap();
-                let check = events.iter().find(|e| e["name"] == "check").unwrap();
-                assert_eq!(check["data"]["passed"], true, "{check}");
-                trace["trace"]["finalText"]
-                    .as_str()
-                    .unwrap()
-                    .trim()
-                    .to_string()
-            })
-            .collect()
+        let traces = session_traces(&serve, &eval, body, &["first", "second"]);
+        for trace in &traces {
+            let events = trace["trace"]["events"].as_array().unwrap();
+            let check = events.iter().find(|e| e["name"] == "check").unwrap();
+            assert_eq!(check["data"]["passed"], true, "{check}");
+        }
+        traces.iter().map(final_text).collect()
     };
     assert_eq!(
         answers("{}"),
