@@ -643,3 +643,45 @@ sleep 5
         run.stderr
     );
 }
+
+#[test]
+fn a_worker_asking_for_hidden_files_or_egress_it_was_not_given_loses_its_shard() {
+    // Each stand-in worker says hello, then one line its bundle does not allow, then waits.
+    let key = r#"{"variant":"default","case":"c1","trial":0}"#;
+    let attempts = [
+        (
+            r#"{"type":"egress-open","conn":0}"#,
+            "which its bundle does not allow",
+        ),
+        (
+            r#"{"type":"egress-data","conn":0,"data":"aGk="}"#,
+            "a connection it never opened",
+        ),
+        (
+            &*format!(r#"{{"type":"check-files","key":{key},"check":"tests"}}"#),
+            "which is not running",
+        ),
+    ];
+    for (line, why) in attempts {
+        let eval = Eval::new(
+            json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "command",
+                   "clientOptions": {"command": ["cat"]},
+                   "checks": [{"name": "tests", "run": ["true"], "files": "hidden"}],
+                   "judges": [{"assert": "check-passed", "value": "tests"}], "timeout": 30}),
+            &[json!({"id": "c1", "input": "x"})],
+        );
+        std::fs::create_dir_all(eval.dir.path().join("hidden")).unwrap();
+        std::fs::write(eval.dir.path().join("hidden/secret.txt"), "hidden\n").unwrap();
+        let script = format!("echo \"$HELLO\"\ncat <<'LINE'\n{line}\nLINE\nsleep 30\n");
+        let worker = stand_in_worker(eval.dir.path(), "hostile.sh", &script);
+        let run = eval.run(&Mst::new(), &["-q", "--runner-option", &worker]);
+        assert_eq!(run.code, 2, "{line}: {}\n{}", run.stdout, run.stderr);
+        let record = read_json(&eval.run_dir("e2e").join("run.json"));
+        let machines = record["machines"].to_string();
+        assert!(
+            machines.contains("the worker broke mst.shard/v1") && machines.contains(why),
+            "{line}: {machines}"
+        );
+        assert!(!machines.contains("hidden\\n"), "{machines}");
+    }
+}
