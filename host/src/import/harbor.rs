@@ -189,18 +189,18 @@ fn read_task(dir: &Path, imported: &mut Imported) -> Result<Task> {
 
 /// The image mst builds for task `id`: `mst-harbor/<id>:1`, lowercase as Docker wants.
 fn image_name(id: &str) -> String {
-    let repository: String = id
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
+    let repository = plain(&id.to_ascii_lowercase(), &['-', '.']);
     format!("mst-harbor/{}:1", repository.trim_matches(['-', '.']))
+}
+
+/// `name` with every character but ASCII letters, digits and `keep` made a `-`.
+fn plain(name: &str, keep: &[char]) -> String {
+    (name.chars())
+        .map(|c| match c.is_ascii_alphanumeric() || keep.contains(&c) {
+            true => c,
+            false => '-',
+        })
+        .collect()
 }
 
 /// The last `WORKDIR` of `dockerfile` (`/` without one).
@@ -258,18 +258,12 @@ fn case_of(task: &Task, imported: &mut Imported) -> Result<Value> {
 /// reward its tests left.
 fn eval_of(dir: &Path, tasks: &[Task], imported: &mut Imported) -> Value {
     // The directory's name, made a plain eval name (it names the results directory).
-    let name: String = (dir.canonicalize().ok())
-        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_default()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '-'
-            }
+    let name = (dir.canonicalize().ok())
+        .and_then(|d| {
+            d.file_name()
+                .map(|n| plain(&n.to_string_lossy(), &['_', '-']))
         })
-        .collect();
+        .unwrap_or_default();
     let name = match name.trim_matches('-') {
         "" => "harbor".to_string(),
         plain => plain.to_string(),
