@@ -59,10 +59,22 @@ dataset = []
 runner = []
 
 [dependencies]
+mst-argv-patterns = { path = "argv" }
 wit-bindgen = { version = "0.61", default-features = false, features = ["macros", "realloc", "std"] }
 serde = { version = "1", features = ["derive"] }
 serde_json = "1"
 "#;
+
+/// The host's argv matcher, which the SDK re-exports (`mst_sdk::argv`), vendored beside it:
+/// its manifest and its one source file.
+const ARGV_MANIFEST: &str = r#"[package]
+name = "mst-argv-patterns"
+version = "0.1.0"
+edition = "2021"
+license = "Apache-2.0"
+publish = false
+"#;
+const ARGV_LIB: &str = include_str!("../../../argv-patterns/src/lib.rs");
 
 const GRADER_MANIFEST: &str = r#"[package]
 name = "{name}"
@@ -259,6 +271,8 @@ pub(crate) fn new_grader(dir: &Path, namespace: &str, name: &str, lang: Lang) ->
                 ("README.md".into(), fill(README)),
                 (".gitignore".into(), "/target\n".into()),
                 ("mst-sdk/Cargo.toml".into(), SDK_MANIFEST.into()),
+                ("mst-sdk/argv/Cargo.toml".into(), ARGV_MANIFEST.into()),
+                ("mst-sdk/argv/src/lib.rs".into(), ARGV_LIB.into()),
             ];
             files.extend(
                 SDK_FILES
@@ -340,6 +354,7 @@ mod tests {
             "mst-sdk/Cargo.toml",
             "mst-sdk/src/grader.rs",
             "mst-sdk/wit/types.wit",
+            "mst-sdk/argv/src/lib.rs",
         ] {
             assert!(dir.join(file).is_file(), "{file}");
         }

@@ -2,6 +2,7 @@
 //! plugin actually receives. Nothing outside the intersection is reachable from the sandbox.
 
 use crate::secrets::Secret;
+use mst_argv_patterns::{Declaration, TEMPLATE};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -137,7 +138,23 @@ impl Grants {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecGrant {
     pub program: String,
+    /// The argument patterns as declared: an argv template (`{argv}` first), a bag, or none.
     pub args: Vec<String>,
+}
+
+impl ExecGrant {
+    /// The arguments as a reviewer reads them: a template's words, a bag's patterns, or
+    /// `(any arguments)`.
+    pub fn describe(&self) -> String {
+        match self.args.split_first() {
+            None => "(any arguments)".to_string(),
+            Some((first, words)) if first == TEMPLATE => words.join(" "),
+            Some(_) => format!(
+                "{} (each argument one of these, in any order)",
+                self.args.join(" ")
+            ),
+        }
+    }
 }
 
 /// A `model` capability naming this admits whichever providers the operator grants (a judge
@@ -231,41 +248,56 @@ impl Effective {
     pub fn pinned_to(&self, options: &BTreeMap<String, String>) -> Result<Self, String> {
         let mut pinned = self.clone();
         for grant in &mut pinned.exec {
-            for pattern in &mut grant.args {
-                *pattern = fill_option(pattern, options)?;
-            }
+            grant.args = mst_argv_patterns::pin(&grant.args, options)?;
         }
         Ok(pinned)
     }
 
-    /// Whether `program args…` may run: the program is granted and every argument matches one
-    /// of its declared patterns (an empty pattern list allows any arguments).
+    /// Whether `program args…` may run: the program is granted and one of its declarations
+    /// admits the arguments (see [`mst_argv_patterns`]: a template word for word, a bag
+    /// pattern by pattern, no patterns any arguments).
     pub fn allows_exec(&self, program: &str, args: &[String]) -> Result<(), String> {
-        let Some(grant) = self.exec.iter().find(|g| g.program == program) else {
-            let allowed: Vec<&str> = self.exec.iter().map(|g| g.program.as_str()).collect();
+        let grants: Vec<&ExecGrant> = self.exec.iter().filter(|g| g.program == program).collect();
+        if grants.is_empty() {
+            let allowed: BTreeSet<&str> = self.exec.iter().map(|g| g.program.as_str()).collect();
             return Err(format!(
                 "running `{program}` is not allowed: a plugin runs only programs it declares and \
                  the operator grants (--allow-exec {program}); this plugin may run: {}",
                 if allowed.is_empty() {
                     "nothing".to_string()
                 } else {
-                    allowed.join(", ")
+                    allowed.into_iter().collect::<Vec<_>>().join(", ")
                 }
             ));
+        }
+        // Of the declarations that refuse, the one that came furthest is named: with a
+        // template per step, that is the step the plugin was taking.
+        let mut closest: Option<(usize, String)> = None;
+        for grant in &grants {
+            let refusal = match Declaration::parse(&grant.args) {
+                Ok(declaration) => match declaration.admits(args) {
+                    Ok(()) => return Ok(()),
+                    Err(refusal) => refusal,
+                },
+                Err(why) => mst_argv_patterns::Refusal {
+                    at: 0,
+                    message: why,
+                },
+            };
+            if closest.as_ref().is_none_or(|(at, _)| refusal.at > *at) {
+                let why = format!("`{program} {}`: {refusal}", grant.describe());
+                closest = Some((refusal.at, why));
+            }
+        }
+        let (_, why) = closest.expect("one declaration at least");
+        let others = match grants.len() {
+            1 => String::new(),
+            n => format!(" (nor any of its {} other declarations)", n - 1),
         };
-        if grant.args.is_empty() {
-            return Ok(());
-        }
-        match args
-            .iter()
-            .find(|a| !grant.args.iter().any(|p| glob_match(p, a)))
-        {
-            None => Ok(()),
-            Some(bad) => Err(format!(
-                "argument {bad:?} to `{program}` matches none of the declared patterns {:?}",
-                grant.args
-            )),
-        }
+        Err(format!(
+            "`{program} {}` matches no declaration of `{program}`: the closest is {why}{others}",
+            args.join(" ")
+        ))
     }
 
     /// A secret's value, if granted.
@@ -317,35 +349,6 @@ const RUNS_ANYTHING: &[&str] = &[
     "gawk",
 ];
 
-/// How a runner option placeholder in an argument pattern begins (see
-/// [`Effective::pinned_to`]).
-const OPTION_PLACEHOLDER: &str = "{option:";
-
-/// `pattern` with its `{option:NAME}` (or `{option:NAME=DEFAULT}`) filled from `options`.
-fn fill_option(pattern: &str, options: &BTreeMap<String, String>) -> Result<String, String> {
-    let Some(start) = pattern.find(OPTION_PLACEHOLDER) else {
-        return Ok(pattern.to_string());
-    };
-    let rest = &pattern[start + OPTION_PLACEHOLDER.len()..];
-    let end = rest
-        .find('}')
-        .ok_or_else(|| format!("argument pattern {pattern:?} opens `{{option:` without `}}`"))?;
-    let (name, default) = match rest[..end].split_once('=') {
-        Some((name, default)) => (name, Some(default)),
-        None => (&rest[..end], None),
-    };
-    let Some(value) = options.get(name).map(String::as_str).or(default) else {
-        return Ok(pattern.to_string());
-    };
-    if value.contains('*') || rest[end + 1..].contains(OPTION_PLACEHOLDER) {
-        return Err(format!(
-            "--runner-option {name}={value}: the plugin's argument pattern {pattern:?} takes it \
-             as written, and a `*` (or a second placeholder) would widen what it admits"
-        ));
-    }
-    Ok(format!("{}{value}{}", &pattern[..start], &rest[end + 1..]))
-}
-
 /// Whether `program` (by its file name) is an interpreter or a launcher (see [`RUNS_ANYTHING`];
 /// also `python`, `python3`, `python3.12`, …).
 fn runs_anything(program: &str) -> bool {
@@ -364,13 +367,38 @@ fn reads_stdin_file(pattern: &str) -> bool {
 
 /// Whether `program` with the patterns `args` may read its input from stdin without saying so:
 /// `cpio` and `dd` always can, and `tar` does when no `-f`/`--file` pattern names an archive
-/// (GNU tar's default archive is stdin, so a granted `tar -x` extracts what the plugin writes).
+/// (GNU tar's default archive is stdin, so a granted `tar -x` extracts what the plugin writes),
+/// unless all it may do is create one (`-c`), which it writes to stdout.
 fn reads_stdin_by_default(program: &str, args: &[String]) -> bool {
     match program.rsplit('/').next().unwrap_or(program) {
         "cpio" | "dd" => true,
-        "tar" => !args
-            .iter()
-            .any(|a| a.starts_with("-f") || a.starts_with("--file")),
+        "tar" => {
+            let names_file = args
+                .iter()
+                .any(|a| a.starts_with("-f") || a == "--file" || a.starts_with("--file="));
+            let only_creates = args.iter().any(|a| a == "-c" || a == "--create")
+                && args.iter().all(|a| {
+                    !a.starts_with('-')
+                        || a.starts_with("--")
+                        || !a[1..].contains(['x', 't', 'd', 'r', 'u', 'A', 'T'])
+                })
+                && !args.iter().any(|a| {
+                    [
+                        "--extract",
+                        "--get",
+                        "--list",
+                        "--diff",
+                        "--compare",
+                        "--append",
+                        "--update",
+                        "--files-from",
+                        "--concatenate",
+                    ]
+                    .iter()
+                    .any(|o| a.starts_with(o))
+                });
+            !names_file && !only_creates
+        }
         _ => false,
     }
 }
@@ -388,10 +416,10 @@ pub(crate) fn is_kubectl(program: &str) -> bool {
 /// manifests are the exception, being checked by the host); or an option pattern like `-*` or
 /// `-o*` (options are where programs hide ways to run other programs, `ssh -oProxyCommand=…`,
 /// or read files, `kubectl --kubeconfig=…`).
-pub fn broad_exec(program: &str, args: &[String]) -> Option<String> {
-    if args.is_empty() {
+pub fn broad_exec(program: &str, declared: &[String]) -> Option<String> {
+    let Some(args) = &patterns(declared) else {
         return Some(format!("`{program}` with any arguments"));
-    }
+    };
     if runs_anything(program) {
         return Some(format!(
             "`{program} {}`, and `{program}` runs whatever script or program it is given",
@@ -422,15 +450,47 @@ pub fn broad_exec(program: &str, args: &[String]) -> Option<String> {
         .map(|p| format!("`{program}` with any option matching `{p}`"))
 }
 
+/// A declaration's patterns as a reviewer reads them (a template's words without their
+/// brackets), or `None` for a declaration of no patterns, which admits any arguments. A
+/// template that does not parse is judged as written (loading reports it as an error).
+fn patterns(declared: &[String]) -> Option<Vec<String>> {
+    match Declaration::parse(declared) {
+        Ok(Declaration::AnyArguments) => None,
+        Ok(declaration) => Some(
+            declaration
+                .patterns()
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        ),
+        Err(_) => Some(declared.to_vec()),
+    }
+}
+
+/// Why an `exec` declaration of patterns is matched as a bag of words, if it is: each
+/// argument against any pattern, in any order and number, which admits combinations its
+/// author never wrote (`rm -rf` with another step's paths). An argv template (`{argv}` first)
+/// is matched word by word.
+pub fn bag_of_words(program: &str, declared: &[String]) -> Option<String> {
+    matches!(Declaration::parse(declared), Ok(Declaration::Bag(_))).then(|| {
+        format!(
+            "`{program}` argument patterns as a bag of words (any argument may be any of them, in \
+             any order and number): declare argv templates, `{TEMPLATE}` first, matched word by word"
+        )
+    })
+}
+
 /// Where an `exec` declaration lets a program that runs commands elsewhere choose the place, if
 /// it does: an `ssh` destination pattern with a wildcard (any host the operator's keys reach),
 /// `kubectl --context=*` or `--namespace=*` (any cluster or namespace their kubeconfig
 /// reaches: pin it with `{option:NAME}`), `--jobid=*` (any of the user's Slurm jobs).
-pub fn remote_wildcard(program: &str, args: &[String]) -> Option<String> {
+pub fn remote_wildcard(program: &str, declared: &[String]) -> Option<String> {
+    let args = &patterns(declared).unwrap_or_default();
     let name = program.rsplit('/').next().unwrap_or(program);
     let open = |p: &&String| p.contains('*');
     let found = match name {
-        "ssh" => args.iter().filter(open).find(|p| !p.starts_with('-')),
+        // The destination: the first word that is no option.
+        "ssh" => args.iter().find(|p| !p.starts_with('-')).filter(open),
         "kubectl" => args.iter().filter(open).find(|p| {
             ["--context=", "--namespace=", "--cluster=", "--server="]
                 .iter()
@@ -507,88 +567,6 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// Whether argument `text` matches `pattern`: `*` matches any run of characters but `/` (one
-/// path segment, or part of one), `**` any run at all. An option (an argument starting with
-/// `-`) matches only a pattern that starts with `-` too: a wildcard for host names or paths must
-/// never admit `-oProxyCommand=…` and its kind, which would make a granted program run another.
-/// And a wildcard never matches a `..` path segment, so `/**/mst-*` cannot reach
-/// `/home/u/mst-x/../.ssh`.
-fn glob_match(pattern: &str, text: &str) -> bool {
-    if text.starts_with('-') && !pattern.starts_with('-') {
-        return false;
-    }
-    if !pattern.contains('*') {
-        return pattern == text;
-    }
-    !climbs(text) && wildcard_match(pattern.as_bytes(), text.as_bytes())
-}
-
-/// Whether `text` may name a parent directory: a `..` that ends it or a path segment, whatever
-/// comes before (`/x/..`, `--dir=..`, `-C..`, `host:../x`). A name like `a..b` is no climb.
-fn climbs(text: &str) -> bool {
-    text.match_indices("..")
-        .any(|(at, _)| matches!(text.as_bytes().get(at + 2), None | Some(b'/')))
-}
-
-/// One step of a pattern.
-#[derive(Clone, Copy)]
-enum Token {
-    Byte(u8),
-    /// `*`: any run without `/`.
-    Star,
-    /// `**`: any run.
-    Stars,
-}
-
-/// `pattern` (`*`, `**`) against `text`, in time proportional to their lengths' product: both
-/// come from a plugin, and this runs in the host, outside the plugin's time limit.
-fn wildcard_match(pattern: &[u8], text: &[u8]) -> bool {
-    let mut tokens = Vec::new();
-    let mut rest = pattern;
-    while let Some((&first, tail)) = rest.split_first() {
-        match (first, tail.first()) {
-            (b'*', Some(b'*')) => {
-                tokens.push(Token::Stars);
-                rest = &tail[1..];
-            }
-            (b'*', _) => {
-                tokens.push(Token::Star);
-                rest = tail;
-            }
-            (byte, _) => {
-                tokens.push(Token::Byte(byte));
-                rest = tail;
-            }
-        }
-    }
-    // matched[j]: the tokens so far match `text[..j]`.
-    let mut matched = vec![false; text.len() + 1];
-    matched[0] = true;
-    for token in tokens {
-        let mut next = vec![false; text.len() + 1];
-        let mut open = false;
-        for j in 0..=text.len() {
-            next[j] = match token {
-                Token::Byte(byte) => j > 0 && matched[j - 1] && text[j - 1] == byte,
-                Token::Star => {
-                    // A run that would cross a `/` starts again after it.
-                    if j > 0 && text[j - 1] == b'/' {
-                        open = false;
-                    }
-                    open |= matched[j];
-                    open
-                }
-                Token::Stars => {
-                    open |= matched[j];
-                    open
-                }
-            };
-        }
-        matched = next;
-    }
-    matched[text.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -615,59 +593,6 @@ mod tests {
         let effective = Effective::intersect(&declared, &grants);
         assert_eq!(effective.models, grants.models);
         assert!(not_granted(&declared, &effective).is_empty());
-    }
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("*", "anything"));
-        assert!(glob_match("--port=*", "--port=22"));
-        assert!(!glob_match("--port=*", "-oProxyCommand=x"));
-        assert!(glob_match("a*b*c", "aXXbYYc"));
-        assert!(!glob_match("a*b*c", "acb"));
-        assert!(glob_match("exact", "exact") && !glob_match("exact", "exactly"));
-        assert!(
-            !glob_match("*", "-oProxyCommand=x"),
-            "options need option patterns"
-        );
-        assert!(!glob_match("*@*", "-oProxyCommand=a@b"));
-        assert!(glob_match("-oPort=*", "-oPort=2201"));
-        // `*` stays within a path segment; `**` crosses them.
-        assert!(glob_match("/*/mst-*", "/scratch/mst-x"));
-        assert!(!glob_match("/*/mst-*", "/home/u/mst-x"));
-        assert!(glob_match("/**/mst-*", "/home/u/mst-x"));
-        assert!(!glob_match(
-            "-oIdentityFile=/*",
-            "-oIdentityFile=/home/u/.ssh/id"
-        ));
-        assert!(glob_match(
-            "-oIdentityFile=/**",
-            "-oIdentityFile=/home/u/.ssh/id"
-        ));
-        // No wildcard reaches through `..` (the escapes of security review H2).
-        for escape in [
-            "/home/u/mst-x/..",
-            "/home/u/mst-x/../..",
-            "/home/u/mst-x/../.ssh",
-            "/tmp/mst-../x",
-        ] {
-            assert!(!glob_match("/**/mst-*", escape), "{escape}");
-        }
-        assert!(!glob_match("--chdir=*", "--chdir=.."));
-        assert!(!glob_match("-C*", "-C.."), "glued to an option");
-        assert!(!glob_match("host:**", "host:../etc"));
-        assert!(glob_match("*", "a..b"), "a range, not a parent");
-        assert!(!glob_match("**", "a/../b"));
-        assert!(
-            glob_match("**", "a/..b/c"),
-            "a name that starts with dots is no `..`"
-        );
-        assert!(
-            glob_match("exact/../path", "exact/../path"),
-            "spelled out, it is declared"
-        );
-        // Long hostile inputs take linear passes, not backtracking.
-        let long = "a".repeat(20_000);
-        assert!(!glob_match("*a*a*a*a*a*a*a*a*b", &long));
     }
 
     #[test]
@@ -700,6 +625,18 @@ mod tests {
         assert!(broad_exec("cpio", &words(&["-i"])).is_some());
         assert!(broad_exec("dd", &words(&["of=/tmp/x"])).is_some());
         assert_eq!(broad_exec("tar", &words(&["-x", "-f", "/srv/a.tar"])), None);
+        // Creating only, tar writes its archive to stdout and reads no stdin.
+        assert_eq!(
+            broad_exec("tar", &words(&["-c", "-C", "{workdir}", "{src}"])),
+            None
+        );
+        for reads in [
+            &["-c", "-T", "-"][..],
+            &["-c", "-x"],
+            &["-c", "--files-from=x"],
+        ] {
+            assert!(broad_exec("tar", &words(reads)).is_some(), "{reads:?}");
+        }
         // kubectl's stdin manifests are checked by the host before kubectl sees them.
         assert_eq!(
             broad_exec("kubectl", &words(&["apply", "--filename=-"])),
@@ -807,6 +744,74 @@ mod tests {
             some.allows_exec("sh", &[]).is_err(),
             "granted but not declared"
         );
+    }
+
+    #[test]
+    fn any_template_of_the_program_admits_and_none_admits_a_mix() {
+        let declared = [
+            exec(
+                "srun",
+                &["{argv}", "--jobid=*", "--", "mkdir", "-m0700", "/**/mst-*"],
+            ),
+            exec(
+                "srun",
+                &["{argv}", "--jobid=*", "--", "tar", "-x", "-C", "{workdir}"],
+            ),
+            exec("scancel", &["--quiet", "*"]),
+        ];
+        let grants = Grants {
+            exec: ["srun".to_string(), "scancel".to_string()].into(),
+            ..Grants::default()
+        };
+        let effective = Effective::intersect(&declared, &grants);
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for fine in [
+            &["--jobid=7", "--", "mkdir", "-m0700", "/tmp/mst-a"][..],
+            &["--jobid=7", "--", "tar", "-x", "-C", "{workdir}"],
+        ] {
+            assert!(
+                effective.allows_exec("srun", &args(fine)).is_ok(),
+                "{fine:?}"
+            );
+        }
+        // Words of one template with another's (a bag of the same words admits it).
+        let mixed = effective
+            .allows_exec(
+                "srun",
+                &args(&["--jobid=7", "--", "tar", "-x", "-C", "/tmp/mst-a"]),
+            )
+            .unwrap_err();
+        assert!(
+            mixed.contains("matches no declaration of `srun`") && mixed.contains("argument 6"),
+            "{mixed}"
+        );
+        // A bag keeps working as it did.
+        assert!(effective
+            .allows_exec("scancel", &args(&["42", "--quiet", "43"]))
+            .is_ok());
+        assert!(bag_of_words("scancel", &args(&["--quiet", "*"])).is_some());
+        assert_eq!(bag_of_words("srun", &args(&["{argv}", "--quiet"])), None);
+        assert_eq!(bag_of_words("srun", &[]), None);
+    }
+
+    #[test]
+    fn templates_are_reviewed_like_bags() {
+        let words = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // A bare `tar -x` reads the plugin's stdin, written as a template too.
+        assert!(broad_exec("tar", &words(&["{argv}", "-x", "-C", "{workdir}"])).is_some());
+        assert!(broad_exec("ssh", &words(&["{argv}", "[-o*]", "--", "h"])).is_some());
+        // A template of no words admits no arguments: nothing broad about it.
+        assert_eq!(broad_exec("true", &words(&["{argv}"])), None);
+        let ssh = words(&["{argv}", "-T", "[-oPort=*]", "--", "*", "rm -rf /**/mst-*"]);
+        let found = remote_wildcard("ssh", &ssh).unwrap();
+        assert!(found.contains("`*`"), "{found}");
+        let pinned = words(&["{argv}", "-T", "--", "ci-1", "rm -rf /**/mst-*"]);
+        assert_eq!(remote_wildcard("ssh", &pinned), None);
+        let grant = ExecGrant {
+            program: "ssh".into(),
+            args: pinned,
+        };
+        assert_eq!(grant.describe(), "-T -- ci-1 rm -rf /**/mst-*");
     }
 
     #[test]

@@ -380,17 +380,7 @@ fn describe(raw: bindings::PluginInfo, surface: &Surface, problems: &mut Vec<Pro
     }
     for capability in &capabilities {
         if let Capability::Exec { program, args } = capability {
-            if let Some(broad) = super::capabilities::broad_exec(program, args) {
-                problems.push(Problem::warning(format!(
-                    "declares {broad}: granting `{program}` admits any command (or options you \
-                     cannot review in advance, which run other programs or read files)"
-                )));
-            } else if let Some(remote) = super::capabilities::remote_wildcard(program, args) {
-                problems.push(Problem::warning(format!(
-                    "declares {remote}: granting `{program}` lets the plugin, not you, choose \
-                     where (pin it to a runner option with `{{option:NAME}}`)"
-                )));
-            }
+            review_exec(program, args, problems);
         }
     }
     Info {
@@ -399,6 +389,46 @@ fn describe(raw: bindings::PluginInfo, surface: &Surface, problems: &mut Vec<Pro
         description: sanitize(&raw.description, 1000),
         capabilities,
         options_schema,
+    }
+}
+
+/// What `mst plugin check` and loading say about one `exec` declaration: an error for a
+/// template that does not parse, warnings for a bag of words, a broad declaration, or a
+/// remote-execution wildcard.
+fn review_exec(program: &str, args: &[String], problems: &mut Vec<Problem>) {
+    // Several templates of one program often share a finding: it is said once.
+    let note = |problems: &mut Vec<Problem>, problem: Problem| {
+        if !problems.contains(&problem) {
+            problems.push(problem);
+        }
+    };
+    if let Err(why) = mst_argv_patterns::Declaration::parse(args) {
+        note(
+            problems,
+            Problem::error(format!(
+                "declares `{program}` with the argument patterns {:?}: {why}",
+                sanitize(&args.join(" "), 400)
+            )),
+        );
+    } else if let Some(bag) = super::capabilities::bag_of_words(program, args) {
+        note(problems, Problem::warning(format!("declares {bag}")));
+    }
+    if let Some(broad) = super::capabilities::broad_exec(program, args) {
+        note(
+            problems,
+            Problem::warning(format!(
+                "declares {broad}: granting `{program}` admits any command (or options you \
+             cannot review in advance, which run other programs or read files)"
+            )),
+        );
+    } else if let Some(remote) = super::capabilities::remote_wildcard(program, args) {
+        note(
+            problems,
+            Problem::warning(format!(
+                "declares {remote}: granting `{program}` lets the plugin, not you, choose \
+             where (pin it to a runner option with `{{option:NAME}}`)"
+            )),
+        );
     }
 }
 

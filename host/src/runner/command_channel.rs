@@ -394,7 +394,13 @@ mod tests {
             err.contains("`exec` template") && err.contains("--allow-exec sh"),
             "{err}"
         );
-        let narrow = sh_grants(&["-c", "cd {workdir} && exec \"$@\"", "sh", "{command}"]);
+        let narrow = sh_grants(&[
+            "{argv}",
+            "-c",
+            "cd {workdir} && exec \"$@\"",
+            "sh",
+            "{command}",
+        ]);
         let err = CommandMachine::new(&channel, &narrow, None, Instant::now())
             .err()
             .unwrap()

@@ -89,16 +89,17 @@ impl PluginRunner {
                 );
             }
         }
-        let text = json.to_string();
-        plugin
-            .check_runner_options(&text)
-            .with_context(|| format!("--runner-option for `{name}`"))?;
-        // Its declared patterns may name the operator's options (`{option:context}`).
+        // Its declared patterns may name the operator's options (`{option:context}`): pinned
+        // before its first call, `check-options` included, which may run programs too.
         let plugin = Arc::new(
             plugin
                 .pinned_to(&options)
                 .map_err(|e| anyhow::anyhow!("runner plugin `{name}`: {e}"))?,
         );
+        let text = json.to_string();
+        plugin
+            .check_runner_options(&text)
+            .with_context(|| format!("--runner-option for `{name}`"))?;
         let max_shards = plugin
             .runner_info()
             .with_context(|| format!("runner plugin `{name}`"))?
@@ -249,13 +250,17 @@ impl Runner for PluginRunner {
         )];
         // What the operator's grants let it run, spelled out, and loudly when that is anything.
         for grant in &self.plugin.effective_grants().exec {
-            let args = match grant.args.is_empty() {
-                true => "(any arguments)".to_string(),
-                false => grant.args.join(" "),
-            };
-            plan.push(format!("  it may run: {} {args}", grant.program));
+            plan.push(format!(
+                "  it may run: {} {}",
+                grant.program,
+                grant.describe()
+            ));
             if let Some(warning) = broad_grant_warning(grant) {
-                plan.push(format!("  warning: {warning}"));
+                let warning = format!("  warning: {warning}");
+                // Said once, however many templates share it.
+                if !plan.contains(&warning) {
+                    plan.push(warning);
+                }
             }
         }
         plan.extend(self.released.iter().cloned());

@@ -30,6 +30,11 @@ pub use wit_bindgen as __wit_bindgen;
 
 pub use serde_json;
 
+/// How the host matches the argv a plugin runs against its `exec` declarations: declare argv
+/// templates ([`argv::TEMPLATE`] first), and test the argv the plugin builds with
+/// [`argv::Declaration::admits`], the host's own matcher.
+pub use mst_argv_patterns as argv;
+
 mod options;
 pub use options::{parse_options, OptionsError};
 
@@ -99,6 +104,40 @@ macro_rules! world_helpers {
         /// followed only on the same host, bodies capped at 16 MiB.
         pub fn http_send(request: &HttpRequest) -> Result<HttpResponse, PluginError> {
             bindings::mst::plugin::http::send(request)
+        }
+
+        /// An `exec` capability for one way of calling `program`: an argv template (see
+        /// [`crate::argv`]), `words` matched one per argument, in order, `[word]` optional.
+        pub fn exec_template(program: &str, words: &[&str]) -> Capability {
+            let mut args = vec![crate::argv::TEMPLATE.to_string()];
+            args.extend(words.iter().map(|w| w.to_string()));
+            Capability::Exec(ExecRequest {
+                program: program.to_string(),
+                args,
+            })
+        }
+
+        /// Whether one of the `exec` declarations of `program` in `capabilities`, pinned to the
+        /// runner options `options` as the host pins them (`{option:NAME}`), admits `args`:
+        /// the host's own verdict, for a plugin's tests to prove every call it builds.
+        pub fn exec_admitted(
+            capabilities: &[Capability],
+            options: &[(&str, &str)],
+            program: &str,
+            args: &[String],
+        ) -> bool {
+            let options = options
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .collect();
+            capabilities.iter().any(|capability| match capability {
+                Capability::Exec(e) if e.program == program => crate::argv::pin(&e.args, &options)
+                    .is_ok_and(|pinned| {
+                        crate::argv::Declaration::parse(&pinned)
+                            .is_ok_and(|declaration| declaration.admits(args).is_ok())
+                    }),
+                _ => false,
+            })
         }
 
         /// Runs a host program the operator granted (see the `exec` capability).

@@ -196,10 +196,11 @@ fn interpreters_and_stdin_inputs_are_warned_about_like_any_arguments() {
     let mst = Mst::new();
     let check = mst.run(&["plugin", "check", s(&fixture("hostile-runner.wasm"))]);
     assert_eq!(check.code, 0, "{}{}", check.stdout, check.stderr);
-    // `sh -c *` (an interpreter) now warns as loudly as `ssh` with any arguments.
+    // `sh` (an interpreter) warns as loudly as `ssh` with any arguments, however exact its
+    // scripts.
     for says in [
-        "declares `sh -c *`, and `sh` runs whatever script or program it is given: granting `sh` \
-         admits any command",
+        "declares `sh -c cd {workdir} && exec \"$@\" sh {command}`, and `sh` runs whatever \
+         script or program it is given: granting `sh` admits any command",
         "declares `ssh` with any arguments: granting `ssh` admits any command",
     ] {
         assert!(check.stdout.contains(says), "{says}\n{}", check.stdout);

@@ -56,22 +56,24 @@ fn command_channels_run_only_granted_programs_and_record_the_grants() {
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     // Before any machine: what it may run, and a warning for the declaration that lets it
     // pass any option.
-    assert!(run.stderr.contains("it may run: sh -c *"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("it may run: sh -c cd {workdir} && exec \"$@\" sh {command}"),
+        "{}",
+        run.stderr
+    );
     assert!(
         run.stderr
             .contains("warning: it declared `ssh` with any arguments"),
         "{}",
         run.stderr
     );
-    // An interpreter admits any command whatever its patterns: `sh -c *` warns just as loudly.
-    assert!(
-        run.stderr.contains(
-            "warning: it declared `sh -c *`, and `sh` runs whatever script or program it is \
-             given, which you granted: that admits any command"
-        ),
-        "{}",
-        run.stderr
-    );
+    // An interpreter admits any command whatever its patterns: exact scripts warn just as
+    // loudly, for each of its three templates.
+    let interpreter = "`sh` runs whatever script or program it is given, which you granted: \
+                       that admits any command";
+    assert_eq!(run.stderr.matches(interpreter).count(), 3, "{}", run.stderr);
+    assert!(run.stderr.contains(interpreter), "{}", run.stderr);
     let check = mst.run(&[
         "plugin",
         "check",
@@ -95,8 +97,17 @@ fn command_channels_run_only_granted_programs_and_record_the_grants() {
     assert_eq!(plugin["source"], "--plugin");
     assert_eq!(plugin["declared"][0]["program"], "sh", "{plugin}");
     assert_eq!(plugin["granted"]["exec"][0]["program"], "sh", "{plugin}");
-    assert_eq!(plugin["granted"]["exec"][0]["args"], json!(["-c", "*"]));
-    assert_eq!(plugin["declared"].as_array().unwrap().len(), 2, "{plugin}");
+    assert_eq!(
+        plugin["granted"]["exec"][0]["args"],
+        json!([
+            "{argv}",
+            "-c",
+            "cd {workdir} && exec \"$@\"",
+            "sh",
+            "{command}"
+        ])
+    );
+    assert_eq!(plugin["declared"].as_array().unwrap().len(), 4, "{plugin}");
     assert!(plugin["digest"].as_str().unwrap().len() == 64);
 
     // Not granted, not declared, or an argument outside the declared patterns: the machine is
@@ -104,7 +115,11 @@ fn command_channels_run_only_granted_programs_and_record_the_grants() {
     for (behaviour, grant, says) in [
         ("shell", None, "--allow-exec sh"),
         ("ungranted", Some("sh"), "running `bash` is not allowed"),
-        ("option", Some("sh"), "argument \"-x\" to `sh` matches none"),
+        (
+            "option",
+            Some("sh"),
+            "argument 1 (\"-x\") is not what the template has",
+        ),
     ] {
         let eval = command_eval(json!(["true"]), 2, 30);
         let mut extra = vec![];
@@ -235,11 +250,11 @@ fn a_create_machine_that_never_returns_fails_only_its_shard() {
 }
 
 /// The ssh plugin's plan says that the plugin, not the operator, picks the destination (its
-/// `**` after `--`, until patterns are matched by position).
+/// `*` after `--`: the `hosts` option is a list, which no pattern can pin).
 fn assert_the_plan_warns_of_any_destination(run: &mst_tests::Run) {
     assert!(
         run.stderr.contains(
-            "warning: it declared `ssh` with `**`, which runs commands on any host the operator's \
+            "warning: it declared `ssh` with `*`, which runs commands on any host the operator's \
              ssh keys"
         ),
         "{}",

@@ -18,8 +18,8 @@
 //! Security level to make that binding.
 
 use mst_sdk::runner::{
-    self, Capability, CommandChannel, ErrorCode, ExecRequest, Machine, MachineSpec, PluginError,
-    PluginInfo, Runner, RunnerInfo, Shard,
+    self, Capability, CommandChannel, ErrorCode, Machine, MachineSpec, PluginError, PluginInfo,
+    Runner, RunnerInfo, Shard,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -79,36 +79,39 @@ const SCHEMA: &str = r#"{
 const PUT: &str = "mkdir -p {workdir} && tar -xf - -C {workdir}";
 const GET: &str = "tar -cf - -C {workdir} {src}";
 
-/// `kubectl` arguments this plugin may use. No `*` on its own: the verbs, the pod names (all
-/// `mst-…`) and the remote command lines are spelled out, so a granted kubectl cannot be
-/// turned to `config view`, `proxy` or `--kubeconfig=…`. What `apply` creates is the
-/// manifest this plugin writes (one pod), which the host checks is a hardened pod before
-/// kubectl sees it (and refuses otherwise); the cluster's own policies decide the rest.
-const KUBECTL_PATTERNS: &[&str] = &[
-    // The host fills these with the operator's options, so the plugin runs in no other
-    // namespace or cluster than the ones the operator named.
+/// `kubectl`'s first words, as [`Pod::argv`] writes them: filled by the host with the
+/// operator's options, so the plugin runs in no other namespace or cluster than theirs.
+const KUBECTL_TARGET: &[&str] = &[
     "--namespace={option:namespace=default}",
-    "--context={option:context}",
-    "--filename=-",
-    "--for=condition=Ready",
-    "--timeout=*",
-    "--wait=false",
-    "--ignore-not-found",
-    "-i",
-    "--",
-    "-c",
-    "apply",
-    "wait",
-    "exec",
-    "delete",
-    "pod",
-    "pod/mst-*",
-    "mst-*",
-    "sh",
-    PUT,
-    GET,
-    "{command}",
+    "[--context={option:context}]",
 ];
+
+/// What follows them, one template each: apply the manifest (read from stdin, which the host
+/// checks is a hardened pod before kubectl sees it), wait for the pod, the worker's command and
+/// the put and get steps in it, delete it. No `*` on its own: a granted kubectl cannot be
+/// turned to `config view`, `proxy` or `--kubeconfig=…`.
+const KUBECTL_VERBS: &[&[&str]] = &[
+    &["apply", "--filename=-"],
+    &["wait", "--for=condition=Ready", "pod/mst-*", "--timeout=*"],
+    &["exec", "-i", "mst-*", "--", "{command}"],
+    &["exec", "-i", "mst-*", "--", "sh", "-c", PUT],
+    &["exec", "-i", "mst-*", "--", "sh", "-c", GET],
+    &[
+        "delete",
+        "pod",
+        "mst-*",
+        "--wait=false",
+        "--ignore-not-found",
+    ],
+];
+
+/// What the plugin declares: one `kubectl` template per verb.
+fn declared() -> Vec<Capability> {
+    KUBECTL_VERBS
+        .iter()
+        .map(|verb| runner::exec_template("kubectl", &[KUBECTL_TARGET, verb].concat()))
+        .collect()
+}
 
 /// One pod and how to reach it; also the machine id `dispose-machine` gets back.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -253,10 +256,7 @@ impl Runner for Kubernetes {
             name: "mst/runner/kubernetes".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             description: "Shards in Kubernetes pods, through kubectl".into(),
-            capabilities: vec![Capability::Exec(ExecRequest {
-                program: "kubectl".into(),
-                args: KUBECTL_PATTERNS.iter().map(|p| p.to_string()).collect(),
-            })],
+            capabilities: declared(),
             options_schema: Some(SCHEMA.into()),
         }
     }
@@ -369,5 +369,51 @@ mod tests {
         );
         assert!(parse(r#"{"image":"x","nodeSelector":"pool"}"#).is_err());
         assert!(parse(r#"{"image":"x","hostPath":"/"}"#).is_err());
+    }
+
+    #[test]
+    fn every_command_is_a_declared_template_pinned_to_the_operators_cluster() {
+        let given = [("namespace", "evals"), ("context", "lab")];
+        let admitted =
+            |argv: &[String]| runner::exec_admitted(&declared(), &given, "kubectl", argv);
+        let pod = Pod {
+            name: "mst-r-0-0f0f0f".into(),
+            namespace: "evals".into(),
+            context: Some("lab".into()),
+        };
+        for argv in [
+            pod.argv(&["apply", "--filename=-"]),
+            pod.argv(&[
+                "wait",
+                "--for=condition=Ready",
+                "pod/mst-r-0-0f0f0f",
+                "--timeout=120s",
+            ]),
+            pod.argv(&["exec", "-i", &pod.name, "--", "{command}"]),
+            pod.argv(&["exec", "-i", &pod.name, "--", "sh", "-c", PUT]),
+            pod.argv(&["exec", "-i", &pod.name, "--", "sh", "-c", GET]),
+            pod.argv(&[
+                "delete",
+                "pod",
+                &pod.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ]),
+        ] {
+            assert!(admitted(&argv), "{argv:?}");
+        }
+        // Another namespace or cluster, another verb, a verb's words swapped: refused.
+        let elsewhere = Pod {
+            namespace: "kube-system".into(),
+            ..pod.clone()
+        };
+        assert!(!admitted(&elsewhere.argv(&["apply", "--filename=-"])));
+        assert!(!admitted(&pod.argv(&["get", "secrets"])));
+        assert!(!admitted(
+            &pod.argv(&["exec", "-i", &pod.name, "--", "sh", "-c", "id"])
+        ));
+        assert!(!admitted(
+            &pod.argv(&["delete", "pod", &pod.name, &pod.name])
+        ));
     }
 }

