@@ -194,6 +194,16 @@ impl Mst {
     }
 }
 
+/// A stored trace's events of `kind` (`tool-call`, `custom`, …).
+pub fn events<'a>(trace: &'a serde_json::Value, kind: &str) -> Vec<&'a serde_json::Value> {
+    trace["trace"]["events"]
+        .as_array()
+        .expect("a trace has events")
+        .iter()
+        .filter(|e| e["type"] == kind)
+        .collect()
+}
+
 /// A JSON file's contents; panics with the path when it is missing or not JSON.
 pub fn read_json(path: &Path) -> serde_json::Value {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

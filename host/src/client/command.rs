@@ -113,6 +113,16 @@ pub struct CommandClient {
     model: Option<String>,
     /// The agent CLI it runs, when it is one.
     driver: Option<std::sync::Arc<dyn Driver>>,
+    /// The variant's MCP servers, which its program reaches through the tool proxy.
+    tools: Option<Tools>,
+}
+
+/// What a trial's tool proxy serves: the variant's servers, its tool policy and the tokens
+/// the servers take.
+struct Tools {
+    servers: BTreeMap<String, crate::eval::config::ServerConfig>,
+    policy: crate::eval::config::ToolPolicy,
+    tokens: BTreeMap<String, Secret>,
 }
 
 impl CommandClient {
@@ -153,6 +163,7 @@ impl CommandClient {
             resume,
             model: None,
             driver: None,
+            tools: None,
         })
     }
 
@@ -179,12 +190,28 @@ impl CommandClient {
             resume_token: tokens.get(RESUME_TOKEN).cloned(),
             model: None,
             driver: Some(driver),
+            tools: None,
         }
     }
 
     /// The client, with the variant's `model` for `MST_MODEL`.
     pub fn with_model(mut self, model: Option<&str>) -> Self {
         self.model = model.map(str::to_string);
+        self
+    }
+
+    /// The client, its program reaching the variant's MCP servers (if it has any) through the
+    /// tool proxy, which `MST_MCP_CONFIG` names; `tokens` holds the servers' tokens.
+    pub fn with_tools(
+        mut self,
+        spec: &crate::eval::config::VariantSpec,
+        tokens: &BTreeMap<String, Secret>,
+    ) -> Self {
+        self.tools = (!spec.servers.is_empty()).then(|| Tools {
+            servers: spec.servers.clone(),
+            policy: spec.tool_policy.clone(),
+            tokens: tokens.clone(),
+        });
         self
     }
 }
@@ -374,27 +401,45 @@ impl CommandClient {
         deadline: Instant,
         trace: &mut Recorder<'t>,
     ) -> Result<ProgramEnd, String> {
-        let (command, name) = match &self.driver {
-            Some(driver) => {
-                let launch = driver.launch(input, text, resume_with)?;
-                trace.push(EventKind::Custom {
-                    name: AGENT_CLI_EVENT.into(),
-                    data: serde_json::json!({"client": driver.name(), "version": launch.version}),
-                });
-                self.launched(input, launch.argv, &launch.env)?
+        super::mcp::on_trial_runtime(async {
+            // The tool proxy's calls, recorded as they are answered.
+            let (events, mut proxied) = tokio::sync::mpsc::unbounded_channel();
+            let proxy = match &self.tools {
+                Some(tools) => Some(start_proxy(tools, input, events, trace.started()).await?),
+                None => None,
+            };
+            let mcp_config = proxy.as_ref().map(|(_, path)| path.as_path());
+            let (command, name) = match &self.driver {
+                Some(driver) => {
+                    let launch = driver.launch(input, text, resume_with)?;
+                    trace.push(EventKind::Custom {
+                        name: AGENT_CLI_EVENT.into(),
+                        data: serde_json::json!({"client": driver.name(), "version": launch.version}),
+                    });
+                    self.launched(input, launch.argv, &launch.env)?
+                }
+                None => self.command(input, text, resume_with, mcp_config)?,
+            };
+            let run = ProgramRun {
+                client: self,
+                input,
+                sink,
+                deadline,
+                trace: &mut *trace,
+                answer: String::new(),
+                stream: self.driver.as_ref().map(|d| d.stream()),
+                proxied: &mut proxied,
+            };
+            let end = run.run(command, &name, text).await;
+            if let Some((proxy, _)) = proxy {
+                proxy.close().await;
             }
-            None => self.command(input, text, resume_with)?,
-        };
-        let run = ProgramRun {
-            client: self,
-            input,
-            sink,
-            deadline,
-            trace,
-            answer: String::new(),
-            stream: self.driver.as_ref().map(|d| d.stream()),
-        };
-        super::mcp::on_trial_runtime(run.run(command, &name, text)).map_err(|e| format!("{e:#}"))?
+            while let Ok((kind, at)) = proxied.try_recv() {
+                trace.push_at(at, kind);
+            }
+            end
+        })
+        .map_err(|e| format!("{e:#}"))?
     }
 
     /// An agent CLI's command for one trial, as its driver launched it: stdio piped, stdin
@@ -427,6 +472,7 @@ impl CommandClient {
         input: &TrialInput<'_>,
         text: &str,
         resume_with: Option<&str>,
+        mcp_config: Option<&Path>,
     ) -> Result<(GroupCommand, String), String> {
         let argv_text = if self.options.input == InputMode::Argv {
             text
@@ -454,6 +500,7 @@ impl CommandClient {
             .envs(gateway_env.into_iter().flatten())
             .envs(self.secret_values.iter().map(|(k, v)| (k, v.expose())))
             .envs(input.evidence.map(|e| (super::ARTIFACTS_ENV, e.hand_out())))
+            .envs(mcp_config.map(|path| (super::tool_proxy::MCP_CONFIG_ENV, path)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         command.stdin(if self.options.input == InputMode::Stdin {
@@ -495,6 +542,8 @@ struct ProgramRun<'a, 't> {
     /// An agent CLI's stdout reader: its lines become events and its final answer the
     /// answer.
     stream: Option<Box<dyn super::agent_cli::AgentStream + Send>>,
+    /// The calls the tool proxy answered, recorded as they come.
+    proxied: &'a mut tokio::sync::mpsc::UnboundedReceiver<super::tool_proxy::ProxyEvent>,
 }
 
 impl ProgramRun<'_, '_> {
@@ -580,6 +629,7 @@ impl ProgramRun<'_, '_> {
         };
         loop {
             tokio::select! {
+                Some((kind, at)) = self.proxied.recv() => self.trace.push_at(at, kind),
                 Some(output) = outputs.recv() => {
                     self.record(output);
                     // The token budget is checked as the agent reports its usage, not after
@@ -708,6 +758,33 @@ impl ProgramRun<'_, '_> {
             }
         }
     }
+}
+
+/// Starts the trial's tool proxy for `tools` and writes its `mcpServers` file into the
+/// trial's home: the proxy and the file's path. The proxy's token is the trial's own, refused
+/// once the proxy closes with the trial, like a gateway token; so it is not redacted.
+async fn start_proxy(
+    tools: &Tools,
+    input: &TrialInput<'_>,
+    events: tokio::sync::mpsc::UnboundedSender<super::tool_proxy::ProxyEvent>,
+    started: Instant,
+) -> Result<(super::tool_proxy::ToolProxy, std::path::PathBuf), String> {
+    let proxy = super::tool_proxy::ToolProxy::start(
+        &tools.servers,
+        &tools.policy,
+        &tools.tokens,
+        &input.place,
+        events,
+        started,
+    )
+    .await
+    .map_err(|e| format!("{e:#}"))?;
+    let path = input.place.home.join("mcp-servers.json");
+    if let Err(e) = std::fs::write(&path, proxy.mcp_config().to_string()) {
+        proxy.close().await;
+        return Err(format!("cannot write {}: {e}", path.display()));
+    }
+    Ok((proxy, path))
 }
 
 /// Writes `text` to the program's stdin, if it has one, then closes it: the program sees the

@@ -157,7 +157,7 @@ impl Session {
     /// [`SERVER_EXIT`] to exit; then its process group goes anyway, with any helper it left
     /// (launchers such as npx leave one, which would outlive the trial and hold the worker's
     /// stderr).
-    async fn close(self) {
+    pub(super) async fn close(self) {
         let _ = self.service.cancel().await;
         if let Some(mut server) = self.server {
             let _ = tokio::time::timeout(SERVER_EXIT, server.wait()).await;
@@ -212,6 +212,31 @@ pub(super) async fn connect(
     tokens: &BTreeMap<String, Secret>,
     place: &TrialPlace<'_>,
 ) -> Result<Session> {
+    prepare(config, label, tokens, place)?.open().await
+}
+
+/// A server ready to be started or reached: everything taken from the config, the tokens and
+/// the trial's place, so that it can be opened later, on first use (the tool proxy's).
+pub(super) enum Pending {
+    /// The server's program, set up to run in the trial's place.
+    Stdio {
+        command: crate::process::GroupCommand,
+        program: String,
+    },
+    /// The transport to a streamable-HTTP server, with its headers.
+    Http {
+        transport: rmcp::transport::StreamableHttpClientTransport<reqwest::Client>,
+        url: String,
+    },
+}
+
+/// [`connect`]'s first half: the server's command or transport, with its secrets.
+pub(super) fn prepare(
+    config: &ServerConfig,
+    label: &str,
+    tokens: &BTreeMap<String, Secret>,
+    place: &TrialPlace<'_>,
+) -> Result<Pending> {
     let secret = |name: &str| {
         tokens
             .get(&crate::secrets::secret_token(name))
@@ -248,23 +273,9 @@ pub(super) async fn connect(
             for (var, name) in &server.env_secrets {
                 command.command_mut().env(var, secret(name)?.expose());
             }
-            let mut child = AsyncGroupChild::spawn(command)
-                .with_context(|| format!("cannot start `{}`", server.command))?;
-            let (stdin, stdout, stderr) = child.take_pipes();
-            let tail = StderrTail::follow(stderr.expect("piped"));
-            let pipes = (stdout.expect("piped"), stdin.expect("piped"));
-            let service = match ().serve(pipes).await {
-                Ok(service) => service,
-                Err(e) => {
-                    // The server has usually exited: give its last words a moment to arrive.
-                    let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    return Err(anyhow::Error::new(e).context(tail.explain(&server.command)));
-                }
-            };
-            Ok(Session {
-                service,
-                server: Some(child),
+            Ok(Pending::Stdio {
+                command,
+                program: server.command.clone(),
             })
         }
         ServerConfig::Http(server) => {
@@ -305,14 +316,48 @@ pub(super) async fn connect(
                 client,
                 transport_config,
             );
-            let service = ()
-                .serve(transport)
-                .await
-                .with_context(|| format!("cannot connect to {}", server.url))?;
-            Ok(Session {
-                service,
-                server: None,
+            Ok(Pending::Http {
+                transport,
+                url: server.url.clone(),
             })
+        }
+    }
+}
+
+impl Pending {
+    /// [`connect`]'s second half: starts the program, or reaches the URL, and speaks MCP.
+    pub(super) async fn open(self) -> Result<Session> {
+        match self {
+            Pending::Stdio { command, program } => {
+                let mut child = AsyncGroupChild::spawn(command)
+                    .with_context(|| format!("cannot start `{program}`"))?;
+                let (stdin, stdout, stderr) = child.take_pipes();
+                let tail = StderrTail::follow(stderr.expect("piped"));
+                let pipes = (stdout.expect("piped"), stdin.expect("piped"));
+                let service = match ().serve(pipes).await {
+                    Ok(service) => service,
+                    Err(e) => {
+                        // The server has usually exited: give its last words a moment.
+                        let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        return Err(anyhow::Error::new(e).context(tail.explain(&program)));
+                    }
+                };
+                Ok(Session {
+                    service,
+                    server: Some(child),
+                })
+            }
+            Pending::Http { transport, url } => {
+                let service =
+                    ().serve(transport)
+                        .await
+                        .with_context(|| format!("cannot connect to {url}"))?;
+                Ok(Session {
+                    service,
+                    server: None,
+                })
+            }
         }
     }
 }
@@ -323,7 +368,8 @@ fn header_name(name: &str) -> Result<HeaderName> {
         .with_context(|| format!("{name:?} is not a header name"))
 }
 
-fn text_of(result: &rmcp::model::CallToolResult) -> String {
+/// The text of a tool's result: its text blocks, or its structured content without any.
+pub(super) fn text_of(result: &rmcp::model::CallToolResult) -> String {
     let texts: Vec<&str> = result
         .content
         .iter()

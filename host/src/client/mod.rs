@@ -7,6 +7,7 @@ pub mod agent_cli;
 pub mod api;
 pub mod command;
 pub mod mcp;
+pub mod tool_proxy;
 
 use crate::eval::config::VariantSpec;
 use crate::eval::trial::{CaseRecord, EventKind, TraceEvent, TraceRecord, TrialStatus};
@@ -324,7 +325,9 @@ pub fn client(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<B
     let options = spec.client_options.as_ref();
     match spec.client.as_str() {
         "command" => Ok(Box::new(
-            command::CommandClient::new(options, tokens)?.with_model(spec.model.as_deref()),
+            command::CommandClient::new(options, tokens)?
+                .with_model(spec.model.as_deref())
+                .with_tools(spec, tokens),
         )),
         "mcp" => Ok(Box::new(mcp::McpClient::new(
             &spec.servers,

@@ -276,6 +276,10 @@ pub enum TrialStatus {
     Infra,
 }
 
+/// The `custom` event recording a tool call the tool proxy refused (a dry run's write, say):
+/// `{"server", "tool", "reason"}`. The call itself is recorded too, its result an error.
+pub const TOOL_BLOCKED_EVENT: &str = "tool-blocked";
+
 /// What happened in one trace event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]

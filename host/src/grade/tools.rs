@@ -6,7 +6,7 @@
 //! `SERVER__TOOL` when the call names its server (the `api` client records the two apart).
 //! Expected arguments match partially: see [`partial_match`].
 
-use crate::eval::trial::{EventKind, TraceRecord};
+use crate::eval::trial::{EventKind, TraceRecord, TOOL_BLOCKED_EVENT};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
@@ -64,6 +64,8 @@ pub enum ToolAssertion {
     NoErrors,
     /// `tool-not-called`: none of these names is called.
     NotCalled(Vec<String>),
+    /// `no-blocked-calls`: the tool proxy refused no call (a dry run's write, a hidden tool).
+    NoBlocked,
 }
 
 /// One recorded call, as the assertions read it.
@@ -118,6 +120,27 @@ fn calls(trace: &TraceRecord) -> Vec<Call<'_>> {
             _ => None,
         })
         .collect()
+}
+
+/// `no-blocked-calls`: passes when no `tool-blocked` event is in `trace`; the reason names the
+/// tools refused and why.
+fn no_blocked(trace: &TraceRecord) -> (bool, String) {
+    let blocked: Vec<String> = trace
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Custom { name, data } if name == TOOL_BLOCKED_EVENT => Some(format!(
+                "{} ({})",
+                data["tool"].as_str().unwrap_or("?"),
+                data["reason"].as_str().unwrap_or("refused")
+            )),
+            _ => None,
+        })
+        .collect();
+    match blocked.is_empty() {
+        true => (true, "no call was blocked".to_string()),
+        false => (false, format!("calls were blocked: {}", list(blocked))),
+    }
 }
 
 /// Whether `actual` holds what `expected` asks for: an object matches an object having each of
@@ -201,6 +224,10 @@ impl ToolAssertion {
                 None => Ok(ToolAssertion::NoErrors),
                 Some(_) => bail!("the `no-tool-errors` assertion takes no `value`"),
             },
+            "no-blocked-calls" => match value {
+                None => Ok(ToolAssertion::NoBlocked),
+                Some(_) => bail!("the `no-blocked-calls` assertion takes no `value`"),
+            },
             "tool-not-called" => {
                 let what = "a tool name or a list of tool names";
                 let names: Vec<String> = match value.with_context(|| needs(what))? {
@@ -268,6 +295,7 @@ impl ToolAssertion {
                     )
                 }
             }
+            ToolAssertion::NoBlocked => no_blocked(trace),
             ToolAssertion::NotCalled(names) => {
                 let hit: Vec<String> = calls
                     .iter()
@@ -292,11 +320,12 @@ impl ToolAssertion {
 }
 
 /// The assertion names this module serves.
-pub const NAMES: [&str; 4] = [
+pub const NAMES: [&str; 5] = [
     "tools-called",
     "tool-call-count",
     "no-tool-errors",
     "tool-not-called",
+    "no-blocked-calls",
 ];
 
 fn check_called(expected: &ToolsCalled, calls: &[Call<'_>]) -> (bool, String) {
@@ -532,6 +561,32 @@ mod tests {
             &TraceRecord::default(),
         );
         assert!(!ok && reason.ends_with("called: nothing"), "{reason}");
+    }
+
+    #[test]
+    fn a_call_the_proxy_blocked_fails_no_blocked_calls_naming_it() {
+        let clean = ToolAssertion::parse("no-blocked-calls", None).unwrap();
+        assert_eq!(
+            clean.check(&convert_then_get()),
+            (true, "no call was blocked".into())
+        );
+        let mut trace = convert_then_get();
+        trace.events.push(crate::eval::trial::TraceEvent {
+            seq: 9,
+            at_ms: 0,
+            kind: EventKind::Custom {
+                name: TOOL_BLOCKED_EVENT.into(),
+                data: json!({"server": "fs", "tool": "write_file", "reason": "blocked: dry run"}),
+            },
+        });
+        assert_eq!(
+            clean.check(&trace),
+            (
+                false,
+                "calls were blocked: write_file (blocked: dry run)".into()
+            )
+        );
+        assert!(ToolAssertion::parse("no-blocked-calls", Some(&json!(1))).is_err());
     }
 
     #[test]

@@ -507,6 +507,7 @@ fn stage(
         servers: BTreeMap::new(),
         provider: None,
         checks: Vec::new(),
+        tool_policy: Default::default(),
     };
     // Only the plugin judges travel: the coordinator makes the assertions' calls itself.
     let plugin_judges = |configs: &[crate::eval::config::JudgeConfig]| {

@@ -927,7 +927,7 @@ impl<'a> ShardSession<'a> {
         let inputs = inputs.clone();
         let caller = match &self.bundle.grading {
             Some(work) => Caller::Judges(work.plugins.clone()),
-            None => Caller::Agent(spec.clone()),
+            None => Caller::Agent(Box::new(spec.clone())),
         };
         CallJob {
             key,

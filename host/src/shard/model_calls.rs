@@ -258,7 +258,7 @@ impl ModelCalls {
 pub enum Caller {
     /// A trial's agent: it gets its variant's model, whatever it asks for (the eval chooses
     /// the model).
-    Agent(VariantSpec),
+    Agent(Box<VariantSpec>),
     /// A grade shard's judges, these grader plugins: a call gets the model it names, if the
     /// plugin it names is one of them and is granted the model's provider; the call counts to
     /// that plugin.
@@ -497,7 +497,7 @@ mod tests {
         // An agent gets its variant's model, whatever it names.
         let spec: VariantSpec =
             serde_json::from_value(json!({"client": "codex", "model": "acme/m"})).unwrap();
-        let chosen = Caller::Agent(spec)
+        let chosen = Caller::Agent(Box::new(spec))
             .choose(&asking("gpt-5", None))
             .unwrap_or_else(|a| panic!("{:?}", a.refused));
         assert_eq!(

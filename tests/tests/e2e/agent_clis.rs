@@ -3,7 +3,7 @@
 //! coordinator through the machine's model gateway in the wire format each CLI speaks; their
 //! MCP servers are real. The tool assertions grade the calls each CLI's stream reports.
 
-use mst_tests::{read_trace, require_program, Eval, Mst};
+use mst_tests::{events, read_trace, require_program, Eval, Mst};
 use serde_json::{json, Value};
 
 /// An eval of one case on `client`, its model `mock/script` calling `tool` with `arguments`
@@ -21,16 +21,6 @@ fn cli_eval(client: &str, servers: Value, tool: &str, arguments: Value, answer: 
                "timeout": 120}),
         &[json!({"id": "c1", "input": "Use the tool, then answer."})],
     )
-}
-
-/// The trace's events of `kind`.
-fn events<'a>(trace: &'a Value, kind: &str) -> Vec<&'a Value> {
-    trace["trace"]["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == kind)
-        .collect()
 }
 
 /// Checks `eval`'s one trial: its tool call seen with server and tool, its result, the answer,

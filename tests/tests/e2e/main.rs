@@ -38,5 +38,6 @@ mod serve_mcp;
 mod session;
 mod slurm;
 mod stream;
+mod tool_proxy;
 mod web;
 mod workspaces;

@@ -35,6 +35,12 @@ pub struct VariantConfig {
     /// The Docker image this variant's trials run in, in place of the runner's `image`.
     #[serde(default)]
     pub image: Option<String>,
+    /// What the tool proxy shows this variant's client, replacing the eval's `tools`.
+    #[serde(default)]
+    pub tools: Option<BTreeMap<String, super::ToolOverride>>,
+    /// Replaces the eval's `dryRun`.
+    #[serde(default)]
+    pub dry_run: Option<super::DryRun>,
 }
 
 /// The placeholder in `clientOptions.resume.arg` that the held resume token replaces.
@@ -137,6 +143,9 @@ pub struct VariantSpec {
     /// The checks the worker runs after each of this variant's trials.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckSpec>,
+    /// What the tool proxy shows the client of its servers' tools, and lets through.
+    #[serde(default, skip_serializing_if = "super::ToolPolicy::is_empty")]
+    pub tool_policy: super::ToolPolicy,
 }
 
 impl VariantSpec {

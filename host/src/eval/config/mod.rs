@@ -11,6 +11,7 @@ mod limits;
 mod mst_format;
 mod servers;
 mod suggest;
+mod tools;
 mod validate;
 mod workspace;
 
@@ -21,6 +22,7 @@ pub use limits::{ArtifactsConfig, RateLimits};
 pub use mst_format::mst_format_error;
 pub use servers::{HttpServer, ServerConfig, StdioServer};
 pub use suggest::{located, suggest, suggesting};
+pub use tools::{DryRun, ToolOverride, ToolPolicy, TOOL_KEY_SEPARATOR};
 pub use validate::{seconds, MAX_SECONDS};
 pub use workspace::WorkspaceSpec;
 
@@ -132,6 +134,14 @@ pub struct EvalConfig {
     /// Checks run inside the machine after each trial (a variant's own replace them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckSpec>,
+    /// What the tool proxy shows the clients of the servers' tools, by `SERVER__TOOL` (a
+    /// variant's own replace them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, ToolOverride>,
+    /// Servers whose tools run only when read-only (`true`: all of them; a variant's own
+    /// replaces it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<DryRun>,
     /// The files laid fresh into every trial's work directory before its client starts (a
     /// variant's or a case's own replace them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -268,6 +278,10 @@ impl EvalConfig {
             servers,
             provider,
             checks: overrides.checks.unwrap_or_else(|| self.checks.clone()),
+            tool_policy: ToolPolicy {
+                tools: overrides.tools.unwrap_or_else(|| self.tools.clone()),
+                dry_run: overrides.dry_run.or_else(|| self.dry_run.clone()),
+            },
         }
     }
 

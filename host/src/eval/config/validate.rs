@@ -150,6 +150,12 @@ impl EvalConfig {
                 false => "clientOptions.resume".to_string(),
             };
             let spec = self.variant(&name);
+            let labels: Vec<&str> = spec.servers.keys().map(String::as_str).collect();
+            let tools_place = match self.variants.get(&name).is_some_and(|v| v.tools.is_some()) {
+                true => format!("variants.{name}.tools"),
+                false => format!("tools (variant `{name}`)"),
+            };
+            spec.tool_policy.check(&labels, &tools_place)?;
             if let Some(value) = spec.client_options.as_ref().and_then(|o| o.get("resume")) {
                 if spec.client != "command" {
                     bail!(

@@ -1,0 +1,170 @@
+//! The tool proxy: an agent that is an ordinary MCP client (the Python MCP SDK) reaches the
+//! variant's real servers (`mcp-server-time` over stdio, `server-filesystem` over stdio)
+//! through `MST_MCP_CONFIG`, and mst sees, rewrites and refuses its calls though it drives
+//! none of them.
+
+use mst_tests::{events, only_run, read_json, read_trace, root, s, Mst};
+use serde_json::{json, Value};
+
+/// The case: the time now, a conversion (hidden in one variant), a write and a read back.
+const CASE: &str = r#"{"id": "c", "input": {"calls": [
+    {"server": "time", "tool": "get_current_time", "arguments": {"timezone": "UTC"}},
+    {"server": "time", "tool": "convert_time", "arguments": {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}},
+    {"server": "fs", "tool": "write_file", "arguments": {"path": "planted.txt", "content": "landed"}},
+    {"server": "fs", "tool": "read_text_file", "arguments": {"path": "planted.txt"}}
+]}}"#;
+
+/// What the agent printed: the tools it was shown and each call's result.
+fn agent_saw(trace: &Value) -> Value {
+    serde_json::from_str(trace["trace"]["finalText"].as_str().unwrap()).unwrap()
+}
+
+/// What the agent got back from its call to `tool`.
+fn result_of<'s>(saw: &'s Value, tool: &str) -> &'s Value {
+    let results = saw["results"].as_array().unwrap();
+    results
+        .iter()
+        .find(|r| r["tool"] == tool)
+        .unwrap_or_else(|| panic!("no {tool}: {saw}"))
+}
+
+#[test]
+fn an_mcp_client_agent_sees_the_variants_tools_and_its_dry_run_write_never_lands() {
+    mst_tests::require_program("mcp-server-filesystem", ".ci/run installs it from npm");
+    let standins = root().join("tests/standins");
+    let mst = Mst::exposing(&[&standins]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({
+        "name": "tool-proxy",
+        "datasets": ["cases.jsonl"],
+        "servers": {
+            "time": {"command": "python3", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]},
+            "fs": {"command": "mcp-server-filesystem", "args": ["."]}
+        },
+        "client": "command",
+        "clientOptions": {"command": ["python3", s(&standins.join("mcp_agent.py"))]},
+        "variants": {
+            "plain": {},
+            "rewritten": {
+                "tools": {
+                    "time__get_current_time": {"description": "REWRITTEN: the time now"},
+                    "time__convert_time": {"hidden": true}
+                },
+                "dryRun": ["fs"]
+            }
+        },
+        "judges": [
+            {"assert": "tools-called", "value": {"tools": [{"name": "get_current_time"}]}},
+            {"assert": "no-blocked-calls"}
+        ],
+        "timeout": 60
+    });
+    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("cases.jsonl"),
+        CASE.replace('\n', "") + "\n",
+    )
+    .unwrap();
+    let results = dir.path().join("results");
+    let run = mst.run(&[
+        "run",
+        "--config",
+        s(&dir.path().join("eval.json")),
+        "--results-dir",
+        s(&results),
+    ]);
+    assert_eq!(
+        run.code, 1,
+        "a blocked call fails its case\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    let run_dir = only_run(&results, "tool-proxy");
+
+    assert_the_plain_variant_sees_the_servers_as_they_are(&read_trace(&run_dir, "plain/c/0"));
+    assert_the_variants_view_is_rewritten_and_its_write_refused(&read_trace(
+        &run_dir,
+        "rewritten/c/0",
+    ));
+    // Both variants' calls satisfy `tools-called`, though mst drove none of them; the dry
+    // run's blocked write fails `no-blocked-calls`, naming it.
+    let summary = read_json(&run_dir.join("summary.json"));
+    assert_eq!(summary["variants"]["plain"]["passed"], 1, "{summary}");
+    assert_eq!(summary["variants"]["rewritten"]["failed"], 1, "{summary}");
+    assert!(
+        run.stdout
+            .contains("calls were blocked: write_file (blocked: dry run)")
+            && !run.stdout.contains("tools-called: expected"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// As the servers are: every tool, the write lands and reads back; every call recorded by the
+/// proxy with its server, though the agent drove them.
+fn assert_the_plain_variant_sees_the_servers_as_they_are(plain: &Value) {
+    let saw = agent_saw(plain);
+    let time_tools = saw["tools"]["time"].as_array().unwrap();
+    assert!(
+        time_tools.iter().any(|t| t["name"] == "convert_time"),
+        "{saw}"
+    );
+    assert_eq!(result_of(&saw, "read_text_file")["text"], "landed", "{saw}");
+    // Every call recorded by the proxy, with its server, though the agent drove them.
+    let calls = events(plain, "tool-call");
+    let called: Vec<&str> = calls.iter().map(|c| c["tool"].as_str().unwrap()).collect();
+    assert_eq!(
+        called,
+        [
+            "write_file",
+            "read_text_file",
+            "get_current_time",
+            "convert_time"
+        ]
+    );
+    assert!(calls.iter().all(|c| c["server"].is_string()), "{calls:?}");
+    assert_eq!(events(plain, "tool-result").len(), 4);
+    // Without the trial's token, neither endpoint answers.
+    assert_eq!(
+        saw["withoutToken"],
+        json!({"fs": 401, "time": 401}),
+        "{saw}"
+    );
+}
+
+/// The variant's view: the rewritten description, no hidden tool; the write refused, never
+/// reaching the server (the read finds no file), and recorded as blocked.
+fn assert_the_variants_view_is_rewritten_and_its_write_refused(rewritten: &Value) {
+    let saw = agent_saw(rewritten);
+    let time_tools = saw["tools"]["time"].as_array().unwrap();
+    let now = time_tools
+        .iter()
+        .find(|t| t["name"] == "get_current_time")
+        .unwrap();
+    assert_eq!(now["description"], "REWRITTEN: the time now");
+    assert!(
+        !time_tools.iter().any(|t| t["name"] == "convert_time"),
+        "{saw}"
+    );
+    assert_eq!(
+        result_of(&saw, "write_file")["text"],
+        "blocked: dry run",
+        "{saw}"
+    );
+    assert_eq!(result_of(&saw, "write_file")["isError"], true);
+    let read_back = result_of(&saw, "read_text_file");
+    assert!(
+        read_back["text"] != "landed" && read_back["isError"] == true,
+        "{saw}"
+    );
+    assert!(
+        result_of(&saw, "convert_time")["error"].is_string(),
+        "{saw}"
+    );
+    let blocked = events(rewritten, "custom");
+    let blocked: Vec<&&Value> = blocked
+        .iter()
+        .filter(|e| e["name"] == "tool-blocked")
+        .collect();
+    assert_eq!(blocked.len(), 1, "{rewritten}");
+    assert_eq!(blocked[0]["data"]["tool"], "write_file");
+}
