@@ -220,18 +220,24 @@ impl Proxied {
         })
     }
 
-    /// The server's tools, listed once.
+    /// The server's tools, listed once (and recorded as a `tools-listed` event).
     async fn upstream_tools(&self) -> Result<&Vec<Tool>, ErrorData> {
         let session = self.session().await?;
         self.upstream
             .tools
             .get_or_try_init(|| async {
-                session.service.list_all_tools().await.map_err(|e| {
+                let tools = session.service.list_all_tools().await.map_err(|e| {
                     ErrorData::internal_error(
                         format!("MCP server `{}` failed: {e}", self.upstream.label),
                         None,
                     )
-                })
+                })?;
+                let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+                self.record(EventKind::Custom {
+                    name: crate::eval::trial::TOOLS_LISTED_EVENT.into(),
+                    data: serde_json::json!({"server": self.upstream.label, "tools": names}),
+                });
+                Ok(tools)
             })
             .await
     }

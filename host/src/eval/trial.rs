@@ -280,6 +280,11 @@ pub enum TrialStatus {
 /// `{"server", "tool", "reason"}`. The call itself is recorded too, its result an error.
 pub const TOOL_BLOCKED_EVENT: &str = "tool-blocked";
 
+/// The `custom` event the tool proxy records when it first lists a server's tools to the
+/// client: `{"server", "tools": [NAME, …]}`, the server's own names, hidden ones included (so
+/// that a run can say which tools no trial called).
+pub const TOOLS_LISTED_EVENT: &str = "tools-listed";
+
 /// What happened in one trace event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]

@@ -10,22 +10,22 @@ use std::io;
 
 /// Where one trial's grade is: `len` bytes at `at` of the grades file. Grading while
 /// collecting also notes the grade's trace's `order` of arrival (a later version of a trace
-/// replaces an earlier one's grade) and whether its agent made model calls (its usage is in
-/// the line).
+/// replaces an earlier one's grade) and whether the line carries tallies of its trace (the
+/// agent's model usage, its tool calls by server), which the run's totals are summed from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slot {
     pub at: u64,
     pub len: u32,
     pub order: u32,
-    pub used_models: bool,
+    pub tallied: bool,
 }
 
-/// A slot's size in the slots file: `at`, then `len` with [`USED_MODELS`] as its top bit,
+/// A slot's size in the slots file: `at`, then `len` with [`TALLIED`] as its top bit,
 /// then `order`; little-endian.
 pub const SLOT: usize = 16;
 
 /// The bit of a slot's `len` word that says the agent made model calls.
-const USED_MODELS: u32 = 1 << 31;
+const TALLIED: u32 = 1 << 31;
 
 impl Slot {
     /// The slot of a grade line `len` bytes long at `at`; refused when a slot cannot hold
@@ -33,7 +33,7 @@ impl Slot {
     pub fn new(at: u64, len: usize) -> io::Result<Self> {
         let len = u32::try_from(len)
             .ok()
-            .filter(|len| len & USED_MODELS == 0)
+            .filter(|len| len & TALLIED == 0)
             .ok_or_else(|| {
                 io::Error::other(format!("a grade is {len} bytes, more than a grade may be"))
             })?;
@@ -41,12 +41,12 @@ impl Slot {
             at,
             len,
             order: 0,
-            used_models: false,
+            tallied: false,
         })
     }
 
     fn encode(self) -> [u8; SLOT] {
-        let flagged = self.len | if self.used_models { USED_MODELS } else { 0 };
+        let flagged = self.len | if self.tallied { TALLIED } else { 0 };
         (Pack::new().u64(self.at).u32(flagged).u32(self.order)).done()
     }
 
@@ -55,9 +55,9 @@ impl Slot {
         let (at, flagged, order) = (fields.u64(), fields.u32(), fields.u32());
         Slot {
             at,
-            len: flagged & !USED_MODELS,
+            len: flagged & !TALLIED,
             order,
-            used_models: flagged & USED_MODELS != 0,
+            tallied: flagged & TALLIED != 0,
         }
     }
 }
@@ -129,20 +129,20 @@ mod tests {
         for slot in [
             Slot {
                 at: u64::MAX - 3,
-                len: USED_MODELS - 1,
+                len: TALLIED - 1,
                 order: u32::MAX,
-                used_models: true,
+                tallied: true,
             },
             Slot {
                 at: 0,
                 len: 0,
                 order: 0,
-                used_models: false,
+                tallied: false,
             },
         ] {
             assert_eq!(Slot::decode(&slot.encode()), slot);
         }
-        let error = Slot::new(0, USED_MODELS as usize).unwrap_err().to_string();
+        let error = Slot::new(0, TALLIED as usize).unwrap_err().to_string();
         assert!(error.contains("more than a grade may be"), "{error}");
     }
 

@@ -16,6 +16,7 @@ pub mod markup;
 pub mod run_process;
 pub mod stored;
 pub mod summary_text;
+pub mod tool_health;
 pub mod trace_log;
 pub mod usage;
 
@@ -232,6 +233,10 @@ pub struct Summary {
     /// What the agents' and the plugins' model calls used (absent when none was made).
     #[serde(default, skip_serializing_if = "usage::UsageSummary::is_empty")]
     pub usage: usage::UsageSummary,
+    /// How each MCP server fared: calls, errors, latency, tools never called (absent when no
+    /// call was recorded with its server).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub servers: BTreeMap<String, tool_health::ServerHealth>,
     /// The trials ran unsandboxed (the `local` runner without `isolation=bwrap`): their
     /// agents could read and write what the operator can, the cases' answers among it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -394,6 +399,7 @@ impl Summary {
             missing,
             pairs: Vec::new(),
             usage: usage::UsageSummary::default(),
+            servers: BTreeMap::new(),
             unsandboxed: record.runner == "local"
                 && record.runner_options.get("isolation").map(String::as_str) == Some("none"),
             workspaces: record.workspaces.clone(),

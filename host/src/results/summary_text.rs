@@ -93,6 +93,9 @@ pub fn table(summary: &Summary) -> String {
     for line in summary.usage.lines() {
         let _ = writeln!(out, "{line}");
     }
+    for (server, health) in &summary.servers {
+        let _ = writeln!(out, "{}", health.line(server));
+    }
     out
 }
 

@@ -24,6 +24,7 @@ use crate::home::Home;
 use crate::plugin::{Grants, Limits};
 use crate::results::run_process::{Collector, RunProcess};
 use crate::results::stored::StoredRun;
+use crate::results::tool_health::ToolTotals;
 use crate::results::usage::UsageSummary;
 use crate::results::{Phase, ResultsRoot, RunDir, RunRecord, Summary, Timings};
 use crate::runner::{self, RunnerOptions};
@@ -382,12 +383,16 @@ fn finish(
     let usage = UsageSummary::of_agents(&dir, &record.trials, read_back.usage, |key| {
         grades.contains_key(key)
     });
+    let tools = ToolTotals::of_traces(&dir, &record.trials, read_back.tools, |key| {
+        grades.contains_key(key)
+    });
     record.grade = grading::grade_phase(&grades, &pairs);
     prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;
     let mut summary =
         Summary::new(&record, &grades, prepared.judges.case_rules()).with_pairs(&pairs);
     summary.usage = usage.with_plugins(&record.plugins);
+    summary.servers = tools.health();
     let run = StoredRun::graded(record, summary, grades, pairs);
     let run = grading::write_results(&dir, run)?;
     Ok(RunOutcome::of(dir, run, shards))

@@ -128,6 +128,14 @@ pub fn regrade(home: &Home, dir: &RunDir, request: &RegradeRequest<'_>) -> Resul
     // The agents' usage is the graded run's; the plugins' is this regrade's own.
     summary.usage =
         crate::results::usage::UsageSummary::of_run(&traces, &regraded.trials, &regraded.plugins);
+    let tools = crate::results::tool_health::ToolTotals::default();
+    summary.servers = crate::results::tool_health::ToolTotals::of_traces(
+        &traces,
+        &regraded.trials,
+        tools,
+        |_| false,
+    )
+    .health();
     let run = StoredRun::graded(regraded, summary, grades, pairs);
     let run = super::grading::write_results(&out, run)?;
     let outcome = RunOutcome::of(out, run, shards);

@@ -90,6 +90,25 @@ fn an_mcp_client_agent_sees_the_variants_tools_and_its_dry_run_write_never_lands
     let summary = read_json(&run_dir.join("summary.json"));
     assert_eq!(summary["variants"]["plain"]["passed"], 1, "{summary}");
     assert_eq!(summary["variants"]["rewritten"]["failed"], 1, "{summary}");
+    // Each server's health, from what the proxy recorded: calls, errors, the refused write,
+    // latencies, and the tools it listed that no trial called.
+    let servers = &summary["servers"];
+    assert_eq!(servers["time"]["calls"], 4, "{servers}");
+    assert_eq!(
+        servers["time"]["errors"], 1,
+        "the hidden tool refused: {servers}"
+    );
+    assert_eq!(servers["fs"]["blocked"], 1, "{servers}");
+    assert!(servers["fs"]["p95Ms"].as_u64().is_some(), "{servers}");
+    let never = servers["fs"]["neverCalled"].as_array().unwrap();
+    assert!(never.contains(&json!("list_directory")), "{servers}");
+    assert!(!never.contains(&json!("write_file")), "{servers}");
+    assert!(
+        run.stdout
+            .contains("server fs: 4 calls, 2 errors, 1 blocked, p50 "),
+        "{}",
+        run.stdout
+    );
     assert!(
         run.stdout
             .contains("calls were blocked: write_file (blocked: dry run)")

@@ -90,9 +90,9 @@ fn grade_into(
             let Some(record) = read_trace(dir, &key, cases) else {
                 continue;
             };
-            let used_models = spilled_line(judges, &key, record, &mut line);
+            let tallied = spilled_line(judges, &key, record, &mut line);
             // Each trial once: its order of arrival decides nothing here.
-            (spill.lock().expect("grading spill")).push((at, 0), &line, used_models);
+            (spill.lock().expect("grading spill")).push((at, 0), &line, tallied);
         }
     });
     spill.into_inner().expect("grading spill").finish()
@@ -108,11 +108,17 @@ fn spilled_line(
 ) -> bool {
     let grade = judges.grade(key, &record);
     let usage = trace_usage(&record.trace);
+    let tools = crate::results::tool_health::trace_tools(&record.trace);
     drop(record);
-    let used_models = !usage.is_empty();
+    let tallied = !usage.is_empty() || !tools.is_empty();
     line.clear();
-    serde_json::to_writer(&mut *line, &Spilled { grade, usage }).expect("a grade serialises");
-    used_models
+    let spilled = Spilled {
+        grade,
+        usage,
+        tools,
+    };
+    serde_json::to_writer(&mut *line, &spilled).expect("a grade serialises");
+    tallied
 }
 
 mod spill;
@@ -168,11 +174,11 @@ impl<'scope> Grading<'scope> {
                             tracing::warn!("trial {key} is not in the plan; it is not graded");
                             continue;
                         };
-                        let used_models = spilled_line(judges, &key, record, &mut line);
+                        let tallied = spilled_line(judges, &key, record, &mut line);
                         spill.lock().expect("grading spill").push(
                             (trial as u32, order),
                             &line,
-                            used_models,
+                            tallied,
                         );
                     }
                 })

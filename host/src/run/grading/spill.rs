@@ -11,6 +11,7 @@ use crate::eval::plan::Plan;
 use crate::grade::slots::{Slot, Slots};
 use crate::grade::Grades;
 use crate::llm::UsageTotals;
+use crate::results::tool_health::{ToolTotals, TraceTools};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -22,6 +23,9 @@ pub(super) struct Spilled<G> {
     pub grade: G,
     #[serde(default, skip_serializing_if = "UsageTotals::is_empty")]
     pub usage: UsageTotals,
+    /// The trace's tool calls by server.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: TraceTools,
 }
 
 /// The grading threads' shared end: the spill file, and each trial's slot.
@@ -68,26 +72,20 @@ impl Spill {
     }
 
     /// Appends `line`, the grade of the trace of the plan's trial `trial` that arrived
-    /// `order`th, which `used_models` when the agent made model calls; a grade of a later
+    /// `order`th, `tallied` when the line carries the trace's tallies; a grade of a later
     /// version of the same trace, already here, stays.
-    pub fn push(&mut self, (trial, order): (u32, u32), line: &[u8], used_models: bool) {
+    pub fn push(&mut self, (trial, order): (u32, u32), line: &[u8], tallied: bool) {
         if self.broken.is_none() {
-            if let Err(e) = self.try_push(trial as usize, order, line, used_models) {
+            if let Err(e) = self.try_push(trial as usize, order, line, tallied) {
                 self.broken = Some(e);
             }
         }
     }
 
-    fn try_push(
-        &mut self,
-        trial: usize,
-        order: u32,
-        line: &[u8],
-        used_models: bool,
-    ) -> io::Result<()> {
+    fn try_push(&mut self, trial: usize, order: u32, line: &[u8], tallied: bool) -> io::Result<()> {
         let slot = Slot {
             order,
-            used_models,
+            tallied,
             ..Slot::new(self.written, line.len())?
         };
         // A trial's first grade is written without reading its slot.
@@ -121,11 +119,14 @@ pub struct Graded {
     slots: Slots,
 }
 
-/// The grades [`Graded::read`] hands on, and the agents' model usage in their traces.
+/// The grades [`Graded::read`] hands on, and the agents' model usage and tool calls in their
+/// traces.
 pub struct ReadBack {
     pub grades: Grades,
     /// The agents' usage in the graded traces, by variant.
     pub usage: BTreeMap<String, UsageTotals>,
+    /// The graded traces' tool calls, by server.
+    pub tools: ToolTotals,
 }
 
 impl Graded {
@@ -149,17 +150,27 @@ impl Graded {
     /// given.
     pub fn read(self, plan: &Plan) -> anyhow::Result<ReadBack> {
         let mut usage: BTreeMap<String, UsageTotals> = BTreeMap::new();
+        let mut tools = ToolTotals::default();
         for slot in self.slots.each() {
             let (trial, slot) = slot.context("cannot read the grading spill's slots")?;
-            if !slot.used_models {
+            if !slot.tallied {
                 continue;
             }
-            let Spilled { usage: used, .. } = crate::files::read_json_at::<
-                Spilled<serde::de::IgnoredAny>,
-            >(&self.spill, slot.at, slot.len as usize)
+            let Spilled {
+                usage: used,
+                tools: called,
+                ..
+            } = crate::files::read_json_at::<Spilled<serde::de::IgnoredAny>>(
+                &self.spill,
+                slot.at,
+                slot.len as usize,
+            )
             .context("cannot read back a grade from the grading spill file")?;
             let variant = plan.parts(trial).0;
-            usage.entry(variant.to_string()).or_default().merge(&used);
+            if !used.is_empty() {
+                usage.entry(variant.to_string()).or_default().merge(&used);
+            }
+            tools.add(&called);
         }
         let end = (self.spill.metadata())
             .context("cannot read the grading spill file")?
@@ -167,6 +178,7 @@ impl Graded {
         Ok(ReadBack {
             grades: Grades::in_file(self.spill, self.slots, plan.clone(), end),
             usage,
+            tools,
         })
     }
 }
@@ -192,10 +204,16 @@ mod tests {
                 calls: *calls,
                 ..UsageTotals::default()
             };
-            let used_models = !usage.is_empty();
-            let line = serde_json::to_vec(&Spilled { grade, usage }).unwrap();
+            let tallied = !usage.is_empty();
+            let tools = TraceTools::new();
+            let line = serde_json::to_vec(&Spilled {
+                grade,
+                usage,
+                tools,
+            })
+            .unwrap();
             let trial = plan.keys().position(|k| &*k.case == *case).unwrap();
-            spill.push((trial as u32, *order), &line, used_models);
+            spill.push((trial as u32, *order), &line, tallied);
         }
         assert!(spill.broken.is_none());
         spill.finish().unwrap()
@@ -263,6 +281,7 @@ mod tests {
             serde_json::to_vec(&Spilled {
                 grade: infra(reason),
                 usage,
+                tools: TraceTools::new(),
             })
             .unwrap()
         };

@@ -1,0 +1,347 @@
+//! How each MCP server fared in a run, for `summary.json`'s `servers`, the summary table and
+//! the report: its calls, errors and refused calls, latency percentiles, and the tools it
+//! listed that no trial called. Summed from the traces' `tool-call` and `tool-result` events
+//! (every client records the server's label) and the tool proxy's `tools-listed` and
+//! `tool-blocked` events.
+
+use crate::eval::trial::{EventKind, TraceRecord, TOOLS_LISTED_EVENT, TOOL_BLOCKED_EVENT};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One trace's calls to one server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceTally {
+    pub calls: u64,
+    #[serde(default)]
+    pub errors: u64,
+    #[serde(default)]
+    pub blocked: u64,
+    /// Each answered call's duration, in milliseconds.
+    #[serde(default)]
+    pub latencies_ms: Vec<u64>,
+    #[serde(default)]
+    pub called: BTreeSet<String>,
+    /// The tools the server listed to the client, when the proxy saw the list.
+    #[serde(default)]
+    pub listed: BTreeSet<String>,
+}
+
+/// A trace's tallies by server label.
+pub type TraceTools = BTreeMap<String, TraceTally>;
+
+/// Tallies `trace`'s tool calls by server; calls recorded without a server are left out.
+pub fn trace_tools(trace: &TraceRecord) -> TraceTools {
+    let mut tools = TraceTools::new();
+    let mut server_of: BTreeMap<&str, &str> = BTreeMap::new();
+    for event in &trace.events {
+        match &event.kind {
+            EventKind::ToolCall {
+                id,
+                server: Some(server),
+                tool,
+                ..
+            } => {
+                server_of.insert(id, server);
+                let tally = tools.entry(server.clone()).or_default();
+                tally.calls += 1;
+                tally.called.insert(tool.clone());
+            }
+            EventKind::ToolResult {
+                id,
+                is_error,
+                duration_ms,
+                ..
+            } => {
+                if let Some(tally) = server_of.get(id.as_str()).and_then(|s| tools.get_mut(*s)) {
+                    tally.errors += u64::from(*is_error);
+                    tally.latencies_ms.push(*duration_ms);
+                }
+            }
+            EventKind::Custom { name, data } if name == TOOL_BLOCKED_EVENT => {
+                if let Some(server) = data["server"].as_str() {
+                    tools.entry(server.to_string()).or_default().blocked += 1;
+                }
+            }
+            EventKind::Custom { name, data } if name == TOOLS_LISTED_EVENT => {
+                if let (Some(server), Some(listed)) =
+                    (data["server"].as_str(), data["tools"].as_array())
+                {
+                    let names = listed.iter().filter_map(|t| t.as_str()).map(str::to_string);
+                    tools
+                        .entry(server.to_string())
+                        .or_default()
+                        .listed
+                        .extend(names);
+                }
+            }
+            _ => {}
+        }
+    }
+    tools
+}
+
+/// Latency buckets: bucket `i` holds durations up to `BUCKET_BASE_MS · RATIO^i` ms, so a
+/// percentile read from them is at most 10% above the true one, in a fixed 160 counters
+/// whatever the number of calls.
+const BUCKETS: usize = 160;
+const RATIO: f64 = 1.1;
+
+/// The upper bound of bucket `i`, in milliseconds.
+fn bucket_bound(i: usize) -> u64 {
+    RATIO.powi(i as i32).ceil() as u64
+}
+
+/// The bucket of a duration.
+fn bucket_of(ms: u64) -> usize {
+    (0..BUCKETS)
+        .find(|&i| bucket_bound(i) >= ms)
+        .unwrap_or(BUCKETS - 1)
+}
+
+/// A run's calls to one server, summed over its traces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerTotals {
+    calls: u64,
+    errors: u64,
+    blocked: u64,
+    latencies: [u64; BUCKETS],
+    called: BTreeSet<String>,
+    listed: BTreeSet<String>,
+}
+
+impl Default for ServerTotals {
+    fn default() -> Self {
+        ServerTotals {
+            calls: 0,
+            errors: 0,
+            blocked: 0,
+            latencies: [0; BUCKETS],
+            called: BTreeSet::new(),
+            listed: BTreeSet::new(),
+        }
+    }
+}
+
+impl ServerTotals {
+    fn add(&mut self, tally: &TraceTally) {
+        self.calls += tally.calls;
+        self.errors += tally.errors;
+        self.blocked += tally.blocked;
+        for ms in &tally.latencies_ms {
+            self.latencies[bucket_of(*ms)] += 1;
+        }
+        self.called.extend(tally.called.iter().cloned());
+        self.listed.extend(tally.listed.iter().cloned());
+    }
+
+    /// The latency at or below which `share` of the answered calls came, to within 10%.
+    fn percentile(&self, share: f64) -> Option<u64> {
+        let answered: u64 = self.latencies.iter().sum();
+        if answered == 0 {
+            return None;
+        }
+        let wanted = (share * answered as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        self.latencies.iter().enumerate().find_map(|(i, n)| {
+            seen += n;
+            (seen >= wanted).then(|| bucket_bound(i))
+        })
+    }
+}
+
+/// The run's tool calls by server, as traces are tallied.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolTotals {
+    servers: BTreeMap<String, ServerTotals>,
+}
+
+impl ToolTotals {
+    /// `counted` (summed from the traces graded as they arrived) and the tool calls in the
+    /// traces of the other `trials` in `dir`, read from them (missing ones are left out).
+    pub fn of_traces(
+        dir: &super::RunDir,
+        trials: &crate::eval::plan::Plan,
+        mut counted: ToolTotals,
+        is_counted: impl Fn(&crate::eval::trial::TrialKey) -> bool,
+    ) -> Self {
+        for key in trials.keys().filter(|key| !is_counted(key)) {
+            if let Some(record) = dir.read_trace(&key) {
+                counted.add(&trace_tools(&record.trace));
+            }
+        }
+        counted
+    }
+
+    /// Adds one trace's tallies.
+    pub fn add(&mut self, tools: &TraceTools) {
+        for (server, tally) in tools {
+            self.servers.entry(server.clone()).or_default().add(tally);
+        }
+    }
+
+    /// Adds another run part's totals.
+    pub fn merge(&mut self, other: ToolTotals) {
+        for (server, totals) in other.servers {
+            let mine = self.servers.entry(server).or_default();
+            mine.calls += totals.calls;
+            mine.errors += totals.errors;
+            mine.blocked += totals.blocked;
+            for (mine, theirs) in mine.latencies.iter_mut().zip(totals.latencies) {
+                *mine += theirs;
+            }
+            mine.called.extend(totals.called);
+            mine.listed.extend(totals.listed);
+        }
+    }
+
+    /// `summary.json`'s `servers`.
+    pub fn health(&self) -> BTreeMap<String, ServerHealth> {
+        self.servers
+            .iter()
+            .map(|(server, t)| {
+                let health = ServerHealth {
+                    calls: t.calls,
+                    errors: t.errors,
+                    blocked: t.blocked,
+                    p50_ms: t.percentile(0.5),
+                    p95_ms: t.percentile(0.95),
+                    never_called: t.listed.difference(&t.called).cloned().collect(),
+                };
+                (server.clone(), health)
+            })
+            .collect()
+    }
+}
+
+/// One server's health in a run (`summary.json`'s `servers.LABEL`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerHealth {
+    pub calls: u64,
+    pub errors: u64,
+    /// Calls the tool proxy refused (a dry run's writes).
+    #[serde(default)]
+    pub blocked: u64,
+    /// The median latency of the answered calls, in ms (to within 10%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p95_ms: Option<u64>,
+    /// Tools the server listed (through the proxy) that no trial called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub never_called: Vec<String>,
+}
+
+impl ServerHealth {
+    /// One line for the summary table: `server time: 12 calls, 1 error, p50 3 ms, p95 9 ms`.
+    pub fn line(&self, server: &str) -> String {
+        let mut line = format!(
+            "server {server}: {} calls, {} errors",
+            self.calls, self.errors
+        );
+        if self.blocked > 0 {
+            line.push_str(&format!(", {} blocked", self.blocked));
+        }
+        if let (Some(p50), Some(p95)) = (self.p50_ms, self.p95_ms) {
+            line.push_str(&format!(", p50 {p50} ms, p95 {p95} ms"));
+        }
+        if !self.never_called.is_empty() {
+            line.push_str(&format!("; never called: {}", self.never_called.join(", ")));
+        }
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::trial::TraceEvent;
+    use serde_json::json;
+
+    fn event(kind: EventKind) -> TraceEvent {
+        TraceEvent {
+            seq: 0,
+            at_ms: 0,
+            kind,
+        }
+    }
+
+    fn call(id: &str, server: &str, tool: &str, ms: u64, error: bool) -> Vec<TraceEvent> {
+        vec![
+            event(EventKind::ToolCall {
+                id: id.into(),
+                server: Some(server.into()),
+                tool: tool.into(),
+                arguments: json!({}),
+            }),
+            event(EventKind::ToolResult {
+                id: id.into(),
+                output: String::new(),
+                is_error: error,
+                duration_ms: ms,
+            }),
+        ]
+    }
+
+    #[test]
+    fn calls_errors_percentiles_and_tools_never_called_by_server() {
+        let mut events = vec![event(EventKind::Custom {
+            name: TOOLS_LISTED_EVENT.into(),
+            data: json!({"server": "time", "tools": ["now", "convert", "zones"]}),
+        })];
+        for (i, ms) in [1u64, 2, 3, 4, 5, 6, 7, 8, 9, 100].iter().enumerate() {
+            events.extend(call(&i.to_string(), "time", "now", *ms, i == 9));
+        }
+        events.extend(call("x", "fs", "write", 40, true));
+        events.push(event(EventKind::Custom {
+            name: TOOL_BLOCKED_EVENT.into(),
+            data: json!({"server": "fs", "tool": "write", "reason": "blocked: dry run"}),
+        }));
+        // A call the client recorded without a server is no server's.
+        events.push(event(EventKind::ToolCall {
+            id: "y".into(),
+            server: None,
+            tool: "bash".into(),
+            arguments: json!({}),
+        }));
+        let trace = TraceRecord {
+            events,
+            ..TraceRecord::default()
+        };
+        let mut totals = ToolTotals::default();
+        totals.add(&trace_tools(&trace));
+        totals.add(&trace_tools(&trace));
+        let health = totals.health();
+        let time = &health["time"];
+        assert_eq!((time.calls, time.errors, time.blocked), (20, 2, 0));
+        // The true median is 5 ms and the 95th percentile 100 ms: within 10% above.
+        assert!((5..=6).contains(&time.p50_ms.unwrap()), "{time:?}");
+        assert!((100..=110).contains(&time.p95_ms.unwrap()), "{time:?}");
+        assert_eq!(time.never_called, ["convert", "zones"]);
+        assert_eq!((health["fs"].calls, health["fs"].blocked), (2, 2));
+        assert_eq!(health.len(), 2);
+        assert_eq!(
+            time.line("time"),
+            format!("server time: 20 calls, 2 errors, p50 {} ms, p95 {} ms; never called: convert, zones", time.p50_ms.unwrap(), time.p95_ms.unwrap())
+        );
+        // Merging two halves gives the whole.
+        let mut half = ToolTotals::default();
+        half.add(&trace_tools(&trace));
+        let mut other = ToolTotals::default();
+        other.add(&trace_tools(&trace));
+        half.merge(other);
+        assert_eq!(half, totals);
+    }
+
+    #[test]
+    fn bucket_bounds_are_within_ten_percent() {
+        for ms in [0u64, 1, 7, 50, 999, 12_345, 60_000] {
+            let bound = bucket_bound(bucket_of(ms));
+            assert!(
+                bound >= ms && bound as f64 <= (ms as f64 * 1.1).max(1.0) + 1.0,
+                "{ms} → {bound}"
+            );
+        }
+    }
+}
