@@ -3,7 +3,9 @@
 It reads the servers mst gives it from `MST_MCP_CONFIG` (the `mcpServers` format), lists each
 server's tools (after asking each endpoint without the token it was given, to show it is
 refused), then makes the calls its input (stdin, JSON) names:
-`{"calls": [{"server": LABEL, "tool": NAME, "arguments": {...}}]}`. It prints one JSON object
+`{"calls": [{"server": LABEL, "tool": NAME, "arguments": {...}}]}` (a call may also say
+`"bigArgument": [NAME, N]`, an argument of N bytes, and `"lengthOnly": true`, to print the
+result's length instead of its text). It prints one JSON object
 on stdout: the tools it was shown by server (name and description), each call's result
 (`text`, `isError`, or `error` for a JSON-RPC error), and the HTTP status each endpoint gave
 without the token.
@@ -33,9 +35,15 @@ async def serve(label, entry, calls, seen):
             for call in calls:
                 if call["server"] != label:
                     continue
+                arguments = dict(call.get("arguments", {}))
+                if "bigArgument" in call:  # [NAME, N]: NAME is N bytes of "x"
+                    name, size = call["bigArgument"]
+                    arguments[name] = "x" * size
                 try:
-                    result = await session.call_tool(call["tool"], call.get("arguments", {}))
+                    result = await session.call_tool(call["tool"], arguments)
                     text = "\n".join(c.text for c in result.content if hasattr(c, "text"))
+                    if call.get("lengthOnly"):
+                        text = len(text)
                     seen["results"].append(
                         {"tool": call["tool"], "text": text, "isError": bool(result.is_error)}
                     )

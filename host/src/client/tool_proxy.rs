@@ -38,6 +38,13 @@ pub const MCP_CONFIG_ENV: &str = "MST_MCP_CONFIG";
 /// What a dry run answers a refused call with, and records.
 pub const DRY_RUN_REFUSAL: &str = "blocked: dry run";
 
+/// The most calls the proxy serves in one trial; past it a call is refused (an agent caught in
+/// a loop must not grow the worker's memory and the trace without bound).
+const MAX_CALLS_PER_TRIAL: u64 = 10_000;
+
+/// The most bytes of one result the trace keeps; the client gets the whole result.
+const MAX_RECORDED_OUTPUT: usize = 64 * 1024;
+
 /// A trace event the proxy recorded, timed from the trial's start.
 pub type ProxyEvent = (EventKind, Duration);
 
@@ -298,9 +305,25 @@ impl Proxied {
     }
 }
 
-/// Text of a result for the trace (as the `mcp` client records it).
+/// Text of a result for the trace (as the `mcp` client records it), cut at
+/// [`MAX_RECORDED_OUTPUT`] bytes.
 fn output_of(result: &CallToolResult) -> String {
-    mcp::text_of(result)
+    cut(mcp::text_of(result), MAX_RECORDED_OUTPUT)
+}
+
+/// `text` within `cap` bytes (on a character boundary), saying how long it was when cut.
+fn cut(mut text: String, cap: usize) -> String {
+    if text.len() <= cap {
+        return text;
+    }
+    let whole = text.len();
+    let end = (0..=cap)
+        .rev()
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    text.truncate(end);
+    text.push_str(&format!("… [cut: {whole} bytes in all]"));
+    text
 }
 
 impl ServerHandler for Proxied {
@@ -322,7 +345,19 @@ impl ServerHandler for Proxied {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let id = format!("proxy-{}", self.calls.fetch_add(1, Ordering::Relaxed) + 1);
+        let call = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        if call > MAX_CALLS_PER_TRIAL {
+            let why = format!(
+                "too many tool calls in one trial (more than {MAX_CALLS_PER_TRIAL}): refused"
+            );
+            if call == MAX_CALLS_PER_TRIAL + 1 {
+                self.record(EventKind::Log { text: why.clone() });
+            }
+            return Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+                ContentBlock::text(why),
+            ])));
+        }
+        let id = format!("proxy-{call}");
         let label = self.upstream.label.clone();
         let arguments = request.arguments.clone().unwrap_or_default();
         let tools = self.upstream_tools().await?;
@@ -371,5 +406,18 @@ impl ServerHandler for Proxied {
                 Err(ErrorData::internal_error(why, None))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_result_is_cut_in_the_trace_on_a_character_boundary() {
+        assert_eq!(cut("short".into(), 10), "short");
+        let long = "é".repeat(100);
+        let kept = cut(long, 11);
+        assert_eq!(kept, format!("{}… [cut: 200 bytes in all]", "é".repeat(5)));
     }
 }

@@ -187,3 +187,71 @@ fn assert_the_variants_view_is_rewritten_and_its_write_refused(rewritten: &Value
     assert_eq!(blocked.len(), 1, "{rewritten}");
     assert_eq!(blocked[0]["data"]["tool"], "write_file");
 }
+
+#[test]
+fn a_huge_result_is_cut_in_the_trace_and_a_server_that_never_answers_ends_with_its_trial() {
+    mst_tests::require_program("mcp-server-everything", ".ci/run installs it from npm");
+    let standins = root().join("tests/standins");
+    let mst = Mst::exposing(&[&standins]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({
+        "name": "hostile-tools",
+        "datasets": ["cases.jsonl"],
+        "servers": {
+            "everything": {"command": "mcp-server-everything", "args": ["stdio"]},
+            "slow": {"command": "python3", "args": [s(&standins.join("slow_mcp.py")), "hostile-tools"],
+                     "env": {"NAP_SECONDS": "300"}}
+        },
+        "client": "command",
+        "clientOptions": {"command": ["python3", s(&standins.join("mcp_agent.py"))]},
+        "timeout": 8
+    });
+    let cases = [
+        json!({"id": "big", "input": {"calls": [{"server": "everything", "tool": "echo",
+            "bigArgument": ["message", 1_000_000], "lengthOnly": true}]}}),
+        json!({"id": "hang", "input": {"calls": [{"server": "slow", "tool": "nap"}]}}),
+    ];
+    let lines: Vec<String> = cases.iter().map(Value::to_string).collect();
+    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
+    std::fs::write(dir.path().join("cases.jsonl"), lines.join("\n") + "\n").unwrap();
+    let results = dir.path().join("results");
+    let started = std::time::Instant::now();
+    let run = mst.run(&[
+        "run",
+        "--config",
+        s(&dir.path().join("eval.json")),
+        "--results-dir",
+        s(&results),
+    ]);
+    let took = started.elapsed();
+    let run_dir = only_run(&results, "hostile-tools");
+
+    // The agent got the whole megabyte; the trace keeps its first 64 KiB and says so.
+    let big = read_trace(&run_dir, "default/big/0");
+    assert_eq!(
+        agent_saw(&big)["results"][0]["text"],
+        1_000_006,
+        "{}",
+        run.stderr
+    );
+    let output = events(&big, "tool-result")[0]["output"].as_str().unwrap();
+    assert!(output.len() < 70_000, "{}", output.len());
+    assert!(
+        output.ends_with("[cut: 1000006 bytes in all]"),
+        "{}",
+        &output[output.len() - 60..]
+    );
+
+    // A server that never answers holds its call until the trial's deadline, no longer: the
+    // trial times out with the call recorded, and nothing of it outlives the run.
+    let hang = read_trace(&run_dir, "default/hang/0");
+    assert_eq!(hang["trace"]["status"], "timed-out", "{hang}");
+    assert_eq!(events(&hang, "tool-call")[0]["tool"], "nap");
+    assert!(events(&hang, "tool-result").is_empty(), "{hang}");
+    assert!(took < std::time::Duration::from_secs(60), "{took:?}");
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", "slow_mcp.py hostile-tools"])
+        .output()
+        .unwrap();
+    assert!(!left.status.success(), "the slow server outlived its trial");
+}
