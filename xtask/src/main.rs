@@ -14,6 +14,8 @@
 //!   the trace endpoint under load while 10 sessions stream.
 //! - `cargo xtask bench report`: `mst report` at 1,000 and 10,000 trials (time, size) and its
 //!   page's load time in headless Chromium.
+//! - `cargo xtask bench tools`: the tool proxy's cost per MCP call, against calling the server
+//!   directly.
 //! - `cargo xtask bench peers`: mst against promptfoo, Inspect AI and a process-spawning floor
 //!   on the same eval (wall, CPU, peak RSS, per-trial cost); the table to `target/peers/results.md`.
 //! - `cargo xtask lint`: the layering of `host/src` (`layers`), the WIT versioning policy (`wit_semver`), then rustfmt and clippy
@@ -37,6 +39,7 @@ mod bench_peers;
 #[cfg(feature = "browser")]
 mod bench_report;
 mod bench_serve;
+mod bench_tools;
 mod engines;
 mod foreign;
 mod layers;
@@ -754,6 +757,7 @@ fn run_task(task: task::Task) -> Result<()> {
         Task::Bench(Bench::Serve) => bench_serve::bench(),
         Task::Bench(Bench::Report) => bench_report(),
         Task::Bench(Bench::Peers) => bench_peers::bench(),
+        Task::Bench(Bench::Tools) => bench_tools::bench(),
         Task::Worker => build_static_worker(),
         Task::Engines => {
             // For working on the Docker tests by hand: the engines `cargo xtask test` uses,

@@ -45,16 +45,19 @@ pub enum Bench {
     Report,
     /// `peers`: mst against promptfoo, Inspect AI and a bash floor.
     Peers,
+    /// `tools`: the tool proxy's cost per MCP call.
+    Tools,
 }
 
 impl Bench {
     /// Each benchmark by the name it is asked for with.
-    const NAMED: [(&'static str, Bench); 5] = [
+    const NAMED: [(&'static str, Bench); 6] = [
         ("run", Bench::Run),
         ("docker", Bench::Docker),
         ("serve", Bench::Serve),
         ("report", Bench::Report),
         ("peers", Bench::Peers),
+        ("tools", Bench::Tools),
     ];
 }
 
