@@ -77,12 +77,14 @@ pub trait Driver: Send + Sync {
     /// The client's name (`claude-code`, `codex`).
     fn name(&self) -> &'static str;
     /// The command for one trial on `text`, continuing the conversation `resume` names
-    /// (the session or thread id the CLI printed last turn), if any.
+    /// (the session or thread id the CLI printed last turn), if any; the CLI's MCP
+    /// configuration names `endpoints`, the trial's tool proxy, never the servers.
     fn launch(
         &self,
         input: &TrialInput<'_>,
         text: &str,
         resume: Option<&str>,
+        endpoints: &BTreeMap<String, super::tool_proxy::Endpoint>,
     ) -> Result<Launch, String>;
     /// A new reader of its stdout.
     fn stream(&self) -> Box<dyn super::agent_cli::AgentStream + Send>;
@@ -411,7 +413,8 @@ impl CommandClient {
             let mcp_config = proxy.as_ref().map(|(_, path)| path.as_path());
             let (command, name) = match &self.driver {
                 Some(driver) => {
-                    let launch = driver.launch(input, text, resume_with)?;
+                    let endpoints = proxy.as_ref().map(|(p, _)| p.endpoints()).unwrap_or_default();
+                    let launch = driver.launch(input, text, resume_with, &endpoints)?;
                     trace.push(EventKind::Custom {
                         name: AGENT_CLI_EVENT.into(),
                         data: serde_json::json!({"client": driver.name(), "version": launch.version}),
@@ -429,6 +432,7 @@ impl CommandClient {
                 answer: String::new(),
                 stream: self.driver.as_ref().map(|d| d.stream()),
                 proxied: &mut proxied,
+                reported_by_proxy: Default::default(),
             };
             let end = run.run(command, &name, text).await;
             if let Some((proxy, _)) = proxy {
@@ -544,6 +548,9 @@ struct ProgramRun<'a, 't> {
     stream: Option<Box<dyn super::agent_cli::AgentStream + Send>>,
     /// The calls the tool proxy answered, recorded as they come.
     proxied: &'a mut tokio::sync::mpsc::UnboundedReceiver<super::tool_proxy::ProxyEvent>,
+    /// The ids of the calls an agent CLI reported to a proxied server: the proxy recorded
+    /// them, as it saw them, so the CLI's own report of them and their results is left out.
+    reported_by_proxy: std::collections::HashSet<String>,
 }
 
 impl ProgramRun<'_, '_> {
@@ -754,7 +761,9 @@ impl ProgramRun<'_, '_> {
                 continue;
             }
             if let Some(kind) = event.into_trace_event() {
-                self.trace.push_at(at, kind);
+                if !self.seen_by_proxy(&kind) {
+                    self.trace.push_at(at, kind);
+                }
             }
         }
     }
@@ -785,6 +794,28 @@ async fn start_proxy(
         return Err(format!("cannot write {}: {e}", path.display()));
     }
     Ok((proxy, path))
+}
+
+impl ProgramRun<'_, '_> {
+    /// Whether `kind`, an event an agent CLI reported, is a call to one of the servers the tool
+    /// proxy stands in front of (or its result): the proxy recorded it already.
+    fn seen_by_proxy(&mut self, kind: &EventKind) -> bool {
+        let Some(tools) = &self.client.tools else {
+            return false;
+        };
+        match kind {
+            EventKind::ToolCall {
+                id,
+                server: Some(server),
+                ..
+            } if tools.servers.contains_key(server) => {
+                self.reported_by_proxy.insert(id.clone());
+                true
+            }
+            EventKind::ToolResult { id, .. } => self.reported_by_proxy.contains(id),
+            _ => false,
+        }
+    }
 }
 
 /// Writes `text` to the program's stdin, if it has one, then closes it: the program sees the

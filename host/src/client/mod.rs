@@ -340,11 +340,11 @@ pub fn client(spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<B
                 "codex" => agent_cli::launch::Cli::Codex,
                 _ => agent_cli::launch::Cli::ClaudeCode,
             };
-            let driver = agent_cli::launch::AgentCli::new(cli, spec, tokens)?;
-            Ok(Box::new(command::CommandClient::for_agent(
-                std::sync::Arc::new(driver),
-                tokens,
-            )))
+            let driver = agent_cli::launch::AgentCli::new(cli, spec)?;
+            Ok(Box::new(
+                command::CommandClient::for_agent(std::sync::Arc::new(driver), tokens)
+                    .with_tools(spec, tokens),
+            ))
         }
         other => bail!(
             "unknown client `{other}`; the clients are {}",

@@ -48,6 +48,14 @@ const MAX_RECORDED_OUTPUT: usize = 64 * 1024;
 /// A trace event the proxy recorded, timed from the trial's start.
 pub type ProxyEvent = (EventKind, Duration);
 
+/// Where a client reaches one server through the proxy: its URL and the headers to send (the
+/// trial's bearer token).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub url: String,
+    pub headers: BTreeMap<String, String>,
+}
+
 /// One trial's proxy: its servers, served until [`ToolProxy::close`].
 pub struct ToolProxy {
     /// Each server's label and the URL the client reaches it at.
@@ -174,18 +182,30 @@ impl ToolProxy {
     /// proxy with the trial's bearer token.
     pub fn mcp_config(&self) -> serde_json::Value {
         let servers: serde_json::Map<String, serde_json::Value> = self
-            .urls
-            .iter()
-            .map(|(label, url)| {
-                let entry = serde_json::json!({
-                    "type": "http",
-                    "url": url,
-                    "headers": {"Authorization": format!("Bearer {}", self.token.expose())},
-                });
-                (label.clone(), entry)
+            .endpoints()
+            .into_iter()
+            .map(|(label, e)| {
+                let entry = serde_json::json!({"type": "http", "url": e.url, "headers": e.headers});
+                (label, entry)
             })
             .collect();
         serde_json::json!({ "mcpServers": servers })
+    }
+
+    /// The proxy's endpoints by server label: what an agent CLI's own MCP configuration
+    /// names in place of the real servers.
+    pub fn endpoints(&self) -> BTreeMap<String, Endpoint> {
+        self.urls
+            .iter()
+            .map(|(label, url)| {
+                let authorization = format!("Bearer {}", self.token.expose());
+                let endpoint = Endpoint {
+                    url: url.clone(),
+                    headers: BTreeMap::from([("Authorization".to_string(), authorization)]),
+                };
+                (label.clone(), endpoint)
+            })
+            .collect()
     }
 
     /// Stops serving and ends every server's session ([`Session::close`]).

@@ -37,10 +37,13 @@ fn assert_seen_and_graded(eval: &Eval, run: &mst_tests::Run, server: &str, tool:
     };
     assert_eq!(by["clientVersion"], pinned, "{by}");
     let calls = events(&trace, "tool-call");
+    // Seen by the tool proxy the CLI reached the server through (its ids are the proxy's),
+    // once: the CLI's own report of the same call is left out.
+    let to_server: Vec<_> = calls.iter().filter(|c| c["server"] == server).collect();
+    assert_eq!(to_server.len(), 1, "{trace}");
+    assert_eq!(to_server[0]["tool"], tool, "{trace}");
     assert!(
-        calls
-            .iter()
-            .any(|c| c["server"] == server && c["tool"] == tool),
+        to_server[0]["id"].as_str().unwrap().starts_with("proxy-"),
         "{trace}"
     );
     assert!(!events(&trace, "tool-result").is_empty(), "{trace}");

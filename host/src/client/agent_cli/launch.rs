@@ -15,10 +15,10 @@
 
 use super::{claude::ClaudeStream, codex::CodexStream, AgentStream};
 use crate::client::command::{Driver, Launch};
+use crate::client::tool_proxy::Endpoint;
 use crate::client::TrialInput;
-use crate::eval::config::{ServerConfig, VariantSpec};
+use crate::eval::config::VariantSpec;
 use crate::llm::ModelRef;
-use crate::secrets::Secret;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -58,17 +58,16 @@ pub struct AgentCli {
     cli: Cli,
     options: Options,
     model: ModelRef,
-    servers: BTreeMap<String, ServerConfig>,
-    /// The servers' tokens and secrets, once the worker has them.
-    tokens: BTreeMap<String, Secret>,
+    /// The labels of the variant's servers, which the CLI reaches through the tool proxy.
+    servers: Vec<String>,
     /// The CLI's version as `--version` prints it, asked once per worker.
     version: std::sync::OnceLock<Option<String>>,
 }
 
 impl AgentCli {
-    /// The CLI `cli` for the variant `spec`, its options checked; `tokens` holds what the
-    /// worker received for its servers.
-    pub fn new(cli: Cli, spec: &VariantSpec, tokens: &BTreeMap<String, Secret>) -> Result<Self> {
+    /// The CLI `cli` for the variant `spec`, its options checked. It never holds a server's
+    /// token: it reaches the servers through the trial's tool proxy.
+    pub fn new(cli: Cli, spec: &VariantSpec) -> Result<Self> {
         let name = cli.name();
         let options: Options = match &spec.client_options {
             Some(value) => serde_json::from_value(value.clone())
@@ -117,8 +116,7 @@ impl AgentCli {
             cli,
             options,
             model,
-            servers: spec.servers.clone(),
-            tokens: tokens.clone(),
+            servers: spec.servers.keys().cloned().collect(),
             version: std::sync::OnceLock::new(),
         })
     }
@@ -151,83 +149,22 @@ impl AgentCli {
             .clone()
     }
 
-    /// The value of secret token `name`, if the worker has it.
-    fn secret(&self, name: &str) -> Option<String> {
-        self.tokens.get(name).map(|s| s.expose().to_string())
-    }
-
-    /// A stdio server's environment, as mst's own MCP client gives it, whatever the CLI's
-    /// own (Codex passes a server only what its entry says, and each CLI has a home of its
-    /// own): the minimal environment, its `env` and its `envSecrets`' values.
-    fn server_env(
-        &self,
-        env: &BTreeMap<String, String>,
-        secrets: &BTreeMap<String, String>,
-    ) -> BTreeMap<String, String> {
-        let mut all: BTreeMap<String, String> = crate::process::minimal_env()
-            .into_iter()
-            .map(|(k, v)| {
-                (
-                    k.to_string_lossy().into_owned(),
-                    v.to_string_lossy().into_owned(),
-                )
-            })
-            .collect();
-        all.extend(env.clone());
-        for (var, name) in secrets {
-            if let Some(value) = self.secret(&crate::secrets::secret_token(name)) {
-                all.insert(var.clone(), value);
-            }
-        }
-        all
-    }
-
-    /// An HTTP server's headers: its `headers`, its `headerSecrets`' values, and its token as
-    /// `Authorization`.
-    fn server_headers(
-        &self,
-        label: &str,
-        headers: &BTreeMap<String, String>,
-        secrets: &BTreeMap<String, String>,
-    ) -> BTreeMap<String, String> {
-        let mut all = headers.clone();
-        for (header, name) in secrets {
-            if let Some(value) = self.secret(&crate::secrets::secret_token(name)) {
-                all.insert(header.clone(), value);
-            }
-        }
-        if let Some(token) = self.secret(label) {
-            all.insert("Authorization".into(), format!("Bearer {token}"));
-        }
-        all
-    }
-
-    /// Claude Code's `--mcp-config` file.
-    fn claude_mcp_config(&self) -> Value {
-        let servers: serde_json::Map<String, Value> = self
-            .servers
+    /// Claude Code's `--mcp-config` file, naming the tool proxy's `endpoints`.
+    fn claude_mcp_config(&self, endpoints: &BTreeMap<String, Endpoint>) -> Value {
+        let servers: serde_json::Map<String, Value> = endpoints
             .iter()
-            .map(|(label, server)| {
-                let entry = match server {
-                    ServerConfig::Stdio(s) => json!({
-                        "command": s.command,
-                        "args": s.args,
-                        "env": self.server_env(&s.env, &s.env_secrets),
-                    }),
-                    ServerConfig::Http(h) => json!({
-                        "type": "http",
-                        "url": h.url,
-                        "headers": self.server_headers(label, &h.headers, &h.header_secrets),
-                    }),
-                };
+            .map(|(label, endpoint)| {
+                let entry =
+                    json!({"type": "http", "url": endpoint.url, "headers": endpoint.headers});
                 (label.clone(), entry)
             })
             .collect();
         json!({ "mcpServers": servers })
     }
 
-    /// Codex's `config.toml`: the gateway as its model provider, and the MCP servers.
-    fn codex_config(&self, gateway_url: &str) -> String {
+    /// Codex's `config.toml`: the gateway as its model provider, and the tool proxy's
+    /// `endpoints` as its MCP servers.
+    fn codex_config(&self, gateway_url: &str, endpoints: &BTreeMap<String, Endpoint>) -> String {
         let model = match self.model.provider.as_str() {
             // A name Codex knows, so it has the model's metadata; the gateway answers with the
             // variant's model whatever the agent names.
@@ -240,29 +177,16 @@ impl AgentCli {
             toml_string(&model),
             toml_string(&format!("{gateway_url}/v1")),
         );
-        for (label, server) in &self.servers {
+        for (label, endpoint) in endpoints {
             // Required: Codex then waits for the server before the first model call, and
             // fails plainly when it cannot start (otherwise its tools are silently missing
             // from calls made before it is ready).
             toml.push_str(&format!(
-                "\n[mcp_servers.{}]\nrequired = true\n",
-                toml_string(label)
+                "\n[mcp_servers.{}]\nrequired = true\nurl = {}\nhttp_headers = {}\n",
+                toml_string(label),
+                toml_string(&endpoint.url),
+                toml_table(&endpoint.headers)
             ));
-            match server {
-                ServerConfig::Stdio(s) => {
-                    toml.push_str(&format!("command = {}\n", toml_string(&s.command)));
-                    toml.push_str(&format!("args = {}\n", toml_list(&s.args)));
-                    toml.push_str(&format!(
-                        "env = {}\n",
-                        toml_table(&self.server_env(&s.env, &s.env_secrets))
-                    ));
-                }
-                ServerConfig::Http(h) => {
-                    toml.push_str(&format!("url = {}\n", toml_string(&h.url)));
-                    let headers = self.server_headers(label, &h.headers, &h.header_secrets);
-                    toml.push_str(&format!("http_headers = {}\n", toml_table(&headers)));
-                }
-            }
         }
         toml
     }
@@ -284,7 +208,7 @@ impl AgentCli {
             Some(tools) => tools.clone(),
             None => self
                 .servers
-                .keys()
+                .iter()
                 .map(|label| format!("mcp__{label}"))
                 .collect(),
         };
@@ -364,6 +288,7 @@ impl Driver for AgentCli {
         input: &TrialInput<'_>,
         text: &str,
         resume: Option<&str>,
+        endpoints: &BTreeMap<String, Endpoint>,
     ) -> Result<Launch, String> {
         let gateway = input.gateway.ok_or_else(|| {
             format!(
@@ -388,7 +313,7 @@ impl Driver for AgentCli {
         env.insert("HOME".into(), home.display().to_string());
         let argv = match self.cli {
             Cli::ClaudeCode => {
-                let config = write("mcp.json", &self.claude_mcp_config().to_string())?;
+                let config = write("mcp.json", &self.claude_mcp_config(endpoints).to_string())?;
                 // MCP tools offered directly, not behind its tool search; no updates, no
                 // telemetry, nothing but the gateway.
                 for (var, value) in [
@@ -406,7 +331,7 @@ impl Driver for AgentCli {
                 std::fs::create_dir_all(&codex_home)
                     .map_err(|e| format!("cannot make {}: {e}", codex_home.display()))?;
                 let path = codex_home.join("config.toml");
-                std::fs::write(&path, self.codex_config(&gateway.url))
+                std::fs::write(&path, self.codex_config(&gateway.url, endpoints))
                     .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
                 env.insert("CODEX_HOME".into(), codex_home.display().to_string());
                 self.codex_argv(text, resume)
@@ -431,12 +356,6 @@ impl Driver for AgentCli {
 /// `text` as a TOML basic string (JSON's escapes are TOML's).
 fn toml_string(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
-}
-
-/// `items` as a TOML array of strings.
-fn toml_list(items: &[String]) -> String {
-    let items: Vec<String> = items.iter().map(|i| toml_string(i)).collect();
-    format!("[{}]", items.join(", "))
 }
 
 /// `table` as a TOML inline table of strings.
