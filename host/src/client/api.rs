@@ -22,8 +22,9 @@
 //! that cannot be reached, makes the trial infra; a tool error is an answer.
 
 use super::mcp::{call_tool, close, connect, drive, trace_of, Session};
+use super::tool_proxy::ToolView;
 use super::{input_text, Client, Exchange, GatewayAccess, Recorder, TrialInput, TrialPlace};
-use crate::eval::config::{ServerConfig, VariantSpec};
+use crate::eval::config::{ServerConfig, ToolPolicy, VariantSpec};
 use crate::eval::trial::{EventKind, TraceRecord};
 use crate::llm::http::{Http, ProviderConfig};
 use crate::llm::mock::{MockScript, ScriptedTurn};
@@ -80,7 +81,12 @@ pub struct ApiClient {
     provider: Option<ProviderConfig>,
     servers: BTreeMap<String, ServerConfig>,
     tokens: BTreeMap<String, Secret>,
+    /// What the model is shown of the servers' tools, and which calls are refused.
+    policy: ToolPolicy,
 }
+
+/// Each server's own tools, as listed once in a trial, by label.
+type Listed = BTreeMap<String, Vec<rmcp::model::Tool>>;
 
 impl ApiClient {
     /// A client for the variant `spec` (its model, `clientOptions`, servers and provider);
@@ -107,6 +113,7 @@ impl ApiClient {
             provider: spec.provider.clone(),
             servers: spec.servers.clone(),
             tokens: tokens.clone(),
+            policy: spec.tool_policy.clone(),
         };
         match &client.options.mock_script {
             Some(MockScript::ByCase(scripts)) => {
@@ -168,7 +175,7 @@ impl ApiClient {
         place: &TrialPlace<'_>,
         trace: &mut Recorder<'_>,
     ) -> Result<Option<String>> {
-        let (sessions, tools) = self.open_servers(place).await?;
+        let (sessions, listed, tools) = self.open_servers(place, trace).await?;
         let mut turns = Vec::with_capacity(history.len() * 2 + 1);
         if !history.is_empty() {
             // The earlier turns are in their own traces: this one only says they were sent.
@@ -225,7 +232,12 @@ impl ApiClient {
                 close(sessions).await;
                 return Ok(reply.text);
             }
-            let outputs = run_tool_calls(&reply.calls, &sessions, trace).await?;
+            let servers = Servers {
+                sessions: &sessions,
+                listed: &listed,
+                policy: &self.policy,
+            };
+            let outputs = run_tool_calls(&reply.calls, &servers, trace).await?;
             turns.push(Turn::Assistant {
                 text: reply.text,
                 calls: reply.calls,
@@ -241,33 +253,46 @@ impl ApiClient {
         Ok(None)
     }
 
-    /// Connects the variant's servers and lists their tools as the model sees them
-    /// (`server__tool`; none with `toolChoice: none`).
+    /// Connects the variant's servers and lists their tools (recorded as `tools-listed`), and
+    /// as the model sees them through the variant's tool policy (`server__tool`; none with
+    /// `toolChoice: none`).
     async fn open_servers(
         &self,
         place: &TrialPlace<'_>,
-    ) -> Result<(BTreeMap<String, Session>, Vec<ToolSpec>)> {
+        trace: &mut Recorder<'_>,
+    ) -> Result<(BTreeMap<String, Session>, Listed, Vec<ToolSpec>)> {
         let mut sessions = BTreeMap::new();
+        let mut listed = Listed::new();
         let mut tools = Vec::new();
         for (label, config) in &self.servers {
             let session = connect(config, label, &self.tokens, place)
                 .await
                 .with_context(|| format!("MCP server `{label}`"))?;
             if self.options.tool_choice != ToolChoice::None {
-                let listed = session
+                let own = session
                     .service
                     .list_all_tools()
                     .await
                     .with_context(|| format!("MCP server `{label}`: cannot list its tools"))?;
-                tools.extend(listed.into_iter().map(|tool| ToolSpec {
+                let names: Vec<&str> = own.iter().map(|t| t.name.as_ref()).collect();
+                trace.push(EventKind::Custom {
+                    name: crate::eval::trial::TOOLS_LISTED_EVENT.into(),
+                    data: serde_json::json!({"server": label, "tools": names}),
+                });
+                let view = ToolView {
+                    label,
+                    policy: &self.policy,
+                };
+                tools.extend(view.shown(&own).into_iter().map(|tool| ToolSpec {
                     name: format!("{label}{TOOL_SEPARATOR}{}", tool.name),
                     description: tool.description.unwrap_or_default().into_owned(),
                     input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
                 }));
+                listed.insert(label.clone(), own);
             }
             sessions.insert(label.clone(), session);
         }
-        Ok((sessions, tools))
+        Ok((sessions, listed, tools))
     }
 
     /// The `usage` event of one call to `mock` (which has no price; a provider's calls are
@@ -280,30 +305,64 @@ impl ApiClient {
     }
 }
 
-/// Runs the model's tool calls on their servers, in order, recording each call and result;
-/// a name no server has is an error result the model sees.
+/// A trial's servers as its tool calls reach them: their sessions, their own tools, and the
+/// variant's tool policy.
+struct Servers<'s> {
+    sessions: &'s BTreeMap<String, Session>,
+    listed: &'s Listed,
+    policy: &'s ToolPolicy,
+}
+
+/// Runs the model's tool calls on their servers, in order, recording each call and result; a
+/// name no server shows is an error result the model sees, and a call the tool policy refuses
+/// (a dry run's write) is recorded as blocked and never reaches its server.
 async fn run_tool_calls(
     calls: &[ToolCall],
-    sessions: &BTreeMap<String, Session>,
+    servers: &Servers<'_>,
     trace: &mut Recorder<'_>,
 ) -> Result<Vec<ToolOutput>> {
     let mut outputs = Vec::new();
     for call in calls {
         let route = call.name.split_once(TOOL_SEPARATOR);
+        // The server's own tool the shown name stands for.
+        let target = route.and_then(|(label, shown)| {
+            let view = ToolView {
+                label,
+                policy: servers.policy,
+            };
+            let tool = view.resolve(servers.listed.get(label)?, shown)?;
+            Some((label, servers.sessions.get(label)?, tool, view))
+        });
         trace.push(EventKind::ToolCall {
             id: call.id.clone(),
             server: route.map(|(label, _)| label.to_string()),
-            tool: route.map_or(call.name.clone(), |(_, tool)| tool.to_string()),
+            tool: match (&target, route) {
+                (Some((_, _, tool, _)), _) => tool.name.to_string(),
+                (None, Some((_, shown))) => shown.to_string(),
+                (None, None) => call.name.clone(),
+            },
             arguments: call.arguments.clone(),
         });
         let call_started = Instant::now();
-        let (output, is_error) = match route.and_then(|(l, t)| Some((sessions.get(l)?, l, t))) {
-            Some((session, label, tool)) => {
+        let (output, is_error) = match &target {
+            Some((_, _, tool, view)) if view.refusal(tool).is_some() => {
+                let reason = view.refusal(tool).unwrap_or_default();
+                for event in view.blocked_events(&call.id, tool, reason) {
+                    trace.push(event);
+                }
+                outputs.push(ToolOutput {
+                    id: call.id.clone(),
+                    output: reason.to_string(),
+                    is_error: true,
+                });
+                continue;
+            }
+            Some((label, session, tool, _)) => {
                 let arguments = match &call.arguments {
                     serde_json::Value::Object(map) => map.clone(),
                     _ => Default::default(),
                 };
-                call_tool(session, label, tool, arguments).await?
+                call_tool(session, label, &tool.name, arguments).await?
             }
             None => (format!("there is no tool `{}`", call.name), true),
         };

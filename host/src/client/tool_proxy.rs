@@ -230,6 +230,84 @@ fn mint() -> Secret {
     Secret::new(format!("mst-tools-{}", hex::encode(bytes)))
 }
 
+/// A variant's tool policy as it applies to one server's tools: what a client is shown, what
+/// its names stand for, and which calls are refused. The proxy applies it to the clients
+/// behind it, and the `api` client to its own calls.
+pub struct ToolView<'p> {
+    pub label: &'p str,
+    pub policy: &'p ToolPolicy,
+}
+
+impl ToolView<'_> {
+    /// The tools as the client sees them: hidden ones left out, the rest rewritten.
+    pub fn shown(&self, tools: &[Tool]) -> Vec<Tool> {
+        tools
+            .iter()
+            .filter_map(|tool| {
+                let Some(rewrite) = self.policy.of(self.label, &tool.name) else {
+                    return Some(tool.clone());
+                };
+                if rewrite.hidden {
+                    return None;
+                }
+                let mut tool = tool.clone();
+                if let Some(name) = &rewrite.name {
+                    tool.name = name.clone().into();
+                }
+                if let Some(description) = &rewrite.description {
+                    tool.description = Some(description.clone().into());
+                }
+                if let Some(serde_json::Value::Object(schema)) = &rewrite.input_schema {
+                    tool.input_schema = Arc::new(schema.clone());
+                }
+                Some(tool)
+            })
+            .collect()
+    }
+
+    /// The server's own tool the client's `name` stands for, if the client may call it.
+    pub fn resolve<'t>(&self, tools: &'t [Tool], name: &str) -> Option<&'t Tool> {
+        tools.iter().find(|tool| {
+            let rewrite = self.policy.of(self.label, &tool.name);
+            let shown = rewrite
+                .and_then(|r| r.name.as_deref())
+                .unwrap_or(&tool.name);
+            shown == name && !rewrite.is_some_and(|r| r.hidden)
+        })
+    }
+
+    /// Why the policy refuses a call to `tool`, if it does.
+    pub fn refusal(&self, tool: &Tool) -> Option<&'static str> {
+        let read_only = tool
+            .annotations
+            .as_ref()
+            .and_then(|a| a.read_only_hint)
+            .unwrap_or(false);
+        let allowed = self
+            .policy
+            .of(self.label, &tool.name)
+            .is_some_and(|r| r.allow);
+        (self.policy.dry(self.label) && !read_only && !allowed).then_some(DRY_RUN_REFUSAL)
+    }
+
+    /// The events that record a refused call: the call, why (`tool-blocked`), its error
+    /// result.
+    pub fn blocked_events(&self, id: &str, tool: &Tool, reason: &str) -> [EventKind; 2] {
+        [
+            EventKind::Custom {
+                name: crate::eval::trial::TOOL_BLOCKED_EVENT.into(),
+                data: serde_json::json!({"server": self.label, "tool": tool.name, "reason": reason}),
+            },
+            EventKind::ToolResult {
+                id: id.to_string(),
+                output: reason.to_string(),
+                is_error: true,
+                duration_ms: 0,
+            },
+        ]
+    }
+}
+
 /// The MCP server the client talks to for one upstream server.
 #[derive(Clone)]
 struct Proxied {
@@ -273,55 +351,12 @@ impl Proxied {
             .await
     }
 
-    /// The tools as the client sees them: hidden ones left out, the rest rewritten.
-    fn shown(&self, tools: &[Tool]) -> Vec<Tool> {
-        let label = &self.upstream.label;
-        tools
-            .iter()
-            .filter_map(|tool| {
-                let Some(rewrite) = self.policy.of(label, &tool.name) else {
-                    return Some(tool.clone());
-                };
-                if rewrite.hidden {
-                    return None;
-                }
-                let mut tool = tool.clone();
-                if let Some(name) = &rewrite.name {
-                    tool.name = name.clone().into();
-                }
-                if let Some(description) = &rewrite.description {
-                    tool.description = Some(description.clone().into());
-                }
-                if let Some(serde_json::Value::Object(schema)) = &rewrite.input_schema {
-                    tool.input_schema = Arc::new(schema.clone());
-                }
-                Some(tool)
-            })
-            .collect()
-    }
-
-    /// The server's own tool the client's `name` stands for, if the client may call it.
-    fn resolve<'t>(&self, tools: &'t [Tool], name: &str) -> Option<&'t Tool> {
-        let label = &self.upstream.label;
-        tools.iter().find(|tool| {
-            let rewrite = self.policy.of(label, &tool.name);
-            let shown = rewrite
-                .and_then(|r| r.name.as_deref())
-                .unwrap_or(&tool.name);
-            shown == name && !rewrite.is_some_and(|r| r.hidden)
-        })
-    }
-
-    /// Why the policy refuses a call to `tool`, if it does.
-    fn refusal(&self, tool: &Tool) -> Option<&'static str> {
-        let label = &self.upstream.label;
-        let read_only = tool
-            .annotations
-            .as_ref()
-            .and_then(|a| a.read_only_hint)
-            .unwrap_or(false);
-        let allowed = self.policy.of(label, &tool.name).is_some_and(|r| r.allow);
-        (self.policy.dry(label) && !read_only && !allowed).then_some(DRY_RUN_REFUSAL)
+    /// The policy as it applies to this server.
+    fn view(&self) -> ToolView<'_> {
+        ToolView {
+            label: &self.upstream.label,
+            policy: &self.policy,
+        }
     }
 
     fn record(&self, kind: EventKind) {
@@ -361,7 +396,7 @@ impl ServerHandler for Proxied {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let tools = self.upstream_tools().await?;
-        Ok(ListToolsResult::with_all_items(self.shown(tools)))
+        Ok(ListToolsResult::with_all_items(self.view().shown(tools)))
     }
 
     async fn call_tool(
@@ -385,7 +420,7 @@ impl ServerHandler for Proxied {
         let label = self.upstream.label.clone();
         let arguments = request.arguments.clone().unwrap_or_default();
         let tools = self.upstream_tools().await?;
-        let tool = self.resolve(tools, &request.name);
+        let tool = self.view().resolve(tools, &request.name);
         self.record(EventKind::ToolCall {
             id: id.clone(),
             server: Some(label.clone()),
@@ -404,12 +439,10 @@ impl ServerHandler for Proxied {
             self.record(result(why.clone(), true));
             return Err(ErrorData::invalid_params(why, None));
         };
-        if let Some(reason) = self.refusal(tool) {
-            self.record(EventKind::Custom {
-                name: crate::eval::trial::TOOL_BLOCKED_EVENT.into(),
-                data: serde_json::json!({"server": label, "tool": tool.name, "reason": reason}),
-            });
-            self.record(result(reason.to_string(), true));
+        if let Some(reason) = self.view().refusal(tool) {
+            for event in self.view().blocked_events(&id, tool, reason) {
+                self.record(event);
+            }
             let refused = CallToolResult::error(vec![ContentBlock::text(reason)]);
             return Ok(CallToolResponse::Complete(refused));
         }

@@ -255,3 +255,63 @@ fn a_huge_result_is_cut_in_the_trace_and_a_server_that_never_answers_ends_with_i
         .unwrap();
     assert!(!left.status.success(), "the slow server outlived its trial");
 }
+
+#[test]
+fn the_api_client_sees_the_same_rewritten_tools_and_its_dry_run_write_is_blocked() {
+    mst_tests::require_program("mcp-server-filesystem", ".ci/run installs it from npm");
+    // The model renames nothing itself: it calls the renamed tool by the name it was shown, a
+    // hidden one, and a write under a dry run.
+    let script = json!([
+        {"toolCalls": [
+            {"name": "time__now", "arguments": {"timezone": "UTC"}},
+            {"name": "time__convert_time", "arguments": {}},
+            {"name": "fs__write_file", "arguments": {"path": "planted.txt", "content": "landed"}}
+        ]},
+        {"text": "done"}
+    ]);
+    let eval = mst_tests::Eval::new(
+        json!({"name": "api-tools", "datasets": ["cases.jsonl"],
+               "servers": {
+                   "time": {"command": "python3", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]},
+                   "fs": {"command": "mcp-server-filesystem", "args": ["."]}
+               },
+               "client": "api", "model": "mock/script", "clientOptions": {"mockScript": script},
+               "tools": {"time__get_current_time": {"name": "now"}, "time__convert_time": {"hidden": true}},
+               "dryRun": true,
+               "judges": [{"assert": "no-blocked-calls"}],
+               "timeout": 30}),
+        &[json!({"id": "c", "input": "What time is it?"})],
+    );
+    let run = eval.run(&Mst::new(), &["-q"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_trace(&eval.run_dir("api-tools"), "default/c/0");
+    let calls = events(&trace, "tool-call");
+    // Recorded by the server's own names.
+    let tools: Vec<&str> = calls.iter().map(|c| c["tool"].as_str().unwrap()).collect();
+    assert_eq!(
+        tools,
+        ["get_current_time", "convert_time", "write_file"],
+        "{trace}"
+    );
+    let results = events(&trace, "tool-result");
+    assert_eq!(
+        results[0]["isError"], false,
+        "the renamed tool answered: {trace}"
+    );
+    assert_eq!(
+        results[1]["isError"], true,
+        "the hidden one is no tool: {trace}"
+    );
+    assert_eq!(results[2]["output"], "blocked: dry run", "{trace}");
+    let blocked: Vec<_> = events(&trace, "custom")
+        .into_iter()
+        .filter(|e| e["name"] == "tool-blocked")
+        .collect();
+    assert_eq!(blocked.len(), 1, "{trace}");
+    assert!(
+        run.stdout
+            .contains("calls were blocked: write_file (blocked: dry run)"),
+        "{}",
+        run.stdout
+    );
+}

@@ -4,10 +4,10 @@
 use serde_json::Value;
 use std::path::Path;
 
-/// Top-level keys only MST's eval config has (none is a near-typo of one of ours).
+/// Top-level keys only MST's eval config has (none is a near-typo of one of ours; `tools` is
+/// both MST's and mst's, so it says nothing).
 const MST_ONLY_KEYS: &[&str] = &[
     "toolMap",
-    "tools",
     "inputTemplate",
     "metrics",
     "results",

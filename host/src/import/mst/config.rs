@@ -41,11 +41,11 @@ const DROPPED_KEYS: [(&str, &str); 11] = [
     ),
     (
         "tools",
-        "the model sees the servers' own tools (no metadata overrides)",
+        "not converted: write mst's `tools` (`SERVER__TOOL`: description, inputSchema, hidden, name) and `dryRun` by hand",
     ),
     (
         "toolMap",
-        "the model sees the servers' own tools (no metadata overrides)",
+        "not converted: write mst's `tools` (`SERVER__TOOL`: description, inputSchema, hidden, name) by hand",
     ),
     ("maxCases", "select cases with `mst run --case ID`"),
     (
