@@ -58,6 +58,7 @@ fn an_api_agent_calls_the_real_time_server_through_a_scripted_model() {
     assert_eq!(
         kinds,
         [
+            "custom",
             "message",
             "custom",
             "tool-call",
@@ -67,6 +68,10 @@ fn an_api_agent_calls_the_real_time_server_through_a_scripted_model() {
         ],
         "{trace}"
     );
+    // First, the server's tools as it listed them (the run's `neverCalled` reads them).
+    assert_eq!(events[0]["name"], "tools-listed");
+    assert_eq!(events[0]["data"]["server"], "time");
+    let events = &events[1..];
     assert_eq!(events[0]["role"], "user");
     assert_eq!(events[0]["text"], "What time is it in Tokyo?");
     assert_eq!(events[1]["name"], "usage");
