@@ -315,3 +315,68 @@ fn the_api_client_sees_the_same_rewritten_tools_and_its_dry_run_write_is_blocked
         run.stdout
     );
 }
+
+#[test]
+fn a_streamable_http_server_behind_the_proxy_answers_with_its_token_kept_from_the_agent() {
+    mst_tests::require_program("mcp-server-everything", ".ci/run installs it from npm");
+    let port = mst_tests::free_port();
+    let mut server = std::process::Command::new("mcp-server-everything")
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    mst_tests::wait_for_port(port, "the HTTP server");
+    let standins = root().join("tests/standins");
+    let mst = Mst::exposing(&[&standins]);
+    let dir = tempfile::tempdir().unwrap();
+    const HEADER: &str = "mst-canary-proxy-header-5e21";
+    let config = json!({
+        "name": "http-upstream",
+        "datasets": ["cases.jsonl"],
+        "servers": {"everything": {"url": format!("http://127.0.0.1:{port}/mcp"),
+                                   "headers": {"X-Team": HEADER}}},
+        "client": "command",
+        "clientOptions": {"command": ["sh", "-c",
+            "cat $MST_MCP_CONFIG >&2; exec python3 \"$0\"", s(&standins.join("mcp_agent.py"))]},
+        "timeout": 30
+    });
+    let case = json!({"id": "sum", "input": {"calls": [
+        {"server": "everything", "tool": "get-sum", "arguments": {"a": 20, "b": 22}}]}});
+    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
+    std::fs::write(dir.path().join("cases.jsonl"), format!("{case}\n")).unwrap();
+    let results = dir.path().join("results");
+    let run = mst.run(&[
+        "run",
+        "--config",
+        s(&dir.path().join("eval.json")),
+        "--results-dir",
+        s(&results),
+        // The server is on the host's loopback: the machine shares the host's network.
+        "--runner-option",
+        "network=host",
+    ]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let trace = read_trace(&only_run(&results, "http-upstream"), "default/sum/0");
+    let saw = agent_saw(&trace);
+    assert!(
+        result_of(&saw, "get-sum")["text"]
+            .as_str()
+            .unwrap()
+            .contains("42"),
+        "{saw}"
+    );
+    assert_eq!(events(&trace, "tool-call")[0]["server"], "everything");
+    // The agent's configuration (printed to its stderr, kept as log events) names the proxy,
+    // never the server's address or its headers.
+    let logged: String = events(&trace, "log")
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .collect();
+    assert!(logged.contains("mcpServers"), "{trace}");
+    assert!(!logged.contains(HEADER), "{logged}");
+    assert!(!logged.contains(&format!(":{port}/")), "{logged}");
+}
