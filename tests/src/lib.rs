@@ -514,6 +514,21 @@ pub const DRY_RUN_STEPS: [&str; 5] = [
     "dispose",
 ];
 
+/// `@modelcontextprotocol/server-everything` over its own streamable HTTP on a free loopback
+/// port, once it listens: the process (the caller kills it) and the port.
+pub fn everything_over_http() -> (std::process::Child, u16) {
+    let port = free_port();
+    let server = std::process::Command::new("mcp-server-everything")
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("mcp-server-everything starts (.ci/run installs it from npm)");
+    wait_for_port(port, "the HTTP server");
+    (server, port)
+}
+
 /// A loopback TCP port free at the time of asking.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -2,9 +2,7 @@
 //! `mcp-server-time` (PyPI) over stdio, and `@modelcontextprotocol/server-everything` (npm) over
 //! stdio and streamable HTTP.
 
-use mst_tests::{
-    files_containing, free_port, only_run, plugin, read_json, read_trace, root, s, Mst,
-};
+use mst_tests::{files_containing, only_run, plugin, read_json, read_trace, root, s, Mst};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -81,15 +79,7 @@ fn the_everything_server_over_stdio() {
 #[test]
 fn the_everything_server_over_streamable_http_and_a_dead_server_is_infra() {
     require("sh", &["-c", "command -v mcp-server-everything"]);
-    let port = free_port();
-    let mut server = std::process::Command::new("mcp-server-everything")
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    mst_tests::wait_for_port(port, "the HTTP server");
+    let (mut server, port) = mst_tests::everything_over_http();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("cases.jsonl"),

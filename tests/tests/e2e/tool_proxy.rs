@@ -3,7 +3,7 @@
 //! through `MST_MCP_CONFIG`, and mst sees, rewrites and refuses its calls though it drives
 //! none of them.
 
-use mst_tests::{events, only_run, read_json, read_trace, root, s, Mst};
+use mst_tests::{events, read_json, read_trace, root, s, Eval, Mst};
 use serde_json::{json, Value};
 
 /// The case: the time now, a conversion (hidden in one variant), a write and a read back.
@@ -33,7 +33,6 @@ fn an_mcp_client_agent_sees_the_variants_tools_and_its_dry_run_write_never_lands
     mst_tests::require_program("mcp-server-filesystem", ".ci/run installs it from npm");
     let standins = root().join("tests/standins");
     let mst = Mst::exposing(&[&standins]);
-    let dir = tempfile::tempdir().unwrap();
     let config = json!({
         "name": "tool-proxy",
         "datasets": ["cases.jsonl"],
@@ -59,26 +58,15 @@ fn an_mcp_client_agent_sees_the_variants_tools_and_its_dry_run_write_never_lands
         ],
         "timeout": 60
     });
-    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
-    std::fs::write(
-        dir.path().join("cases.jsonl"),
-        CASE.replace('\n', "") + "\n",
-    )
-    .unwrap();
-    let results = dir.path().join("results");
-    let run = mst.run(&[
-        "run",
-        "--config",
-        s(&dir.path().join("eval.json")),
-        "--results-dir",
-        s(&results),
-    ]);
+    let case: Value = serde_json::from_str(CASE).unwrap();
+    let eval = Eval::new(config, &[case]);
+    let run = eval.run(&mst, &[]);
     assert_eq!(
         run.code, 1,
         "a blocked call fails its case\n{}\n{}",
         run.stdout, run.stderr
     );
-    let run_dir = only_run(&results, "tool-proxy");
+    let run_dir = eval.run_dir("tool-proxy");
 
     assert_the_plain_variant_sees_the_servers_as_they_are(&read_trace(&run_dir, "plain/c/0"));
     assert_the_variants_view_is_rewritten_and_its_write_refused(&read_trace(
@@ -193,7 +181,6 @@ fn a_huge_result_is_cut_in_the_trace_and_a_server_that_never_answers_ends_with_i
     mst_tests::require_program("mcp-server-everything", ".ci/run installs it from npm");
     let standins = root().join("tests/standins");
     let mst = Mst::exposing(&[&standins]);
-    let dir = tempfile::tempdir().unwrap();
     let config = json!({
         "name": "hostile-tools",
         "datasets": ["cases.jsonl"],
@@ -211,20 +198,11 @@ fn a_huge_result_is_cut_in_the_trace_and_a_server_that_never_answers_ends_with_i
             "bigArgument": ["message", 1_000_000], "lengthOnly": true}]}}),
         json!({"id": "hang", "input": {"calls": [{"server": "slow", "tool": "nap"}]}}),
     ];
-    let lines: Vec<String> = cases.iter().map(Value::to_string).collect();
-    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
-    std::fs::write(dir.path().join("cases.jsonl"), lines.join("\n") + "\n").unwrap();
-    let results = dir.path().join("results");
+    let eval = Eval::new(config, &cases);
     let started = std::time::Instant::now();
-    let run = mst.run(&[
-        "run",
-        "--config",
-        s(&dir.path().join("eval.json")),
-        "--results-dir",
-        s(&results),
-    ]);
+    let run = eval.run(&mst, &[]);
     let took = started.elapsed();
-    let run_dir = only_run(&results, "hostile-tools");
+    let run_dir = eval.run_dir("hostile-tools");
 
     // The agent got the whole megabyte; the trace keeps its first 64 KiB and says so.
     let big = read_trace(&run_dir, "default/big/0");
@@ -269,7 +247,7 @@ fn the_api_client_sees_the_same_rewritten_tools_and_its_dry_run_write_is_blocked
         ]},
         {"text": "done"}
     ]);
-    let eval = mst_tests::Eval::new(
+    let eval = Eval::new(
         json!({"name": "api-tools", "datasets": ["cases.jsonl"],
                "servers": {
                    "time": {"command": "python3", "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]},
@@ -319,18 +297,9 @@ fn the_api_client_sees_the_same_rewritten_tools_and_its_dry_run_write_is_blocked
 #[test]
 fn a_streamable_http_server_behind_the_proxy_answers_with_its_token_kept_from_the_agent() {
     mst_tests::require_program("mcp-server-everything", ".ci/run installs it from npm");
-    let port = mst_tests::free_port();
-    let mut server = std::process::Command::new("mcp-server-everything")
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    mst_tests::wait_for_port(port, "the HTTP server");
+    let (mut server, port) = mst_tests::everything_over_http();
     let standins = root().join("tests/standins");
     let mst = Mst::exposing(&[&standins]);
-    let dir = tempfile::tempdir().unwrap();
     const HEADER: &str = "mst-canary-proxy-header-5e21";
     let config = json!({
         "name": "http-upstream",
@@ -344,23 +313,19 @@ fn a_streamable_http_server_behind_the_proxy_answers_with_its_token_kept_from_th
     });
     let case = json!({"id": "sum", "input": {"calls": [
         {"server": "everything", "tool": "get-sum", "arguments": {"a": 20, "b": 22}}]}});
-    std::fs::write(dir.path().join("eval.json"), config.to_string()).unwrap();
-    std::fs::write(dir.path().join("cases.jsonl"), format!("{case}\n")).unwrap();
-    let results = dir.path().join("results");
-    let run = mst.run(&[
-        "run",
-        "--config",
-        s(&dir.path().join("eval.json")),
-        "--results-dir",
-        s(&results),
-        // The server is on the host's loopback: the machine shares the host's network.
-        "--runner-option",
-        "network=host",
-    ]);
+    let eval = Eval::new(config, &[case]);
+    let run = eval.run(
+        &mst,
+        &[
+            // The server is on the host's loopback: the machine shares the host's network.
+            "--runner-option",
+            "network=host",
+        ],
+    );
     let _ = server.kill();
     let _ = server.wait();
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let trace = read_trace(&only_run(&results, "http-upstream"), "default/sum/0");
+    let trace = read_trace(&eval.run_dir("http-upstream"), "default/sum/0");
     let saw = agent_saw(&trace);
     assert!(
         result_of(&saw, "get-sum")["text"]
