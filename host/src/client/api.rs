@@ -274,15 +274,11 @@ impl ApiClient {
                     .list_all_tools()
                     .await
                     .with_context(|| format!("MCP server `{label}`: cannot list its tools"))?;
-                let names: Vec<&str> = own.iter().map(|t| t.name.as_ref()).collect();
-                trace.push(EventKind::Custom {
-                    name: crate::eval::trial::TOOLS_LISTED_EVENT.into(),
-                    data: serde_json::json!({"server": label, "tools": names}),
-                });
                 let view = ToolView {
                     label,
                     policy: &self.policy,
                 };
+                trace.push(view.listed_event(&own));
                 tools.extend(view.shown(&own).into_iter().map(|tool| ToolSpec {
                     name: format!("{label}{TOOL_SEPARATOR}{}", tool.name),
                     description: tool.description.unwrap_or_default().into_owned(),

@@ -14,7 +14,7 @@
 use super::mcp::{self, Pending, Session};
 use super::TrialPlace;
 use crate::eval::config::{ServerConfig, ToolPolicy};
-use crate::eval::trial::EventKind;
+use crate::eval::trial::{EventKind, ShownTool};
 use crate::secrets::Secret;
 use anyhow::{Context, Result};
 use axum::response::IntoResponse;
@@ -265,6 +265,35 @@ impl ToolView<'_> {
             .collect()
     }
 
+    /// The `tools-listed` event of the server's `tools`: their names, and the list as the
+    /// client sees it ([`ShownTool`]), which `run.json` keeps per variant.
+    pub fn listed_event(&self, tools: &[Tool]) -> EventKind {
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        let shown: Vec<ShownTool> = tools
+            .iter()
+            .filter_map(|tool| {
+                let rewrite = self.policy.of(self.label, &tool.name);
+                if rewrite.is_some_and(|r| r.hidden) {
+                    return None;
+                }
+                let renamed = rewrite.and_then(|r| r.name.clone());
+                Some(ShownTool {
+                    name: renamed.clone().unwrap_or_else(|| tool.name.to_string()),
+                    description: (rewrite.and_then(|r| r.description.clone()))
+                        .or_else(|| tool.description.as_deref().map(str::to_string))
+                        .unwrap_or_default(),
+                    renamed_from: renamed.map(|_| tool.name.to_string()),
+                    schema_rewritten: rewrite.is_some_and(|r| r.input_schema.is_some()),
+                    blocked: self.refusal(tool).map(str::to_string),
+                })
+            })
+            .collect();
+        EventKind::Custom {
+            name: crate::eval::trial::TOOLS_LISTED_EVENT.into(),
+            data: serde_json::json!({"server": self.label, "tools": names, "shown": shown}),
+        }
+    }
+
     /// The server's own tool the client's `name` stands for, if the client may call it.
     pub fn resolve<'t>(&self, tools: &'t [Tool], name: &str) -> Option<&'t Tool> {
         tools.iter().find(|tool| {
@@ -341,11 +370,7 @@ impl Proxied {
                         None,
                     )
                 })?;
-                let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-                self.record(EventKind::Custom {
-                    name: crate::eval::trial::TOOLS_LISTED_EVENT.into(),
-                    data: serde_json::json!({"server": self.upstream.label, "tools": names}),
-                });
+                self.record(self.view().listed_event(&tools));
                 Ok(tools)
             })
             .await

@@ -280,10 +280,32 @@ pub enum TrialStatus {
 /// `{"server", "tool", "reason"}`. The call itself is recorded too, its result an error.
 pub const TOOL_BLOCKED_EVENT: &str = "tool-blocked";
 
-/// The `custom` event the tool proxy records when it first lists a server's tools to the
-/// client: `{"server", "tools": [NAME, …]}`, the server's own names, hidden ones included (so
-/// that a run can say which tools no trial called).
+/// The `custom` event the tool proxy (or the `api` client) records when it first lists a
+/// server's tools to the client: `{"server", "tools": [NAME, …], "shown": [ShownTool, …]}`:
+/// the server's own names, hidden ones included (so that a run can say which tools no trial
+/// called), and the list as the client saw it through the variant's tool policy.
 pub const TOOLS_LISTED_EVENT: &str = "tools-listed";
+
+/// One tool as a client was shown it through its variant's tool policy (`tools`, `dryRun`):
+/// what `run.json`'s `toolLists` holds per variant and server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShownTool {
+    /// The name the client calls it by.
+    pub name: String,
+    /// The description the client read (the variant's, when it rewrites it).
+    #[serde(default)]
+    pub description: String,
+    /// The server's own name, when the variant renames the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renamed_from: Option<String>,
+    /// Whether the variant rewrote its input schema.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub schema_rewritten: bool,
+    /// Why a call to it is refused (`blocked: dry run`), when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<String>,
+}
 
 /// What happened in one trace event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -399,6 +399,7 @@ mod tests {
             grading: None,
             workspaces: Vec::new(),
             references: BTreeMap::new(),
+            tool_lists: Default::default(),
         };
         let mut grades = BTreeMap::new();
         let mut planned = Vec::new();

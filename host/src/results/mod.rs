@@ -137,6 +137,10 @@ pub struct RunRecord {
     /// The eval's reference variants and what each must do on every case.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub references: BTreeMap<String, crate::eval::config::Expected>,
+    /// The MCP tools each variant's clients were shown, through its `tools` and `dryRun`, by
+    /// variant and server: the effective tool list, from the trials' `tools-listed` events.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_lists: tool_health::ToolLists,
 }
 
 /// Where a regrade's judges ran when they ran on machines, and with what: a `--resume` of the

@@ -2,9 +2,12 @@
 //! the report: its calls, errors and refused calls, latency percentiles, and the tools it
 //! listed that no trial called. Summed from the traces' `tool-call` and `tool-result` events
 //! (every client records the server's label) and the tool proxy's `tools-listed` and
-//! `tool-blocked` events.
+//! `tool-blocked` events; and the tools each variant's clients were shown (`run.json`'s
+//! `toolLists`), from the same `tools-listed` events.
 
-use crate::eval::trial::{EventKind, TraceRecord, TOOLS_LISTED_EVENT, TOOL_BLOCKED_EVENT};
+use crate::eval::trial::{
+    EventKind, ShownTool, TraceRecord, TOOLS_LISTED_EVENT, TOOL_BLOCKED_EVENT,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,7 +28,14 @@ pub struct TraceTally {
     /// The tools the server listed to the client, when the proxy saw the list.
     #[serde(default)]
     pub listed: BTreeSet<String>,
+    /// The tools as the client was shown them, when the trace recorded the list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<Vec<ShownTool>>,
 }
+
+/// The tools each variant's clients were shown, by variant and server label (`run.json`'s
+/// `toolLists`).
+pub type ToolLists = BTreeMap<String, BTreeMap<String, Vec<ShownTool>>>;
 
 /// A trace's tallies by server label.
 pub type TraceTools = BTreeMap<String, TraceTally>;
@@ -68,11 +78,12 @@ pub fn trace_tools(trace: &TraceRecord) -> TraceTools {
                     (data["server"].as_str(), data["tools"].as_array())
                 {
                     let names = listed.iter().filter_map(|t| t.as_str()).map(str::to_string);
-                    tools
-                        .entry(server.to_string())
-                        .or_default()
-                        .listed
-                        .extend(names);
+                    let tally = tools.entry(server.to_string()).or_default();
+                    tally.listed.extend(names);
+                    // Traces from before the shown list was recorded have none.
+                    if let Ok(shown) = serde_json::from_value(data["shown"].clone()) {
+                        tally.shown = Some(shown);
+                    }
                 }
             }
             _ => {}
@@ -150,10 +161,11 @@ impl ServerTotals {
     }
 }
 
-/// The run's tool calls by server, as traces are tallied.
+/// The run's tool calls by server, and the tools shown by variant, as traces are tallied.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ToolTotals {
     servers: BTreeMap<String, ServerTotals>,
+    lists: ToolLists,
 }
 
 impl ToolTotals {
@@ -167,17 +179,26 @@ impl ToolTotals {
     ) -> Self {
         for key in trials.keys().filter(|key| !is_counted(key)) {
             if let Some(record) = dir.read_trace(&key) {
-                counted.add(&trace_tools(&record.trace));
+                counted.add(&key.variant, &trace_tools(&record.trace));
             }
         }
         counted
     }
 
-    /// Adds one trace's tallies.
-    pub fn add(&mut self, tools: &TraceTools) {
+    /// Adds the tallies of one trace of `variant`.
+    pub fn add(&mut self, variant: &str, tools: &TraceTools) {
         for (server, tally) in tools {
             self.servers.entry(server.clone()).or_default().add(tally);
+            if let Some(shown) = &tally.shown {
+                let servers = self.lists.entry(variant.to_string()).or_default();
+                add_shown(servers.entry(server.clone()).or_default(), shown);
+            }
         }
+    }
+
+    /// The tools each variant's clients were shown (`run.json`'s `toolLists`).
+    pub fn tool_lists(&self) -> &ToolLists {
+        &self.lists
     }
 
     /// Adds another run part's totals.
@@ -192,6 +213,12 @@ impl ToolTotals {
             }
             mine.called.extend(totals.called);
             mine.listed.extend(totals.listed);
+        }
+        for (variant, servers) in other.lists {
+            let mine = self.lists.entry(variant).or_default();
+            for (server, shown) in servers {
+                add_shown(mine.entry(server).or_default(), &shown);
+            }
         }
     }
 
@@ -211,6 +238,17 @@ impl ToolTotals {
                 (server.clone(), health)
             })
             .collect()
+    }
+}
+
+/// Adds to `list` the tools of `shown` it does not name yet, keeping it sorted by name: the
+/// same list whatever order the traces came in (a server listing differently in two trials of
+/// a variant gives the union).
+fn add_shown(list: &mut Vec<ShownTool>, shown: &[ShownTool]) {
+    for tool in shown {
+        if let Err(at) = list.binary_search_by(|t| t.name.cmp(&tool.name)) {
+            list.insert(at, tool.clone());
+        }
     }
 }
 
@@ -288,7 +326,10 @@ mod tests {
     fn calls_errors_percentiles_and_tools_never_called_by_server() {
         let mut events = vec![event(EventKind::Custom {
             name: TOOLS_LISTED_EVENT.into(),
-            data: json!({"server": "time", "tools": ["now", "convert", "zones"]}),
+            data: json!({"server": "time", "tools": ["now", "convert", "zones"], "shown": [
+                {"name": "when", "description": "Converts.", "renamedFrom": "convert"},
+                {"name": "now", "description": "The time.", "blocked": "blocked: dry run"},
+            ]}),
         })];
         for (i, ms) in [1u64, 2, 3, 4, 5, 6, 7, 8, 9, 100].iter().enumerate() {
             events.extend(call(&i.to_string(), "time", "now", *ms, i == 9));
@@ -310,8 +351,8 @@ mod tests {
             ..TraceRecord::default()
         };
         let mut totals = ToolTotals::default();
-        totals.add(&trace_tools(&trace));
-        totals.add(&trace_tools(&trace));
+        totals.add("v", &trace_tools(&trace));
+        totals.add("v", &trace_tools(&trace));
         let health = totals.health();
         let time = &health["time"];
         assert_eq!((time.calls, time.errors, time.blocked), (20, 2, 0));
@@ -327,11 +368,20 @@ mod tests {
         );
         // Merging two halves gives the whole.
         let mut half = ToolTotals::default();
-        half.add(&trace_tools(&trace));
+        half.add("v", &trace_tools(&trace));
         let mut other = ToolTotals::default();
-        other.add(&trace_tools(&trace));
+        other.add("v", &trace_tools(&trace));
         half.merge(other);
         assert_eq!(half, totals);
+        // The variant's shown list: sorted by name, once however many traces listed it; the
+        // server that recorded no list has none.
+        let lists = totals.tool_lists();
+        let time = &lists["v"]["time"];
+        let names: Vec<&str> = time.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["now", "when"]);
+        assert_eq!(time[1].renamed_from.as_deref(), Some("convert"));
+        assert_eq!(time[0].blocked.as_deref(), Some("blocked: dry run"));
+        assert_eq!((lists.len(), lists["v"].len()), (1, 1));
     }
 
     #[test]

@@ -387,6 +387,7 @@ fn finish(
         grades.contains_key(key)
     });
     record.grade = grading::grade_phase(&grades, &pairs);
+    record.tool_lists = tools.tool_lists().clone();
     prepared.count_usage(&mut record.plugins);
     dir.write_record(&record)?;
     let mut summary =

@@ -237,6 +237,7 @@ impl Prepared {
             grading: None,
             workspaces: self.workspaces.records.clone(),
             references: self.config.references.clone(),
+            tool_lists: Default::default(),
         }
     }
 

@@ -104,6 +104,72 @@ fn an_mcp_client_agent_sees_the_variants_tools_and_its_dry_run_write_never_lands
         "{}",
         run.stdout
     );
+    assert_run_json_keeps_each_variants_tool_list(&read_json(&run_dir.join("run.json")));
+    assert_the_report_shows_server_health_and_tool_lists(&run_dir, servers);
+}
+
+/// `run.json`'s `toolLists`: each variant's tools as its client was shown them.
+fn assert_run_json_keeps_each_variants_tool_list(record: &Value) {
+    let lists = &record["toolLists"];
+    let tool = |variant: &str, server: &str, name: &str| -> Option<Value> {
+        let tools = lists[variant][server]
+            .as_array()
+            .unwrap_or_else(|| panic!("{lists}"));
+        tools.iter().find(|t| t["name"] == name).cloned()
+    };
+    assert!(tool("plain", "time", "convert_time").is_some(), "{lists}");
+    assert!(
+        tool("rewritten", "time", "convert_time").is_none(),
+        "hidden: {lists}"
+    );
+    let now = tool("rewritten", "time", "get_current_time").unwrap();
+    assert_eq!(now["description"], "REWRITTEN: the time now");
+    let write = tool("rewritten", "fs", "write_file").unwrap();
+    assert_eq!(write["blocked"], "blocked: dry run");
+    // A read-only tool passes a dry run; without one, nothing is blocked.
+    assert!(tool("rewritten", "fs", "read_text_file").unwrap()["blocked"].is_null());
+    assert!(tool("plain", "fs", "write_file").unwrap()["blocked"].is_null());
+}
+
+/// The run's report (in a real Chromium) shows each server's health as `summary.json` has it,
+/// and each variant's tool list.
+fn assert_the_report_shows_server_health_and_tool_lists(
+    run_dir: &std::path::Path,
+    servers: &Value,
+) {
+    let browser = mst_tests::browser::Browser::start();
+    browser.goto(&format!("file://{}", s(&run_dir.join("report.html"))));
+    browser.wait_for("body[data-ready='1'] #servers");
+    for server in ["time", "fs"] {
+        for (field, key) in [
+            ("calls", "calls"),
+            ("errors", "errors"),
+            ("blocked", "blocked"),
+        ] {
+            assert_eq!(
+                browser.text(&format!(
+                    "#servers tr[data-server='{server}'] td[data-count='{key}']"
+                )),
+                servers[server][field].to_string(),
+                "{server} {field}"
+            );
+        }
+    }
+    browser.click("#tool-lists details[data-variant='rewritten'] summary");
+    let row = "#tool-lists details[data-variant='rewritten']";
+    assert!(browser
+        .text(&format!("{row} tr[data-tool='time__get_current_time']"))
+        .contains("REWRITTEN: the time now"));
+    assert!(browser
+        .text(&format!(
+            "{row} tr[data-tool='fs__write_file'] td[data-count='notes']"
+        ))
+        .contains("blocked: dry run"));
+    assert!(browser
+        .texts(&format!("{row} tr[data-tool='time__convert_time']"))
+        .is_empty());
+    browser.screenshot("report-servers");
+    assert_eq!(browser.console_errors(), Vec::<String>::new());
 }
 
 /// As the servers are: every tool, the write lands and reads back; every call recorded by the

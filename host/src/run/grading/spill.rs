@@ -170,7 +170,7 @@ impl Graded {
             if !used.is_empty() {
                 usage.entry(variant.to_string()).or_default().merge(&used);
             }
-            tools.add(&called);
+            tools.add(variant, &called);
         }
         let end = (self.spill.metadata())
             .context("cannot read the grading spill file")?

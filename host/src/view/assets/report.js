@@ -126,6 +126,41 @@ var MstReport = (function () {
           })) : null);
   }
 
+  // Each MCP server's health over the run, and the tools each variant's clients were shown
+  // (run.json's toolLists: renamed, rewritten or dry-run-blocked tools marked).
+  function serversSection(view) {
+    var servers = view.summary.servers || {}, lists = view.run.toolLists || {};
+    var labels = Object.keys(servers), variants = Object.keys(lists);
+    if (!labels.length && !variants.length) return null;
+    var health = labels.length ? table('Calls to each MCP server, as the trials made them',
+      ['Server', 'Calls', 'Errors', 'Blocked', 'p50', 'p95', 'Never called'], labels.map(function (label) {
+        var x = servers[label];
+        return h('tr', { 'data-server': label }, h('th', { scope: 'row' }, label),
+          num('calls', x.calls), num('errors', x.errors), num('blocked', x.blocked || 0),
+          num('p50', ms(x.p50Ms)), num('p95', ms(x.p95Ms)),
+          h('td', { 'data-count': 'never-called' }, (x.neverCalled || []).join(', ') || '\u2013'));
+      })) : null;
+    var shown = variants.map(function (variant) {
+      var rows = [];
+      Object.keys(lists[variant]).forEach(function (label) {
+        lists[variant][label].forEach(function (tool) {
+          var notes = [];
+          if (tool.renamedFrom) notes.push('renamed from ' + tool.renamedFrom);
+          if (tool.schemaRewritten) notes.push('input schema rewritten');
+          if (tool.blocked) notes.push(tool.blocked);
+          rows.push(h('tr', { 'data-tool': label + '__' + tool.name }, h('th', { scope: 'row' }, label),
+            h('td', null, h('code', null, tool.name)), h('td', null, tool.description),
+            h('td', { 'data-count': 'notes' }, notes.join('; '))));
+        });
+      });
+      return h('details', { 'data-variant': variant }, h('summary', null, variant, ': ', String(rows.length), ' tools shown'),
+        table(null, ['Server', 'Tool', 'Description', 'Notes'], rows));
+    });
+    return h('section', { id: 'servers', 'aria-labelledby': 'servers-h' },
+      h('h2', { id: 'servers-h' }, 'MCP servers'), health,
+      variants.length ? h('div', { id: 'tool-lists' }, h('h3', null, 'Tools each variant was shown'), shown) : null);
+  }
+
   // Infrastructure failures grouped by cause: one broken runner is one line with a big count.
   function infraSection(view, state) {
     var groups = map();
@@ -402,7 +437,7 @@ var MstReport = (function () {
       drawTrials();
     }
 
-    root.appendChild(h('div', null, header(view), variantsSection(view), infraSection(view, state),
+    root.appendChild(h('div', null, header(view), variantsSection(view), serversSection(view), infraSection(view, state),
       diffSection(view), pairsSection(view),
       h('section', { id: 'cases', 'aria-labelledby': 'cases-h' }, h('h2', { id: 'cases-h' }, 'Cases'), filters, casesBox),
       h('section', { id: 'trials', 'aria-labelledby': 'trials-h' }, h('h2', { id: 'trials-h' }, 'Trials'), tracePanel, trialsBox),
