@@ -4,8 +4,10 @@ It reads the servers mst gives it from `MST_MCP_CONFIG` (the `mcpServers` format
 server's tools (after asking each endpoint without the token it was given, to show it is
 refused), then makes the calls its input (stdin, JSON) names:
 `{"calls": [{"server": LABEL, "tool": NAME, "arguments": {...}}]}` (a call may also say
-`"bigArgument": [NAME, N]`, an argument of N bytes, and `"lengthOnly": true`, to print the
-result's length instead of its text). It prints one JSON object
+`"bigArgument": [NAME, N]`, an argument of N bytes, `"lengthOnly": true`, to print the
+result's length instead of its text, and `"repeat": N`, to make it N times, 50 at once, and
+print how many calls were answered, answered with an error, or refused, with the last error's
+text). It prints one JSON object
 on stdout: the tools it was shown by server (name and description), each call's result
 (`text`, `isError`, or `error` for a JSON-RPC error), and the HTTP status each endpoint gave
 without the token.
@@ -35,6 +37,9 @@ async def serve(label, entry, calls, seen):
             for call in calls:
                 if call["server"] != label:
                     continue
+                if "repeat" in call:
+                    seen["results"].append(await flood(session, call))
+                    continue
                 arguments = dict(call.get("arguments", {}))
                 if "bigArgument" in call:  # [NAME, N]: NAME is N bytes of "x"
                     name, size = call["bigArgument"]
@@ -49,6 +54,31 @@ async def serve(label, entry, calls, seen):
                     )
                 except Exception as error:  # a JSON-RPC error: the server refused the call
                     seen["results"].append({"tool": call["tool"], "error": str(error)})
+
+
+async def flood(session, call):
+    """Makes `call` `call["repeat"]` times, 50 at once: the counts of each way it ended."""
+    tally = {"tool": call["tool"], "answered": 0, "isError": 0, "refused": 0, "lastError": None}
+
+    async def one():
+        try:
+            result = await session.call_tool(call["tool"], call.get("arguments", {}))
+        except Exception as error:
+            tally["refused"] += 1
+            tally["lastError"] = str(error)
+            return
+        if result.is_error:
+            tally["isError"] += 1
+            tally["lastError"] = "\n".join(c.text for c in result.content if hasattr(c, "text"))
+        else:
+            tally["answered"] += 1
+
+    left = call["repeat"]
+    while left > 0:
+        batch = min(left, 50)
+        await asyncio.gather(*(one() for _ in range(batch)))
+        left -= batch
+    return tally
 
 
 async def main():

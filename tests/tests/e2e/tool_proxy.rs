@@ -301,6 +301,59 @@ fn a_huge_result_is_cut_in_the_trace_and_a_server_that_never_answers_ends_with_i
 }
 
 #[test]
+fn a_client_flooding_the_proxy_is_refused_past_the_cap_and_its_trace_stays_bounded() {
+    mst_tests::require_program("mcp-server-everything", ".ci/run installs it from npm");
+    let standins = root().join("tests/standins");
+    let mst = Mst::exposing(&[&standins]);
+    let config = json!({
+        "name": "flood",
+        "datasets": ["cases.jsonl"],
+        "servers": {"everything": {"command": "mcp-server-everything", "args": ["stdio"]}},
+        "client": "command",
+        "clientOptions": {"command": ["python3", s(&standins.join("mcp_agent.py"))]},
+        "timeout": 300
+    });
+    // Five calls past the cap of 10,000, 50 at once.
+    let case = json!({"id": "flood", "input": {"calls": [{"server": "everything",
+        "tool": "echo", "arguments": {"message": "x"}, "repeat": 10_005}]}});
+    let eval = Eval::new(config, &[case]);
+    let run = eval.run(&mst, &[]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let run_dir = eval.run_dir("flood");
+    let flood = read_trace(&run_dir, "default/flood/0");
+    assert_eq!(flood["trace"]["status"], "completed");
+
+    // The agent was answered 10,000 times, then told why it was refused.
+    let tally = &agent_saw(&flood)["results"][0];
+    assert_eq!(
+        (&tally["answered"], &tally["isError"]),
+        (&json!(10_000), &json!(5)),
+        "{tally}"
+    );
+    assert!(
+        tally["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("too many tool calls in one trial (more than 10000)"),
+        "{tally}"
+    );
+    // The trace holds the 10,000 calls served and says once why the rest were not.
+    assert_eq!(events(&flood, "tool-call").len(), 10_000);
+    assert_eq!(events(&flood, "tool-result").len(), 10_000);
+    let logs = events(&flood, "log");
+    let refused: Vec<_> = logs
+        .iter()
+        .filter(|l| l["text"].as_str().unwrap().contains("too many tool calls"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{logs:?}");
+    let summary = read_json(&run_dir.join("summary.json"));
+    assert_eq!(
+        summary["servers"]["everything"]["calls"], 10_000,
+        "{summary}"
+    );
+}
+
+#[test]
 fn the_api_client_sees_the_same_rewritten_tools_and_its_dry_run_write_is_blocked() {
     mst_tests::require_program("mcp-server-filesystem", ".ci/run installs it from npm");
     // The model renames nothing itself: it calls the renamed tool by the name it was shown, a
