@@ -25,6 +25,7 @@ macro_rules! errln {
 mod detach;
 mod import;
 mod plugin;
+mod power;
 mod progress;
 mod report;
 mod run;
@@ -65,6 +66,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Write a run's report: one self-contained HTML file to open anywhere, offline.
     Report(report::ReportArgs),
+    /// How many paired cases a comparison of two variants needs to detect a difference.
+    Power(power::PowerArgs),
     /// List, show, compare and export stored runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -246,6 +249,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&home, *args),
         Command::Grade(args) => run::grade(&home, *args),
         Command::Report(args) => report::report(args),
+        Command::Power(args) => power::power(args),
         Command::Runs(command) => runs::run(command),
         Command::Serve(args) => serve::run(&home, *args),
         Command::Import(command) => import::run(command),

@@ -132,22 +132,30 @@ fn list(results_dir: &Path, json: bool) -> Result<u8> {
         return Ok(super::Code::Success.into());
     }
     outln!(
-        "{:<24} {:<24} {:>7} {:<11} {:<9} GRADE",
+        "{:<24} {:<24} {:>7} {:<11} {:<9} {:<8} PASS RATES",
         "RUN",
         "EVAL",
         "TRIALS",
         "STATE",
-        "COLLECT"
+        "COLLECT",
+        "GRADE"
     );
     for r in &runs {
+        let rates: Vec<String> = (r.pass_rates.iter())
+            .map(|(variant, rate)| match rate {
+                Some(rate) => format!("{variant} {:.1}%", rate * 100.0),
+                None => format!("{variant} -"),
+            })
+            .collect();
         outln!(
-            "{:<24} {:<24} {:>7} {:<11} {:<9} {}",
+            "{:<24} {:<24} {:>7} {:<11} {:<9} {:<8} {}",
             r.run_id,
             r.eval,
             r.trials,
             r.state.map_or("-".to_string(), |s| s.to_string()),
             r.collect,
-            r.grade
+            r.grade.to_string(),
+            rates.join(", ")
         );
     }
     Ok(super::Code::Success.into())

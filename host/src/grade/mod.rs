@@ -786,6 +786,18 @@ pub enum CaseOutcome {
     Infra,
 }
 
+impl CaseOutcome {
+    /// Whether the case passed, when it was decided (passed or failed); `None` for the
+    /// outcomes pass rates leave out.
+    pub fn verdict(self) -> Option<bool> {
+        match self {
+            CaseOutcome::Passed => Some(true),
+            CaseOutcome::Failed => Some(false),
+            _ => None,
+        }
+    }
+}
+
 /// Combines a case's trial grades (`None` = missing) by `rule` over its repetitions.
 pub fn case_outcome(trials: &[Option<&TrialGrade>], rule: CaseRule) -> CaseOutcome {
     if trials.iter().any(|t| t.is_none()) {

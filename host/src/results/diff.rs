@@ -73,6 +73,10 @@ pub struct VariantDiff {
     pub after: Option<f64>,
     /// `after - before`, when both exist.
     pub delta: Option<f64>,
+    /// Run B against run A over the cases both decided, paired by case: whether the change
+    /// is beyond noise (McNemar's exact test; `baseline` is run A's id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<super::stats::Comparison>,
 }
 
 /// A case's verdict in one run and how many of its trials passed.
@@ -194,6 +198,7 @@ impl RunDiff {
                     before,
                     after,
                     delta: before.zip(after).map(|(x, y)| y - x),
+                    comparison: paired(&cases, name, &ra.run_id),
                 }
             })
             .collect();
@@ -240,9 +245,21 @@ impl RunDiff {
             let delta = v
                 .delta
                 .map_or(String::new(), |d| format!(" ({:+.1} points)", d * 100.0));
+            let noise = v.comparison.as_ref().map_or(String::new(), |c| {
+                let verdict = if c.significant {
+                    "beyond noise"
+                } else {
+                    "within noise"
+                };
+                format!(
+                    "; over {} cases in both: {}: {verdict}",
+                    c.cases,
+                    c.figures()
+                )
+            });
             let _ = writeln!(
                 out,
-                "{}: {} -> {}{delta}",
+                "{}: {} -> {}{delta}{noise}",
                 v.variant,
                 percent(v.before),
                 percent(v.after)
@@ -288,6 +305,19 @@ impl RunDiff {
         let _ = writeln!(out, "\n{}", counts.join(", "));
         out
     }
+}
+
+/// Run B's verdicts on `variant`'s cases against run A's (`before`), over the cases both
+/// decided.
+fn paired(cases: &[CaseDiff], variant: &str, before: &str) -> Option<super::stats::Comparison> {
+    let decided = |side: Option<CaseSide>| side?.outcome.verdict();
+    let mut table = super::stats::Paired::default();
+    for case in cases.iter().filter(|c| c.variant == variant) {
+        if let (Some(was), Some(is)) = (decided(case.before), decided(case.after)) {
+            table.add(is, was);
+        }
+    }
+    super::stats::Comparison::of_table(table, &[], before)
 }
 
 /// The (variant, case) pairs `run` has a verdict for.

@@ -14,6 +14,7 @@ pub mod junit;
 pub mod layout;
 pub mod markup;
 pub mod run_process;
+pub mod stats;
 pub mod stored;
 pub mod summary_text;
 pub mod tool_health;
@@ -210,6 +211,9 @@ pub struct VariantSummary {
     pub infra: u32,
     /// passed / (passed + failed); incomplete, not-graded and infra cases are left out.
     pub pass_rate: Option<f64>,
+    /// Its interval, mean score, pass@k and flakiness ([`stats::VariantFigures`]).
+    #[serde(flatten)]
+    pub figures: stats::VariantFigures,
 }
 
 /// `summary.json`.
@@ -231,6 +235,10 @@ pub struct Summary {
     pub case_pass: crate::grade::CaseRules,
     /// Trials whose trace never came back.
     pub missing: Vec<TrialKey>,
+    /// Each variant but the baseline (the config's `baseline`, or the first variant) against
+    /// it, over the cases both decided.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub comparisons: BTreeMap<String, stats::Comparison>,
     /// Per pairwise judge: how its cases ended, counted for its variant `a`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<PairSummary>,
@@ -331,6 +339,46 @@ impl PairSummary {
     }
 }
 
+/// A case's tally for the figures: its verdict when decided, its graded trials and their mean
+/// score.
+fn case_tally(outcome: CaseOutcome, grades: &[Option<&TrialGrade>]) -> stats::CaseTally {
+    let scored: smallvec::SmallVec<[(f64, bool); 4]> = grades
+        .iter()
+        .filter_map(|g| match g {
+            Some(TrialGrade::Graded { score, pass, .. }) => Some((*score, *pass)),
+            _ => None,
+        })
+        .collect();
+    let trials = scored.len() as u32;
+    stats::CaseTally {
+        passed: outcome.verdict(),
+        trials,
+        trials_passed: scored.iter().filter(|(_, pass)| *pass).count() as u32,
+        score: (trials > 0).then(|| scored.iter().map(|(s, _)| s).sum::<f64>() / f64::from(trials)),
+    }
+}
+
+/// Each variant of `names` but the baseline (`baseline`, or the first) against it.
+fn comparisons(
+    names: &[arcstr::ArcStr],
+    tallies: &[Vec<stats::CaseTally>],
+    baseline: Option<&str>,
+) -> BTreeMap<String, stats::Comparison> {
+    let base = baseline
+        .and_then(|b| names.iter().position(|n| n.as_str() == b))
+        .unwrap_or(0);
+    let Some(base_name) = names.get(base) else {
+        return BTreeMap::new();
+    };
+    (names.iter().zip(tallies).enumerate())
+        .filter(|(i, _)| *i != base)
+        .filter_map(|(_, (name, mine))| {
+            let compared = stats::Comparison::between(mine, &tallies[base], base_name)?;
+            Some((name.to_string(), compared))
+        })
+        .collect()
+}
+
 impl Summary {
     /// Builds the summary from the planned trials and their grades (absent = missing), each
     /// case's verdict by its rule in `rules`.
@@ -342,6 +390,9 @@ impl Summary {
         let mut missing: Vec<TrialKey> = Vec::new();
         let mut counts = vec![VariantSummary::default(); names.len()];
         let mut outcomes: Vec<Vec<CaseOutcome>> = (names.iter())
+            .map(|_| Vec::with_capacity(plan.cases().len()))
+            .collect();
+        let mut tallies: Vec<Vec<stats::CaseTally>> = (names.iter())
             .map(|_| Vec::with_capacity(plan.cases().len()))
             .collect();
         let mut case_grades = Vec::new();
@@ -376,21 +427,26 @@ impl Summary {
                 CaseOutcome::Infra => counts.infra += 1,
             }
             outcomes[variant].push(outcome);
+            tallies[variant].push(case_tally(outcome, &borrowed));
         }
         let mut variants = BTreeMap::new();
         let mut cases = BTreeMap::new();
         // A plan without cases counts nothing under any variant.
         if plan.cases().len() > 0 {
-            for ((name, mut counts), outcomes) in names.iter().zip(counts).zip(outcomes) {
+            for (((name, mut counts), outcomes), tallies) in
+                names.iter().zip(counts).zip(outcomes).zip(&tallies)
+            {
                 let decided = counts.passed + counts.failed;
                 counts.pass_rate =
                     (decided > 0).then(|| f64::from(counts.passed) / f64::from(decided));
+                counts.figures = stats::VariantFigures::of(tallies);
                 variants.insert(name.to_string(), counts);
                 let outcomes = CaseOutcomes::of_plan(plan.clone(), outcomes);
                 cases.insert(name.to_string(), outcomes);
             }
         }
         let broken = broken_cases(&record.references, &cases);
+        let comparisons = comparisons(names, &tallies, record.baseline.as_deref());
         Summary {
             run_id: record.run_id.clone(),
             eval: record.eval.clone(),
@@ -401,6 +457,7 @@ impl Summary {
             cases,
             case_pass: rules.clone(),
             missing,
+            comparisons,
             pairs: Vec::new(),
             usage: usage::UsageSummary::default(),
             servers: BTreeMap::new(),

@@ -97,6 +97,24 @@ pub struct RunListing {
     pub state: Option<RunState>,
     pub collect: crate::results::Phase,
     pub grade: crate::results::Phase,
+    /// Each variant's pass rate, from `summary.json` (empty before the run is graded).
+    pub pass_rates: std::collections::BTreeMap<String, Option<f64>>,
+    /// The commit of the repository holding the config, when it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// The part of `summary.json` a listing reads.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedSummary {
+    variants: std::collections::BTreeMap<String, ListedVariant>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedVariant {
+    pass_rate: Option<f64>,
 }
 
 impl RunListing {
@@ -111,6 +129,16 @@ impl RunListing {
             state: dir.read_process().ok().flatten().map(|p| p.state()),
             collect: record.collect,
             grade: record.grade,
+            pass_rates: crate::files::read_json_file::<ListedSummary>(
+                &dir.root.join("summary.json"),
+            )
+            .map(|s| {
+                (s.variants.into_iter())
+                    .map(|(v, x)| (v, x.pass_rate))
+                    .collect()
+            })
+            .unwrap_or_default(),
+            commit: record.git.as_ref().map(|git| git.commit.clone()),
         }
     }
 }

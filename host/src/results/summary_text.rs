@@ -14,15 +14,17 @@ pub fn table(summary: &Summary) -> String {
     // counts them all, so a run whose failures turned into infra cannot look better.
     let _ = writeln!(
         out,
-        "{:<20} {:>9} {:>10} {:>7} {:>7} {:>11} {:>11} {:>6}",
+        "{:<20} {:>9} {:>14} {:>10} {:>7} {:>7} {:>11} {:>11} {:>6}  {}",
         "VARIANT",
         "PASS RATE",
+        "95% CI",
         "OF PLANNED",
         "PASSED",
         "FAILED",
         "INCOMPLETE",
         "NOT GRADED",
-        "INFRA"
+        "INFRA",
+        compared_heading(summary)
     );
     for (name, v) in &summary.variants {
         let variant = match &summary.baseline {
@@ -32,13 +34,20 @@ pub fn table(summary: &Summary) -> String {
         let rate = v
             .pass_rate
             .map_or("-".to_string(), |r| format!("{:.1}%", r * 100.0));
+        let ci = (v.figures.pass_rate_ci).map_or("-".to_string(), |[lo, hi]| {
+            format!("[{:.1}, {:.1}]", lo * 100.0, hi * 100.0)
+        });
         let planned = v.passed + v.failed + v.incomplete + v.not_graded + v.infra;
         let of_planned = format!("{}/{planned}", v.passed);
+        let compared = (summary.comparisons.get(name)).map_or(String::new(), |c| c.line());
         let _ = writeln!(
             out,
-            "{variant:<20} {rate:>9} {of_planned:>10} {:>7} {:>7} {:>11} {:>11} {:>6}",
+            "{variant:<20} {rate:>9} {ci:>14} {of_planned:>10} {:>7} {:>7} {:>11} {:>11} {:>6}  {compared}",
             v.passed, v.failed, v.incomplete, v.not_graded, v.infra
         );
+    }
+    for line in figure_lines(summary) {
+        let _ = writeln!(out, "{line}");
     }
     if !summary.pairs.is_empty() {
         let _ = writeln!(
@@ -97,6 +106,44 @@ pub fn table(summary: &Summary) -> String {
         let _ = writeln!(out, "{}", health.line(server));
     }
     out
+}
+
+/// The heading of the comparison column: `VS BASELINE-NAME`, or nothing with one variant.
+fn compared_heading(summary: &Summary) -> String {
+    (summary.comparisons.values().next()).map_or(String::new(), |c| {
+        format!("VS {}", c.baseline.to_uppercase())
+    })
+}
+
+/// Under the table: each variant's pass@k and flakiness (with several trials a case), and for
+/// each comparison that is not significant, how many cases would tell.
+fn figure_lines(summary: &Summary) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (name, v) in &summary.variants {
+        let f = &v.figures;
+        if f.pass_at_k.is_empty() {
+            continue;
+        }
+        let at_k: Vec<String> = (f.pass_at_k.iter())
+            .map(|(k, rate)| format!("pass@{k} {:.1}%", rate * 100.0))
+            .collect();
+        let flaky = f.flaky.map_or(String::new(), |share| {
+            format!(", flaky {:.1}% of cases", share * 100.0)
+        });
+        lines.push(format!("{name}: {}{flaky}", at_k.join(", ")));
+    }
+    for (name, c) in &summary.comparisons {
+        if let Some(needed) = c.cases_needed {
+            lines.push(format!(
+                "{name} vs {}: not significant over {} cases; about {needed} paired cases would \
+                 detect a difference of {:.1} pp with 80% power (`mst power` plans others)",
+                c.baseline,
+                c.cases,
+                (c.delta * 100.0).abs()
+            ));
+        }
+    }
+    lines
 }
 
 /// Lines of the failure list shown before "... and N more" (about a screenful).
@@ -413,8 +460,13 @@ mod tests {
         let text = table(&summary);
         let row = text.lines().find(|l| l.starts_with("v ")).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();
-        // Infra leaves the rate, not the count of planned cases.
-        assert_eq!(cells[..3], ["v", "100.0%", "1/2"], "{text}");
+        // Infra leaves the rate, not the count of planned cases; one case decided gives a
+        // wide interval.
+        assert_eq!(
+            cells[..5],
+            ["v", "100.0%", "[20.7,", "100.0]", "1/2"],
+            "{text}"
+        );
         assert!(text.contains("sandbox: none"), "{text}");
         summary.unsandboxed = false;
         assert!(!table(&summary).contains("sandbox"));

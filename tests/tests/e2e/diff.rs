@@ -171,6 +171,17 @@ fn assert_json_diff(compared: &Run, a: &str, b: &str) {
     assert_eq!(default["before"].as_f64().unwrap(), 4.0 / 6.0);
     assert_eq!(default["after"].as_f64().unwrap(), 4.0 / 6.0);
     assert_eq!(default["delta"].as_f64().unwrap(), 0.0);
+    let paired = &default["comparison"];
+    assert_eq!(
+        (
+            &paired["won"],
+            &paired["lost"],
+            &paired["cases"],
+            &paired["significant"]
+        ),
+        (&json!(1), &json!(1), &json!(5), &json!(false)),
+        "{default}"
+    );
     // tool: every case passed, then none decided (infra is left out of the rate).
     assert_eq!(
         json["variants"][1],
@@ -186,7 +197,11 @@ fn assert_text_diff(text: &Run, a: &str, b: &str) {
     let expected_text = [
         format!("e2e: {a} -> {b}"),
         "the datasets differ: cases only in one run are listed as added or removed".into(),
-        "default: 66.7% -> 66.7% (+0.0 points)".into(),
+        // Paired over the 5 cases both runs decided: one fixed, one broke (Newcombe's
+        // interval of 2, 1, 1, 1, computed with statsmodels' Wilson intervals).
+        "default: 66.7% -> 66.7% (+0.0 points); over 5 cases in both: +0.0 pp [-42.6, 42.6], \
+         p = 1.000: within noise"
+            .into(),
         "tool: 100.0% -> -".into(),
         "".into(),
         "broke (6):".into(),
