@@ -375,10 +375,15 @@ async fn info(State(api): Shared) -> Response {
 async fn runs(State(api): Shared) -> Result<Response, ServeError> {
     let root = api.served.results.clone();
     let mut stored = blocking(move || Ok(root.list())).await?;
+    // Each eval's pass rate over its runs, drawn here as SVG (oldest first).
+    let trends: Vec<serde_json::Value> = crate::view::charts::trends(&stored)
+        .into_iter()
+        .map(|(eval, svg)| serde_json::json!({"eval": eval, "svg": svg}))
+        .collect();
     stored.reverse();
     Ok(json(
         StatusCode::OK,
-        &serde_json::json!({"runs": stored, "live": api.served.live.list()}),
+        &serde_json::json!({"runs": stored, "live": api.served.live.list(), "trends": trends}),
     ))
 }
 

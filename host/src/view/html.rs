@@ -95,13 +95,26 @@ pub fn report(
         write_script_json_text(&mut traces, trace)?;
         traces.write_all(b"</script>\n")
     };
+    let samples = std::cell::RefCell::new(super::charts::Samples::default());
     {
         let sink: super::TraceSink<'_> = std::cell::RefCell::new(&mut write_trace);
-        let mut view = run.view_reading(dir, &sink);
+        let mut view = run.view_reading(dir, &sink, &samples);
         view.diff = diff;
         out.write_all(b"<script type=\"application/json\" id=\"mst-view\">")?;
         write_script_json(out, &view)?;
         out.write_all(b"</script>\n")?;
+    }
+    // The charts as static markup, readable with scripts off; the page script moves them
+    // under the variants table. Drawn after the rows, which gathered what they show.
+    let charts = super::charts::run_charts(&run.run.summary, &samples.into_inner());
+    if !charts.is_empty() {
+        put(
+            out,
+            &format!(
+                "<section id=\"mst-charts\" class=\"charts\" aria-labelledby=\"charts-h\">\
+                 <h2 id=\"charts-h\">Charts</h2>{charts}</section>\n"
+            ),
+        )?;
     }
     let mut traces = traces.into_inner().map_err(|e| e.into_error())?;
     traces.rewind()?;

@@ -3,6 +3,7 @@
 //! (`assets/report.js`), so a run looks the same in a file opened offline and in the browser tab
 //! of a server.
 
+pub mod charts;
 pub mod html;
 
 use crate::eval::trial::TrialKey;
@@ -74,6 +75,10 @@ pub struct RunView<'a> {
     /// The comparison with `--baseline`, when one was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<crate::results::diff::RunDiff>,
+    /// The run's charts as SVG markup ([`charts::run_charts`]), for a page that draws itself
+    /// from the view; the report file carries them as static markup instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub charts: Option<String>,
 }
 
 /// A view's rows, one per planned trial in plan order, each made as it is written out: a view
@@ -83,6 +88,8 @@ pub struct TrialRows<'a> {
     /// Where each trace is read, and handed on, as its row is written (a run loaded without its
     /// traces' facts): the report reads every trace once, and keeps nothing of it.
     reading: Option<(&'a RunDir, &'a TraceSink<'a>)>,
+    /// What the charts draw of each row, gathered as the rows are written.
+    samples: Option<&'a std::cell::RefCell<charts::Samples>>,
 }
 
 /// What each trace's compact JSON is handed to, with its index in the plan, as its row is
@@ -110,7 +117,13 @@ impl Serialize for TrialRows<'_> {
                 }
                 None => run.facts.get(index).and_then(Option::as_ref),
             };
-            rows.serialize_element(&run.row(&key, facts))?;
+            let row = run.row(&key, facts);
+            if let Some(samples) = self.samples {
+                samples
+                    .borrow_mut()
+                    .add(row.variant, row.score, row.duration_ms);
+            }
+            rows.serialize_element(&row)?;
         }
         rows.end()
     }
@@ -224,26 +237,54 @@ impl LoadedRun {
         }
     }
 
-    /// The view of this run, its rows made from the facts read with it.
+    /// The view of this run, its rows made from the facts read with it, and its charts.
     pub fn view(&self) -> RunView<'_> {
-        self.view_with(None)
+        let mut view = self.view_with(None, None);
+        view.charts = Some(charts::run_charts(&self.run.summary, &self.samples()));
+        view
     }
 
     /// The view of this run, its rows made as they are written from the traces in `dir`, each
     /// trace then handed to `sink`, and dropped: a trace is read once, and nothing of it kept.
-    pub fn view_reading<'a>(&'a self, dir: &'a RunDir, sink: &'a TraceSink<'a>) -> RunView<'a> {
-        self.view_with(Some((dir, sink)))
+    /// What the charts draw of each row goes to `samples`.
+    pub fn view_reading<'a>(
+        &'a self,
+        dir: &'a RunDir,
+        sink: &'a TraceSink<'a>,
+        samples: &'a std::cell::RefCell<charts::Samples>,
+    ) -> RunView<'a> {
+        self.view_with(Some((dir, sink)), Some(samples))
     }
 
-    fn view_with<'a>(&'a self, reading: Option<(&'a RunDir, &'a TraceSink<'a>)>) -> RunView<'a> {
+    fn view_with<'a>(
+        &'a self,
+        reading: Option<(&'a RunDir, &'a TraceSink<'a>)>,
+        samples: Option<&'a std::cell::RefCell<charts::Samples>>,
+    ) -> RunView<'a> {
         RunView {
             format: VIEW_FORMAT,
             run: &self.record,
             summary: &self.run.summary,
-            trials: TrialRows { run: self, reading },
+            trials: TrialRows {
+                run: self,
+                reading,
+                samples,
+            },
             pairs: &self.run.pairs,
             diff: None,
+            charts: None,
         }
+    }
+
+    /// What the charts draw of the rows, from the facts read with the run.
+    fn samples(&self) -> charts::Samples {
+        let mut samples = charts::Samples::default();
+        for (index, key) in self.run.record.trials.keys().enumerate() {
+            let facts = self.facts.get(index).and_then(Option::as_ref);
+            let row = self.row(&key, facts);
+            samples.add(row.variant, row.score, row.duration_ms);
+        }
+        samples
     }
 
     /// The row of `key`, whose trace has `trace`'s facts (none when missing).

@@ -37,6 +37,7 @@ mod serve;
 mod serve_mcp;
 mod session;
 mod slurm;
+mod statistics;
 mod stream;
 mod tool_proxy;
 mod web;

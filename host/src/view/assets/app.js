@@ -9,15 +9,18 @@
   var app = document.getElementById('app');
   var timers = [];
 
-  var token = (function () {
+  var token = sessionStorage.getItem('mst-token');
+  // Takes the token out of the fragment, on load and on every route change (a link with a
+  // token followed in an open tab changes the fragment only).
+  function takeToken() {
     var m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
-    if (m) {
-      sessionStorage.setItem('mst-token', decodeURIComponent(m[1]));
-      var rest = location.hash.replace(/(?:^#|&)token=[^&]+/, '').replace(/^#?&?/, '#');
-      history.replaceState(null, '', location.pathname + (rest.length > 1 ? rest : '#/runs'));
-    }
-    return sessionStorage.getItem('mst-token');
-  })();
+    if (!m) return;
+    token = decodeURIComponent(m[1]);
+    sessionStorage.setItem('mst-token', token);
+    var rest = location.hash.replace(/(?:^#|&)token=[^&]+/, '').replace(/^#?&?/, '#');
+    history.replaceState(null, '', location.pathname + (rest.length > 1 ? rest : '#/runs'));
+  }
+  takeToken();
 
   // One API call: resolves to the JSON body of a 2xx answer; rejects with an Error carrying the
   // answer's `error` text and its `status`.
@@ -88,18 +91,31 @@
             ' ', l.collected + l.infra, ' of ', l.total, ' trials');
         })));
       }
+      if ((list.trends || []).length) {
+        box.appendChild(h('h2', null, 'Pass rate over runs'));
+        var trends = h('div', { id: 'trends', 'class': 'charts' });
+        list.trends.forEach(function (t) {
+          var holder = document.createElement('div');
+          holder.innerHTML = t.svg; // SVG markup drawn by mst, every text in it escaped
+          while (holder.firstChild) trends.appendChild(holder.firstChild);
+        });
+        box.appendChild(trends);
+      }
       box.appendChild(h('h2', null, 'Stored runs and sessions'));
       if (!list.runs.length) { box.appendChild(h('p', null, 'No run is stored yet.')); return; }
       box.appendChild(h('div', { 'class': 'table-wrap' }, h('table', { id: 'runs-table' },
         h('caption', null, 'Newest first, with the playground sessions'),
-        h('thead', null, h('tr', null, ['Run', 'Eval', 'Created', 'Trials', 'Runner', 'State', 'Collect', 'Grade']
+        h('thead', null, h('tr', null, ['Run', 'Eval', 'Created', 'Trials', 'Runner', 'State', 'Collect', 'Grade', 'Pass rates']
           .map(function (x) { return h('th', { scope: 'col' }, x); }))),
         h('tbody', null, list.runs.map(function (run) {
           return h('tr', { 'data-run': run.runId },
             h('th', { scope: 'row' }, h('a', { href: '#/runs/' + encodeURIComponent(run.runId) }, run.runId)),
             h('td', null, run.eval), h('td', null, when(run.createdAt)), h('td', { 'class': 'num' }, run.trials),
             h('td', null, run.runner), h('td', { 'class': 'state' }, run.state || '-'),
-            h('td', null, run.collect), h('td', null, run.grade));
+            h('td', null, run.collect), h('td', null, run.grade),
+            h('td', { 'class': 'rates' }, Object.keys(run.passRates || {}).map(function (v) {
+              return v + ' ' + MstReport.rate(run.passRates[v]);
+            }).join(', ')));
         })))));
     }, function (e) { failure(box, 'The runs could not be listed', e); });
   }
@@ -362,6 +378,7 @@
   }
 
   function route() {
+    takeToken();
     var hash = decodeURIComponent(location.hash.replace(/^#/, ''));
     var m;
     if ((m = /^\/runs\/([^/]+)(\/.*)?$/.exec(hash))) {

@@ -94,21 +94,43 @@ var MstReport = (function () {
         }).join('; ')) : '');
   }
 
+  // `+25.0 pp [13.7, 35.2], p < 0.001` (as the terminal prints a comparison).
+  function compared(c) {
+    if (!c) return '\u2013';
+    var pp = function (x) { return (x * 100).toFixed(1); };
+    var p = c.pValue < 0.001 ? 'p < 0.001' : 'p = ' + c.pValue.toFixed(3);
+    return (c.delta >= 0 ? '+' : '') + pp(c.delta) + ' pp [' + pp(c.deltaCi[0]) + ', ' + pp(c.deltaCi[1]) + '], ' + p +
+      (c.significant ? '' : ', not significant');
+  }
+  function passAtK(v) {
+    var ks = Object.keys(v.passAtK || {});
+    if (!ks.length) return '\u2013';
+    return ks.map(function (k) { return 'pass@' + k + ' ' + rate(v.passAtK[k]); }).join(' \u00b7 ') +
+      (v.flaky !== undefined ? ' \u00b7 flaky ' + rate(v.flaky) : '');
+  }
+
   function variantsSection(view) {
     var s = view.summary, usage = (s.usage && s.usage.variants) || {};
+    var comparisons = s.comparisons || {};
+    var baseline = Object.keys(comparisons).length ? comparisons[Object.keys(comparisons)[0]].baseline : null;
+    var anyAtK = Object.keys(s.variants).some(function (n) { return Object.keys(s.variants[n].passAtK || {}).length; });
     var rows = Object.keys(s.variants).map(function (name) {
-      var v = s.variants[name], u = own(usage, name);
+      var v = s.variants[name], u = own(usage, name), ci = v.passRateCi;
       return h('tr', { 'data-variant': name },
         h('th', { scope: 'row' }, name, s.baseline === name ? ' (baseline)' : ''),
         num('pass-rate', rate(v.passRate), v.passRate === null ? '' : v.passRate),
+        num('pass-rate-ci', ci ? '[' + (ci[0] * 100).toFixed(1) + ', ' + (ci[1] * 100).toFixed(1) + ']' : '\u2013'),
+        baseline ? h('td', { 'data-count': 'compared' }, name === baseline ? 'baseline' : compared(comparisons[name])) : null,
+        anyAtK ? h('td', { 'data-count': 'pass-at-k' }, passAtK(v)) : null,
         num('of-planned', v.passed + '/' + (v.passed + v.failed + v.incomplete + v.notGraded + v.infra)),
         num('passed', v.passed), num('failed', v.failed), num('incomplete', v.incomplete),
         num('not-graded', v.notGraded), num('infra', v.infra),
         num('cost', u && u.costUsd !== undefined ? '$' + u.costUsd.toFixed(4) : '\u2013'),
         num('tokens', u ? (u.inputTokens + u.outputTokens).toLocaleString('en') : '\u2013'));
     });
-    var heads = ['Variant', 'Pass rate', 'Of planned', MARK.passed + ' Passed', MARK.failed + ' Failed',
-      MARK.incomplete + ' Incomplete', '? Not graded', MARK.infra + ' Infra', 'Cost', 'Tokens'];
+    var heads = ['Variant', 'Pass rate', '95% CI'].concat(baseline ? ['Against ' + baseline] : [],
+      anyAtK ? ['pass@k'] : [], ['Of planned', MARK.passed + ' Passed', MARK.failed + ' Failed',
+      MARK.incomplete + ' Incomplete', '? Not graded', MARK.infra + ' Infra', 'Cost', 'Tokens']);
     return h('section', { id: 'variants', 'aria-labelledby': 'variants-h' },
       h('h2', { id: 'variants-h' }, 'Variants'),
       table('Cases per outcome. The pass rate is passed / (passed + failed): incomplete, ' +
@@ -124,6 +146,20 @@ var MstReport = (function () {
               num('in', u.inputTokens), num('out', u.outputTokens),
               num('cost', u.costUsd !== undefined ? '$' + u.costUsd.toFixed(4) : '\u2013'));
           })) : null);
+  }
+
+  // The charts mst drew (inline SVG): a report file carries them as static markup, which is
+  // moved here; a served view carries the same markup, drawn by the server, in `charts`.
+  function chartsSection(view) {
+    var section = document.getElementById('mst-charts');
+    if (section) return section;
+    if (!view.charts) return null;
+    section = h('section', { id: 'mst-charts', 'class': 'charts', 'aria-labelledby': 'charts-h' },
+      h('h2', { id: 'charts-h' }, 'Charts'));
+    var holder = document.createElement('div');
+    holder.innerHTML = view.charts; // SVG markup from mst itself, every text in it escaped
+    while (holder.firstChild) section.appendChild(holder.firstChild);
+    return section;
   }
 
   // Each MCP server's health over the run, and the tools each variant's clients were shown
@@ -437,7 +473,7 @@ var MstReport = (function () {
       drawTrials();
     }
 
-    root.appendChild(h('div', null, header(view), variantsSection(view), serversSection(view), infraSection(view, state),
+    root.appendChild(h('div', null, header(view), variantsSection(view), chartsSection(view), serversSection(view), infraSection(view, state),
       diffSection(view), pairsSection(view),
       h('section', { id: 'cases', 'aria-labelledby': 'cases-h' }, h('h2', { id: 'cases-h' }, 'Cases'), filters, casesBox),
       h('section', { id: 'trials', 'aria-labelledby': 'trials-h' }, h('h2', { id: 'trials-h' }, 'Trials'), tracePanel, trialsBox),
