@@ -322,7 +322,7 @@ impl InstallStore {
         };
         match names.len() {
             0 => bail!(
-                "unknown runner `{name}`: the built-in runners are `local` and `docker`, and {}; \
+                "unknown runner `{name}`: the built-in runners are `local`, `docker` and `sim`, and {}; \
                  load another with --plugin FILE or install it with `mst plugin install`",
                 installed()
             ),

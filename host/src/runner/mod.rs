@@ -16,6 +16,7 @@ pub mod docker;
 pub mod ledger;
 pub mod local;
 pub mod plugin;
+pub mod sim;
 pub mod worker_binary;
 
 use crate::home::Home;
@@ -166,16 +167,17 @@ pub trait Runner: Send + Sync {
 }
 
 /// The built-in runners, by the name `--runner` gives them.
-pub const BUILT_IN: [&str; 2] = ["local", "docker"];
+pub const BUILT_IN: [&str; 3] = ["local", "docker", "sim"];
 
 /// The runner called `name`, validated against its options: `local`, `docker`, or a runner
 /// plugin of `plugins` (loaded with `--plugin`, or installed).
 pub fn runner(name: &str, options: &RunnerOptions, plugins: &PluginSet) -> Result<Box<dyn Runner>> {
     let runner: Box<dyn Runner> = match name {
         "local" => Box::new(local::LocalRunner::new(&options.rest)?),
+        "sim" => Box::new(sim::SimRunner::new(&options.rest)?),
         "docker" => Box::new(docker::DockerRunner::new(&options.rest)?),
         other if plugins.find(other).is_none() => bail!(
-            "unknown runner `{other}`: the built-in runners are `local` and `docker`; a runner \
+            "unknown runner `{other}`: the built-in runners are `local`, `docker` and `sim`; a runner \
              plugin must be loaded with --plugin FILE or installed with `mst plugin install`"
         ),
         other => {

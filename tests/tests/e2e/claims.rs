@@ -60,7 +60,7 @@ fn an_installed_runner_plugin_runs_with_runner_alone() {
     assert_eq!(typo.code, 2, "{}", typo.stderr);
     assert!(
         typo.stderr
-            .contains("the built-in runners are `local` and `docker`"),
+            .contains("the built-in runners are `local`, `docker` and `sim`"),
         "{}",
         typo.stderr
     );
