@@ -16,6 +16,8 @@
 //!   page's load time in headless Chromium.
 //! - `cargo xtask bench tools`: the tool proxy's cost per MCP call, against calling the server
 //!   directly.
+//! - `cargo xtask bench scale`: the coordinator over many `sim` machines, some lost mid-run,
+//!   then resumed (its CPU per trial and peak RSS; `docs/scale.md`).
 //! - `cargo xtask bench peers`: mst against promptfoo, Inspect AI and a process-spawning floor
 //!   on the same eval (wall, CPU, peak RSS, per-trial cost); the table to `target/peers/results.md`.
 //! - `cargo xtask lint`: the layering of `host/src` (`layers`), the WIT versioning policy (`wit_semver`), then rustfmt and clippy
@@ -38,6 +40,7 @@ mod bench_docker;
 mod bench_peers;
 #[cfg(feature = "browser")]
 mod bench_report;
+mod bench_scale;
 mod bench_serve;
 mod bench_tools;
 mod engines;
@@ -758,6 +761,7 @@ fn run_task(task: task::Task) -> Result<()> {
         Task::Bench(Bench::Report) => bench_report(),
         Task::Bench(Bench::Peers) => bench_peers::bench(),
         Task::Bench(Bench::Tools) => bench_tools::bench(),
+        Task::BenchScale(args) => bench_scale::bench(&args),
         Task::Worker => build_static_worker(),
         Task::Engines => {
             // For working on the Docker tests by hand: the engines `cargo xtask test` uses,

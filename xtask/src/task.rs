@@ -13,7 +13,7 @@ const TASKS: [(&str, &str); 11] = [
     ("lint", " [--no-clippy]"),
     ("layers", ""),
     ("wit", " [DIR]"),
-    ("bench", " [run|docker|serve|report|peers]"),
+    ("bench", " [run|docker|serve|report|peers|tools|scale [--trials N --shards S --kill RATE --latency-ms L --json]]"),
     ("worker", ""),
     ("engines", ""),
     ("seccomp", ""),
@@ -78,6 +78,8 @@ pub enum Task {
     Wit(PathBuf),
     /// `bench [NAME]`.
     Bench(Bench),
+    /// `bench scale [OPTIONS]`: the coordinator over many simulated machines.
+    BenchScale(crate::bench_scale::ScaleArgs),
     /// `worker`: the static mst runners place on machines.
     Worker,
     /// `engines`: the test Docker engines, until Enter.
@@ -104,6 +106,9 @@ impl Task {
             ["wit"] => Task::Wit(root.join("wit")),
             ["wit", dir] => Task::Wit(PathBuf::from(dir)),
             ["bench"] => Task::Bench(Bench::PluginHost),
+            ["bench", "scale", options @ ..] => {
+                Task::BenchScale(crate::bench_scale::ScaleArgs::parse(options)?)
+            }
             ["bench", name] => match Bench::NAMED.iter().find(|(n, _)| n == name) {
                 Some((_, bench)) => Task::Bench(*bench),
                 None => bail!(

@@ -58,6 +58,9 @@ pub fn pass_at_k(n: u64, c: u64, k: u64) -> f64 {
     1.0 - all_fail
 }
 
+/// The most discordant pairs whose binomial tail is summed term by term.
+const EXACT_TAIL_LIMIT: u64 = 1_000;
+
 /// McNemar's exact two-sided p-value for `won` and `lost` discordant pairs: twice the binomial
 /// tail at ½ of the smaller count, at most 1. With no discordant pair, 1.
 pub fn mcnemar_exact(won: u64, lost: u64) -> f64 {
@@ -65,9 +68,22 @@ pub fn mcnemar_exact(won: u64, lost: u64) -> f64 {
     if n == 0 {
         return 1.0;
     }
-    let tail = Binomial::new(0.5, n)
-        .expect("½ is a probability")
-        .cdf(won.min(lost));
+    let smaller = won.min(lost);
+    // Summed term by term while ½ⁿ is a normal float (exact to rounding); past that, the
+    // regularised incomplete beta function.
+    let tail = if n <= EXACT_TAIL_LIMIT {
+        let mut term = 0.5f64.powi(n as i32);
+        let mut tail = term;
+        for i in 0..smaller {
+            term *= (n - i) as f64 / (i + 1) as f64;
+            tail += term;
+        }
+        tail
+    } else {
+        Binomial::new(0.5, n)
+            .expect("½ is a probability")
+            .cdf(smaller)
+    };
     (2.0 * tail).min(1.0)
 }
 
@@ -463,7 +479,11 @@ mod tests {
     #[test]
     fn mcnemar_exact_p_is_twice_the_binomial_tail() {
         // 15 to 0: 2 × 0.5^15.
-        assert!(close(mcnemar_exact(15, 0), 2.0 * 0.5f64.powi(15), 1e-15));
+        assert_eq!(mcnemar_exact(15, 0), 2.0 * 0.5f64.powi(15));
+        assert_eq!(mcnemar_exact(1, 0), 1.0);
+        // Either side of the exact sum's limit agrees.
+        let (below, above) = (mcnemar_exact(480, 520), mcnemar_exact(481, 521));
+        assert!(close(below, above, 0.02), "{below} {above}");
         assert_eq!(mcnemar_exact(0, 0), 1.0);
         assert_eq!(mcnemar_exact(3, 3), 1.0);
         for (won, lost, want) in MCNEMAR {

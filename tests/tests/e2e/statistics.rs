@@ -139,9 +139,28 @@ fn assert_the_report_carries_static_charts(eval: &Eval, run_id: &str) {
             .any(|t| t.contains("better against base: 15 won, 0 lost")),
         "{tips:?}"
     );
-    assert!(browser
-        .text("#variants tr[data-variant='better'] td[data-count='compared']")
-        .starts_with("+25.0 pp ["));
+    // The page's figures are the summary's.
+    let summary: Value = mst_tests::read_json(&report.with_file_name("summary.json"));
+    for variant in ["base", "better"] {
+        let ci = &summary["variants"][variant]["passRateCi"];
+        let pp = |i: usize| ci[i].as_f64().unwrap() * 100.0;
+        assert_eq!(
+            browser.text(&format!(
+                "#variants tr[data-variant='{variant}'] td[data-count='pass-rate-ci']"
+            )),
+            format!("[{:.1}, {:.1}]", pp(0), pp(1))
+        );
+    }
+    let better = &summary["comparisons"]["better"];
+    let pp = |x: &Value| x.as_f64().unwrap() * 100.0;
+    assert_eq!(
+        browser.text("#variants tr[data-variant='better'] td[data-count='compared']"),
+        format!(
+            "+25.0 pp [{:.1}, {:.1}], p < 0.001",
+            pp(&better["deltaCi"][0]),
+            pp(&better["deltaCi"][1])
+        )
+    );
     browser.screenshot("report-charts");
     assert_eq!(browser.console_errors(), Vec::<String>::new());
 }
