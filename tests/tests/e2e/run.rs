@@ -623,3 +623,71 @@ fn a_junit_file_that_cannot_be_written_fails_the_process_and_its_record_says_so(
     );
     assert_eq!(read_json(&dir.join("process.json"))["exitCode"], 1);
 }
+
+#[test]
+fn sim_machines_lost_mid_run_cost_only_their_trials_and_resume_collects_exactly_those() {
+    let mst = Mst::new();
+    let cases: Vec<Value> = (0..40)
+        .map(|i| json!({"id": format!("c{i:02}"), "input": format!("answer {i}")}))
+        .collect();
+    let eval = Eval::new(
+        json!({"name": "e2e", "datasets": ["cases.jsonl"], "client": "api", "model": "mock/echo",
+               "judges": [{"assert": "contains", "value": "answer"}], "timeout": 30}),
+        &cases,
+    );
+    // Four machines 5 ms away; one is lost after its worker's third line, and one other is
+    // never made.
+    let sim = |kill: &str, fail: &str| -> Vec<String> {
+        let options = ["shards=4", "latency-ms=5", "kill-after-lines=3", "seed=3"];
+        let mut args = vec!["--runner".to_string(), "sim".to_string()];
+        for option in options
+            .iter()
+            .map(|o| o.to_string())
+            .chain([format!("kill={kill}"), format!("create-fail={fail}")])
+        {
+            args.extend(["--runner-option".to_string(), option]);
+        }
+        args
+    };
+    let args = sim("0.25", "0.25");
+    let first = eval.run(&mst, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(first.code, 2, "{}\n{}", first.stdout, first.stderr);
+    assert!(
+        first.stderr.contains("simulated machines: latency 5 ms"),
+        "{}",
+        first.stderr
+    );
+    let dir = eval.run_dir("e2e");
+    let summary = read_json(&dir.join("summary.json"));
+    let missing: Vec<String> = (summary["missing"].as_array().unwrap().iter())
+        .map(|k| k.to_string())
+        .collect();
+    // The machine never made took its share; the lost one what it had not reported.
+    assert!(!missing.is_empty() && missing.len() < 40, "{summary}");
+    let record = read_json(&dir.join("run.json"));
+    let ended: Vec<String> = (record["machines"].as_array().unwrap().iter())
+        .map(|m| m["ended"].to_string())
+        .collect();
+    assert!(
+        ended.iter().any(|e| e.contains("cannot create a machine")),
+        "{ended:?}"
+    );
+    assert!(ended.iter().any(|e| e.contains("lost")), "{ended:?}");
+
+    // Resumed on machines that are not lost: exactly the missing trials run, once each.
+    let run_id = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let mut args = sim("0", "0");
+    args.extend(["--resume".to_string(), run_id]);
+    let resumed = eval.run(&mst, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(resumed.code, 0, "{}\n{}", resumed.stdout, resumed.stderr);
+    let n = missing.len();
+    assert!(
+        resumed.stderr.contains(&format!("[{n}/{n}]")),
+        "{}",
+        resumed.stderr
+    );
+    let summary = read_json(&dir.join("summary.json"));
+    assert_eq!(summary["variants"]["default"]["passed"], 40, "{summary}");
+    let lines = std::fs::read_to_string(dir.join("traces.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 40, "each trial stored once");
+}
