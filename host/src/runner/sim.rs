@@ -322,7 +322,8 @@ impl DelayedReader {
         let (latency, bandwidth) = (faults.latency, faults.bandwidth);
         std::thread::spawn(move || {
             let mut lines = 0u64;
-            let mut buffer = vec![0u8; 64 * 1024];
+            // Small: a hundred machines each hold one in the coordinator.
+            let mut buffer = vec![0u8; 8 * 1024];
             loop {
                 let n = match inner.read(&mut buffer) {
                     Ok(0) | Err(_) => return,
