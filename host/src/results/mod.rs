@@ -9,6 +9,7 @@
 
 pub mod case_outcomes;
 pub mod diff;
+pub mod durations;
 pub mod export;
 pub mod junit;
 pub mod layout;

@@ -92,46 +92,16 @@ pub fn trace_tools(trace: &TraceRecord) -> TraceTools {
     tools
 }
 
-/// Latency buckets: bucket `i` holds durations up to `BUCKET_BASE_MS · RATIO^i` ms, so a
-/// percentile read from them is at most 10% above the true one, in a fixed 160 counters
-/// whatever the number of calls.
-const BUCKETS: usize = 160;
-const RATIO: f64 = 1.1;
-
-/// The upper bound of bucket `i`, in milliseconds.
-fn bucket_bound(i: usize) -> u64 {
-    RATIO.powi(i as i32).ceil() as u64
-}
-
-/// The bucket of a duration.
-fn bucket_of(ms: u64) -> usize {
-    (0..BUCKETS)
-        .find(|&i| bucket_bound(i) >= ms)
-        .unwrap_or(BUCKETS - 1)
-}
-
 /// A run's calls to one server, summed over its traces.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServerTotals {
     calls: u64,
     errors: u64,
     blocked: u64,
-    latencies: [u64; BUCKETS],
+    /// The answered calls' latencies.
+    latencies: super::durations::Durations,
     called: BTreeSet<String>,
     listed: BTreeSet<String>,
-}
-
-impl Default for ServerTotals {
-    fn default() -> Self {
-        ServerTotals {
-            calls: 0,
-            errors: 0,
-            blocked: 0,
-            latencies: [0; BUCKETS],
-            called: BTreeSet::new(),
-            listed: BTreeSet::new(),
-        }
-    }
 }
 
 impl ServerTotals {
@@ -140,7 +110,7 @@ impl ServerTotals {
         self.errors += tally.errors;
         self.blocked += tally.blocked;
         for ms in &tally.latencies_ms {
-            self.latencies[bucket_of(*ms)] += 1;
+            self.latencies.add(*ms);
         }
         self.called.extend(tally.called.iter().cloned());
         self.listed.extend(tally.listed.iter().cloned());
@@ -148,16 +118,7 @@ impl ServerTotals {
 
     /// The latency at or below which `share` of the answered calls came, to within 10%.
     fn percentile(&self, share: f64) -> Option<u64> {
-        let answered: u64 = self.latencies.iter().sum();
-        if answered == 0 {
-            return None;
-        }
-        let wanted = (share * answered as f64).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        self.latencies.iter().enumerate().find_map(|(i, n)| {
-            seen += n;
-            (seen >= wanted).then(|| bucket_bound(i))
-        })
+        self.latencies.percentile(share)
     }
 }
 
@@ -208,9 +169,7 @@ impl ToolTotals {
             mine.calls += totals.calls;
             mine.errors += totals.errors;
             mine.blocked += totals.blocked;
-            for (mine, theirs) in mine.latencies.iter_mut().zip(totals.latencies) {
-                *mine += theirs;
-            }
+            mine.latencies.merge(&totals.latencies);
             mine.called.extend(totals.called);
             mine.listed.extend(totals.listed);
         }
@@ -382,16 +341,5 @@ mod tests {
         assert_eq!(time[1].renamed_from.as_deref(), Some("convert"));
         assert_eq!(time[0].blocked.as_deref(), Some("blocked: dry run"));
         assert_eq!((lists.len(), lists["v"].len()), (1, 1));
-    }
-
-    #[test]
-    fn bucket_bounds_are_within_ten_percent() {
-        for ms in [0u64, 1, 7, 50, 999, 12_345, 60_000] {
-            let bound = bucket_bound(bucket_of(ms));
-            assert!(
-                bound >= ms && bound as f64 <= (ms as f64 * 1.1).max(1.0) + 1.0,
-                "{ms} → {bound}"
-            );
-        }
     }
 }

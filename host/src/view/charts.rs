@@ -28,23 +28,84 @@ const DASHES: [&str; 6] = ["", "6 3", "2 3", "8 3 2 3", "1 2", "10 4"];
 /// Bins of a distribution.
 const BINS: usize = 10;
 
-/// What the report's rows saw of each trial that the charts draw: scores and durations by
-/// variant.
+/// What the report's rows saw of each trial that the charts draw, counted as the rows go by:
+/// a fixed few hundred counters a variant, whatever the number of trials.
 #[derive(Debug, Default)]
 pub struct Samples {
-    scores: BTreeMap<String, Vec<f64>>,
-    durations: BTreeMap<String, Vec<u64>>,
+    variants: BTreeMap<String, VariantSamples>,
+}
+
+/// One variant's trials, counted.
+#[derive(Debug, Default)]
+struct VariantSamples {
+    /// Graded trials by score, in ten bins from 0 to 1.
+    scores: [u64; BINS],
+    score_sum: f64,
+    /// Trials with a trace, by duration.
+    durations: crate::results::durations::Durations,
+    longest_ms: u64,
 }
 
 impl Samples {
     /// Adds one trial of `variant`: its score when graded, its duration when it has a trace.
     pub fn add(&mut self, variant: &str, score: Option<f64>, duration_ms: Option<u64>) {
+        // Looked up, not entered: a key is made once per variant, not once per trial.
+        if !self.variants.contains_key(variant) {
+            self.variants
+                .insert(variant.to_string(), VariantSamples::default());
+        }
+        let counted = self.variants.get_mut(variant).expect("inserted above");
         if let Some(score) = score {
-            self.scores.entry(variant.into()).or_default().push(score);
+            counted.scores[bin_of(score, 1.0)] += 1;
+            counted.score_sum += score;
         }
         if let Some(ms) = duration_ms {
-            self.durations.entry(variant.into()).or_default().push(ms);
+            counted.durations.add(ms);
+            counted.longest_ms = counted.longest_ms.max(ms);
         }
+    }
+}
+
+/// The bin of `value` on a scale from 0 to `top` (`top` itself in the last bin).
+fn bin_of(value: f64, top: f64) -> usize {
+    ((value / top) * BINS as f64)
+        .floor()
+        .clamp(0.0, (BINS - 1) as f64) as usize
+}
+
+/// One variant's row of a distribution: its counts by bin and what its label says.
+struct Histogram<'a> {
+    variant: &'a str,
+    bins: [u64; BINS],
+    summary: String,
+}
+
+impl VariantSamples {
+    /// Its scores as a row, when any trial was graded.
+    fn scores<'a>(&self, variant: &'a str) -> Option<Histogram<'a>> {
+        let n: u64 = self.scores.iter().sum();
+        (n > 0).then(|| Histogram {
+            variant,
+            bins: self.scores,
+            summary: format!("{n} trials, mean {:.2}", self.score_sum / n as f64),
+        })
+    }
+
+    /// Its durations as a row on a scale from 0 to `top` ms, when any trial has a trace: each
+    /// of [`Durations`](crate::results::durations::Durations)' buckets in the bin of its
+    /// upper bound, so a bar may hold trials up to 10% shorter than its range.
+    fn durations<'a>(&self, variant: &'a str, top: u64) -> Option<Histogram<'a>> {
+        let n = self.durations.count();
+        let mut bins = [0u64; BINS];
+        for (bound, count) in self.durations.buckets() {
+            bins[bin_of(bound.min(self.longest_ms) as f64, top.max(1) as f64)] += count;
+        }
+        let median = self.durations.percentile(0.5)?.min(self.longest_ms);
+        (n > 0).then(|| Histogram {
+            variant,
+            bins,
+            summary: format!("{n} trials, median {}", millis(median as f64)),
+        })
     }
 }
 
@@ -63,26 +124,30 @@ fn colour_of(summary: &Summary, variant: &str) -> &'static str {
 pub fn run_charts(summary: &Summary, samples: &Samples) -> String {
     let mut out = String::new();
     let colour = |variant: &str| colour_of(summary, variant);
+    let longest = (samples.variants.values())
+        .map(|v| v.longest_ms)
+        .max()
+        .unwrap_or(0);
     for chart in [
         pass_rates(summary),
         wins_losses(summary),
         distribution(
             "scores",
             "Trial scores per variant (0 to 1, ten bins)",
-            &(samples.scores.iter())
-                .map(|(v, s)| (v.as_str(), s.clone()))
+            &(samples.variants.iter())
+                .filter_map(|(v, counted)| counted.scores(v))
                 .collect::<Vec<_>>(),
-            Some(1.0),
+            1.0,
             |x| format!("{x:.1}"),
             &colour,
         ),
         distribution(
             "durations",
-            "Trial durations per variant",
-            &(samples.durations.iter())
-                .map(|(v, d)| (v.as_str(), d.iter().map(|ms| *ms as f64).collect()))
+            "Trial durations per variant (the median to within 10%)",
+            &(samples.variants.iter())
+                .filter_map(|(v, counted)| counted.durations(v, longest))
                 .collect::<Vec<_>>(),
-            None,
+            longest.max(1) as f64,
             millis,
             &colour,
         ),
@@ -296,66 +361,47 @@ fn millis(ms: f64) -> String {
     }
 }
 
-/// A histogram per variant, one row each, on a shared scale from 0 to `top` (the largest value
-/// when `None`): bars' heights are each variant's share of its own values.
+/// A histogram per variant, one row each, on a shared scale from 0 to `top`: bars' heights are
+/// each variant's share of its own trials.
 fn distribution(
     name: &str,
     title: &str,
-    series: &[(&str, Vec<f64>)],
-    top: Option<f64>,
+    rows: &[Histogram<'_>],
+    top: f64,
     label: impl Fn(f64) -> String,
     colour: &dyn Fn(&str) -> &'static str,
 ) -> Option<String> {
-    let series: Vec<&(&str, Vec<f64>)> = series.iter().filter(|(_, v)| !v.is_empty()).collect();
-    if series.is_empty() {
+    if rows.is_empty() {
         return None;
     }
-    let top = top
-        .unwrap_or_else(|| {
-            (series.iter())
-                .flat_map(|(_, v)| v.iter().copied())
-                .fold(0.0, f64::max)
-        })
-        .max(f64::MIN_POSITIVE);
     let row = 46.0;
-    let mut svg = Svg::new(24.0 + series.len() as f64 * row);
+    let mut svg = Svg::new(24.0 + rows.len() as f64 * row);
     let width = (PLOT_RIGHT - PLOT_LEFT) / BINS as f64;
     let mut desc = Vec::new();
-    for (i, (variant, values)) in series.iter().enumerate() {
-        let mut counts = [0u64; BINS];
-        for v in values {
-            let bin = ((v / top) * BINS as f64)
-                .floor()
-                .clamp(0.0, (BINS - 1) as f64);
-            counts[bin as usize] += 1;
-        }
+    for (i, histogram) in rows.iter().enumerate() {
+        let variant = histogram.variant;
+        let total: u64 = histogram.bins.iter().sum();
         let y = 6.0 + i as f64 * row;
         svg.text(PLOT_LEFT - 8.0, y + 26.0, "end", variant);
         svg.line((PLOT_LEFT, y + 38.0), (PLOT_RIGHT, y + 38.0), "#9ca3af");
-        for (bin, count) in counts.iter().enumerate() {
-            let share = *count as f64 / values.len() as f64;
+        for (bin, count) in histogram.bins.iter().enumerate() {
             let (from, to) = (
                 top * bin as f64 / BINS as f64,
                 top * (bin + 1) as f64 / BINS as f64,
             );
             let tip = format!(
-                "{variant}: {count} of {} trials from {} to {}",
-                values.len(),
+                "{variant}: {count} of {total} trials from {} to {}",
                 label(from),
                 label(to)
             );
-            let h = share * 34.0;
+            let h = *count as f64 / total.max(1) as f64 * 34.0;
             let x = PLOT_LEFT + bin as f64 * width;
             svg.rect(x + 1.0, y + 38.0 - h, width - 2.0, h, colour(variant), &tip);
         }
-        let mut sorted = values.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted[sorted.len() / 2];
-        let summary = format!("{} trials, median {}", values.len(), label(median));
-        svg.text(PLOT_RIGHT + 8.0, y + 26.0, "start", &summary);
-        desc.push(format!("{variant}: {summary}"));
+        svg.text(PLOT_RIGHT + 8.0, y + 26.0, "start", &histogram.summary);
+        desc.push(format!("{variant}: {}", histogram.summary));
     }
-    let bottom = 6.0 + series.len() as f64 * row;
+    let bottom = 6.0 + rows.len() as f64 * row;
     svg.text(PLOT_LEFT, bottom + 12.0, "start", &label(0.0));
     svg.text(PLOT_RIGHT, bottom + 12.0, "end", &label(top));
     Some(svg.figure(name, title, &desc.join("; ")))
@@ -535,18 +581,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_distribution_bins_each_variants_share_and_escapes_its_labels() {
-        let series = vec![("<v>", vec![0.0, 0.05, 0.95, 1.0])];
+    fn a_distribution_counts_each_variants_share_and_escapes_its_labels() {
+        let mut samples = Samples::default();
+        for score in [0.0, 0.05, 0.95, 1.0] {
+            samples.add("<v>", Some(score), Some(100));
+        }
         let blue = |_: &str| COLOURS[0];
-        let svg = distribution(
-            "scores",
-            "t",
-            &series,
-            Some(1.0),
-            |x| format!("{x:.1}"),
-            &blue,
-        )
-        .unwrap();
+        let rows: Vec<Histogram<'_>> = (samples.variants.iter())
+            .filter_map(|(v, counted)| counted.scores(v))
+            .collect();
+        let svg = distribution("scores", "t", &rows, 1.0, |x| format!("{x:.1}"), &blue).unwrap();
         assert!(
             svg.contains("&lt;v&gt;: 2 of 4 trials from 0.0 to 0.1"),
             "{svg}"
@@ -556,10 +600,11 @@ mod tests {
             svg.contains("&lt;v&gt;: 2 of 4 trials from 0.9 to 1.0"),
             "{svg}"
         );
-        assert!(!svg.contains("<v>"));
-        assert_eq!(
-            distribution("d", "t", &[("v", vec![])], None, millis, &blue),
-            None
-        );
+        assert!(svg.contains("4 trials, mean 0.50") && !svg.contains("<v>"));
+        // Every trial took 100 ms: all in the last bin of a scale up to 100 ms.
+        let durations = samples.variants["<v>"].durations("<v>", 100).unwrap();
+        assert_eq!(durations.bins[BINS - 1], 4);
+        assert_eq!(durations.summary, "4 trials, median 100 ms");
+        assert_eq!(distribution("d", "t", &[], 1.0, millis, &blue), None);
     }
 }
