@@ -193,13 +193,37 @@ mod tests {
 
     #[test]
     fn an_unknown_benchmark_is_refused_not_run_as_the_default() {
-        let error = parse("bench scale --trials 5").unwrap_err().to_string();
+        let error = parse("bench speed --trials 5").unwrap_err().to_string();
         assert!(error.contains("\"bench\" does not take"), "{error}");
-        let error = parse("bench scale").unwrap_err().to_string();
+        let error = parse("bench speed").unwrap_err().to_string();
         assert!(
-            error.contains("no benchmark \"scale\"") && error.contains("run, docker, serve"),
+            error.contains("no benchmark \"speed\"") && error.contains("run, docker, serve"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn bench_scale_takes_its_flags_and_refuses_others() {
+        use crate::bench_scale::ScaleArgs;
+        assert_eq!(
+            parse("bench scale").unwrap(),
+            Task::BenchScale(ScaleArgs::default())
+        );
+        let args = ScaleArgs {
+            trials: 100_000,
+            shards: 50,
+            kill: 0.1,
+            latency_ms: 5,
+            json: true,
+        };
+        let line = "bench scale --trials 100000 --shards 50 --kill 0.1 --latency-ms 5 --json";
+        assert_eq!(parse(line).unwrap(), Task::BenchScale(args));
+        let error = parse("bench scale --kill 1.5").unwrap_err().to_string();
+        assert!(error.contains("--kill 1.5"), "{error}");
+        let error = parse("bench scale --trials").unwrap_err().to_string();
+        assert!(error.contains("needs a value"), "{error}");
+        let error = parse("bench scale --fast 1").unwrap_err().to_string();
+        assert!(error.contains("not \"--fast\""), "{error}");
     }
 
     #[test]
@@ -207,7 +231,7 @@ mod tests {
         let usage = usage();
         assert!(usage.contains("|lint [--no-clippy]|"), "{usage}");
         assert!(
-            usage.contains("bench [run|docker|serve|report|peers]"),
+            usage.contains("bench [run|docker|serve|report|peers|tools|scale [--trials N"),
             "{usage}"
         );
         assert!(!usage.contains("__measure"), "{usage}");
