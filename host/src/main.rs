@@ -2,27 +2,7 @@
 
 fn main() -> std::process::ExitCode {
     give_large_blocks_back();
-    allow_every_file_descriptor();
     mst::cli::main()
-}
-
-/// Raises the soft limit on open files to the hard one, as Go's runtime does for every program.
-///
-/// A coordinator holds a few descriptors per shard (the worker's pipes, its channel's), so the
-/// common soft limit of 1,024 would end a run at a few hundred machines while the hard limit,
-/// the operator's real ceiling, is far higher (docs/scale.md).
-fn allow_every_file_descriptor() {
-    #[cfg(unix)]
-    // SAFETY: getrlimit fills the struct it is given; setrlimit only changes this process's
-    // soft limit, within the hard one.
-    unsafe {
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-    }
 }
 
 /// Asks glibc's allocator to map every block of 128 KiB or more on its own, for good.

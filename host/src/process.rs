@@ -25,6 +25,34 @@ use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitSta
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// Raises this process's soft limit on open files to at least `wanted`, within the hard limit;
+/// never lowers it. Returns the soft limit now in force.
+///
+/// A coordinator holds a few descriptors per machine (the worker's pipes, its channel's), so
+/// the common soft limit of 1,024 would end a run at a few hundred machines, while the hard
+/// limit, the operator's real ceiling, is far higher (docs/scale.md). Raised only as far as a
+/// run needs, since every program mst starts inherits it: some close or size tables by it.
+pub fn allow_open_files(wanted: u64) -> u64 {
+    // SAFETY: getrlimit fills the struct it is given; setrlimit only changes this process's
+    // soft limit, within the hard one.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return wanted;
+        }
+        if limit.rlim_cur < wanted {
+            let raised = libc::rlimit {
+                rlim_cur: wanted.min(limit.rlim_max),
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
+        }
+        limit.rlim_cur
+    }
+}
+
 /// The variables of mst's own environment that the programs it starts for a trial get (the
 /// local runner's worker, a trial's command, a stdio MCP server): where programs are, whose
 /// home, the temporary directory and the locale. Everything else (cloud credentials, CI
@@ -583,6 +611,41 @@ mod tests {
     use super::*;
     use std::path::Path;
     use std::process::Stdio;
+
+    fn open_files_limit() -> libc::rlimit {
+        // SAFETY: getrlimit fills the struct it is given.
+        unsafe {
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+            limit
+        }
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_as_far_as_asked_within_the_hard_one_and_never_lowered() {
+        let before = open_files_limit();
+        assert_eq!(allow_open_files(1), before.rlim_cur, "never lowered");
+        assert_eq!(open_files_limit().rlim_cur, before.rlim_cur);
+        let lowered = libc::rlimit {
+            rlim_cur: before.rlim_cur - 10,
+            rlim_max: before.rlim_max,
+        };
+        // SAFETY: lowering the soft limit within the hard one needs no privilege.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lowered) }, 0);
+        assert_eq!(allow_open_files(before.rlim_cur - 5), before.rlim_cur - 5);
+        assert_eq!(
+            open_files_limit().rlim_cur,
+            before.rlim_cur - 5,
+            "as far as asked"
+        );
+        assert_eq!(
+            allow_open_files(u64::MAX),
+            before.rlim_max,
+            "within the hard one"
+        );
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &before) }, 0);
+    }
 
     #[test]
     fn a_bare_program_name_is_found_on_the_childs_path_as_execvp_would() {

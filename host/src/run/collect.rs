@@ -240,6 +240,8 @@ impl Collection<'_> {
 
     /// Runs every staged shard on a machine of its own, in parallel; their reports in order.
     fn run(&self, shards: &[StagedShard]) -> Vec<ShardReport> {
+        // Three descriptors a machine (docs/scale.md), one to spare, beyond mst's own.
+        crate::process::allow_open_files(256 + 4 * shards.len() as u64);
         std::thread::scope(|scope| {
             let handles: Vec<_> = shards
                 .iter()
