@@ -317,7 +317,7 @@ fn paired(cases: &[CaseDiff], variant: &str, before: &str) -> Option<super::stat
             table.add(is, was);
         }
     }
-    super::stats::Comparison::of_table(table, &[], before)
+    super::stats::Comparison::of_table(table, &super::stats::Sample::default(), before)
 }
 
 /// The (variant, case) pairs `run` has a verdict for.

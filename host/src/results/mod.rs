@@ -359,24 +359,18 @@ fn case_tally(outcome: CaseOutcome, grades: &[Option<&TrialGrade>]) -> stats::Ca
     }
 }
 
-/// Each variant of `names` but the baseline (`baseline`, or the first) against it.
+/// Each variant of `names` but the baseline (at `base`) against it, from `paired` (by variant).
 fn comparisons(
     names: &[arcstr::ArcStr],
-    tallies: &[Vec<stats::CaseTally>],
-    baseline: Option<&str>,
+    paired: &[stats::PairedTally],
+    base: usize,
 ) -> BTreeMap<String, stats::Comparison> {
-    let base = baseline
-        .and_then(|b| names.iter().position(|n| n.as_str() == b))
-        .unwrap_or(0);
     let Some(base_name) = names.get(base) else {
         return BTreeMap::new();
     };
-    (names.iter().zip(tallies).enumerate())
+    (names.iter().zip(paired).enumerate())
         .filter(|(i, _)| *i != base)
-        .filter_map(|(_, (name, mine))| {
-            let compared = stats::Comparison::between(mine, &tallies[base], base_name)?;
-            Some((name.to_string(), compared))
-        })
+        .filter_map(|(_, (name, mine))| Some((name.to_string(), mine.comparison(base_name)?)))
         .collect()
 }
 
@@ -393,9 +387,14 @@ impl Summary {
         let mut outcomes: Vec<Vec<CaseOutcome>> = (names.iter())
             .map(|_| Vec::with_capacity(plan.cases().len()))
             .collect();
-        let mut tallies: Vec<Vec<stats::CaseTally>> = (names.iter())
-            .map(|_| Vec::with_capacity(plan.cases().len()))
-            .collect();
+        // The figures are tallied a case at a time: the case's tally under each variant, then
+        // each variant's against the baseline's once the case's last variant is in.
+        let base = (record.baseline.as_deref())
+            .and_then(|b| names.iter().position(|n| n.as_str() == b))
+            .unwrap_or(0);
+        let mut tallies = vec![stats::VariantTally::default(); names.len()];
+        let mut paired = vec![stats::PairedTally::default(); names.len()];
+        let mut this_case = vec![None; names.len()];
         let mut case_grades = Vec::new();
         for (group, (_, case, positions)) in plan.groups().enumerate() {
             // Each case's groups come a variant at a time, in the plan's order.
@@ -428,7 +427,16 @@ impl Summary {
                 CaseOutcome::Infra => counts.infra += 1,
             }
             outcomes[variant].push(outcome);
-            tallies[variant].push(case_tally(outcome, &borrowed));
+            let tally = case_tally(outcome, &borrowed);
+            tallies[variant].add(&tally);
+            this_case[variant] = Some(tally);
+            if variant + 1 == names.len() {
+                for (mine, paired) in this_case.iter().zip(&mut paired) {
+                    if let (Some(mine), Some(baseline)) = (mine, &this_case[base]) {
+                        paired.add(mine, baseline);
+                    }
+                }
+            }
         }
         let mut variants = BTreeMap::new();
         let mut cases = BTreeMap::new();
@@ -440,14 +448,14 @@ impl Summary {
                 let decided = counts.passed + counts.failed;
                 counts.pass_rate =
                     (decided > 0).then(|| f64::from(counts.passed) / f64::from(decided));
-                counts.figures = stats::VariantFigures::of(tallies);
+                counts.figures = tallies.figures();
                 variants.insert(name.to_string(), counts);
                 let outcomes = CaseOutcomes::of_plan(plan.clone(), outcomes);
                 cases.insert(name.to_string(), outcomes);
             }
         }
         let broken = broken_cases(&record.references, &cases);
-        let comparisons = comparisons(names, &tallies, record.baseline.as_deref());
+        let comparisons = comparisons(names, &paired, base);
         Summary {
             run_id: record.run_id.clone(),
             eval: record.eval.clone(),

@@ -161,27 +161,63 @@ impl Paired {
     }
 }
 
-/// The mean of `values` with its 95% interval: a percentile bootstrap (2,000 resamples, a fixed
-/// seed), or the normal interval past 10,000 values. `None` when there are none; a single
-/// value's interval is that value.
+/// The mean of `values` with its 95% interval, as [`Sample::mean_with_ci`] gives it.
 pub fn mean_with_ci(values: &[f64]) -> Option<(f64, [f64; 2])> {
-    if values.is_empty() {
-        return None;
+    let mut sample = Sample::default();
+    values.iter().for_each(|v| sample.add(*v));
+    sample.mean_with_ci()
+}
+
+/// Values whose mean and its interval are wanted, added one at a time. Each is kept while
+/// there are at most [`BOOTSTRAP_LIMIT`] (a bootstrap resamples them); past that, only their
+/// count, mean and spread (Welford's running sums), all the normal interval needs: a million
+/// cases' scores cost a few numbers, not 8 MB.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    kept: Vec<f64>,
+    n: u64,
+    mean: f64,
+    /// The sum of squared differences from the running mean.
+    m2: f64,
+}
+
+impl Sample {
+    /// Adds `value`.
+    pub fn add(&mut self, value: f64) {
+        self.n += 1;
+        let delta = value - self.mean;
+        self.mean += delta / self.n as f64;
+        self.m2 += delta * (value - self.mean);
+        if self.n as usize <= BOOTSTRAP_LIMIT {
+            self.kept.push(value);
+        } else if !self.kept.is_empty() {
+            self.kept = Vec::new();
+        }
     }
-    let n = values.len();
-    let mean = values.iter().sum::<f64>() / n as f64;
-    if n > BOOTSTRAP_LIMIT {
-        let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-        let half = z(1.0 - ALPHA / 2.0) * (variance / n as f64).sqrt();
-        return Some((mean, [mean - half, mean + half]));
+
+    /// The mean with its 95% interval: a percentile bootstrap (2,000 resamples, a fixed seed),
+    /// or the normal interval past 10,000 values. `None` when there are none; a single
+    /// value's interval is that value.
+    pub fn mean_with_ci(&self) -> Option<(f64, [f64; 2])> {
+        let n = self.n as usize;
+        if n == 0 {
+            return None;
+        }
+        if n > BOOTSTRAP_LIMIT {
+            let variance = self.m2 / (n - 1) as f64;
+            let half = z(1.0 - ALPHA / 2.0) * (variance / n as f64).sqrt();
+            return Some((self.mean, [self.mean - half, self.mean + half]));
+        }
+        let values = &self.kept;
+        let mean = values.iter().sum::<f64>() / n as f64;
+        let mut rng = fastrand::Rng::with_seed(SEED);
+        let mut means: Vec<f64> = (0..RESAMPLES)
+            .map(|_| (0..n).map(|_| values[rng.usize(..n)]).sum::<f64>() / n as f64)
+            .collect();
+        means.sort_by(f64::total_cmp);
+        let at = |q: f64| means[((q * RESAMPLES as f64) as usize).min(RESAMPLES - 1)];
+        Some((mean, [at(ALPHA / 2.0), at(1.0 - ALPHA / 2.0)]))
     }
-    let mut rng = fastrand::Rng::with_seed(SEED);
-    let mut means: Vec<f64> = (0..RESAMPLES)
-        .map(|_| (0..n).map(|_| values[rng.usize(..n)]).sum::<f64>() / n as f64)
-        .collect();
-    means.sort_by(f64::total_cmp);
-    let at = |q: f64| means[((q * RESAMPLES as f64) as usize).min(RESAMPLES - 1)];
-    Some((mean, [at(ALPHA / 2.0), at(1.0 - ALPHA / 2.0)]))
 }
 
 /// How many paired cases give a two-sided McNemar test at level `alpha` the `power` to detect
@@ -255,41 +291,95 @@ pub struct VariantFigures {
     pub flaky: Option<f64>,
 }
 
-impl VariantFigures {
-    /// The figures of a variant's cases.
-    pub fn of(cases: &[CaseTally]) -> Self {
-        let decided: Vec<&CaseTally> = cases.iter().filter(|c| c.passed.is_some()).collect();
-        let passed = decided.iter().filter(|c| c.passed == Some(true)).count();
-        let scores: Vec<f64> = decided.iter().filter_map(|c| c.score).collect();
-        let (mean_score, mean_score_ci) = match mean_with_ci(&scores) {
+/// One variant's cases, tallied as they come: what its figures need, without a tally per
+/// case (a million cases held 48 MB of them).
+#[derive(Debug, Clone, Default)]
+pub struct VariantTally {
+    decided: u64,
+    passed: u64,
+    /// The decided cases' mean scores.
+    scores: Sample,
+    /// How many decided cases had each (graded trials, trials passed): pass@k and flakiness
+    /// at any k from a handful of counts.
+    by_trials: BTreeMap<(u32, u32), u64>,
+}
+
+impl VariantTally {
+    /// Counts `case` (an undecided one counts for nothing).
+    pub fn add(&mut self, case: &CaseTally) {
+        let Some(passed) = case.passed else {
+            return;
+        };
+        self.decided += 1;
+        self.passed += u64::from(passed);
+        if let Some(score) = case.score {
+            self.scores.add(score);
+        }
+        *(self.by_trials)
+            .entry((case.trials, case.trials_passed))
+            .or_default() += 1;
+    }
+
+    /// The figures of the cases counted.
+    pub fn figures(&self) -> VariantFigures {
+        let (mean_score, mean_score_ci) = match self.scores.mean_with_ci() {
             Some((mean, ci)) => (Some(mean), Some(ci)),
             None => (None, None),
         };
-        let trials = decided.iter().map(|c| c.trials).max().unwrap_or(0);
+        let trials = self.by_trials.keys().map(|(n, _)| *n).max().unwrap_or(0);
         let mut at_k = BTreeMap::new();
         let mut flaky = None;
         if trials > 1 {
             for k in [1, trials] {
-                let each: Vec<f64> = (decided.iter())
-                    .filter(|c| c.trials >= k)
-                    .map(|c| pass_at_k(c.trials.into(), c.trials_passed.into(), k.into()))
-                    .collect();
-                if !each.is_empty() {
-                    at_k.insert(k.to_string(), each.iter().sum::<f64>() / each.len() as f64);
+                let (mut sum, mut cases) = (0.0, 0);
+                for (&(n, c), &count) in self.by_trials.range((k, 0)..) {
+                    sum += count as f64 * pass_at_k(n.into(), c.into(), k.into());
+                    cases += count;
+                }
+                if cases > 0 {
+                    at_k.insert(k.to_string(), sum / cases as f64);
                 }
             }
-            let disagree = (decided.iter())
-                .filter(|c| c.trials_passed > 0 && c.trials_passed < c.trials)
-                .count();
-            flaky = Some(disagree as f64 / decided.len() as f64);
+            let disagree: u64 = (self.by_trials.iter())
+                .filter(|((n, c), _)| *c > 0 && c < n)
+                .map(|(_, count)| count)
+                .sum();
+            flaky = Some(disagree as f64 / self.decided as f64);
         }
         VariantFigures {
-            pass_rate_ci: wilson(passed as u64, decided.len() as u64),
+            pass_rate_ci: wilson(self.passed, self.decided),
             mean_score,
             mean_score_ci,
             pass_at_k: at_k,
             flaky,
         }
+    }
+}
+
+/// A variant against the baseline, tallied a case at a time over the cases both decided.
+#[derive(Debug, Clone, Default)]
+pub struct PairedTally {
+    table: Paired,
+    /// Over the cases both also scored: the variant's mean score minus the baseline's.
+    score_diffs: Sample,
+}
+
+impl PairedTally {
+    /// Counts one case: the variant's tally and the baseline's.
+    pub fn add(&mut self, variant: &CaseTally, baseline: &CaseTally) {
+        let (Some(mine), Some(theirs)) = (variant.passed, baseline.passed) else {
+            return;
+        };
+        self.table.add(mine, theirs);
+        if let (Some(a), Some(b)) = (variant.score, baseline.score) {
+            self.score_diffs.add(a - b);
+        }
+    }
+
+    /// The comparison the cases counted make, against the baseline named `against`; `None`
+    /// when no case was decided by both.
+    pub fn comparison(&self, against: &str) -> Option<Comparison> {
+        Comparison::of_table(self.table, &self.score_diffs, against)
     }
 }
 
@@ -327,29 +417,12 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// `variant` against `baseline` (named `against`), case by case: both lists in the same
-    /// case order. `None` when no case was decided by both.
-    pub fn between(variant: &[CaseTally], baseline: &[CaseTally], against: &str) -> Option<Self> {
-        let mut table = Paired::default();
-        let mut score_diffs = Vec::new();
-        for (mine, theirs) in variant.iter().zip(baseline) {
-            let (Some(mine_passed), Some(theirs_passed)) = (mine.passed, theirs.passed) else {
-                continue;
-            };
-            table.add(mine_passed, theirs_passed);
-            if let (Some(a), Some(b)) = (mine.score, theirs.score) {
-                score_diffs.push(a - b);
-            }
-        }
-        Self::of_table(table, &score_diffs, against)
-    }
-
     /// The comparison a paired table (and the paired score differences) make.
-    pub fn of_table(table: Paired, score_diffs: &[f64], against: &str) -> Option<Self> {
+    pub fn of_table(table: Paired, score_diffs: &Sample, against: &str) -> Option<Self> {
         let delta = table.delta()?;
         let p_value = table.p_value();
         let significant = p_value < ALPHA;
-        let (score_delta, score_delta_ci) = match mean_with_ci(score_diffs) {
+        let (score_delta, score_delta_ci) = match score_diffs.mean_with_ci() {
             Some((mean, ci)) => (Some(mean), Some(ci)),
             None => (None, None),
         };
@@ -532,6 +605,28 @@ mod tests {
         assert_eq!(mean_with_ci(&[]), None);
     }
 
+    fn tally_of(cases: &[CaseTally]) -> VariantTally {
+        let mut tally = VariantTally::default();
+        cases.iter().for_each(|case| tally.add(case));
+        tally
+    }
+
+    #[test]
+    fn past_the_bootstrap_limit_a_sample_keeps_no_values_and_gives_the_normal_interval() {
+        let values: Vec<f64> = (0..25_000).map(|i| f64::from(i % 11) / 10.0).collect();
+        let mut sample = Sample::default();
+        values.iter().for_each(|v| sample.add(*v));
+        assert!(sample.kept.is_empty(), "memory is bounded");
+        // The two-pass normal interval, computed apart.
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let sd = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let half = 1.959963984540054 * sd / n.sqrt();
+        let (got, [lo, hi]) = sample.mean_with_ci().unwrap();
+        assert!(close(got, mean, 1e-12), "{got} {mean}");
+        assert!(close(lo, mean - half, 1e-9) && close(hi, mean + half, 1e-9));
+    }
+
     #[test]
     fn a_variants_figures_count_decided_cases_and_read_back_as_written() {
         let case = |passed: Option<bool>, trials: u32, trials_passed: u32| CaseTally {
@@ -547,7 +642,7 @@ mod tests {
             case(Some(false), 3, 0),
             case(None, 1, 0),
         ];
-        let figures = VariantFigures::of(&cases);
+        let figures = tally_of(&cases).figures();
         let [lo, hi] = figures.pass_rate_ci.unwrap();
         assert_eq!([lo, hi], wilson(2, 3).unwrap());
         // pass@1: the mean of 1, 2/3 and 0; pass@3: 1, 1, 0.
@@ -578,7 +673,7 @@ mod tests {
             "{text}"
         );
         // One trial a case: no pass@k, no flakiness.
-        let single = VariantFigures::of(&[case(Some(true), 1, 1)]);
+        let single = tally_of(&[case(Some(true), 1, 1)]).figures();
         assert!(single.pass_at_k.is_empty() && single.flaky.is_none());
     }
 
