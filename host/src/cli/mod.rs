@@ -38,6 +38,7 @@ use crate::home::Home;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Run evaluations of agents, tools and MCP servers with sandboxed WebAssembly plugins.
 #[derive(Parser, Debug)]
@@ -91,6 +92,17 @@ enum Command {
     /// A container's first process: waits, doing nothing, until it is stopped.
     #[command(hide = true)]
     Idle,
+    /// The `sim` runner's channel: runs ARGV (`mst` is this program), each byte to it and
+    /// from it arriving `latency-ms` later, at `bandwidth` bytes a second.
+    #[command(hide = true)]
+    SimLink {
+        #[arg(long)]
+        latency_ms: u64,
+        #[arg(long)]
+        bandwidth: Option<u64>,
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
 }
 
 /// Writes to stdout, cleaned ([`crate::secrets::clean_text`]): what mst prints holds text from
@@ -261,6 +273,11 @@ pub fn main() -> ExitCode {
         Command::Collect { bundle, results } => {
             Ok(crate::shard::worker::collect(&bundle, &results))
         }
+        Command::SimLink {
+            latency_ms,
+            bandwidth,
+            argv,
+        } => crate::runner::sim::link(Duration::from_millis(latency_ms), bandwidth, &argv),
     });
     match result {
         Ok(code) => ExitCode::from(code),

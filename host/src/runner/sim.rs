@@ -7,6 +7,11 @@
 //!
 //! Which machines fail or are lost is drawn from `seed`: the same options lose the same shards,
 //! and exactly the share asked for (rounded), not about it.
+//!
+//! The channel's delays are a process of their own on the machine's side (`mst sim-link`,
+//! [`link`]), as a remote machine's network is not the coordinator's: the coordinator then
+//! holds for a simulated machine what it holds for a real one (its worker's pipes and the
+//! threads reading them), and its measured CPU, threads and memory are its own.
 
 use super::channel::{Channel, KeptMachine, Process};
 use super::{MachineRequest, Runner};
@@ -228,21 +233,26 @@ impl Channel for SimMachine {
 
     fn exec(&mut self, argv: &[String]) -> Result<Process> {
         self.refuse_when_cut()?;
-        let process = self.machine.exec(argv)?;
         let f = &self.faults;
+        let process = if f.latency.is_zero() && f.bandwidth.is_none() {
+            self.machine.exec(argv)?
+        } else {
+            self.machine.exec(&link_argv(f, argv))?
+        };
         // Only the first program (the worker) is lost; the lines count from its start.
-        let lose_after = self.lose_after.take();
-        if f.latency.is_zero() && f.bandwidth.is_none() && lose_after.is_none() {
+        let Some(lines) = self.lose_after.take() else {
             return Ok(process);
-        }
+        };
         Ok(Process {
-            stdin: Box::new(DelayedWriter::new(process.stdin, f, self.cut.clone())),
-            stdout: Box::new(DelayedReader::new(
-                process.stdout,
-                f,
-                lose_after,
-                self.cut.clone(),
-            )),
+            stdin: Box::new(CutWriter {
+                inner: process.stdin,
+                cut: self.cut.clone(),
+            }),
+            stdout: Box::new(LosingReader {
+                inner: process.stdout,
+                lines_left: lines,
+                cut: self.cut.clone(),
+            }),
             stderr: process.stderr,
             handle: process.handle,
         })
@@ -303,8 +313,8 @@ impl Channel for SimMachine {
 /// Bytes on their way, and when they arrive.
 type InFlight = (Instant, Vec<u8>);
 
-/// The worker's output as the coordinator receives it: each chunk `latency` after it was
-/// sent, at the bandwidth; for a machine to be lost, nothing after its `lose_after`th line.
+/// A program's output as the far end receives it: each chunk `latency` after it was sent, at
+/// the bandwidth.
 struct DelayedReader {
     arriving: Receiver<InFlight>,
     current: Vec<u8>,
@@ -312,46 +322,19 @@ struct DelayedReader {
 }
 
 impl DelayedReader {
-    fn new(
-        mut inner: Box<dyn Read + Send>,
-        faults: &Faults,
-        lose_after: Option<u64>,
-        cut: Arc<AtomicBool>,
-    ) -> Self {
+    fn new(mut inner: Box<dyn Read + Send>, faults: &Faults) -> Self {
         let (send, arriving) = sync_channel::<InFlight>(64);
         let (latency, bandwidth) = (faults.latency, faults.bandwidth);
         std::thread::spawn(move || {
-            let mut lines = 0u64;
-            // Small: a hundred machines each hold one in the coordinator.
             let mut buffer = vec![0u8; 8 * 1024];
             loop {
                 let n = match inner.read(&mut buffer) {
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,
                 };
-                let mut chunk = &buffer[..n];
-                let mut lost = false;
-                if let Some(limit) = lose_after {
-                    for (i, _) in chunk.iter().enumerate().filter(|(_, b)| **b == b'\n') {
-                        lines += 1;
-                        if lines == limit {
-                            chunk = &chunk[..=i];
-                            lost = true;
-                            break;
-                        }
-                    }
-                }
-                std::thread::sleep(at_bandwidth(bandwidth, chunk.len() as u64));
-                if send
-                    .send((Instant::now() + latency, chunk.to_vec()))
-                    .is_err()
-                {
-                    return;
-                }
-                if lost {
-                    // The channel is cut: the coordinator reads to the end of what came, then
-                    // nothing; the worker, no longer read, is killed in its clean-up.
-                    cut.store(true, Ordering::SeqCst);
+                std::thread::sleep(at_bandwidth(bandwidth, n as u64));
+                let chunk = buffer[..n].to_vec();
+                if send.send((Instant::now() + latency, chunk)).is_err() {
                     return;
                 }
             }
@@ -380,16 +363,14 @@ impl Read for DelayedReader {
     }
 }
 
-/// The coordinator's input to the worker: each write arrives `latency` later, at the
-/// bandwidth; once the channel is cut, writes fail.
+/// A program's input as it arrives: each write `latency` later, at the bandwidth.
 struct DelayedWriter {
-    sending: Option<SyncSender<InFlight>>,
+    sending: SyncSender<InFlight>,
     latency: Duration,
-    cut: Arc<AtomicBool>,
 }
 
 impl DelayedWriter {
-    fn new(mut inner: Box<dyn Write + Send>, faults: &Faults, cut: Arc<AtomicBool>) -> Self {
+    fn new(mut inner: Box<dyn Write + Send>, faults: &Faults) -> Self {
         let (sending, arriving) = sync_channel::<InFlight>(64);
         let bandwidth = faults.bandwidth;
         std::thread::spawn(move || {
@@ -406,29 +387,117 @@ impl DelayedWriter {
             }
         });
         DelayedWriter {
-            sending: Some(sending),
+            sending,
             latency: faults.latency,
-            cut,
         }
     }
 }
 
 impl Write for DelayedWriter {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let broken = || std::io::Error::new(std::io::ErrorKind::BrokenPipe, "machine lost");
-        if self.cut.load(Ordering::SeqCst) {
-            return Err(broken());
-        }
-        let sending = self.sending.as_ref().ok_or_else(broken)?;
-        sending
+        (self.sending)
             .send((Instant::now() + self.latency, bytes.to_vec()))
-            .map_err(|_| broken())?;
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "program ended"))?;
         Ok(bytes.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// The worker's output on a machine to be lost: nothing after its `lines_left`th line, when
+/// the channel is cut (the worker, no longer read, is killed in the coordinator's clean-up).
+struct LosingReader {
+    inner: Box<dyn Read + Send>,
+    lines_left: u64,
+    cut: Arc<AtomicBool>,
+}
+
+impl Read for LosingReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.cut.load(Ordering::SeqCst) {
+            return Ok(0);
+        }
+        let n = self.inner.read(out)?;
+        for (i, _) in out[..n].iter().enumerate().filter(|(_, b)| **b == b'\n') {
+            self.lines_left -= 1;
+            if self.lines_left == 0 {
+                self.cut.store(true, Ordering::SeqCst);
+                return Ok(i + 1);
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// The coordinator's input to a machine to be lost: refused once the channel is cut.
+struct CutWriter {
+    inner: Box<dyn Write + Send>,
+    cut: Arc<AtomicBool>,
+}
+
+impl Write for CutWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.cut.load(Ordering::SeqCst) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "machine lost",
+            ));
+        }
+        self.inner.write(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// `argv` run behind [`link`] on the machine, with `faults`' latency and bandwidth.
+fn link_argv(faults: &Faults, argv: &[String]) -> Vec<String> {
+    let mut linked = vec![
+        "mst".to_string(),
+        "sim-link".to_string(),
+        "--latency-ms".to_string(),
+        faults.latency.as_millis().to_string(),
+    ];
+    if let Some(bandwidth) = faults.bandwidth {
+        linked.extend(["--bandwidth".to_string(), bandwidth.to_string()]);
+    }
+    linked.push("--".to_string());
+    linked.extend(argv.iter().cloned());
+    linked
+}
+
+/// `mst sim-link`: runs `argv` (`mst` is this program), its input and output each delayed by
+/// `latency` and held to `bandwidth` bytes a second, its errors passed as they come; exits as
+/// it does.
+pub fn link(latency: Duration, bandwidth: Option<u64>, argv: &[String]) -> Result<u8> {
+    let (program, args) = argv.split_first().context("sim-link: nothing to run")?;
+    let program = match program.as_str() {
+        "mst" => std::env::current_exe().context("sim-link: where is mst")?,
+        other => other.into(),
+    };
+    let mut child = std::process::Command::new(&program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("sim-link: cannot start {}", program.display()))?;
+    let faults = Faults {
+        latency,
+        bandwidth,
+        ..Faults::default()
+    };
+    let mut to_program = DelayedWriter::new(Box::new(child.stdin.take().expect("piped")), &faults);
+    let mut from_program =
+        DelayedReader::new(Box::new(child.stdout.take().expect("piped")), &faults);
+    // Dropped when the coordinator closes its end: the program's input then closes too.
+    std::thread::spawn(move || std::io::copy(&mut std::io::stdin().lock(), &mut to_program));
+    // Line-buffered: each line goes on as soon as it has arrived.
+    let _ = std::io::copy(&mut from_program, &mut std::io::stdout().lock());
+    let status = child.wait().context("sim-link: waiting for the program")?;
+    Ok(status.code().map_or(1, |code| code as u8))
 }
 
 #[cfg(test)]
@@ -448,25 +517,50 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_machines_output_ends_at_its_line_and_arrives_late() {
-        let text = b"one\ntwo\nthree\nfour\n".to_vec();
+    fn a_lost_machines_output_ends_at_its_line_and_its_channel_is_cut() {
+        let cut = Arc::new(AtomicBool::new(false));
+        let mut reader = LosingReader {
+            inner: Box::new(std::io::Cursor::new(b"one\ntwo\nthree\nfour\n".to_vec())),
+            lines_left: 2,
+            cut: cut.clone(),
+        };
+        let mut got = String::new();
+        reader.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "one\ntwo\n");
+        assert!(cut.load(Ordering::SeqCst));
+        let mut writer = CutWriter {
+            inner: Box::new(Vec::new()),
+            cut,
+        };
+        let refused = writer.write(b"x").unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::BrokenPipe);
+    }
+
+    #[test]
+    fn output_arrives_late_and_input_too() {
         let faults = Faults {
             latency: Duration::from_millis(30),
             ..Faults::default()
         };
-        let cut = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
-        let mut reader = DelayedReader::new(
-            Box::new(std::io::Cursor::new(text)),
-            &faults,
-            Some(2),
-            cut.clone(),
-        );
+        let mut reader =
+            DelayedReader::new(Box::new(std::io::Cursor::new(b"one\n".to_vec())), &faults);
         let mut got = String::new();
         reader.read_to_string(&mut got).unwrap();
-        assert_eq!(got, "one\ntwo\n");
+        assert_eq!(got, "one\n");
         assert!(started.elapsed() >= Duration::from_millis(30));
-        assert!(cut.load(Ordering::SeqCst));
+
+        let (pipe_out, pipe_in) = std::io::pipe().unwrap();
+        let started = Instant::now();
+        let mut writer = DelayedWriter::new(Box::new(pipe_in), &faults);
+        writer.write_all(b"two\n").unwrap();
+        drop(writer);
+        let mut got = String::new();
+        std::io::BufReader::new(pipe_out)
+            .read_to_string(&mut got)
+            .unwrap();
+        assert_eq!(got, "two\n");
+        assert!(started.elapsed() >= Duration::from_millis(30));
     }
 
     #[test]
