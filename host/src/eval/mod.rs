@@ -7,4 +7,5 @@ pub mod config;
 pub mod dataset;
 pub mod per_trial;
 pub mod plan;
+pub mod positions;
 pub mod trial;

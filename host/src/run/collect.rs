@@ -6,6 +6,7 @@
 use super::events::{Reporter, RunEvent};
 use crate::eval::config::EvalConfig;
 use crate::eval::plan::{shard_of, Plan};
+use crate::eval::positions::Positions;
 use crate::eval::trial::{CaseIndex, TrialKey, TrialStatus};
 use crate::results::RunDir;
 use crate::runner::channel::Channel;
@@ -28,7 +29,7 @@ pub struct StagedShard {
     pub dir: PathBuf,
     /// The bundle's trials as positions in the run's plan, when it was staged from one (its
     /// own list of trials is then empty).
-    pub in_plan: Option<Vec<u32>>,
+    pub in_plan: Option<Positions>,
     /// The image its machine runs, when its trials name one.
     pub image: Option<String>,
 }
@@ -91,7 +92,7 @@ impl Staging<'_> {
         // Each case's shard is worked out once: its trials lie together in the plan. Only the
         // shards that get trials are made (a runner may allow billions). Trials that name an
         // image go to shards of that image.
-        let mut of_shard: BTreeMap<(Option<&str>, u32), Vec<u32>> = BTreeMap::new();
+        let mut of_shard: BTreeMap<(Option<&str>, u32), Positions> = BTreeMap::new();
         let mut last: Option<(&str, u32)> = None;
         for &at in to_collect {
             let case = plan.case_of(at as usize);
@@ -115,7 +116,7 @@ impl Staging<'_> {
         let mut staged = Vec::new();
         for (number, ((image, shard), mut at)) in of_shard.into_iter().enumerate() {
             let shard = if numbered { number as u32 } else { shard };
-            // Held while the shard runs, once per trial: no room to spare.
+            // Held while the shard runs: no room to spare.
             at.shrink_to_fit();
             let trials = ShardTrials::InPlan { plan, at: &at };
             let mut bundle = self.bundle(shard, Vec::new());

@@ -13,6 +13,7 @@ use super::artifacts::BundleArtifacts;
 use super::protocol::PROTOCOL;
 use crate::eval::config::{EvalConfig, VariantSpec};
 use crate::eval::plan::Plan;
+use crate::eval::positions::Positions;
 use crate::eval::trial::{CaseRecord, TrialKey};
 use anyhow::{Context, Result};
 use arcstr::ArcStr;
@@ -184,12 +185,12 @@ pub fn variants_of(
 }
 
 /// A shard's trials as the coordinator holds them while the shard runs: the bundle's own list
-/// of keys, or positions in the run's plan (four bytes a trial where a key takes 24: a run's
-/// shards together hold one per trial), ascending.
+/// of keys, or positions in the run's plan ([`Positions`]: about a byte and a half a trial
+/// where a key takes 24; a run's shards together hold one per trial).
 #[derive(Debug, Clone, Copy)]
 pub enum ShardTrials<'a> {
     Keys(&'a [TrialKey]),
-    InPlan { plan: &'a Plan, at: &'a [u32] },
+    InPlan { plan: &'a Plan, at: &'a Positions },
 }
 
 impl<'a> ShardTrials<'a> {
@@ -210,7 +211,7 @@ impl<'a> ShardTrials<'a> {
     pub fn get(&self, index: usize) -> Option<TrialKey> {
         match *self {
             ShardTrials::Keys(keys) => keys.get(index).cloned(),
-            ShardTrials::InPlan { plan, at } => at.get(index).map(|&at| plan.key(at as usize)),
+            ShardTrials::InPlan { plan, at } => at.get(index).map(|at| plan.key(at as usize)),
         }
     }
 
@@ -221,7 +222,7 @@ impl<'a> ShardTrials<'a> {
         match *self {
             ShardTrials::Keys(keys) => keys.get(index).cloned().unwrap_or(key),
             ShardTrials::InPlan { plan, at } => match at.get(index) {
-                Some(&at) => TrialKey {
+                Some(at) => TrialKey {
                     variant: plan.parts(at as usize).0.clone(),
                     ..key
                 },
@@ -231,9 +232,11 @@ impl<'a> ShardTrials<'a> {
     }
 
     /// The shard's trials, in order.
-    pub fn iter(&self) -> impl Iterator<Item = TrialKey> + 'a {
-        let this = *self;
-        (0..this.len()).filter_map(move |index| this.get(index))
+    pub fn iter(&self) -> Box<dyn Iterator<Item = TrialKey> + 'a> {
+        match *self {
+            ShardTrials::Keys(keys) => Box::new(keys.iter().cloned()),
+            ShardTrials::InPlan { plan, at } => Box::new(at.iter().map(|at| plan.key(at as usize))),
+        }
     }
 }
 
@@ -250,10 +253,7 @@ impl<'a> FoundTrials<'a> {
     pub fn new(trials: ShardTrials<'a>) -> Self {
         let by_key = match trials {
             ShardTrials::Keys(keys) => crate::eval::trial::sorted_positions(keys, |key| key),
-            ShardTrials::InPlan { at, .. } => {
-                debug_assert!(at.is_sorted(), "a shard's positions in its plan ascend");
-                Vec::new()
-            }
+            ShardTrials::InPlan { .. } => Vec::new(),
         };
         FoundTrials { trials, by_key }
     }
@@ -269,10 +269,7 @@ impl<'a> FoundTrials<'a> {
             ShardTrials::Keys(keys) => {
                 crate::eval::trial::find_position(keys, &self.by_key, |key| key, key)
             }
-            ShardTrials::InPlan { plan, at } => {
-                let position = plan.position(key)? as u32;
-                at.binary_search(&position).ok()
-            }
+            ShardTrials::InPlan { plan, at } => at.find(plan.position(key)? as u32),
         }
     }
 }
