@@ -37,17 +37,19 @@ pub fn read_json_at<T: serde::de::DeserializeOwned>(
 /// opened as [`read_input`] opens it and parsed as it is read, never held whole: a run of
 /// 100,000 trials has a `grades.json` of about 70 MB. An error names the file.
 pub fn read_json_file<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    read_json_file_with(path, std::marker::PhantomData::<T>)
+    read_json_file_with(path, std::marker::PhantomData::<T>, MAX_INPUT_BYTES)
 }
 
-/// [`read_json_file`] through `seed`, which may keep what it reads elsewhere than in memory.
+/// [`read_json_file`] through `seed`, which may keep what it reads elsewhere than in memory,
+/// of a file of at most `cap` bytes (a run's own files grow with its trials).
 pub fn read_json_file_with<'de, S: serde::de::DeserializeSeed<'de>>(
     path: &Path,
     seed: S,
+    cap: u64,
 ) -> Result<S::Value> {
-    let file = open_regular(path, MAX_INPUT_BYTES, false)?;
+    let file = open_regular(path, cap, false)?;
     // One byte over the cap: a file that grew past it is cut there, and reads as damaged.
-    let reader = std::io::BufReader::with_capacity(1 << 16, file.take(MAX_INPUT_BYTES + 1));
+    let reader = std::io::BufReader::with_capacity(1 << 16, file.take(cap + 1));
     let mut json = serde_json::Deserializer::from_reader(reader);
     (seed.deserialize(&mut json))
         .and_then(|value| json.end().map(|()| value))

@@ -7,6 +7,15 @@ use crate::eval::trial::TrialKey;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Cow;
 
+/// The most a trial's entry in `grades.json` is taken to hold, for the file's size cap.
+const GRADE_BYTES: u64 = 16 * 1024;
+
+/// How large the `grades.json` of a run of `trials` may be: a run's own file grows with its
+/// trials (339 MB at a million), past the cap of a file a user hands mst.
+fn file_cap(trials: usize) -> u64 {
+    (crate::files::MAX_INPUT_BYTES).max(trials as u64 * GRADE_BYTES)
+}
+
 /// Every graded trial's grade, in the order of their keys, each trial once: held in memory (a
 /// short list, or grades a file could not take), or left in a file ([`Grades::in_file`]):
 /// the one grading wrote them to as it went, where a run just collected or regraded keeps
@@ -315,7 +324,8 @@ impl Grades {
             },
             held: Vec::new(),
         };
-        crate::files::read_json_file_with(path, &mut into)?;
+        let cap = file_cap(into.grades.plan.len());
+        crate::files::read_json_file_with(path, &mut into, cap)?;
         let IntoFile {
             writer,
             broken,
@@ -406,6 +416,13 @@ mod tests {
 
     fn key(case: &str) -> TrialKey {
         TrialKey::new("v", case, 0)
+    }
+
+    #[test]
+    fn a_million_trials_grades_may_pass_the_cap_of_a_users_file() {
+        assert_eq!(file_cap(10), crate::files::MAX_INPUT_BYTES);
+        // A million-trial run's grades.json, as measured: 339 MB.
+        assert!(file_cap(1_000_000) > 339_000_000);
     }
 
     fn infra(reason: &str) -> TrialGrade {
