@@ -703,7 +703,10 @@ fn a_conversation_reads_as_a_chat_in_the_page_and_fresh_starts_a_new_thread() {
     browser.click("#boot-variant option[value='chat']");
     browser.click("#boot");
     browser.wait_for("#task-fresh");
-    assert!(browser.text("h1").starts_with("Conversation "));
+    // The heading follows the session's view, which may come a moment after the controls.
+    until(&browser, "the conversation's heading", |b| {
+        b.text("h1").starts_with("Conversation ")
+    });
     let reply = |b: &Browser, n: usize| {
         b.texts("#tasks .turn .bubble.reply.final-text")
             .get(n)
